@@ -1,0 +1,3 @@
+"""spiderd: a crawler daemon on Twisted."""
+
+__version__ = "0.1.0"

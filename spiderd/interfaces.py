@@ -1,0 +1,66 @@
+"""The contracts between spiderd's components."""
+
+from __future__ import annotations
+
+from zope.interface import Attribute, Interface
+
+
+class IURLPool(Interface):
+    """The URL pool of seed 000: waiting, pending (leased), done and failed URLs.
+
+    Every method returns a Deferred: the LevelDB backend answers at once, the
+    Redis backend over the network.  Bad URLs are rejected with a logged reason
+    and counted in ``stats()["rejected"]``; no method raises on them.
+    """
+
+    failure_threshold = Attribute("Failures retried before a URL is final.")
+    pending_threshold = Attribute("Seconds a popped URL stays leased.")
+
+    def add(url: str, always: bool = False, detail: bool = False):  # type: ignore[no-untyped-def]
+        """Queue ``url`` unless it is known; fires with True if it was queued."""
+
+    def addmany(urls, always: bool = False, detail: bool = False):  # type: ignore[no-untyped-def]
+        """Queue many URLs; fires with the number queued."""
+
+    def pop(count: int, hub_percent: int = 50):  # type: ignore[no-untyped-def]
+        """Lease up to ``count`` URLs that politeness allows now; fires with ``{url: is_hub}``."""
+
+    def set_status(url: str, status_code: int):  # type: ignore[no-untyped-def]
+        """Record a fetch outcome: done, final failure, or a retry."""
+
+    def set_hubs(urls, refresh_span: float):  # type: ignore[no-untyped-def]
+        """Replace the hub set; each hub is handed out at most once per span."""
+
+    def set_host_delay(host: str, delay: float):  # type: ignore[no-untyped-def]
+        """Raise a host's minimum delay (robots.txt Crawl-delay)."""
+
+    def size():  # type: ignore[no-untyped-def]
+        """Fires with the number of waiting URLs."""
+
+    def empty():  # type: ignore[no-untyped-def]
+        """Fires with True when no URL is waiting."""
+
+    def next_due():  # type: ignore[no-untyped-def]
+        """Fires with seconds until ``pop`` could hand out something, or None if nothing waits."""
+
+    def stats():  # type: ignore[no-untyped-def]
+        """Fires with a dict: waiting, pending, done, failed, hosts, max_host, rejected."""
+
+    def why(url: str):  # type: ignore[no-untyped-def]
+        """Fires with a dict describing the URL's state, failures, lease and host."""
+
+    def close():  # type: ignore[no-untyped-def]
+        """Release the storage; fires when closed."""
+
+
+class IPageStore(Interface):
+    """Where fetched pages go (seed 000's ``crawler_html`` and ``crawler_hub``)."""
+
+    def save(url: str, urlhash: int, html: bytes, hub: bool = False):  # type: ignore[no-untyped-def]
+        """Queue a page for a batched write; fires once it is written."""
+
+    def get(urlhash: int):  # type: ignore[no-untyped-def]
+        """Fires with (url, html bytes) or None."""
+
+    def count():  # type: ignore[no-untyped-def]
+        """Fires with the number of stored pages."""

@@ -1,0 +1,118 @@
+"""Per-host politeness, sans I/O: hosts take turns by next-allowed time.
+
+This is Mercator's back-queue heap: one entry per host that has waiting URLs
+and a free slot, keyed by the time it may be fetched from next, so a host with
+a million URLs never starves one with ten.  Delays count from one request's
+start to the next (as Scrapy's ``DOWNLOAD_DELAY``); concurrency caps the
+requests in flight per host.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class HostSlot:
+    """What the pool knows of one host."""
+
+    host: str
+    hid: bytes
+    delay: float
+    concurrency: int
+    waiting: int = 0
+    inflight: int = 0
+    next_allowed: float = 0.0
+    queued: bool = False
+
+
+@dataclass
+class Politeness:
+    """The host table and the heap of hosts ready to be fetched from."""
+
+    delay: float = 0.0
+    concurrency: int = 1
+    overrides: dict[str, tuple[float, int]] = field(default_factory=dict)
+    hosts: dict[str, HostSlot] = field(default_factory=dict)
+    _heap: list[tuple[float, int, HostSlot]] = field(default_factory=list)
+    _tiebreak: itertools.count = field(default_factory=itertools.count)
+    _robots_delay: dict[str, float] = field(default_factory=dict)
+
+    def slot(self, host: str, hid: bytes) -> HostSlot:
+        """The slot of ``host``, created on first use."""
+        slot = self.hosts.get(host)
+        if slot is None:
+            delay, concurrency = self.overrides.get(host, (self.delay, self.concurrency))
+            delay = max(delay, self._robots_delay.get(host, 0.0))
+            slot = self.hosts[host] = HostSlot(host, hid, delay, concurrency)
+        return slot
+
+    def ready(self, now: float) -> HostSlot | None:
+        """Take the host whose turn it is, if its next-allowed time has come."""
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            slot = heapq.heappop(heap)[2]
+            slot.queued = False
+            if slot.next_allowed > now:
+                self.requeue(slot)
+            elif slot.waiting > 0 and slot.inflight < slot.concurrency:
+                return slot
+        return None
+
+    def quota(self, slot: HostSlot, now: float, wanted: int) -> int:
+        """How many URLs to take from ``slot`` in this turn.
+
+        One, unless the host has no delay and no other host is ready: then as
+        many as its free slots allow (a single-host crawl at full speed).
+        """
+        free = min(slot.concurrency - slot.inflight, slot.waiting, wanted)
+        if slot.delay > 0 or (self._heap and self._heap[0][0] <= now):
+            return min(free, 1)
+        return free
+
+    def taken(self, slot: HostSlot, count: int, now: float) -> None:
+        """``count`` URLs of ``slot`` were leased at ``now``."""
+        slot.waiting -= count
+        slot.inflight += count
+        slot.next_allowed = now + slot.delay
+        self.requeue(slot)
+
+    def release(self, slot: HostSlot) -> None:
+        """A leased URL of ``slot`` finished (or its lease expired)."""
+        if slot.inflight > 0:
+            slot.inflight -= 1
+        self.requeue(slot)
+
+    def requeue(self, slot: HostSlot) -> None:
+        """Put ``slot`` in the heap if it has work and a free slot."""
+        if not slot.queued and slot.waiting > 0 and slot.inflight < slot.concurrency:
+            slot.queued = True
+            heapq.heappush(self._heap, (slot.next_allowed, next(self._tiebreak), slot))
+
+    def next_time(self) -> float | None:
+        """The earliest next-allowed time of a ready host, or None."""
+        return self._heap[0][0] if self._heap else None
+
+    def set_robots_delay(self, host: str, delay: float) -> None:
+        """Raise ``host``'s delay to its robots.txt Crawl-delay."""
+        self._robots_delay[host] = delay
+        slot = self.hosts.get(host)
+        if slot is not None:
+            slot.delay = max(slot.delay, delay)
+
+    def collect(self, now: float) -> None:
+        """Forget hosts with nothing waiting, nothing in flight and no pending delay."""
+        idle = [h for h, s in self.hosts.items() if not s.waiting and not s.inflight and s.next_allowed <= now]
+        for host in idle:
+            del self.hosts[host]
+
+    def largest(self) -> tuple[str, int]:
+        """The host with the most waiting URLs and its count (the seed's ``max_hosts``)."""
+        best = max(self.hosts.values(), key=lambda s: s.waiting, default=None)
+        return (best.host, best.waiting) if best is not None and best.waiting else ("", 0)
+
+    def active_hosts(self) -> int:
+        """Hosts with waiting URLs."""
+        return sum(1 for s in self.hosts.values() if s.waiting)

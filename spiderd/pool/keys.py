@@ -1,0 +1,84 @@
+"""Key and value encoding of the embedded pool (one byte prefix per kind, big-endian integers).
+
+==========================================  =========================================
+key                                         value
+==========================================  =========================================
+``S`` fp                                    state: ``D`` / ``F`` (final), or
+                                            ``W`` failures prio seq, ``P`` failures prio deadline
+``Q`` host-id prio seq                      failures, then the URL (UTF-8)
+``L`` deadline-ms fp                        failures prio, then the URL
+``C`` host-id                               waiting count, then the host
+``H`` fp                                    next-due-ms, then the hub URL
+``G``                                       waiting pending done failed seq
+==========================================  =========================================
+
+``fp`` is the 64-bit fingerprint of the canonical URL, ``host-id`` the one of
+its host, so a host's waiting URLs sit together and list URLs (prio 0) come
+before detail URLs (prio 1).  A done URL costs one 9-byte key and a 1-byte value.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import farmhash
+
+STATE = b"S"
+QUEUE = b"Q"
+LEASE = b"L"
+HOST = b"C"
+HUB = b"H"
+COUNTERS = b"G"
+
+DONE = b"D"
+FAILED = b"F"
+WAITING = ord("W")
+PENDING = ord("P")
+
+_U64 = struct.Struct(">Q")
+_ACTIVE = struct.Struct(">cBBQ")  # state, failures, prio, seq-or-deadline
+_COUNTERS = struct.Struct(">5Q")
+
+u64 = _U64.pack
+from_u64 = _U64.unpack_from
+
+
+def host_id(host: str) -> bytes:
+    """The 8-byte key of a host."""
+    return u64(farmhash.fingerprint64(host))
+
+
+def state_key(fp: int) -> bytes:
+    return STATE + fp.to_bytes(8, "big")
+
+
+def queue_key(hid: bytes, prio: int, seq: int) -> bytes:
+    return QUEUE + hid + bytes((prio,)) + seq.to_bytes(8, "big")
+
+
+def lease_key(deadline_ms: int, fp: int) -> bytes:
+    return LEASE + deadline_ms.to_bytes(8, "big") + fp.to_bytes(8, "big")
+
+
+def active(state: int, failures: int, prio: int, number: int) -> bytes:
+    """The state value of a waiting (``W``) or pending (``P``) URL."""
+    return _ACTIVE.pack(bytes((state,)), min(failures, 255), prio, number)
+
+
+def parse_active(value: bytes) -> tuple[int, int, int]:
+    """(failures, prio, seq-or-deadline) of a ``W`` or ``P`` state value."""
+    _, failures, prio, number = _ACTIVE.unpack(value)
+    return failures, prio, number
+
+
+def pack_counters(values: list[int]) -> bytes:
+    return _COUNTERS.pack(*values)
+
+
+def unpack_counters(value: bytes | None) -> list[int]:
+    return list(_COUNTERS.unpack(value)) if value else [0, 0, 0, 0, 0]
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The first key after every key that starts with ``prefix``."""
+    return prefix[:-1] + bytes((prefix[-1] + 1,))

@@ -1,0 +1,386 @@
+"""The embedded URL pool: seed 000's contract over an ordered key-value store.
+
+Every change of a URL's state is one atomic write batch that also carries the
+counters, so a ``kill -9`` between two batches leaves a consistent pool.  Only
+the host table, the hubs and a lease bound live in memory; all of them are
+rebuilt at open from the small ``C``, ``H`` and ``L`` ranges, never by a scan
+of the URLs.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from typing import Any, Iterable
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from .. import status as st
+from ..interfaces import IURLPool
+from ..politeness import HostSlot, Politeness
+from ..urls import MAX_URL_LENGTH, BadURL, URL, fingerprint, host_of, parse
+from . import keys as k
+
+log = Logger()
+
+
+@implementer(IURLPool)
+class KVPool:
+    """A crash-safe, polite URL pool over a plyvel-like store (``get``, ``write_batch``, ``iterator``)."""
+
+    def __init__(
+        self,
+        kv: Any,
+        clock: IReactorTime,
+        *,
+        politeness: Politeness | None = None,
+        failure_threshold: int = st.FAILURE_THRESHOLD,
+        pending_threshold: float = 300.0,
+        done_codes: frozenset[int] = st.DONE_CODES,
+        final_codes: frozenset[int] = st.FINAL_CODES,
+        max_url_length: int = MAX_URL_LENGTH,
+    ) -> None:
+        self._kv = kv
+        self._clock = clock
+        self.politeness = politeness or Politeness()
+        self.failure_threshold = failure_threshold
+        self.pending_threshold = pending_threshold
+        self._done_codes = done_codes
+        self._final_codes = final_codes
+        self._max_url_length = max_url_length
+        self.rejected: Counter[str] = Counter()
+        self._counters = k.unpack_counters(kv.get(k.COUNTERS))
+        self._hubs: dict[int, list[Any]] = {}  # fp -> [url, host, next_due]
+        self._hub_heap: list[tuple[float, int]] = []
+        self._hubs_out: set[int] = set()
+        self._hub_span = 0.0
+        self._lease_bound = float("inf")
+        self._ops = 0
+        self._load()
+
+    # -- opening --------------------------------------------------------------------
+
+    def _load(self) -> None:
+        """Rebuild the host table and the hubs; put leases from a previous run back in the queues."""
+        politeness = self.politeness
+        for key, value in self._kv.iterator(prefix=k.HOST):
+            host = value[8:].decode()
+            slot = politeness.slot(host, key[1:])
+            slot.waiting = k.from_u64(value)[0]
+            politeness.requeue(slot)
+        for key, value in self._kv.iterator(prefix=k.HUB):
+            fp = int.from_bytes(key[1:], "big")
+            url = value[8:].decode()
+            self._hubs[fp] = [url, host_of(url), k.from_u64(value)[0] / 1000.0]
+        self._hub_heap = [(entry[2], fp) for fp, entry in self._hubs.items()]
+        heapq.heapify(self._hub_heap)
+        recovered = self._expire(float("inf"))
+        if recovered:
+            log.info("Recovered {count} leased URLs from the previous run", count=recovered)
+
+    # -- adding ---------------------------------------------------------------------
+
+    def add(self, url: str, always: bool = False, detail: bool = False) -> defer.Deferred[bool]:
+        return defer.succeed(self._addmany((url,), always, detail) == 1)
+
+    def addmany(self, urls: Iterable[str], always: bool = False, detail: bool = False) -> defer.Deferred[int]:
+        if isinstance(urls, str):
+            urls = (urls,)
+        return defer.succeed(self._addmany(urls, always, detail))
+
+    def _addmany(self, urls: Iterable[str], always: bool, detail: bool) -> int:
+        prio = 1 if detail else 0
+        kv_get = self._kv.get
+        batch = self._kv.write_batch()
+        counters = self._counters
+        touched: dict[str, HostSlot] = {}
+        seen: set[int] = set()
+        added = 0
+        for raw in urls:
+            u = self._parse(raw)
+            if u is None or u.fingerprint in seen:
+                continue
+            seen.add(u.fingerprint)
+            skey = k.state_key(u.fingerprint)
+            state = kv_get(skey)
+            if state is not None:
+                if not always or state[0] in (k.WAITING, k.PENDING):
+                    continue
+                counters[2 if state == k.DONE else 3] -= 1
+            slot = touched.get(u.host) or self._slot(u.host)
+            touched[u.host] = slot
+            self._enqueue(batch, u.url, u.fingerprint, slot, prio, 0)
+            added += 1
+        if added:
+            self._commit(batch, touched.values())
+        return added
+
+    def _enqueue(self, batch: Any, url: str, fp: int, slot: HostSlot, prio: int, failures: int) -> None:
+        counters = self._counters
+        counters[4] += 1
+        seq = counters[4]
+        batch.put(k.queue_key(slot.hid, prio, seq), bytes((min(failures, 255),)) + url.encode())
+        batch.put(k.state_key(fp), k.active(k.WAITING, failures, prio, seq))
+        counters[0] += 1
+        slot.waiting += 1
+
+    # -- popping --------------------------------------------------------------------
+
+    def pop(self, count: int, hub_percent: int = 50) -> defer.Deferred[dict[str, bool]]:
+        now = self._clock.seconds()
+        if now >= self._lease_bound:
+            self._expire(now)
+        batch = self._kv.write_batch()
+        hubs = self._pop_hubs(batch, now, count * hub_percent // 100)
+        result: dict[str, bool] = dict.fromkeys(hubs, True)
+        touched = self._pop_urls(batch, now, count - len(hubs), result)
+        if result:
+            self._commit(batch, touched)
+        self._maybe_collect(now)
+        return defer.succeed(result)
+
+    def _pop_urls(self, batch: Any, now: float, wanted: int, result: dict[str, bool]) -> list[HostSlot]:
+        politeness = self.politeness
+        deadline_ms = int((now + self.pending_threshold) * 1000)
+        touched = []
+        cursors: dict[bytes, bytes] = {}  # host-id -> first key not yet taken in this (unwritten) batch
+        while wanted > 0:
+            slot = politeness.ready(now)
+            if slot is None:
+                break
+            quota = politeness.quota(slot, now, wanted)
+            taken = 0
+            prefix = k.QUEUE + slot.hid
+            start = cursors.get(slot.hid, prefix)
+            for key, value in self._kv.iterator(start=start, stop=k.prefix_end(prefix)):
+                cursors[slot.hid] = key + b"\x00"
+                url = value[1:].decode()
+                fp = fingerprint(url)
+                batch.delete(key)
+                batch.put(k.lease_key(deadline_ms, fp), value[:1] + key[9:10] + value[1:])
+                batch.put(k.state_key(fp), k.active(k.PENDING, value[0], key[9], deadline_ms))
+                result[url] = False
+                taken += 1
+                if taken >= quota:
+                    break
+            if taken < quota:  # the count said more: trust the store
+                slot.waiting = taken
+            politeness.taken(slot, taken, now)
+            touched.append(slot)
+            wanted -= taken
+            self._counters[0] -= taken
+            self._counters[1] += taken
+        if touched and self._lease_bound == float("inf"):
+            self._lease_bound = deadline_ms / 1000.0
+        return touched
+
+    def _pop_hubs(self, batch: Any, now: float, wanted: int) -> list[str]:
+        out: list[str] = []
+        heap = self._hub_heap
+        later = []
+        while heap and heap[0][0] <= now and len(out) < wanted:
+            due, fp = heapq.heappop(heap)
+            entry = self._hubs.get(fp)
+            if entry is None or entry[2] != due:
+                continue
+            url, host, _ = entry
+            slot = self._slot(host)
+            if slot.next_allowed > now or slot.inflight >= slot.concurrency:
+                later.append((due, fp))
+                continue
+            entry[2] = now + self._hub_span
+            later.append((entry[2], fp))
+            batch.put(k.HUB + fp.to_bytes(8, "big"), k.u64(int(entry[2] * 1000)) + url.encode())
+            slot.inflight += 1
+            slot.next_allowed = now + slot.delay
+            self._hubs_out.add(fp)
+            out.append(url)
+        for item in later:
+            heapq.heappush(heap, item)
+        return out
+
+    # -- statuses -------------------------------------------------------------------
+
+    def set_status(self, url: str, status_code: int) -> defer.Deferred[None]:
+        u = self._parse(url)
+        if u is not None:
+            self._set_status(u, status_code)
+        return defer.succeed(None)
+
+    def _set_status(self, u: URL, code: int) -> None:
+        skey = k.state_key(u.fingerprint)
+        state = self._kv.get(skey)
+        counters = self._counters
+        slot = self._slot(u.host)
+        if u.fingerprint in self._hubs_out:
+            self._hubs_out.discard(u.fingerprint)
+            self.politeness.release(slot)
+        batch = self._kv.write_batch()
+        failures = prio = 0
+        if state is not None and state[0] == k.PENDING:
+            failures, prio, deadline = k.parse_active(state)
+            batch.delete(k.lease_key(deadline, u.fingerprint))
+            counters[1] -= 1
+            self.politeness.release(slot)
+        elif state is not None and state[0] == k.WAITING:
+            failures, prio, seq = k.parse_active(state)
+            batch.delete(k.queue_key(slot.hid, prio, seq))
+            counters[0] -= 1
+            slot.waiting -= 1
+        elif state is not None:
+            return  # already final
+        if code in self._done_codes:
+            batch.put(skey, k.DONE)
+            counters[2] += 1
+        elif code in self._final_codes or failures >= self.failure_threshold:
+            batch.put(skey, k.FAILED)
+            counters[3] += 1
+        else:
+            self._enqueue(batch, u.url, u.fingerprint, slot, prio, failures + 1)
+        self._commit(batch, (slot,))
+
+    # -- hubs and hosts -------------------------------------------------------------
+
+    def set_hubs(self, urls: Iterable[str], refresh_span: float) -> defer.Deferred[None]:
+        self._hub_span = float(refresh_span)
+        batch = self._kv.write_batch()
+        wanted = {u.fingerprint: u for u in map(self._parse, urls) if u is not None}
+        for fp in list(self._hubs):
+            if fp not in wanted:
+                del self._hubs[fp]
+                batch.delete(k.HUB + fp.to_bytes(8, "big"))
+        for fp, u in wanted.items():
+            if fp not in self._hubs:
+                self._hubs[fp] = [u.url, u.host, 0.0]
+                batch.put(k.HUB + fp.to_bytes(8, "big"), k.u64(0) + u.url.encode())
+            else:
+                due = self._hubs[fp][2]
+                self._hubs[fp][2] = min(due, self._clock.seconds() + self._hub_span)
+        batch.write()
+        self._hub_heap = [(entry[2], fp) for fp, entry in self._hubs.items()]
+        heapq.heapify(self._hub_heap)
+        return defer.succeed(None)
+
+    def set_host_delay(self, host: str, delay: float) -> defer.Deferred[None]:
+        self.politeness.set_robots_delay(host, delay)
+        return defer.succeed(None)
+
+    # -- questions ------------------------------------------------------------------
+
+    def size(self) -> defer.Deferred[int]:
+        return defer.succeed(self._counters[0])
+
+    def empty(self) -> defer.Deferred[bool]:
+        return defer.succeed(self._counters[0] == 0)
+
+    def next_due(self) -> defer.Deferred[float | None]:
+        now = self._clock.seconds()
+        times = [self.politeness.next_time(), self._hub_heap[0][0] if self._hub_heap else None]
+        if self._counters[1]:
+            times.append(self._lease_bound)
+        known = [t for t in times if t is not None and t != float("inf")]
+        return defer.succeed(max(0.0, min(known) - now) if known else None)
+
+    def stats(self) -> defer.Deferred[dict[str, Any]]:
+        waiting, pending, done, failed, _ = self._counters
+        return defer.succeed(
+            {
+                "waiting": waiting,
+                "pending": pending,
+                "done": done,
+                "failed": failed,
+                "hosts": self.politeness.active_hosts(),
+                "max_host": list(self.politeness.largest()),
+                "hubs": len(self._hubs),
+                "rejected": dict(self.rejected),
+            }
+        )
+
+    def why(self, url: str) -> defer.Deferred[dict[str, Any]]:
+        try:
+            u = parse(url, self._max_url_length)
+        except BadURL as e:
+            return defer.succeed({"url": url, "state": "rejected", "reason": e.reason})
+        state = self._kv.get(k.state_key(u.fingerprint))
+        answer: dict[str, Any] = {"url": u.url, "urlhash": u.fingerprint, "host": u.host, "hub": u.fingerprint in self._hubs}
+        answer.update(_describe_state(state))
+        slot = self.politeness.hosts.get(u.host)
+        if slot is not None:
+            answer["host_waiting"] = slot.waiting
+            answer["host_inflight"] = slot.inflight
+            answer["host_delay"] = slot.delay
+            answer["host_next_allowed"] = slot.next_allowed
+        return defer.succeed(answer)
+
+    def close(self) -> defer.Deferred[None]:
+        if not getattr(self._kv, "closed", False):
+            self._kv.close()
+        return defer.succeed(None)
+
+    # -- internals ------------------------------------------------------------------
+
+    def _parse(self, url: str) -> URL | None:
+        try:
+            return parse(url, self._max_url_length)
+        except BadURL as e:
+            self.rejected[e.reason] += 1
+            log.info("Rejected URL ({reason}): {url!r}", reason=e.reason, url=e.url[:200])
+            return None
+
+    def _slot(self, host: str) -> HostSlot:
+        return self.politeness.slot(host, k.host_id(host))
+
+    def _commit(self, batch: Any, slots: Iterable[HostSlot]) -> None:
+        """Write ``batch`` with the host counts of ``slots`` and the counters, atomically."""
+        for slot in slots:
+            hkey = k.HOST + slot.hid
+            if slot.waiting > 0:
+                batch.put(hkey, k.u64(slot.waiting) + slot.host.encode())
+            else:
+                batch.delete(hkey)
+            self.politeness.requeue(slot)
+        batch.put(k.COUNTERS, k.pack_counters(self._counters))
+        batch.write()
+
+    def _expire(self, now: float) -> int:
+        """Put URLs whose lease ended before ``now`` back in their host queues."""
+        stop = k.lease_key(min(int(now * 1000), 2**63), 0) if now != float("inf") else k.prefix_end(k.LEASE)
+        expired = list(self._kv.iterator(start=k.LEASE, stop=stop))
+        if expired:
+            batch = self._kv.write_batch()
+            slots = {}
+            for key, value in expired:
+                url = value[2:].decode()
+                fp = int.from_bytes(key[9:], "big")
+                slot = slots.get(host_of(url)) or self._slot(host_of(url))
+                slots[slot.host] = slot
+                batch.delete(key)
+                self._counters[1] -= 1
+                self.politeness.release(slot)
+                self._enqueue(batch, url, fp, slot, value[1], value[0])
+            self._commit(batch, slots.values())
+        following = next(self._kv.iterator(prefix=k.LEASE, include_value=False), None)
+        self._lease_bound = k.from_u64(following, 1)[0] / 1000.0 if following else float("inf")
+        return len(expired)
+
+    def _maybe_collect(self, now: float) -> None:
+        self._ops += 1
+        if self._ops % 10000 == 0:
+            self.politeness.collect(now)
+
+
+def _describe_state(state: bytes | None) -> dict[str, Any]:
+    if state is None:
+        return {"state": "unknown"}
+    if state == k.DONE:
+        return {"state": "done"}
+    if state == k.FAILED:
+        return {"state": "failed"}
+    failures, prio, number = k.parse_active(state)
+    kind = "detail" if prio else "list"
+    if state[0] == k.WAITING:
+        return {"state": "waiting", "failures": failures, "kind": kind}
+    return {"state": "pending", "failures": failures, "kind": kind, "lease_until": number / 1000.0}

@@ -1,0 +1,20 @@
+"""Small helpers shared by the tests."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
+
+T = TypeVar("T")
+
+
+def result(d: "Deferred[T]") -> T:
+    """The result of a Deferred that has already fired (raises its failure otherwise)."""
+    box: list[Any] = []
+    d.addBoth(box.append)
+    assert box, "the Deferred has not fired"
+    if isinstance(box[0], Failure):
+        box[0].raiseException()
+    return box[0]
