@@ -1,0 +1,466 @@
+"""The configuration: a TOML file parsed once into frozen, validated settings.
+
+Every error is one line that names the file and the key (``etc/spiderd.toml:
+fetch.timeout: expected a number, got 'ten'``) and is raised as
+:class:`ConfigError` before anything starts.  Unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping
+
+from lxml import etree
+
+ROLES = ("all", "frontier", "worker")
+POOL_BACKENDS = ("leveldb", "memory", "redis")
+
+
+class ConfigError(ValueError):
+    """A bad configuration: the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """One item field: a compiled XPath (CSS is translated to XPath at load), first match or all."""
+
+    name: str
+    xpath: str
+    all: bool = False
+
+
+@dataclass(frozen=True)
+class Site:
+    """Per-site rules: which hosts are in, which URLs are list and detail pages, and the item fields."""
+
+    name: str
+    allowed_hosts: tuple[str, ...]
+    list_urls: tuple[str, ...] = ()
+    detail_urls: tuple[str, ...] = ()
+    fields: tuple[Field, ...] = ()
+    follow_detail_links: bool = False
+    recrawl_list: float = 0.0
+    recrawl_detail: float = 0.0
+
+
+@dataclass(frozen=True)
+class HostRule:
+    """A per-host override of the politeness defaults."""
+
+    delay: float
+    concurrency: int
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything spiderd reads from its configuration."""
+
+    source: str = "<defaults>"
+    # [spiderd]
+    role: str = "all"
+    data_dir: str = "./spiderd-data"
+    log_interval: float = 60.0
+    exit_when_done: bool = False
+    # [pool]
+    pool_backend: str = "leveldb"
+    seeds: tuple[str, ...] = ()
+    hubs: tuple[str, ...] = ()
+    hub_refresh_span: float = 600.0
+    failure_threshold: int = 3
+    pending_threshold: float = 300.0
+    max_url_length: int = 2083
+    max_path_depth: int = 32
+    max_urls_per_host: int = 0
+    # [fetch]
+    concurrency: int = 64
+    per_host_concurrency: int = 8
+    per_host_delay: float = 0.0
+    host_rules: Mapping[str, HostRule] = field(default_factory=dict)
+    connect_timeout: float = 10.0
+    timeout: float = 30.0
+    max_body_size: int = 10 * 1024 * 1024
+    max_redirects: int = 5
+    user_agent: str = "spiderd/0.1 (+https://github.com/spiderd/spiderd)"
+    robots: bool = True
+    source_addresses: tuple[str, ...] = ()
+    # [parse]
+    parse_workers: int = -1
+    # [store]
+    store_url: str = "sqlite:///pages.sqlite3"
+    store_preset: int = 1
+    store_batch_size: int = 100
+    # [items]
+    items_dir: str = "items"
+    items_rotate_count: int = 10000
+    # [[sites]]
+    sites: tuple[Site, ...] = ()
+
+    def path(self, relative: str) -> str:
+        """A path under the data directory (absolute paths are kept)."""
+        return os.path.join(self.data_dir, relative)
+
+
+# section -> key -> (attribute, type); the types are checked and converted by _convert.
+_SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
+    "spiderd": {
+        "role": ("role", "role"),
+        "data_dir": ("data_dir", "str"),
+        "log_interval": ("log_interval", "positive"),
+        "exit_when_done": ("exit_when_done", "bool"),
+    },
+    "pool": {
+        "backend": ("pool_backend", "backend"),
+        "seeds": ("seeds", "urls"),
+        "hubs": ("hubs", "urls"),
+        "hub_refresh_span": ("hub_refresh_span", "positive"),
+        "failure_threshold": ("failure_threshold", "count"),
+        "pending_threshold": ("pending_threshold", "positive"),
+        "max_url_length": ("max_url_length", "positive_int"),
+        "max_path_depth": ("max_path_depth", "positive_int"),
+        "max_urls_per_host": ("max_urls_per_host", "count"),
+    },
+    "fetch": {
+        "concurrency": ("concurrency", "positive_int"),
+        "per_host_concurrency": ("per_host_concurrency", "positive_int"),
+        "per_host_delay": ("per_host_delay", "non_negative"),
+        "hosts": ("host_rules", "hosts"),
+        "connect_timeout": ("connect_timeout", "positive"),
+        "timeout": ("timeout", "positive"),
+        "max_body_size": ("max_body_size", "positive_int"),
+        "max_redirects": ("max_redirects", "count"),
+        "user_agent": ("user_agent", "header"),
+        "robots": ("robots", "bool"),
+        "source_addresses": ("source_addresses", "addresses"),
+    },
+    "parse": {"workers": ("parse_workers", "workers")},
+    "store": {
+        "url": ("store_url", "store_url"),
+        "compression_preset": ("store_preset", "preset"),
+        "batch_size": ("store_batch_size", "positive_int"),
+    },
+    "items": {
+        "dir": ("items_dir", "str"),
+        "rotate_count": ("items_rotate_count", "positive_int"),
+    },
+}
+_SITE_KEYS = {
+    "name",
+    "allowed_hosts",
+    "list_urls",
+    "detail_urls",
+    "fields",
+    "follow_detail_links",
+    "recrawl_list",
+    "recrawl_detail",
+}
+
+
+def load(path: str, overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Read and validate the TOML file at ``path``; ``overrides`` are ``section.key`` values."""
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from e
+    return from_dict(raw, path, overrides)
+
+
+def from_dict(raw: Mapping[str, Any], source: str = "<config>", overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Validate an already-parsed configuration (used by ``load``, the demo and the parse workers)."""
+    values: dict[str, Any] = {"source": source}
+    raw = _merge(raw, overrides or {})
+    for section, table in raw.items():
+        if section == "sites":
+            values["sites"] = _sites(table, source)
+            continue
+        schema = _SCHEMA.get(section)
+        if schema is None:
+            raise ConfigError(f"{source}: {section}: unknown section (known: {', '.join([*_SCHEMA, 'sites'])})")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: {section}: expected a table")
+        for key, value in table.items():
+            if key not in schema:
+                raise ConfigError(f"{source}: {section}.{key}: unknown key (known: {', '.join(schema)})")
+            attribute, kind = schema[key]
+            values[attribute] = _convert(kind, value, f"{source}: {section}.{key}")
+    settings = Settings(**values)
+    _check_together(settings)
+    return settings
+
+
+def with_overrides(settings: Settings, **changes: Any) -> Settings:
+    """A copy of ``settings`` with some attributes changed (already-valid values only)."""
+    return replace(settings, **changes)
+
+
+def check_data_dir(settings: Settings) -> None:
+    """Create the data directory and prove it writable, or raise ConfigError naming the key."""
+    where = f"{settings.source}: spiderd.data_dir"
+    try:
+        os.makedirs(settings.data_dir, exist_ok=True)
+        probe = os.path.join(settings.data_dir, ".spiderd-write-test")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.unlink(probe)
+    except OSError as e:
+        raise ConfigError(f"{where}: {settings.data_dir!r} is not writable: {e.strerror}") from e
+
+
+def _merge(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    for dotted, value in overrides.items():
+        section, _, key = dotted.partition(".")
+        merged.setdefault(section, {})[key] = value
+    return merged
+
+
+def _convert(kind: str, value: Any, where: str) -> Any:
+    converter = _CONVERTERS[kind]
+    try:
+        return converter(value)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def _expect(value: Any, types: type | tuple[type, ...], what: str) -> Any:
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise TypeError(f"expected {what}, got {value!r}")
+    if not isinstance(value, types):
+        raise TypeError(f"expected {what}, got {value!r}")
+    return value
+
+
+def _number(value: Any) -> float:
+    return float(_expect(value, (int, float), "a number"))
+
+
+def _positive(value: Any) -> float:
+    number = _number(value)
+    if not number > 0:
+        raise ValueError(f"must be greater than 0, got {value!r}")
+    return number
+
+
+def _non_negative(value: Any) -> float:
+    number = _number(value)
+    if not number >= 0:
+        raise ValueError(f"must be 0 or more, got {value!r}")
+    return number
+
+
+def _count(value: Any) -> int:
+    number = _expect(value, int, "an integer")
+    if number < 0:
+        raise ValueError(f"must be 0 or more, got {value!r}")
+    return number
+
+
+def _positive_int(value: Any) -> int:
+    number = _count(value)
+    if number == 0:
+        raise ValueError("must be 1 or more, got 0")
+    return number
+
+
+def _choice(options: tuple[str, ...]) -> Any:
+    def convert(value: Any) -> str:
+        if _expect(value, str, "a string") not in options:
+            raise ValueError(f"must be one of {', '.join(options)}, got {value!r}")
+        return value
+
+    return convert
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    items = _expect(value, list, "a list of strings")
+    for item in items:
+        _expect(item, str, "a list of strings")
+    return tuple(items)
+
+
+def _urls(value: Any) -> tuple[str, ...]:
+    from .urls import BadURL, canonicalize
+
+    items = _strings(value)
+    for item in items:
+        try:
+            canonicalize(item)
+        except BadURL as e:
+            raise ValueError(f"bad URL {item!r} ({e.reason})") from None
+    return items
+
+
+def _header(value: Any) -> str:
+    text = _expect(value, str, "a string")
+    if not text or any(c in text for c in "\r\n\0"):
+        raise ValueError("must be a non-empty single line")
+    return text
+
+
+def _addresses(value: Any) -> tuple[str, ...]:
+    import ipaddress
+
+    items = _strings(value)
+    for item in items:
+        ipaddress.ip_address(item)
+    return items
+
+
+def _workers(value: Any) -> int:
+    number = _expect(value, int, "an integer")
+    if number < -1 or number > 64:
+        raise ValueError(f"must be -1 (one per CPU), 0 (in the main process) or 1..64, got {value!r}")
+    return number
+
+
+def _store_url(value: Any) -> str:
+    text = _expect(value, str, "a string")
+    if text != "none" and not re.match(r"^(sqlite:///.+|mysql://.+)$", text):
+        raise ValueError(f"expected sqlite:///PATH, mysql://USER:PASS@HOST:PORT/DB or none, got {text!r}")
+    return text
+
+
+def _preset(value: Any) -> int:
+    number = _expect(value, int, "an integer")
+    if not 0 <= number <= 9:
+        raise ValueError(f"must be 0..9, got {value!r}")
+    return number
+
+
+def _hosts(value: Any) -> dict[str, HostRule]:
+    table = _expect(value, dict, "a table of host tables")
+    rules = {}
+    for host, rule in table.items():
+        rule = _expect(rule, dict, f"a table for host {host!r}")
+        unknown = set(rule) - {"delay", "concurrency"}
+        if unknown:
+            raise ValueError(f"host {host!r}: unknown key {sorted(unknown)[0]!r} (known: delay, concurrency)")
+        rules[host.lower()] = HostRule(
+            _non_negative(rule.get("delay", 0.0)), _positive_int(rule.get("concurrency", 1))
+        )
+    return rules
+
+
+_CONVERTERS: dict[str, Any] = {
+    "str": lambda v: _expect(v, str, "a string"),
+    "bool": lambda v: _expect(v, bool, "true or false"),
+    "role": _choice(ROLES),
+    "backend": _choice(POOL_BACKENDS),
+    "positive": _positive,
+    "non_negative": _non_negative,
+    "count": _count,
+    "positive_int": _positive_int,
+    "urls": _urls,
+    "header": _header,
+    "addresses": _addresses,
+    "workers": _workers,
+    "store_url": _store_url,
+    "preset": _preset,
+    "hosts": _hosts,
+}
+
+
+def _sites(value: Any, source: str) -> tuple[Site, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{source}: sites: expected an array of tables ([[sites]])")
+    return tuple(_site(table, f"{source}: sites[{i}]") for i, table in enumerate(value))
+
+
+def _site(table: Any, where: str) -> Site:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table")
+    for key in table:
+        if key not in _SITE_KEYS:
+            raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(sorted(_SITE_KEYS))})")
+    name = _convert("str", table.get("name", ""), f"{where}.name") or where
+    try:
+        hosts = tuple(h.lower() for h in _strings(table.get("allowed_hosts", [])))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}.allowed_hosts: {e}") from None
+    if not hosts:
+        raise ConfigError(f"{where}.allowed_hosts: at least one host is needed")
+    return Site(
+        name=name,
+        allowed_hosts=hosts,
+        list_urls=_regexes(table.get("list_urls", []), f"{where}.list_urls"),
+        detail_urls=_regexes(table.get("detail_urls", []), f"{where}.detail_urls"),
+        fields=_fields(table.get("fields", {}), f"{where}.fields"),
+        follow_detail_links=_convert("bool", table.get("follow_detail_links", False), f"{where}.follow_detail_links"),
+        recrawl_list=_convert("non_negative", table.get("recrawl_list", 0), f"{where}.recrawl_list"),
+        recrawl_detail=_convert("non_negative", table.get("recrawl_detail", 0), f"{where}.recrawl_detail"),
+    )
+
+
+def _regexes(value: Any, where: str) -> tuple[str, ...]:
+    try:
+        patterns = _strings(value)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {e}") from None
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise ConfigError(f"{where}: bad regular expression {pattern!r}: {e}") from None
+    return patterns
+
+
+def _fields(value: Any, where: str) -> tuple[Field, ...]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a table of name = selector")
+    result = []
+    for name, spec in value.items():
+        here = f"{where}.{name}"
+        every = False
+        if isinstance(spec, dict):
+            unknown = set(spec) - {"xpath", "css", "all"}
+            if unknown or len({"xpath", "css"} & set(spec)) != 1:
+                raise ConfigError(f"{here}: expected {{xpath = ...}} or {{css = ...}}, optionally all = true")
+            every = _convert("bool", spec.get("all", False), f"{here}.all")
+            spec = spec.get("xpath") or ("css:" + str(spec.get("css")))
+        if not isinstance(spec, str) or not spec.strip():
+            raise ConfigError(f"{here}: expected an XPath, 'css:SELECTOR' or a table, got {spec!r}")
+        result.append(Field(name, _compile_selector(spec, here), every))
+    return tuple(result)
+
+
+def _compile_selector(spec: str, where: str) -> str:
+    """The XPath of a selector: XPath as given, ``css:`` selectors translated (``::text``, ``::attr(x)`` work)."""
+    if spec.startswith("css:"):
+        from parsel.csstranslator import HTMLTranslator
+
+        try:
+            xpath = HTMLTranslator().css_to_xpath(spec[4:].strip())
+        except Exception as e:  # cssselect raises several unrelated types
+            raise ConfigError(f"{where}: bad CSS selector {spec[4:]!r}: {e}") from None
+    else:
+        xpath = spec
+    try:
+        etree.XPath(xpath)
+    except etree.XPathSyntaxError as e:
+        raise ConfigError(f"{where}: bad XPath {spec!r}: {e}") from None
+    return xpath
+
+
+def _check_together(settings: Settings) -> None:
+    if settings.pending_threshold <= settings.timeout:
+        raise ConfigError(
+            f"{settings.source}: pool.pending_threshold: must be longer than fetch.timeout "
+            f"({settings.pending_threshold} <= {settings.timeout}), or leases expire while pages are still fetched"
+        )
+    if settings.connect_timeout > settings.timeout:
+        raise ConfigError(f"{settings.source}: fetch.connect_timeout: must not exceed fetch.timeout")
+
+
+def describe() -> dict[str, list[str]]:
+    """The known keys per section (for error messages and docs)."""
+    known = {section: list(keys) for section, keys in _SCHEMA.items()}
+    known["sites"] = sorted(_SITE_KEYS)
+    return known
+
+
+assert {f.name for f in fields(Settings)} >= {a for s in _SCHEMA.values() for a, _ in s.values()}

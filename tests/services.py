@@ -1,0 +1,59 @@
+"""Access to the machine's Redis and MariaDB: skip with a reason where absent, fail under SPIDERD_REQUIRE_SERVICES=1."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+REDIS = ("127.0.0.1", int(os.environ.get("SPIDERD_TEST_REDIS_PORT", "6379")))
+MYSQL = {
+    "host": os.environ.get("SPIDERD_TEST_MYSQL_HOST", "127.0.0.1"),
+    "port": int(os.environ.get("SPIDERD_TEST_MYSQL_PORT", "3306")),
+    "user": os.environ.get("SPIDERD_TEST_MYSQL_USER", "root"),
+    "password": os.environ.get("SPIDERD_TEST_MYSQL_PASSWORD", ""),
+    "database": os.environ.get("SPIDERD_TEST_MYSQL_DB", "test"),
+}
+
+
+def required() -> bool:
+    """True when the services must be there (CI sets SPIDERD_REQUIRE_SERVICES=1)."""
+    return os.environ.get("SPIDERD_REQUIRE_SERVICES") == "1"
+
+
+def _unavailable(what: str, error: Exception) -> None:
+    message = f"{what} is not reachable ({error}); start it or unset SPIDERD_REQUIRE_SERVICES"
+    if required():
+        pytest.fail(message)
+    pytest.skip(f"{what} is not reachable ({error})")
+
+
+def need_redis() -> tuple[str, int]:
+    """The (host, port) of a Redis that answers PING, or skip/fail."""
+    try:
+        with socket.create_connection(REDIS, timeout=2) as s:
+            s.sendall(b"PING\r\n")
+            if not s.recv(16).startswith(b"+PONG"):
+                raise OSError("no PONG")
+    except OSError as e:
+        _unavailable(f"Redis at {REDIS[0]}:{REDIS[1]}", e)
+    return REDIS
+
+
+def need_mysql() -> dict[str, object]:
+    """Connection arguments of a MariaDB/MySQL that accepts them, or skip/fail."""
+    try:
+        import pymysql
+
+        pymysql.connect(connect_timeout=2, **MYSQL).close()  # type: ignore[arg-type]
+    except Exception as e:  # pymysql raises OperationalError, socket errors, ...
+        _unavailable(f"MySQL at {MYSQL['host']}:{MYSQL['port']}", e)
+    return dict(MYSQL)
+
+
+def mysql_url(database: str | None = None) -> str:
+    """A spiderd store URL for the test MariaDB."""
+    m = need_mysql()
+    auth = m["user"] + (f":{m['password']}" if m["password"] else "")
+    return f"mysql://{auth}@{m['host']}:{m['port']}/{database or m['database']}"
