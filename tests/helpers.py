@@ -18,3 +18,20 @@ def result(d: "Deferred[T]") -> T:
     if isinstance(box[0], Failure):
         box[0].raiseException()
     return box[0]
+
+
+class ClockedReactor:
+    """The real reactor for I/O, with time taken from a Clock: timeouts fire when the test advances it."""
+
+    def __init__(self, reactor: Any, clock: Any) -> None:
+        from zope.interface import directlyProvides, providedBy
+
+        self._reactor = reactor
+        self.clock = clock
+        self.callLater = clock.callLater
+        self.seconds = clock.seconds
+        self.getDelayedCalls = clock.getDelayedCalls
+        directlyProvides(self, providedBy(reactor))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reactor, name)

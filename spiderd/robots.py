@@ -1,0 +1,114 @@
+"""robots.txt: fetched once per origin, parsed with protego, cached with a TTL.
+
+Rules (RFC 9309 where it is clear, Scrapy where it is kinder): a 2xx body is
+parsed; 4xx means everything is allowed; a 5xx or a network error also allows
+everything, but is cached for ten minutes only, so the file is asked for again
+soon.  A Crawl-delay, when given, raises the host's delay in the pool.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from protego import Protego
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from .urls import host_of
+
+log = Logger()
+
+MAX_ROBOTS_SIZE = 512 * 1024
+TTL = 24 * 3600.0
+ERROR_TTL = 600.0
+
+
+class _Entry:
+    __slots__ = ("parser", "expires", "waiters")
+
+    def __init__(self) -> None:
+        self.parser: Any = None
+        self.expires = 0.0
+        self.waiters: list[Deferred[None]] | None = []
+
+
+class Robots:
+    """``allowed(url)`` for a user agent, fetching each origin's robots.txt at most once per TTL."""
+
+    def __init__(
+        self,
+        fetch_raw: Callable[[str, int], Deferred[Any]],
+        clock: Any,
+        user_agent: str,
+        on_delay: Callable[[str, float], Any] | None = None,
+        max_entries: int = 20000,
+    ) -> None:
+        self._fetch_raw = fetch_raw
+        self._clock = clock
+        self._agent = user_agent.split("/")[0]
+        self._on_delay = on_delay
+        self._max = max_entries
+        self._cache: OrderedDict[str, _Entry] = OrderedDict()
+
+    def allowed(self, url: str) -> Deferred[bool]:
+        """Fires with True if ``url`` may be fetched."""
+        origin = _origin(url)
+        entry = self._cache.get(origin)
+        if entry is not None and entry.waiters is None and entry.expires > self._clock.seconds():
+            self._cache.move_to_end(origin)
+            return defer.succeed(self._check(entry, url))
+        if entry is None or entry.waiters is None:
+            entry = self._start(origin)
+        waiter: Deferred[None] = Deferred()
+        assert entry.waiters is not None
+        entry.waiters.append(waiter)
+        return waiter.addCallback(lambda _: self._check(entry, url))
+
+    def _check(self, entry: _Entry, url: str) -> bool:
+        return entry.parser is None or entry.parser.can_fetch(url, self._agent)
+
+    def _start(self, origin: str) -> _Entry:
+        entry = self._cache[origin] = _Entry()
+        self._cache.move_to_end(origin)
+        while len(self._cache) > self._max:
+            self._cache.popitem(last=False)
+        d = self._fetch_raw(origin + "/robots.txt", MAX_ROBOTS_SIZE)
+        d.addCallback(self._got, origin, entry)
+        d.addErrback(lambda f: log.failure("robots.txt of {origin}", f, origin=origin))
+        d.addBoth(lambda _: self._release(entry))
+        return entry
+
+    def _got(self, result: Any, origin: str, entry: _Entry) -> None:
+        now = self._clock.seconds()
+        if 200 <= result.status < 300:
+            entry.parser = _parse(result.body, origin)
+            entry.expires = now + TTL
+            delay = entry.parser.crawl_delay(self._agent) if entry.parser is not None else None
+            if delay and self._on_delay is not None:
+                self._on_delay(host_of(origin + "/"), float(delay))
+        elif 400 <= result.status < 500:
+            entry.expires = now + TTL
+        else:
+            entry.expires = now + ERROR_TTL
+            log.info("robots.txt of {origin}: {status}, allowing all for now", origin=origin, status=result.status)
+
+    def _release(self, entry: _Entry) -> None:
+        waiters, entry.waiters = entry.waiters or [], None
+        for waiter in waiters:
+            waiter.callback(None)
+
+
+def _parse(body: bytes, origin: str) -> Any:
+    try:
+        return Protego.parse(body.decode("utf-8", "replace"))
+    except Exception:  # protego can raise on hostile input; treat it as no rules
+        log.failure("Unparseable robots.txt of {origin}", origin=origin)
+        return None
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"

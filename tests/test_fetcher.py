@@ -1,0 +1,284 @@
+"""The fetcher against a real twisted.web server on 127.0.0.1: every status path, limits, encodings, errors."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from typing import Any
+
+from twisted.internet import defer, error, reactor
+from twisted.internet.task import Clock
+from twisted.python.failure import Failure
+from twisted.trial import unittest
+from twisted.web import resource, server
+
+from spiderd import status as st
+from spiderd.fetcher import FetchConfig, Fetcher, classify_failure
+from spiderd.robots import Robots
+
+from .helpers import ClockedReactor
+
+BIG = b"x" * 5000
+
+
+class Page(resource.Resource):
+    """Routes of the test site, by path."""
+
+    isLeaf = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hanging: list[Any] = []
+        self.clients: list[str] = []
+
+    def render_GET(self, request: Any) -> Any:
+        self.clients.append(request.getClientAddress().host)
+        path = request.path.decode()
+        name = path.strip("/").replace("/", "_").replace(".", "_") or "index"
+        handler = getattr(self, "page_" + name, None)
+        if handler is None:
+            request.setResponseCode(404)
+            return b"not here"
+        return handler(request)
+
+    def page_index(self, request: Any) -> bytes:
+        request.setHeader(b"content-type", b"text/html; charset=utf-8")
+        return b"<html><a href='/a'>a</a></html>"
+
+    def page_error(self, request: Any) -> bytes:
+        request.setResponseCode(500)
+        return b"oops"
+
+    def page_moved(self, request: Any) -> bytes:
+        request.setResponseCode(301)
+        request.setHeader(b"location", b"/hop")
+        return b""
+
+    def page_hop(self, request: Any) -> bytes:
+        request.setResponseCode(302)
+        request.setHeader(b"location", b"http://127.0.0.1:%d/index" % request.getHost().port)
+        return b""
+
+    def page_loop(self, request: Any) -> bytes:
+        request.setResponseCode(302)
+        request.setHeader(b"location", b"/loop2")
+        return b""
+
+    def page_loop2(self, request: Any) -> bytes:
+        request.setResponseCode(302)
+        request.setHeader(b"location", b"/loop")
+        return b""
+
+    def page_badredirect(self, request: Any) -> bytes:
+        request.setResponseCode(302)
+        request.setHeader(b"location", b"javascript:alert(1)")
+        return b""
+
+    def page_big(self, request: Any) -> bytes:
+        return BIG
+
+    def page_bigchunked(self, request: Any) -> Any:
+        request.write(BIG)
+        request.write(BIG)
+        request.finish()
+        return server.NOT_DONE_YET
+
+    def page_gzip(self, request: Any) -> bytes:
+        request.setHeader(b"content-encoding", b"gzip")
+        return gzip.compress(b"<p>zipped</p>" * 10)
+
+    def page_bomb(self, request: Any) -> bytes:
+        request.setHeader(b"content-encoding", b"gzip")
+        return gzip.compress(b"\0" * 50_000_000)
+
+    def page_deflate(self, request: Any) -> bytes:
+        request.setHeader(b"content-encoding", b"deflate")
+        return zlib.compress(b"deflated!")
+
+    def page_rawdeflate(self, request: Any) -> bytes:
+        request.setHeader(b"content-encoding", b"deflate")
+        c = zlib.compressobj(wbits=-15)
+        return c.compress(b"raw deflated!") + c.flush()
+
+    def page_badgzip(self, request: Any) -> bytes:
+        request.setHeader(b"content-encoding", b"gzip")
+        return b"this is not gzip at all"
+
+    def page_hang(self, request: Any) -> Any:
+        self.hanging.append(request)
+        return server.NOT_DONE_YET
+
+    def page_reset(self, request: Any) -> Any:
+        request.setHeader(b"content-length", b"1000")
+        request.write(b"partial")
+        request.transport.abortConnection()
+        return server.NOT_DONE_YET
+
+    def page_robots_txt(self, request: Any) -> bytes:
+        return b"User-agent: *\nDisallow: /private\nCrawl-delay: 3\n"
+
+    def page_private(self, request: Any) -> bytes:
+        return b"secret"
+
+
+class FetcherTests(unittest.TestCase):
+    """One real server per test; the fetcher's timeouts run on a Clock."""
+
+    def setUp(self) -> None:
+        self.site = Page()
+        factory = server.Site(self.site)
+        factory.noisy = False
+        self.port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+        self.base = f"http://127.0.0.1:{self.port.getHost().port}"
+        self.clock = Clock()
+        self.fetcher = self.make_fetcher()
+
+    def make_fetcher(self, real_time: bool = False, **config: Any) -> Fetcher:
+        config.setdefault("max_body_size", 8000)
+        config.setdefault("timeout", 30)
+        fetcher = Fetcher(reactor if real_time else ClockedReactor(reactor, self.clock), FetchConfig(**config))
+        self.addCleanup(fetcher.close)
+        return fetcher
+
+    def tearDown(self) -> Any:
+        for request in self.site.hanging:
+            request.transport.abortConnection()
+        return self.port.stopListening()
+
+    @defer.inlineCallbacks
+    def test_ok_page(self) -> Any:
+        """A 200 gives its body and content type; the final URL is the URL."""
+        result = yield self.fetcher.fetch(self.base + "/index")
+        self.assertEqual((result.status, result.body[:6]), (200, b"<html>"))
+        self.assertEqual(result.content_type, "text/html; charset=utf-8")
+        self.assertEqual(result.final_url, self.base + "/index")
+
+    @defer.inlineCallbacks
+    def test_error_statuses(self) -> Any:
+        """404 and 500 come back as their codes, not as failures."""
+        missing = yield self.fetcher.fetch(self.base + "/nothing")
+        broken = yield self.fetcher.fetch(self.base + "/error")
+        self.assertEqual((missing.status, broken.status), (404, 500))
+
+    @defer.inlineCallbacks
+    def test_redirect_chain_recorded(self) -> Any:
+        """Redirects are followed; the final URL and every hop are recorded."""
+        result = yield self.fetcher.fetch(self.base + "/moved")
+        self.assertEqual(result.status, 200)
+        self.assertEqual(result.final_url, self.base + "/index")
+        self.assertEqual(result.redirects, [self.base + "/hop", self.base + "/index"])
+
+    @defer.inlineCallbacks
+    def test_redirect_loop_and_limit(self) -> Any:
+        """A redirect loop, or more hops than allowed, is a final TOO_MANY_REDIRECTS."""
+        looped = yield self.fetcher.fetch(self.base + "/loop")
+        self.assertEqual(looped.status, st.TOO_MANY_REDIRECTS)
+        limited = yield self.make_fetcher(max_redirects=1).fetch(self.base + "/moved")
+        self.assertEqual(limited.status, st.TOO_MANY_REDIRECTS)
+
+    @defer.inlineCallbacks
+    def test_bad_redirect(self) -> Any:
+        """A redirect to a URL spiderd will not fetch is a final BAD_REDIRECT."""
+        result = yield self.fetcher.fetch(self.base + "/badredirect")
+        self.assertEqual(result.status, st.BAD_REDIRECT)
+
+    @defer.inlineCallbacks
+    def test_too_large(self) -> Any:
+        """A body over max_body_size aborts, announced by Content-Length or not."""
+        sized = yield self.fetcher.fetch(self.base + "/big")
+        self.assertEqual(sized.status, 200)
+        small = self.make_fetcher(max_body_size=4000)
+        announced = yield small.fetch(self.base + "/big")
+        chunked = yield self.fetcher.fetch(self.base + "/bigchunked")
+        self.assertEqual((announced.status, chunked.status), (st.TOO_LARGE, st.TOO_LARGE))
+
+    @defer.inlineCallbacks
+    def test_gzip_and_deflate(self) -> Any:
+        """gzip, zlib deflate and raw deflate bodies are inflated."""
+        zipped = yield self.fetcher.fetch(self.base + "/gzip")
+        deflated = yield self.fetcher.fetch(self.base + "/deflate")
+        raw = yield self.fetcher.fetch(self.base + "/rawdeflate")
+        self.assertEqual(zipped.body, b"<p>zipped</p>" * 10)
+        self.assertEqual((deflated.body, raw.body), (b"deflated!", b"raw deflated!"))
+
+    @defer.inlineCallbacks
+    def test_gzip_bomb_stops_at_the_limit(self) -> Any:
+        """A small gzip body that inflates past the limit is TOO_LARGE, never inflated whole."""
+        result = yield self.fetcher.fetch(self.base + "/bomb")
+        self.assertEqual(result.status, st.TOO_LARGE)
+        self.assertEqual(result.body, b"")
+
+    @defer.inlineCallbacks
+    def test_corrupt_gzip(self) -> Any:
+        """A body that claims gzip but is not goes to the retry path as a broken response."""
+        result = yield self.fetcher.fetch(self.base + "/badgzip")
+        self.assertEqual(result.status, st.CONNECTION_LOST)
+
+    def test_timeout(self) -> Any:
+        """A server that never answers is a TIMEOUT once the total timeout passes on the clock."""
+        d = self.fetcher.fetch(self.base + "/hang")
+        got: list[Any] = []
+        d.addCallback(got.append)
+
+        def advance() -> Any:
+            self.assertEqual(got, [])
+            self.clock.advance(30)
+            self.assertEqual(got[0].status, st.TIMEOUT)
+
+        return _when(lambda: self.site.hanging).addCallback(lambda _: advance())
+
+    @defer.inlineCallbacks
+    def test_reset_mid_body(self) -> Any:
+        """A connection dropped mid-body is CONNECTION_LOST (retried), not a crash."""
+        result = yield self.fetcher.fetch(self.base + "/reset")
+        self.assertEqual(result.status, st.CONNECTION_LOST)
+
+    @defer.inlineCallbacks
+    def test_refused(self) -> Any:
+        """A closed port is CONNECT_REFUSED (real time: the endpoint's attempts run on the reactor's clock)."""
+        closed = reactor.listenTCP(0, server.Site(self.site), interface="127.0.0.1")
+        port = closed.getHost().port
+        yield closed.stopListening()
+        result = yield self.make_fetcher(real_time=True).fetch(f"http://127.0.0.1:{port}/")
+        self.assertEqual(result.status, st.CONNECT_REFUSED)
+
+    @defer.inlineCallbacks
+    def test_robots_denied_and_crawl_delay(self) -> Any:
+        """robots.txt is fetched once per origin, disallowed URLs are ROBOTS_DENIED, Crawl-delay is reported."""
+        delays: list[Any] = []
+        self.fetcher.robots = Robots(self.fetcher.fetch_raw, self.clock, "spiderd/1.0", on_delay=lambda h, d: delays.append((h, d)))
+        denied = yield self.fetcher.fetch(self.base + "/private")
+        allowed = yield self.fetcher.fetch(self.base + "/index")
+        self.assertEqual((denied.status, allowed.status), (st.ROBOTS_DENIED, 200))
+        self.assertEqual(delays, [(f"127.0.0.1:{self.port.getHost().port}", 3.0)])
+        self.assertEqual(len(self.site.clients), 2)  # robots.txt once, /index once
+
+    @defer.inlineCallbacks
+    def test_source_addresses_rotate(self) -> Any:
+        """With source addresses configured, requests leave from each in turn."""
+        fetcher = self.make_fetcher(source_addresses=("127.0.0.1", "127.0.0.2"))
+        for _ in range(4):
+            yield fetcher.fetch(self.base + "/index")
+        self.assertEqual(set(self.site.clients), {"127.0.0.1", "127.0.0.2"})
+
+
+def _when(predicate: Any) -> Any:
+    """Fires once ``predicate()`` is true, polling the real reactor each turn (no sleeping)."""
+    d: defer.Deferred[None] = defer.Deferred()
+
+    def check() -> None:
+        if predicate():
+            d.callback(None)
+        else:
+            reactor.callLater(0, check)
+
+    check()
+    return d
+
+
+def test_classify_failure() -> None:
+    """Network failures map to retryable kinds; unknown errors to NETWORK_ERROR."""
+    assert classify_failure(Failure(error.DNSLookupError("x"))) == (st.DNS_ERROR, "dns")
+    assert classify_failure(Failure(error.ConnectionRefusedError())) == (st.CONNECT_REFUSED, "refused")
+    assert classify_failure(Failure(defer.CancelledError())) == (st.TIMEOUT, "timeout")
+    assert classify_failure(Failure(KeyError("x")))[0] == st.NETWORK_ERROR
