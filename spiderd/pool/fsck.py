@@ -1,0 +1,103 @@
+"""Check an embedded pool's store for consistency (a full scan: for tests and operators, never at start-up).
+
+Every URL is in exactly one state; every waiting URL has exactly one queue
+entry and every pending one exactly one lease; per-host counts and the global
+counters agree with what is stored.  ``python -m spiderd.pool.fsck DIR``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from typing import Any
+
+from ..urls import fingerprint, host_of
+from . import keys as k
+
+
+def check(kv: Any) -> list[str]:
+    """Problems found in the store ``kv`` (plyvel DB or MemoryKV); empty when consistent."""
+    problems: list[str] = []
+    states: dict[int, bytes] = {}
+    for key, value in kv.iterator(prefix=k.STATE):
+        states[int.from_bytes(key[1:], "big")] = value
+    per_host: Counter[bytes] = Counter()
+    queued = _check_queue(kv, states, per_host, problems)
+    leased = _check_leases(kv, states, problems)
+    for fp, value in states.items():
+        if value[0] == k.WAITING and fp not in queued:
+            problems.append(f"waiting URL {fp} has no queue entry")
+        if value[0] == k.PENDING and fp not in leased:
+            problems.append(f"pending URL {fp} has no lease")
+        if value not in (k.DONE, k.FAILED) and value[0] not in (k.WAITING, k.PENDING):
+            problems.append(f"URL {fp} has an unknown state {value!r}")
+    _check_hosts(kv, per_host, problems)
+    _check_counters(kv, states, problems)
+    return problems
+
+
+def _check_queue(kv: Any, states: dict[int, bytes], per_host: Counter[bytes], problems: list[str]) -> set[int]:
+    queued: set[int] = set()
+    for key, value in kv.iterator(prefix=k.QUEUE):
+        url = value[1:].decode()
+        fp = fingerprint(url)
+        if fp in queued:
+            problems.append(f"{url} is queued twice")
+        queued.add(fp)
+        per_host[key[1:9]] += 1
+        if key[1:9] != k.host_id(host_of(url)):
+            problems.append(f"{url} is queued under another host")
+        state = states.get(fp)
+        if state is None or state[0] != k.WAITING:
+            problems.append(f"{url} is queued but its state is {state!r}")
+        elif k.parse_active(state)[1:] != (key[9], int.from_bytes(key[10:], "big")):
+            problems.append(f"{url}: state and queue entry disagree")
+    return queued
+
+
+def _check_leases(kv: Any, states: dict[int, bytes], problems: list[str]) -> set[int]:
+    leased: set[int] = set()
+    for key, value in kv.iterator(prefix=k.LEASE):
+        fp = int.from_bytes(key[9:], "big")
+        if fp in leased:
+            problems.append(f"URL {fp} is leased twice")
+        leased.add(fp)
+        state = states.get(fp)
+        if state is None or state[0] != k.PENDING:
+            problems.append(f"{value[2:].decode()} is leased but its state is {state!r}")
+        elif k.parse_active(state)[2] != int.from_bytes(key[1:9], "big"):
+            problems.append(f"{value[2:].decode()}: state and lease deadline disagree")
+    return leased
+
+
+def _check_hosts(kv: Any, per_host: Counter[bytes], problems: list[str]) -> None:
+    recorded = {key[1:]: k.from_u64(value)[0] for key, value in kv.iterator(prefix=k.HOST)}
+    for hid in set(recorded) | set(per_host):
+        if recorded.get(hid, 0) != per_host.get(hid, 0):
+            problems.append(f"host {hid.hex()}: count {recorded.get(hid, 0)} but {per_host.get(hid, 0)} queued")
+
+
+def _check_counters(kv: Any, states: dict[int, bytes], problems: list[str]) -> None:
+    counts = Counter(v[:1] for v in states.values())
+    actual = [counts[b"W"], counts[b"P"], counts[k.DONE], counts[k.FAILED]]
+    stored = k.unpack_counters(kv.get(k.COUNTERS))[:4]
+    if actual != stored:
+        problems.append(f"counters (waiting, pending, done, failed) say {stored}, the states say {actual}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check the pool in the directory given; exit 1 if anything is wrong."""
+    import plyvel
+
+    path = (argv or sys.argv[1:])[0]
+    db = plyvel.DB(path)
+    problems = check(db)
+    db.close()
+    for problem in problems:
+        print(problem)
+    print("ok" if not problems else f"{len(problems)} problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
