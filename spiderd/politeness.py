@@ -26,6 +26,7 @@ class HostSlot:
     inflight: int = 0
     next_allowed: float = 0.0
     queued: bool = False
+    cursor: list[bytes | None] | None = None  # the backend's read positions in this host's queues
 
 
 @dataclass

@@ -243,3 +243,22 @@ def test_reopen_keeps_everything(make_pool: Any, clock: Any) -> None:
     assert (stats["waiting"], stats["pending"], stats["done"]) == (4, 0, 1)
     again = drain(pool)
     assert done not in again and "http://a.example/hub" not in again and len(again) == 4
+
+
+def test_prefix_end_carries() -> None:
+    """The end of a key range carries over 0xff bytes (a host id may end in them)."""
+    from spiderd.pool.keys import prefix_end
+
+    assert prefix_end(b"Qa") == b"Qb"
+    assert prefix_end(b"Q\x01\xff\xff") == b"Q\x02"
+    assert prefix_end(b"\xff\xff") is None
+
+
+def test_host_whose_id_ends_in_ff(make_pool: Any) -> None:
+    """A host whose 8-byte id ends in 0xff is popped like any other."""
+    from spiderd.pool.keys import host_id
+
+    host = next(f"h{i}.example" for i in range(100000) if host_id(f"h{i}.example").endswith(b"\xff"))
+    pool = make_pool()
+    pool.add(f"http://{host}/x")
+    assert drain(pool) == {f"http://{host}/x": False}

@@ -79,6 +79,9 @@ def unpack_counters(value: bytes | None) -> list[int]:
     return list(_COUNTERS.unpack(value)) if value else [0, 0, 0, 0, 0]
 
 
-def prefix_end(prefix: bytes) -> bytes:
-    """The first key after every key that starts with ``prefix``."""
-    return prefix[:-1] + bytes((prefix[-1] + 1,))
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The first key after every key that starts with ``prefix`` (None: no such key, all bytes are 0xff)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes((stripped[-1] + 1,))

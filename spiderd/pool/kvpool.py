@@ -56,6 +56,7 @@ class KVPool:
         self._hubs: dict[int, list[Any]] = {}  # fp -> [url, host, next_due]
         self._hub_heap: list[tuple[float, int]] = []
         self._hubs_out: set[int] = set()
+        self._leased: dict[str, tuple[int, str]] = {}  # url -> (fp, host) of URLs leased by this process
         self._hub_span = 0.0
         self._lease_bound = float("inf")
         self._ops = 0
@@ -146,26 +147,12 @@ class KVPool:
         politeness = self.politeness
         deadline_ms = int((now + self.pending_threshold) * 1000)
         touched = []
-        cursors: dict[bytes, bytes] = {}  # host-id -> first key not yet taken in this (unwritten) batch
         while wanted > 0:
             slot = politeness.ready(now)
             if slot is None:
                 break
             quota = politeness.quota(slot, now, wanted)
-            taken = 0
-            prefix = k.QUEUE + slot.hid
-            start = cursors.get(slot.hid, prefix)
-            for key, value in self._kv.iterator(start=start, stop=k.prefix_end(prefix)):
-                cursors[slot.hid] = key + b"\x00"
-                url = value[1:].decode()
-                fp = fingerprint(url)
-                batch.delete(key)
-                batch.put(k.lease_key(deadline_ms, fp), value[:1] + key[9:10] + value[1:])
-                batch.put(k.state_key(fp), k.active(k.PENDING, value[0], key[9], deadline_ms))
-                result[url] = False
-                taken += 1
-                if taken >= quota:
-                    break
+            taken = self._take(batch, slot, quota, deadline_ms, result)
             if taken < quota:  # the count said more: trust the store
                 slot.waiting = taken
             politeness.taken(slot, taken, now)
@@ -176,6 +163,33 @@ class KVPool:
         if touched and self._lease_bound == float("inf"):
             self._lease_bound = deadline_ms / 1000.0
         return touched
+
+    def _take(self, batch: Any, slot: HostSlot, quota: int, deadline_ms: int, result: dict[str, bool]) -> int:
+        """Lease up to ``quota`` URLs of one host, list URLs first.
+
+        The slot keeps a read position per queue, just past the last key taken:
+        a seek from the start of the queue would walk over every deleted key
+        (LevelDB keeps them until a compaction), and new keys always sort
+        after the position because their sequence numbers grow.
+        """
+        cursor = slot.cursor or [None, None]
+        slot.cursor = cursor
+        taken = 0
+        for prio in (0, 1):
+            lowest = k.QUEUE + slot.hid + bytes((prio,))
+            for key, value in self._kv.iterator(start=cursor[prio] or lowest, stop=k.prefix_end(lowest)):
+                cursor[prio] = key + b"\x00"
+                url = value[1:].decode()
+                fp = fingerprint(url)
+                batch.delete(key)
+                batch.put(k.lease_key(deadline_ms, fp), value[:1] + key[9:10] + value[1:])
+                batch.put(k.state_key(fp), k.active(k.PENDING, value[0], prio, deadline_ms))
+                result[url] = False
+                self._leased[url] = (fp, slot.host)
+                taken += 1
+                if taken >= quota:
+                    return taken
+        return taken
 
     def _pop_hubs(self, batch: Any, now: float, wanted: int) -> list[str]:
         out: list[str] = []
@@ -205,7 +219,8 @@ class KVPool:
     # -- statuses -------------------------------------------------------------------
 
     def set_status(self, url: str, status_code: int) -> defer.Deferred[None]:
-        u = self._parse(url)
+        leased = self._leased.pop(url, None)
+        u = URL(url, leased[1], leased[0]) if leased is not None else self._parse(url)
         if u is not None:
             self._set_status(u, status_code)
         return defer.succeed(None)
@@ -315,6 +330,18 @@ class KVPool:
             answer["host_next_allowed"] = slot.next_allowed
         return defer.succeed(answer)
 
+    def compact(self) -> None:
+        """Compact the store range by range (a blocking call: for maintenance and benchmarks).
+
+        LevelDB keeps deleted queue and lease keys until a compaction reaches
+        them; a whole-store ``compact_range()`` leaves many behind, one range at
+        a time does not.
+        """
+        compact = getattr(self._kv, "compact_range", None)
+        if compact is not None:
+            for prefix in (k.QUEUE, k.LEASE, k.STATE, k.HOST, k.HUB):
+                compact(start=prefix, stop=k.prefix_end(prefix))
+
     def close(self) -> defer.Deferred[None]:
         if not getattr(self._kv, "closed", False):
             self._kv.close()
@@ -358,6 +385,7 @@ class KVPool:
                 slot = slots.get(host_of(url)) or self._slot(host_of(url))
                 slots[slot.host] = slot
                 batch.delete(key)
+                self._leased.pop(url, None)
                 self._counters[1] -= 1
                 self.politeness.release(slot)
                 self._enqueue(batch, url, fp, slot, value[1], value[0])
