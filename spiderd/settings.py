@@ -42,8 +42,6 @@ class Site:
     detail_urls: tuple[str, ...] = ()
     fields: tuple[Field, ...] = ()
     follow_detail_links: bool = False
-    recrawl_list: float = 0.0
-    recrawl_detail: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +57,7 @@ class Settings:
     """Everything spiderd reads from its configuration."""
 
     source: str = "<defaults>"
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # [spiderd]
     role: str = "all"
     data_dir: str = "./spiderd-data"
@@ -153,8 +152,6 @@ _SITE_KEYS = {
     "detail_urls",
     "fields",
     "follow_detail_links",
-    "recrawl_list",
-    "recrawl_detail",
 }
 
 
@@ -172,8 +169,8 @@ def load(path: str, overrides: Mapping[str, Any] | None = None) -> Settings:
 
 def from_dict(raw: Mapping[str, Any], source: str = "<config>", overrides: Mapping[str, Any] | None = None) -> Settings:
     """Validate an already-parsed configuration (used by ``load``, the demo and the parse workers)."""
-    values: dict[str, Any] = {"source": source}
     raw = _merge(raw, overrides or {})
+    values: dict[str, Any] = {"source": source, "raw": raw}
     for section, table in raw.items():
         if section == "sites":
             values["sites"] = _sites(table, source)
@@ -391,8 +388,6 @@ def _site(table: Any, where: str) -> Site:
         detail_urls=_regexes(table.get("detail_urls", []), f"{where}.detail_urls"),
         fields=_fields(table.get("fields", {}), f"{where}.fields"),
         follow_detail_links=_convert("bool", table.get("follow_detail_links", False), f"{where}.follow_detail_links"),
-        recrawl_list=_convert("non_negative", table.get("recrawl_list", 0), f"{where}.recrawl_list"),
-        recrawl_detail=_convert("non_negative", table.get("recrawl_detail", 0), f"{where}.recrawl_detail"),
     )
 
 

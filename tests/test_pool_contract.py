@@ -262,3 +262,11 @@ def test_host_whose_id_ends_in_ff(make_pool: Any) -> None:
     pool = make_pool()
     pool.add(f"http://{host}/x")
     assert drain(pool) == {f"http://{host}/x": False}
+
+
+def test_max_urls_per_host(make_pool: Any) -> None:
+    """A host with max_urls_per_host URLs waiting takes no more (a link trap cannot fill the pool)."""
+    pool = make_pool(max_urls_per_host=3)
+    assert result(pool.addmany([f"http://trap.example/cal/{i}" for i in range(10)])) == 3
+    assert result(pool.add("http://other.example/1")) is True
+    assert result(pool.stats())["rejected"] == {"host-full": 7}

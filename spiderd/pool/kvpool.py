@@ -42,6 +42,7 @@ class KVPool:
         done_codes: frozenset[int] = st.DONE_CODES,
         final_codes: frozenset[int] = st.FINAL_CODES,
         max_url_length: int = MAX_URL_LENGTH,
+        max_urls_per_host: int = 0,
     ) -> None:
         self._kv = kv
         self._clock = clock
@@ -51,6 +52,7 @@ class KVPool:
         self._done_codes = done_codes
         self._final_codes = final_codes
         self._max_url_length = max_url_length
+        self._max_per_host = max_urls_per_host or 2**62
         self.rejected: Counter[str] = Counter()
         self._counters = k.unpack_counters(kv.get(k.COUNTERS))
         self._hubs: dict[int, list[Any]] = {}  # fp -> [url, host, next_due]
@@ -112,6 +114,9 @@ class KVPool:
                     continue
                 counters[2 if state == k.DONE else 3] -= 1
             slot = touched.get(u.host) or self._slot(u.host)
+            if slot.waiting >= self._max_per_host:
+                self.rejected["host-full"] += 1
+                continue
             touched[u.host] = slot
             self._enqueue(batch, u.url, u.fingerprint, slot, prio, 0)
             added += 1

@@ -1,0 +1,99 @@
+"""The configuration: the annotated example loads, and every kind of bad value is one clear line."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spiderd import settings as cfg
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_example_config_loads() -> None:
+    """etc/spiderd.toml, the annotated example, is valid and says what it says."""
+    settings = cfg.load(str(ROOT / "etc" / "spiderd.toml"))
+    assert settings.concurrency == 64 and settings.robots is True
+    assert settings.sites[0].detail_urls == (r"/item/\d+\.html$",)
+    assert [f.name for f in settings.sites[0].fields] == ["title", "price", "tags"]
+    assert settings.sites[0].fields[2].all is True
+
+
+def test_defaults_without_file() -> None:
+    """An empty configuration is valid: every key has a default."""
+    settings = cfg.from_dict({})
+    assert settings.store_url.startswith("sqlite:///") and settings.pool_backend == "leveldb"
+
+
+def test_overrides() -> None:
+    """section.key overrides (from the command line) win over the file."""
+    settings = cfg.from_dict({"spiderd": {"role": "all"}}, overrides={"spiderd.role": "worker"})
+    assert settings.role == "worker"
+
+
+@pytest.mark.parametrize(
+    "raw, key, words",
+    [
+        ({"fetch": {"timeout": "ten"}}, "fetch.timeout", "expected a number"),
+        ({"fetch": {"concurrency": 0}}, "fetch.concurrency", "1 or more"),
+        ({"fetch": {"concurrency": 2.5}}, "fetch.concurrency", "expected an integer"),
+        ({"fetch": {"robots": "yes"}}, "fetch.robots", "true or false"),
+        ({"fetch": {"per_host_delay": -1}}, "fetch.per_host_delay", "0 or more"),
+        ({"fetch": {"user_agent": "a\nb"}}, "fetch.user_agent", "single line"),
+        ({"fetch": {"source_addresses": ["300.1.1.1"]}}, "fetch.source_addresses", "does not appear"),
+        ({"fetch": {"hosts": {"a.example": {"speed": 1}}}}, "fetch.hosts", "unknown key"),
+        ({"fetch": {"tiemout": 3}}, "fetch.tiemout", "unknown key"),
+        ({"fetchh": {}}, "fetchh", "unknown section"),
+        ({"spiderd": {"role": "boss"}}, "spiderd.role", "must be one of"),
+        ({"pool": {"seeds": ["ftp://example.com/"]}}, "pool.seeds", "bad URL"),
+        ({"pool": {"seeds": "http://example.com/"}}, "pool.seeds", "list of strings"),
+        ({"pool": {"pending_threshold": 10}}, "pool.pending_threshold", "longer than fetch.timeout"),
+        ({"store": {"url": "postgres://x"}}, "store.url", "expected sqlite"),
+        ({"store": {"compression_preset": 12}}, "store.compression_preset", "0..9"),
+        ({"parse": {"workers": 100}}, "parse.workers", "-1"),
+        ({"sites": {"name": "x"}}, "sites", "array of tables"),
+        ({"sites": [{"name": "x"}]}, "sites[0].allowed_hosts", "at least one host"),
+        ({"sites": [{"allowed_hosts": ["a"], "list_urls": ["(unclosed"]}]}, "sites[0].list_urls", "bad regular expression"),
+        ({"sites": [{"allowed_hosts": ["a"], "fields": {"t": "//h1["}}]}, "sites[0].fields.t", "bad XPath"),
+        ({"sites": [{"allowed_hosts": ["a"], "fields": {"t": "css:h1[[["}}]}, "sites[0].fields.t", "bad CSS"),
+        ({"sites": [{"allowed_hosts": ["a"], "fields": {"t": {"xpath": "//a", "css": "a"}}}]}, "sites[0].fields.t", "expected"),
+        ({"sites": [{"allowed_hosts": ["a"], "colour": 1}]}, "sites[0].colour", "unknown key"),
+    ],
+)
+def test_bad_values_name_file_and_key(raw: dict[str, Any], key: str, words: str) -> None:
+    """Each bad value raises one line that names the file and the key."""
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.from_dict(raw, "etc/bad.toml")
+    message = str(info.value)
+    assert message.startswith(f"etc/bad.toml: {key}"), message
+    assert words in message and "\n" not in message
+
+
+def test_bad_toml_and_missing_file(tmp_path: Path) -> None:
+    """A file that is not TOML, or not there, is a ConfigError naming the file."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[fetch\ntimeout = 3")
+    with pytest.raises(cfg.ConfigError, match="bad.toml: not valid TOML"):
+        cfg.load(str(bad))
+    with pytest.raises(cfg.ConfigError, match="cannot read"):
+        cfg.load(str(tmp_path / "missing.toml"))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_data_dir_as_user(tmp_path: Path) -> None:
+    """A data directory that cannot be written is a ConfigError naming spiderd.data_dir."""
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    with pytest.raises(cfg.ConfigError, match="spiderd.data_dir"):
+        cfg.check_data_dir(cfg.from_dict({"spiderd": {"data_dir": str(locked / "data")}}, "x.toml"))
+
+
+def test_unwritable_data_dir(tmp_path: Path) -> None:
+    """A data directory under a regular file cannot be created: a ConfigError naming spiderd.data_dir."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(cfg.ConfigError, match="x.toml: spiderd.data_dir: .* is not writable"):
+        cfg.check_data_dir(cfg.from_dict({"spiderd": {"data_dir": str(blocker / "data")}}, "x.toml"))
