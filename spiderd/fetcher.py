@@ -63,6 +63,12 @@ class FetchConfig:
     source_addresses: tuple[str, ...] = ()
 
 
+class _QuietFactory(client._HTTP11ClientFactory):  # type: ignore[misc]
+    """The pool's connection factory, without a log line per connection."""
+
+    noisy = False
+
+
 class TooLarge(Exception):
     """The body passed ``max_body_size`` (raw or inflated)."""
 
@@ -85,6 +91,7 @@ class Fetcher:
 
     def _agent(self, address: str | None) -> client.Agent:
         pool = client.HTTPConnectionPool(self._reactor, persistent=True)
+        pool._factory = _QuietFactory
         pool.maxPersistentPerHost = self._config.per_host_connections
         pool.retryAutomatically = False
         self._pools.append(pool)

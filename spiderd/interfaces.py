@@ -25,6 +25,12 @@ class IURLPool(Interface):
     def pop(count: int, hub_percent: int = 50):  # type: ignore[no-untyped-def]
         """Lease up to ``count`` URLs that politeness allows now; fires with ``{url: is_hub}``."""
 
+    def claim(url: str):  # type: ignore[no-untyped-def]
+        """Lease a URL that was not handed out (a redirect target) unless it is final or leased; fires True if leased."""
+
+    def fetched(url: str):  # type: ignore[no-untyped-def]
+        """The request for a handed-out URL is over: its host slot is free, its lease stays until set_status."""
+
     def set_status(url: str, status_code: int):  # type: ignore[no-untyped-def]
         """Record a fetch outcome: done, final failure, or a retry."""
 
@@ -57,10 +63,16 @@ class IPageStore(Interface):
     """Where fetched pages go (seed 000's ``crawler_html`` and ``crawler_hub``)."""
 
     def save(url: str, urlhash: int, html: bytes, hub: bool = False):  # type: ignore[no-untyped-def]
-        """Queue a page for a batched write; fires once it is written."""
+        """Queue a page (and, if ``hub``, its URL as a hub) for a batched write; fires once it is committed."""
+
+    def save_hubs(urls):  # type: ignore[no-untyped-def]
+        """Record hub URLs, ignoring those already stored; fires with the number added."""
 
     def get(urlhash: int):  # type: ignore[no-untyped-def]
         """Fires with (url, html bytes) or None."""
 
     def count():  # type: ignore[no-untyped-def]
         """Fires with the number of stored pages."""
+
+    def hubs():  # type: ignore[no-untyped-def]
+        """Fires with the stored hub URLs, oldest first."""

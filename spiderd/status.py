@@ -13,6 +13,7 @@ CONNECTION_LOST = -3
 TIMEOUT = -4
 NETWORK_ERROR = -5
 CONNECT_ERROR = -6
+PROCESSING_ERROR = -7  # parsing or storing a fetched page failed
 
 # Final: fetching again would give the same answer.
 ROBOTS_DENIED = -10
@@ -31,6 +32,7 @@ NAMES = {
     TIMEOUT: "timeout",
     NETWORK_ERROR: "network",
     CONNECT_ERROR: "connect",
+    PROCESSING_ERROR: "processing",
     ROBOTS_DENIED: "robots",
     TOO_LARGE: "too-large",
     TOO_MANY_REDIRECTS: "redirects",

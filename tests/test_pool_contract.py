@@ -270,3 +270,36 @@ def test_max_urls_per_host(make_pool: Any) -> None:
     assert result(pool.addmany([f"http://trap.example/cal/{i}" for i in range(10)])) == 3
     assert result(pool.add("http://other.example/1")) is True
     assert result(pool.stats())["rejected"] == {"host-full": 7}
+
+
+def test_fetched_frees_the_host_slot_but_keeps_the_lease(make_pool: Any, clock: Any) -> None:
+    """fetched() lets the host's next URL out while the first is still pending (being processed)."""
+    pool = make_pool(concurrency=1)
+    pool.addmany(["http://a.example/1", "http://a.example/2"])
+    assert list(drain(pool)) == ["http://a.example/1"]
+    assert drain(pool) == {}
+    pool.fetched("http://a.example/1")
+    assert list(drain(pool)) == ["http://a.example/2"]
+    assert result(pool.stats())["pending"] == 2
+    pool.set_status("http://a.example/1", 200)
+    pool.fetched("http://a.example/2")
+    pool.fetched("http://a.example/2")  # twice is harmless
+    pool.add("http://a.example/3")
+    assert list(drain(pool)) == ["http://a.example/3"]
+    assert drain(pool) == {}
+
+
+def test_claim(make_pool: Any, clock: Any) -> None:
+    """claim() leases a waiting or unknown URL once; done, failed or leased URLs are not claimed."""
+    pool = make_pool(concurrency=5, pending_threshold=30)
+    pool.add("http://b.example/w")
+    assert result(pool.claim("http://b.example/w")) is True
+    assert result(pool.claim("http://b.example/w")) is False
+    assert drain(pool) == {}
+    assert result(pool.claim("http://b.example/new")) is True
+    assert result(pool.stats())["pending"] == 2
+    pool.set_status("http://b.example/w", 200)
+    assert result(pool.claim("http://b.example/w")) is False
+    assert result(pool.claim("ftp://bad")) is False
+    clock.advance(31)
+    assert drain(pool) == {"http://b.example/new": False}

@@ -57,8 +57,8 @@ class KVPool:
         self._counters = k.unpack_counters(kv.get(k.COUNTERS))
         self._hubs: dict[int, list[Any]] = {}  # fp -> [url, host, next_due]
         self._hub_heap: list[tuple[float, int]] = []
-        self._hubs_out: set[int] = set()
-        self._leased: dict[str, tuple[int, str]] = {}  # url -> (fp, host) of URLs leased by this process
+        # url -> [fp, host, holds a host slot] of the URLs and hubs this process handed out
+        self._leased: dict[str, list[Any]] = {}
         self._hub_span = 0.0
         self._lease_bound = float("inf")
         self._ops = 0
@@ -190,7 +190,7 @@ class KVPool:
                 batch.put(k.lease_key(deadline_ms, fp), value[:1] + key[9:10] + value[1:])
                 batch.put(k.state_key(fp), k.active(k.PENDING, value[0], prio, deadline_ms))
                 result[url] = False
-                self._leased[url] = (fp, slot.host)
+                self._leased[url] = [fp, slot.host, True]
                 taken += 1
                 if taken >= quota:
                     return taken
@@ -215,7 +215,7 @@ class KVPool:
             batch.put(k.HUB + fp.to_bytes(8, "big"), k.u64(int(entry[2] * 1000)) + url.encode())
             slot.inflight += 1
             slot.next_allowed = now + slot.delay
-            self._hubs_out.add(fp)
+            self._leased[url] = [fp, host, True]
             out.append(url)
         for item in later:
             heapq.heappush(heap, item)
@@ -223,8 +223,48 @@ class KVPool:
 
     # -- statuses -------------------------------------------------------------------
 
+    def claim(self, url: str) -> defer.Deferred[bool]:
+        """Lease ``url`` (a redirect target) unless it is done, failed or leased already; fires True if leased.
+
+        A waiting URL leaves its queue, so no other fetch takes it while the
+        page that redirected to it is processed; ``set_status`` ends the lease.
+        """
+        u = self._parse(url)
+        if u is None:
+            return defer.succeed(False)
+        state = self._kv.get(k.state_key(u.fingerprint))
+        if state is not None and state[0] != k.WAITING:
+            return defer.succeed(False)
+        slot = self._slot(u.host)
+        batch = self._kv.write_batch()
+        failures = prio = 0
+        if state is not None:
+            failures, prio, seq = k.parse_active(state)
+            batch.delete(k.queue_key(slot.hid, prio, seq))
+            self._counters[0] -= 1
+            slot.waiting -= 1
+        deadline_ms = int((self._clock.seconds() + self.pending_threshold) * 1000)
+        batch.put(k.lease_key(deadline_ms, u.fingerprint), bytes((failures, prio)) + u.url.encode())
+        batch.put(k.state_key(u.fingerprint), k.active(k.PENDING, failures, prio, deadline_ms))
+        self._counters[1] += 1
+        self._leased[u.url] = [u.fingerprint, u.host, False]
+        self._lease_bound = min(self._lease_bound, deadline_ms / 1000.0)
+        self._commit(batch, (slot,))
+        return defer.succeed(True)
+
+    def fetched(self, url: str) -> defer.Deferred[None]:
+        """The request for a handed-out URL is over: free its host slot (the lease stays until set_status)."""
+        self._release(self._leased.get(url))
+        return defer.succeed(None)
+
+    def _release(self, leased: list[Any] | None) -> None:
+        if leased is not None and leased[2]:
+            leased[2] = False
+            self.politeness.release(self._slot(leased[1]))
+
     def set_status(self, url: str, status_code: int) -> defer.Deferred[None]:
         leased = self._leased.pop(url, None)
+        self._release(leased)
         u = URL(url, leased[1], leased[0]) if leased is not None else self._parse(url)
         if u is not None:
             self._set_status(u, status_code)
@@ -235,16 +275,12 @@ class KVPool:
         state = self._kv.get(skey)
         counters = self._counters
         slot = self._slot(u.host)
-        if u.fingerprint in self._hubs_out:
-            self._hubs_out.discard(u.fingerprint)
-            self.politeness.release(slot)
         batch = self._kv.write_batch()
         failures = prio = 0
         if state is not None and state[0] == k.PENDING:
             failures, prio, deadline = k.parse_active(state)
             batch.delete(k.lease_key(deadline, u.fingerprint))
             counters[1] -= 1
-            self.politeness.release(slot)
         elif state is not None and state[0] == k.WAITING:
             failures, prio, seq = k.parse_active(state)
             batch.delete(k.queue_key(slot.hid, prio, seq))
@@ -390,9 +426,8 @@ class KVPool:
                 slot = slots.get(host_of(url)) or self._slot(host_of(url))
                 slots[slot.host] = slot
                 batch.delete(key)
-                self._leased.pop(url, None)
+                self._release(self._leased.pop(url, None))
                 self._counters[1] -= 1
-                self.politeness.release(slot)
                 self._enqueue(batch, url, fp, slot, value[1], value[0])
             self._commit(batch, slots.values())
         following = next(self._kv.iterator(prefix=k.LEASE, include_value=False), None)

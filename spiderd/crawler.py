@@ -1,0 +1,234 @@
+"""The fetch loop: pop from the pool, fetch, extract, feed links back, store pages and items.
+
+A deduplicated "kick" (a ``callLater(0)`` that is scheduled at most once)
+pulls work whenever a slot frees, plus a slow heartbeat in case anything was
+missed.  A fetch slot is freed as soon as the response is in; processing
+(parsing, storing) runs beside it, bounded by ``max_processing``, which is
+large because a page waits there for its batch of writes to be committed.  A URL's
+status is recorded only after its links, item and page are safely handed
+on, so a crash in between hands the URL out again rather than losing what it
+linked to: nothing is counted done that was not done.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from twisted.application.service import Service
+from twisted.internet import defer, task
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from . import status as st
+from .fetcher import FetchResult
+from .lifecycle import InFlight
+from .stats import CrawlStats
+from .urls import fingerprint
+
+log = Logger()
+
+
+class CrawlService(Service):
+    """Drives the pool, the fetcher, the parse pool and the sinks."""
+
+    def __init__(
+        self,
+        reactor: Any,
+        pool: Any,
+        fetcher: Any,
+        parser: Any,
+        rules: Any,
+        stats: CrawlStats,
+        *,
+        detail_sink: Callable[[list[str]], Deferred[Any]] | None = None,
+        store: Any = None,
+        items: Any = None,
+        concurrency: int = 64,
+        max_processing: int | None = None,
+        hub_percent: int = 50,
+        exit_when_done: bool = False,
+        stop_timeout: float = 60.0,
+    ) -> None:
+        self._reactor = reactor
+        self.pool = pool
+        self._fetcher = fetcher
+        self._parser = parser
+        self._rules = rules
+        self.stats = stats
+        self._detail_sink = detail_sink or (lambda urls: pool.addmany(urls, detail=True))
+        self._store = store
+        self._items = items
+        self.concurrency = concurrency
+        self._max_processing = max_processing or max(512, 4 * concurrency)
+        self._hub_percent = hub_percent
+        self._exit_when_done = exit_when_done
+        self._stop_timeout = stop_timeout
+        self.fetching = 0
+        self.processing = 0
+        self.paused = False
+        self.finished: Deferred[None] = Deferred()
+        self._work = InFlight()
+        self._kick_call: Any = None
+        self._wake_call: Any = None
+        self._popping = False
+        self._heartbeat = task.LoopingCall(self.kick)
+        self._heartbeat.clock = reactor
+
+    # -- service -------------------------------------------------------------------
+
+    def startService(self) -> None:
+        super().startService()
+        self._heartbeat.start(5.0, now=False).addErrback(lambda f: log.failure("heartbeat", f))
+        self.kick()
+
+    def stopService(self) -> Deferred[None]:
+        """Stop popping, let fetches and processing finish (cancelled after ``stop_timeout``)."""
+        super().stopService()
+        if self._heartbeat.running:
+            self._heartbeat.stop()
+        for call in (self._kick_call, self._wake_call):
+            if call is not None and call.active():
+                call.cancel()
+        log.info("Stopping: waiting for {fetching} fetches and {processing} pages in processing",
+                 fetching=self.fetching, processing=self.processing)
+        deadline = self._reactor.callLater(self._stop_timeout, self._work.cancel_all)
+        d = self._work.wait()
+        d.addBoth(lambda _: deadline.cancel() if deadline.active() else None)
+        return d
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+        self.kick()
+
+    # -- the loop ------------------------------------------------------------------
+
+    def kick(self) -> None:
+        """Pull more work soon (at most one pull is scheduled at a time)."""
+        if self._kick_call is None and self.running:
+            self._kick_call = self._reactor.callLater(0, self._pull)
+
+    def needs_backout(self) -> bool:
+        """True when no more work should be pulled now."""
+        return (
+            not self.running
+            or self.paused
+            or self.fetching >= self.concurrency
+            or self.processing >= self._max_processing
+        )
+
+    def _pull(self) -> None:
+        self._kick_call = None
+        if self._popping or self.needs_backout():
+            return
+        self._popping = True
+        d = self.pool.pop(self.concurrency - self.fetching, self._hub_percent)
+        d.addCallback(self._popped)
+        d.addErrback(lambda f: log.failure("Popping from the pool failed", f))
+        d.addBoth(self._pulled)
+
+    def _pulled(self, _: Any) -> None:
+        self._popping = False
+
+    def _popped(self, urls: dict[str, bool]) -> Any:
+        for url, hub in urls.items():
+            self._start(url, hub)
+        if urls:
+            self.kick()
+            return None
+        return self.pool.next_due().addCallback(self._idle)
+
+    def _idle(self, due: float | None) -> Any:
+        """Nothing to pop now: wake when the pool says, or finish if all is done."""
+        if due is not None:
+            self._wake_at(due)
+            return None
+        if self.fetching or self.processing:
+            return None
+        return self.pool.stats().addCallback(self._maybe_finished)
+
+    def _wake_at(self, delay: float) -> None:
+        if self._wake_call is not None and self._wake_call.active():
+            if self._wake_call.getTime() <= self._reactor.seconds() + delay:
+                return
+            self._wake_call.cancel()
+        self._wake_call = self._reactor.callLater(min(delay, 5.0), self.kick)
+
+    def _maybe_finished(self, pool: dict[str, Any]) -> None:
+        if pool["waiting"] == 0 and pool["pending"] == 0 and not self.finished.called:
+            log.info("Nothing left to crawl")
+            self.finished.callback(None)
+
+    # -- one URL -------------------------------------------------------------------
+
+    def _start(self, url: str, hub: bool) -> None:
+        self.fetching += 1
+        d = self._fetcher.fetch(url)
+        d.addBoth(self._fetched)
+        d.addCallback(self._process, hub)
+        d.addErrback(self._process_failed, url)
+        d.addErrback(lambda f: log.failure("Recording the status of {url} failed", f, url=url))
+        d.addBoth(self._processed)
+        self._work.track(d)
+
+    def _fetched(self, result: FetchResult) -> FetchResult:
+        self.pool.fetched(result.url)
+        self.fetching -= 1
+        self.processing += 1
+        self.stats.fetched(result.status, result.wire_bytes, result.elapsed)
+        self.kick()
+        return result
+
+    def _process_failed(self, failure: Any, url: str) -> Any:
+        """Parsing or storing failed: count it as a failure of the URL (retried, then final)."""
+        if failure.check(defer.CancelledError) and not self.running:
+            return None  # abandoned at stop: the lease brings it back
+        log.failure("Processing {url} failed", failure, url=url)
+        self.stats.errors[st.name(st.PROCESSING_ERROR)] += 1
+        return self.pool.set_status(url, st.PROCESSING_ERROR)
+
+    def _processed(self, _: Any) -> None:
+        self.processing -= 1
+        self.kick()
+
+    @defer.inlineCallbacks
+    def _process(self, result: FetchResult, hub: bool) -> Any:
+        if result.status == 200 and (yield self._is_new(result)):
+            yield self._handle_page(result, hub)
+        yield self.pool.set_status(result.url, result.status)
+        if result.final_url != result.url:
+            yield self.pool.set_status(result.final_url, result.status)
+
+    @defer.inlineCallbacks
+    def _is_new(self, result: FetchResult) -> Any:
+        """False if a redirect led to a page that is done or being fetched already (no duplicate item)."""
+        if result.final_url == result.url:
+            return True
+        claimed = yield self.pool.claim(result.final_url)
+        if not claimed:
+            self.stats.incr("redirect_duplicates")
+        return claimed
+
+    @defer.inlineCallbacks
+    def _handle_page(self, result: FetchResult, hub: bool) -> Any:
+        url = result.final_url
+        kind = "list" if hub else (self._rules.classify(url) or self._rules.classify(result.url) or "list")
+        fetched_at = self._reactor.seconds()
+        extracted = yield self._parser.parse(url, result.body, result.content_type, kind, fetched_at, result.status)
+        if extracted.error:
+            self.stats.incr(f"parse_{extracted.error}")
+        waits = []
+        if extracted.lists:
+            waits.append(self.pool.addmany(extracted.lists))
+        if extracted.details:
+            waits.append(self._detail_sink(extracted.details))
+        if extracted.item is not None and self._items is not None:
+            waits.append(self._items.write(extracted.item).addCallback(lambda _: self.stats.incr("items")))
+        if kind == "detail" and self._store is not None:
+            saved = self._store.save(url, fingerprint(url), result.body, hub=False)
+            waits.append(saved.addCallback(lambda _: self.stats.incr("stored")))
+        self.stats.incr("links_list", len(extracted.lists))
+        self.stats.incr("links_detail", len(extracted.details))
+        yield defer.gatherResults(waits, consumeErrors=True)

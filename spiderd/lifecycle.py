@@ -1,0 +1,87 @@
+"""Service helpers: ordered start/stop, and tracking of in-flight Deferreds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.application.service import MultiService, Service
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+log = Logger()
+
+
+class OrderedMultiService(MultiService):
+    """Starts children in the order added and stops them one at a time, in reverse.
+
+    Twisted's MultiService stops children concurrently; spiderd's shutdown
+    contract needs the crawler drained before the stores it writes to close.
+    """
+
+    @defer.inlineCallbacks
+    def stopService(self) -> Any:
+        self.running = 0
+        for service in reversed(list(self)):
+            try:
+                yield defer.maybeDeferred(service.stopService)
+            except Exception:
+                log.failure("Error stopping {service}", service=service)
+
+
+class InFlight:
+    """Tracks Deferreds so a stop can wait for every one of them (buildbot's DeferWaiter)."""
+
+    def __init__(self) -> None:
+        self._waiting: set[Deferred[Any]] = set()
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def track(self, d: Deferred[Any]) -> Deferred[Any]:
+        """Remember ``d`` until it fires; returns ``d``."""
+        self._waiting.add(d)
+
+        def forget(result: Any) -> Any:
+            self._waiting.discard(d)
+            return result
+
+        d.addBoth(forget)
+        return d
+
+    def wait(self) -> Deferred[None]:
+        """Fires when everything tracked now (and added meanwhile) has fired."""
+        if not self._waiting:
+            return defer.succeed(None)
+        d = defer.DeferredList([_shadow(x) for x in self._waiting])
+        return d.addCallback(lambda _: self.wait())
+
+    def cancel_all(self) -> None:
+        """Cancel everything still in flight."""
+        for d in list(self._waiting):
+            d.cancel()
+
+
+def _shadow(d: Deferred[Any]) -> Deferred[None]:
+    """A Deferred that fires when ``d`` does, without touching ``d``'s result."""
+    shadow: Deferred[None] = Deferred()
+
+    def fire(result: Any) -> Any:
+        if not shadow.called:
+            shadow.callback(None)
+        return result
+
+    d.addBoth(fire)
+    return shadow
+
+
+class Closer(Service):
+    """Calls ``close()`` (which may return a Deferred) when stopped: for things opened by the wiring."""
+
+    def __init__(self, name: str, close: Any) -> None:
+        self.setName(name)
+        self._close = close
+
+    def stopService(self) -> Any:
+        super().stopService()
+        return defer.maybeDeferred(self._close)

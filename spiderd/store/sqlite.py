@@ -1,0 +1,181 @@
+"""The embedded page store: SQLite on one dedicated thread that owns the connection.
+
+The schema is seed 000's, in SQLite's types.  SQLite's INTEGER is a *signed*
+64-bit number, so ``urlhash`` (an unsigned farmhash) is stored as its signed
+reinterpretation (``h - 2**64`` when ``h >= 2**63``) and converted back on
+read; the mapping is one-to-one, so the UNIQUE constraint still means "one row
+per URL hash".  URLs of any length are stored (TEXT).
+
+The database runs in WAL mode with ``synchronous=FULL``: a save's Deferred
+fires after its batch's COMMIT, and a committed batch survives a crash or a
+power cut.  Each batch is one ``BEGIN IMMEDIATE`` transaction, so the fsync is
+paid once per batch, not once per page.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import Any, Callable, TypeVar
+
+from twisted.internet.defer import Deferred
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.threadpool import ThreadPool
+
+from .base import Batch, Outcome, PageStore, Statements, decompress, write_rows
+
+log = Logger()
+T = TypeVar("T")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS crawler_html (
+    id INTEGER PRIMARY KEY,
+    urlhash INTEGER NOT NULL UNIQUE,  -- farmhash, as a signed 64-bit number
+    url TEXT NOT NULL,
+    html_lzma BLOB NOT NULL,
+    created_at TIMESTAMP NULL DEFAULT CURRENT_TIMESTAMP
+);
+CREATE TABLE IF NOT EXISTS crawler_hub (
+    id INTEGER PRIMARY KEY,
+    url TEXT NOT NULL UNIQUE,
+    created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP
+);
+"""
+SQL = Statements(
+    upsert="INSERT INTO crawler_html (urlhash, url, html_lzma) VALUES (?, ?, ?) ON CONFLICT (urlhash) DO UPDATE "
+    "SET url = excluded.url, html_lzma = excluded.html_lzma, created_at = CURRENT_TIMESTAMP",
+    hub="INSERT INTO crawler_hub (url) VALUES (?) ON CONFLICT (url) DO NOTHING",
+)
+# Errors that concern the whole database (disk full, I/O error, locked): they fail the whole batch.
+FATAL = (sqlite3.OperationalError,)
+
+
+def to_signed(urlhash: int) -> int:
+    """The signed 64-bit number with the same bits as the unsigned ``urlhash``."""
+    return urlhash - 2**64 if urlhash >= 2**63 else urlhash
+
+
+def to_unsigned(value: int) -> int:
+    """The inverse of :func:`to_signed`."""
+    return value + 2**64 if value < 0 else value
+
+
+class SQLiteDB:
+    """The blocking half: a connection used only on the store's own thread."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+
+    def open(self) -> sqlite3.Connection:
+        """The connection, opened (and the schema created) on first use."""
+        if self._db is None:
+            directory = os.path.dirname(self.path)
+            if directory:
+                os.makedirs(directory, exist_ok=True)
+            db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.executescript(SCHEMA)
+            self._db = db
+        return self._db
+
+    def write(self, batch: Batch) -> Outcome:
+        """Write a batch in one transaction; one outcome per page."""
+        return self._transaction(lambda cursor: write_rows(cursor, SQL, batch, to_signed, FATAL))
+
+    def write_hubs(self, urls: list[str]) -> int:
+        """Insert hub URLs, skipping known ones; the number inserted."""
+
+        def insert(cursor: sqlite3.Cursor) -> int:
+            cursor.executemany(SQL.hub, [(url,) for url in urls])
+            return cursor.rowcount
+
+        return self._transaction(insert)
+
+    def get(self, urlhash: int) -> tuple[str, bytes] | None:
+        """(url, html) stored under ``urlhash``, or None."""
+        row = self.open().execute(
+            "SELECT url, html_lzma FROM crawler_html WHERE urlhash = ?", (to_signed(urlhash),)
+        ).fetchone()
+        return None if row is None else (row[0], decompress(row[1]))
+
+    def count(self) -> int:
+        """The number of stored pages."""
+        return int(self.open().execute("SELECT COUNT(*) FROM crawler_html").fetchone()[0])
+
+    def hubs(self) -> list[str]:
+        """Every hub URL, oldest first."""
+        return [row[0] for row in self.open().execute("SELECT url FROM crawler_hub ORDER BY id")]
+
+    def close(self) -> None:
+        """Close the connection (a WAL checkpoint happens here)."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _transaction(self, work: Callable[[sqlite3.Cursor], T]) -> T:
+        db = self.open()
+        cursor = db.cursor()
+        cursor.execute("BEGIN IMMEDIATE")
+        try:
+            result = work(cursor)
+            cursor.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.rollback()
+            raise
+        return result
+
+
+class SQLiteStore(PageStore):
+    """Pages in a SQLite file, written by one thread of the store's own."""
+
+    def __init__(self, path: str, reactor: Any, **options: Any) -> None:
+        super().__init__(reactor, **options)
+        self.path = path
+        self._db = SQLiteDB(path)
+        self._threads: ThreadPool | None = None
+
+    @property
+    def where(self) -> str:
+        return f"sqlite:{self.path}"
+
+    def _open(self) -> None:
+        self._threads = ThreadPool(1, 1, name="spiderd-store-sqlite")
+        self._threads.start()
+        self._call(self._db.open).addErrback(
+            lambda f: log.failure("page store: cannot open {where}", f, where=self.where)
+        )
+
+    def _call(self, work: Callable[..., T], *args: Any) -> Deferred[T]:
+        assert self._threads is not None, "the store is not started"
+        return deferToThreadPool(self._reactor, self._threads, work, *args)
+
+    def _write(self, batch: Batch) -> Deferred[Outcome]:
+        return self._call(self._db.write, batch)
+
+    def _write_hubs(self, urls: list[str]) -> Deferred[int]:
+        return self._call(self._db.write_hubs, urls)
+
+    def _get(self, urlhash: int) -> Deferred[tuple[str, bytes] | None]:
+        return self._call(self._db.get, urlhash)
+
+    def _count(self) -> Deferred[int]:
+        return self._call(self._db.count)
+
+    def _hubs(self) -> Deferred[list[str]]:
+        return self._call(self._db.hubs)
+
+    def _close(self) -> Deferred[None]:
+        d = self._call(self._db.close)
+        d.addBoth(self._stop_thread)
+        return d
+
+    def _stop_thread(self, result: Any) -> Any:
+        """Stop the (idle) thread; joining it takes no time, as its queue is empty."""
+        if self._threads is not None:
+            self._threads.stop()
+            self._threads = None
+        return result

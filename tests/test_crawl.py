@@ -1,0 +1,109 @@
+"""A whole node (pool, fetcher, parser, store, items) crawls the generated site on 127.0.0.1 to completion."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from twisted.internet import defer, reactor
+from twisted.trial import unittest
+
+from spiderd import settings as cfg
+from spiderd import tap
+from spiderd.demo.config import DEMO
+from spiderd.demo.site import SiteSpec, listen
+
+
+def node_settings(data_dir: str, root: str, **sections: Any) -> cfg.Settings:
+    """The demo's rules pointed at ``root``, with test-sized knobs."""
+    raw = {
+        "spiderd": {"data_dir": data_dir, "log_interval": 3600},
+        "pool": {"seeds": [root], "failure_threshold": 1, "pending_threshold": 60},
+        "fetch": {"concurrency": 8, "per_host_concurrency": 8, "timeout": 10},
+        "parse": {"workers": 0},
+        "store": {"url": "sqlite:///pages.sqlite3", "batch_size": 10},
+        "items": {"rotate_count": 25},
+        "sites": DEMO["sites"],
+    }
+    for section, values in sections.items():
+        if isinstance(values, dict):
+            raw.setdefault(section, {}).update(values)
+        else:
+            raw[section] = values
+    return cfg.from_dict(raw, "<test>")
+
+
+class CrawlTests(unittest.TestCase):
+    """Crawls of a 60-page site with every fault kind."""
+
+    timeout = 60
+
+    def setUp(self) -> None:
+        self.spec = SiteSpec(lists=4, details=60, slow_delay=0.05)
+        self.port = listen(self.spec, reactor)
+        self.addCleanup(self.port.stopListening)
+        self.root = f"http://127.0.0.1:{self.port.getHost().port}/"
+        self.data = Path(self.mktemp())
+
+    @defer.inlineCallbacks
+    def crawl(self, **sections: Any) -> Any:
+        settings = node_settings(str(self.data), self.root, **sections)
+        cfg.check_data_dir(settings)
+        top = tap.build(settings, reactor)
+        crawler = top.getServiceNamed("crawler")
+        top.startService()
+        try:
+            yield crawler.finished
+            stats = yield crawler.pool.stats()
+        finally:
+            yield top.stopService()
+        return crawler, stats
+
+    def stored(self) -> list[str]:
+        with sqlite3.connect(self.data / "pages.sqlite3") as db:
+            return [row[0] for row in db.execute("SELECT url FROM crawler_html")]
+
+    def items(self) -> list[dict[str, Any]]:
+        lines = []
+        for path in sorted((self.data / "items").glob("*.jl")):
+            lines += [json.loads(line) for line in path.read_text().splitlines()]
+        return lines
+
+    @defer.inlineCallbacks
+    def test_crawls_everything_once(self) -> Any:
+        """Every good detail page is stored once and gives one item; faults end as their statuses say.
+
+        list_urls is empty, so every allowed non-detail link is a list page: the private page is
+        handed out, and robots.txt stops it.
+        """
+        sites = [dict(DEMO["sites"][0], list_urls=[])]
+        crawler, stats = yield self.crawl(sites=sites)
+        expected = self.spec.expected()
+        paths = sorted(u[len(self.root) - 1 :] for u in self.stored())
+        self.assertEqual(paths, sorted(expected.details_ok))
+        items = self.items()
+        self.assertEqual(sorted(i["url"][len(self.root) - 1 :] for i in items), sorted(expected.details_ok))
+        self.assertTrue(all(i["title"] and i["price"] for i in items))
+        self.assertEqual((stats["waiting"], stats["pending"]), (0, 0))
+        self.assertEqual(stats["failed"], len(expected.not_found) + len(expected.server_error) + len(expected.disallowed))
+        statuses = crawler.stats.statuses
+        self.assertEqual(statuses["404"], len(expected.not_found))
+        self.assertEqual(statuses["500"], 2 * len(expected.server_error))  # failure_threshold=1: two tries
+        self.assertEqual(statuses["robots"], len(expected.disallowed))
+
+    @defer.inlineCallbacks
+    def test_parser_children_and_no_store(self) -> Any:
+        """With parser child processes and no page store, the same items come out."""
+        _, stats = yield self.crawl(parse={"workers": 2}, store={"url": "none"})
+        self.assertEqual(len(self.items()), len(self.spec.expected().details_ok))
+        self.assertFalse((self.data / "pages.sqlite3").exists())
+
+    @defer.inlineCallbacks
+    def test_second_run_fetches_nothing_again(self) -> Any:
+        """A restart on the same data directory hands out nothing that was done: no page is fetched twice."""
+        yield self.crawl()
+        crawler, stats = yield self.crawl()
+        self.assertEqual(crawler.stats.counts["requests"], 0)
+        self.assertEqual(len(self.stored()), len(self.spec.expected().details_ok))
