@@ -86,12 +86,12 @@ def build(settings: cfg.Settings, reactor: Any, demo: bool = False) -> IService:
     fetcher = _fetcher(settings, reactor, pool)
     Closer("fetcher", fetcher.close).setServiceParent(top)
     SeedService(pool, settings.seeds, settings.hubs, settings.hub_refresh_span).setServiceParent(top)
-    stats = CrawlStats(reactor)
-    ProgressLogger(stats, pool, reactor, settings.log_interval).setServiceParent(top)
     if demo:
         from .demo.config import DemoSiteService
 
         DemoSiteService(reactor, pool, settings).setServiceParent(top)
+    stats = CrawlStats(reactor)
+    ProgressLogger(stats, pool, reactor, settings.log_interval).setServiceParent(top)
     crawler = CrawlService(
         reactor, pool, fetcher, parser, parser.rules, stats, store=store, items=items, concurrency=settings.concurrency,
         exit_when_done=settings.exit_when_done, stop_timeout=settings.timeout + 5,

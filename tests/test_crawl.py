@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -45,7 +47,8 @@ class CrawlTests(unittest.TestCase):
         self.port = listen(self.spec, reactor)
         self.addCleanup(self.port.stopListening)
         self.root = f"http://127.0.0.1:{self.port.getHost().port}/"
-        self.data = Path(self.mktemp())
+        self.data = Path(tempfile.mkdtemp(prefix="spiderd-crawl-"))
+        self.addCleanup(shutil.rmtree, self.data, True)
 
     @defer.inlineCallbacks
     def crawl(self, **sections: Any) -> Any:

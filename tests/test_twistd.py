@@ -1,0 +1,81 @@
+"""The real daemon: ``twistd -n spiderd`` in a child process (the plugin, the demo, config errors, SIGTERM)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from spiderd.demo.site import SiteSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
+
+
+def twistd(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    """Start ``twistd -n spiderd ARGS`` with this interpreter."""
+    command = [sys.executable, "-c", TWISTD, "-n", "--pidfile=", "spiderd", *args]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_plugin_is_listed() -> None:
+    """twistd finds the spiderd plugin."""
+    out = subprocess.run([sys.executable, "-c", TWISTD, "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert "spiderd" in out.stdout
+
+
+def test_demo_crawls_to_completion(tmp_path: Path) -> None:
+    """--demo crawls the bundled site, exits 0 by itself, and says where the items and pages are."""
+    child = twistd("--demo", "--data-dir", str(tmp_path / "demo"), cwd=tmp_path)
+    out, _ = child.communicate(timeout=120)
+    assert child.returncode == 0, out
+    assert "Summary:" in out and "Demo finished. Items:" in out
+    expected = SiteSpec().expected().details_ok
+    items = [json.loads(line) for f in (tmp_path / "demo" / "items").glob("*.jl") for line in f.open()]
+    assert len(items) == len(expected) and len({i["url"] for i in items}) == len(expected)
+    assert not list((tmp_path / "demo" / "items").glob("*.part"))
+
+
+def test_demo_refuses_a_foreign_directory(tmp_path: Path) -> None:
+    """--demo empties its data directory, so it refuses one it did not make."""
+    (tmp_path / "precious").mkdir()
+    (tmp_path / "precious" / "keep.txt").write_text("mine")
+    child = twistd("--demo", "--data-dir", str(tmp_path / "precious"), cwd=tmp_path)
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == 2 and "is not a demo directory" in out
+    assert (tmp_path / "precious" / "keep.txt").read_text() == "mine"
+
+
+def test_config_error_is_one_line_and_status_2(tmp_path: Path) -> None:
+    """A bad value: one line naming the file and the key, exit status 2, nothing started."""
+    config = tmp_path / "bad.toml"
+    config.write_text(f'[spiderd]\ndata_dir = "{tmp_path / "data"}"\n[fetch]\ntimeout = "ten"\n')
+    child = twistd("--config", str(config), cwd=tmp_path)
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == 2
+    assert f"{config}: fetch.timeout: expected a number, got 'ten'" in out
+    assert not (tmp_path / "data").exists()
+
+
+def test_sigterm_stops_cleanly(tmp_path: Path) -> None:
+    """SIGTERM stops an idle daemon through stopService; twistd exits as killed by SIGTERM (143 to systemd)."""
+    config = tmp_path / "idle.toml"
+    config.write_text(f'[spiderd]\ndata_dir = "{tmp_path / "data"}"\n[parse]\nworkers = 1\n')
+    child = twistd("--config", str(config), cwd=tmp_path)
+    assert child.stdout is not None
+    lines = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = child.stdout.readline()
+        lines.append(line)
+        if "Seeds:" in line or not line:
+            break
+    child.send_signal(signal.SIGTERM)
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM), "".join(lines) + out
+    assert "Summary:" in out and "Server Shut Down." in out
