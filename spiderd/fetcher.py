@@ -21,6 +21,7 @@ from typing import Any
 
 from twisted.internet import defer, error
 from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -63,6 +64,37 @@ class FetchConfig:
     source_addresses: tuple[str, ...] = ()
 
 
+class _CachedEndpoints:
+    """Endpoints per (scheme, host, port), made once: Agent builds one per request, IDNA-checking the host each time."""
+
+    def __init__(self, reactor: Any, connect_timeout: float, bind: tuple[str, int] | None, size: int = 4096) -> None:
+        self._reactor = reactor
+        self._timeout = connect_timeout
+        self._bind = bind
+        self._size = size
+        self._tls = client.BrowserLikePolicyForHTTPS()
+        self._cache: dict[tuple[bytes, bytes, int], Any] = {}
+
+    def endpointForURI(self, uri: Any) -> Any:
+        key = (uri.scheme, uri.host, uri.port)
+        endpoint = self._cache.get(key)
+        if endpoint is None:
+            endpoint = self._make(uri)
+            if len(self._cache) >= self._size:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = endpoint
+        return endpoint
+
+    def _make(self, uri: Any) -> Any:
+        host = uri.host.decode("ascii")
+        endpoint = HostnameEndpoint(self._reactor, host, uri.port, timeout=self._timeout, bindAddress=self._bind)
+        if uri.scheme == b"https":
+            return wrapClientTLS(self._tls.creatorForNetloc(uri.host, uri.port), endpoint)
+        if uri.scheme != b"http":
+            raise error.SchemeNotSupported(f"unsupported scheme {uri.scheme!r}")
+        return endpoint
+
+
 class _QuietFactory(client._HTTP11ClientFactory):  # type: ignore[misc]
     """The pool's connection factory, without a log line per connection."""
 
@@ -83,11 +115,13 @@ class Fetcher:
         self._pools: list[client.HTTPConnectionPool] = []
         self._agents = [self._agent(address) for address in (config.source_addresses or (None,))]
         self._next_agent = itertools.cycle(self._agents).__next__
-        self._headers = {
-            b"User-Agent": [config.user_agent.encode()],
-            b"Accept": [b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"],
-            b"Accept-Encoding": [b"gzip, deflate"],
-        }
+        self._headers = Headers(  # Agent copies them for each request
+            {
+                b"User-Agent": [config.user_agent.encode()],
+                b"Accept": [b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"],
+                b"Accept-Encoding": [b"gzip, deflate"],
+            }
+        )
 
     def _agent(self, address: str | None) -> client.Agent:
         pool = client.HTTPConnectionPool(self._reactor, persistent=True)
@@ -96,7 +130,8 @@ class Fetcher:
         pool.retryAutomatically = False
         self._pools.append(pool)
         bind = (address, 0) if address else None
-        return client.Agent(self._reactor, connectTimeout=self._config.connect_timeout, bindAddress=bind, pool=pool)
+        endpoints = _CachedEndpoints(self._reactor, self._config.connect_timeout, bind)
+        return client.Agent.usingEndpointFactory(self._reactor, endpoints, pool=pool)
 
     def fetch(self, url: str) -> Deferred[FetchResult]:
         """Fetch ``url`` following redirects; fires with a FetchResult, never fails."""
@@ -136,7 +171,7 @@ class Fetcher:
 
     def _get(self, url: str, max_size: int) -> Deferred[tuple[Any, bytes]]:
         agent = self._next_agent()
-        d = agent.request(b"GET", url.encode("ascii"), Headers(self._headers))
+        d = agent.request(b"GET", url.encode("ascii"), self._headers)
         return d.addCallback(self._read_body, max_size)
 
     def _read_body(self, response: Any, max_size: int) -> Deferred[tuple[Any, bytes]]:

@@ -20,6 +20,8 @@ from zope.interface.verify import verifyObject
 
 from spiderd.interfaces import IPageStore
 from spiderd.store import NullStore, StoreNotRunning, StoreUnavailable, base, open_store
+from spiderd.store import mysql as mysql_backend
+from spiderd.store import sqlite as sqlite_backend
 from spiderd.store.mysql import MySQLStore, Reconnector, backoff, parse_mysql_url, redact
 from spiderd.store.sqlite import SQLiteStore, to_signed, to_unsigned
 
@@ -29,6 +31,17 @@ from .helpers import result
 SECRET = "s3cret:p@ss/w%rd"
 SECRET_IN_URL = "s3cret%3Ap%40ss%2Fw%25rd"
 HTML = b"<html><body>" + b"<p class='x'>words and words</p>" * 200 + b"</body></html>"
+
+
+SEED_000_DDL = (
+    "CREATE TABLE `crawler_hub` (`id` int(10) unsigned NOT NULL AUTO_INCREMENT, `url` varchar(64) NOT NULL,"
+    " `created_at` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP, PRIMARY KEY (`id`), UNIQUE KEY `url` (`url`)"
+    ") ENGINE=MyISAM DEFAULT CHARSET=utf8",
+    "CREATE TABLE `crawler_html` (`id` bigint(20) unsigned NOT NULL AUTO_INCREMENT,"
+    " `urlhash` bigint(20) unsigned NOT NULL COMMENT 'farmhash', `url` varchar(512) NOT NULL,"
+    " `html_lzma` longblob NOT NULL, `created_at` timestamp NULL DEFAULT CURRENT_TIMESTAMP,"
+    " PRIMARY KEY (`id`), UNIQUE KEY `urlhash` (`urlhash`)) ENGINE=InnoDB DEFAULT CHARSET=utf8",
+)
 
 
 class SplitReactor:
@@ -100,6 +113,8 @@ def closed_port() -> int:
 class StoreContract:
     """The page-store contract; a subclass says how to open its backend's store."""
 
+    backend: Any  # the backend's module
+
     def setUp(self) -> None:
         self.clock = Clock()
         self.logs = LogWatch(self)
@@ -157,6 +172,7 @@ class StoreContract:
         saves = [store.save(f"http://a.example/{i}", i, HTML) for i in range(2)]
         for d in saves:
             self.assertNoResult(d)
+        self.assertEqual(store.pending, 2)
         self.assertEqual((yield store.count()), 0)
         saves.append(store.save("http://a.example/2", 2, HTML))
         self.assertEqual(self.clock.getDelayedCalls(), [])
@@ -241,9 +257,8 @@ class StoreContract:
         d = store.save("http://h.example/c", 9, HTML, hub=True)
         self.tick(store)
         yield d
-        self.assertEqual(
-            (yield store.hubs()), ["http://h.example/a", "http://h.example/b", "http://h.example/A", "http://h.example/c"]
-        )
+        expected = ["http://h.example/a", "http://h.example/b", "http://h.example/A", "http://h.example/c"]
+        self.assertEqual((yield store.hubs()), expected)
         self.assertEqual((yield store.save_hubs([])), 0)
 
     @inlineCallbacks
@@ -264,6 +279,24 @@ class StoreContract:
         errors = self.logs.texts(LogLevel.error)
         self.assertEqual(len(errors), 1)
         self.assertIn("UnicodeEncodeError", errors[0])
+
+    @inlineCallbacks
+    def test_whole_batch_failure_fails_every_page(self) -> Any:
+        """When the whole batch cannot be written, every page's Deferred fails with the reason, logged."""
+        store = self.started()
+
+        def broken(*args: Any) -> Any:
+            raise OSError("the disk is on fire")
+
+        self.patch(self.backend, "write_rows", broken)
+        saves = [store.save(f"http://a.example/{i}", i, HTML) for i in range(2)]
+        self.tick(store)
+        outcome = yield defer.DeferredList(saves, consumeErrors=True)
+        for ok, failure in outcome:
+            self.assertFalse(ok)
+            failure.trap(OSError)
+        self.assertEqual(store.pending, 0)
+        self.assertEqual(len(self.flushLoggedErrors(OSError)), 1)
 
     @inlineCallbacks
     def test_compresses_on_the_writer_thread(self) -> Any:
@@ -289,6 +322,8 @@ class StoreContract:
 
 class SQLiteStoreTests(StoreContract, TestCase):
     """The contract on the embedded SQLite store."""
+
+    backend = sqlite_backend
 
     def setUp(self) -> None:
         super().setUp()
@@ -325,6 +360,8 @@ class SQLiteStoreTests(StoreContract, TestCase):
 class MySQLStoreTests(StoreContract, TestCase):
     """The contract on MariaDB, in a database of its own per test, plus outages and passwords."""
 
+    backend = mysql_backend
+
     def setUp(self) -> None:
         self.server = services.need_mysql()
         super().setUp()
@@ -354,6 +391,25 @@ class MySQLStoreTests(StoreContract, TestCase):
         sql = "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s AND ID <> CONNECTION_ID()"
         return [row[0] for row in self.admin(sql, self.database)]
 
+    @inlineCallbacks
+    def test_existing_seed_tables_are_used(self) -> Any:
+        """Tables made from seed 000's DDL are used as they are; a URL too long for them fails alone, never cut."""
+        for statement in SEED_000_DDL:
+            self.admin(statement.replace("CREATE TABLE ", f"CREATE TABLE `{self.database}`."))
+        store = self.started()
+        saves = [
+            store.save("http://a.example/1", 1, HTML, hub=True),
+            store.save("http://a.example/" + "x" * 600, 2, HTML),
+        ]
+        self.tick(store)
+        outcome = yield defer.DeferredList(saves, consumeErrors=True)
+        self.assertEqual([ok for ok, _ in outcome], [True, False])
+        outcome[1][1].trap(pymysql.err.DataError)
+        self.assertEqual((yield store.count()), 1)
+        self.assertEqual((yield store.hubs()), ["http://a.example/1"])
+        ddl = self.admin(f"SHOW CREATE TABLE `{self.database}`.crawler_html")[0][1]
+        self.assertIn("varchar(512)", ddl)
+
     def test_long_hub_url_refused(self) -> None:
         """A hub URL longer than the unique column fails clearly instead of being cut or merged."""
         store = self.started()
@@ -375,6 +431,8 @@ class MySQLStoreTests(StoreContract, TestCase):
         self.assertEqual((yield store.count()), 2)
         self.assertEqual((yield store.get(2)), ("http://a.example/2", HTML))
         self.assertTrue(set(self.pool_connections()).isdisjoint(killed))
+        self.assertIn("keeping 1 page and retrying", " ".join(self.logs.texts(LogLevel.warn)))
+        self.assertEqual(self.logs.texts(LogLevel.error), [])
 
     @inlineCallbacks
     def test_batch_kept_while_server_is_down(self) -> Any:
@@ -383,7 +441,7 @@ class MySQLStoreTests(StoreContract, TestCase):
         url = f"mysql://{self.server['user']}:{SECRET_IN_URL}@127.0.0.1:{port}/{self.database}"
         store = self.started(url=url, batch_size=1)
         d = store.save("http://a.example/1", 1, HTML)
-        warning = yield self.logs.wait_for(LogLevel.warn, "unreachable")
+        warning = yield self.logs.wait_for(LogLevel.warn, "cannot reach")
         self.assertIn(f"127.0.0.1:{port}", formatEvent(warning))
         self.assertNoResult(d)
         store._pool.connkw.update(port=self.server["port"], password=self.server["password"])  # the server is back
@@ -401,7 +459,7 @@ class MySQLStoreTests(StoreContract, TestCase):
         url = f"mysql://{self.server['user']}:{SECRET_IN_URL}@{self.server['host']}:{self.server['port']}/x"
         store = self.started(url=url, batch_size=1)
         d = store.save("http://a.example/1", 1, HTML)
-        warning = yield self.logs.wait_for(LogLevel.warn, "unreachable")
+        warning = yield self.logs.wait_for(LogLevel.warn, "cannot reach")
         self.assertIn("1045", formatEvent(warning))
         stopped = store.stopService()
         self.clock.advance(store.stop_timeout)
@@ -492,7 +550,8 @@ class HelpersTests(SynchronousTestCase):
     def test_parse_mysql_url(self) -> None:
         """User and password are URL-decoded, the port defaults to 3306; str() hides the password."""
         address = parse_mysql_url(f"mysql://spider:{SECRET_IN_URL}@db.example/pages")
-        self.assertEqual((address.user, address.password, address.host, address.port), ("spider", SECRET, "db.example", 3306))
+        parsed = (address.user, address.password, address.host, address.port)
+        self.assertEqual(parsed, ("spider", SECRET, "db.example", 3306))
         self.assertEqual(str(address), "mysql://spider@db.example:3306/pages")
         self.assertNotIn(SECRET, repr(address))
         sock = parse_mysql_url("mysql://spider:pw@localhost/pages?unix_socket=/run/mysqld/mysqld.sock")

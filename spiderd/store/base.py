@@ -89,7 +89,10 @@ def _encode(page: Page, db_hash: Callable[[int], int], preset: int) -> tuple[int
         return e
 
 
-def write_rows(cursor: Any, sql: Statements, batch: Batch, db_hash: Callable[[int], int], fatal: tuple[type[BaseException], ...]) -> Outcome:
+Fatal = tuple[type[BaseException], ...]
+
+
+def write_rows(cursor: Any, sql: Statements, batch: Batch, db_hash: Callable[[int], int], fatal: Fatal) -> Outcome:
     """Write a batch inside the open transaction: all rows at once, or one by one if some row is bad.
 
     Errors of the ``fatal`` kinds (a lost connection) abort the whole batch;
@@ -116,7 +119,7 @@ def _write_all(cursor: Any, sql: Statements, batch: Batch, rows: list[Any], good
         cursor.executemany(sql.hub, hubs)
 
 
-def _write_one(cursor: Any, sql: Statements, page: Page, row: Any, fatal: tuple[type[BaseException], ...]) -> BaseException | None:
+def _write_one(cursor: Any, sql: Statements, page: Page, row: Any, fatal: Fatal) -> BaseException | None:
     def write() -> None:
         cursor.execute(sql.upsert, row)
         if page.hub:
@@ -161,9 +164,11 @@ class PageStore(Service):
     name = "page-store"
     max_hub_url_length: int | None = None  # a backend whose hub column is bounded sets it
 
-    def __init__(self, reactor: IReactorTime, *, preset: int = 1, batch_size: int = 100, flush_interval: float = 1.0) -> None:
+    def __init__(
+        self, reactor: IReactorTime, *, preset: int = 1, batch_size: int = 100, flush_interval: float = 1.0
+    ) -> None:
         if not 0 <= preset <= 9 or batch_size < 1 or not flush_interval > 0:
-            raise ValueError(f"bad store options: preset={preset!r} batch_size={batch_size!r} flush_interval={flush_interval!r}")
+            raise ValueError(f"bad store options: {preset=} {batch_size=} {flush_interval=}")
         self._reactor = reactor
         self.preset = preset
         self.batch_size = batch_size
@@ -298,7 +303,7 @@ class PageStore(Service):
     def _hub_too_long(self, url: str) -> Exception | None:
         limit = self.max_hub_url_length
         if limit is not None and len(url) > limit:
-            return ValueError(f"hub url longer than {limit} characters cannot be stored in {self.where}: {url[:80]!r}...")
+            return ValueError(f"hub url longer than {limit} characters cannot be stored in {self.where}: {url[:80]!r}")
         return None
 
     def _track(self, d: Deferred[T]) -> Deferred[T]:
@@ -326,19 +331,26 @@ class PageStore(Service):
                 done.callback(None)
                 continue
             log.error(
-                "page store: {url} not stored in {where}: {error}",
+                "page store: {url!r} not stored in {where}: {error}",
                 url=page.url, where=self.where, error=f"{type(error).__name__}: {error}",
             )
             done.errback(Failure(error))
 
     def _fail_all(self, failure: Failure, queued: list[tuple[Page, Deferred[None]]]) -> None:
         self._writing -= len(queued)
+        pages = plural(len(queued), "page")
         if failure.check(StoreUnavailable):
-            log.error("page store: {count} pages not stored: {error}", count=len(queued), error=failure.getErrorMessage())
+            log.error("page store: {pages} not stored: {error}", pages=pages, error=failure.getErrorMessage())
         else:
-            log.failure("page store: a batch of {count} pages was not stored in {where}", failure, count=len(queued), where=self.where)
+            log.failure("page store: a batch of {pages} was not stored in {where}", failure, pages=pages,
+                        where=self.where)
         for _, done in queued:
             done.errback(failure)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 page``, ``2 pages``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _first(problems: Iterable[Exception | None]) -> Exception | None:

@@ -12,7 +12,9 @@ URL fails or silently merges two URLs:
   and a case-insensitive collation ``/News`` and ``/news``; longer hub URLs
   are refused with a clear error.
 
-Tables that already exist (an old seed-000 database) are used as they are.
+Tables that already exist (an old seed-000 database) are used as they are;
+the sessions run in strict mode, so a URL too long for an old column fails
+its own page with the reason instead of being stored cut.
 
 When the server is down or restarts (``OperationalError``, ``InterfaceError``),
 a batch is kept and retried with a clock-driven backoff (at once, then 0.5 s
@@ -37,14 +39,14 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from .base import Batch, Outcome, PageStore, Statements, StoreUnavailable, decompress, write_rows
+from .base import Batch, Outcome, PageStore, Statements, StoreUnavailable, decompress, plural, write_rows
 
 log = Logger()
 T = TypeVar("T")
 
 HUB_URL_LENGTH = 768
-SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS `crawler_html` ("
+SCHEMA = {
+    "crawler_html": "CREATE TABLE IF NOT EXISTS `crawler_html` ("
     " `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT,"
     " `urlhash` bigint(20) unsigned NOT NULL COMMENT 'farmhash',"
     " `url` text NOT NULL,"
@@ -52,18 +54,20 @@ SCHEMA = (
     " `created_at` timestamp NULL DEFAULT CURRENT_TIMESTAMP,"
     " PRIMARY KEY (`id`), UNIQUE KEY `urlhash` (`urlhash`)"
     ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
-    "CREATE TABLE IF NOT EXISTS `crawler_hub` ("
+    "crawler_hub": "CREATE TABLE IF NOT EXISTS `crawler_hub` ("
     " `id` int(10) unsigned NOT NULL AUTO_INCREMENT,"
     f" `url` varchar({HUB_URL_LENGTH}) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,"
     " `created_at` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP,"
     " PRIMARY KEY (`id`), UNIQUE KEY `url` (`url`)"
     ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 ROW_FORMAT=DYNAMIC",
-)
+}
 SQL = Statements(
     upsert="INSERT INTO crawler_html (urlhash, url, html_lzma) VALUES (%s, %s, %s) ON DUPLICATE KEY UPDATE "
     "url = VALUES(url), html_lzma = VALUES(html_lzma), created_at = CURRENT_TIMESTAMP",
     hub="INSERT INTO crawler_hub (url) VALUES (%s) ON DUPLICATE KEY UPDATE id = id",
 )
+# Strict mode whatever the server's default: a value that does not fit fails its row, never stored cut.
+STRICT = "SET SESSION sql_mode = TRIM(BOTH ',' FROM CONCAT(@@SESSION.sql_mode, ',STRICT_ALL_TABLES'))"
 # The server is unreachable or the connection died: keep the work and retry it.
 LOST = (pymysql.err.OperationalError, pymysql.err.InterfaceError, adbapi.ConnectionLost)
 
@@ -153,14 +157,16 @@ class Reconnector:
                 delay = next(delays)
                 if failures == 1:
                     log.warn(
-                        "page store: {where} unreachable ({error}); keeping {what} and retrying "
+                        "page store: cannot reach {where} ({error}); keeping {what} and retrying "
                         "(backoff up to {cap:g} s)", where=self._where, error=describe(e), what=what, cap=self._cap,
                     )
                 yield self._sleep(delay, e)
             else:
                 if failures:
-                    log.info("page store: {where} reachable again after {failures} failed attempts; "
-                             "{what} written", where=self._where, failures=failures, what=what)
+                    log.info(
+                        "page store: {where} reachable again after {failures} failed attempt(s); {what} written",
+                        where=self._where, failures=failures, what=what,
+                    )
                 return result
 
     def give_up(self) -> None:
@@ -228,7 +234,7 @@ class MySQLStore(PageStore):
     def _open(self) -> None:
         self._retry.giving_up = False
         self._pool = adbapi.ConnectionPool(
-            "pymysql", **self.address.connect_args(), charset="utf8mb4", autocommit=False,
+            "pymysql", **self.address.connect_args(), charset="utf8mb4", autocommit=False, init_command=STRICT,
             connect_timeout=10, read_timeout=120, write_timeout=120,
             cp_reconnect=True, cp_reactor=self._reactor, cp_min=1, cp_max=3, cp_name="spiderd-store-mysql",
         )
@@ -251,10 +257,10 @@ class MySQLStore(PageStore):
         return self._pool.runInteraction(interaction, *args)
 
     def _write(self, batch: Batch) -> Deferred[Outcome]:
-        return self._retry.run(lambda: self._interact(self._write_txn, batch), f"{len(batch)} pages")
+        return self._retry.run(lambda: self._interact(self._write_txn, batch), plural(len(batch), "page"))
 
     def _write_hubs(self, urls: list[str]) -> Deferred[int]:
-        return self._retry.run(lambda: self._interact(self._write_hubs_txn, urls), f"{len(urls)} hub URLs")
+        return self._retry.run(lambda: self._interact(self._write_hubs_txn, urls), plural(len(urls), "hub URL"))
 
     def _get(self, urlhash: int) -> Deferred[tuple[str, bytes] | None]:
         return self._read(self._get_txn, urlhash)
@@ -277,10 +283,18 @@ class MySQLStore(PageStore):
     # -- on the pool's threads ------------------------------------------------------
 
     def _ensure_schema(self, txn: Any) -> None:
-        if not self._schema_ready:
-            for statement in SCHEMA:
+        """Create the missing tables (a user without CREATE can use tables made for it)."""
+        if self._schema_ready:
+            return
+        txn.execute(
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN %s",
+            (tuple(SCHEMA),),
+        )
+        existing = {row[0] for row in txn.fetchall()}
+        for table, statement in SCHEMA.items():
+            if table not in existing:
                 txn.execute(statement)
-            self._schema_ready = True
+        self._schema_ready = True
 
     def _write_txn(self, txn: Any, batch: Batch) -> Outcome:
         batch.encode(int)  # compress before the transaction starts

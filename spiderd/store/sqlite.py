@@ -18,7 +18,7 @@ import os
 import sqlite3
 from typing import Any, Callable, TypeVar
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
@@ -169,6 +169,8 @@ class SQLiteStore(PageStore):
         return self._call(self._db.hubs)
 
     def _close(self) -> Deferred[None]:
+        if self._threads is None:
+            return succeed(None)
         d = self._call(self._db.close)
         d.addBoth(self._stop_thread)
         return d
