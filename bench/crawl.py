@@ -5,6 +5,9 @@
 
 The site is written as static files and served by nginx (Debian's, if
 installed) or else by ``python -m spiderd.demo.site`` in its own process.
+nginx serves it without gzip (``--gzip`` turns it on): on a 2-core machine
+the server's compression would take the crawlers' CPU, and both crawlers
+would spend CPU inflating; the work stays equal either way.
 Scrapy runs from its own virtualenv (``--scrapy-venv``, created with
 ``pip install scrapy`` on first use): a CrawlSpider with the same rules,
 ``CONCURRENT_REQUESTS`` 16 and 64, the same per-domain limit, no delay, no
@@ -39,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from spiderd.demo.site import SiteSpec, nginx_conf, write_static  # noqa: E402
 
 TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
+GZIP = False
 LIST_RE = r"/list/\d+\.html$"
 DETAIL_RE = r"/item/\d+\.html$"
 
@@ -132,7 +136,7 @@ def serve(site_dir: Path, work: Path, spec: SiteSpec) -> tuple[str, subprocess.P
         port = free_port()
         run_dir = work / "nginx"
         run_dir.mkdir()
-        (run_dir / "nginx.conf").write_text(nginx_conf(site_dir, port, run_dir=run_dir))
+        (run_dir / "nginx.conf").write_text(nginx_conf(site_dir, port, run_dir=run_dir, gzip=GZIP))
         server = subprocess.Popen(["nginx", "-c", str(run_dir / "nginx.conf"), "-g", "daemon off;"])
         wait_port(port)
         return f"http://127.0.0.1:{port}/", server
@@ -253,7 +257,10 @@ def main() -> None:
     parser.add_argument("--details", type=int, default=10000)
     parser.add_argument("--scrapy-venv", default=str(Path(tempfile.gettempdir()) / "spiderd-bench-scrapy"))
     parser.add_argument("--skip-scrapy", action="store_true")
+    parser.add_argument("--gzip", action="store_true", help="let nginx gzip the pages")
     args = parser.parse_args()
+    global GZIP
+    GZIP = args.gzip
     spec = SiteSpec(lists=args.lists, details=args.details, detail_size=(20000, 60000), faults=False, seed=7)
     work = Path(tempfile.mkdtemp(prefix="spiderd-bench-crawl-"))
     write_static(spec, work / "site")

@@ -216,7 +216,10 @@ class CrawlService(Service):
         url = result.final_url
         kind = "list" if hub else (self._rules.classify(url) or self._rules.classify(result.url) or "list")
         fetched_at = self._reactor.seconds()
-        extracted = yield self._parser.parse(url, result.body, result.content_type, kind, fetched_at, result.status)
+        preset = self._store.preset if kind == "detail" and self._store is not None else None
+        extracted = yield self._parser.parse(
+            url, result.body, result.content_type, kind, fetched_at, result.status, compress=preset
+        )
         if extracted.error:
             self.stats.incr(f"parse_{extracted.error}")
         waits = []
@@ -227,7 +230,7 @@ class CrawlService(Service):
         if extracted.item is not None and self._items is not None:
             waits.append(self._items.write(extracted.item).addCallback(lambda _: self.stats.incr("items")))
         if kind == "detail" and self._store is not None:
-            saved = self._store.save(url, fingerprint(url), result.body, hub=False)
+            saved = self._store.save(url, fingerprint(url), result.body, compressed=extracted.compressed)
             waits.append(saved.addCallback(lambda _: self.stats.incr("stored")))
         self.stats.incr("links_list", len(extracted.lists))
         self.stats.incr("links_detail", len(extracted.details))

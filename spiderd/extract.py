@@ -46,6 +46,7 @@ class Extracted:
     item: dict[str, Any] | None = None
     skipped: int = 0
     error: str | None = None
+    compressed: bytes | None = None  # the page XZ-compressed for the store, when a parse worker was asked to
 
 
 @dataclass(frozen=True, slots=True)

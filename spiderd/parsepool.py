@@ -127,16 +127,27 @@ class ParsePool(Service):
     # -- parsing --------------------------------------------------------------------------------------------
 
     def parse(
-        self, url: str, body: bytes, content_type: str | None, kind: str, fetched_at: float, status: int
+        self,
+        url: str,
+        body: bytes,
+        content_type: str | None,
+        kind: str,
+        fetched_at: float,
+        status: int,
+        compress: int | None = None,
     ) -> Deferred[Extracted]:
-        """The links and item of one page; fails with a :class:`ParseError` when the pool cannot parse it."""
+        """The links and item of one page; fails with a :class:`ParseError` when the pool cannot parse it.
+
+        With ``compress`` (an lzma preset), a worker also compresses the page for the store; inline
+        parsing leaves that to the store's thread (``Extracted.compressed`` stays None).
+        """
         if not self.running:
             return defer.fail(ParsePoolUnavailable("the parse pool is not running"))
         if self.workers == 0:
             return defer.succeed(extract(url, body, content_type, kind, fetched_at, status, self.rules, self.max_links))
         self._next_id += 1
         try:
-            payload = frame((self._next_id, url, body, content_type, kind, fetched_at, status))
+            payload = frame((self._next_id, url, body, content_type, kind, fetched_at, status, compress))
         except ValueError as e:
             return defer.fail(ParseError(f"cannot send {url!r} to a parse worker: {e}"))
         if len(payload) > MAX_MESSAGE:

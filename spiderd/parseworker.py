@@ -4,8 +4,10 @@ The wire is a pipe each way carrying frames: a 4-byte big-endian length, then a
 ``marshal`` payload (the same interpreter is on both ends).  The parent first
 sends ``("init", sites, max_url_length, max_path_depth, max_links)``; the child
 answers ``("ready", pid)``, then answers each request
-``(id, url, body, content_type, kind, fetched_at, status)`` in order with
-``(id, lists, details, item, skipped, error)``.  The child exits at end of input.
+``(id, url, body, content_type, kind, fetched_at, status, preset)`` in order with
+``(id, lists, details, item, skipped, error, compressed)``: when ``preset`` is
+not None the child also XZ-compresses the body for the page store, so that
+CPU work runs in the parse processes too.  The child exits at end of input.
 
 To keep the parent's share of a page small, the child grows its input pipe to
 1 MiB (the parent writes pages in few system calls) and flushes answers in
@@ -30,6 +32,7 @@ import time
 from collections import deque
 from typing import IO, Any
 
+from .compression import compress
 from .extract import MAX_LINKS, Extracted, Rules, extract
 from .settings import Field, Site
 
@@ -95,15 +98,16 @@ def rules_from(message: tuple[Any, ...]) -> tuple[Rules, int]:
 
 def answer(rules: Rules, max_links: int, request: tuple[Any, ...]) -> tuple[Any, ...]:
     """The answer tuple to one request."""
-    request_id, url, body, content_type, kind, fetched_at, status = request
+    request_id, url, body, content_type, kind, fetched_at, status, preset = request
     result = extract(url, body, content_type, kind, fetched_at, status, rules, max_links)
-    return (request_id, result.lists, result.details, result.item, result.skipped, result.error)
+    compressed = compress(body, preset) if preset is not None else None
+    return (request_id, result.lists, result.details, result.item, result.skipped, result.error, compressed)
 
 
 def extracted_from(message: tuple[Any, ...]) -> Extracted:
     """The Extracted of an answer tuple (without its id)."""
-    _, lists, details, item, skipped, error = message
-    return Extracted(lists, details, item, skipped, error)
+    _, lists, details, item, skipped, error, compressed = message
+    return Extracted(lists, details, item, skipped, error, compressed)
 
 
 class Input:
@@ -133,7 +137,7 @@ def write_message(stream: IO[bytes], message: Any) -> None:
     try:
         data = frame(message)
     except ValueError:
-        data = frame((message[0], [], [], None, 0, "internal-error"))
+        data = frame((message[0], [], [], None, 0, "internal-error", None))
     stream.write(data)
 
 

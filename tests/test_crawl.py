@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import lzma
 import shutil
 import tempfile
 import sqlite3
@@ -15,7 +16,7 @@ from twisted.trial import unittest
 from spiderd import settings as cfg
 from spiderd import tap
 from spiderd.demo.config import DEMO
-from spiderd.demo.site import SiteSpec, listen
+from spiderd.demo.site import SiteSpec, listen, render
 
 
 def node_settings(data_dir: str, root: str, **sections: Any) -> cfg.Settings:
@@ -102,6 +103,16 @@ class CrawlTests(unittest.TestCase):
         _, stats = yield self.crawl(parse={"workers": 2}, store={"url": "none"})
         self.assertEqual(len(self.items()), len(self.spec.expected().details_ok))
         self.assertFalse((self.data / "pages.sqlite3").exists())
+
+    @defer.inlineCallbacks
+    def test_pages_compressed_by_parser_children(self) -> Any:
+        """With parser children, pages are compressed there; the stored html_lzma is the page as served."""
+        yield self.crawl(parse={"workers": 1})
+        with sqlite3.connect(self.data / "pages.sqlite3") as db:
+            rows = list(db.execute("SELECT url, html_lzma FROM crawler_html"))
+        self.assertEqual(len(rows), len(self.spec.expected().details_ok))
+        for url, blob in rows[:5]:
+            self.assertEqual(lzma.decompress(blob), render(self.spec, url[len(self.root) - 1 :])[2])
 
     @defer.inlineCallbacks
     def test_second_run_fetches_nothing_again(self) -> Any:

@@ -7,6 +7,7 @@ the rest spawns real children on the global reactor, because real processes need
 from __future__ import annotations
 
 import io
+import lzma
 import marshal
 import os
 import signal
@@ -78,7 +79,8 @@ class WorkerTests(SynchronousTestCase):
     def test_serve_answers_in_order_and_exits_at_eof(self) -> None:
         """serve() says ready, answers each request like extract, and returns at end of input."""
         pool = ParsePool(Clock(), RAW, 0)
-        requests = [(i, *page(i)[:2], "text/html", page(i)[2], 1000.0 + i, 200) for i in range(5)]
+        requests = [(i, *page(i)[:2], "text/html", page(i)[2], 1000.0 + i, 200, None) for i in range(5)]
+        requests[3] = requests[3][:-1] + (1,)  # a request asking for the page compressed
         read_end, write_end = os.pipe()
         self.addCleanup(os.close, read_end)
         with os.fdopen(write_end, "wb") as pipe:
@@ -89,6 +91,7 @@ class WorkerTests(SynchronousTestCase):
         self.assertEqual(messages[0], ("ready", os.getpid()))
         self.assertEqual([m[0] for m in messages[1:]], list(range(5)))
         self.assertEqual(Extracted(*messages[2][1:]), expected(pool, 1))
+        self.assertEqual(lzma.decompress(messages[4][-1]), requests[3][2])
 
     def test_input_knows_what_is_waiting(self) -> None:
         """Input.waiting() is true while a request is buffered or readable, false when the pipe is empty."""
@@ -318,7 +321,7 @@ class DispatchTests(SynchronousTestCase):
         """An answer that matches no request, or garbage, makes the pool kill the child."""
         pool, fake = self.make()
         child = fake.children[0]
-        child.childDataReceived(1, frame((42, [], [], None, 0, None)))
+        child.childDataReceived(1, frame((42, [], [], None, 0, None, None)))
         child.childDataReceived(1, b"\xff\xff\xff\xff")
         self.assertEqual(child.transport.signals, ["KILL", "KILL"])
 

@@ -462,7 +462,7 @@ http {{
     }}
     default_type application/octet-stream;
     charset utf-8;
-    gzip on;
+    gzip {gzip};
     gzip_types text/plain;
 {temps}    server {{
         listen 127.0.0.1:{port};
@@ -474,12 +474,13 @@ http {{
 
 
 def nginx_conf(directory: str | Path, port: int, run_dir: str | Path | None = None, workers: int = 2,
-               user: str | None = None) -> str:
+               user: str | None = None, gzip: bool = True) -> str:
     """An nginx.conf serving a ``write_static`` copy on 127.0.0.1:``port``.
 
     Pid file, error log and temp directories go under ``run_dir`` (default: a
     sibling ``<directory>.nginx``, which must exist).  As root, workers run as
-    ``user`` (default root, so they can read a private temp dir).  Start with
+    ``user`` (default root, so they can read a private temp dir).  ``gzip``
+    compresses HTML for clients that accept it.  Start with
     ``nginx -c CONF -g 'daemon off;'``.
     """
     root = Path(directory).resolve()
@@ -488,7 +489,8 @@ def nginx_conf(directory: str | Path, port: int, run_dir: str | Path | None = No
         user = "root"
     temps = "".join(f'    {kind}_temp_path "{run}/{kind}";\n' for kind in _NGINX_TEMPS)
     lines = f"user {user};\n" if user else ""
-    return lines + _NGINX.format(workers=workers, run=run, temps=temps, port=port, root=root)
+    return lines + _NGINX.format(workers=workers, run=run, temps=temps, port=port, root=root,
+                                 gzip="on" if gzip else "off")
 
 
 def _is_root() -> bool:

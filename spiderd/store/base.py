@@ -9,7 +9,6 @@ re-crawled page's newer content always wins.
 
 from __future__ import annotations
 
-import lzma
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
@@ -20,6 +19,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from ..compression import compress, decompress
 from ..interfaces import IPageStore
 
 log = Logger()
@@ -36,16 +36,6 @@ class StoreUnavailable(RuntimeError):
     """The database stayed unreachable until the stop deadline; the page was not stored."""
 
 
-def compress(html: bytes, preset: int) -> bytes:
-    """XZ-compress a page; plain ``lzma.decompress`` reads the result."""
-    return lzma.compress(html, format=lzma.FORMAT_XZ, preset=preset)
-
-
-def decompress(blob: bytes) -> bytes:
-    """The page stored in ``blob``."""
-    return lzma.decompress(blob)
-
-
 @dataclass(frozen=True, slots=True)
 class Page:
     """One page as given to ``save``."""
@@ -54,6 +44,7 @@ class Page:
     urlhash: int
     html: bytes
     hub: bool
+    compressed: bytes | None = None  # html_lzma made elsewhere (by a parse worker), or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +75,8 @@ class Batch:
 
 def _encode(page: Page, db_hash: Callable[[int], int], preset: int) -> tuple[int, str, bytes] | BaseException:
     try:
-        return (db_hash(page.urlhash), page.url, compress(page.html, preset))
+        blob = page.compressed if page.compressed is not None else compress(page.html, preset)
+        return (db_hash(page.urlhash), page.url, blob)
     except Exception as e:  # a page that cannot be encoded fails alone
         return e
 
@@ -191,14 +183,19 @@ class PageStore(Service):
 
     # -- the API --------------------------------------------------------------------
 
-    def save(self, url: str, urlhash: int, html: bytes, hub: bool = False) -> Deferred[None]:
-        """Queue a page (and, if ``hub``, its URL as a hub); fires once its row is committed."""
+    def save(
+        self, url: str, urlhash: int, html: bytes, hub: bool = False, compressed: bytes | None = None
+    ) -> Deferred[None]:
+        """Queue a page (and, if ``hub``, its URL as a hub); fires once its row is committed.
+
+        ``compressed``, when given, is the page already XZ-compressed (by a parse worker), stored as is.
+        """
         problem = self._not_running(f"page {url!r} not saved") or check_page(url, urlhash, html)
         problem = problem or (self._hub_too_long(url) if hub else None)
         if problem is not None:
             return fail(problem)
         done: Deferred[None] = Deferred()
-        self._queue.append((Page(url, urlhash, bytes(html), bool(hub)), done))
+        self._queue.append((Page(url, urlhash, bytes(html), bool(hub), compressed), done))
         if len(self._queue) >= self.batch_size:
             self.flush()
         elif self._timer is None:
@@ -360,7 +357,9 @@ def _first(problems: Iterable[Exception | None]) -> Exception | None:
 class NullStore(PageStore):
     """A store that discards every page at once (for benchmarks): ``count`` stays 0."""
 
-    def save(self, url: str, urlhash: int, html: bytes, hub: bool = False) -> Deferred[None]:
+    def save(
+        self, url: str, urlhash: int, html: bytes, hub: bool = False, compressed: bytes | None = None
+    ) -> Deferred[None]:
         problem = self._not_running(f"page {url!r} not saved") or check_page(url, urlhash, html)
         return fail(problem) if problem else succeed(None)
 
