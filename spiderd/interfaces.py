@@ -28,6 +28,12 @@ class IURLPool(Interface):
     def claim(url: str):  # type: ignore[no-untyped-def]
         """Lease a URL that was not handed out (a redirect target) unless it is final or leased; fires True if leased."""
 
+    def seen_filter(urls):  # type: ignore[no-untyped-def]
+        """Fires with the canonical forms of ``urls`` never seen in any state (no duplicates); marks nothing."""
+
+    def seen_add(urls):  # type: ignore[no-untyped-def]
+        """Records ``urls`` as sent in a batch (final); fires with the number newly recorded."""
+
     def fetched(url: str):  # type: ignore[no-untyped-def]
         """The request for a handed-out URL is over: its host slot is free, its lease stays until set_status."""
 

@@ -303,3 +303,17 @@ def test_claim(make_pool: Any, clock: Any) -> None:
     assert result(pool.claim("ftp://bad")) is False
     clock.advance(31)
     assert drain(pool) == {"http://b.example/new": False}
+
+
+def test_seen_set_for_batched_urls(make_pool: Any) -> None:
+    """seen_filter gives the never-seen URLs (canonical, once); seen_add records them as batched, for good."""
+    pool = make_pool()
+    pool.add("http://a.example/list")
+    fresh = result(pool.seen_filter(["http://a.example/d1", "http://A.example/d1#x", "http://a.example/list", "ftp://x"]))
+    assert fresh == ["http://a.example/d1"]
+    assert result(pool.seen_add(fresh + ["http://a.example/d2"])) == 2
+    assert result(pool.seen_add(["http://a.example/d2"])) == 0
+    assert result(pool.seen_filter(["http://a.example/d1", "http://a.example/d3"])) == ["http://a.example/d3"]
+    assert result(pool.add("http://a.example/d1")) is False
+    assert result(pool.why("http://a.example/d2"))["state"] == "batched"
+    assert result(pool.stats())["batched"] == 2

@@ -89,5 +89,5 @@ def test_fsck_finds_damage() -> None:
     problems = check(pool._kv)
     assert any("no queue entry" in p for p in problems)
     assert any("host" in p for p in problems)
-    pool._kv.put(k.COUNTERS, k.pack_counters([9, 0, 0, 0, 0]))
+    pool._kv.put(k.COUNTERS, k.pack_counters([9, 0, 0, 0, 0, 0]))
     assert any("counters" in p for p in check(pool._kv))

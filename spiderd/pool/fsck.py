@@ -29,7 +29,7 @@ def check(kv: Any) -> list[str]:
             problems.append(f"waiting URL {fp} has no queue entry")
         if value[0] == k.PENDING and fp not in leased:
             problems.append(f"pending URL {fp} has no lease")
-        if value not in (k.DONE, k.FAILED) and value[0] not in (k.WAITING, k.PENDING):
+        if value not in (k.DONE, k.FAILED, k.BATCHED) and value[0] not in (k.WAITING, k.PENDING):
             problems.append(f"URL {fp} has an unknown state {value!r}")
     _check_hosts(kv, per_host, problems)
     _check_counters(kv, states, problems)
@@ -79,10 +79,11 @@ def _check_hosts(kv: Any, per_host: Counter[bytes], problems: list[str]) -> None
 
 def _check_counters(kv: Any, states: dict[int, bytes], problems: list[str]) -> None:
     counts = Counter(v[:1] for v in states.values())
-    actual = [counts[b"W"], counts[b"P"], counts[k.DONE], counts[k.FAILED]]
-    stored = k.unpack_counters(kv.get(k.COUNTERS))[:4]
+    actual = [counts[b"W"], counts[b"P"], counts[k.DONE], counts[k.FAILED], counts[k.BATCHED]]
+    stored = k.unpack_counters(kv.get(k.COUNTERS))
+    stored = stored[:4] + stored[5:]
     if actual != stored:
-        problems.append(f"counters (waiting, pending, done, failed) say {stored}, the states say {actual}")
+        problems.append(f"counters (waiting, pending, done, failed, batched) say {stored}, the states say {actual}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,13 +3,13 @@
 ==========================================  =========================================
 key                                         value
 ==========================================  =========================================
-``S`` fp                                    state: ``D`` / ``F`` (final), or
+``S`` fp                                    state: ``D`` / ``F`` (final), ``B`` (sent in a batch), or
                                             ``W`` failures prio seq, ``P`` failures prio deadline
 ``Q`` host-id prio seq                      failures, then the URL (UTF-8)
 ``L`` deadline-ms fp                        failures prio, then the URL
 ``C`` host-id                               waiting count, then the host
 ``H`` fp                                    next-due-ms, then the hub URL
-``G``                                       waiting pending done failed seq
+``G``                                       waiting pending done failed seq batched
 ==========================================  =========================================
 
 ``fp`` is the 64-bit fingerprint of the canonical URL, ``host-id`` the one of
@@ -32,12 +32,14 @@ COUNTERS = b"G"
 
 DONE = b"D"
 FAILED = b"F"
+BATCHED = b"B"
 WAITING = ord("W")
 PENDING = ord("P")
 
 _U64 = struct.Struct(">Q")
 _ACTIVE = struct.Struct(">cBBQ")  # state, failures, prio, seq-or-deadline
-_COUNTERS = struct.Struct(">5Q")
+_COUNTERS = struct.Struct(">6Q")
+_OLD_COUNTERS = struct.Struct(">5Q")
 
 u64 = _U64.pack
 from_u64 = _U64.unpack_from
@@ -76,7 +78,11 @@ def pack_counters(values: list[int]) -> bytes:
 
 
 def unpack_counters(value: bytes | None) -> list[int]:
-    return list(_COUNTERS.unpack(value)) if value else [0, 0, 0, 0, 0]
+    if not value:
+        return [0] * 6
+    if len(value) == _OLD_COUNTERS.size:
+        return [*_OLD_COUNTERS.unpack(value), 0]
+    return list(_COUNTERS.unpack(value))
 
 
 def prefix_end(prefix: bytes) -> bytes | None:

@@ -252,6 +252,28 @@ class KVPool:
         self._commit(batch, (slot,))
         return defer.succeed(True)
 
+    def seen_filter(self, urls: Iterable[str]) -> defer.Deferred[list[str]]:
+        """The canonical forms of ``urls`` the pool has never seen (in any state), without duplicates."""
+        kv_get = self._kv.get
+        fresh: dict[int, str] = {}
+        for u in map(self._parse, urls):
+            if u is not None and u.fingerprint not in fresh and kv_get(k.state_key(u.fingerprint)) is None:
+                fresh[u.fingerprint] = u.url
+        return defer.succeed(list(fresh.values()))
+
+    def seen_add(self, urls: Iterable[str]) -> defer.Deferred[int]:
+        """Record ``urls`` as sent in a batch (a final state here); fires with the number newly recorded."""
+        batch = self._kv.write_batch()
+        marked: set[int] = set()
+        for u in map(self._parse, urls):
+            if u is not None and u.fingerprint not in marked and self._kv.get(k.state_key(u.fingerprint)) is None:
+                marked.add(u.fingerprint)
+                batch.put(k.state_key(u.fingerprint), k.BATCHED)
+        if marked:
+            self._counters[5] += len(marked)
+            self._commit(batch, ())
+        return defer.succeed(len(marked))
+
     def fetched(self, url: str) -> defer.Deferred[None]:
         """The request for a handed-out URL is over: free its host slot (the lease stays until set_status)."""
         self._release(self._leased.get(url))
@@ -341,13 +363,14 @@ class KVPool:
         return defer.succeed(max(0.0, min(known) - now) if known else None)
 
     def stats(self) -> defer.Deferred[dict[str, Any]]:
-        waiting, pending, done, failed, _ = self._counters
+        waiting, pending, done, failed, _, batched = self._counters
         return defer.succeed(
             {
                 "waiting": waiting,
                 "pending": pending,
                 "done": done,
                 "failed": failed,
+                "batched": batched,
                 "hosts": self.politeness.active_hosts(),
                 "max_host": list(self.politeness.largest()),
                 "hubs": len(self._hubs),
@@ -447,6 +470,8 @@ def _describe_state(state: bytes | None) -> dict[str, Any]:
         return {"state": "done"}
     if state == k.FAILED:
         return {"state": "failed"}
+    if state == k.BATCHED:
+        return {"state": "batched"}
     failures, prio, number = k.parse_active(state)
     kind = "detail" if prio else "list"
     if state[0] == k.WAITING:
