@@ -34,6 +34,9 @@ class IURLPool(Interface):
     def seen_add(urls):  # type: ignore[no-untyped-def]
         """Records ``urls`` as sent in a batch (final); fires with the number newly recorded."""
 
+    def next_batch(count: int = 1):  # type: ignore[no-untyped-def]
+        """Reserves ``count`` batch numbers, unique across restarts (and nodes); fires with the first."""
+
     def fetched(url: str):  # type: ignore[no-untyped-def]
         """The request for a handed-out URL is over: its host slot is free, its lease stays until set_status."""
 

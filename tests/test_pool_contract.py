@@ -317,3 +317,14 @@ def test_seen_set_for_batched_urls(make_pool: Any) -> None:
     assert result(pool.add("http://a.example/d1")) is False
     assert result(pool.why("http://a.example/d2"))["state"] == "batched"
     assert result(pool.stats())["batched"] == 2
+
+
+def test_batch_numbers_unique_across_reopen(make_pool: Any) -> None:
+    """next_batch hands out fresh numbers, in ranges, and never again after a reopen."""
+    pool = make_pool()
+    assert result(pool.next_batch()) == 1
+    assert result(pool.next_batch(3)) == 2
+    assert result(pool.next_batch()) == 5
+    if make_pool.backend != "memory":
+        pool = make_pool()
+        assert result(pool.next_batch()) == 6

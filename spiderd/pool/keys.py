@@ -10,6 +10,7 @@ key                                         value
 ``C`` host-id                               waiting count, then the host
 ``H`` fp                                    next-due-ms, then the hub URL
 ``G``                                       waiting pending done failed seq batched
+``N``                                       the last batch number handed out
 ==========================================  =========================================
 
 ``fp`` is the 64-bit fingerprint of the canonical URL, ``host-id`` the one of
@@ -29,6 +30,7 @@ LEASE = b"L"
 HOST = b"C"
 HUB = b"H"
 COUNTERS = b"G"
+BATCH_NUMBER = b"N"
 
 DONE = b"D"
 FAILED = b"F"

@@ -274,6 +274,12 @@ class KVPool:
             self._commit(batch, ())
         return defer.succeed(len(marked))
 
+    def next_batch(self, count: int = 1) -> defer.Deferred[int]:
+        """Reserve ``count`` batch numbers, unique for the life of the store; fires with the first."""
+        last = k.from_u64(self._kv.get(k.BATCH_NUMBER, k.u64(0)))[0]
+        self._kv.put(k.BATCH_NUMBER, k.u64(last + count))
+        return defer.succeed(last + 1)
+
     def fetched(self, url: str) -> defer.Deferred[None]:
         """The request for a handed-out URL is over: free its host slot (the lease stays until set_status)."""
         self._release(self._leased.get(url))
