@@ -9,6 +9,7 @@ from twisted.internet.interfaces import IReactorTime
 
 from .kvpool import KVPool
 from .memkv import MemoryKV
+from .trim import trim
 
 __all__ = ["KVPool", "MemoryKV", "open_leveldb_pool", "open_memory_pool"]
 
@@ -26,6 +27,7 @@ def open_leveldb_pool(path: str, clock: IReactorTime, **options: Any) -> KVPool:
         lru_cache_size=16 << 20,
         max_open_files=500,
     )
+    options.setdefault("trim", lambda: trim(path))
     return KVPool(db, clock, **options)
 
 

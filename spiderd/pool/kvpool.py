@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
@@ -25,6 +25,8 @@ from ..urls import MAX_URL_LENGTH, BadURL, URL, fingerprint, host_of, parse
 from . import keys as k
 
 log = Logger()
+
+TRIM_EVERY = 4096
 
 
 @implementer(IURLPool)
@@ -43,6 +45,7 @@ class KVPool:
         final_codes: frozenset[int] = st.FINAL_CODES,
         max_url_length: int = MAX_URL_LENGTH,
         max_urls_per_host: int = 0,
+        trim: Callable[[], Any] | None = None,
     ) -> None:
         self._kv = kv
         self._clock = clock
@@ -62,6 +65,8 @@ class KVPool:
         self._hub_span = 0.0
         self._lease_bound = float("inf")
         self._ops = 0
+        self._trim = trim
+        self._touched = 0
         self._load()
 
     # -- opening --------------------------------------------------------------------
@@ -103,6 +108,7 @@ class KVPool:
         seen: set[int] = set()
         added = 0
         for raw in urls:
+            self._touched += 1
             u = self._parse(raw)
             if u is None or u.fingerprint in seen:
                 continue
@@ -122,6 +128,7 @@ class KVPool:
             added += 1
         if added:
             self._commit(batch, touched.values())
+        self._maybe_trim()
         return added
 
     def _enqueue(self, batch: Any, url: str, fp: int, slot: HostSlot, prio: int, failures: int) -> None:
@@ -145,7 +152,9 @@ class KVPool:
         touched = self._pop_urls(batch, now, count - len(hubs), result)
         if result:
             self._commit(batch, touched)
+        self._touched += len(result)
         self._maybe_collect(now)
+        self._maybe_trim()
         return defer.succeed(result)
 
     def _pop_urls(self, batch: Any, now: float, wanted: int, result: dict[str, bool]) -> list[HostSlot]:
@@ -291,6 +300,7 @@ class KVPool:
             self.politeness.release(self._slot(leased[1]))
 
     def set_status(self, url: str, status_code: int) -> defer.Deferred[None]:
+        self._touched += 1
         leased = self._leased.pop(url, None)
         self._release(leased)
         u = URL(url, leased[1], leased[0]) if leased is not None else self._parse(url)
@@ -462,6 +472,12 @@ class KVPool:
         following = next(self._kv.iterator(prefix=k.LEASE, include_value=False), None)
         self._lease_bound = k.from_u64(following, 1)[0] / 1000.0 if following else float("inf")
         return len(expired)
+
+    def _maybe_trim(self) -> None:
+        """Every TRIM_EVERY URLs touched, drop the mapped table pages from the resident set (see trim.py)."""
+        if self._trim is not None and self._touched >= TRIM_EVERY:
+            self._touched = 0
+            self._trim()
 
     def _maybe_collect(self, now: float) -> None:
         self._ops += 1
