@@ -70,6 +70,7 @@ def build(settings: cfg.Settings, reactor: Any, demo: bool = False) -> IService:
     from .seeds import SeedService
     from .stats import CrawlStats, ProgressLogger
     from .store import open_store
+    from .systemd import SystemdNotifier
 
     top = OrderedMultiService()
     pool = _open_pool(settings, reactor)
@@ -100,6 +101,7 @@ def build(settings: cfg.Settings, reactor: Any, demo: bool = False) -> IService:
     crawler.setServiceParent(top)
     if settings.exit_when_done:
         crawler.finished.addCallback(lambda _: reactor.stop())
+    SystemdNotifier(reactor, status=lambda: f"{stats.counts['pages']} pages").setServiceParent(top)
     return top
 
 

@@ -1,0 +1,94 @@
+"""systemd: sd_notify messages to a test socket, the journald log format, the unit files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from twisted.internet.task import Clock
+from twisted.logger import LogLevel
+from twisted.python.failure import Failure
+
+from spiderd.logs import journal_line
+from spiderd.systemd import SystemdNotifier, notify
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def listening(path: str) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind("\0" + path[1:] if path.startswith("@") else path)
+    s.setblocking(False)
+    return s
+
+
+def received(s: socket.socket) -> list[str]:
+    messages = []
+    while True:
+        try:
+            messages.append(s.recv(4096).decode())
+        except BlockingIOError:
+            return messages
+
+
+def test_ready_watchdog_stopping(tmp_path: Path) -> None:
+    """READY=1 at start, WATCHDOG=1 every half WATCHDOG_USEC of the (injected) clock, STOPPING=1 at stop."""
+    path = str(tmp_path / "notify")
+    sock = listening(path)
+    clock = Clock()
+    notifier = SystemdNotifier(clock, {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "10000000"}, status=lambda: "12 pages")
+    notifier.startService()
+    first = received(sock)
+    assert first[0] == "READY=1\nSTATUS=12 pages" and first[1].startswith("WATCHDOG=1")
+    clock.advance(5)
+    assert received(sock) == ["WATCHDOG=1\nSTATUS=12 pages"]
+    clock.advance(4)
+    assert received(sock) == []
+    notifier.stopService()
+    assert received(sock) == ["STOPPING=1"]
+    clock.advance(10)
+    assert received(sock) == []
+
+
+def test_abstract_socket_and_absent_socket() -> None:
+    """An abstract socket name (@...) works; without NOTIFY_SOCKET nothing is sent."""
+    name = f"@spiderd-test-{os.getpid()}"
+    sock = listening(name)
+    assert notify("READY=1", name) is True
+    assert received(sock) == ["READY=1"]
+    assert notify("READY=1", "") is False
+    SystemdNotifier(Clock(), {}).startService()
+
+
+def test_journal_lines_have_priority_and_no_timestamp() -> None:
+    """Each line of an event gets the syslog priority prefix and no timestamp (journald adds its own)."""
+    info = {"log_format": "Crawled {n} pages", "n": 5, "log_level": LogLevel.info, "log_namespace": "spiderd.x",
+            "log_time": 1.0}
+    assert journal_line(info) == "<6>[spiderd.x] Crawled 5 pages\n"
+    try:
+        1 / 0
+    except ZeroDivisionError:
+        failure = Failure()
+    err = {"log_format": "boom", "log_level": LogLevel.critical, "log_namespace": "n", "log_failure": failure}
+    lines = journal_line(err).splitlines()
+    assert lines[0] == "<2>[n] boom" and all(line.startswith("<2>[n] ") for line in lines)
+    assert "ZeroDivisionError" in lines[-1]
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
+@pytest.mark.parametrize("unit, name", [("spiderd.service", "spiderd.service"), ("spiderd@.service", "spiderd@worker.service")])
+def test_units_verify(tmp_path: Path, unit: str, name: str) -> None:
+    """systemd-analyze verify passes on the units (with ExecStart pointed at this environment's twistd)."""
+    twistd = Path(sys.executable).with_name("twistd")
+    text = (ROOT / "systemd" / unit).read_text().replace("/opt/spiderd/bin/twistd", str(twistd))
+    (tmp_path / unit).write_text(text)
+    target = tmp_path / name
+    if name != unit:
+        target.symlink_to(tmp_path / unit)
+    out = subprocess.run(["systemd-analyze", "verify", str(target)], capture_output=True, text=True)
+    assert out.returncode == 0 and not out.stderr.strip(), out.stderr
