@@ -326,7 +326,7 @@ _FAILURES: list[tuple[tuple[type, ...], int, str]] = [
     ((TooLarge,), st.TOO_LARGE, "too-large"),
     ((error.DNSLookupError,), st.DNS_ERROR, "dns"),
     ((error.ConnectionRefusedError,), st.CONNECT_REFUSED, "refused"),
-    ((CancelledError, error.TimeoutError, defer.TimeoutError), st.TIMEOUT, "timeout"),
+    ((CancelledError, error.TimeoutError, defer.TimeoutError, error.ConnectingCancelledError), st.TIMEOUT, "timeout"),
     ((error.ConnectError,), st.CONNECT_ERROR, "connect"),
     (
         (error.ConnectionLost, error.ConnectionDone, client.ResponseFailed, ValueError),
