@@ -10,6 +10,7 @@ of their own, never on the reactor thread.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Any, Callable
@@ -111,7 +112,7 @@ class ItemWriter(Service):
         for item in items:
             if self._file is None:
                 self._open()
-            self._file.write(json.dumps(item, ensure_ascii=False, separators=(",", ":"), default=str) + "\n")
+            self._file.write(json_line(item))
             self._in_file += 1
             if self._in_file >= self._rotate_count:
                 rotated.append(self._close())
@@ -145,6 +146,31 @@ class ItemWriter(Service):
         for path in rotated:
             self._rotated(path)
         self._threads.stop()
+
+
+def json_line(item: dict[str, Any]) -> str:
+    """One JSON line; NaN and Infinity (not JSON: Spark marks the record corrupt) become null."""
+    try:
+        return _dumps(item)
+    except ValueError as e:
+        if "Out of range float" not in str(e):
+            raise
+        return _dumps(_finite(item))
+
+
+def _dumps(item: Any) -> str:
+    return json.dumps(item, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with non-finite floats replaced: null as values, their name as dict keys."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {(str(k) if isinstance(k, float) and not math.isfinite(k) else k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def recover_partial_files(directory: str) -> list[str]:

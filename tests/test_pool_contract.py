@@ -1,248 +1,487 @@
-"""The pool contract of seed 000, run on every backend."""
+"""The pool contract of seed 000, run on every backend (memory, LevelDB, Redis), plus what only Redis has: many nodes."""
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from typing import Any, Generator
 
-import pytest
+from twisted.internet import defer
+from twisted.internet.task import Clock
+from twisted.trial.unittest import TestCase
 from zope.interface.verify import verifyObject
 
 from spiderd import status
 from spiderd.interfaces import IURLPool
+from spiderd.politeness import Politeness
+from spiderd.pool import open_leveldb_pool, open_memory_pool
+from spiderd.pool.redis import open_redis_pool
+from spiderd.pool.redis.link import RedisLink, parse_redis_url
 
-from .helpers import result
+from . import services
 
-
-def drain(pool: Any, count: int = 100) -> dict[str, bool]:
-    return result(pool.pop(count))
-
-
-def test_provides_interface(make_pool: Any) -> None:
-    """Every backend provides IURLPool."""
-    assert verifyObject(IURLPool, make_pool())
+Gen = Generator[Any, Any, None]
 
 
-def test_add_dedups_and_pop_leases(make_pool: Any) -> None:
-    """A URL is queued once; a popped URL is pending and not queued again."""
-    pool = make_pool()
-    assert result(pool.add("http://a.example/1")) is True
-    assert result(pool.add("http://A.example:80/1#x")) is False
-    assert drain(pool) == {"http://a.example/1": False}
-    assert result(pool.add("http://a.example/1")) is False
-    stats = result(pool.stats())
-    assert (stats["waiting"], stats["pending"]) == (0, 1)
+class PoolContract:
+    """The contract; a subclass per backend provides ``open_pool`` (a Deferred) and ``reopens``."""
+
+    backend = ""
+    reopens = True  # a second make_pool() opens the same storage
+
+    def setUp(self) -> None:
+        super().setUp()  # type: ignore[misc]
+        self.clock = Clock()
+        self.clock.advance(1_000_000)
+        self.pools: list[Any] = []
+        self.addCleanup(self._close_all)  # type: ignore[attr-defined]
+
+    def open_pool(self, politeness: Politeness, options: dict[str, Any]) -> defer.Deferred[Any]:
+        raise NotImplementedError
+
+    @defer.inlineCallbacks
+    def make_pool(self, delay: float = 0.0, concurrency: int = 1, **options: Any) -> Generator[Any, Any, Any]:
+        """A pool of this backend; called again, it reopens the same storage where the backend can."""
+        options.setdefault("pending_threshold", 60.0)
+        politeness = Politeness(delay=delay, concurrency=concurrency, overrides=options.pop("overrides", {}))
+        pool = yield self.open_pool(politeness, options)
+        self.pools.append(pool)
+        return pool
+
+    @defer.inlineCallbacks
+    def _close_all(self) -> Gen:
+        for pool in self.pools:
+            yield pool.close()
+
+    def drain(self, pool: Any, count: int = 100) -> defer.Deferred[dict[str, bool]]:
+        return pool.pop(count)
+
+    # -- the contract ---------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def test_provides_interface(self) -> Gen:
+        """Every backend provides IURLPool."""
+        assert verifyObject(IURLPool, (yield self.make_pool()))
+
+    @defer.inlineCallbacks
+    def test_add_dedups_and_pop_leases(self) -> Gen:
+        """A URL is queued once; a popped URL is pending and not queued again."""
+        pool = yield self.make_pool()
+        assert (yield pool.add("http://a.example/1")) is True
+        assert (yield pool.add("http://A.example:80/1#x")) is False
+        assert (yield self.drain(pool)) == {"http://a.example/1": False}
+        assert (yield pool.add("http://a.example/1")) is False
+        stats = yield pool.stats()
+        assert (stats["waiting"], stats["pending"]) == (0, 1)
+
+    @defer.inlineCallbacks
+    def test_done_is_final_unless_always(self) -> Gen:
+        """200 is done; a done URL is not added again, unless always=True."""
+        pool = yield self.make_pool()
+        yield pool.add("http://a.example/1")
+        yield self.drain(pool)
+        yield pool.set_status("http://a.example/1", 200)
+        assert (yield pool.add("http://a.example/1")) is False
+        assert (yield pool.stats())["done"] == 1
+        assert (yield pool.add("http://a.example/1", always=True)) is True
+        stats = yield pool.stats()
+        assert (stats["done"], stats["waiting"]) == (0, 1)
+
+    @defer.inlineCallbacks
+    def _final_failure(self, code: int) -> Gen:
+        pool = yield self.make_pool()
+        yield pool.add("http://a.example/1")
+        yield self.drain(pool)
+        yield pool.set_status("http://a.example/1", code)
+        assert (yield pool.stats())["failed"] == 1
+        assert (yield self.drain(pool)) == {}
+        assert (yield pool.add("http://a.example/1")) is False
+
+    def test_final_failure_404(self) -> defer.Deferred[None]:
+        """404 fails a URL at once."""
+        return self._final_failure(404)
+
+    def test_final_failure_410(self) -> defer.Deferred[None]:
+        """410 fails a URL at once."""
+        return self._final_failure(410)
+
+    def test_final_failure_robots(self) -> defer.Deferred[None]:
+        """A robots.txt denial fails a URL at once."""
+        return self._final_failure(status.ROBOTS_DENIED)
+
+    def test_final_failure_too_large(self) -> defer.Deferred[None]:
+        """A body over the size limit fails a URL at once."""
+        return self._final_failure(status.TOO_LARGE)
+
+    @defer.inlineCallbacks
+    def _retried_until_threshold(self, code: int) -> Gen:
+        pool = yield self.make_pool(failure_threshold=3)
+        yield pool.add("http://a.example/1")
+        for attempt in range(4):
+            assert (yield self.drain(pool)) == {"http://a.example/1": False}, attempt
+            yield pool.set_status("http://a.example/1", code)
+            self.clock.advance(1)
+        assert (yield self.drain(pool)) == {}
+        stats = yield pool.stats()
+        assert (stats["failed"], stats["waiting"], stats["pending"]) == (1, 0, 0)
+
+    def test_retried_500(self) -> defer.Deferred[None]:
+        """500 is retried failure_threshold times, then final (seed: count > threshold)."""
+        return self._retried_until_threshold(500)
+
+    def test_retried_503(self) -> defer.Deferred[None]:
+        """503 is retried failure_threshold times, then final."""
+        return self._retried_until_threshold(503)
+
+    def test_retried_403(self) -> defer.Deferred[None]:
+        """403 is retried failure_threshold times, then final."""
+        return self._retried_until_threshold(403)
+
+    def test_retried_timeout(self) -> defer.Deferred[None]:
+        """A timeout is retried failure_threshold times, then final."""
+        return self._retried_until_threshold(status.TIMEOUT)
+
+    def test_retried_refused(self) -> defer.Deferred[None]:
+        """A refused connection is retried failure_threshold times, then final."""
+        return self._retried_until_threshold(status.CONNECT_REFUSED)
+
+    @defer.inlineCallbacks
+    def test_expired_lease_handed_out_again(self) -> Gen:
+        """A pending URL whose lease expired is handed out again without being re-added."""
+        pool = yield self.make_pool(pending_threshold=30)
+        yield pool.add("http://a.example/1")
+        assert (yield self.drain(pool)) == {"http://a.example/1": False}
+        self.clock.advance(29)
+        assert (yield self.drain(pool)) == {}
+        self.clock.advance(2)
+        assert (yield self.drain(pool)) == {"http://a.example/1": False}
+        yield pool.set_status("http://a.example/1", 200)
+        stats = yield pool.stats()
+        assert (stats["pending"], stats["done"], stats["waiting"]) == (0, 1, 0)
+
+    @defer.inlineCallbacks
+    def test_late_status_after_expiry(self) -> Gen:
+        """A status arriving after the lease expired still finishes the URL, which leaves the queue."""
+        pool = yield self.make_pool(pending_threshold=30)
+        yield pool.add("http://a.example/1")
+        yield self.drain(pool)
+        self.clock.advance(31)
+        assert (yield pool.next_due()) == 0
+        yield pool.set_status("http://a.example/1", 200)
+        assert (yield self.drain(pool)) == {}
+        stats = yield pool.stats()
+        assert (stats["waiting"], stats["pending"], stats["done"]) == (0, 0, 1)
+
+    @defer.inlineCallbacks
+    def test_hubs_once_per_span(self) -> Gen:
+        """Hubs come out flagged, at most once per refresh span, and take at most hub_percent of a pop."""
+        pool = yield self.make_pool(concurrency=10)
+        yield pool.set_hubs([f"http://h{i}.example/" for i in range(4)], 60)
+        yield pool.addmany([f"http://a.example/{i}" for i in range(10)])
+        first = yield pool.pop(4, hub_percent=50)
+        assert sum(first.values()) == 2 and len(first) == 4
+        for url in first:
+            yield pool.set_status(url, 200)
+        second = yield pool.pop(10, hub_percent=50)
+        assert sum(second.values()) == 2
+        for url in second:
+            yield pool.set_status(url, 200)
+        assert sum((yield pool.pop(10)).values()) == 0
+        self.clock.advance(61)
+        assert sum((yield pool.pop(10)).values()) == 4
+
+    @defer.inlineCallbacks
+    def test_list_before_detail(self) -> Gen:
+        """Within a host, list URLs (the higher queue) come before detail URLs (the lower queue)."""
+        pool = yield self.make_pool(concurrency=10)
+        yield pool.addmany([f"http://a.example/d{i}" for i in range(3)], detail=True)
+        yield pool.addmany([f"http://a.example/l{i}" for i in range(2)])
+        assert list((yield self.drain(pool, 2))) == ["http://a.example/l0", "http://a.example/l1"]
+
+    @defer.inlineCallbacks
+    def test_delay_and_turns(self) -> Gen:
+        """With a delay, each host gives one URL per delay; a big host does not starve a small one."""
+        pool = yield self.make_pool(delay=2.0)
+        yield pool.addmany([f"http://big.example/{i}" for i in range(1000)])
+        yield pool.addmany(["http://small.example/1", "http://small.example/2"])
+        popped = yield self.drain(pool)
+        assert sorted(popped) == ["http://big.example/0", "http://small.example/1"]
+        for url in popped:
+            yield pool.set_status(url, 200)
+        assert (yield self.drain(pool)) == {}
+        assert abs((yield pool.next_due()) - 2.0) < 1e-6
+        self.clock.advance(2)
+        assert sorted((yield self.drain(pool))) == ["http://big.example/1", "http://small.example/2"]
+
+    @defer.inlineCallbacks
+    def test_concurrency_without_delay(self) -> Gen:
+        """A delay of 0 with concurrency 64 hands out 64 URLs of one host at once, and more as they finish."""
+        pool = yield self.make_pool(delay=0.0, concurrency=64)
+        yield pool.addmany([f"http://one.example/{i}" for i in range(200)])
+        first = yield self.drain(pool, 100)
+        assert len(first) == 64
+        assert (yield self.drain(pool, 100)) == {}
+        for url in list(first)[:10]:
+            yield pool.set_status(url, 200)
+        assert len((yield self.drain(pool, 100))) == 10
+
+    @defer.inlineCallbacks
+    def test_crawl_delay_raises_host_delay(self) -> Gen:
+        """A robots.txt Crawl-delay raises a host's delay above the configured one."""
+        pool = yield self.make_pool(delay=0.0, concurrency=4)
+        yield pool.set_host_delay("a.example", 5.0)
+        yield pool.addmany([f"http://a.example/{i}" for i in range(5)])
+        assert len((yield self.drain(pool))) == 1
+        self.clock.advance(4.9)
+        assert (yield self.drain(pool)) == {}
+        self.clock.advance(0.2)
+        assert len((yield self.drain(pool))) == 1
+
+    @defer.inlineCallbacks
+    def test_per_host_overrides(self) -> Gen:
+        """Configured per-host concurrency applies to that host only."""
+        pool = yield self.make_pool(concurrency=1, overrides={"fast.example": (0.0, 3)})
+        yield pool.addmany([f"http://fast.example/{i}" for i in range(5)] + [f"http://slow.example/{i}" for i in range(5)])
+        popped = yield self.drain(pool)
+        assert sum(u.startswith("http://fast") for u in popped) == 3
+        assert sum(u.startswith("http://slow") for u in popped) == 1
+
+    @defer.inlineCallbacks
+    def test_bad_input_rejected_and_counted(self) -> Gen:
+        """Bad URLs never raise: they are rejected with a reason and counted."""
+        pool = yield self.make_pool()
+        bad = ["ftp://a.example/", "http:///x", "x" * 5000, "http://a.example:0x50/", "", None, 42]
+        assert (yield pool.addmany(bad)) == 0
+        assert (yield pool.add("javascript:void(0)")) is False
+        yield pool.set_status("mailto:x@y", 200)
+        rejected = (yield pool.stats())["rejected"]
+        assert sum(rejected.values()) == len(bad) + 2
+        assert {"bad-scheme", "no-host", "too-long", "not-a-string"} <= set(rejected)
+
+    @defer.inlineCallbacks
+    def test_addmany_accepts_a_single_string(self) -> Gen:
+        """addmany with a str adds that one URL (the seed warns and does the same)."""
+        pool = yield self.make_pool()
+        assert (yield pool.addmany("http://a.example/1")) == 1
+
+    @defer.inlineCallbacks
+    def test_status_of_redirect_target(self) -> Gen:
+        """A status for a URL the pool never handed out (a redirect target) records it, and takes it out of the queue."""
+        pool = yield self.make_pool()
+        yield pool.add("http://a.example/target")
+        yield pool.set_status("http://a.example/target", 200)
+        yield pool.set_status("http://b.example/unknown", 200)
+        assert (yield self.drain(pool)) == {}
+        stats = yield pool.stats()
+        assert (stats["done"], stats["waiting"]) == (2, 0)
+
+    @defer.inlineCallbacks
+    def test_size_empty_and_max_host(self) -> Gen:
+        """size, empty and the largest host follow the waiting URLs."""
+        pool = yield self.make_pool()
+        assert (yield pool.empty()) is True
+        yield pool.addmany([f"http://a.example/{i}" for i in range(3)] + ["http://b.example/1"])
+        assert (yield pool.size()) == 4
+        assert (yield pool.empty()) is False
+        stats = yield pool.stats()
+        assert stats["max_host"] == ["a.example", 3] and stats["hosts"] == 2
+
+    @defer.inlineCallbacks
+    def test_why(self) -> Gen:
+        """why() tells a URL's state, failures and host."""
+        pool = yield self.make_pool()
+        yield pool.add("http://a.example/1")
+        assert (yield pool.why("http://a.example/1"))["state"] == "waiting"
+        yield self.drain(pool)
+        yield pool.set_status("http://a.example/1", 503)
+        answer = yield pool.why("http://a.example/1")
+        assert (answer["state"], answer["failures"], answer["host"]) == ("waiting", 1, "a.example")
+        assert (yield pool.why("ftp://x"))["state"] == "rejected"
+        assert (yield pool.why("http://never.example/"))["state"] == "unknown"
+
+    @defer.inlineCallbacks
+    def test_reopen_keeps_everything(self) -> Gen:
+        """After a reopen: waiting URLs wait, done ones stay done, leases come back, hubs keep their span.
+
+        On LevelDB one process owns the store, so its leases come back at
+        once; on Redis a restarted node is one more node, and the old node's
+        leases come back when they expire.
+        """
+        if not self.reopens:
+            self.skipTest("the memory backend keeps nothing across a reopen")  # type: ignore[attr-defined]
+        pool = yield self.make_pool(concurrency=10)
+        yield pool.addmany([f"http://a.example/{i}" for i in range(5)])
+        yield pool.set_hubs(["http://a.example/hub"], 3600)
+        popped = yield self.drain(pool, 3)
+        assert "http://a.example/hub" in popped
+        done = [u for u in popped if not popped[u]][0]
+        yield pool.set_status(done, 200)
+        pool = yield self.make_pool(concurrency=10)
+        yield pool.set_hubs(["http://a.example/hub"], 3600)
+        stats = yield pool.stats()
+        again = dict((yield self.drain(pool)))
+        if self.backend == "redis":
+            assert (stats["waiting"], stats["pending"], stats["done"]) == (3, 1, 1)
+            assert len(again) == 3
+            for url in again:
+                yield pool.set_status(url, 200)
+            self.clock.advance(61)  # past the old node's lease
+            later = yield self.drain(pool)
+            assert len(later) == 1
+            again.update(later)
+        else:
+            assert (stats["waiting"], stats["pending"], stats["done"]) == (4, 0, 1)
+        assert done not in again and "http://a.example/hub" not in again and len(again) == 4
+
+    @defer.inlineCallbacks
+    def test_host_whose_id_ends_in_ff(self) -> Gen:
+        """A host whose 8-byte id ends in 0xff is popped like any other."""
+        from spiderd.pool.keys import host_id
+
+        host = next(f"h{i}.example" for i in range(100000) if host_id(f"h{i}.example").endswith(b"\xff"))
+        pool = yield self.make_pool()
+        yield pool.add(f"http://{host}/x")
+        assert (yield self.drain(pool)) == {f"http://{host}/x": False}
+
+    @defer.inlineCallbacks
+    def test_max_urls_per_host(self) -> Gen:
+        """A host with max_urls_per_host URLs waiting takes no more (a link trap cannot fill the pool)."""
+        pool = yield self.make_pool(max_urls_per_host=3)
+        assert (yield pool.addmany([f"http://trap.example/cal/{i}" for i in range(10)])) == 3
+        assert (yield pool.add("http://other.example/1")) is True
+        assert (yield pool.stats())["rejected"] == {"host-full": 7}
+
+    @defer.inlineCallbacks
+    def test_fetched_frees_the_host_slot_but_keeps_the_lease(self) -> Gen:
+        """fetched() lets the host's next URL out while the first is still pending (being processed)."""
+        pool = yield self.make_pool(concurrency=1)
+        yield pool.addmany(["http://a.example/1", "http://a.example/2"])
+        assert list((yield self.drain(pool))) == ["http://a.example/1"]
+        assert (yield self.drain(pool)) == {}
+        yield pool.fetched("http://a.example/1")
+        assert list((yield self.drain(pool))) == ["http://a.example/2"]
+        assert (yield pool.stats())["pending"] == 2
+        yield pool.set_status("http://a.example/1", 200)
+        yield pool.fetched("http://a.example/2")
+        yield pool.fetched("http://a.example/2")  # twice is harmless
+        yield pool.add("http://a.example/3")
+        assert list((yield self.drain(pool))) == ["http://a.example/3"]
+        assert (yield self.drain(pool)) == {}
+
+    @defer.inlineCallbacks
+    def test_claim(self) -> Gen:
+        """claim() leases a waiting or unknown URL once; done, failed or leased URLs are not claimed."""
+        pool = yield self.make_pool(concurrency=5, pending_threshold=30)
+        yield pool.add("http://b.example/w")
+        assert (yield pool.claim("http://b.example/w")) is True
+        assert (yield pool.claim("http://b.example/w")) is False
+        assert (yield self.drain(pool)) == {}
+        assert (yield pool.claim("http://b.example/new")) is True
+        assert (yield pool.stats())["pending"] == 2
+        yield pool.set_status("http://b.example/w", 200)
+        assert (yield pool.claim("http://b.example/w")) is False
+        assert (yield pool.claim("ftp://bad")) is False
+        self.clock.advance(31)
+        assert (yield self.drain(pool)) == {"http://b.example/new": False}
+
+    @defer.inlineCallbacks
+    def test_seen_set_for_batched_urls(self) -> Gen:
+        """seen_filter gives the never-seen URLs (canonical, once); seen_add records them as batched, for good."""
+        pool = yield self.make_pool()
+        yield pool.add("http://a.example/list")
+        fresh = yield pool.seen_filter(["http://a.example/d1", "http://A.example/d1#x", "http://a.example/list", "ftp://x"])
+        assert fresh == ["http://a.example/d1"]
+        assert (yield pool.seen_add(fresh + ["http://a.example/d2"])) == 2
+        assert (yield pool.seen_add(["http://a.example/d2"])) == 0
+        assert (yield pool.seen_filter(["http://a.example/d1", "http://a.example/d3"])) == ["http://a.example/d3"]
+        assert (yield pool.add("http://a.example/d1")) is False
+        assert (yield pool.why("http://a.example/d2"))["state"] == "batched"
+        assert (yield pool.stats())["batched"] == 2
+        assert (yield pool.add("http://a.example/d2", always=True)) is True
+        stats = yield pool.stats()
+        assert (stats["batched"], stats["failed"], stats["waiting"]) == (1, 0, 2)
+
+    @defer.inlineCallbacks
+    def test_batch_numbers_unique_across_reopen(self) -> Gen:
+        """next_batch hands out fresh numbers, in ranges, and never again after a reopen."""
+        pool = yield self.make_pool()
+        assert (yield pool.next_batch()) == 1
+        assert (yield pool.next_batch(3)) == 2
+        assert (yield pool.next_batch()) == 5
+        if self.reopens:
+            pool = yield self.make_pool()
+            assert (yield pool.next_batch()) == 6
 
 
-def test_done_is_final_unless_always(make_pool: Any) -> None:
-    """200 is done; a done URL is not added again, unless always=True."""
-    pool = make_pool()
-    pool.add("http://a.example/1")
-    drain(pool)
-    pool.set_status("http://a.example/1", 200)
-    assert result(pool.add("http://a.example/1")) is False
-    assert result(pool.stats())["done"] == 1
-    assert result(pool.add("http://a.example/1", always=True)) is True
-    stats = result(pool.stats())
-    assert (stats["done"], stats["waiting"]) == (0, 1)
+class MemoryPoolTests(PoolContract, TestCase):
+    """The contract on the in-memory pool."""
+
+    backend = "memory"
+    reopens = False
+
+    def open_pool(self, politeness: Politeness, options: dict[str, Any]) -> defer.Deferred[Any]:
+        return defer.succeed(open_memory_pool(self.clock, politeness=politeness, **options))
 
 
-@pytest.mark.parametrize("code", [404, 410, status.ROBOTS_DENIED, status.TOO_LARGE])
-def test_final_failures(make_pool: Any, code: int) -> None:
-    """404, 410 and spiderd's final codes fail a URL at once."""
-    pool = make_pool()
-    pool.add("http://a.example/1")
-    drain(pool)
-    pool.set_status("http://a.example/1", code)
-    assert result(pool.stats())["failed"] == 1
-    assert drain(pool) == {}
-    assert result(pool.add("http://a.example/1")) is False
+class LevelDBPoolTests(PoolContract, TestCase):
+    """The contract on the LevelDB pool; a reopen closes the open pool first (one process owns the store)."""
+
+    backend = "leveldb"
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.path = self.mktemp()
+
+    @defer.inlineCallbacks
+    def open_pool(self, politeness: Politeness, options: dict[str, Any]) -> Generator[Any, Any, Any]:
+        for old in self.pools:
+            yield old.close()
+        return open_leveldb_pool(self.path, self.clock, politeness=politeness, **options)
 
 
-@pytest.mark.parametrize("code", [500, 503, 403, status.TIMEOUT, status.CONNECT_REFUSED])
-def test_retried_until_threshold(make_pool: Any, clock: Any, code: int) -> None:
-    """Other codes and network errors are retried failure_threshold times, then final (seed: count > threshold)."""
-    pool = make_pool(failure_threshold=3)
-    pool.add("http://a.example/1")
-    for attempt in range(4):
-        assert drain(pool) == {"http://a.example/1": False}, attempt
-        pool.set_status("http://a.example/1", code)
-        clock.advance(1)
-    assert drain(pool) == {}
-    stats = result(pool.stats())
-    assert (stats["failed"], stats["waiting"], stats["pending"]) == (1, 0, 0)
+class RedisKeys:
+    """A key space of its own on the test Redis (skipped without one), deleted after the test."""
+
+    def setUp(self) -> None:
+        host, port = services.need_redis()
+        super().setUp()  # type: ignore[misc]
+        self.redis_url = f"redis://{host}:{port}/0"
+        self.namespace = f"spiderd-test:{uuid.uuid4().hex[:12]}:"
+        self.prefix = self.namespace + "spiderd:"
+        self.admin = RedisLink(parse_redis_url(self.redis_url))
+        self.addCleanup(self._delete_keys)  # type: ignore[attr-defined]
+
+    def open_redis(self, clock: Clock, politeness: Politeness, options: dict[str, Any]) -> defer.Deferred[Any]:
+        return open_redis_pool(self.redis_url, clock, prefix=self.prefix, namespace=self.namespace,
+                               politeness=politeness, **options)
+
+    @defer.inlineCallbacks
+    def keys(self) -> Generator[Any, Any, list[str]]:
+        """Every key of this test."""
+        cursor, found = "0", set()
+        while True:
+            cursor, batch = yield self.admin.execute("SCAN", cursor, "MATCH", self.namespace + "*", "COUNT", "1000")
+            found.update(batch)
+            if cursor == "0":
+                return sorted(found)
+
+    @defer.inlineCallbacks
+    def _delete_keys(self) -> Gen:
+        keys = yield self.keys()
+        if keys:
+            yield self.admin.execute("DEL", *keys)
+        yield self.admin.close()
 
 
-def test_expired_lease_handed_out_again(make_pool: Any, clock: Any) -> None:
-    """A pending URL whose lease expired is handed out again without being re-added."""
-    pool = make_pool(pending_threshold=30)
-    pool.add("http://a.example/1")
-    assert drain(pool) == {"http://a.example/1": False}
-    clock.advance(29)
-    assert drain(pool) == {}
-    clock.advance(2)
-    assert drain(pool) == {"http://a.example/1": False}
-    pool.set_status("http://a.example/1", 200)
-    stats = result(pool.stats())
-    assert (stats["pending"], stats["done"], stats["waiting"]) == (0, 1, 0)
+class RedisPoolTests(RedisKeys, PoolContract, TestCase):
+    """The contract on the Redis pool; a reopen is a restarted node: a new pool object on the same keys."""
 
+    backend = "redis"
 
-def test_late_status_after_expiry(make_pool: Any, clock: Any) -> None:
-    """A status arriving after the lease expired still finishes the URL, which leaves the queue."""
-    pool = make_pool(pending_threshold=30)
-    pool.add("http://a.example/1")
-    drain(pool)
-    clock.advance(31)
-    assert result(pool.next_due()) == 0
-    pool.set_status("http://a.example/1", 200)
-    assert drain(pool) == {}
-    stats = result(pool.stats())
-    assert (stats["waiting"], stats["pending"], stats["done"]) == (0, 0, 1)
-
-
-def test_hubs_once_per_span(make_pool: Any, clock: Any) -> None:
-    """Hubs come out flagged, at most once per refresh span, and take at most hub_percent of a pop."""
-    pool = make_pool(concurrency=10)
-    pool.set_hubs([f"http://h{i}.example/" for i in range(4)], 60)
-    pool.addmany([f"http://a.example/{i}" for i in range(10)])
-    first = result(pool.pop(4, hub_percent=50))
-    assert sum(first.values()) == 2 and len(first) == 4
-    for url in first:
-        pool.set_status(url, 200)
-    second = result(pool.pop(10, hub_percent=50))
-    assert sum(second.values()) == 2
-    for url in second:
-        pool.set_status(url, 200)
-    assert sum(result(pool.pop(10)).values()) == 0
-    clock.advance(61)
-    assert sum(result(pool.pop(10)).values()) == 4
-
-
-def test_list_before_detail(make_pool: Any) -> None:
-    """Within a host, list URLs (the higher queue) come before detail URLs (the lower queue)."""
-    pool = make_pool(concurrency=10)
-    pool.addmany([f"http://a.example/d{i}" for i in range(3)], detail=True)
-    pool.addmany([f"http://a.example/l{i}" for i in range(2)])
-    assert list(drain(pool, 2)) == ["http://a.example/l0", "http://a.example/l1"]
-
-
-def test_delay_and_turns(make_pool: Any, clock: Any) -> None:
-    """With a delay, each host gives one URL per delay; a big host does not starve a small one."""
-    pool = make_pool(delay=2.0)
-    pool.addmany([f"http://big.example/{i}" for i in range(1000)])
-    pool.addmany(["http://small.example/1", "http://small.example/2"])
-    popped = drain(pool)
-    assert sorted(popped) == ["http://big.example/0", "http://small.example/1"]
-    for url in popped:
-        pool.set_status(url, 200)
-    assert drain(pool) == {}
-    assert result(pool.next_due()) == pytest.approx(2.0)
-    clock.advance(2)
-    assert sorted(drain(pool)) == ["http://big.example/1", "http://small.example/2"]
-
-
-def test_concurrency_without_delay(make_pool: Any) -> None:
-    """A delay of 0 with concurrency 64 hands out 64 URLs of one host at once, and more as they finish."""
-    pool = make_pool(delay=0.0, concurrency=64)
-    pool.addmany([f"http://one.example/{i}" for i in range(200)])
-    first = drain(pool, 100)
-    assert len(first) == 64
-    assert drain(pool, 100) == {}
-    for url in list(first)[:10]:
-        pool.set_status(url, 200)
-    assert len(drain(pool, 100)) == 10
-
-
-def test_crawl_delay_raises_host_delay(make_pool: Any, clock: Any) -> None:
-    """A robots.txt Crawl-delay raises a host's delay above the configured one."""
-    pool = make_pool(delay=0.0, concurrency=4)
-    pool.set_host_delay("a.example", 5.0)
-    pool.addmany([f"http://a.example/{i}" for i in range(5)])
-    assert len(drain(pool)) == 1
-    clock.advance(4.9)
-    assert drain(pool) == {}
-    clock.advance(0.2)
-    assert len(drain(pool)) == 1
-
-
-def test_per_host_overrides(make_pool: Any) -> None:
-    """Configured per-host concurrency applies to that host only."""
-    pool = make_pool(concurrency=1, overrides={"fast.example": (0.0, 3)})
-    pool.addmany([f"http://fast.example/{i}" for i in range(5)] + [f"http://slow.example/{i}" for i in range(5)])
-    popped = drain(pool)
-    assert sum(u.startswith("http://fast") for u in popped) == 3
-    assert sum(u.startswith("http://slow") for u in popped) == 1
-
-
-def test_bad_input_rejected_and_counted(make_pool: Any) -> None:
-    """Bad URLs never raise: they are rejected with a reason and counted."""
-    pool = make_pool()
-    bad = ["ftp://a.example/", "http:///x", "x" * 5000, "http://a.example:0x50/", "", None, 42]
-    assert result(pool.addmany(bad)) == 0
-    assert result(pool.add("javascript:void(0)")) is False
-    pool.set_status("mailto:x@y", 200)
-    rejected = result(pool.stats())["rejected"]
-    assert sum(rejected.values()) == len(bad) + 2
-    assert {"bad-scheme", "no-host", "too-long", "not-a-string"} <= set(rejected)
-
-
-def test_addmany_accepts_a_single_string(make_pool: Any) -> None:
-    """addmany with a str adds that one URL (the seed warns and does the same)."""
-    pool = make_pool()
-    assert result(pool.addmany("http://a.example/1")) == 1
-
-
-def test_status_of_redirect_target(make_pool: Any) -> None:
-    """A status for a URL the pool never handed out (a redirect target) records it, and takes it out of the queue."""
-    pool = make_pool()
-    pool.add("http://a.example/target")
-    pool.set_status("http://a.example/target", 200)
-    pool.set_status("http://b.example/unknown", 200)
-    assert drain(pool) == {}
-    stats = result(pool.stats())
-    assert (stats["done"], stats["waiting"]) == (2, 0)
-
-
-def test_size_empty_and_max_host(make_pool: Any) -> None:
-    """size, empty and the largest host follow the waiting URLs."""
-    pool = make_pool()
-    assert result(pool.empty()) is True
-    pool.addmany([f"http://a.example/{i}" for i in range(3)] + ["http://b.example/1"])
-    assert result(pool.size()) == 4
-    assert result(pool.empty()) is False
-    stats = result(pool.stats())
-    assert stats["max_host"] == ["a.example", 3] and stats["hosts"] == 2
-
-
-def test_why(make_pool: Any) -> None:
-    """why() tells a URL's state, failures and host."""
-    pool = make_pool()
-    pool.add("http://a.example/1")
-    assert result(pool.why("http://a.example/1"))["state"] == "waiting"
-    drain(pool)
-    pool.set_status("http://a.example/1", 503)
-    answer = result(pool.why("http://a.example/1"))
-    assert (answer["state"], answer["failures"], answer["host"]) == ("waiting", 1, "a.example")
-    assert result(pool.why("ftp://x"))["state"] == "rejected"
-    assert result(pool.why("http://never.example/"))["state"] == "unknown"
-
-
-def test_reopen_keeps_everything(make_pool: Any, clock: Any) -> None:
-    """After a reopen: waiting URLs wait, done ones stay done, leases come back, hubs keep their span."""
-    if make_pool.backend == "memory":
-        pytest.skip("the memory backend keeps nothing across a reopen")
-    pool = make_pool(concurrency=10)
-    pool.addmany([f"http://a.example/{i}" for i in range(5)])
-    pool.set_hubs(["http://a.example/hub"], 3600)
-    popped = drain(pool, 3)
-    assert "http://a.example/hub" in popped
-    done = [u for u in popped if not popped[u]][0]
-    pool.set_status(done, 200)
-    pool = make_pool(concurrency=10)
-    pool.set_hubs(["http://a.example/hub"], 3600)
-    stats = result(pool.stats())
-    assert (stats["waiting"], stats["pending"], stats["done"]) == (4, 0, 1)
-    again = drain(pool)
-    assert done not in again and "http://a.example/hub" not in again and len(again) == 4
+    @defer.inlineCallbacks
+    def open_pool(self, politeness: Politeness, options: dict[str, Any]) -> Generator[Any, Any, Any]:
+        for old in self.pools:
+            yield old.close()
+        return (yield self.open_redis(self.clock, politeness, options))
 
 
 def test_prefix_end_carries() -> None:
@@ -252,79 +491,3 @@ def test_prefix_end_carries() -> None:
     assert prefix_end(b"Qa") == b"Qb"
     assert prefix_end(b"Q\x01\xff\xff") == b"Q\x02"
     assert prefix_end(b"\xff\xff") is None
-
-
-def test_host_whose_id_ends_in_ff(make_pool: Any) -> None:
-    """A host whose 8-byte id ends in 0xff is popped like any other."""
-    from spiderd.pool.keys import host_id
-
-    host = next(f"h{i}.example" for i in range(100000) if host_id(f"h{i}.example").endswith(b"\xff"))
-    pool = make_pool()
-    pool.add(f"http://{host}/x")
-    assert drain(pool) == {f"http://{host}/x": False}
-
-
-def test_max_urls_per_host(make_pool: Any) -> None:
-    """A host with max_urls_per_host URLs waiting takes no more (a link trap cannot fill the pool)."""
-    pool = make_pool(max_urls_per_host=3)
-    assert result(pool.addmany([f"http://trap.example/cal/{i}" for i in range(10)])) == 3
-    assert result(pool.add("http://other.example/1")) is True
-    assert result(pool.stats())["rejected"] == {"host-full": 7}
-
-
-def test_fetched_frees_the_host_slot_but_keeps_the_lease(make_pool: Any, clock: Any) -> None:
-    """fetched() lets the host's next URL out while the first is still pending (being processed)."""
-    pool = make_pool(concurrency=1)
-    pool.addmany(["http://a.example/1", "http://a.example/2"])
-    assert list(drain(pool)) == ["http://a.example/1"]
-    assert drain(pool) == {}
-    pool.fetched("http://a.example/1")
-    assert list(drain(pool)) == ["http://a.example/2"]
-    assert result(pool.stats())["pending"] == 2
-    pool.set_status("http://a.example/1", 200)
-    pool.fetched("http://a.example/2")
-    pool.fetched("http://a.example/2")  # twice is harmless
-    pool.add("http://a.example/3")
-    assert list(drain(pool)) == ["http://a.example/3"]
-    assert drain(pool) == {}
-
-
-def test_claim(make_pool: Any, clock: Any) -> None:
-    """claim() leases a waiting or unknown URL once; done, failed or leased URLs are not claimed."""
-    pool = make_pool(concurrency=5, pending_threshold=30)
-    pool.add("http://b.example/w")
-    assert result(pool.claim("http://b.example/w")) is True
-    assert result(pool.claim("http://b.example/w")) is False
-    assert drain(pool) == {}
-    assert result(pool.claim("http://b.example/new")) is True
-    assert result(pool.stats())["pending"] == 2
-    pool.set_status("http://b.example/w", 200)
-    assert result(pool.claim("http://b.example/w")) is False
-    assert result(pool.claim("ftp://bad")) is False
-    clock.advance(31)
-    assert drain(pool) == {"http://b.example/new": False}
-
-
-def test_seen_set_for_batched_urls(make_pool: Any) -> None:
-    """seen_filter gives the never-seen URLs (canonical, once); seen_add records them as batched, for good."""
-    pool = make_pool()
-    pool.add("http://a.example/list")
-    fresh = result(pool.seen_filter(["http://a.example/d1", "http://A.example/d1#x", "http://a.example/list", "ftp://x"]))
-    assert fresh == ["http://a.example/d1"]
-    assert result(pool.seen_add(fresh + ["http://a.example/d2"])) == 2
-    assert result(pool.seen_add(["http://a.example/d2"])) == 0
-    assert result(pool.seen_filter(["http://a.example/d1", "http://a.example/d3"])) == ["http://a.example/d3"]
-    assert result(pool.add("http://a.example/d1")) is False
-    assert result(pool.why("http://a.example/d2"))["state"] == "batched"
-    assert result(pool.stats())["batched"] == 2
-
-
-def test_batch_numbers_unique_across_reopen(make_pool: Any) -> None:
-    """next_batch hands out fresh numbers, in ranges, and never again after a reopen."""
-    pool = make_pool()
-    assert result(pool.next_batch()) == 1
-    assert result(pool.next_batch(3)) == 2
-    assert result(pool.next_batch()) == 5
-    if make_pool.backend != "memory":
-        pool = make_pool()
-        assert result(pool.next_batch()) == 6

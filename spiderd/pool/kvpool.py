@@ -118,7 +118,7 @@ class KVPool:
             if state is not None:
                 if not always or state[0] in (k.WAITING, k.PENDING):
                     continue
-                counters[2 if state == k.DONE else 3] -= 1
+                counters[{k.DONE: 2, k.FAILED: 3, k.BATCHED: 5}[state]] -= 1
             slot = touched.get(u.host) or self._slot(u.host)
             if slot.waiting >= self._max_per_host:
                 self.rejected["host-full"] += 1

@@ -1,0 +1,212 @@
+"""Benchmark of the shared Redis frontier: pop+set_status per second on one and two nodes, Redis memory per seen URL.
+
+    python bench/cluster.py                          # 200 thousand URLs per pop run, 1 million seen URLs
+    python bench/cluster.py --urls 50000 --seen 100000 --redis redis://127.0.0.1:6379/0
+
+A node is a process with its own RedisPool on the same keys, popping 64 URLs
+at a time and acking each with set_status(200), with a few such loops in
+flight, as fast as it can, over URLs spread over 1000 hosts with no delay and a
+high per-host concurrency.  Both nodes start at the same instant; the rate is
+all URLs acked over the time until the last node finds the pool empty.
+
+Memory per seen URL is the growth of Redis's ``used_memory`` while one million
+URLs are recorded with seen_add (``MEMORY USAGE`` of the bucket keys is shown
+too).  scrapy-redis's dupefilter keeps each request fingerprint, the 40-hex
+SHA-1 of the request, in one Redis set through SADD; scrapy-redis is not
+installed here: the same storage is reproduced directly, with the SHA-1 hex of
+the same URLs.  Redis is shared with other work, so ``used_memory`` may move a
+little by itself.  Every key lives under a prefix of this run and is deleted at
+the end.  Ends with one ``RESULT key=value ...`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from typing import Any, Generator
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from twisted.internet import defer, task, threads  # noqa: E402
+
+from spiderd.politeness import Politeness  # noqa: E402
+from spiderd.pool.redis import open_redis_pool  # noqa: E402
+from spiderd.pool.redis.link import RedisLink, parse_redis_url  # noqa: E402
+
+HOSTS = 1000
+BATCH = 2000
+Gen = Generator[Any, Any, Any]
+
+
+def url(i: int) -> str:
+    """A realistic URL of about 70 characters; host ``i % HOSTS``."""
+    return f"http://www.shop{i % HOSTS}.example.com/category/{(i // HOSTS) % 97}/item-{i}.html?ref=list&page={i % 7}"
+
+
+def open_pool(args: argparse.Namespace, reactor: Any, prefix: str) -> defer.Deferred[Any]:
+    """A pool whose keys (its own and the seed-002 ones) start with ``prefix``, about as long as ``spiderd:``."""
+    return open_redis_pool(args.redis, reactor, prefix=prefix, namespace=prefix,
+                           politeness=Politeness(0.0, 100000), pending_threshold=3600)
+
+
+# -- a node -----------------------------------------------------------------------------
+
+
+@defer.inlineCallbacks
+def worker(reactor: Any, args: argparse.Namespace) -> Gen:
+    """One node: wait for the common start, pop and ack until the pool is empty, print a JSON line."""
+    pool = yield open_pool(args, reactor, args.prefix)
+    yield task.deferLater(reactor, max(0.0, args.start_at - time.time()), lambda: None)
+    start, cpu = time.time(), process_cpu()
+    counts = yield defer.gatherResults([pop_ack_loop(pool) for _ in range(args.loops)])
+    end, cpu = time.time(), process_cpu() - cpu
+    yield pool.close()
+    print(json.dumps({"acked": sum(counts), "start": start, "end": end, "cpu": cpu}), flush=True)
+
+
+def process_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@defer.inlineCallbacks
+def pop_ack_loop(pool: Any) -> Gen:
+    acked = 0
+    while True:
+        urls = yield pool.pop(64, 0)
+        if not urls:
+            if (yield pool.size()) == 0:
+                return acked
+            continue
+        yield defer.gatherResults([pool.set_status(u, 200) for u in urls])
+        acked += len(urls)
+
+
+# -- the driver -------------------------------------------------------------------------
+
+
+@defer.inlineCallbacks
+def fill(args: argparse.Namespace, reactor: Any, prefix: str) -> Gen:
+    pool = yield open_pool(args, reactor, prefix)
+    for base in range(0, args.urls, BATCH):
+        yield pool.addmany([url(i) for i in range(base, min(args.urls, base + BATCH))])
+    yield pool.close()
+
+
+@defer.inlineCallbacks
+def pop_ack_rate(args: argparse.Namespace, reactor: Any, admin: RedisLink, nodes: int) -> Gen:
+    """URLs popped and acked per second by ``nodes`` processes on the same keys."""
+    prefix = f"{args.prefix}{nodes}:"
+    yield fill(args, reactor, prefix)
+    cpu = yield redis_cpu(admin)
+    start_at = time.time() + 2.0
+    command = [sys.executable, os.path.abspath(__file__), "--worker", "--prefix", prefix, "--redis", args.redis,
+               "--start-at", repr(start_at), "--loops", str(args.loops)]
+    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(nodes)]
+    outputs = yield defer.gatherResults([threads.deferToThread(p.communicate) for p in procs])
+    runs = [json.loads(out[0].strip().splitlines()[-1]) for out in outputs]
+    cpu = (yield redis_cpu(admin)) - cpu
+    acked = sum(r["acked"] for r in runs)
+    rate = acked / (max(r["end"] for r in runs) - min(r["start"] for r in runs))
+    print(f"{nodes} node(s): {acked} URLs popped and acked, {rate:,.0f} per second "
+          f"({', '.join(str(r['acked']) for r in runs)} per node); CPU per URL: nodes "
+          f"{sum(r['cpu'] for r in runs) / acked * 1e6:.0f} us, Redis {cpu / acked * 1e6:.0f} us "
+          f"(this machine has {os.cpu_count()} CPUs)", flush=True)
+    yield delete_keys(admin, prefix)
+    return rate
+
+
+@defer.inlineCallbacks
+def seen_memory(args: argparse.Namespace, reactor: Any, admin: RedisLink) -> Gen:
+    """Bytes of Redis memory per URL in spiderd's seen set and in a scrapy-redis-style fingerprint set."""
+    prefix = args.prefix
+    pool = yield open_pool(args, reactor, prefix)
+    before = yield used_memory(admin)
+    for base in range(0, args.seen, BATCH):
+        yield pool.seen_add([url(i) for i in range(base, min(args.seen, base + BATCH))])
+    ours = ((yield used_memory(admin)) - before) / args.seen
+    buckets = yield scan(admin, prefix + "s:*")
+    usage = yield defer.gatherResults([admin.execute("MEMORY", "USAGE", k, "SAMPLES", "0") for k in buckets])
+    encodings = set((yield defer.gatherResults([admin.execute("OBJECT", "ENCODING", k) for k in buckets])))
+    yield pool.close()
+    print(f"spiderd seen set: {args.seen} URLs, {len(buckets)} buckets ({', '.join(sorted(encodings))}): "
+          f"{ours:.1f} bytes per URL (used_memory), {sum(map(int, usage)) / args.seen:.1f} (MEMORY USAGE)", flush=True)
+    dupefilter = prefix + "dupefilter"
+    before = yield used_memory(admin)
+    for base in range(0, args.seen, BATCH):
+        fps = [hashlib.sha1(url(i).encode()).hexdigest() for i in range(base, min(args.seen, base + BATCH))]
+        yield admin.execute("SADD", dupefilter, *fps)
+    theirs = ((yield used_memory(admin)) - before) / args.seen
+    usage = yield admin.execute("MEMORY", "USAGE", dupefilter, "SAMPLES", "0")
+    print(f"scrapy-redis dupefilter (SHA-1 hex in one set, reproduced): {theirs:.1f} bytes per URL (used_memory), "
+          f"{int(usage) / args.seen:.1f} (MEMORY USAGE)", flush=True)
+    yield delete_keys(admin, prefix)
+    return ours, theirs
+
+
+@defer.inlineCallbacks
+def used_memory(admin: RedisLink) -> Gen:
+    info = yield admin.execute("INFO", "memory")
+    return int(next(line for line in info.split() if line.startswith("used_memory:")).split(":")[1])
+
+
+@defer.inlineCallbacks
+def redis_cpu(admin: RedisLink) -> Gen:
+    """Seconds of CPU the Redis server has used (all its clients)."""
+    info = yield admin.execute("INFO", "cpu")
+    fields = dict(line.split(":") for line in info.split() if ":" in line)
+    return float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"])
+
+
+@defer.inlineCallbacks
+def scan(admin: RedisLink, pattern: str) -> Gen:
+    cursor, found = "0", set()
+    while True:
+        cursor, batch = yield admin.execute("SCAN", cursor, "MATCH", pattern, "COUNT", "10000")
+        found.update(batch)
+        if cursor == "0":
+            return sorted(found)
+
+
+@defer.inlineCallbacks
+def delete_keys(admin: RedisLink, prefix: str) -> Gen:
+    keys = yield scan(admin, prefix + "*")
+    for i in range(0, len(keys), 1000):
+        yield admin.execute("UNLINK", *keys[i:i + 1000])
+
+
+@defer.inlineCallbacks
+def driver(reactor: Any, args: argparse.Namespace) -> Gen:
+    admin = RedisLink(parse_redis_url(args.redis))
+    try:
+        one = yield pop_ack_rate(args, reactor, admin, 1)
+        two = yield pop_ack_rate(args, reactor, admin, 2)
+        ours, theirs = yield seen_memory(args, reactor, admin)
+    finally:
+        yield delete_keys(admin, args.prefix)
+        yield admin.close()
+    print(f"RESULT pop_ack_1node={one:.0f} pop_ack_2node={two:.0f} redis_bytes_per_url={ours:.1f} "
+          f"scrapy_redis_bytes_per_url={theirs:.1f}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--urls", type=int, default=200_000, help="URLs per pop+ack run")
+    parser.add_argument("--seen", type=int, default=1_000_000, help="URLs in the memory measurement")
+    parser.add_argument("--loops", type=int, default=4, help="pop+ack loops in flight per node")
+    parser.add_argument("--prefix", default=f"bcl{os.getpid() % 100000}:")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    task.react(worker if args.worker else driver, (args,))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,350 @@
+"""Detail URLs in fixed-size batches to Scrapyd-compatible workers (seed 003's middleware as a service).
+
+``add(urls)`` is the crawler's detail sink.  New URLs (checked against the
+pool's persistent seen set, so a restart forgets nothing) are appended to the
+open batch file in the spool, then marked seen.  A batch is sealed when it
+holds ``batch_size`` URLs or ``flush_interval`` seconds after its first URL:
+it gets a number from the pool (unique across restarts and nodes), is split
+so that no ``DISTRIBUTED_START_URLS`` setting exceeds ``max_setting_bytes``
+(Scrapyd passes each setting as one command-line argument, and Linux caps one
+at 128 KiB: a larger batch is answered "ok", then lost), and is written to the
+spool as ``batch-<n>.json`` before it is POSTed to ``schedule.json``.
+
+Targets take turns by batch number.  A refused connection, a timeout, an
+HTTP error or a ``"status": "error"`` answer sends the batch to the next
+target after a backoff; it leaves the spool only once a target accepted it.
+``startService`` resends whatever the spool holds.  ``stopService`` seals the
+open batch and returns the ``DeferredList`` of every POST in flight (bounded
+by ``stop_timeout``); unsent batches stay spooled for the next start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+from urllib.parse import urlsplit
+
+from twisted.application.service import Service
+from twisted.internet import defer
+from twisted.internet.defer import Deferred, DeferredLock
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.threadpool import ThreadPool
+
+from .feed import redact
+from .lifecycle import InFlight
+
+log = Logger()
+
+SETTING_PREFIX = "DISTRIBUTED_START_URLS="
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """What the batcher sends, where, and how often."""
+
+    targets: tuple[str, ...]
+    project: str = "spiderd"
+    spider: str = "default"
+    feed_uri: str | None = None
+    batch_size: int = 1000
+    flush_interval: float = 30.0
+    timeout: float = 10.0
+    max_setting_bytes: int = 100_000
+    retry_first: float = 1.0
+    retry_max: float = 300.0
+    stop_timeout: float = 30.0
+
+
+@dataclass
+class _Batch:
+    number: int
+    urls: list[str]
+    attempts: int = 0
+    path: str = ""
+    timer: Any = field(default=None, repr=False)
+
+
+def split(urls: list[str], max_bytes: int) -> list[list[str]]:
+    """Consecutive chunks of ``urls`` whose ``DISTRIBUTED_START_URLS=<json>`` fits in ``max_bytes``."""
+    chunks: list[list[str]] = []
+    current: list[str] = []
+    size = len(SETTING_PREFIX) + 2  # the brackets
+    for url in urls:
+        cost = len(json.dumps(url).encode()) + (2 if current else 0)  # ", " between items
+        if current and size + cost > max_bytes:
+            chunks.append(current)
+            current, size, cost = [], len(SETTING_PREFIX) + 2, cost - 2
+        current.append(url)
+        size += cost
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def target_url(target: str) -> tuple[str, tuple[str, str] | None]:
+    """``host:port`` or ``http://[user:pass@]host:port`` -> (schedule.json URL, basic auth or None)."""
+    if "://" not in target:
+        target = "http://" + target
+    parts = urlsplit(target)
+    auth = (parts.username or "", parts.password or "") if parts.username else None
+    netloc = parts.hostname + (f":{parts.port}" if parts.port else "") if parts.hostname else ""
+    base = f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}"
+    return base + "/schedule.json", auth
+
+
+class Batcher(Service):
+    """The detail path to remote workers: ``add(urls)`` batches, spools and sends them."""
+
+    name = "batcher"
+
+    def __init__(
+        self, reactor: Any, pool: Any, spool_dir: str, config: BatchConfig, http: Any = None, clock: Any = None
+    ) -> None:
+        """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the flush, retry and timeout timers."""
+        if not config.targets:
+            raise ValueError("the batcher needs at least one target")
+        self._reactor = reactor
+        self._clock = clock or reactor
+        self._pool = pool
+        self._dir = spool_dir
+        self._config = config
+        self._http = http
+        self._targets = [target_url(t) for t in config.targets]
+        self._open: list[str] = []
+        self._open_set: set[str] = set()
+        self._lock = DeferredLock()
+        self._timer: Any = None
+        self._threads = ThreadPool(1, 1, name="spiderd-batcher")
+        self._posts = InFlight()
+        self._spooled: dict[int, _Batch] = {}
+        self.sent = self.urls_sent = self.failures = 0
+        self.last_error = ""
+
+    # -- service --------------------------------------------------------------------
+
+    def startService(self) -> None:
+        super().startService()
+        os.makedirs(self._dir, exist_ok=True)
+        self._threads.start()
+        if self._http is None:
+            self._http = _make_client(self._reactor)
+        self._lock.run(self._recover).addErrback(lambda f: log.failure("Recovering the batch spool", f))
+
+    @defer.inlineCallbacks
+    def stopService(self) -> Any:
+        super().stopService()
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        yield self._lock.run(self._seal)
+        deadline = self._clock.callLater(self._config.stop_timeout, self._posts.cancel_all)
+        yield self._posts.wait()
+        if deadline.active():
+            deadline.cancel()
+        for batch in self._spooled.values():
+            if batch.timer is not None and batch.timer.active():
+                batch.timer.cancel()
+        if self._spooled:
+            log.info("{count} batches stay in the spool for the next start", count=len(self._spooled))
+        self._threads.stop()
+
+    # -- adding ---------------------------------------------------------------------
+
+    def add(self, urls: Iterable[str]) -> Deferred[int]:
+        """Queue detail URLs not seen before; fires with the number queued, once they are in the spool."""
+        urls = list(urls)
+        if not self.running:
+            return defer.fail(RuntimeError("the batcher is stopped"))
+        return self._lock.run(self._add, urls)
+
+    @defer.inlineCallbacks
+    def _add(self, urls: list[str]) -> Any:
+        fresh = yield self._pool.seen_filter(urls)
+        fresh = [u for u in fresh if u not in self._open_set]
+        if not fresh:
+            return 0
+        yield self._in_thread(_append_lines, self._open_path(), fresh)
+        yield self._pool.seen_add(fresh)
+        self._open.extend(fresh)
+        self._open_set.update(fresh)
+        if len(self._open) >= self._config.batch_size:
+            yield self._seal()
+        elif self._timer is None or not self._timer.active():
+            self._timer = self._clock.callLater(self._config.flush_interval, self._flush_timer)
+        return len(fresh)
+
+    def _flush_timer(self) -> None:
+        self._lock.run(self._seal).addErrback(lambda f: log.failure("Sealing a batch", f))
+
+    @defer.inlineCallbacks
+    def _seal(self) -> Any:
+        """Number the open URLs (split by the byte limit), spool them as batches, send them."""
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        urls = self._open[: self._config.batch_size]
+        if not urls:
+            return
+        chunks = split(urls, self._config.max_setting_bytes)
+        first = yield self._pool.next_batch(len(chunks))
+        batches = [_Batch(first + i, chunk) for i, chunk in enumerate(chunks)]
+        rest = self._open[len(urls) :]
+        yield self._in_thread(self._write_sealed, batches, rest)
+        self._open = rest
+        self._open_set = set(rest)
+        for batch in batches:
+            self._spooled[batch.number] = batch
+            self._send(batch)
+        if len(self._open) >= self._config.batch_size:
+            yield self._seal()
+
+    # -- sending --------------------------------------------------------------------
+
+    def _send(self, batch: _Batch) -> None:
+        if not self.running and batch.attempts:
+            return
+        url, auth = self._targets[(batch.number - 1 + batch.attempts) % len(self._targets)]
+        d = self._post(url, auth, batch)
+        d.addCallbacks(lambda _: self._accepted(batch, url), lambda f: self._refused(batch, url, f))
+        d.addErrback(lambda f: log.failure("Batch {n}", f, n=batch.number))
+        self._posts.track(d)
+
+    def _post(self, url: str, auth: tuple[str, str] | None, batch: _Batch) -> Deferred[Any]:
+        data = [
+            ("project", self._config.project),
+            ("spider", self._config.spider),
+            ("batch", str(batch.number)),
+            ("setting", SETTING_PREFIX + json.dumps(batch.urls)),
+        ]
+        if self._config.feed_uri:
+            data.insert(2, ("setting", f"FEED_URI={self._config.feed_uri}"))
+        d = self._http.post(url, data=data, auth=auth, timeout=self._config.timeout, reactor=self._clock)
+        return d.addCallback(_check_answer)
+
+    def _accepted(self, batch: _Batch, url: str) -> Deferred[None]:
+        self._spooled.pop(batch.number, None)
+        self.sent += 1
+        self.urls_sent += len(batch.urls)
+        log.debug("Batch {n} ({count} URLs) accepted by {url}", n=batch.number, count=len(batch.urls), url=url)
+        return self._in_thread(_remove, batch.path)
+
+    def _refused(self, batch: _Batch, url: str, failure: Any) -> None:
+        batch.attempts += 1
+        self.failures += 1
+        self.last_error = f"{redact(url)}: {failure.getErrorMessage()}"
+        delay = min(self._config.retry_first * 2 ** (batch.attempts - 1), self._config.retry_max)
+        log.warn("Batch {n} not accepted by {url} ({why}); next target in {delay:.0f}s",
+                 n=batch.number, url=url, why=failure.getErrorMessage(), delay=delay)
+        if self.running:
+            batch.timer = self._clock.callLater(delay, self._send, batch)
+
+    # -- the spool ------------------------------------------------------------------
+
+    def _open_path(self) -> str:
+        return os.path.join(self._dir, "open.jl")
+
+    def _write_sealed(self, batches: list[_Batch], rest: list[str]) -> None:
+        for batch in batches:
+            batch.path = os.path.join(self._dir, f"batch-{batch.number}.json")
+            _write_atomically(batch.path, json.dumps({"batch": batch.number, "urls": batch.urls}))
+        _write_atomically(self._open_path(), "".join(u + "\n" for u in rest))
+
+    @defer.inlineCallbacks
+    def _recover(self) -> Any:
+        """Resend the spooled batches; reopen the open batch (minus URLs already spooled)."""
+        spooled, open_urls = yield self._in_thread(_read_spool, self._dir, self._open_path())
+        for number, path, urls in spooled:
+            batch = _Batch(number, urls, path=path)
+            self._spooled[number] = batch
+            self._send(batch)
+        if spooled or open_urls:
+            log.info("Spool: resending {batches} batches, {urls} URLs in the open batch",
+                     batches=len(spooled), urls=len(open_urls))
+        self._open = open_urls + self._open
+        self._open_set.update(open_urls)
+        if open_urls:
+            yield self._pool.seen_add(open_urls)
+            self._timer = self._clock.callLater(self._config.flush_interval, self._flush_timer)
+
+    def _in_thread(self, function: Any, *args: Any) -> Deferred[Any]:
+        return deferToThreadPool(self._reactor, self._threads, function, *args)
+
+    def status(self) -> dict[str, Any]:
+        """Counters for the status API."""
+        return {
+            "open": len(self._open),
+            "in_flight": len(self._posts),
+            "spooled": len(self._spooled),
+            "sent": self.sent,
+            "urls_sent": self.urls_sent,
+            "failures": self.failures,
+            "last_error": self.last_error,
+        }
+
+
+class BatchRefused(Exception):
+    """A target answered, but not with Scrapyd's ``"status": "ok"``."""
+
+
+@defer.inlineCallbacks
+def _check_answer(response: Any) -> Any:
+    body = yield response.content()
+    if response.code != 200:
+        raise BatchRefused(f"HTTP {response.code}: {body[:200]!r}")
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        raise BatchRefused(f"not JSON: {body[:200]!r}") from None
+    if not isinstance(answer, dict) or answer.get("status") != "ok":
+        message = answer.get("message", answer) if isinstance(answer, dict) else answer
+        raise BatchRefused(f"status {answer.get('status') if isinstance(answer, dict) else '?'}: {message}")
+    return answer
+
+
+def _make_client(reactor: Any) -> Any:
+    """A treq client without persistent connections (Scrapyd handles them badly, says seed 003)."""
+    from treq.client import HTTPClient
+    from twisted.web.client import Agent, HTTPConnectionPool
+
+    return HTTPClient(Agent(reactor, pool=HTTPConnectionPool(reactor, persistent=False)))
+
+
+def _append_lines(path: str, lines: list[str]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+
+
+def _write_atomically(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _remove(path: str) -> None:
+    if path:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _read_spool(directory: str, open_path: str) -> tuple[list[tuple[int, str, list[str]]], list[str]]:
+    spooled = []
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("batch-") and name.endswith(".json"):
+            path = os.path.join(directory, name)
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            spooled.append((int(data["batch"]), path, list(data["urls"])))
+    in_batches = {url for _, _, urls in spooled for url in urls}
+    open_urls: list[str] = []
+    if os.path.exists(open_path):
+        with open(open_path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        # the last line is torn if the process died while appending: keep only complete lines
+        open_urls = [u for u in lines[:-1] if u and u not in in_batches]
+    return spooled, list(dict.fromkeys(open_urls))

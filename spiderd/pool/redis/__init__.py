@@ -1,0 +1,113 @@
+"""The shared frontier on Redis: the IURLPool contract for many nodes, every racy step one Lua script.
+
+Layout (``NS`` is empty by default; tests set it so the seed-002 names are unique):
+
+=====================================  ======  ==================================================
+key                                    type    holds
+=====================================  ======  ==================================================
+``NS spider.website.domains``          set     registered domains with waiting URLs (seed 002)
+``NS <domain>.higher`` / ``.lower``    list    waiting list (hub) / detail URLs, head first (seed 002)
+``NS spider.seed.urls``                set     the seeds, written by ``set_seeds`` (seed 002)
+``P s:<bucket>``                       set     URL states: ``(fingerprint bits below the bucket) * 8 + code``
+``P ready``                            zset    domain -> time its head URL's host may go (a lower bound)
+``P next``                             zset    host -> next allowed time (only future times are kept)
+``P inflight``                         hash    host -> requests in flight (all nodes)
+``P waiting``                          zset    host -> waiting URLs (the largest host, max_urls_per_host)
+``P conf`` / ``P robots``              hash    host -> "delay concurrency" overrides / Crawl-delay
+``P leases``                           zset    fingerprint (``h`` + fingerprint for a hub) -> lease deadline
+``P lease``                            hash    same key -> kind, holds-a-host-slot, domain, URL
+``P fails``                            hash    fingerprint -> failures, for active URLs that failed before
+``P hubs`` / ``P hub``                 zset    fingerprint -> next due time / hash: fingerprint -> domain, URL
+``P counters`` / ``P meta``            hash    waiting pending done failed batched / bucket bits, hub span
+``P batch``                            string  the last batch number handed out (``next_batch``)
+=====================================  ======  ==================================================
+
+``P`` is the prefix (``spiderd:``).  A URL's fingerprint is the first 64 bits
+of the SHA-1 of its canonical form, so the scripts compute it themselves
+(``redis.sha1hex``) from the URLs they pop out of the seed-002 lists.  The top
+``seen_bucket_bits`` bits (16) pick the bucket; the other bits times 8 plus a
+state code (1 done, 2 failed, 3 batched, 4 waiting list, 5 waiting detail) are
+the member, an integer that keeps each bucket an intset (8 bytes a URL) while
+it holds at most ``set-max-intset-entries`` (512) members: up to about 25
+million URLs with 16 bits; raise the bits for more.  Pending URLs are the only
+ones with richer records (``lease``); failure counts exist only for URLs that
+failed and are not final.
+
+Queues and politeness.  The seed-002 lists are the queues themselves (no
+second copy), one pair per registered domain, and politeness is per host, as in
+KVPool: a domain's turn hands out URLs from the head of its lists (list URLs
+first) while they belong to the head URL's host, and only when that host's
+next allowed time has come and it has a free slot, counted over all nodes in
+``P next`` and ``P inflight``.  Hosts of one domain therefore queue behind one
+another (head-of-line), which is never less polite than KVPool, but a domain
+whose head host is slow makes its other hosts wait.  ``P ready`` orders the
+domains by the time their turn may come; pop checks each candidate again, so a
+score may be early but never late.  Domains take turns round robin, and a host
+gets more than one URL in a turn only with no delay and no other domain ready.
+
+Leases.  A popped URL leaves its list and gets a lease until now +
+``pending_threshold``; a hub hand-out gets a hold with the same deadline, so a
+dead node's host slots come back too.  Every pop first expires due leases (up
+to 1000 a call) and puts their URLs back at the tail of their lists, whoever
+leased them.  Unlike LevelDB, where one process owns the store and reopening
+returns its leases at once, a restarted node cannot tell its own leases from
+those of a live node: they come back when they expire.
+
+Time is the injected clock's, passed to every script; nodes should keep their
+clocks in step (NTP), since a node running ahead may hand out a host early by
+the skew.  Start-up deletes nothing (a host override dropped from the config
+stays in ``P conf`` until deleted by hand).  The lists are for tools to read:
+an entry another tool pushes is dropped when it reaches the head, and handed
+to ``addmany`` (canonical, deduplicated) if the pool never saw it; only the
+pool schedules a domain.  Statuses given while one is on its way go out
+together in one script call, before any later call.  All nodes should share
+the politeness settings (each sends its defaults).  One Redis (with replicas if
+wanted), not Redis Cluster: the scripts use keys they compute.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
+
+from .link import RedisLink, RedisPoolError, load_scripts, parse_redis_url
+from .pool import RedisPool
+
+__all__ = ["RedisPool", "RedisPoolError", "open_redis_pool"]
+
+
+def open_redis_pool(
+    url: str,
+    clock: IReactorTime,
+    *,
+    prefix: str = "spiderd:",
+    namespace: str = "",
+    seen_bucket_bits: int = 16,
+    connect_timeout: float = 10.0,
+    reply_timeout: float = 30.0,
+    **options: Any,
+) -> defer.Deferred[RedisPool]:
+    """Connect to ``redis://[:password@]host:port/db`` and open the pool; fails with RedisPoolError naming host:port.
+
+    ``options`` are KVPool's: politeness, failure_threshold, pending_threshold,
+    done_codes, final_codes, max_url_length, max_urls_per_host.
+    """
+    if not 14 <= seen_bucket_bits <= 24:
+        return defer.fail(ValueError(f"seen_bucket_bits must be between 14 and 24, not {seen_bucket_bits!r}"))
+    try:
+        address = parse_redis_url(url)
+    except ValueError as e:
+        return defer.fail(e)
+    scripts = load_scripts()
+    link = RedisLink(address, scripts.values(), connect_timeout=connect_timeout, reply_timeout=reply_timeout)
+    pool = RedisPool(link, scripts, clock, prefix=prefix, namespace=namespace, seen_bucket_bits=seen_bucket_bits, **options)
+
+    def failed(failure: Any) -> Any:
+        link.close()
+        return failure
+
+    d = link.open()
+    d.addCallback(lambda _: pool.start())
+    return d.addErrback(failed)

@@ -1,0 +1,25 @@
+-- add: queue URLs unless known (or, with always, unless waiting or pending).
+-- ARGV[7..9]: always (1/0), prio, max waiting per host; then url, host, domain per URL.  Returns {added, host-full}.
+local ALWAYS, PRIO, MAX = ARGV[7] == '1', tonumber(ARGV[8]), tonumber(ARGV[9])
+local added, full = 0, 0
+for i = 10, #ARGV, 3 do
+  local url, host, domain = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local fp, bucket, base = locate(url)
+  if redis.call('HEXISTS', LEASE, fp) == 0 then
+    local code = known(bucket, base)
+    if not code or (ALWAYS and code < WAITING_LIST) then
+      if tonumber(redis.call('ZSCORE', WAITING, host) or '0') >= MAX then
+        full = full + 1
+      else
+        if code then
+          redis.call('SREM', bucket, member(base, code))
+          redis.call('HINCRBY', COUNTERS, FINAL_NAME[code], -1)
+        end
+        redis.call('HDEL', FAILS, fp)
+        enqueue(url, host, domain, PRIO, bucket, base)
+        added = added + 1
+      end
+    end
+  end
+end
+return {added, full}

@@ -1,0 +1,288 @@
+"""RedisPool: the IURLPool contract over the shared Redis layout (see the package docstring)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from ... import status as st
+from ...interfaces import IURLPool
+from ...politeness import Politeness
+from ...urls import MAX_URL_LENGTH, BadURL, URL, parse, registered_domain
+from .link import RedisLink, Script
+
+log = Logger()
+
+STATES = {"0": "list", "1": "detail"}
+
+
+@implementer(IURLPool)
+class RedisPool:
+    """A polite URL pool shared by every node that opens the same Redis keys; every step is one Lua script."""
+
+    def __init__(
+        self,
+        link: RedisLink,
+        scripts: dict[str, Script],
+        clock: IReactorTime,
+        *,
+        prefix: str = "spiderd:",
+        namespace: str = "",
+        seen_bucket_bits: int = 16,
+        politeness: Politeness | None = None,
+        failure_threshold: int = st.FAILURE_THRESHOLD,
+        pending_threshold: float = 300.0,
+        done_codes: frozenset[int] = st.DONE_CODES,
+        final_codes: frozenset[int] = st.FINAL_CODES,
+        max_url_length: int = MAX_URL_LENGTH,
+        max_urls_per_host: int = 0,
+    ) -> None:
+        self._link = link
+        self._scripts = scripts
+        self._clock = clock
+        self.prefix = prefix
+        self.namespace = namespace
+        self.politeness = politeness or Politeness()
+        self.failure_threshold = failure_threshold
+        self.pending_threshold = pending_threshold
+        self._done_codes = done_codes
+        self._final_codes = final_codes
+        self._max_url_length = max_url_length
+        self._max_per_host = max_urls_per_host or 2**62
+        self._bits = seen_bucket_bits
+        self.rejected: Counter[str] = Counter()
+        self._statuses: list[tuple[tuple[str, ...], defer.Deferred[None]]] = []  # waiting to go out together
+        self._statuses_in_flight = 0
+
+    def start(self) -> defer.Deferred[RedisPool]:
+        """Record the bucket layout (or adopt the one already there) and this node's host overrides; deletes nothing."""
+        meta = self.prefix + "meta"
+        d = self._link.execute("HSETNX", meta, "seen_bucket_bits", str(self._bits))
+        d.addCallback(lambda _: self._link.execute("HGET", meta, "seen_bucket_bits"))
+        d.addCallback(self._adopt_bits)
+        for host, (delay, concurrency) in self.politeness.overrides.items():
+            d.addCallback(lambda _, h=host, v=f"{delay!r} {concurrency}": self._link.execute("HSET", self.prefix + "conf", h, v))
+        return d.addCallback(lambda _: self)
+
+    def _adopt_bits(self, stored: str) -> None:
+        if int(stored) != self._bits:
+            log.info("Redis pool {prefix} uses {bits}-bit seen buckets (asked for {asked})", prefix=self.prefix,
+                     bits=stored, asked=self._bits)
+        self._bits = int(stored)
+
+    # -- adding ---------------------------------------------------------------------
+
+    def add(self, url: str, always: bool = False, detail: bool = False) -> defer.Deferred[bool]:
+        return self.addmany((url,), always, detail).addCallback(lambda added: added == 1)
+
+    def addmany(self, urls: Iterable[str], always: bool = False, detail: bool = False) -> defer.Deferred[int]:
+        if isinstance(urls, str):
+            urls = (urls,)
+        fresh = {u.url: u for u in map(self._parse, urls) if u is not None}
+        if not fresh:
+            return defer.succeed(0)
+        args = ["1" if always else "0", "1" if detail else "0", str(self._max_per_host)]
+        for u in fresh.values():
+            args += (u.url, u.host, registered_domain(u.host))
+        return self._run("add", args).addCallback(self._added)
+
+    def _added(self, answer: list[int]) -> int:
+        added, full = answer
+        if full:
+            self.rejected["host-full"] += full
+        return added
+
+    # -- popping and statuses -------------------------------------------------------
+
+    def pop(self, count: int, hub_percent: int = 50) -> defer.Deferred[dict[str, bool]]:
+        now = self._clock.seconds()
+        args = [repr(now + self.pending_threshold), str(count), str(count * hub_percent // 100)]
+        return self._run("pop", args, now).addCallback(self._popped)
+
+    def _popped(self, answer: list[Any]) -> Any:
+        flat, foreign = answer
+        result = _pairs(flat)
+        if not foreign:
+            return result
+        log.info("Adding {count} URLs pushed onto the queues by hand", count=len(foreign) // 2)
+        by_prio: dict[int, list[str]] = {0: [], 1: []}
+        for url, prio in zip(foreign[::2], foreign[1::2]):
+            by_prio[int(prio)].append(url)
+        adds = [self.addmany(urls, detail=bool(prio)) for prio, urls in by_prio.items() if urls]
+        return defer.gatherResults(adds).addCallback(lambda _: result)
+
+    def claim(self, url: str) -> defer.Deferred[bool]:
+        """Lease ``url`` (a redirect target) unless it is done, failed or leased already; fires True if leased."""
+        u = self._parse(url)
+        if u is None:
+            return defer.succeed(False)
+        now = self._clock.seconds()
+        args = [repr(now + self.pending_threshold), *self._located(u)]
+        return self._run("claim", args, now).addCallback(bool)
+
+    def fetched(self, url: str) -> defer.Deferred[None]:
+        """The request for a handed-out URL is over: free its host slot (the lease stays until set_status)."""
+        return self._run("fetched", [url]).addCallback(lambda _: None)
+
+    def set_status(self, url: str, status_code: int) -> defer.Deferred[None]:
+        """Record a fetch outcome; statuses given while one is on its way go out together, in one script call."""
+        u = self._parse(url)
+        if u is None:
+            return defer.succeed(None)
+        if status_code in self._done_codes:
+            outcome = "done"
+        elif status_code in self._final_codes:
+            outcome = "final"
+        else:
+            outcome = "retry"
+        d: defer.Deferred[None] = defer.Deferred()
+        self._statuses.append(((outcome, *self._located(u)), d))
+        if not self._statuses_in_flight:
+            self._send_statuses()
+        return d
+
+    def _send_statuses(self) -> None:
+        batch, self._statuses = self._statuses, []
+        if batch:
+            self._statuses_in_flight += 1
+            args = [str(self.failure_threshold)] + [arg for quad, _ in batch for arg in quad]
+            self._script("status", args).addBoth(self._statuses_sent, batch)
+
+    def _statuses_sent(self, result: Any, batch: list[tuple[tuple[str, ...], defer.Deferred[None]]]) -> None:
+        self._statuses_in_flight -= 1
+        if not self._statuses_in_flight:
+            self._send_statuses()
+        for _, d in batch:
+            d.errback(result) if isinstance(result, Failure) else d.callback(None)
+
+    # -- the seen set ---------------------------------------------------------------
+
+    def seen_filter(self, urls: Iterable[str]) -> defer.Deferred[list[str]]:
+        """The canonical forms of ``urls`` the pool has never seen (in any state), without duplicates."""
+        return self._seen(urls, mark=False)
+
+    def seen_add(self, urls: Iterable[str]) -> defer.Deferred[int]:
+        """Record ``urls`` as sent in a batch (a final state here); fires with the number newly recorded."""
+        return self._seen(urls, mark=True).addCallback(len)
+
+    def _seen(self, urls: Iterable[str], mark: bool) -> defer.Deferred[list[str]]:
+        canonical = list(dict.fromkeys(u.url for u in map(self._parse, urls) if u is not None))
+        if not canonical:
+            return defer.succeed([])
+        d = self._run("seen", ["1" if mark else "0", *canonical])
+        return d.addCallback(lambda flags: [url for url, fresh in zip(canonical, flags) if fresh])
+
+    def next_batch(self, count: int = 1) -> defer.Deferred[int]:
+        """Reserve ``count`` batch numbers, unique across nodes and restarts; fires with the first."""
+        d = self._execute("INCRBY", self.prefix + "batch", str(count))
+        return d.addCallback(lambda last: int(last) - count + 1)
+
+    # -- hubs, hosts, seeds ---------------------------------------------------------
+
+    def set_hubs(self, urls: Iterable[str], refresh_span: float) -> defer.Deferred[None]:
+        args = [repr(float(refresh_span))]
+        for u in {u.url: u for u in map(self._parse, urls) if u is not None}.values():
+            args += (u.url, registered_domain(u.host))
+        return self._run("hubs", args).addCallback(lambda _: None)
+
+    def set_host_delay(self, host: str, delay: float) -> defer.Deferred[None]:
+        """Raise a host's delay to its robots.txt Crawl-delay, for every node."""
+        return self._execute("HSET", self.prefix + "robots", host, repr(float(delay))).addCallback(lambda _: None)
+
+    def set_seeds(self, urls: Iterable[str]) -> defer.Deferred[int]:
+        """Replace the seed-002 set ``spider.seed.urls`` with the canonical ``urls``; fires with its size."""
+        canonical = list(dict.fromkeys(u.url for u in map(self._parse, urls) if u is not None))
+        return self._run("seeds", canonical).addCallback(int)
+
+    # -- questions ------------------------------------------------------------------
+
+    def size(self) -> defer.Deferred[int]:
+        d = self._execute("HGET", self.prefix + "counters", "waiting")
+        return d.addCallback(lambda waiting: int(waiting or 0))
+
+    def empty(self) -> defer.Deferred[bool]:
+        return self.size().addCallback(lambda waiting: waiting == 0)
+
+    def next_due(self) -> defer.Deferred[float | None]:
+        now = self._clock.seconds()
+        return self._run("next_due", [], now).addCallback(lambda t: None if t is None else max(0.0, float(t) - now))
+
+    def stats(self) -> defer.Deferred[dict[str, Any]]:
+        return self._run("stats", []).addCallback(self._stats)
+
+    def _stats(self, answer: list[Any]) -> dict[str, Any]:
+        flat, hosts, top_host, top_count, hubs = answer
+        counters = {name: int(value) for name, value in zip(flat[::2], flat[1::2])}
+        top = int(float(top_count))
+        return {
+            **{name: counters.get(name, 0) for name in ("waiting", "pending", "done", "failed", "batched")},
+            "hosts": int(hosts),
+            "max_host": [top_host, top] if top else ["", 0],
+            "hubs": int(hubs),
+            "rejected": dict(self.rejected),
+        }
+
+    def why(self, url: str) -> defer.Deferred[dict[str, Any]]:
+        try:
+            u = parse(url, self._max_url_length)
+        except BadURL as e:
+            return defer.succeed({"url": url, "state": "rejected", "reason": e.reason})
+        return self._run("why", [u.url, u.host]).addCallback(self._why, u)
+
+    def _why(self, answer: list[Any], u: URL) -> dict[str, Any]:
+        state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed = answer
+        info: dict[str, Any] = {"url": u.url, "urlhash": u.fingerprint, "host": u.host, "hub": bool(int(hub)),
+                                "domain": registered_domain(u.host), "state": state}
+        if state in ("waiting", "pending"):
+            info.update(failures=int(failures), kind=STATES[kind])
+        if state == "pending":
+            info["lease_until"] = float(lease_until)
+        info.update(host_waiting=int(float(waiting)), host_inflight=int(inflight), host_delay=float(delay),
+                    host_next_allowed=float(next_allowed))
+        return info
+
+    def close(self) -> defer.Deferred[None]:
+        self._send_statuses()
+        return self._link.close()
+
+    # -- internals ------------------------------------------------------------------
+
+    def _parse(self, url: str) -> URL | None:
+        try:
+            return parse(url, self._max_url_length)
+        except BadURL as e:
+            self.rejected[e.reason] += 1
+            log.info("Rejected URL ({reason}): {url!r}", reason=e.reason, url=e.url[:200])
+            return None
+
+    @staticmethod
+    def _located(u: URL) -> tuple[str, str, str]:
+        return u.url, u.host, registered_domain(u.host)
+
+    def _run(self, name: str, args: list[str], now: float | None = None) -> defer.Deferred[Any]:
+        """Run a script after the statuses given before it (so the pool sees calls in the order they were made)."""
+        self._send_statuses()
+        return self._script(name, args, now)
+
+    def _execute(self, *args: str) -> defer.Deferred[Any]:
+        self._send_statuses()
+        return self._link.execute(*args)
+
+    def _script(self, name: str, args: list[str], now: float | None = None) -> defer.Deferred[Any]:
+        """Run a script with the common arguments: prefix, namespace, bucket bits, default delay and concurrency, now."""
+        if now is None:
+            now = self._clock.seconds()
+        politeness = self.politeness
+        common = [self.prefix, self.namespace, str(self._bits), repr(float(politeness.delay)),
+                  str(politeness.concurrency), repr(float(now))]
+        return self._link.run(self._scripts[name], common + args)
+
+
+def _pairs(flat: list[Any]) -> dict[str, bool]:
+    return {url: bool(int(hub)) for url, hub in zip(flat[::2], flat[1::2])}

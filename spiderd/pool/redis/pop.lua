@@ -1,0 +1,113 @@
+-- pop: expire due leases, hand out due hubs, then waiting URLs, one domain turn at a time.
+-- ARGV[7..9]: lease deadline, count, hubs wanted.
+-- Returns {url, is_hub, url, is_hub, ...} and {url, prio, ...} of list entries the pool did not queue (to add).
+local DEADLINE, COUNT, HUBS_WANTED = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local EXPIRE_BATCH, HUB_SCAN = 1000, 1000
+local out, foreign = {}, {}
+
+local function expire()
+  for _, key in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', '(' .. NOW_S, 'LIMIT', 0, EXPIRE_BATCH)) do
+    local kind, domain, url = end_lease(key)
+    if not kind then
+      redis.call('ZREM', LEASES, key)
+    elseif kind ~= 'h' then
+      local _, bucket, base = locate(url)
+      enqueue(url, host_of(url), domain, tonumber(kind), bucket, base)
+    end
+  end
+end
+
+local function pop_hubs()
+  if HUBS_WANTED <= 0 then return 0 end
+  local span = tonumber(redis.call('HGET', META, 'hub_span') or '0')
+  local taken = 0
+  for _, fp in ipairs(redis.call('ZRANGEBYSCORE', HUBS, '-inf', NOW_S, 'LIMIT', 0, HUB_SCAN)) do
+    local rec = redis.call('HGET', HUB, fp)
+    if not rec then
+      redis.call('ZREM', HUBS, fp)
+    elseif redis.call('HEXISTS', LEASE, 'h' .. fp) == 0 then  -- not still held by an earlier hand-out
+      local url = string.match(rec, '^%S+ (.*)$')
+      local s = slot(host_of(url))
+      if s.next <= NOW and s.busy < s.conc then
+        redis.call('ZADD', HUBS, NOW + span, fp)
+        occupy(s, 1)
+        lease('h' .. fp, 'h1 ' .. rec, DEADLINE)
+        out[#out + 1] = url
+        out[#out + 1] = 1
+        taken = taken + 1
+        if taken >= HUBS_WANTED then break end
+      end
+    end
+  end
+  return taken
+end
+
+-- Lease a URL just taken from the head of a queue; nil for an entry the pool did not queue (dropped, or to add).
+local function take(url, domain, prio)
+  local fp, bucket, base = locate(url)
+  local queued = redis.call('SREM', bucket, member(base, WAITING_LIST + prio))
+  if queued == 0 then
+    if redis.call('HEXISTS', LEASE, fp) == 0 and not known(bucket, base) then
+      foreign[#foreign + 1] = url  -- pushed by another tool: the pool adds it properly
+      foreign[#foreign + 1] = prio
+    end
+    return nil
+  end
+  lease(fp, prio .. '1 ' .. domain .. ' ' .. url, DEADLINE)
+  out[#out + 1] = url
+  out[#out + 1] = 0
+  return queued
+end
+
+-- One turn of a domain: URLs of its head host, one unless that host has no delay and no other domain is ready.
+local function turn(domain, wanted, alone)
+  local prio, url = head(domain)
+  local s = url and slot(host_of(url))
+  if not s or s.busy >= s.conc or s.next > NOW then
+    requeue(domain)
+    return 0
+  end
+  local quota = math.min(s.conc - s.busy, wanted)
+  if s.delay > 0 or not alone then quota = math.min(quota, 1) end
+  local taken = 0
+  while taken < quota do
+    url = redis.call('LPOP', queue(domain, prio))
+    if not url then
+      if prio == 1 then break end
+      prio = 1
+    elseif host_of(url) ~= s.host then
+      redis.call('LPUSH', queue(domain, prio), url)
+      break
+    elseif take(url, domain, prio) then
+      taken = taken + 1
+    end
+  end
+  if taken > 0 then
+    occupy(s, taken)
+    host_waiting(s.host, -taken)
+  end
+  requeue(domain)
+  return taken
+end
+
+local function pop_urls(wanted)
+  local leased = 0
+  while wanted > 0 do
+    local domains = redis.call('ZRANGEBYSCORE', READY, '-inf', NOW_S, 'LIMIT', 0, wanted)
+    local got = 0
+    for _, domain in ipairs(domains) do
+      if got >= wanted then break end
+      got = got + turn(domain, wanted - got, #domains == 1)
+    end
+    if got == 0 then break end
+    wanted = wanted - got
+    leased = leased + got
+  end
+  return leased
+end
+
+redis.call('ZREMRANGEBYSCORE', NEXT, '-inf', NOW_S)
+expire()
+local leased = pop_urls(COUNT - pop_hubs())
+if leased > 0 then redis.call('HINCRBY', COUNTERS, 'pending', leased) end
+return {out, foreign}

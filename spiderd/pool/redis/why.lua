@@ -1,0 +1,19 @@
+-- why: a URL's state and its host's slot.  ARGV[7..8]: url, host.
+local url, host = ARGV[7], ARGV[8]
+local fp, bucket, base = locate(url)
+local state, kind, lease_until = 'unknown', '', ''
+if redis.call('HEXISTS', LEASE, fp) == 1 then
+  state, kind = 'pending', string.sub(redis.call('HGET', LEASE, fp), 1, 1)
+  lease_until = redis.call('ZSCORE', LEASES, fp)
+else
+  local code = known(bucket, base)
+  if code and code >= WAITING_LIST then
+    state, kind = 'waiting', tostring(code - WAITING_LIST)
+  elseif code then
+    state = FINAL_NAME[code]
+  end
+end
+local s = slot(host)
+return {state, kind, lease_until, redis.call('HGET', FAILS, fp) or '0', redis.call('HEXISTS', HUB, fp),
+  redis.call('ZSCORE', WAITING, host) or '0', tostring(s.busy), string.format('%.17g', s.delay),
+  string.format('%.17g', s.next)}

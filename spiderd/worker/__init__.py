@@ -1,0 +1,13 @@
+"""The worker role: a Scrapyd-compatible HTTP API that runs batches of detail URLs as persistent jobs.
+
+- :mod:`.config`: :class:`WorkerConfig`, the ``[worker]`` settings, checked before start;
+- :mod:`.api`, :mod:`.http`, :mod:`.validate`: Scrapyd 1.6's endpoints, auth, body cap, parameter checks;
+- :mod:`.jobs`: jobs, one JSON file each, written atomically;
+- :mod:`.runner`, :mod:`.pipeline`, :mod:`.files`: running jobs (fetch, parse, store, items file, feed);
+- :mod:`.service`: :class:`WorkerService` and :func:`build_worker`, for ``tap.build``.
+"""
+
+from .config import WorkerConfig, WorkerConfigError
+from .service import WorkerService, build_worker, worker_config
+
+__all__ = ["WorkerConfig", "WorkerConfigError", "WorkerService", "build_worker", "worker_config"]

@@ -1,0 +1,301 @@
+"""Scrapyd 1.6's JSON API, answered by the worker.
+
+Endpoints, parameters, fields and error messages follow Scrapyd 1.6's
+``scrapyd/webservice.py``: errors in what the client sent are answered with
+HTTP 200 and ``{"status": "error", "message": ...}``; every answer has
+``node_name``.  Where Scrapyd has no answer of its own: wrong or missing
+credentials get 401 (as Scrapyd's ``HTTPAuthSessionWrapper``) with a JSON body,
+a body over the cap 413 (see :mod:`.http`), a stopping worker 503, an internal
+error 500.  Secrets never leave: URIs in settings and arguments are redacted in
+``listjobs.json`` and in logs.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import datetime
+from typing import Any, Callable
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web import http
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET, Request
+
+from .http import ApiError, check_credentials, json_body, redact_text
+from .jobs import ENDED, FINISHED, PENDING, RUNNING, Job
+from .runner import JobExists, JobRunner, WorkerStopping
+from .validate import Validator
+
+log = Logger()
+Handler = Callable[["Params"], "dict[str, Any] | Deferred[dict[str, Any]]"]
+
+
+class Params:
+    """A request's arguments (query string and form body), taken one by one as Scrapyd's ``param`` does."""
+
+    def __init__(self, request: Request) -> None:
+        self._args: dict[bytes, list[bytes]] = dict(request.args or {})
+
+    def get(self, name: str, required: bool = True) -> str | None:
+        """The first value of ``name``; a missing required one is an error."""
+        values = self._args.pop(name.encode(), None)
+        if values is None:
+            if required:
+                raise ApiError(f"'{name}' parameter is required")
+            return None
+        return _decode(name, values[0])
+
+    def all(self, name: str) -> list[str]:
+        """Every value of a repeatable parameter."""
+        return [_decode(name, value) for value in self._args.pop(name.encode(), [])]
+
+    def rest(self) -> dict[str, str]:
+        """The parameters not taken yet (spider arguments), first value of each."""
+        rest = {}
+        for key, values in self._args.items():
+            name = _decode("parameter name", key)
+            rest[name] = _decode(name, values[0])
+        return rest
+
+
+def _decode(name: str, value: bytes) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ApiError(f"{name} is invalid: {e}") from None
+
+
+class WorkerAPI(Resource):
+    """Every endpoint as one leaf resource: auth, routing by path, method checks, JSON answers."""
+
+    isLeaf = True
+
+    def __init__(self, runner: JobRunner, validator: Validator, redact: Callable[[str], str],
+                 node_name: str, credentials: tuple[str, str] | None) -> None:
+        super().__init__()
+        self._runner = runner
+        self._validator = validator
+        self._redact = redact
+        self._node = node_name
+        self._credentials = credentials
+        self._endpoints: dict[bytes, tuple[bytes, Handler]] = {
+            b"/schedule.json": (b"POST", self.schedule),
+            b"/cancel.json": (b"POST", self.cancel),
+            b"/listjobs.json": (b"GET", self.listjobs),
+            b"/status.json": (b"GET", self.status),
+            b"/daemonstatus.json": (b"GET", self.daemonstatus),
+            b"/listprojects.json": (b"GET", self.listprojects),
+            b"/listversions.json": (b"GET", self.listversions),
+            b"/listspiders.json": (b"GET", self.listspiders),
+        }
+
+    # -- dispatch ---------------------------------------------------------------------------------------------
+
+    def render(self, request: Request) -> bytes | int:
+        if self._credentials is not None and not check_credentials(request, *self._credentials):
+            log.warn("Worker API: wrong or missing credentials from {peer}", peer=str(request.getClientAddress()))
+            request.setHeader(b"WWW-Authenticate", b'Basic realm="spiderd"')
+            return self._error(request, "Unauthorized", http.UNAUTHORIZED)
+        endpoint = self._endpoints.get(request.path.rstrip(b"/") if request.path != b"/" else request.path)
+        if endpoint is None:
+            return self._error(request, f"No such resource: {request.path.decode('latin-1')}", http.NOT_FOUND)
+        method, handler = endpoint
+        allowed = ", ".join(["OPTIONS", "HEAD", method.decode()])
+        request.setHeader(b"Access-Control-Allow-Origin", b"*")
+        request.setHeader(b"Access-Control-Allow-Methods", allowed.encode())
+        request.setHeader(b"Access-Control-Allow-Headers", b"X-Requested-With")
+        if request.method == b"OPTIONS":
+            request.setHeader(b"Allow", allowed.encode())
+            request.setResponseCode(http.NO_CONTENT)
+            return b""
+        if request.method != method and not (request.method == b"HEAD" and method == b"GET"):
+            expected = [b"HEAD", b"OPTIONS", method]
+            return self._error(request, f"UnsupportedMethod: Expected one of {expected!r}")
+        return self._call(request, handler)
+
+    def _call(self, request: Request, handler: Handler) -> bytes | int:
+        try:
+            result = handler(Params(request))
+        except ApiError as e:
+            return self._error(request, e.message, e.code)
+        except Exception as e:
+            log.failure("Worker API: {path} failed", path=request.path.decode("latin-1"))
+            return self._error(request, f"{type(e).__name__}: {e}", http.INTERNAL_SERVER_ERROR)
+        if not isinstance(result, Deferred):
+            return self._ok(request, result)
+        gone: list[bool] = []
+        request.notifyFinish().addErrback(lambda _: gone.append(True))
+        answer: Deferred[Any] = result
+        answer.addCallback(lambda data: self._ok(request, data))
+        answer.addErrback(self._failed, request)
+        answer.addCallback(lambda body: None if gone else _finish(request, body))
+        answer.addErrback(lambda f: log.failure("Worker API: answering failed", f))
+        return NOT_DONE_YET
+
+    def _ok(self, request: Request, data: dict[str, Any]) -> bytes:
+        return self._answer(request, {**data, "status": "ok"}, http.OK)
+
+    def _failed(self, failure: Failure, request: Request) -> bytes:
+        if failure.check(ApiError):
+            return self._error(request, failure.value.message, failure.value.code)
+        log.failure("Worker API: {path} failed", failure, path=request.path.decode("latin-1"))
+        return self._error(request, f"{failure.type.__name__}: {failure.getErrorMessage()}",
+                           http.INTERNAL_SERVER_ERROR)
+
+    def _error(self, request: Request, message: str, code: int = http.OK) -> bytes:
+        message = redact_text(message, self._redact)
+        return self._answer(request, {"status": "error", "message": message}, code)
+
+    def _answer(self, request: Request, data: dict[str, Any], code: int) -> bytes:
+        body = json_body(data, self._node)
+        request.setResponseCode(code)
+        request.setHeader(b"Content-Type", b"application/json")
+        request.setHeader(b"Content-Length", str(len(body)).encode())
+        return b"" if request.method == b"HEAD" else body
+
+    # -- endpoints --------------------------------------------------------------------------------------------
+
+    def schedule(self, p: Params) -> Deferred[dict[str, Any]]:
+        """Accept a job: fires once it is persisted (the job runs later)."""
+        project, spider = p.get("project"), p.get("spider")
+        version, jobid, priority = p.get("_version", False), p.get("jobid", False), p.get("priority", False)
+        settings = p.all("setting")
+        assert project is not None and spider is not None
+        self._validator.check_project(project)
+        self._validator.check_version(version)
+        self._validator.check_spider(spider)
+        jobid = uuid.uuid1().hex if jobid is None else jobid  # Scrapyd's default job id
+        job = self._validator.job(project, spider, version, jobid, priority, settings, p.rest())
+        d: Deferred[Any] = self._runner.submit(job)
+        d.addCallbacks(self._scheduled, _refused, errbackArgs=(job.id,))
+        return d
+
+    def _scheduled(self, job: Job) -> dict[str, Any]:
+        feed = self._redact(job.settings.get("FEED_URI") or "(the default)")
+        log.info("Worker: accepted job {id} (spider {spider}, {count} URLs, priority {priority}, feed {feed})",
+                 id=job.id, spider=job.spider, count=len(job.urls()), priority=job.priority, feed=feed)
+        return {"jobid": job.id}
+
+    def cancel(self, p: Params) -> Deferred[dict[str, Any]]:
+        """Cancel a pending or running job; answers its previous state."""
+        project, job = p.get("project"), p.get("job")
+        p.get("signal", False)  # Scrapyd signals its child process; a job here is stopped in-process
+        assert project is not None and job is not None
+        self._validator.check_project(project)
+        d: Deferred[Any] = self._runner.cancel(job)
+        d.addCallbacks(lambda prevstate: {"prevstate": prevstate}, _refused, errbackArgs=(job,))
+        return d
+
+    def listjobs(self, p: Params) -> dict[str, Any]:
+        """Pending, running and finished jobs with Scrapyd 1.6's fields (secrets redacted)."""
+        project = p.get("project", False)
+        if project is not None:
+            self._validator.check_project(project)
+        jobs = self._runner.jobs.values()
+        running = sorted((j for j in jobs if j.state == RUNNING), key=lambda j: j.start_time or 0.0)
+        return {
+            "pending": [self._pending(j) for j in self._runner.pending()],
+            "running": [self._running(j) for j in running],
+            "finished": [self._finished(j) for j in _finished(jobs)],
+        }
+
+    def status(self, p: Params) -> dict[str, Any]:
+        """The state of one job: pending, running, finished or null."""
+        job_id, project = p.get("job"), p.get("project", False)
+        if project is not None:
+            self._validator.check_project(project)
+        job = self._runner.jobs.get(job_id or "")
+        state = None
+        if job is not None and job.state in (PENDING, RUNNING):
+            state = job.state
+        elif job is not None and job.start_time is not None:
+            state = FINISHED
+        return {"currstate": state}
+
+    def daemonstatus(self, p: Params) -> dict[str, Any]:
+        """How many jobs are pending, running and finished."""
+        jobs = self._runner.jobs.values()
+        return {
+            "pending": len(self._runner.pending()),
+            "running": sum(1 for j in jobs if j.state == RUNNING),
+            "finished": len(_finished(jobs)),
+        }
+
+    def listprojects(self, p: Params) -> dict[str, Any]:
+        """The one project of this worker."""
+        return {"projects": [self._validator.project]}
+
+    def listversions(self, p: Params) -> dict[str, Any]:
+        """spiderd's version for the project (no eggs here); none for another project, as Scrapyd."""
+        project = p.get("project")
+        return {"versions": list(self._validator.versions) if project == self._validator.project else []}
+
+    def listspiders(self, p: Params) -> dict[str, Any]:
+        """The configured sites."""
+        project, version = p.get("project"), p.get("_version", False)
+        assert project is not None
+        self._validator.check_project(project)
+        self._validator.check_version(version)
+        return {"spiders": list(self._validator.spiders)}
+
+    # -- job views --------------------------------------------------------------------------------------------
+
+    def _pending(self, job: Job) -> dict[str, Any]:
+        return {
+            "id": job.id,
+            "project": job.project,
+            "spider": job.spider,
+            "version": job.version,
+            "settings": {k: redact_text(v, self._redact) for k, v in job.settings.items()},
+            "args": {k: redact_text(v, self._redact) for k, v in job.args.items()},
+        }
+
+    def _running(self, job: Job) -> dict[str, Any]:
+        return {
+            "id": job.id,
+            "project": job.project,
+            "spider": job.spider,
+            "pid": os.getpid(),
+            "start_time": _when(job.start_time),
+            "log_url": None,
+            "items_url": None,
+        }
+
+    def _finished(self, job: Job) -> dict[str, Any]:
+        return {
+            "id": job.id,
+            "project": job.project,
+            "spider": job.spider,
+            "start_time": _when(job.start_time),
+            "end_time": _when(job.end_time),
+            "log_url": None,
+            "items_url": None,
+        }
+
+
+def _finished(jobs: Any) -> list[Job]:
+    """Ended jobs that had started (a job cancelled while pending is gone, as in Scrapyd), newest first."""
+    ended = [j for j in jobs if j.state in ENDED and j.start_time is not None]
+    return sorted(ended, key=lambda j: j.end_time or 0.0, reverse=True)
+
+
+def _when(timestamp: float | None) -> str | None:
+    """A time as Scrapyd shows it: ``str()`` of a local datetime."""
+    return None if timestamp is None else str(datetime.fromtimestamp(timestamp))
+
+
+def _refused(failure: Failure, job_id: str) -> Failure:
+    """The API's answer to the runner's refusals (schedule and cancel)."""
+    if failure.check(JobExists):
+        raise ApiError(f"job '{job_id}' already exists (pending or running)")
+    if failure.check(WorkerStopping):
+        raise ApiError("the worker is shutting down: try another node, or again later", http.SERVICE_UNAVAILABLE)
+    return failure
+
+
+def _finish(request: Request, body: bytes) -> None:
+    request.write(body)
+    request.finish()

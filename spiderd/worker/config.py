@@ -1,0 +1,107 @@
+"""The worker's plain settings (section ``[worker]``), validated once before anything starts."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from dataclasses import dataclass
+
+MiB = 1024 * 1024
+DEFAULT_FEED_TEMPLATE = "%(batch)s_%(name)s_%(time)s.jl"
+FEED_SCHEMES = ("file", "ftp")
+LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+
+
+class WorkerConfigError(ValueError):
+    """A worker setting that cannot work; the message names the ``worker.*`` key."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What the worker role reads from the configuration (the lead maps ``[worker]`` keys to these)."""
+
+    data_dir: str
+    bind: str = "127.0.0.1"
+    port: int = 6800
+    username: str = ""
+    password: str = ""
+    project: str = "spiderd"
+    node_name: str = ""  # "" = the host name, as Scrapyd
+    max_jobs: int = 4
+    job_concurrency: int = 8
+    per_host_concurrency: int = 8
+    failure_threshold: int = 3
+    retry_delay: float = 1.0
+    feed_template: str = ""  # "" = file://<data_dir>/feeds/%(batch)s_%(name)s_%(time)s.jl
+    max_body_size: int = 16 * MiB
+    stop_timeout: float = 30.0
+    finished_to_keep: int = 100
+
+    @property
+    def jobs_dir(self) -> str:
+        """Where accepted jobs are persisted, one JSON file each."""
+        return os.path.join(self.data_dir, "worker", "jobs")
+
+    @property
+    def default_feed_uri(self) -> str:
+        """The FEED_URI template of jobs that name none."""
+        if self.feed_template:
+            return self.feed_template
+        feeds = os.path.join(os.path.abspath(self.data_dir), "feeds")
+        return "file://" + feeds + "/" + DEFAULT_FEED_TEMPLATE
+
+    @property
+    def host_name(self) -> str:
+        """The ``node_name`` of every answer."""
+        return self.node_name or socket.gethostname()
+
+    @property
+    def auth(self) -> bool:
+        """True when HTTP basic auth is required."""
+        return bool(self.username)
+
+    def check(self) -> None:
+        """Raise :class:`WorkerConfigError` unless the settings can work (and are safe)."""
+        _check_numbers(self)
+        _check_credentials(self)
+        if not is_loopback(self.bind) and not self.auth:
+            raise WorkerConfigError(
+                f"worker.bind: {self.bind or '(all interfaces)'!r} is not a loopback address, and the worker "
+                "API runs jobs for anyone who can reach it: set worker.username and worker.password "
+                "(HTTP basic auth), or bind 127.0.0.1"
+            )
+        scheme = self.default_feed_uri.partition("://")[0].lower()
+        if scheme not in FEED_SCHEMES:
+            raise WorkerConfigError(f"worker.feed_template: expected a file:// or ftp:// URI, got scheme {scheme!r}")
+        if not self.project or "/" in self.project:
+            raise WorkerConfigError(f"worker.project: expected a name without '/', got {self.project!r}")
+
+
+def _check_numbers(config: WorkerConfig) -> None:
+    positive = ("max_jobs", "job_concurrency", "per_host_concurrency", "max_body_size")
+    for name in positive:
+        if getattr(config, name) < 1:
+            raise WorkerConfigError(f"worker.{name}: must be 1 or more, got {getattr(config, name)!r}")
+    for name in ("failure_threshold", "retry_delay", "stop_timeout", "finished_to_keep"):
+        if getattr(config, name) < 0:
+            raise WorkerConfigError(f"worker.{name}: must be 0 or more, got {getattr(config, name)!r}")
+    if not 0 <= config.port <= 65535:
+        raise WorkerConfigError(f"worker.port: must be 0..65535, got {config.port!r}")
+
+
+def _check_credentials(config: WorkerConfig) -> None:
+    if bool(config.username) != bool(config.password):
+        raise WorkerConfigError("worker.username, worker.password: set both (HTTP basic auth) or neither")
+    if ":" in config.username:  # RFC 7617: the user-id cannot contain a colon (Scrapyd refuses it too)
+        raise WorkerConfigError("worker.username: must not contain ':'")
+
+
+def is_loopback(address: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and the usual names of the loopback host."""
+    if address.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,173 @@
+"""Jobs and their persistence: one JSON file per job, written atomically (temp file, fsync, rename, fsync dir).
+
+A job is on disk before the API answers "ok", and every change of state is
+written before it counts: pending -> running -> finished or cancelled.  At
+start, jobs found running (the worker was stopped at its deadline or killed)
+are pending again; one found ``shipping`` is only handed to the shipper again
+if its complete items file is still in ``incoming/`` (else the shipper has it).
+Files are private (0600): a FEED_URI may hold a password.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from ..feed import uri_time
+
+log = Logger()
+
+PENDING, RUNNING, FINISHED, CANCELLED = "pending", "running", "finished", "cancelled"
+STATES = (PENDING, RUNNING, FINISHED, CANCELLED)
+ENDED = (FINISHED, CANCELLED)
+FORMAT = 1
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+Runner = Callable[..., "Deferred[Any]"]  # runs a blocking callable on the worker's I/O thread
+
+
+def safe_name(value: str) -> bool:
+    """True if ``value`` can be a file name as it is: letters, digits, ``._-``, no leading dot, 1-128 long."""
+    return _SAFE_NAME.fullmatch(value) is not None and ".." not in value
+
+
+@dataclass
+class Job:
+    """One accepted ``schedule.json`` call and what became of it."""
+
+    id: str
+    project: str
+    spider: str
+    settings: dict[str, str] = field(default_factory=dict)  # honoured settings only (FEED_URI, ...)
+    args: dict[str, str] = field(default_factory=dict)  # spider arguments (never settings)
+    priority: float = 0.0
+    version: str | None = None
+    seq: int = 0
+    state: str = PENDING
+    created: float = 0.0
+    start_time: float | None = None
+    end_time: float | None = None
+    feed_uri: str | None = None  # rendered at the first start; a re-run ships to the same name
+    shipping: bool = False  # the items file is complete and being handed to the shipper
+    error: str | None = None
+    stats: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def batch(self) -> str:
+        """The ``%(batch)s`` of the feed name: the ``batch`` spider argument, else the job id."""
+        return self.args.get("batch") or self.id
+
+    def feed_params(self, now: float) -> dict[str, str]:
+        """The FEED_URI template's values: spider arguments, then batch, name (the spider) and time."""
+        return {**self.args, "batch": self.batch, "name": self.spider, "time": uri_time(now)}
+
+    def urls(self) -> list[str]:
+        """The start URLs (``DISTRIBUTED_START_URLS``, already validated when the job was accepted)."""
+        raw = self.settings.get("DISTRIBUTED_START_URLS")
+        return list(json.loads(raw)) if raw else []
+
+    def to_dict(self) -> dict[str, Any]:
+        """The persisted form."""
+        return {"format": FORMAT, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Job:
+        """A job read back from disk; raises ValueError if it is not one."""
+        if data.get("format") != FORMAT or data.get("state") not in STATES or not safe_name(str(data.get("id"))):
+            raise ValueError("not a spiderd worker job")
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+class JobStore:
+    """Job files under ``directory``; writes run in order on the I/O thread, reads happen at start."""
+
+    def __init__(self, directory: str, run: Runner) -> None:
+        self.directory = directory
+        self._run = run
+
+    def load(self) -> list[Job]:
+        """Every job on disk (blocking: called once at start); torn temp files are removed, bad files set aside."""
+        os.makedirs(self.directory, exist_ok=True)
+        jobs = []
+        for name in sorted(os.listdir(self.directory)):
+            path = os.path.join(self.directory, name)
+            if name.endswith(".tmp"):
+                os.unlink(path)
+            elif name.endswith(".json"):
+                job = _read(path)
+                if job is not None:
+                    jobs.append(job)
+        return jobs
+
+    def save(self, job: Job) -> Deferred[None]:
+        """Write the job's current state; fires once it is durable."""
+        data = json.dumps(job.to_dict(), ensure_ascii=False, sort_keys=True).encode("utf-8")
+        return self._run(write_atomically, self.path(job.id), data)
+
+    def delete(self, job_id: str) -> Deferred[None]:
+        """Forget a job."""
+        return self._run(_unlink, self.path(job_id))
+
+    def path(self, job_id: str) -> str:
+        """The file of a job (ids are checked with :func:`safe_name` before they get here)."""
+        if not safe_name(job_id):
+            raise ValueError(f"unsafe job id {job_id!r}")
+        return os.path.join(self.directory, job_id + ".json")
+
+
+def _read(path: str) -> Job | None:
+    try:
+        with open(path, "rb") as f:
+            job = Job.from_dict(json.loads(f.read()))
+    except (OSError, ValueError, TypeError) as e:
+        log.error("Worker: unreadable job file {path} set aside as .bad: {error}", path=path, error=str(e))
+        os.replace(path, path + ".bad")
+        return None
+    if os.path.basename(path) != job.id + ".json":
+        log.error("Worker: job file {path} holds job {id!r}; skipped", path=path, id=job.id)
+        return None
+    return job
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content, never a mix."""
+    directory = os.path.dirname(path)
+    tmp = os.path.join(directory, "." + os.path.basename(path) + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(directory)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def fsync_dir(directory: str) -> None:
+    """Make a rename or unlink in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    fsync_dir(os.path.dirname(path))

@@ -1,0 +1,177 @@
+"""One job's URLs through fetch, retry, parse, store and the items file.
+
+``job_concurrency`` URLs of a run are in flight at once, and at most
+``per_host_concurrency`` requests per host over all runs.  Network errors and
+5xx are retried ``failure_threshold`` times (after ``retry_delay``, doubling);
+a page that cannot be parsed or stored is retried the same way.  An item is
+written only once its page is committed, and a redirect to a page the job has
+already made an item of makes none.  Halting a run cancels whatever its URLs
+wait on (a host slot, a fetch, a retry delay); what is being parsed or stored
+finishes, and then the run is settled.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from typing import Any
+
+from twisted.internet import defer, task
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from .. import status as st
+from ..urls import fingerprint, host_of
+from .config import WorkerConfig
+from .files import HostSlots, ItemsFile
+from .jobs import Job
+
+log = Logger()
+
+DONE, RETRY = "done", "retry"
+MAX_RETRY_DELAY = 60.0
+
+
+def retryable(status: int) -> bool:
+    """5xx and network errors are retried; 200, other HTTP codes and final failures are not."""
+    if 500 <= status < 600:
+        return True
+    return status < 0 and status not in st.FINAL_CODES
+
+
+class Run:
+    """One execution of a job: its URLs to do, what they wait on, its counters."""
+
+    def __init__(self, job: Job, items: ItemsFile) -> None:
+        self.job = job
+        self.items = items
+        self.todo: deque[str] = deque()
+        self.active = 0
+        self.halted: str | None = None  # "cancelled" or "interrupted"
+        self.shipping = False
+        self.seen: set[str] = set()
+        self.stats: Counter[str] = Counter()
+        self.blocking: set[Deferred[Any]] = set()
+        self.settled: Deferred[None] = Deferred()
+
+    def wait(self, d: Deferred[Any]) -> Deferred[Any]:
+        """Track ``d`` so that halting cancels it."""
+        self.blocking.add(d)
+        return d.addBoth(self._untrack, d)
+
+    def _untrack(self, result: Any, d: Deferred[Any]) -> Any:
+        self.blocking.discard(d)
+        return result
+
+    def halt(self, why: str) -> None:
+        """Stop fetching: drop the URLs not started, cancel what the others wait on."""
+        self.halted = self.halted or why
+        self.todo.clear()
+        for d in list(self.blocking):
+            d.cancel()
+        self.check_settled()
+
+    def check_settled(self) -> None:
+        """Fire ``settled`` once no URL is in flight and none is left (or the run is halted)."""
+        if self.active == 0 and (self.halted or not self.todo) and not self.settled.called:
+            self.settled.callback(None)
+
+
+class Pipeline:
+    """Works runs' URLs with the shared fetcher, parser and page store."""
+
+    def __init__(self, reactor: Any, config: WorkerConfig, fetcher: Any, parser: Any, pages: Any) -> None:
+        self._reactor = reactor
+        self._config = config
+        self._fetcher = fetcher
+        self._parser = parser
+        self._pages = pages
+        self._hosts = HostSlots(config.per_host_concurrency)
+
+    def fill(self, run: Run) -> None:
+        """Start URLs of ``run`` up to ``job_concurrency``."""
+        while run.todo and run.active < self._config.job_concurrency and not run.halted:
+            url = run.todo.popleft()
+            run.active += 1
+            d = self._fetch_url(run, url)
+            d.addErrback(self._url_failed, run, url)
+            d.addBoth(self._url_over, run)
+        run.check_settled()
+
+    def _url_over(self, _: Any, run: Run) -> None:
+        run.active -= 1
+        self.fill(run)
+
+    def _url_failed(self, failure: Failure, run: Run, url: str) -> None:
+        if not (run.halted and failure.check(CancelledError)):
+            log.failure("Worker: job {id}: {url} failed", failure, id=run.job.id, url=url)
+            run.stats["failed"] += 1
+
+    @defer.inlineCallbacks
+    def _fetch_url(self, run: Run, url: str) -> Any:
+        for attempt in range(self._config.failure_threshold + 1):
+            if attempt:
+                delay = min(MAX_RETRY_DELAY, self._config.retry_delay * 2 ** (attempt - 1))
+                yield run.wait(task.deferLater(self._reactor, delay))
+            result = yield self._fetch(run, url)
+            if run.halted:
+                return
+            outcome = yield self._outcome(run, result)
+            if outcome != RETRY or run.halted:
+                return
+        run.stats["failed"] += 1
+
+    @defer.inlineCallbacks
+    def _fetch(self, run: Run, url: str) -> Any:
+        host = host_of(url)
+        yield run.wait(self._hosts.acquire(host))
+        try:
+            result = yield run.wait(self._fetcher.fetch(url))
+        finally:
+            self._hosts.release(host)
+        return result
+
+    @defer.inlineCallbacks
+    def _outcome(self, run: Run, result: Any) -> Any:
+        run.stats["requests"] += 1
+        run.stats[f"status_{st.name(result.status)}"] += 1
+        if result.status == 200:
+            outcome = yield self._page(run, result)
+            return outcome
+        if retryable(result.status):
+            return RETRY
+        run.stats["failed"] += 1
+        return DONE
+
+    @defer.inlineCallbacks
+    def _page(self, run: Run, result: Any) -> Any:
+        url = result.final_url
+        if url in run.seen:  # a redirect to a page this job has already
+            run.stats["duplicates"] += 1
+            return DONE
+        run.seen.add(url)
+        try:
+            extracted = yield self._parse_and_store(url, result)
+        except Exception:
+            run.seen.discard(url)
+            log.failure("Worker: job {id}: processing {url} failed", id=run.job.id, url=url)
+            run.stats["processing_errors"] += 1
+            return RETRY
+        if run.halted:
+            return DONE
+        run.stats["pages"] += 1
+        if extracted.item is not None:
+            run.items.write(extracted.item)
+            run.stats["items"] += 1
+        elif extracted.error:
+            run.stats[f"parse_{extracted.error}"] += 1
+        return DONE
+
+    @defer.inlineCallbacks
+    def _parse_and_store(self, url: str, result: Any) -> Any:
+        preset = self._pages.preset if self._pages is not None else None
+        extracted = yield self._parser.parse(url, result.body, result.content_type, "detail",
+                                             self._reactor.seconds(), result.status, compress=preset)
+        if self._pages is not None:
+            yield self._pages.save(url, fingerprint(url), result.body, compressed=extracted.compressed)
+        return extracted

@@ -1,0 +1,308 @@
+"""The job runner: a priority queue of persisted jobs, run ``max_jobs`` at a time.
+
+A run (see :mod:`.pipeline`) writes the job's items to ``<incoming>/<job id>.jl``,
+rewritten from scratch at each start.  The file is handed to the feed shipper
+only when every URL is done, after the job is persisted as ``shipping``; the
+target name is rendered at the job's first start and kept.  So a job cut short
+by a crash or a stop runs again and ships one whole file, never a second file
+and never half a one; one cut short while shipping is shipped (or, if the
+shipper already took its file, finished) without fetching again.
+
+Cancelling a pending job cancels it at once; a running job stops fetching,
+ships nothing and ends cancelled.  At stop, running jobs may finish until the
+deadline; then they are interrupted and persisted as pending for the next start.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from ..lifecycle import InFlight
+from .config import WorkerConfig
+from .files import ItemsFile
+from .jobs import CANCELLED, ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
+from .pipeline import Pipeline, Run
+
+log = Logger()
+
+
+class WorkerStopping(Exception):
+    """The worker is shutting down and accepts no new job."""
+
+
+class JobExists(Exception):
+    """A job with this id is pending or running."""
+
+
+class JobRunner:
+    """Runs persisted jobs; ``jobs`` holds every known job (ended ones up to ``finished_to_keep``)."""
+
+    def __init__(
+        self,
+        reactor: Any,
+        config: WorkerConfig,
+        store: JobStore,
+        io: Runner,
+        fetcher: Any,
+        parser: Any,
+        pages: Any,
+        shipper: Any,
+        render_uri: Callable[[str, dict[str, str]], str],
+        incoming_dir: str,
+    ) -> None:
+        self._reactor = reactor
+        self._config = config
+        self._store = store
+        self._io = io
+        self._pipeline = Pipeline(reactor, config, fetcher, parser, pages)
+        self._shipper = shipper
+        self._render_uri = render_uri
+        self.incoming_dir = incoming_dir
+        self.jobs: dict[str, Job] = {}
+        self.runs: dict[str, Run] = {}
+        self._queue: list[Job] = []
+        self._executions = InFlight()
+        self._waiters: dict[str, list[Deferred[Job]]] = {}
+        self._seq = 0
+        self._kick_call: Any = None
+        self.stopping = False
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+
+    def start(self, jobs: list[Job]) -> None:
+        """Take the jobs found on disk: running ones (cut short last time) are pending again."""
+        self.stopping = False
+        self.jobs.clear()
+        self._queue.clear()
+        for job in jobs:
+            self.jobs[job.id] = job
+            self._seq = max(self._seq, job.seq)
+            if job.state == RUNNING:
+                self._recover(job)
+            if job.state == PENDING:
+                self._enqueue(job)
+            elif job.state == CANCELLED:
+                _remove_quietly(self.items_path(job))
+        if self._queue:
+            log.info("Worker: {count} accepted jobs to run from the last run", count=len(self._queue))
+        self._prune()
+        self.kick()
+
+    def _recover(self, job: Job) -> None:
+        """A job cut short: run it again, or only ship it again, or (shipped already) finish it."""
+        if job.shipping and not os.path.exists(self.items_path(job)):
+            job.shipping = False
+            self._end(job, FINISHED)
+            self._store.save(job).addErrback(lambda f: log.failure("Worker: saving job {id} failed", f, id=job.id))
+            return
+        job.state, job.start_time = PENDING, None
+
+    def stop(self, timeout: float) -> Deferred[None]:
+        """Start no more jobs; let running ones finish for ``timeout`` seconds, then interrupt them."""
+        self.stopping = True
+        if self._kick_call is not None and self._kick_call.active():
+            self._kick_call.cancel()
+        if self.runs:
+            log.info("Worker: stopping, {count} jobs running (at most {timeout}s more)",
+                     count=len(self.runs), timeout=timeout)
+        deadline = self._reactor.callLater(timeout, self._interrupt_all)
+        d = self._executions.wait()
+        d.addBoth(lambda _: deadline.cancel() if deadline.active() else None)
+        return d
+
+    def _interrupt_all(self) -> None:
+        for run in list(self.runs.values()):
+            if not run.shipping:
+                log.info("Worker: job {id} interrupted by the stop; it stays pending", id=run.job.id)
+                run.halt("interrupted")
+
+    # -- the API's part ---------------------------------------------------------------------------------------
+
+    def submit(self, job: Job) -> Deferred[Job]:
+        """Persist a new job, then queue it; fires once it is durable."""
+        if self.stopping:
+            return defer.fail(WorkerStopping("the worker is shutting down"))
+        old = self.jobs.get(job.id)
+        if (old is not None and old.state not in ENDED) or job.id in self.runs:
+            return defer.fail(JobExists(job.id))
+        self._seq += 1
+        job.seq, job.created, job.state = self._seq, self._reactor.seconds(), PENDING
+        self.jobs[job.id] = job
+        d: Deferred[Any] = self._store.save(job)
+        d.addCallbacks(self._accepted, self._not_accepted, callbackArgs=(job,), errbackArgs=(job, old))
+        return d
+
+    def _accepted(self, _: None, job: Job) -> Job:
+        if job.state == PENDING:
+            self._enqueue(job)
+            self.kick()
+        return job
+
+    def _not_accepted(self, failure: Failure, job: Job, old: Job | None) -> Failure:
+        if self.jobs.get(job.id) is job:
+            if old is None:
+                del self.jobs[job.id]
+            else:
+                self.jobs[job.id] = old
+        return failure
+
+    def cancel(self, job_id: str) -> Deferred[str | None]:
+        """Cancel a job; fires with its previous state (``pending``, ``running``) or None."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state in ENDED:
+            return defer.succeed(None)
+        if self.stopping:
+            return defer.fail(WorkerStopping("the worker is shutting down"))
+        run = self.runs.get(job_id)
+        if run is None:
+            self._queue.remove(job)
+            self._end(job, CANCELLED)
+            log.info("Worker: job {id} cancelled while pending", id=job_id)
+            return self._store.save(job).addCallback(self._cancelled_pending, job)
+        if run.shipping:  # too late: the feed is on its way
+            return defer.succeed(RUNNING)
+        run.halt("cancelled")
+        self._end(job, CANCELLED)
+        log.info("Worker: job {id} cancelled while running; nothing is shipped", id=job_id)
+        return self._store.save(job).addCallback(lambda _: RUNNING)
+
+    def _cancelled_pending(self, _: None, job: Job) -> str:
+        self._notify(job)
+        self._prune()
+        return PENDING
+
+    def when_done(self, job_id: str) -> Deferred[Job]:
+        """Fires with the job once it is finished or cancelled."""
+        job = self.jobs[job_id]
+        if job.state in ENDED and job_id not in self.runs:
+            return defer.succeed(job)
+        d: Deferred[Job] = Deferred()
+        self._waiters.setdefault(job_id, []).append(d)
+        return d
+
+    def pending(self) -> list[Job]:
+        """Pending jobs in the order they will run."""
+        return list(self._queue)
+
+    def items_path(self, job: Job) -> str:
+        """The local file of a job's items (in the shipper's ``incoming`` directory)."""
+        return os.path.join(self.incoming_dir, job.id + ".jl")
+
+    # -- scheduling jobs --------------------------------------------------------------------------------------
+
+    def _enqueue(self, job: Job) -> None:
+        self._queue.append(job)
+        self._queue.sort(key=lambda j: (-j.priority, j.seq))
+
+    def kick(self) -> None:
+        """Start queued jobs soon, up to ``max_jobs`` at once."""
+        if self._kick_call is None and not self.stopping:
+            self._kick_call = self._reactor.callLater(0, self._start_jobs)
+
+    def _start_jobs(self) -> None:
+        self._kick_call = None
+        while self._queue and len(self.runs) < self._config.max_jobs and not self.stopping:
+            job = self._queue.pop(0)
+            run = self.runs[job.id] = Run(job, ItemsFile(self.items_path(job), self._io))
+            d = self._execute(run)
+            d.addErrback(self._execution_failed, run)
+            d.addBoth(self._execution_over, run)
+            self._executions.track(d)
+
+    def _execution_failed(self, failure: Failure, run: Run) -> Any:
+        log.failure("Worker: job {id} failed", failure, id=run.job.id)
+        run.job.error = failure.getErrorMessage()[:500]
+        if run.job.state == RUNNING:
+            self._end(run.job, FINISHED)
+            return self._store.save(run.job).addErrback(lambda f: log.failure("Worker: saving job failed", f))
+        return None
+
+    def _execution_over(self, _: Any, run: Run) -> None:
+        del self.runs[run.job.id]
+        if run.job.state in ENDED:
+            self._notify(run.job)
+            self._prune()
+        self.kick()
+
+    # -- one job ----------------------------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def _execute(self, run: Run) -> Any:
+        job = run.job
+        now = self._reactor.seconds()
+        job.state, job.start_time, job.end_time, job.error = RUNNING, now, None, None
+        if job.feed_uri is None:
+            job.feed_uri = self._render_uri(job.settings.get("FEED_URI") or self._config.default_feed_uri,
+                                            job.feed_params(now))
+        run.shipping = job.shipping  # the items file was complete when the worker went down: ship it, no re-run
+        yield self._store.save(job)
+        if job.shipping:
+            yield self._ship(run)
+            return
+        job.stats = {}
+        yield run.items.open()
+        if not run.halted:
+            run.todo.extend(job.urls())
+        log.info("Worker: job {id} ({spider}) started: {count} URLs", id=job.id, spider=job.spider,
+                 count=len(run.todo))
+        self._pipeline.fill(run)
+        yield run.settled
+        job.stats = dict(run.stats)
+        if run.halted is None:
+            yield self._ship(run)
+        else:
+            yield run.items.discard()
+            if run.halted == "interrupted":
+                job.state, job.start_time = PENDING, None
+            yield self._store.save(job)
+
+    @defer.inlineCallbacks
+    def _ship(self, run: Run) -> Any:
+        """Make the items file durable, mark the job ``shipping``, hand the file over, then finish."""
+        job = run.job
+        run.shipping = True
+        if not job.shipping:
+            yield run.items.close()
+            if run.items.count:
+                job.shipping = True
+                yield self._store.save(job)
+            else:
+                yield run.items.discard()
+        if job.shipping:
+            assert job.feed_uri is not None
+            yield self._shipper.ship(run.items.path, job.feed_uri)
+        job.shipping = False
+        self._end(job, FINISHED)
+        yield self._store.save(job)
+        log.info("Worker: job {id} finished: {items} items from {pages} pages, {failed} URLs failed",
+                 id=job.id, items=job.stats.get("items", 0), pages=job.stats.get("pages", 0),
+                 failed=job.stats.get("failed", 0))
+
+    # -- bookkeeping ------------------------------------------------------------------------------------------
+
+    def _end(self, job: Job, state: str) -> None:
+        job.state, job.end_time = state, self._reactor.seconds()
+
+    def _notify(self, job: Job) -> None:
+        for d in self._waiters.pop(job.id, []):
+            d.callback(job)
+
+    def _prune(self) -> None:
+        """Forget the oldest ended jobs beyond ``finished_to_keep``."""
+        ended = sorted((j for j in self.jobs.values() if j.state in ENDED), key=lambda j: j.end_time or 0.0)
+        for job in ended[: max(0, len(ended) - self._config.finished_to_keep)]:
+            del self.jobs[job.id]
+            self._store.delete(job.id).addErrback(lambda f: log.failure("Worker: deleting a job file failed", f))
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,140 @@
+"""The worker role as one Service: the Scrapyd-compatible HTTP port, the persistent job queue and its runner.
+
+Start: read the jobs left on disk (pending and cut-short running ones run
+again), then listen.  Stop: close the port (no new connections), let running
+jobs finish for ``stop_timeout`` seconds, interrupt the rest (they stay
+persisted as *pending* and run at the next start), wait for the job files to
+be written, and fire.  Stop the worker before the page store and the feed
+shipper it writes to (``OrderedMultiService`` stops in reverse order).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import fields
+from typing import Any, Callable
+
+from twisted.application.service import Service
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.threadpool import ThreadPool
+
+import spiderd
+
+from .api import WorkerAPI
+from .config import WorkerConfig
+from .http import WorkerSite
+from .jobs import JobStore
+from .runner import JobRunner
+from .validate import Validator
+
+log = Logger()
+
+
+class WorkerService(Service):
+    """Owns the API port and the job runner; collaborators are given, not built here (its name: ``worker``)."""
+
+    def __init__(
+        self,
+        reactor: Any,
+        config: WorkerConfig,
+        fetcher: Any,
+        parser: Any,
+        store: Any,
+        shipper: Any,
+        *,
+        rules: Any = None,
+        render_uri: Callable[[str, dict[str, str]], str] | None = None,
+        redact: Callable[[str], str] | None = None,
+        incoming_dir: str | None = None,
+    ) -> None:
+        """Raises :class:`~.config.WorkerConfigError` for settings that cannot (or must not) run.
+
+        ``rules`` defaults to ``parser.rules`` (the spiders are its sites); ``render_uri`` and ``redact``
+        to :mod:`spiderd.feed`'s; ``incoming_dir`` to the shipper's spool ``incoming/`` directory.
+        """
+        config.check()
+        self.setName("worker")
+        if render_uri is None or redact is None:
+            from .. import feed
+
+            render_uri, redact = render_uri or feed.render_uri, redact or feed.redact
+        self.config = config
+        self._reactor = reactor
+        self._threads: ThreadPool | None = None
+        self.job_store = JobStore(config.jobs_dir, self._io)
+        incoming = incoming_dir or default_incoming_dir(shipper)
+        self.runner = JobRunner(reactor, config, self.job_store, self._io, fetcher, parser, store, shipper,
+                                render_uri, incoming)
+        self.validator = Validator(config, rules or parser.rules, render_uri, redact, (spiderd.__version__,), reactor)
+        credentials = (config.username, config.password) if config.auth else None
+        api = WorkerAPI(self.runner, self.validator, redact, config.host_name, credentials)
+        self.site = WorkerSite(api, config.max_body_size, config.host_name)
+        self.port: Any = None
+
+    def _io(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:
+        """Run blocking file work on the worker's one I/O thread, in order."""
+        if self._threads is None:
+            return defer.fail(RuntimeError("the worker is not running"))
+        return deferToThreadPool(self._reactor, self._threads, function, *args)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) the API listens on (the port is known after start, even when 0 was asked)."""
+        host = self.port.getHost()
+        return host.host, host.port
+
+    def startService(self) -> None:
+        """Load the persisted jobs, start running them, then listen."""
+        jobs = self.job_store.load()
+        self.port = self._reactor.listenTCP(self.config.port, self.site, interface=self.config.bind)
+        super().startService()
+        self._threads = ThreadPool(1, 1, name="spiderd-worker-io")
+        self._threads.start()
+        self.runner.start(jobs)
+        host, port = self.address
+        log.info("Worker API (Scrapyd-compatible) on http://{host}:{port}/: project {project!r}, spiders {spiders}, "
+                 "basic auth {auth}", host=host, port=port, project=self.config.project,
+                 spiders=", ".join(self.validator.spiders) or "(none)", auth="on" if self.config.auth else "off")
+
+    @defer.inlineCallbacks
+    def stopService(self) -> Any:
+        """Close the port, let running jobs finish until ``stop_timeout`` (then they stay pending), flush."""
+        super().stopService()
+        if self.port is not None:
+            yield self.port.stopListening()
+            self.port = None
+        yield self.runner.stop(self.config.stop_timeout)
+        if self._threads is not None:
+            yield self._io(lambda: None)  # every job file queued before this point is written
+            self._threads.stop()
+            self._threads = None
+
+
+def default_incoming_dir(shipper: Any) -> str:
+    """Where jobs write their items: the shipper's ``incoming_dir``, else ``<spool_dir>/incoming``."""
+    incoming = getattr(shipper, "incoming_dir", None)
+    if incoming:
+        return str(incoming)
+    return os.path.join(str(shipper.spool_dir), "incoming")
+
+
+def worker_config(settings: Any) -> WorkerConfig:
+    """The WorkerConfig of spiderd settings: ``worker_<key>`` attributes, with the defaults for absent ones.
+
+    ``failure_threshold`` and ``per_host_concurrency`` come from ``[pool]`` and ``[fetch]``.
+    """
+    values: dict[str, Any] = {"data_dir": settings.data_dir}
+    for f in fields(WorkerConfig):
+        if hasattr(settings, "worker_" + f.name):
+            values[f.name] = getattr(settings, "worker_" + f.name)
+    values.setdefault("failure_threshold", settings.failure_threshold)
+    values.setdefault("per_host_concurrency", settings.per_host_concurrency)
+    return WorkerConfig(**values)
+
+
+def build_worker(settings: Any, reactor: Any, fetcher: Any, parser: Any, store: Any, shipper: Any) -> WorkerService:
+    """The worker role's service for ``tap.build`` (raises WorkerConfigError, a ValueError, on bad settings)."""
+    return WorkerService(reactor, worker_config(settings), fetcher, parser, store, shipper)

@@ -1,0 +1,152 @@
+"""Checking what ``schedule.json`` was sent and turning it into a :class:`Job`.
+
+Only ``setting=NAME=VALUE`` parameters are settings, and only the allow-listed
+ones are honoured (others are logged by name and ignored); every other
+parameter is a spider argument, kept apart, so an argument can never become a
+setting.  Values that end up in file names (job id, batch) must be plain names,
+and the FEED_URI template is rendered once at acceptance so that a template
+the feed module refuses (an unknown placeholder, a value escaping its
+directory) is refused here, not when the job ends.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Callable
+
+from twisted.logger import Logger
+
+from ..feed import check_param
+from ..settings import Site
+from ..urls import BadURL, canonicalize
+from .config import FEED_SCHEMES, WorkerConfig
+from .http import ApiError, redact_text
+from .jobs import Job, safe_name
+
+log = Logger()
+
+ALLOWED_SETTINGS = ("FEED_URI", "DISTRIBUTED_START_URLS")
+_NAME_RULE = "letters, digits, '.', '_' and '-', at most 128, not starting with '.'"
+
+
+class Validator:
+    """Knows the project, its spiders (the configured sites) and versions; builds jobs from parameters."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        rules: Any,
+        render_uri: Callable[[str, dict[str, str]], str],
+        redact: Callable[[str], str],
+        versions: tuple[str, ...],
+        clock: Any,
+    ) -> None:
+        self.project = config.project
+        self.versions = versions
+        self.spiders: dict[str, Site] = {site.name: site for site in rules.sites}
+        self._rules = rules
+        self._default_feed = config.default_feed_uri
+        self._render_uri = render_uri
+        self._redact = redact
+        self._clock = clock
+
+    def check_project(self, project: str) -> None:
+        if project != self.project:
+            raise ApiError(f"project '{project}' not found")
+
+    def check_version(self, version: str | None) -> None:
+        if version and version not in self.versions:
+            raise ApiError(f"version '{version}' not found")
+
+    def check_spider(self, spider: str) -> None:
+        if spider not in self.spiders:
+            raise ApiError(f"spider '{spider}' not found")
+
+    def job(
+        self,
+        project: str,
+        spider: str,
+        version: str | None,
+        jobid: str,
+        priority: str | None,
+        settings: list[str],
+        args: dict[str, str],
+    ) -> Job:
+        """A new pending job, or an :class:`ApiError` naming what is wrong."""
+        if not safe_name(jobid):
+            raise ApiError(f"jobid is invalid: {jobid!r} is not a plain name ({_NAME_RULE})")
+        if "batch" in args:
+            try:
+                check_param("batch", args["batch"])
+            except ValueError as e:
+                raise ApiError(f"batch is invalid: {e}") from None
+        job = Job(jobid, project, spider, self._settings(jobid, settings), args, _priority(priority), version)
+        if "DISTRIBUTED_START_URLS" in job.settings:
+            urls = self._urls(job.settings["DISTRIBUTED_START_URLS"], self.spiders[spider])
+            job.settings["DISTRIBUTED_START_URLS"] = json.dumps(urls)
+        self._check_feed(job)
+        return job
+
+    def _settings(self, jobid: str, raw: list[str]) -> dict[str, str]:
+        honoured, ignored = {}, []
+        for setting in raw:
+            name, sep, value = setting.partition("=")
+            if not sep or not name.strip():
+                raise ApiError(f"setting is invalid: {self._redact_all(setting)!r} is not NAME=VALUE")
+            if name in ALLOWED_SETTINGS:
+                honoured[name] = value
+            else:
+                ignored.append(name)
+        if ignored:
+            log.info("Worker: job {id}: ignoring settings {names} (honoured: {allowed})", id=jobid,
+                     names=", ".join(sorted(set(ignored))), allowed=", ".join(ALLOWED_SETTINGS))
+        return honoured
+
+    def _urls(self, raw: str, site: Site) -> list[str]:
+        """The canonical start URLs (in order, without duplicates), all of the spider's site."""
+        try:
+            value = json.loads(raw)
+        except ValueError as e:
+            raise ApiError(f"DISTRIBUTED_START_URLS is invalid: not JSON ({e})") from None
+        if not isinstance(value, list) or not all(isinstance(u, str) for u in value):
+            raise ApiError("DISTRIBUTED_START_URLS is invalid: expected a JSON list of URL strings")
+        urls = []
+        for url in value:
+            try:
+                canonical = canonicalize(url, self._rules.max_url_length)
+            except BadURL as e:
+                raise ApiError(f"DISTRIBUTED_START_URLS is invalid: {self._redact_all(url)!r} ({e.reason})") from None
+            found = self._rules.site_for(canonical)
+            if found is None or found.name != site.name:
+                hosts = ", ".join(site.allowed_hosts)
+                raise ApiError(f"DISTRIBUTED_START_URLS is invalid: {self._redact_all(url)!r} is not a URL of "
+                               f"spider '{site.name}' (hosts {hosts})")
+            urls.append(canonical)
+        return list(dict.fromkeys(urls))
+
+    def _check_feed(self, job: Job) -> None:
+        template = job.settings.get("FEED_URI") or self._default_feed
+        scheme = template.partition("://")[0].lower() if "://" in template else ""
+        if scheme not in FEED_SCHEMES:
+            raise ApiError(f"FEED_URI is invalid: {self._redact(template)!r}: expected a file:// or ftp:// URI")
+        try:
+            self._render_uri(template, job.feed_params(self._clock.seconds()))
+        except Exception as e:  # the feed module refuses with ValueError or KeyError; any refusal is the client's
+            reason = self._redact_all(str(e) or type(e).__name__)
+            raise ApiError(f"FEED_URI is invalid: {reason}") from None
+
+    def _redact_all(self, text: str) -> str:
+        return redact_text(text, self._redact)
+
+
+def _priority(raw: str | None) -> float:
+    if raw is None:
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError as e:
+        raise ApiError(f"priority is invalid: {e}") from None
+    if not math.isfinite(value):
+        raise ApiError(f"priority is invalid: {raw!r} is not a finite number")
+    return value

@@ -1,0 +1,256 @@
+"""The batcher against real HTTP targets on 127.0.0.1: batches, dedup, failures, spool, stop, restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Any
+from urllib.parse import parse_qsl
+
+from twisted.internet import defer, reactor
+from twisted.internet.task import Clock
+from twisted.trial import unittest
+from twisted.web import resource, server
+
+from spiderd.batcher import SETTING_PREFIX, BatchConfig, Batcher, split, target_url
+from spiderd.pool import open_leveldb_pool, open_memory_pool
+
+
+
+class Scrapyd(resource.Resource):
+    """A stand-in for a Scrapyd node's schedule.json: records batches, answers as told."""
+
+    isLeaf = True
+
+    def __init__(self, mode: str = "ok") -> None:
+        super().__init__()
+        self.mode = mode
+        self.batches: list[dict[str, Any]] = []
+        self.hanging: list[Any] = []
+
+    def render_POST(self, request: Any) -> Any:
+        fields = parse_qsl(request.content.read().decode(), keep_blank_values=True)
+        if self.mode == "hang":
+            self.hanging.append(request)
+            return server.NOT_DONE_YET
+        if self.mode == "http500":
+            request.setResponseCode(500)
+            return b"boom"
+        if self.mode == "error":
+            return json.dumps({"node_name": "x", "status": "error", "message": "spider not found"}).encode()
+        settings = dict(v.split("=", 1) for k, v in fields if k == "setting")
+        self.batches.append({"fields": fields, "batch": dict(fields)["batch"], "settings": settings,
+                             "urls": json.loads(settings["DISTRIBUTED_START_URLS"])})
+        return json.dumps({"node_name": "x", "status": "ok", "jobid": "j%d" % len(self.batches)}).encode()
+
+
+class BatcherTests(unittest.TestCase):
+    """Targets are real HTTP servers; the batcher's timers run on a Clock."""
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.spool = tempfile.mkdtemp(prefix="spiderd-batcher-")
+        self.addCleanup(shutil.rmtree, self.spool, True)
+        self.nodes: list[Scrapyd] = []
+        self.ports: list[Any] = []
+
+    def target(self, mode: str = "ok") -> str:
+        node = Scrapyd(mode)
+        site = server.Site(node)
+        site.noisy = False
+        port = reactor.listenTCP(0, site, interface="127.0.0.1")
+        self.addCleanup(self._close, node, port)
+        self.nodes.append(node)
+        return f"127.0.0.1:{port.getHost().port}"
+
+    def _close(self, node: Scrapyd, port: Any) -> Any:
+        for request in node.hanging:
+            request.transport.abortConnection()
+        return port.stopListening()
+
+    def closed_target(self) -> str:
+        port = reactor.listenTCP(0, server.Site(resource.Resource()), interface="127.0.0.1")
+        number = port.getHost().port
+        port.stopListening()
+        return f"127.0.0.1:{number}"
+
+    def batcher(self, targets: list[str], pool: Any = None, **config: Any) -> Batcher:
+        config.setdefault("batch_size", 10)
+        config.setdefault("flush_interval", 30)
+        config.setdefault("feed_uri", "ftp://user:secret@spark/%(batch)s_%(name)s_%(time)s.jl")
+        b = Batcher(reactor, pool or open_memory_pool(self.clock), self.spool,
+                    BatchConfig(tuple(targets), project="shop", spider="items", **config), clock=self.clock)
+        b.startService()
+        self.addCleanup(lambda: b.stopService() if b.running else None)
+        return b
+
+    @defer.inlineCallbacks
+    def settle(self, batcher: Batcher) -> Any:
+        """Let the in-flight POSTs finish (real I/O)."""
+        yield batcher._lock.run(lambda: None)
+        yield batcher._posts.wait()
+
+    @defer.inlineCallbacks
+    def test_full_batch_is_posted_like_seed_003(self) -> Any:
+        """A full batch is one POST with project, spider, FEED_URI, batch and the URLs as JSON; the spool empties."""
+        b = self.batcher([self.target()])
+        urls = [f"http://shop.example/item/{i}.html" for i in range(10)]
+        yield b.add(urls)
+        yield self.settle(b)
+        (sent,) = self.nodes[0].batches
+        names = [k for k, _ in sent["fields"]]
+        self.assertEqual(sorted(names), ["batch", "project", "setting", "setting", "spider"])
+        self.assertEqual((dict(sent["fields"])["project"], dict(sent["fields"])["spider"]), ("shop", "items"))
+        self.assertEqual(sent["settings"]["FEED_URI"], "ftp://user:secret@spark/%(batch)s_%(name)s_%(time)s.jl")
+        self.assertEqual((sent["batch"], sent["urls"]), ("1", urls))
+        self.assertEqual([n for n in os.listdir(self.spool) if n.startswith("batch-")], [])
+
+    @defer.inlineCallbacks
+    def test_dedup_against_the_pool(self) -> Any:
+        """URLs seen before (in this batcher, or known to the pool in any state) are not sent again."""
+        pool = open_memory_pool(self.clock)
+        pool.add("http://shop.example/item/0.html")
+        b = self.batcher([self.target()], pool=pool, batch_size=5)
+        yield b.add([f"http://shop.example/item/{i}.html" for i in range(4)])
+        yield b.add([f"http://shop.example/item/{i}.html#x" for i in range(7)])
+        yield self.settle(b)
+        sent = [u for batch in self.nodes[0].batches for u in batch["urls"]]
+        self.assertEqual(sent, [f"http://shop.example/item/{i}.html" for i in range(1, 6)])
+        self.assertEqual(b.status()["open"], 1)
+
+    @defer.inlineCallbacks
+    def test_flush_timer_sends_a_partial_batch(self) -> Any:
+        """A slow crawl's partial batch goes out flush_interval seconds after its first URL."""
+        b = self.batcher([self.target()], flush_interval=30)
+        yield b.add(["http://shop.example/item/1.html"])
+        self.clock.advance(29)
+        yield self.settle(b)
+        self.assertEqual(self.nodes[0].batches, [])
+        self.clock.advance(1)
+        yield self.settle(b)
+        self.assertEqual(self.nodes[0].batches[0]["urls"], ["http://shop.example/item/1.html"])
+
+    @defer.inlineCallbacks
+    def check_failover(self, first: str) -> Any:
+        b = self.batcher([first, self.target()], retry_first=2)
+        yield b.add([f"http://shop.example/item/{i}.html" for i in range(10)])
+        yield self.settle(b)
+        self.assertEqual(self.nodes[-1].batches, [])
+        self.assertEqual(b.status()["spooled"], 1)
+        self.clock.advance(2)
+        yield self.settle(b)
+        self.assertEqual(len(self.nodes[-1].batches), 1)
+        self.assertEqual(b.status()["spooled"], 0)
+        return b
+
+    def test_refused_target_fails_over(self) -> Any:
+        """A target that refuses the connection: the batch waits in the spool, then goes to the next target."""
+        return self.check_failover(self.closed_target())
+
+    def test_status_error_fails_over(self) -> Any:
+        """Scrapyd answers errors with HTTP 200 and "status": "error": that is a failure too."""
+        return self.check_failover(self.target("error"))
+
+    def test_http_error_fails_over(self) -> Any:
+        """An HTTP 500 is a failure."""
+        return self.check_failover(self.target("http500"))
+
+    @defer.inlineCallbacks
+    def test_timeout_fails_over(self) -> Any:
+        """A target that never answers times out (on the clock) and the batch goes to the next one."""
+        b = self.batcher([self.target("hang"), self.target()], timeout=10, retry_first=1)
+        yield b.add([f"http://shop.example/item/{i}.html" for i in range(10)])
+        yield b._lock.run(lambda: None)
+        while not self.nodes[0].hanging:
+            yield _turn()
+        self.clock.advance(10)
+        yield b._posts.wait()
+        self.clock.advance(1)
+        yield self.settle(b)
+        self.assertEqual(len(self.nodes[1].batches), 1)
+
+    @defer.inlineCallbacks
+    def test_stop_waits_then_spools_and_restart_resends(self) -> Any:
+        """Stopping with a batch in flight to a dead target: nothing is lost; the next start resends it."""
+        hang = self.target("hang")
+        b = self.batcher([hang], stop_timeout=5, batch_size=100)
+        yield b.add([f"http://shop.example/item/{i}.html" for i in range(7)])
+        stopping = b.stopService()
+        while not self.nodes[0].hanging:
+            yield _turn()
+        self.assertNoResult(stopping)
+        self.clock.advance(5)
+        yield stopping
+        self.assertEqual([n for n in os.listdir(self.spool) if n.startswith("batch-")], ["batch-1.json"])
+        again = self.batcher([self.target()])
+        yield self.settle(again)
+        self.assertEqual(len(self.nodes[1].batches[0]["urls"]), 7)
+        self.assertEqual(again.status()["spooled"], 0)
+
+    @defer.inlineCallbacks
+    def test_byte_limit_splits_batches(self) -> Any:
+        """No DISTRIBUTED_START_URLS setting exceeds max_setting_bytes; every URL goes out once, numbers unique."""
+        b = self.batcher([self.target()], batch_size=1000, max_setting_bytes=4096)
+        urls = [f"http://shop.example/item/{i}.html?{'x' * 40}" for i in range(1000)]
+        yield b.add(urls)
+        yield self.settle(b)
+        batches = sorted(self.nodes[0].batches, key=lambda s: int(s["batch"]))
+        self.assertGreater(len(batches), 10)
+        for sent in batches:
+            setting = SETTING_PREFIX + json.dumps(sent["urls"])
+            self.assertLessEqual(len(setting.encode()), 4096)
+        self.assertEqual([u for s in batches for u in s["urls"]], urls)
+        self.assertEqual(len({s["batch"] for s in batches}), len(batches))
+
+    @defer.inlineCallbacks
+    def test_batch_numbers_unique_across_restarts(self) -> Any:
+        """Batch numbers come from the pool's store, so a restart never reuses one (no feed file overwritten)."""
+        store = tempfile.mkdtemp(prefix="spiderd-batcher-pool-")
+        self.addCleanup(shutil.rmtree, store, True)
+        pool = open_leveldb_pool(store, self.clock)
+        b = self.batcher([self.target()], pool=pool, batch_size=2)
+        yield b.add(["http://a.example/1", "http://a.example/2"])
+        yield self.settle(b)
+        yield b.stopService()
+        pool.close()
+        pool = open_leveldb_pool(store, self.clock)
+        self.addCleanup(pool.close)
+        b = self.batcher([f"127.0.0.1:{self.target().split(':')[1]}"], pool=pool, batch_size=2)
+        yield b.add(["http://a.example/1", "http://a.example/3", "http://a.example/4"])
+        yield self.settle(b)
+        numbers = [s["batch"] for node in self.nodes for s in node.batches]
+        self.assertEqual(numbers, ["1", "2"])
+        self.assertEqual(self.nodes[1].batches[0]["urls"], ["http://a.example/3", "http://a.example/4"])
+
+    @defer.inlineCallbacks
+    def test_recovers_the_open_batch_after_a_crash(self) -> Any:
+        """URLs in the open batch file of a killed process (torn last line too) are sent after the restart."""
+        with open(os.path.join(self.spool, "open.jl"), "w") as f:
+            f.write("http://a.example/1\nhttp://a.example/2\nhttp://a.exa")
+        b = self.batcher([self.target()], batch_size=2)
+        yield b._lock.run(lambda: None)
+        self.clock.advance(30)
+        yield self.settle(b)
+        self.assertEqual(self.nodes[0].batches[0]["urls"], ["http://a.example/1", "http://a.example/2"])
+
+
+def _turn() -> defer.Deferred[None]:
+    d: defer.Deferred[None] = defer.Deferred()
+    reactor.callLater(0, d.callback, None)
+    return d
+
+
+def test_split_respects_the_limit() -> None:
+    """split() never makes a setting over the limit and keeps the order."""
+    urls = [f"http://e.example/{'y' * (i % 50)}{i}" for i in range(500)]
+    chunks = split(urls, 2000)
+    assert [u for c in chunks for u in c] == urls
+    assert all(len((SETTING_PREFIX + json.dumps(c)).encode()) <= 2000 for c in chunks)
+
+
+def test_target_forms() -> None:
+    """Targets may be host:port (seed 003) or URLs with credentials."""
+    assert target_url("10.0.0.1:6800") == ("http://10.0.0.1:6800/schedule.json", None)
+    assert target_url("http://u:p@w1:6800/") == ("http://w1:6800/schedule.json", ("u", "p"))

@@ -1,0 +1,278 @@
+"""What only the Redis pool has: many nodes on the same keys, the seed-002 layout, a compact seen set, connection errors."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+from collections import Counter
+from typing import Any, Generator
+
+from twisted.internet import defer
+from twisted.internet.task import Clock
+from twisted.trial.unittest import TestCase
+
+from spiderd.politeness import Politeness
+from spiderd.pool.redis import RedisPoolError, open_redis_pool
+from spiderd.pool.redis.link import RedisLink, Script, parse_redis_url
+
+from .test_pool_contract import RedisKeys
+
+Gen = Generator[Any, Any, None]
+
+
+class TwoNodeTests(RedisKeys, TestCase):
+    """Two pool objects on the same keys stand for two nodes sharing one Redis."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.clock = Clock()
+        self.clock.advance(1_000_000)
+        self.pools: list[Any] = []
+        self.addCleanup(self._close_all)
+
+    @defer.inlineCallbacks
+    def node(self, delay: float = 0.0, concurrency: int = 1, **options: Any) -> Generator[Any, Any, Any]:
+        options.setdefault("pending_threshold", 60.0)
+        politeness = Politeness(delay, concurrency, overrides=options.pop("overrides", {}))
+        pool = yield self.open_redis(self.clock, politeness, options)
+        self.pools.append(pool)
+        return pool
+
+    @defer.inlineCallbacks
+    def _close_all(self) -> Gen:
+        for pool in self.pools:
+            yield pool.close()
+
+    @defer.inlineCallbacks
+    def test_concurrent_pops_never_share_a_url(self) -> Gen:
+        """Many pops from two nodes at once hand out every URL exactly once overall."""
+        a = yield self.node(concurrency=1000)
+        b = yield self.node(concurrency=1000)
+        urls = [f"http://h{i % 40}.example/{i}" for i in range(2000)]
+        assert (yield a.addmany(urls)) == 2000
+        pops = [node.pop(25) for _ in range(45) for node in (a, b)]
+        answers = yield defer.gatherResults(pops)
+        handed = Counter(url for answer in answers for url in answer)
+        assert set(handed) == set(urls) and max(handed.values()) == 1
+        assert (yield a.pop(100)) == {} and (yield b.pop(100)) == {}
+        stats = yield b.stats()
+        assert (stats["waiting"], stats["pending"]) == (0, 2000)
+
+    @defer.inlineCallbacks
+    def test_delay_holds_across_nodes(self) -> Gen:
+        """A host's delay counts from the last request of any node."""
+        a = yield self.node(delay=2.0, concurrency=4)
+        b = yield self.node(delay=2.0, concurrency=4)
+        yield a.addmany([f"http://a.example/{i}" for i in range(10)])
+        assert len((yield a.pop(10))) == 1
+        assert (yield b.pop(10)) == {}
+        self.clock.advance(1)
+        assert (yield b.pop(10)) == {}
+        self.clock.advance(1)
+        assert len((yield b.pop(10))) == 1
+        assert (yield a.pop(10)) == {}
+        assert abs((yield a.next_due()) - 2.0) < 1e-6
+
+    @defer.inlineCallbacks
+    def test_concurrency_holds_across_nodes(self) -> Gen:
+        """A host's concurrency counts the requests in flight on every node."""
+        a = yield self.node(concurrency=2)
+        b = yield self.node(concurrency=2)
+        yield a.addmany([f"http://a.example/{i}" for i in range(10)])
+        first = yield a.pop(10)
+        assert len(first) == 2
+        assert (yield b.pop(10)) == {}
+        yield a.fetched(sorted(first)[0])
+        assert len((yield b.pop(10))) == 1
+        assert (yield a.pop(10)) == {}
+
+    @defer.inlineCallbacks
+    def test_dead_node_urls_come_back_after_the_lease(self) -> Gen:
+        """A node that dies with leased URLs (no set_status) loses nothing: another node gets them once the leases end."""
+        a = yield self.node(concurrency=5)
+        b = yield self.node(concurrency=5)
+        yield a.addmany([f"http://a.example/{i}" for i in range(5)])
+        yield a.set_hubs(["http://h.example/"], 3600)
+        taken = yield a.pop(10, hub_percent=10)
+        assert len(taken) == 6 and sum(taken.values()) == 1
+        yield a.close()  # killed: its leases and host slots stay in Redis
+        assert (yield b.pop(10)) == {}
+        self.clock.advance(59)
+        assert (yield b.pop(10)) == {}
+        self.clock.advance(2)
+        back = yield b.pop(10, hub_percent=0)
+        assert set(back) == {u for u in taken if not taken[u]} and len(back) == 5
+        for url in back:
+            yield b.set_status(url, 200)
+        stats = yield b.stats()
+        assert (stats["waiting"], stats["pending"], stats["done"]) == (0, 0, 5)
+        assert (yield b.why("http://h.example/"))["host_inflight"] == 0
+
+    @defer.inlineCallbacks
+    def test_statuses_go_out_together_and_in_order(self) -> Gen:
+        """Statuses given at once share a script call, and a pop given after them sees them all."""
+        pool = yield self.node(concurrency=3)
+        yield pool.addmany([f"http://a.example/{i}" for i in range(6)])
+        first = yield pool.pop(10)
+        sent: list[str] = []
+        run = pool._link.run
+        pool._link.run = lambda script, args: sent.append(script.name) or run(script, args)
+        acks = [pool.set_status(url, 200) for url in first]
+        second = yield pool.pop(10)
+        yield defer.gatherResults(acks)
+        assert sent == ["status", "status", "pop"]  # one alone, the next two together, then the pop
+        assert len(first) == len(second) == 3 and not set(first) & set(second)
+        assert (yield pool.stats())["done"] == 3
+
+    @defer.inlineCallbacks
+    def test_seed_002_keys_where_tools_expect_them(self) -> Gen:
+        """Domains in spider.website.domains, list URLs in <domain>.higher, details in <domain>.lower, seeds in spider.seed.urls."""
+        pool = yield self.node(concurrency=10)
+        yield pool.addmany(["http://list.shop.example.com/c1", "http://list.shop.example.com/c2"])
+        yield pool.addmany(["http://item.shop.example.com/1", "http://www.other.example.org/p"], detail=True)
+        yield pool.set_seeds(["http://list.shop.example.com/", "http://LIST.shop.example.com/#top"])
+        ns, admin = self.namespace, self.admin
+        assert sorted((yield admin.execute("SMEMBERS", ns + "spider.website.domains"))) == ["example.com", "example.org"]
+        assert (yield admin.execute("LRANGE", ns + "example.com.higher", "0", "-1")) == [
+            "http://list.shop.example.com/c1", "http://list.shop.example.com/c2"]
+        assert (yield admin.execute("LRANGE", ns + "example.com.lower", "0", "-1")) == ["http://item.shop.example.com/1"]
+        assert (yield admin.execute("SMEMBERS", ns + "spider.seed.urls")) == ["http://list.shop.example.com/"]
+        yield pool.pop(10)
+        assert (yield admin.execute("EXISTS", ns + "example.com.higher", ns + "example.com.lower")) == 0
+        assert (yield admin.execute("SMEMBERS", ns + "spider.website.domains")) == []
+
+    @defer.inlineCallbacks
+    def test_hosts_of_a_domain_queue_at_its_head(self) -> Gen:
+        """Politeness is per host; the hosts of one domain share its lists, so a host waits behind the head's."""
+        pool = yield self.node(delay=5.0, concurrency=4)
+        urls = ["http://a.shop.example/1", "http://b.shop.example/1", "http://a.shop.example/2", "http://a.shop.example/3",
+                "http://b.shop.example/2"]
+        yield pool.addmany(urls)
+        assert list((yield pool.pop(10))) == urls[:2]
+        assert (yield pool.pop(10)) == {}
+        self.clock.advance(5)
+        assert list((yield pool.pop(10))) == urls[2:3]  # b.shop.example/2 waits behind a.shop.example/3
+        self.clock.advance(5)
+        assert list((yield pool.pop(10))) == urls[3:]
+
+    @defer.inlineCallbacks
+    def test_claiming_a_blocked_head_lets_the_next_host_go(self) -> Gen:
+        """When a claim takes the head URL out of a domain's list, the next URL's host goes at its own time."""
+        pool = yield self.node(delay=5.0, concurrency=4)
+        yield pool.addmany(["http://a.shop.example/1", "http://a.shop.example/2", "http://b.shop.example/1"])
+        assert list((yield pool.pop(10))) == ["http://a.shop.example/1"]
+        assert (yield pool.claim("http://a.shop.example/2")) is True
+        assert (yield pool.next_due()) == 0
+        assert list((yield pool.pop(10))) == ["http://b.shop.example/1"]
+
+    @defer.inlineCallbacks
+    def test_startup_deletes_nothing(self) -> Gen:
+        """Opening another pool on the same keys changes no key."""
+        pool = yield self.node(concurrency=2, overrides={"a.example": (0.0, 2)})
+        yield pool.addmany([f"http://a.example/{i}" for i in range(5)] + ["http://b.example/d"])
+        yield pool.set_hubs(["http://a.example/hub"], 60)
+        yield pool.set_host_delay("b.example", 3.0)
+        yield pool.set_seeds(["http://a.example/"])
+        yield pool.seen_add(["http://c.example/x"])
+        yield pool.pop(3)
+        before = yield self.snapshot()
+        yield self.node(concurrency=2, overrides={"a.example": (0.0, 2)})
+        assert (yield self.snapshot()) == before and len(before) > 10
+
+    @defer.inlineCallbacks
+    def snapshot(self) -> Generator[Any, Any, dict[str, Any]]:
+        keys = yield self.keys()
+        values = yield defer.gatherResults([self.admin.execute("DUMP", key) for key in keys])
+        return dict(zip(keys, values))
+
+    @defer.inlineCallbacks
+    def test_seen_buckets_stay_intsets(self) -> Gen:
+        """States live in small buckets of integers (Redis intsets), 8 bytes a URL, whatever their state."""
+        pool = yield self.node(concurrency=100)
+        yield pool.addmany([f"http://a{i % 7}.example/{i}" for i in range(300)])
+        yield pool.seen_add([f"http://b.example/{i}" for i in range(300)])
+        for url in (yield pool.pop(50)):
+            yield pool.set_status(url, 200)
+        buckets = [key for key in (yield self.keys()) if key.startswith(self.prefix + "s:")]
+        encodings = yield defer.gatherResults([self.admin.execute("OBJECT", "ENCODING", key) for key in buckets])
+        sizes = yield defer.gatherResults([self.admin.execute("SCARD", key) for key in buckets])
+        assert set(encodings) == {"intset"} and sum(map(int, sizes)) == 600
+
+
+class ConnectionTests(RedisKeys, TestCase):
+    """Connection errors fail Deferreds with a message naming host:port, never hang, never show the password."""
+
+    @defer.inlineCallbacks
+    def test_refused_connection(self) -> Gen:
+        """Opening a pool on a port where nothing listens fails at once, naming host:port and not the password."""
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        d = open_redis_pool(f"redis://:s3cret@127.0.0.1:{port}/0", Clock())
+        error = yield self.assertFailure(d, RedisPoolError)
+        assert f"127.0.0.1:{port}" in str(error) and "cannot connect" in str(error) and "s3cret" not in str(error)
+
+    @defer.inlineCallbacks
+    def test_wrong_password(self) -> Gen:
+        """A password Redis refuses fails the open without echoing it."""
+        host, port = parse_redis_url(self.redis_url).host, parse_redis_url(self.redis_url).port
+        d = open_redis_pool(f"redis://:n0t-the-password@{host}:{port}/0", Clock())
+        error = yield self.assertFailure(d, RedisPoolError)
+        assert f"{host}:{port}" in str(error) and "n0t-the-password" not in str(error)
+
+    @defer.inlineCallbacks
+    def test_lost_connection_fails_the_call_in_flight_then_reconnects(self) -> Gen:
+        """A connection killed under a command fails that command clearly; the next call reconnects."""
+        link = RedisLink(parse_redis_url(self.redis_url))
+        self.addCleanup(link.close)
+        client = yield link.execute("CLIENT", "ID")
+        blocked = link.execute("BLPOP", self.namespace + "never", "20")
+        yield self.admin.execute("CLIENT", "KILL", "ID", str(client))
+        error = yield self.assertFailure(blocked, RedisPoolError)
+        assert str(link.address) in str(error) and "connection lost" in str(error)
+        assert (yield link.execute("PING")) == "PONG"
+
+    @defer.inlineCallbacks
+    def test_command_after_an_idle_loss_is_sent_after_reconnecting(self) -> Gen:
+        """A command that finds the connection already gone was never sent: it goes out once reconnected."""
+        link = RedisLink(parse_redis_url(self.redis_url))
+        self.addCleanup(link.close)
+        assert (yield link.execute("PING")) == "PONG"
+        yield link._conn.disconnect()
+        assert (yield link.execute("PING")) == "PONG"
+
+    @defer.inlineCallbacks
+    def test_close_lets_calls_on_their_way_finish(self) -> Gen:
+        """Statuses given just before close() are recorded, not cut off."""
+        pool = yield self.open_redis(Clock(), Politeness(concurrency=10), {})
+        yield pool.addmany([f"http://a.example/{i}" for i in range(5)])
+        acks = [pool.set_status(url, 200) for url in (yield pool.pop(10))]
+        yield defer.gatherResults([pool.close(), pool.close()])  # twice is harmless
+        yield defer.gatherResults(acks)
+        assert (yield self.admin.execute("HGET", self.prefix + "counters", "done")) == "5"
+
+    @defer.inlineCallbacks
+    def test_closed_pool_fails_calls(self) -> Gen:
+        """After close(), calls fail with a clear error instead of reconnecting."""
+        pool = yield self.open_redis(Clock(), Politeness(), {})
+        yield pool.close()
+        error = yield self.assertFailure(pool.size(), RedisPoolError)
+        assert "closed" in str(error)
+
+    @defer.inlineCallbacks
+    def test_noscript_falls_back_to_eval(self) -> Gen:
+        """A script Redis does not have (flushed, restarted) is sent with EVAL and then found by EVALSHA."""
+        source = f"return '{self.namespace}'"
+        script = Script("probe", source, hashlib.sha1(source.encode()).hexdigest())
+        link = RedisLink(parse_redis_url(self.redis_url))
+        self.addCleanup(link.close)
+        assert (yield link.run(script, [])) == self.namespace
+        assert (yield link.execute("SCRIPT", "EXISTS", script.sha)) == [1]
+        assert (yield link.run(script, [])) == self.namespace
+
+    def test_bad_urls(self) -> None:
+        """A URL that is not redis:// is refused without showing its password."""
+        for url in ("http://x:6379/0", "redis://:pw@host:notaport/0"):
+            with self.assertRaises(ValueError) as caught:
+                parse_redis_url(url)
+            assert "pw" not in str(caught.exception)

@@ -1,0 +1,762 @@
+"""The worker role: Scrapyd 1.6's API on 127.0.0.1, persistent jobs, fetching the generated demo site, shipping feeds."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import shutil
+import sqlite3
+import stat
+import tempfile
+from typing import Any
+from urllib.parse import urlencode
+
+import treq
+from twisted.internet import defer, reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+from twisted.internet.protocol import Protocol
+from twisted.internet.task import Clock
+from twisted.logger import capturedLogs, formatEvent
+from twisted.trial import unittest
+from twisted.web.client import Agent, HTTPConnectionPool
+from treq.client import HTTPClient
+
+from spiderd import settings as cfg
+from spiderd.demo.config import DEMO
+from spiderd.demo.site import PRIVATE, SiteSpec, listen, port_of, render
+from spiderd.feed import FeedShipper
+from spiderd.fetcher import FetchConfig, Fetcher
+from spiderd.parsepool import ParsePool
+from spiderd.robots import Robots
+from spiderd.store import open_store
+from spiderd.urls import fingerprint
+from spiderd.worker import WorkerConfig, WorkerConfigError, WorkerService, build_worker, worker_config
+from spiderd.worker.config import is_loopback
+from spiderd.worker.files import HostSlots
+from spiderd.worker.jobs import Job, JobStore, safe_name, write_atomically
+from spiderd.worker.pipeline import retryable
+
+SECRET = "s3cr3t-Pw"
+UA = "spiderd-test"
+
+
+class Gate(Clock):
+    """The demo site's timer for slow pages: holds them until opened, and says when they arrive."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.is_open = False
+        self.arrived = 0
+        self._waiters: list[tuple[int, Deferred[None]]] = []
+
+    def callLater(self, delay: float, f: Any, *args: Any, **kw: Any) -> Any:  # type: ignore[override]
+        self.arrived += 1
+        ready = [d for n, d in self._waiters if n <= self.arrived]
+        self._waiters = [(n, d) for n, d in self._waiters if n > self.arrived]
+        for d in ready:
+            reactor.callLater(0, d.callback, None)
+        if self.is_open:
+            return reactor.callLater(0, f, *args, **kw)
+        return super().callLater(delay, f, *args, **kw)
+
+    def arrival(self, count: int = 1) -> Deferred[None]:
+        """Fires once ``count`` slow requests have reached the site in all."""
+        d: Deferred[None] = Deferred()
+        if self.arrived >= count:
+            d.callback(None)
+        else:
+            self._waiters.append((count, d))
+        return d
+
+    def open(self) -> None:
+        """Release the held pages, and let later ones through at once."""
+        self.is_open = True
+        self.advance(3600)
+
+
+class Raw(Protocol):
+    """A raw TCP client: collects what the server says until it closes."""
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.done: Deferred[bytes] = Deferred()
+
+    def dataReceived(self, data: bytes) -> None:
+        self.data += data
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self.done.callback(self.data)
+
+
+def site_rules(name: str) -> list[dict[str, Any]]:
+    return [dict(DEMO["sites"][0], name=name)]
+
+
+class WorkerTestBase(unittest.TestCase):
+    """A demo site (slow pages behind a gate), a fetcher, a SQLite store, a feed shipper and an API client."""
+
+    timeout = 60
+
+    def setUp(self) -> None:
+        self.tmp = tempfile.mkdtemp(prefix="spiderd-worker-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.data = os.path.join(self.tmp, "data")
+        self.feeds = os.path.join(self.tmp, "feeds")
+        self.spec = SiteSpec(lists=2, details=40, slow_delay=1.0)
+        self.gate = Gate()
+        port = listen(self.spec, reactor, clock=self.gate)
+        self.addCleanup(port.stopListening)
+        self.root = f"http://127.0.0.1:{port_of(port)}"
+        self.fetcher = Fetcher(reactor, FetchConfig(user_agent=UA, timeout=20, connect_timeout=5))
+        self.fetcher.robots = Robots(self.fetcher.fetch_raw, reactor, UA)
+        self.addCleanup(self.fetcher.close)
+        self.store = open_store("sqlite:///pages.sqlite3", self.data, reactor, batch_size=1)
+        self.store.startService()
+        self.addCleanup(self.store.stopService)
+        self.shipper = FeedShipper(reactor, os.path.join(self.data, "spool"), stop_timeout=5.0)
+        self.shipper.startService()
+        self.addCleanup(self.shipper.stopService)
+        pool = HTTPConnectionPool(reactor, persistent=True)
+        self.addCleanup(pool.closeCachedConnections)
+        self.http = HTTPClient(Agent(reactor, pool=pool))
+        self._parsers: dict[str, ParsePool] = {}
+
+    # -- helpers ------------------------------------------------------------------------------------------
+
+    def parser(self, spider: str = "demo-shop") -> ParsePool:
+        if spider not in self._parsers:
+            settings = cfg.from_dict({"parse": {"workers": 0}, "sites": site_rules(spider)}, "<test>")
+            parser = self._parsers[spider] = ParsePool(reactor, settings, 0)
+            parser.startService()
+            self.addCleanup(parser.stopService)
+        return self._parsers[spider]
+
+    def config(self, **overrides: Any) -> WorkerConfig:
+        options: dict[str, Any] = dict(data_dir=self.data, port=0, failure_threshold=1, retry_delay=0.0,
+                                       job_concurrency=4, per_host_concurrency=4, stop_timeout=10.0,
+                                       node_name="test-node")
+        options.update(overrides)
+        return WorkerConfig(**options)
+
+    def worker(self, spider: str = "demo-shop", **overrides: Any) -> WorkerService:
+        service = WorkerService(reactor, self.config(**overrides), self.fetcher, self.parser(spider), self.store,
+                                self.shipper)
+        service.startService()
+        self.addCleanup(lambda: service.stopService() if service.running else None)
+        self.api = "http://%s:%d" % service.address
+        return service
+
+    @defer.inlineCallbacks
+    def call(self, method: str, endpoint: str, data: Any = None, **kwargs: Any) -> Any:
+        """(code, decoded JSON or raw bytes, response) of one API call."""
+        response = yield self.http.request(method, self.api + endpoint, data=data, **kwargs)
+        body = yield response.content()
+        try:
+            decoded = json.loads(body) if body else None
+        except ValueError:
+            decoded = body
+        return response.code, decoded, response
+
+    @defer.inlineCallbacks
+    def schedule(self, *pairs: tuple[str, str], **kwargs: Any) -> Any:
+        code, answer, _ = yield self.call("POST", "/schedule.json", list(pairs), **kwargs)
+        self.assertEqual((code, answer["status"]), (200, "ok"), answer)
+        return answer["jobid"]
+
+    def urls(self, *paths: str) -> str:
+        return "DISTRIBUTED_START_URLS=" + json.dumps([self.root + p for p in paths])
+
+    def feed_setting(self) -> str:
+        return f"FEED_URI=file://{self.feeds}/%(batch)s_%(name)s_%(time)s.jl"
+
+    def feed_items(self, batch: str, spider: str = "demo-shop") -> list[dict[str, Any]]:
+        names = [n for n in os.listdir(self.feeds) if n.startswith(f"{batch}_{spider}_")]
+        self.assertEqual(len(names), 1, os.listdir(self.feeds))
+        with open(os.path.join(self.feeds, names[0]), encoding="utf-8") as f:
+            return [json.loads(line) for line in f]
+
+    def stored(self) -> list[str]:
+        with sqlite3.connect(os.path.join(self.data, "pages.sqlite3")) as db:
+            return sorted(row[0] for row in db.execute("SELECT url FROM crawler_html"))
+
+    def job_files(self) -> dict[str, dict[str, Any]]:
+        directory = os.path.join(self.data, "worker", "jobs")
+        found = {}
+        for name in os.listdir(directory):
+            with open(os.path.join(directory, name), encoding="utf-8") as f:
+                found[name[: -len(".json")]] = json.load(f)
+        return found
+
+    def slow(self) -> str:
+        """A page the gate holds until opened."""
+        return sorted(self.spec.expected().slow)[0]
+
+    def good(self, start: int, count: int) -> list[str]:
+        """``count`` well-behaved detail pages (200 at once), from the ``start``-th on."""
+        expected = self.spec.expected()
+        ok = sorted(expected.details_ok - expected.slow, key=lambda p: int(p.split("/")[-1].split(".")[0]))
+        return ok[start:start + count]
+
+    def ok_finals(self, paths: list[str]) -> set[str]:
+        """The URLs of the good pages the paths end on (after redirects)."""
+        expected = self.spec.expected()
+        return {self.root + expected.final(p) for p in paths if expected.final(p) in expected.details_ok}
+
+
+def items(n: int) -> list[str]:
+    return [f"/item/{i}.html" for i in range(1, n + 1)]
+
+
+class BatchTests(WorkerTestBase):
+    """Batches as the seed's middleware sends them run to completion."""
+
+    @defer.inlineCallbacks
+    def test_seed_middleware_batch(self) -> Any:
+        """The seed's POST: every URL fetched (5xx retried, robots obeyed), pages stored, one feed, one item per page."""
+        self.gate.open()
+        service = self.worker()
+        paths = items(40) + [PRIVATE]
+        data = [("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()), ("batch", "1")]
+        data.append(("setting", self.urls(*paths)))
+        response = yield treq.post(self.api + "/schedule.json", data=data, timeout=5, persistent=False)  # as the seed
+        answer = yield response.json()
+        self.assertEqual((response.code, answer["status"], answer["node_name"]), (200, "ok", "test-node"))
+        job = yield service.runner.when_done(answer["jobid"])
+        yield self.shipper.settled()
+        expected, good = self.spec.expected(), self.ok_finals(paths)
+        self.assertEqual(job.state, "finished")
+        found = self.feed_items("1")
+        self.assertEqual(sorted(i["url"] for i in found), sorted(good))
+        for item in found:
+            self.assertTrue(item["title"] and item["price"] and item["tags"])
+            self.assertEqual((item["urlhash"], item["status"]), (fingerprint(item["url"]), 200))
+            self.assertIsInstance(item["fetched_at"], float)
+        self.assertEqual(self.stored(), sorted(good))
+        stats = job.stats
+        self.assertEqual(stats["status_404"], len(expected.not_found))
+        self.assertEqual(stats["status_500"], 2 * len(expected.server_error))  # failure_threshold=1: two tries
+        self.assertEqual(stats["status_robots"], 1)
+        self.assertEqual(stats["status_200"], 40 - len(expected.not_found) - len(expected.server_error))
+        self.assertEqual(stats["requests"], len(paths) + len(expected.server_error))
+        self.assertEqual(stats["duplicates"], stats["status_200"] - len(good))
+        self.assertEqual(os.listdir(self.shipper.incoming_dir), [])
+        self.assertFalse([n for n in os.listdir(self.feeds) if not n.endswith(".jl")])
+
+    @defer.inlineCallbacks
+    def test_pages_compressed_by_parse_workers(self) -> Any:
+        """With a parser child process, each page is compressed there and stored as the site served it."""
+        self.gate.open()
+        settings = cfg.from_dict({"parse": {"workers": 1}, "sites": site_rules("demo-shop")}, "<test>")
+        parser = self._parsers["demo-shop"] = ParsePool(reactor, settings, 1)
+        parser.startService()
+        self.addCleanup(parser.stopService)
+        yield parser.ready()
+        seen: list[tuple[Any, bool]] = []
+        parse = parser.parse
+
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            def record(extracted: Any) -> Any:
+                seen.append((kwargs.get("compress"), extracted.compressed is not None))
+                return extracted
+
+            return parse(*args, **kwargs).addCallback(record)
+
+        parser.parse = spy  # type: ignore[method-assign]
+        service = self.worker()
+        paths = self.good(0, 3)
+        jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.urls(*paths)))
+        yield service.runner.when_done(jobid)
+        self.assertEqual(seen, [(self.store.preset, True)] * 3)
+        with sqlite3.connect(os.path.join(self.data, "pages.sqlite3")) as db:
+            rows = dict(db.execute("SELECT url, html_lzma FROM crawler_html"))
+        self.assertEqual({u: lzma.decompress(b) for u, b in rows.items()},
+                         {self.root + p: render(self.spec, p)[2] for p in paths})
+
+    @defer.inlineCallbacks
+    def test_listjobs_after_a_job(self) -> Any:
+        """A finished job shows in listjobs.json, status.json and daemonstatus.json with Scrapyd 1.6's fields."""
+        self.gate.open()
+        service = self.worker()
+        jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("jobid", "job-1"),
+                                    ("setting", self.urls(*self.good(0, 1))))
+        self.assertEqual(jobid, "job-1")
+        yield service.runner.when_done(jobid)
+        code, answer, response = yield self.call("GET", "/listjobs.json")
+        self.assertEqual(code, 200)
+        self.assertEqual(response.headers.getRawHeaders("content-type"), ["application/json"])
+        self.assertEqual((answer["status"], answer["node_name"], answer["pending"], answer["running"]),
+                         ("ok", "test-node", [], []))
+        [finished] = answer["finished"]
+        self.assertEqual(set(finished), {"id", "project", "spider", "start_time", "end_time", "log_url", "items_url"})
+        self.assertEqual((finished["id"], finished["project"], finished["spider"]), ("job-1", "spiderd", "demo-shop"))
+        self.assertLessEqual(finished["start_time"], finished["end_time"])
+        _, answer, _ = yield self.call("GET", "/status.json?job=job-1")
+        self.assertEqual(answer, {"currstate": "finished", "status": "ok", "node_name": "test-node"})
+        _, answer, _ = yield self.call("GET", "/daemonstatus.json")
+        self.assertEqual(answer, {"pending": 0, "running": 0, "finished": 1, "status": "ok", "node_name": "test-node"})
+        yield self.shipper.settled()
+        default_feeds = os.path.join(self.data, "feeds")
+        self.assertEqual([n.split("_")[:2] for n in os.listdir(default_feeds)], [["job-1", "demo-shop"]])
+
+
+class ScrapydCompatibilityTests(WorkerTestBase):
+    """Scrapyd's documented curl examples, answered as Scrapyd 1.6 answers them."""
+
+    @defer.inlineCallbacks
+    def test_documented_curl_examples(self) -> Any:
+        """schedule (plain, with a setting and an argument), listjobs, cancel and daemonstatus."""
+        service = self.worker("somespider", project="myproject", max_jobs=1)
+        # curl http://localhost:6800/schedule.json -d project=myproject -d spider=somespider
+        code, plain, _ = yield self.call("POST", "/schedule.json", {"project": "myproject", "spider": "somespider"})
+        self.assertEqual((code, plain["status"], plain["node_name"]), (200, "ok", "test-node"))
+        self.assertEqual(len(plain["jobid"]), 32)
+        # ... -d setting=DOWNLOAD_DELAY=2 -d arg1=val1 (a setting this worker ignores, and says so)
+        with capturedLogs() as events:
+            body = "project=myproject&spider=somespider&setting=DOWNLOAD_DELAY=2&arg1=val1"
+            code, other, _ = yield self.call("POST", "/schedule.json", body.encode(),
+                                             headers={"Content-Type": "application/x-www-form-urlencoded"})
+        self.assertEqual((code, other["status"]), (200, "ok"))
+        self.assertTrue(any("DOWNLOAD_DELAY" in formatEvent(e) and "ignoring" in formatEvent(e) for e in events))
+        # both have no URLs and end at once; a job held on a slow page keeps the next one pending
+        held = yield self.schedule(("project", "myproject"), ("spider", "somespider"),
+                                   ("setting", self.urls(self.slow())))
+        yield self.gate.arrival(1)
+        queued = yield self.schedule(("project", "myproject"), ("spider", "somespider"), ("setting", "DOWNLOAD_DELAY=2"),
+                                     ("arg1", "val1"), ("priority", "1.5"))
+        code, jobs, _ = yield self.call("GET", "/listjobs.json?project=myproject")
+        self.assertEqual(code, 200)
+        self.assertEqual(jobs["pending"], [{"id": queued, "project": "myproject", "spider": "somespider",
+                                            "version": None, "settings": {}, "args": {"arg1": "val1"}}])
+        [running] = jobs["running"]
+        self.assertEqual(set(running), {"id", "project", "spider", "pid", "start_time", "log_url", "items_url"})
+        self.assertEqual((running["id"], running["pid"]), (held, os.getpid()))
+        self.assertEqual({j["id"] for j in jobs["finished"]}, {plain["jobid"], other["jobid"]})
+        _, status, _ = yield self.call("GET", "/daemonstatus.json")
+        self.assertEqual((status["pending"], status["running"], status["finished"]), (1, 1, 2))
+        # curl http://localhost:6800/cancel.json -d project=myproject -d job=...
+        _, answer, _ = yield self.call("POST", "/cancel.json", {"project": "myproject", "job": queued})
+        self.assertEqual(answer, {"prevstate": "pending", "status": "ok", "node_name": "test-node"})
+        _, answer, _ = yield self.call("POST", "/cancel.json", {"project": "myproject", "job": held})
+        self.assertEqual(answer["prevstate"], "running")
+        _, answer, _ = yield self.call("POST", "/cancel.json", {"project": "myproject", "job": held})
+        self.assertEqual(answer["prevstate"], None)
+        job = yield service.runner.when_done(held)
+        self.assertEqual(job.state, "cancelled")
+        _, jobs, _ = yield self.call("GET", "/listjobs.json")
+        self.assertEqual(jobs["pending"], [])
+        self.assertIn(held, [j["id"] for j in jobs["finished"]])  # Scrapyd lists a killed job as finished
+        self.assertNotIn(queued, [j["id"] for j in jobs["finished"]])  # and drops a cancelled pending one
+
+    @defer.inlineCallbacks
+    def test_project_endpoints(self) -> Any:
+        """listprojects, listversions, listspiders, status and OPTIONS."""
+        self.worker()
+        _, answer, _ = yield self.call("GET", "/listprojects.json")
+        self.assertEqual(answer, {"projects": ["spiderd"], "status": "ok", "node_name": "test-node"})
+        _, answer, _ = yield self.call("GET", "/listspiders.json?project=spiderd")
+        self.assertEqual(answer, {"spiders": ["demo-shop"], "status": "ok", "node_name": "test-node"})
+        _, answer, _ = yield self.call("GET", "/listversions.json?project=spiderd")
+        [version] = answer["versions"]
+        _, answer, _ = yield self.call("GET", "/listspiders.json?" + urlencode({"project": "spiderd",
+                                                                                "_version": version}))
+        self.assertEqual(answer["spiders"], ["demo-shop"])
+        _, answer, _ = yield self.call("GET", "/listversions.json?project=other")
+        self.assertEqual(answer["versions"], [])
+        _, answer, _ = yield self.call("GET", "/status.json?job=nope")
+        self.assertEqual(answer["currstate"], None)
+        code, body, response = yield self.call("OPTIONS", "/schedule.json")
+        self.assertEqual((code, body), (204, None))
+        self.assertEqual(response.headers.getRawHeaders("allow"), ["OPTIONS, HEAD, POST"])
+        code, body, _ = yield self.call("HEAD", "/daemonstatus.json")
+        self.assertEqual((code, body), (200, None))
+
+
+class ErrorTests(WorkerTestBase):
+    """Every refusal is a clear JSON error with the code Scrapyd 1.6 uses, and persists nothing."""
+
+    @defer.inlineCallbacks
+    def test_errors(self) -> Any:
+        """Missing or unknown parameters, bad values, wrong methods: HTTP 200, status error, node_name."""
+        self.worker()
+        base = [("project", "spiderd"), ("spider", "demo-shop")]
+        cases: list[tuple[str, str, Any, str]] = [
+            ("POST", "/schedule.json", [], "'project' parameter is required"),
+            ("POST", "/schedule.json", [("project", "spiderd")], "'spider' parameter is required"),
+            ("POST", "/schedule.json", [("project", "nope"), ("spider", "demo-shop")], "project 'nope' not found"),
+            ("POST", "/schedule.json", [("project", "spiderd"), ("spider", "nope")], "spider 'nope' not found"),
+            ("POST", "/schedule.json", [("project", "spiderd"), ("spider", "../x/demo-shop")],
+             "spider '../x/demo-shop' not found"),
+            ("POST", "/schedule.json", base + [("_version", "v9")], "version 'v9' not found"),
+            ("POST", "/schedule.json", base + [("priority", "high")],
+             "priority is invalid: could not convert string to float: 'high'"),
+            ("POST", "/schedule.json", base + [("setting", "NOEQUALS")], "setting is invalid: 'NOEQUALS' is not NAME=VALUE"),
+            ("POST", "/schedule.json", base + [("setting", "DISTRIBUTED_START_URLS=[\"http://x/\"")],
+             "DISTRIBUTED_START_URLS is invalid: not JSON"),
+            ("POST", "/schedule.json", base + [("setting", "DISTRIBUTED_START_URLS={\"a\": 1}")],
+             "DISTRIBUTED_START_URLS is invalid: expected a JSON list of URL strings"),
+            ("POST", "/schedule.json", base + [("setting", "DISTRIBUTED_START_URLS=[\"http://elsewhere.invalid/\"]")],
+             "DISTRIBUTED_START_URLS is invalid: 'http://elsewhere.invalid/' is not a URL of spider 'demo-shop'"),
+            ("POST", "/schedule.json", base + [("setting", "DISTRIBUTED_START_URLS=[\"mailto:a@b\"]")],
+             "DISTRIBUTED_START_URLS is invalid: 'mailto:a@b'"),
+            ("POST", "/schedule.json", base + [("jobid", "../../x")], "jobid is invalid: '../../x' is not a plain name"),
+            ("POST", "/schedule.json", base + [("jobid", "a/b")], "jobid is invalid"),
+            ("POST", "/schedule.json", base + [("batch", "../../x")], "batch is invalid: "),
+            ("POST", "/schedule.json", base + [("setting", "FEED_URI=http://x/%(batch)s.jl")], "FEED_URI is invalid"),
+            ("POST", "/schedule.json", base + [("setting", "FEED_URI=file:///tmp/%(nope)s.jl")],
+             "FEED_URI is invalid: feed URI 'file:///tmp/%(nope)s.jl' needs the parameter 'nope'"),
+            ("POST", "/schedule.json", base + [("setting", "FEED_URI=file:///tmp/../etc/%(batch)s.jl")],
+             "FEED_URI is invalid"),
+            ("POST", "/schedule.json", base + [("setting", "FEED_URI=file:///tmp/%(arg1)s.jl"), ("arg1", "../x")],
+             "FEED_URI is invalid"),
+            ("POST", "/schedule.json", [("project", b"\xff"), ("spider", "demo-shop")],
+             "project is invalid: 'utf-8' codec can't decode byte 0xff"),
+            ("GET", "/schedule.json", None, "UnsupportedMethod: Expected one of [b'HEAD', b'OPTIONS', b'POST']"),
+            ("GET", "/cancel.json?project=spiderd&job=x", None, "UnsupportedMethod: Expected one of"),
+            ("POST", "/listjobs.json", [], "UnsupportedMethod: Expected one of [b'HEAD', b'OPTIONS', b'GET']"),
+            ("POST", "/cancel.json", [("project", "spiderd")], "'job' parameter is required"),
+            ("POST", "/cancel.json", [("project", "nope"), ("job", "x")], "project 'nope' not found"),
+            ("GET", "/listjobs.json?project=nope", None, "project 'nope' not found"),
+            ("GET", "/listspiders.json", None, "'project' parameter is required"),
+            ("GET", "/listspiders.json?project=nope", None, "project 'nope' not found"),
+            ("GET", "/status.json", None, "'job' parameter is required"),
+        ]
+        for method, endpoint, data, message in cases:
+            code, answer, response = yield self.call(method, endpoint, data)
+            where = f"{method} {endpoint} {data!r}: {answer!r}"
+            self.assertEqual(code, 200, where)
+            self.assertEqual((answer["status"], answer["node_name"]), ("error", "test-node"), where)
+            self.assertTrue(answer["message"].startswith(message), where)
+            self.assertEqual(response.headers.getRawHeaders("content-type"), ["application/json"])
+        code, answer, _ = yield self.call("GET", "/nope.json")
+        self.assertEqual((code, answer["status"]), (404, "error"))
+        self.assertEqual(self.job_files(), {})
+
+    @defer.inlineCallbacks
+    def test_multipart_bodies(self) -> Any:
+        """curl -F style bodies are read; a malformed one gets 400 (as from Twisted) with a JSON error."""
+        self.worker()
+        boundary = "xyz"
+        form = "".join(f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
+                       for k, v in (("project", "spiderd"), ("spider", "demo-shop"), ("jobid", "multi")))
+        headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+        code, answer, _ = yield self.call("POST", "/schedule.json", (form + f"--{boundary}--\r\n").encode(),
+                                          headers=headers)
+        self.assertEqual((code, answer["status"], answer["jobid"]), (200, "ok", "multi"))
+        code, answer, _ = yield self.call("POST", "/schedule.json", b"garbage", headers=headers)
+        self.assertEqual((code, answer["status"], answer["node_name"]), (400, "error", "test-node"))
+        self.assertIn("multipart", answer["message"])
+
+    @defer.inlineCallbacks
+    def test_duplicate_job_id(self) -> Any:
+        """A job id that is pending or running cannot be scheduled again."""
+        self.worker(max_jobs=1)
+        yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("jobid", "same"),
+                            ("setting", self.urls(self.slow())))
+        code, answer, _ = yield self.call("POST", "/schedule.json",
+                                          [("project", "spiderd"), ("spider", "demo-shop"), ("jobid", "same")])
+        self.assertEqual((code, answer["status"], answer["message"]),
+                         (200, "error", "job 'same' already exists (pending or running)"))
+        self.gate.open()
+
+    @defer.inlineCallbacks
+    def test_huge_bodies(self) -> Any:
+        """Bodies over the cap get 413 and a JSON error: declared too big (not read), sent too big, chunked too big."""
+        cap = 64 * 1024
+        self.worker(max_body_size=cap)
+        code, answer, _ = yield self.call("POST", "/schedule.json",
+                                          [("project", "spiderd"), ("spider", "demo-shop"), ("x", "a" * (cap + 100))])
+        self.assertEqual((code, answer["status"], answer["node_name"]), (413, "error", "test-node"))
+        self.assertIn(str(cap), answer["message"])
+        host, port = self.api[len("http://"):].split(":")
+        head = b"POST /schedule.json HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+        declared = yield self.raw(host, int(port), head + b"Content-Length: 1000000000000\r\n\r\nproject=spiderd")
+        chunked = yield self.raw(host, int(port), head + b"Transfer-Encoding: chunked\r\n\r\n"
+                                 + b"%x\r\n" % (cap + 1) + b"a" * (cap + 1))
+        for said in (declared, chunked):
+            self.assertTrue(said.startswith(b"HTTP/1.1 413 "), said[:200])
+            self.assertEqual(json.loads(said.partition(b"\r\n\r\n")[2])["status"], "error")
+        self.assertEqual(self.job_files(), {})
+
+    @defer.inlineCallbacks
+    def raw(self, host: str, port: int, request: bytes) -> Any:
+        protocol = yield connectProtocol(TCP4ClientEndpoint(reactor, host, port), Raw())
+        protocol.transport.write(request)
+        said = yield protocol.done
+        return said
+
+
+class SecurityTests(WorkerTestBase):
+    """Credentials, secrets and paths."""
+
+    @defer.inlineCallbacks
+    def test_basic_auth(self) -> Any:
+        """Missing or wrong credentials: 401 with a JSON error and a challenge; right ones: answered."""
+        with capturedLogs() as events:
+            self.worker(username="scrapy", password=SECRET)
+            code, answer, response = yield self.call("GET", "/daemonstatus.json")
+            self.assertEqual((code, answer["status"], answer["message"]), (401, "error", "Unauthorized"))
+            self.assertEqual(response.headers.getRawHeaders("www-authenticate"), ['Basic realm="spiderd"'])
+            code, answer, _ = yield self.call("POST", "/schedule.json", {"project": "spiderd", "spider": "demo-shop"},
+                                              auth=("scrapy", "wrong-" + SECRET))
+            self.assertEqual(code, 401)
+            code, answer, _ = yield self.call("GET", "/daemonstatus.json", auth=("scrapy", SECRET))
+            self.assertEqual((code, answer["status"]), (200, "ok"))
+        self.assertNoSecret(events)
+        self.assertEqual(self.job_files(), {})
+
+    @defer.inlineCallbacks
+    def test_secrets_never_shown(self) -> Any:
+        """Passwords in FEED_URI or in arguments are *** in listjobs.json and never in the logs or error messages."""
+        with capturedLogs() as events:
+            self.worker(max_jobs=1)
+            yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"),
+                                ("setting", self.urls(self.slow())))
+            yield self.gate.arrival(1)
+            feed = f"FEED_URI=ftp://bob:{SECRET}@127.0.0.1:1/feeds/%(batch)s_%(name)s_%(time)s.jl"
+            jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", feed),
+                                        ("token", f"see ftp://eve:{SECRET}@h/x"))
+            _, jobs, _ = yield self.call("GET", "/listjobs.json")
+            [pending] = jobs["pending"]
+            self.assertEqual(pending["settings"]["FEED_URI"],
+                             "ftp://bob:***@127.0.0.1:1/feeds/%(batch)s_%(name)s_%(time)s.jl")
+            self.assertEqual(pending["args"], {"token": "see ftp://eve:***@h/x"})
+            _, answer, _ = yield self.call("POST", "/schedule.json", [("project", "spiderd"), ("spider", "demo-shop"),
+                                                                      ("setting", f"ftp://u:{SECRET}@h/")])
+            self.assertEqual(answer["status"], "error")
+            _, answer, _ = yield self.call("POST", "/cancel.json", {"project": "spiderd", "job": jobid})
+            self.assertEqual(answer["prevstate"], "pending")
+            self.gate.open()
+        self.assertNotIn(SECRET, json.dumps(jobs) + json.dumps(answer))
+        self.assertNoSecret(events)
+        path = os.path.join(self.data, "worker", "jobs", jobid + ".json")
+        self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+
+    def assertNoSecret(self, events: Any) -> None:
+        self.assertTrue(events)
+        for event in events:
+            text = formatEvent(event) + repr({k: v for k, v in event.items() if not k.startswith("log_")})
+            if "log_failure" in event:
+                text += event["log_failure"].getTraceback()
+            self.assertNotIn(SECRET, text)
+
+    @defer.inlineCallbacks
+    def test_path_traversal(self) -> Any:
+        """Job ids, batches and spider names that would leave their directories are refused; nothing is written."""
+        self.worker()
+        base = [("project", "spiderd"), ("spider", "demo-shop")]
+        for extra in ([("batch", "../../x")], [("batch", "a/b")], [("batch", "..")], [("jobid", "../jobs/x")],
+                      [("jobid", "/etc/passwd")], [("jobid", ".hidden")], [("jobid", "x\x00y")]):
+            _, answer, _ = yield self.call("POST", "/schedule.json", base + extra)
+            self.assertEqual(answer["status"], "error", extra)
+        _, answer, _ = yield self.call("POST", "/schedule.json", [("project", "spiderd"), ("spider", "demo-shop/..")])
+        self.assertEqual(answer["message"], "spider 'demo-shop/..' not found")
+        self.assertEqual(self.job_files(), {})
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "x")))
+
+    @defer.inlineCallbacks
+    def test_arguments_never_become_settings(self) -> Any:
+        """Parameters named like settings are spider arguments: they change neither the feed nor the URLs."""
+        service = self.worker()
+        jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"),
+                                    ("FEED_URI", f"file://{self.tmp}/evil/%(batch)s.jl"),
+                                    ("DISTRIBUTED_START_URLS", json.dumps([self.root + "/item/1.html"])),
+                                    ("settings", "FEED_URI=x"), ("_job", "other"))
+        job = yield service.runner.when_done(jobid)
+        self.assertEqual(job.settings, {})
+        self.assertEqual(set(job.args), {"FEED_URI", "DISTRIBUTED_START_URLS", "settings", "_job"})
+        self.assertEqual((job.id, job.urls(), job.stats.get("requests", 0)), (jobid, [], 0))
+        self.assertTrue(job.feed_uri.startswith(f"file://{self.data}/feeds/"))
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "evil")))
+
+    def test_non_loopback_needs_credentials(self) -> None:
+        """Binding anything but loopback without credentials refuses to start, with a clear error."""
+        for bind in ("0.0.0.0", "", "192.0.2.1", "::"):
+            with self.assertRaises(WorkerConfigError) as raised:
+                WorkerService(reactor, self.config(bind=bind), self.fetcher, self.parser(), self.store, self.shipper)
+            self.assertIn("worker.bind", str(raised.exception))
+            self.assertIn("worker.username and worker.password", str(raised.exception))
+        WorkerService(reactor, self.config(bind="0.0.0.0", username="u", password="p"), self.fetcher, self.parser(),
+                      self.store, self.shipper)
+        for bad in (dict(username="u"), dict(password="p"), dict(username="a:b", password="p"), dict(max_jobs=0),
+                    dict(feed_template="http://x/%(batch)s.jl"), dict(port=70000)):
+            self.assertRaises(WorkerConfigError, self.config(**bad).check)
+
+
+class PersistenceTests(WorkerTestBase):
+    """Accepted jobs survive stops and crashes; a re-run makes one whole feed file."""
+
+    @defer.inlineCallbacks
+    def test_restart_runs_accepted_jobs(self) -> Any:
+        """Stopped at the deadline, a running job is persisted pending; a new worker runs it and the queued one."""
+        service = self.worker(max_jobs=1, stop_timeout=0.0, job_concurrency=1)  # only the held page in flight
+        slow = self.slow()
+        first = [slow] + self.good(0, 2)
+        second = self.good(2, 3)
+        a = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                ("batch", "10"), ("setting", self.urls(*first)))
+        yield self.gate.arrival(1)
+        b = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                ("batch", "11"), ("setting", self.urls(*second)), ("priority", "-1"))
+        yield service.stopService()
+        files = self.job_files()
+        self.assertEqual((files[a]["state"], files[b]["state"]), ("pending", "pending"))
+        self.assertIsNotNone(files[a]["feed_uri"])
+        self.assertFalse(os.path.exists(self.feeds))
+        self.gate.open()
+        again = self.worker(max_jobs=1)
+        job_a = yield again.runner.when_done(a)
+        job_b = yield again.runner.when_done(b)
+        yield self.shipper.settled()
+        self.assertEqual((job_a.state, job_b.state), ("finished", "finished"))
+        self.assertEqual(job_a.feed_uri, files[a]["feed_uri"])  # the name chosen at the first start is kept
+        self.assertEqual(sorted(i["url"] for i in self.feed_items("10")), sorted(self.ok_finals(first)))
+        self.assertEqual(sorted(i["url"] for i in self.feed_items("11")), sorted(self.ok_finals(second)))
+        self.assertEqual(len(os.listdir(self.feeds)), 2)
+
+    @defer.inlineCallbacks
+    def test_stop_lets_running_jobs_finish(self) -> Any:
+        """Within the deadline, stop waits for the running job, which finishes and ships."""
+        service = self.worker(stop_timeout=30.0)
+        jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                    ("batch", "7"), ("setting", self.urls(self.slow())))
+        yield self.gate.arrival(1)
+        stopped = service.stopService()
+        self.assertNoResult(stopped)
+        self.gate.open()
+        yield stopped
+        yield self.shipper.settled()
+        self.assertEqual(self.job_files()[jobid]["state"], "finished")
+        self.assertEqual(len(self.feed_items("7")), 1)
+
+    @defer.inlineCallbacks
+    def test_recovery_after_kill(self) -> Any:
+        """What a kill -9 leaves: a running job with a torn items file is re-run from scratch; a job that was
+        shipping ships its complete file without fetching again, or is done if the shipper took it."""
+        jobs_dir = os.path.join(self.data, "worker", "jobs")
+        os.makedirs(jobs_dir)
+        incoming = self.shipper.incoming_dir
+        feed = f"file://{self.feeds}/%(batch)s_%(name)s_%(time)s.jl"
+        pages = self.good(0, 2)
+        self.crashed_job("torn", pages, feed, shipping=False)
+        with open(os.path.join(incoming, "torn.jl"), "w") as f:
+            f.write('{"url": "stale"}\n{"url": "half')
+        self.crashed_job("ready", self.good(2, 1), feed, shipping=True)
+        with open(os.path.join(incoming, "ready.jl"), "w") as f:
+            f.write('{"url": "from-before-the-crash"}\n')
+        self.crashed_job("taken", self.good(3, 1), feed, shipping=True)
+        service = self.worker()
+        torn_job = yield service.runner.when_done("torn")
+        ready_job = yield service.runner.when_done("ready")
+        taken_job = yield service.runner.when_done("taken")
+        yield self.shipper.settled()
+        self.assertEqual([j.state for j in (torn_job, ready_job, taken_job)], ["finished"] * 3)
+        self.assertEqual(sorted(i["url"] for i in self.feed_items("torn")), sorted(self.root + p for p in pages))
+        self.assertEqual(self.feed_items("ready"), [{"url": "from-before-the-crash"}])
+        self.assertEqual(self.stored(), sorted(self.root + p for p in pages))
+        self.assertEqual(len(os.listdir(self.feeds)), 2)
+
+    def crashed_job(self, jobid: str, paths: list[str], feed: str, shipping: bool) -> Job:
+        job = Job(jobid, "spiderd", "demo-shop", {"FEED_URI": feed, "DISTRIBUTED_START_URLS": json.dumps(
+            [self.root + p for p in paths])}, {"batch": jobid}, state="running", seq=1, start_time=1.0,
+            shipping=shipping)
+        job.feed_uri = f"file://{self.feeds}/{jobid}_demo-shop_before.jl"
+        write_atomically(os.path.join(self.data, "worker", "jobs", jobid + ".json"),
+                         json.dumps(job.to_dict()).encode())
+        return job
+
+    @defer.inlineCallbacks
+    def test_cancel_running_job(self) -> Any:
+        """A cancelled running job stops fetching (the held page is abandoned, the rest never asked for),
+        ships nothing and ends cancelled."""
+        service = self.worker(job_concurrency=1)
+        jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                    ("setting", self.urls(self.slow(), *self.good(0, 2))))
+        yield self.gate.arrival(1)
+        _, answer, _ = yield self.call("POST", "/cancel.json", {"project": "spiderd", "job": jobid})
+        self.assertEqual(answer["prevstate"], "running")
+        job = yield service.runner.when_done(jobid)
+        self.assertEqual((job.state, self.job_files()[jobid]["state"]), ("cancelled", "cancelled"))
+        stored = yield self.store.count()
+        self.assertEqual((job.stats.get("requests", 0), stored), (0, 0))
+        self.assertFalse(os.path.exists(self.feeds))
+        self.assertEqual(os.listdir(self.shipper.incoming_dir), [])
+        _, answer, _ = yield self.call("GET", "/status.json?job=" + jobid)
+        self.assertEqual(answer["currstate"], "finished")
+        self.gate.open()
+
+    @defer.inlineCallbacks
+    def test_priority_order(self) -> Any:
+        """Pending jobs run highest priority first, then in order of arrival."""
+        service = self.worker(max_jobs=1)
+        yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"),
+                            ("setting", self.urls(self.slow())))
+        yield self.gate.arrival(1)
+        for jobid, priority in (("low", "0"), ("high", "5"), ("low2", "0")):
+            yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("jobid", jobid),
+                                ("priority", priority))
+        _, jobs, _ = yield self.call("GET", "/listjobs.json")
+        self.assertEqual([j["id"] for j in jobs["pending"]], ["high", "low", "low2"])
+        self.assertEqual([j.id for j in service.runner.pending()], ["high", "low", "low2"])
+        self.gate.open()
+
+
+class PartsTests(unittest.SynchronousTestCase):
+    """The small pure parts."""
+
+    def test_safe_names(self) -> None:
+        """Plain names pass; separators, dots and control characters do not."""
+        for good in ("1", "abc", "6487ec79947edab326d6db28a2d86511", "a.b-c_d"):
+            self.assertTrue(safe_name(good), good)
+        for bad in ("", ".", "..", ".x", "a/b", "a\\b", "../x", "a..b", "x\x00", "a b", "x" * 129):
+            self.assertFalse(safe_name(bad), bad)
+
+    def test_loopback(self) -> None:
+        """127/8, ::1 and localhost are loopback; the rest is not."""
+        for address in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"):
+            self.assertTrue(is_loopback(address), address)
+        for address in ("0.0.0.0", "", "::", "10.0.0.1", "example.com"):
+            self.assertFalse(is_loopback(address), address)
+
+    def test_retryable(self) -> None:
+        """5xx and network errors are retried; 200, 4xx and final failures are not."""
+        self.assertEqual([retryable(s) for s in (500, 503, -1, -4, 200, 404, 403, -10, -11)],
+                         [True, True, True, True, False, False, False, False, False])
+
+    def test_job_round_trip(self) -> None:
+        """A job read back from its file is the job written; junk is set aside."""
+        directory = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, directory)
+        job = Job("j1", "p", "s", {"FEED_URI": "file:///x/%(batch)s.jl"}, {"batch": "3"}, 2.5, None, 4)
+        write_atomically(os.path.join(directory, "j1.json"), json.dumps(job.to_dict()).encode())
+        with open(os.path.join(directory, "junk.json"), "w") as f:
+            f.write("{not json")
+        open(os.path.join(directory, ".j2.json.tmp"), "w").close()
+        self.assertEqual(JobStore(directory, lambda *a: None).load(), [job])  # type: ignore[arg-type,return-value]
+        self.assertEqual(sorted(os.listdir(directory)), ["j1.json", "junk.json.bad"])
+
+    def test_host_slots(self) -> None:
+        """At most ``limit`` per host; a released slot goes to the next waiter; idle hosts are forgotten."""
+        slots = HostSlots(1)
+        first, second = slots.acquire("h"), slots.acquire("h")
+        self.successResultOf(first)
+        self.assertNoResult(second)
+        slots.release("h")
+        self.successResultOf(second)
+        slots.release("h")
+        self.assertEqual(len(slots), 0)
+
+    def test_worker_config_from_settings(self) -> None:
+        """build_worker's mapping: worker_* attributes when present, else defaults; pool/fetch values reused."""
+        settings = cfg.from_dict({"spiderd": {"data_dir": "/d"}, "pool": {"failure_threshold": 5}})
+        config = worker_config(settings)
+        self.assertEqual((config.data_dir, config.bind, config.port, config.failure_threshold),
+                         ("/d", "127.0.0.1", 6800, 5))
+        self.assertEqual(config.default_feed_uri, "file:///d/feeds/%(batch)s_%(name)s_%(time)s.jl")
+
+        class Extended:
+            data_dir, failure_threshold, per_host_concurrency = "/d", 3, 2
+            worker_bind, worker_username, worker_password = "0.0.0.0", "", ""
+
+        self.assertRaises(WorkerConfigError, build_worker, Extended(), None, None, None, None, None)
