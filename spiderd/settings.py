@@ -65,6 +65,9 @@ class Settings:
     exit_when_done: bool = False
     # [pool]
     pool_backend: str = "leveldb"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "spiderd:"
+    seed_cron: str = ""
     seeds: tuple[str, ...] = ()
     hubs: tuple[str, ...] = ()
     hub_refresh_span: float = 600.0
@@ -94,6 +97,29 @@ class Settings:
     # [items]
     items_dir: str = "items"
     items_rotate_count: int = 10000
+    # [batch]
+    batch_targets: tuple[str, ...] = ("local",)
+    batch_project: str = "spiderd"
+    batch_spider: str = ""
+    batch_feed_uri: str = ""
+    batch_size: int = 1000
+    batch_flush_interval: float = 30.0
+    batch_timeout: float = 10.0
+    batch_max_setting_bytes: int = 100_000
+    # [worker]
+    worker_bind: str = "127.0.0.1"
+    worker_port: int = 6800
+    worker_username: str = ""
+    worker_password: str = ""
+    worker_project: str = "spiderd"
+    worker_node_name: str = ""
+    worker_max_jobs: int = 4
+    worker_job_concurrency: int = 8
+    worker_feed_template: str = ""
+    worker_stop_timeout: float = 30.0
+    # [feed]
+    feed_retry_max: float = 300.0
+    feed_stop_timeout: float = 30.0
     # [[sites]]
     sites: tuple[Site, ...] = ()
 
@@ -120,6 +146,8 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "max_url_length": ("max_url_length", "positive_int"),
         "max_path_depth": ("max_path_depth", "positive_int"),
         "max_urls_per_host": ("max_urls_per_host", "count"),
+        "redis_url": ("redis_url", "redis_url"),
+        "redis_prefix": ("redis_prefix", "str"),
     },
     "fetch": {
         "concurrency": ("concurrency", "positive_int"),
@@ -135,6 +163,32 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "source_addresses": ("source_addresses", "addresses"),
     },
     "parse": {"workers": ("parse_workers", "workers")},
+    "batch": {
+        "targets": ("batch_targets", "targets"),
+        "project": ("batch_project", "name"),
+        "spider": ("batch_spider", "str"),
+        "feed_uri": ("batch_feed_uri", "str"),
+        "size": ("batch_size", "positive_int"),
+        "flush_interval": ("batch_flush_interval", "positive"),
+        "timeout": ("batch_timeout", "positive"),
+        "max_setting_bytes": ("batch_max_setting_bytes", "setting_bytes"),
+    },
+    "worker": {
+        "bind": ("worker_bind", "str"),
+        "port": ("worker_port", "port"),
+        "username": ("worker_username", "str"),
+        "password": ("worker_password", "str"),
+        "project": ("worker_project", "name"),
+        "node_name": ("worker_node_name", "str"),
+        "max_jobs": ("worker_max_jobs", "positive_int"),
+        "job_concurrency": ("worker_job_concurrency", "positive_int"),
+        "feed_template": ("worker_feed_template", "str"),
+        "stop_timeout": ("worker_stop_timeout", "non_negative"),
+    },
+    "feed": {
+        "retry_max": ("feed_retry_max", "positive"),
+        "stop_timeout": ("feed_stop_timeout", "non_negative"),
+    },
     "store": {
         "url": ("store_url", "store_url"),
         "compression_preset": ("store_preset", "preset"),
@@ -343,6 +397,42 @@ def _hosts(value: Any) -> dict[str, HostRule]:
     return rules
 
 
+def _redis_url(value: Any) -> str:
+    text = _expect(value, str, "a string")
+    if not re.match(r"^redis://([^@/]*@)?[^/:@]+(:\d+)?(/\d+)?$", text):
+        raise ValueError("expected redis://[:PASSWORD@]HOST[:PORT][/DB]")
+    return text
+
+
+def _targets(value: Any) -> tuple[str, ...]:
+    items = _strings(value)
+    for item in items:
+        if item != "local" and not re.match(r"^(https?://([^@/]*@)?)?[^/:@\s]+:\d+/?$", item):
+            raise ValueError(f"expected \"local\", HOST:PORT or http://[USER:PASS@]HOST:PORT, got {item!r}")
+    return items
+
+
+def _name(value: Any) -> str:
+    text = _expect(value, str, "a string")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", text):
+        raise ValueError(f"expected letters, digits, '_', '.' or '-', got {text!r}")
+    return text
+
+
+def _port(value: Any) -> int:
+    number = _expect(value, int, "an integer")
+    if not 0 <= number <= 65535:
+        raise ValueError(f"must be 0..65535, got {value!r}")
+    return number
+
+
+def _setting_bytes(value: Any) -> int:
+    number = _expect(value, int, "an integer")
+    if not 4096 <= number <= 131000:
+        raise ValueError(f"must be 4096..131000 (Linux caps one argument at 128 KiB), got {value!r}")
+    return number
+
+
 _CONVERTERS: dict[str, Any] = {
     "str": lambda v: _expect(v, str, "a string"),
     "bool": lambda v: _expect(v, bool, "true or false"),
@@ -359,6 +449,11 @@ _CONVERTERS: dict[str, Any] = {
     "store_url": _store_url,
     "preset": _preset,
     "hosts": _hosts,
+    "redis_url": _redis_url,
+    "targets": _targets,
+    "name": _name,
+    "port": _port,
+    "setting_bytes": _setting_bytes,
 }
 
 
