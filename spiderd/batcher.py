@@ -101,9 +101,11 @@ class Batcher(Service):
     name = "batcher"
 
     def __init__(
-        self, reactor: Any, pool: Any, spool_dir: str, config: BatchConfig, http: Any = None, clock: Any = None
+        self, reactor: Any, pool: Any, spool_dir: str, config: BatchConfig, http: Any = None, clock: Any = None,
+        local: Any = None,
     ) -> None:
-        """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the flush, retry and timeout timers."""
+        """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the flush, retry and timeout timers;
+        ``local()`` gives the target that ``"local"`` stands for (this node's worker), asked at start."""
         if not config.targets:
             raise ValueError("the batcher needs at least one target")
         self._reactor = reactor
@@ -112,7 +114,8 @@ class Batcher(Service):
         self._dir = spool_dir
         self._config = config
         self._http = http
-        self._targets = [target_url(t) for t in config.targets]
+        self._local = local
+        self._targets: list[tuple[str, tuple[str, str] | None]] = []
         self._open: list[str] = []
         self._open_set: set[str] = set()
         self._lock = DeferredLock()
@@ -128,6 +131,7 @@ class Batcher(Service):
     def startService(self) -> None:
         super().startService()
         os.makedirs(self._dir, exist_ok=True)
+        self._targets = [target_url(self._local() if t == "local" else t) for t in self._config.targets]
         self._threads.start()
         if self._http is None:
             self._http = _make_client(self._reactor)
@@ -174,6 +178,14 @@ class Batcher(Service):
         elif self._timer is None or not self._timer.active():
             self._timer = self._clock.callLater(self._config.flush_interval, self._flush_timer)
         return len(fresh)
+
+    def flush(self) -> Deferred[None]:
+        """Seal the open batch now (the crawl is over: no reason to wait for the timer)."""
+        return self._lock.run(self._seal)
+
+    def idle(self) -> bool:
+        """True when nothing is open, spooled or in flight."""
+        return not self._open and not self._spooled and not len(self._posts) and not self._lock.locked
 
     def _flush_timer(self) -> None:
         self._lock.run(self._seal).addErrback(lambda f: log.failure("Sealing a batch", f))

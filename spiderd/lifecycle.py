@@ -17,12 +17,33 @@ class OrderedMultiService(MultiService):
 
     Twisted's MultiService stops children concurrently; spiderd's shutdown
     contract needs the crawler drained before the stores it writes to close.
+    A child with a ``ready`` Deferred (the Redis pool, connecting) holds back
+    the children after it until it fires; children never started are not stopped.
     """
+
+    def startService(self) -> None:
+        Service.startService(self)
+        self._start_from(0)
+
+    def _start_from(self, first: int) -> None:
+        children = list(self)
+        for index in range(first, len(children)):
+            if not self.running:
+                return
+            child = children[index]
+            child.startService()
+            ready = getattr(child, "ready", None)
+            if isinstance(ready, Deferred) and not ready.called:
+                ready.addCallback(lambda _, i=index: self._start_from(i + 1))
+                ready.addErrback(lambda f: log.failure("Starting services", f))
+                return
 
     @defer.inlineCallbacks
     def stopService(self) -> Any:
         self.running = 0
         for service in reversed(list(self)):
+            if not service.running:
+                continue
             try:
                 yield defer.maybeDeferred(service.stopService)
             except Exception:
@@ -73,6 +94,20 @@ def _shadow(d: Deferred[Any]) -> Deferred[None]:
 
     d.addBoth(fire)
     return shadow
+
+
+def wait_until(clock: Any, predicate: Any, interval: float = 0.5) -> Deferred[None]:
+    """Fires once ``predicate()`` is true, checking every ``interval`` seconds on ``clock``."""
+    d: Deferred[None] = Deferred()
+
+    def check() -> None:
+        if predicate():
+            d.callback(None)
+        else:
+            clock.callLater(interval, check)
+
+    check()
+    return d
 
 
 class Closer(Service):

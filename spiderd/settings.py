@@ -108,7 +108,7 @@ class Settings:
     batch_max_setting_bytes: int = 100_000
     # [worker]
     worker_bind: str = "127.0.0.1"
-    worker_port: int = 6800
+    worker_port: int = -1  # -1: 6800 in the worker role, a free port for the all role's own worker
     worker_username: str = ""
     worker_password: str = ""
     worker_project: str = "spiderd"
@@ -421,8 +421,8 @@ def _name(value: Any) -> str:
 
 def _port(value: Any) -> int:
     number = _expect(value, int, "an integer")
-    if not 0 <= number <= 65535:
-        raise ValueError(f"must be 0..65535, got {value!r}")
+    if not -1 <= number <= 65535:
+        raise ValueError(f"must be 0..65535 (or -1: 6800 for the worker role, any free port otherwise), got {value!r}")
     return number
 
 

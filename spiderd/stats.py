@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 from twisted.application.service import Service
 from twisted.internet import task
@@ -50,8 +50,10 @@ class CrawlStats:
 class ProgressLogger(Service):
     """Logs pages, pages/min, items, pool sizes and errors every ``interval`` seconds, and a summary at stop."""
 
-    def __init__(self, stats: CrawlStats, pool: Any, clock: Any, interval: float = 60.0) -> None:
+    def __init__(self, stats: CrawlStats, pool: Any, clock: Any, interval: float = 60.0,
+                 extra: dict[str, Callable[[], dict[str, Any]]] | None = None) -> None:
         self._stats = stats
+        self._extra = extra or {}
         self._pool = pool
         self._clock = clock
         self._interval = interval
@@ -80,7 +82,7 @@ class ProgressLogger(Service):
         rate = (pages - before) * 60.0 / max(now - then, 1e-9)
         log.info(
             "Crawled {pages} pages ({rate:.0f} pages/min), {items} items; pool: waiting={waiting} "
-            "pending={pending} done={done} failed={failed} hosts={hosts} largest={largest}; errors: {errors}",
+            "pending={pending} done={done} failed={failed} hosts={hosts} largest={largest}; errors: {errors}{extra}",
             pages=pages,
             rate=rate,
             items=self._stats.counts["items"],
@@ -91,7 +93,21 @@ class ProgressLogger(Service):
             hosts=pool["hosts"],
             largest=pool["max_host"],
             errors=_brief(self._stats.errors) or "none",
+            extra=self._extras(),
         )
+
+    def _extras(self) -> str:
+        """``; batches: sent=3 ...; worker: pages=10 ...`` from the other components, flat values only."""
+        parts = []
+        for name, source in self._extra.items():
+            try:
+                values = source()
+            except Exception:
+                log.failure("status of {name}", name=name)
+                continue
+            flat = ", ".join(f"{k}={v}" for k, v in values.items() if isinstance(v, (int, float)) and v)
+            parts.append(f"; {name}: {flat or 'idle'}")
+        return "".join(parts)
 
     def _summary(self) -> Any:
         def line(pool: dict[str, Any]) -> None:
@@ -99,13 +115,14 @@ class ProgressLogger(Service):
             elapsed = max(snap["uptime"], 1e-9)
             log.info(
                 "Summary: {pages} pages in {elapsed:.1f}s ({rate:.1f} pages/s), {items} items, {stored} pages stored; "
-                "statuses: {statuses}; pool: waiting={waiting} pending={pending} done={done} failed={failed}",
+                "statuses: {statuses}; pool: waiting={waiting} pending={pending} done={done} failed={failed}{extra}",
                 pages=snap["counts"].get("pages", 0),
                 elapsed=elapsed,
                 rate=snap["counts"].get("pages", 0) / elapsed,
                 items=snap["counts"].get("items", 0),
                 stored=snap["counts"].get("stored", 0),
                 statuses=_brief(self._stats.statuses),
+                extra=self._extras(),
                 **{k: pool[k] for k in ("waiting", "pending", "done", "failed")},
             )
 

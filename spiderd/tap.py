@@ -62,52 +62,78 @@ def _settings(options: Options) -> cfg.Settings:
 
 
 def build(settings: cfg.Settings, reactor: Any, demo: bool = False) -> IService:
-    """Wire the services of one node; they start in this order and stop in reverse."""
-    from .crawler import CrawlService
-    from .items import ItemWriter
+    """Wire the services of one node: they start in this order (after the pool is ready) and stop in reverse."""
     from .lifecycle import Closer, OrderedMultiService
     from .parsepool import ParsePool
-    from .seeds import SeedService
-    from .stats import CrawlStats, ProgressLogger
-    from .store import open_store
+    from .stats import CrawlStats
     from .systemd import SystemdNotifier
 
     top = OrderedMultiService()
-    pool = _open_pool(settings, reactor)
-    Closer("pool", pool.close).setServiceParent(top)
-    store = None
-    if settings.store_url != "none":
-        store = open_store(settings.store_url, settings.data_dir, reactor, preset=settings.store_preset,
-                           batch_size=settings.store_batch_size)
-        store.setServiceParent(top)
-    items = ItemWriter(reactor, settings.path(settings.items_dir), settings.items_rotate_count)
-    items.setServiceParent(top)
+    stats = CrawlStats(reactor)
+    pool = _pool_service(settings, reactor, top) if settings.role != "worker" else None
+    store = _store(settings, reactor, top)
     parser = ParsePool(reactor, settings, settings.parse_workers)
     parser.setServiceParent(top)
     fetcher = _fetcher(settings, reactor, pool)
     Closer("fetcher", fetcher.close).setServiceParent(top)
+    worker = _worker(settings, reactor, fetcher, parser, store, top)
+    if pool is not None:
+        _crawl(settings, reactor, top, pool, fetcher, parser, store, stats, worker, demo)
+    SystemdNotifier(reactor, status=lambda: f"{stats.counts['pages']} pages").setServiceParent(top)
+    return top
+
+
+def _crawl(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, fetcher: Any, parser: Any, store: Any,
+           stats: Any, worker: Any, demo: bool) -> None:
+    """The frontier: items, batcher, seeds, (demo site), progress, and the fetch loop last."""
+    from .crawler import CrawlService
+    from .items import ItemWriter
+    from .seeds import SeedService
+    from .stats import ProgressLogger
+
+    items = ItemWriter(reactor, settings.path(settings.items_dir), settings.items_rotate_count)
+    items.setServiceParent(top)
+    batcher = _batcher(settings, reactor, pool, worker, top)
     SeedService(pool, settings.seeds, settings.hubs, settings.hub_refresh_span).setServiceParent(top)
     if demo:
         from .demo.config import DemoSiteService
 
         DemoSiteService(reactor, pool, settings).setServiceParent(top)
-    stats = CrawlStats(reactor)
-    ProgressLogger(stats, pool, reactor, settings.log_interval).setServiceParent(top)
+    extra = {"batches": batcher.status} if batcher is not None else {}
+    if worker is not None:
+        extra["worker"] = worker.status
+        extra["feeds"] = worker.shipper.status
+    ProgressLogger(stats, pool, reactor, settings.log_interval, extra).setServiceParent(top)
     crawler = CrawlService(
-        reactor, pool, fetcher, parser, parser.rules, stats, store=store, items=items, concurrency=settings.concurrency,
+        reactor, pool, fetcher, parser, parser.rules, stats, store=store, items=items,
+        detail_sink=batcher.add if batcher is not None else None, concurrency=settings.concurrency,
         exit_when_done=settings.exit_when_done, stop_timeout=settings.timeout + 5,
     )
     crawler.setName("crawler")
     crawler.setServiceParent(top)
     if settings.exit_when_done:
-        crawler.finished.addCallback(lambda _: reactor.stop())
-    SystemdNotifier(reactor, status=lambda: f"{stats.counts['pages']} pages").setServiceParent(top)
-    return top
+        crawler.finished.addCallback(lambda _: _when_idle(batcher, worker, reactor))
 
 
-def _open_pool(settings: cfg.Settings, reactor: Any) -> Any:
+def _when_idle(batcher: Any, worker: Any, reactor: Any) -> Any:
+    """Stop once the crawl is done and, with batches, once every batch was accepted and (here) its job ran."""
+    from .lifecycle import wait_until
+
+    if batcher is None:
+        return reactor.stop()
+
+    def idle() -> bool:
+        return batcher.idle() and (worker is None or worker.idle())
+
+    d = batcher.flush()
+    d.addCallback(lambda _: wait_until(reactor, idle))
+    return d.addCallback(lambda _: reactor.stop())
+
+
+def _pool_service(settings: cfg.Settings, reactor: Any, top: Any) -> Any:
     from .politeness import Politeness
     from .pool import open_leveldb_pool, open_memory_pool
+    from .pool.service import PoolService
 
     overrides = {host: (rule.delay, rule.concurrency) for host, rule in settings.host_rules.items()}
     options = dict(
@@ -117,12 +143,71 @@ def _open_pool(settings: cfg.Settings, reactor: Any) -> Any:
         max_url_length=settings.max_url_length,
         max_urls_per_host=settings.max_urls_per_host,
     )
-    if settings.pool_backend == "memory":
-        return open_memory_pool(reactor, **options)
+    if settings.pool_backend == "redis":
+        from .feed import redact
+        from .pool.redis import make_redis_pool
+
+        pool, opener = make_redis_pool(settings.redis_url, reactor, prefix=settings.redis_prefix, **options)
+        service = PoolService(pool, reactor, opener, where=redact(settings.redis_url))
+    elif settings.pool_backend == "memory":
+        service = PoolService(open_memory_pool(reactor, **options), reactor, where="memory")
+    else:
+        try:
+            service = PoolService(open_leveldb_pool(settings.path("pool"), reactor, **options), reactor,
+                                  where=settings.path("pool"))
+        except Exception as e:  # plyvel.IOError when another spiderd holds the lock
+            raise cfg.ConfigError(f"{settings.source}: spiderd.data_dir: cannot open the pool: {e}") from None
+    service.setServiceParent(top)
+    return service.pool
+
+
+def _store(settings: cfg.Settings, reactor: Any, top: Any) -> Any:
+    from .store import open_store
+
+    if settings.store_url == "none":
+        return None
+    store = open_store(settings.store_url, settings.data_dir, reactor, preset=settings.store_preset,
+                       batch_size=settings.store_batch_size)
+    store.setServiceParent(top)
+    return store
+
+
+def _worker(settings: cfg.Settings, reactor: Any, fetcher: Any, parser: Any, store: Any, top: Any) -> Any:
+    """The Scrapyd-compatible worker and its feed shipper: in the worker role, and in "all" with a local target."""
+    if settings.role != "worker" and not (settings.role == "all" and "local" in settings.batch_targets):
+        return None
+    from .feed import FeedShipper
+    from .worker import WorkerConfigError, build_worker
+
+    shipper = FeedShipper(reactor, settings.path("spool"), retry_max=settings.feed_retry_max,
+                          stop_timeout=settings.feed_stop_timeout)
+    shipper.setServiceParent(top)
     try:
-        return open_leveldb_pool(settings.path("pool"), reactor, **options)
-    except Exception as e:  # plyvel.IOError when another spiderd holds the lock
-        raise cfg.ConfigError(f"{settings.source}: spiderd.data_dir: cannot open the pool: {e}") from None
+        worker = build_worker(settings, reactor, fetcher, parser, store, shipper)
+    except WorkerConfigError as e:
+        raise cfg.ConfigError(f"{settings.source}: {e}") from None
+    worker.setServiceParent(top)
+    return worker
+
+
+def _batcher(settings: cfg.Settings, reactor: Any, pool: Any, worker: Any, top: Any) -> Any:
+    """Detail URLs to workers in batches; none (details fetched here) when batch.targets is empty."""
+    if not settings.batch_targets:
+        return None
+    from .batcher import BatchConfig, Batcher
+
+    if "local" in settings.batch_targets and worker is None:
+        raise cfg.ConfigError(f"{settings.source}: batch.targets: \"local\" needs the all role (this node's worker)")
+    config = BatchConfig(
+        settings.batch_targets, project=settings.worker_project if worker else settings.batch_project,
+        spider=settings.batch_spider or (settings.sites[0].name if settings.sites else "default"),
+        feed_uri=settings.batch_feed_uri or None, batch_size=settings.batch_size,
+        flush_interval=settings.batch_flush_interval, timeout=settings.batch_timeout,
+        max_setting_bytes=settings.batch_max_setting_bytes,
+    )
+    batcher = Batcher(reactor, pool, settings.path("batches"), config, local=worker.local_target if worker else None)
+    batcher.setServiceParent(top)
+    return batcher
 
 
 def _fetcher(settings: cfg.Settings, reactor: Any, pool: Any) -> Any:
@@ -136,5 +221,6 @@ def _fetcher(settings: cfg.Settings, reactor: Any, pool: Any) -> Any:
     )
     fetcher = Fetcher(reactor, config)
     if settings.robots:
-        fetcher.robots = Robots(fetcher.fetch_raw, reactor, settings.user_agent, on_delay=pool.set_host_delay)
+        on_delay = pool.set_host_delay if pool is not None else None
+        fetcher.robots = Robots(fetcher.fetch_raw, reactor, settings.user_agent, on_delay=on_delay)
     return fetcher

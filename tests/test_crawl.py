@@ -17,6 +17,7 @@ from spiderd import settings as cfg
 from spiderd import tap
 from spiderd.demo.config import DEMO
 from spiderd.demo.site import SiteSpec, listen, render
+from spiderd.lifecycle import wait_until
 
 
 def node_settings(data_dir: str, root: str, **sections: Any) -> cfg.Settings:
@@ -26,6 +27,7 @@ def node_settings(data_dir: str, root: str, **sections: Any) -> cfg.Settings:
         "pool": {"seeds": [root], "failure_threshold": 1, "pending_threshold": 60},
         "fetch": {"concurrency": 8, "per_host_concurrency": 8, "timeout": 10},
         "parse": {"workers": 0},
+        "batch": {"targets": []},
         "store": {"url": "sqlite:///pages.sqlite3", "batch_size": 10},
         "items": {"rotate_count": 25},
         "sites": DEMO["sites"],
@@ -113,6 +115,29 @@ class CrawlTests(unittest.TestCase):
         self.assertEqual(len(rows), len(self.spec.expected().details_ok))
         for url, blob in rows[:5]:
             self.assertEqual(lzma.decompress(blob), render(self.spec, url[len(self.root) - 1 :])[2])
+
+    @defer.inlineCallbacks
+    def test_all_role_batches_to_its_own_worker(self) -> Any:
+        """pool -> batches -> this node's worker (Scrapyd API on loopback) -> one feed file per batch."""
+        feeds = self.data / "shipped"
+        settings = node_settings(str(self.data), self.root, batch={"targets": ["local"], "size": 20},
+                                 worker={"feed_template": f"file://{feeds}/%(batch)s_%(name)s_%(time)s.jl"})
+        cfg.check_data_dir(settings)
+        top = tap.build(settings, reactor)
+        crawler, batcher, worker = (top.getServiceNamed(n) for n in ("crawler", "batcher", "worker"))
+        top.startService()
+        try:
+            yield crawler.finished
+            yield batcher.flush()
+            yield wait_until(reactor, lambda: batcher.idle() and worker.idle(), 0.05)
+        finally:
+            yield top.stopService()
+        files = sorted(feeds.glob("*.jl"))
+        items = [json.loads(line) for f in files for line in f.open()]
+        expected = self.spec.expected().details_ok
+        self.assertEqual(sorted(i["url"][len(self.root) - 1 :] for i in items), sorted(expected))
+        self.assertEqual(len(files), batcher.status()["sent"])
+        self.assertEqual(len(self.stored()), len(expected))
 
     @defer.inlineCallbacks
     def test_second_run_fetches_nothing_again(self) -> Any:

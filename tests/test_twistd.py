@@ -30,15 +30,17 @@ def test_plugin_is_listed() -> None:
 
 
 def test_demo_crawls_to_completion(tmp_path: Path) -> None:
-    """--demo crawls the bundled site, exits 0 by itself, and says where the items and pages are."""
+    """--demo goes pool -> batch -> worker -> feed file, exits 0 by itself, and says where items and pages are."""
     child = twistd("--demo", "--data-dir", str(tmp_path / "demo"), cwd=tmp_path)
     out, _ = child.communicate(timeout=120)
     assert child.returncode == 0, out
     assert "Summary:" in out and "Demo finished. Items:" in out
     expected = SiteSpec().expected().details_ok
-    items = [json.loads(line) for f in (tmp_path / "demo" / "items").glob("*.jl") for line in f.open()]
+    feeds = list((tmp_path / "demo" / "feeds").glob("*.jl"))
+    items = [json.loads(line) for f in feeds for line in f.open()]
     assert len(items) == len(expected) and len({i["url"] for i in items}) == len(expected)
-    assert not list((tmp_path / "demo" / "items").glob("*.part"))
+    assert feeds and all(f.name.startswith("1_demo-shop_") for f in feeds)
+    assert f"Items: {tmp_path / 'demo' / 'feeds'}/*.jl" in out
 
 
 def test_demo_refuses_a_foreign_directory(tmp_path: Path) -> None:
@@ -73,7 +75,7 @@ def test_sigterm_stops_cleanly(tmp_path: Path) -> None:
     while time.monotonic() < deadline:
         line = child.stdout.readline()
         lines.append(line)
-        if "Seeds:" in line or not line:
+        if "Nothing left to crawl" in line or not line:  # logged from the running reactor: signals are handled
             break
     child.send_signal(signal.SIGTERM)
     out, _ = child.communicate(timeout=60)

@@ -749,10 +749,11 @@ class PartsTests(unittest.SynchronousTestCase):
 
     def test_worker_config_from_settings(self) -> None:
         """build_worker's mapping: worker_* attributes when present, else defaults; pool/fetch values reused."""
-        settings = cfg.from_dict({"spiderd": {"data_dir": "/d"}, "pool": {"failure_threshold": 5}})
+        settings = cfg.from_dict({"spiderd": {"data_dir": "/d", "role": "worker"}, "pool": {"failure_threshold": 5}})
         config = worker_config(settings)
         self.assertEqual((config.data_dir, config.bind, config.port, config.failure_threshold),
                          ("/d", "127.0.0.1", 6800, 5))
+        self.assertEqual(worker_config(cfg.from_dict({"spiderd": {"data_dir": "/d"}})).port, 0)  # the all role's
         self.assertEqual(config.default_feed_uri, "file:///d/feeds/%(batch)s_%(name)s_%(time)s.jl")
 
         class Extended:

@@ -67,8 +67,9 @@ class DemoSiteService(Service):
     def stopService(self) -> Any:
         super().stopService()
         data = os.path.abspath(self._settings.data_dir)
+        items = os.path.join(data, "feeds" if self._settings.batch_targets else self._settings.items_dir)
         log.info("Demo finished. Items: {items}/*.jl  Pages: {pages} (table crawler_html, html lzma-compressed)",
-                 items=os.path.join(data, self._settings.items_dir), pages=os.path.join(data, "pages.sqlite3"))
+                 items=items, pages=os.path.join(data, "pages.sqlite3"))
         return self._port.stopListening() if self._port is not None else None
 
 

@@ -44,6 +44,11 @@ class WorkerConfig:
         return os.path.join(self.data_dir, "worker", "jobs")
 
     @property
+    def itemized_dir(self) -> str:
+        """The fingerprints of the pages this worker made items of (see itemized.py)."""
+        return os.path.join(self.data_dir, "worker", "itemized")
+
+    @property
     def default_feed_uri(self) -> str:
         """The FEED_URI template of jobs that name none."""
         if self.feed_template:

@@ -27,6 +27,7 @@ from ..lifecycle import InFlight
 from .config import WorkerConfig
 from .files import ItemsFile
 from .jobs import CANCELLED, ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
+from .itemized import Itemized
 from .pipeline import Pipeline, Run
 
 log = Logger()
@@ -60,7 +61,7 @@ class JobRunner:
         self._config = config
         self._store = store
         self._io = io
-        self._pipeline = Pipeline(reactor, config, fetcher, parser, pages)
+        self._pipeline = Pipeline(reactor, config, fetcher, parser, pages, Itemized(config.itemized_dir))
         self._shipper = shipper
         self._render_uri = render_uri
         self.incoming_dir = incoming_dir
@@ -209,7 +210,7 @@ class JobRunner:
         self._kick_call = None
         while self._queue and len(self.runs) < self._config.max_jobs and not self.stopping:
             job = self._queue.pop(0)
-            run = self.runs[job.id] = Run(job, ItemsFile(self.items_path(job), self._io))
+            run = self.runs[job.id] = Run(job, ItemsFile(self.items_path(job), self._io), self._pipeline.totals)
             d = self._execute(run)
             d.addErrback(self._execution_failed, run)
             d.addBoth(self._execution_over, run)
@@ -217,6 +218,7 @@ class JobRunner:
 
     def _execution_failed(self, failure: Failure, run: Run) -> Any:
         log.failure("Worker: job {id} failed", failure, id=run.job.id)
+        self._pipeline.itemized.release(run.job.id)
         run.job.error = failure.getErrorMessage()[:500]
         if run.job.state == RUNNING:
             self._end(run.job, FINISHED)
@@ -257,6 +259,7 @@ class JobRunner:
         if run.halted is None:
             yield self._ship(run)
         else:
+            self._pipeline.itemized.release(job.id)
             yield run.items.discard()
             if run.halted == "interrupted":
                 job.state, job.start_time = PENDING, None
@@ -277,6 +280,7 @@ class JobRunner:
         if job.shipping:
             assert job.feed_uri is not None
             yield self._shipper.ship(run.items.path, job.feed_uri)
+        self._pipeline.itemized.commit(job.id)
         job.shipping = False
         self._end(job, FINISHED)
         yield self._store.save(job)

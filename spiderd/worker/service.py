@@ -62,6 +62,7 @@ class WorkerService(Service):
 
             render_uri, redact = render_uri or feed.render_uri, redact or feed.redact
         self.config = config
+        self.shipper = shipper
         self._reactor = reactor
         self._threads: ThreadPool | None = None
         self.job_store = JobStore(config.jobs_dir, self._io)
@@ -86,9 +87,31 @@ class WorkerService(Service):
         host = self.port.getHost()
         return host.host, host.port
 
+    def local_target(self) -> str:
+        """This worker as a batcher target on loopback (with its credentials)."""
+        from urllib.parse import quote
+
+        auth = f"{quote(self.config.username, safe='')}:{quote(self.config.password, safe='')}@" if self.config.auth else ""
+        return f"http://{auth}127.0.0.1:{self.address[1]}"
+
+    def status(self) -> dict[str, Any]:
+        """Counters for progress lines and the status API."""
+        totals = self.runner._pipeline.totals
+        return {"jobs_running": len(self.runner.runs), "jobs_pending": len(self.runner.pending()),
+                "pages": totals["pages"], "items": totals["items"], "failed": totals["failed"],
+                "feeds": self.shipper.status() if hasattr(self.shipper, "status") else {}}
+
+    def idle(self) -> bool:
+        """True when no job is pending or running and the shipper has nothing waiting."""
+        return not self.runner.runs and not self.runner.pending() and not self._shipper_waiting()
+
+    def _shipper_waiting(self) -> int:
+        return getattr(self.shipper, "waiting", 0)
+
     def startService(self) -> None:
         """Load the persisted jobs, start running them, then listen."""
         jobs = self.job_store.load()
+        self.runner._pipeline.itemized.open()
         self.port = self._reactor.listenTCP(self.config.port, self.site, interface=self.config.bind)
         super().startService()
         self._threads = ThreadPool(1, 1, name="spiderd-worker-io")
@@ -111,6 +134,7 @@ class WorkerService(Service):
             yield self._io(lambda: None)  # every job file queued before this point is written
             self._threads.stop()
             self._threads = None
+        self.runner._pipeline.itemized.close()
 
 
 def default_incoming_dir(shipper: Any) -> str:
@@ -130,6 +154,8 @@ def worker_config(settings: Any) -> WorkerConfig:
     for f in fields(WorkerConfig):
         if hasattr(settings, "worker_" + f.name):
             values[f.name] = getattr(settings, "worker_" + f.name)
+    if values.get("port", -1) == -1:  # the worker role listens where Scrapyd does; the all role's own worker anywhere
+        values["port"] = 6800 if getattr(settings, "role", "worker") == "worker" else 0
     values.setdefault("failure_threshold", settings.failure_threshold)
     values.setdefault("per_host_concurrency", settings.per_host_concurrency)
     return WorkerConfig(**values)

@@ -67,7 +67,7 @@ wanted), not Redis Cluster: the scripts use keys they compute.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
@@ -100,14 +100,28 @@ def open_redis_pool(
         address = parse_redis_url(url)
     except ValueError as e:
         return defer.fail(e)
+    pool, opener = make_redis_pool(address, clock, prefix=prefix, namespace=namespace,
+                                   seen_bucket_bits=seen_bucket_bits, connect_timeout=connect_timeout,
+                                   reply_timeout=reply_timeout, **options)
+    return opener().addCallback(lambda _: pool)
+
+
+def make_redis_pool(
+    address: Any, clock: IReactorTime, *, prefix: str, namespace: str = "", seen_bucket_bits: int = 16,
+    connect_timeout: float = 10.0, reply_timeout: float = 30.0, **options: Any,
+) -> tuple[RedisPool, Callable[[], defer.Deferred[RedisPool]]]:
+    """A pool not connected yet, and the call that connects it (and may be called again after a failure)."""
+    if isinstance(address, str):
+        address = parse_redis_url(address)
     scripts = load_scripts()
     link = RedisLink(address, scripts.values(), connect_timeout=connect_timeout, reply_timeout=reply_timeout)
     pool = RedisPool(link, scripts, clock, prefix=prefix, namespace=namespace, seen_bucket_bits=seen_bucket_bits, **options)
 
-    def failed(failure: Any) -> Any:
-        link.close()
-        return failure
+    def opener() -> defer.Deferred[RedisPool]:
+        def failed(failure: Any) -> Any:
+            link.close()
+            return failure
 
-    d = link.open()
-    d.addCallback(lambda _: pool.start())
-    return d.addErrback(failed)
+        return link.open().addCallback(lambda _: pool.start()).addErrback(failed)
+
+    return pool, opener
