@@ -182,6 +182,8 @@ def spiderd_config(work: Path, root: str, store: bool) -> Path:
         concurrency = 64
         per_host_concurrency = 64
         robots = false
+        [batch]
+        targets = []
         [store]
         url = "{'sqlite:///pages.sqlite3' if store else 'none'}"
         [items]
