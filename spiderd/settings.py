@@ -117,9 +117,16 @@ class Settings:
     worker_job_concurrency: int = 8
     worker_feed_template: str = ""
     worker_stop_timeout: float = 30.0
+    worker_finished_to_keep: int = 100
     # [feed]
     feed_retry_max: float = 300.0
     feed_stop_timeout: float = 30.0
+    # [api]
+    api_bind: str = "127.0.0.1"
+    api_port: int = 6810
+    api_token: str = field(default="", repr=False)
+    api_username: str = ""
+    api_password: str = field(default="", repr=False)
     # [[sites]]
     sites: tuple[Site, ...] = ()
 
@@ -184,10 +191,18 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "job_concurrency": ("worker_job_concurrency", "positive_int"),
         "feed_template": ("worker_feed_template", "str"),
         "stop_timeout": ("worker_stop_timeout", "non_negative"),
+        "finished_to_keep": ("worker_finished_to_keep", "count"),
     },
     "feed": {
         "retry_max": ("feed_retry_max", "positive"),
         "stop_timeout": ("feed_stop_timeout", "non_negative"),
+    },
+    "api": {
+        "bind": ("api_bind", "str"),
+        "port": ("api_port", "api_port"),
+        "token": ("api_token", "token"),
+        "username": ("api_username", "str"),
+        "password": ("api_password", "str"),
     },
     "store": {
         "url": ("store_url", "store_url"),
@@ -426,6 +441,20 @@ def _port(value: Any) -> int:
     return number
 
 
+def _api_port(value: Any) -> int:
+    number = _expect(value, int, "an integer")
+    if not 0 <= number <= 65535:
+        raise ValueError(f"must be 0..65535 (0: any free port, logged at start), got {value!r}")
+    return number
+
+
+def _token(value: Any) -> str:
+    text = _expect(value, str, "a string")
+    if text and not re.fullmatch(r"[\x21-\x7e]+", text):
+        raise ValueError("must be printable ASCII without spaces (it is sent as 'Authorization: Bearer TOKEN')")
+    return text
+
+
 def _setting_bytes(value: Any) -> int:
     number = _expect(value, int, "an integer")
     if not 4096 <= number <= 131000:
@@ -454,6 +483,8 @@ _CONVERTERS: dict[str, Any] = {
     "name": _name,
     "port": _port,
     "setting_bytes": _setting_bytes,
+    "api_port": _api_port,
+    "token": _token,
 }
 
 
@@ -544,6 +575,34 @@ def _check_together(settings: Settings) -> None:
         )
     if settings.connect_timeout > settings.timeout:
         raise ConfigError(f"{settings.source}: fetch.connect_timeout: must not exceed fetch.timeout")
+    _check_api(settings)
+
+
+def _check_api(settings: Settings) -> None:
+    """Credentials come in pairs, and an API reachable from other machines must ask for them."""
+    where = settings.source
+    if bool(settings.api_username) != bool(settings.api_password):
+        raise ConfigError(f"{where}: api.username, api.password: set both (HTTP basic auth) or neither")
+    if ":" in settings.api_username:
+        raise ConfigError(f"{where}: api.username: must not contain ':'")
+    if not _is_loopback(settings.api_bind) and not (settings.api_token or settings.api_username):
+        raise ConfigError(
+            f"{where}: api.bind: {settings.api_bind or '(all interfaces)'!r} is not a loopback address, and the API "
+            "can pause the crawl and change the pool: set api.token (bearer token) or api.username and "
+            "api.password (basic auth), or bind 127.0.0.1"
+        )
+
+
+def _is_loopback(address: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost (as spiderd.worker.config.is_loopback, without importing the worker)."""
+    import ipaddress
+
+    if address.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def describe() -> dict[str, list[str]]:
