@@ -279,17 +279,24 @@ def _parser() -> etree.HTMLParser:
 # -- links --------------------------------------------------------------------------------------------------
 
 
+HREFS_PER_LINK = 10
+
+
 def _links(root: etree._Element, page: str, rules: Rules, max_links: int, result: Extracted) -> None:
     hrefs, base_href = _hrefs(root)
-    if len(hrefs) > max_links:
-        result.skipped += len(hrefs) - max_links
-        del hrefs[max_links:]
+    examined = max_links * HREFS_PER_LINK  # junk hrefs (javascript:, mailto:) cannot hide the links after them
+    if len(hrefs) > examined:
+        result.skipped += len(hrefs) - examined
+        del hrefs[examined:]
     resolve = _Resolver(_base(page, base_href, rules)).resolve
     lookup = rules._lookup
     seen = {page}
     lists, details = result.lists, result.details
     skipped = 0
-    for href in hrefs:
+    for index, href in enumerate(hrefs):
+        if len(lists) + len(details) >= max_links:
+            skipped += len(hrefs) - index
+            break
         absolute = resolve(href)
         if absolute is None:
             skipped += 1

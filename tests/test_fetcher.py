@@ -282,3 +282,50 @@ def test_classify_failure() -> None:
     assert classify_failure(Failure(error.ConnectionRefusedError())) == (st.CONNECT_REFUSED, "refused")
     assert classify_failure(Failure(defer.CancelledError())) == (st.TIMEOUT, "timeout")
     assert classify_failure(Failure(KeyError("x")))[0] == st.NETWORK_ERROR
+
+
+class DripTests(unittest.TestCase):
+    """A server that drips bytes and never finishes: the total timeout ends it, not the idle gaps."""
+
+    def setUp(self) -> None:
+        self.requests: list[Any] = []
+        self.calls: list[Any] = []
+        page = resource.Resource()
+        page.isLeaf = True
+        page.render_GET = self.drip  # type: ignore[method-assign]
+        self.port = reactor.listenTCP(0, server.Site(page), interface="127.0.0.1")
+        self.clock = Clock()
+        self.fetcher = Fetcher(ClockedReactor(reactor, self.clock), FetchConfig(timeout=30, max_body_size=10**6))
+        self.addCleanup(self.fetcher.close)
+
+    def drip(self, request: Any) -> Any:
+        request.setHeader(b"content-length", b"1000000")
+        self.requests.append(request)
+        self.tick(request)
+        return server.NOT_DONE_YET
+
+    def tick(self, request: Any) -> None:
+        if not request.finished and not request._disconnected:
+            request.write(b"x")
+            self.calls.append(reactor.callLater(0.001, self.tick, request))
+
+    def tearDown(self) -> Any:
+        for call in self.calls:
+            if call.active():
+                call.cancel()
+        for request in self.requests:
+            request.transport.abortConnection()
+        return self.port.stopListening()
+
+    def test_drip_feed_times_out(self) -> Any:
+        """Bytes keep coming, one at a time; at the total timeout on the clock the fetch is a TIMEOUT."""
+        d = self.fetcher.fetch(f"http://127.0.0.1:{self.port.getHost().port}/drip")
+        got: list[Any] = []
+        d.addCallback(got.append)
+
+        def later() -> Any:
+            self.assertEqual(got, [])
+            self.clock.advance(30)
+            self.assertEqual(got[0].status, st.TIMEOUT)
+
+        return _when(lambda: len(self.calls) > 50).addCallback(lambda _: later())
