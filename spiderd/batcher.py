@@ -34,6 +34,7 @@ from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
 from .feed import redact
+from .fsutil import unlink_quietly, write_atomically
 from .lifecycle import InFlight
 
 log = Logger()
@@ -259,8 +260,8 @@ class Batcher(Service):
     def _write_sealed(self, batches: list[_Batch], rest: list[str]) -> None:
         for batch in batches:
             batch.path = os.path.join(self._dir, f"batch-{batch.number}.json")
-            _write_atomically(batch.path, json.dumps({"batch": batch.number, "urls": batch.urls}))
-        _write_atomically(self._open_path(), "".join(u + "\n" for u in rest))
+            write_atomically(batch.path, json.dumps({"batch": batch.number, "urls": batch.urls}).encode())
+        write_atomically(self._open_path(), "".join(u + "\n" for u in rest).encode())
 
     @defer.inlineCallbacks
     def _recover(self) -> Any:
@@ -327,21 +328,9 @@ def _append_lines(path: str, lines: list[str]) -> None:
         f.write("".join(line + "\n" for line in lines))
 
 
-def _write_atomically(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _remove(path: str) -> None:
     if path:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        unlink_quietly(path)
 
 
 def _read_spool(directory: str, open_path: str) -> tuple[list[tuple[int, str, list[str]]], list[str]]:

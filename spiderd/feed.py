@@ -50,6 +50,7 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from .lifecycle import InFlight
+from .fsutil import fsync_dir, fsync_file, unlink_quietly, write_atomically
 
 log = Logger()
 
@@ -326,14 +327,14 @@ def _upload_file(local: str, target: Target, renamed_before: bool, before_rename
     temp = os.path.join(target.directory, target.temp_name)
     if os.path.exists(final):
         if renamed_before and filecmp.cmp(local, final, shallow=False):
-            _unlink(temp)
+            unlink_quietly(temp)
             return
         raise FeedExistsError(f"{target} already exists; not overwritten")
     shutil.copyfile(local, temp)
-    _fsync_file(temp)
+    fsync_file(temp)
     before_rename()
     _link_no_overwrite(temp, final, target)
-    _fsync_dir(target.directory)
+    fsync_dir(target.directory)
 
 
 def _link_no_overwrite(temp: str, final: str, target: Target) -> None:
@@ -341,7 +342,7 @@ def _link_no_overwrite(temp: str, final: str, target: Target) -> None:
     try:
         os.link(temp, final)
     except FileExistsError:
-        _unlink(temp)
+        unlink_quietly(temp)
         raise FeedExistsError(f"{target} already exists; not overwritten") from None
     except OSError:
         if os.path.exists(final):
@@ -435,13 +436,7 @@ def _quietly(call: Callable[[], Any]) -> None:
 
 def _write_json(path: str, record: dict[str, Any]) -> None:
     """Atomically: a temp file, fsynced, renamed over ``path``."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(record, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(record).encode())
 
 
 def _move(src: str, dst: str) -> None:
@@ -452,29 +447,9 @@ def _move(src: str, dst: str) -> None:
         if e.errno != errno.EXDEV:
             raise
         shutil.copyfile(src, dst + ".tmp")
-        _fsync_file(dst + ".tmp")
+        fsync_file(dst + ".tmp")
         os.replace(dst + ".tmp", dst)
         os.unlink(src)
-
-
-def _fsync_file(path: str) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def next_delay(previous: float, first: float, cap: float) -> float:
@@ -630,9 +605,9 @@ class FeedShipper(Service):
         try:
             _move(local_path, self._path(entry.id, ".jl"))
         except OSError:
-            _unlink(sidecar)
+            unlink_quietly(sidecar)
             raise
-        _fsync_dir(self.queue_dir)
+        fsync_dir(self.queue_dir)
         self._check(entry)
 
     def _accepted(self, _: None, entry: _Entry) -> None:

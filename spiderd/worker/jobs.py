@@ -20,6 +20,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from ..feed import uri_time
+from ..fsutil import fsync_dir, unlink_quietly, write_atomically
 
 log = Logger()
 
@@ -136,38 +137,6 @@ def _read(path: str) -> Job | None:
     return job
 
 
-def write_atomically(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content, never a mix."""
-    directory = os.path.dirname(path)
-    tmp = os.path.join(directory, "." + os.path.basename(path) + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        _write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(directory)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def fsync_dir(directory: str) -> None:
-    """Make a rename or unlink in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return
-    fsync_dir(os.path.dirname(path))
+    if unlink_quietly(path):
+        fsync_dir(os.path.dirname(path))
