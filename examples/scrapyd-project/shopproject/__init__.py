@@ -1,0 +1,1 @@
+"""A minimal Scrapy project whose spiders work spiderd's batches (spiderd.contrib.scrapy)."""
