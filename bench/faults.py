@@ -190,6 +190,8 @@ stop_timeout = 20
 finished_to_keep = 100000
 [feed]
 retry_max = 2
+[api]
+port = 0
 [[sites]]
 name = "demo-shop"
 allowed_hosts = ["127.0.0.1"]
@@ -510,7 +512,8 @@ def main() -> None:
     site = Proc("site", [sys.executable, "-m", "spiderd.demo.site", "--port", "0", "--lists", str(spec.lists),
                          "--details", str(spec.details), "--size", "20000-60000", "--seed", str(spec.seed),
                          "--slow-delay", "1.0"], root / "site.log")
-    site.child = subprocess.Popen(site.command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    site.child = subprocess.Popen(site.command, cwd=ROOT, stdout=subprocess.PIPE, stderr=open(site.log, "wb"),
+                                  text=True)
     port = int(site.child.stdout.readline().split()[1])  # type: ignore[union-attr]
     url = f"http://127.0.0.1:{port}/"
     rng = random.Random(args.seed)

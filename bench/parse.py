@@ -1,6 +1,6 @@
 """Benchmark of parsing: extract inline, and the parse pool with 1 and 2 children.
 
-Run from the repository root: ``python bench/parse.py [--pages 2000] [--window 32] [--burst 16]``.
+Run from the repository root: ``python bench/parse.py [--pages 2000] [--window 32] [--burst 16] [--anchors]``.
 It prints pages/s, the parent's CPU time per page and the reactor's lag (a LoopingCall every
 10 ms measuring how late it fires), then one ``RESULT key=value ...`` line.
 
@@ -172,7 +172,7 @@ def run_pool(pool: ParsePool, corpus: list[tuple[str, bytes, str]], window: int,
 
 @defer.inlineCallbacks
 def main(args: argparse.Namespace) -> Any:
-    settings = from_dict(SITE_RAW)
+    settings = from_dict({**SITE_RAW, "pool": {"linkbase": True}} if args.anchors else SITE_RAW)
     corpus = pages(args.pages)
     size = sum(len(b) for _, b, _ in corpus) / len(corpus)
     lists = [extract(u, b, "text/html", k, 0.0, 200, Rules(settings.sites)) for u, b, k in corpus[1:50:4]]
@@ -180,7 +180,7 @@ def main(args: argparse.Namespace) -> Any:
     details = sum(k == "detail" for _, _, k in corpus)
     print(f"corpus: {len(corpus)} pages ({details} detail pages), {size / 1024:.1f} KiB per page, "
           f"{links:.0f} links per list page; {os.cpu_count()} CPUs")
-    timings = bench_extract(corpus, Rules(settings.sites))
+    timings = bench_extract(corpus, Rules(settings.sites, anchors=args.anchors))
     print(f"extract(): {timings['list']:.0f} us per list page, {timings['detail']:.0f} us per detail page")
     figures: dict[str, float] = {"extract_list_us": timings["list"], "extract_detail_us": timings["detail"]}
     for workers, name in ((0, "inline"), (1, "pool1"), (2, "pool2")):
@@ -210,6 +210,7 @@ def cli() -> None:
     parser.add_argument("--pages", type=int, default=2000)
     parser.add_argument("--window", type=int, default=32, help="pages in flight through the pool")
     parser.add_argument("--burst", type=int, default=16, help="pages parsed per reactor iteration inline")
+    parser.add_argument("--anchors", action="store_true", help="collect anchor texts too ([pool] linkbase = true)")
     args = parser.parse_args()
     outcome: list[Any] = []
     d = main(args)

@@ -48,6 +48,7 @@ class CrawlService(Service):
         hub_percent: int = 50,
         exit_when_done: bool = False,
         stop_timeout: float = 60.0,
+        linkbase: bool = False,
     ) -> None:
         self._reactor = reactor
         self.pool = pool
@@ -63,6 +64,7 @@ class CrawlService(Service):
         self._hub_percent = hub_percent
         self._exit_when_done = exit_when_done
         self._stop_timeout = stop_timeout
+        self._linkbase = linkbase
         self.fetching = 0
         self.processing = 0
         self.paused = False
@@ -98,6 +100,10 @@ class CrawlService(Service):
 
     def pause(self) -> None:
         self.paused = True
+
+    def add_details(self, urls: list[str]) -> Deferred[Any]:
+        """Send detail URLs where the crawler sends those it finds (the batcher, or the pool's detail queue)."""
+        return self._detail_sink(urls)
 
     def resume(self) -> None:
         self.paused = False
@@ -227,6 +233,9 @@ class CrawlService(Service):
             waits.append(self.pool.addmany(extracted.lists))
         if extracted.details:
             waits.append(self._detail_sink(extracted.details))
+        if self._linkbase and (extracted.lists or extracted.details):
+            links, anchors = extracted.lists + extracted.details, extracted.list_anchors + extracted.detail_anchors
+            waits.append(self.pool.add_links(url, links, anchors))
         if extracted.item is not None and self._items is not None:
             waits.append(self._items.write(extracted.item).addCallback(lambda _: self.stats.incr("items")))
         if kind == "detail" and self._store is not None:

@@ -64,6 +64,21 @@ class IURLPool(Interface):
     def why(url: str):  # type: ignore[no-untyped-def]
         """Fires with a dict describing the URL's state, failures, lease and host."""
 
+    def export(chunk: int = 1000):  # type: ignore[no-untyped-def]
+        """A reader of every entry (spiderd.pool.records): its ``next()`` fires with a list, or None at the end."""
+
+    def import_states(records):  # type: ignore[no-untyped-def]
+        """Re-add exported URLs, restore unknown finished fingerprints; fires with queued/restored/known/rejected."""
+
+    def add_links(parent: str, urls, anchors=()):  # type: ignore[no-untyped-def]
+        """Linkbase (seed 004): record that ``parent`` first linked ``urls`` (with ``anchors``); fires with the number recorded."""
+
+    def recrawl(cutoffs, limit: int):  # type: ignore[no-untyped-def]
+        """Queue again, as add(always=True), up to ``limit`` done pages of the crawled sets ``(domain, kind, cut-off time)`` fetched at or before the cut-off; fires with the number queued."""
+
+    def claim_once(name: str, ttl: float):  # type: ignore[no-untyped-def]
+        """Fires True for the first claim of ``name`` within ``ttl`` seconds over every node sharing the pool, else False."""
+
     def close():  # type: ignore[no-untyped-def]
         """Release the storage; fires when closed."""
 

@@ -69,7 +69,7 @@ class ParsePool(Service):
     ) -> None:
         settings = settings_raw if isinstance(settings_raw, Settings) else from_dict(settings_raw)
         self._reactor = reactor
-        self.rules = Rules(settings.sites, settings.max_url_length, settings.max_path_depth)
+        self.rules = Rules(settings.sites, settings.max_url_length, settings.max_path_depth, settings.linkbase)
         self.workers = (os.cpu_count() or 1) if workers < 0 else workers
         self.queue_size = queue_size
         self.max_waiting = max_waiting

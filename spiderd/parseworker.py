@@ -2,10 +2,10 @@
 
 The wire is a pipe each way carrying frames: a 4-byte big-endian length, then a
 ``marshal`` payload (the same interpreter is on both ends).  The parent first
-sends ``("init", sites, max_url_length, max_path_depth, max_links)``; the child
+sends ``("init", sites, max_url_length, max_path_depth, max_links, anchors)``; the child
 answers ``("ready", pid)``, then answers each request
 ``(id, url, body, content_type, kind, fetched_at, status, preset)`` in order with
-``(id, lists, details, item, skipped, error, compressed)``: when ``preset`` is
+``(id, lists, details, item, skipped, error, list_anchors, detail_anchors, compressed)``: when ``preset`` is
 not None the child also XZ-compresses the body for the page store, so that
 CPU work runs in the parse processes too.  The child exits at end of input.
 
@@ -84,16 +84,16 @@ class FrameDecoder:
 def init_message(rules: Rules, max_links: int = MAX_LINKS) -> tuple[Any, ...]:
     """The first message to a worker: the compiled sites as plain data, and the limits."""
     sites = [dataclasses.asdict(site) for site in rules.sites]
-    return ("init", sites, rules.max_url_length, rules.max_path_depth, max_links)
+    return ("init", sites, rules.max_url_length, rules.max_path_depth, max_links, rules.anchors)
 
 
 def rules_from(message: tuple[Any, ...]) -> tuple[Rules, int]:
     """The Rules and max_links of an init message."""
-    tag, sites, max_url_length, max_path_depth, max_links = message
+    tag, sites, max_url_length, max_path_depth, max_links, anchors = message
     if tag != "init":
         raise ValueError(f"expected an init message, got {tag!r}")
     built = tuple(Site(**{**site, "fields": tuple(Field(**f) for f in site["fields"])}) for site in sites)
-    return Rules(built, max_url_length, max_path_depth), max_links
+    return Rules(built, max_url_length, max_path_depth, anchors), max_links
 
 
 def answer(rules: Rules, max_links: int, request: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -101,13 +101,13 @@ def answer(rules: Rules, max_links: int, request: tuple[Any, ...]) -> tuple[Any,
     request_id, url, body, content_type, kind, fetched_at, status, preset = request
     result = extract(url, body, content_type, kind, fetched_at, status, rules, max_links)
     compressed = compress(body, preset) if preset is not None else None
-    return (request_id, result.lists, result.details, result.item, result.skipped, result.error, compressed)
+    return (request_id, result.lists, result.details, result.item, result.skipped, result.error,
+            result.list_anchors, result.detail_anchors, compressed)
 
 
 def extracted_from(message: tuple[Any, ...]) -> Extracted:
     """The Extracted of an answer tuple (without its id)."""
-    _, lists, details, item, skipped, error, compressed = message
-    return Extracted(lists, details, item, skipped, error, compressed)
+    return Extracted(*message[1:])  # the answer's fields are Extracted's, in order
 
 
 class Input:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -113,6 +114,11 @@ class Politeness:
         """The host with the most waiting URLs and its count (the seed's ``max_hosts``)."""
         best = max(self.hosts.values(), key=lambda s: s.waiting, default=None)
         return (best.host, best.waiting) if best is not None and best.waiting else ("", 0)
+
+    def top(self, count: int) -> list[list[Any]]:
+        """The ``count`` hosts with the most waiting URLs, as ``[host, waiting]``, largest first."""
+        busiest = heapq.nlargest(count, self.hosts.values(), key=lambda s: s.waiting)
+        return [[s.host, s.waiting] for s in busiest if s.waiting]
 
     def active_hosts(self) -> int:
         """Hosts with waiting URLs."""

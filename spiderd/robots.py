@@ -67,6 +67,13 @@ class Robots:
         entry.waiters.append(waiter)
         return waiter.addCallback(lambda _: self._check(entry, url))
 
+    def cached(self, url: str) -> bool | None:
+        """What the cache knows now, fetching nothing: True (allowed), False (disallowed), None (not known)."""
+        entry = self._cache.get(_origin(url))
+        if entry is None or entry.waiters is not None or entry.expires <= self._clock.seconds():
+            return None
+        return self._check(entry, url)
+
     def _check(self, entry: _Entry, url: str) -> bool:
         return entry.parser is None or entry.parser.can_fetch(url, self._agent)
 

@@ -42,6 +42,8 @@ class Site:
     detail_urls: tuple[str, ...] = ()
     fields: tuple[Field, ...] = ()
     follow_detail_links: bool = False
+    recrawl_list: float = 0.0  # seconds after which a done list page is fetched again; 0: never
+    recrawl_detail: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,13 @@ class Settings:
     pool_backend: str = "leveldb"
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_prefix: str = "spiderd:"
+    redis_namespace: str = ""
     seed_cron: str = ""
+    recrawl_every: float = 60.0
+    recrawl_batch: int = 1000
+    recrawl_ratio: float = 0.2
+    linkbase: bool = False
+    linkbase_max: int = 0
     seeds: tuple[str, ...] = ()
     hubs: tuple[str, ...] = ()
     hub_refresh_span: float = 600.0
@@ -91,7 +99,7 @@ class Settings:
     # [parse]
     parse_workers: int = -1
     # [store]
-    store_url: str = "sqlite:///pages.sqlite3"
+    store_url: str | tuple[str, ...] = "sqlite:///pages.sqlite3"  # a tuple: MySQL shards
     store_preset: int = 1
     store_batch_size: int = 100
     # [items]
@@ -155,6 +163,13 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "max_urls_per_host": ("max_urls_per_host", "count"),
         "redis_url": ("redis_url", "redis_url"),
         "redis_prefix": ("redis_prefix", "str"),
+        "redis_namespace": ("redis_namespace", "str"),
+        "seed_cron": ("seed_cron", "cron"),
+        "recrawl_every": ("recrawl_every", "positive"),
+        "recrawl_batch": ("recrawl_batch", "positive_int"),
+        "recrawl_ratio": ("recrawl_ratio", "ratio"),
+        "linkbase": ("linkbase", "bool"),
+        "linkbase_max": ("linkbase_max", "count"),
     },
     "fetch": {
         "concurrency": ("concurrency", "positive_int"),
@@ -221,6 +236,8 @@ _SITE_KEYS = {
     "detail_urls",
     "fields",
     "follow_detail_links",
+    "recrawl_list",
+    "recrawl_detail",
 }
 
 
@@ -384,11 +401,42 @@ def _workers(value: Any) -> int:
     return number
 
 
-def _store_url(value: Any) -> str:
-    text = _expect(value, str, "a string")
+def _store_url(value: Any) -> str | tuple[str, ...]:
+    if isinstance(value, list):
+        return _shards(value)
+    text = _expect(value, str, "a string or a list of mysql:// URLs")
     if text != "none" and not re.match(r"^(sqlite:///.+|mysql://.+)$", text):
         raise ValueError(f"expected sqlite:///PATH, mysql://USER:PASS@HOST:PORT/DB or none, got {text!r}")
     return text
+
+
+def _shards(value: list[Any]) -> tuple[str, ...]:
+    """MySQL shards: one or more distinct mysql:// URLs (a page goes to shard urlhash % count)."""
+    urls = _strings(value)
+    if not urls:
+        raise ValueError("a list of shards needs at least one mysql:// URL")
+    for url in urls:
+        if not url.startswith("mysql://"):
+            raise ValueError(f"shards must be mysql:// URLs, got {url.partition('://')[0] + '://...'!r}")
+    if len(set(urls)) != len(urls):
+        raise ValueError("the same shard is listed twice")
+    return urls
+
+
+def _cron(value: Any) -> str:
+    from .cron import parse
+
+    text = _expect(value, str, "a string")
+    if text:
+        parse(text)  # CronError is a ValueError: one line naming pool.seed_cron
+    return text
+
+
+def _ratio(value: Any) -> float:
+    number = _number(value)
+    if not 0 <= number <= 1:
+        raise ValueError(f"must be between 0 and 1, got {value!r}")
+    return number
 
 
 def _preset(value: Any) -> int:
@@ -483,6 +531,8 @@ _CONVERTERS: dict[str, Any] = {
     "name": _name,
     "port": _port,
     "setting_bytes": _setting_bytes,
+    "cron": _cron,
+    "ratio": _ratio,
     "api_port": _api_port,
     "token": _token,
 }
@@ -514,6 +564,8 @@ def _site(table: Any, where: str) -> Site:
         detail_urls=_regexes(table.get("detail_urls", []), f"{where}.detail_urls"),
         fields=_fields(table.get("fields", {}), f"{where}.fields"),
         follow_detail_links=_convert("bool", table.get("follow_detail_links", False), f"{where}.follow_detail_links"),
+        recrawl_list=_convert("non_negative", table.get("recrawl_list", 0), f"{where}.recrawl_list"),
+        recrawl_detail=_convert("non_negative", table.get("recrawl_detail", 0), f"{where}.recrawl_detail"),
     )
 
 

@@ -23,9 +23,13 @@ class CrawlStats:
         self.counts: Counter[str] = Counter()
         self.statuses: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
+        # called with the seconds each fetch took (the API's latency histogram); None: nothing to call
+        self.on_elapsed: Callable[[float], Any] | None = None
 
     def fetched(self, status: int, wire_bytes: int, elapsed: float) -> None:
-        """Count one fetch outcome."""
+        """Count one fetch outcome (and pass its duration to ``on_elapsed``, if set)."""
+        if self.on_elapsed is not None:
+            self.on_elapsed(elapsed)
         self.counts["requests"] += 1
         self.statuses[st.name(status)] += 1
         if status > 0:

@@ -38,7 +38,7 @@ def makeService(options: Options, reactor: Any = None) -> IService:
     try:
         settings = _settings(options)
         cfg.check_data_dir(settings)
-        return build(settings, reactor, demo=bool(options["demo"]))
+        return build(settings, reactor, demo=bool(options["demo"]), signals=True)
     except cfg.ConfigError as e:
         sys.stderr.write(f"spiderd: configuration error: {e}\n")
         raise SystemExit(2) from None
@@ -61,8 +61,10 @@ def _settings(options: Options) -> cfg.Settings:
     return cfg.load(options["config"], overrides)
 
 
-def build(settings: cfg.Settings, reactor: Any, demo: bool = False) -> IService:
-    """Wire the services of one node: they start in this order (after the pool is ready) and stop in reverse."""
+def build(settings: cfg.Settings, reactor: Any, demo: bool = False, signals: bool = False) -> IService:
+    """Wire the services of one node: they start in this order (after the pool is ready) and stop in reverse.
+
+    ``signals``: handle SIGHUP (twistd's makeService asks; tests building services directly do not)."""
     from .lifecycle import Closer, OrderedMultiService
     from .parsepool import ParsePool
     from .stats import CrawlStats
@@ -79,6 +81,7 @@ def build(settings: cfg.Settings, reactor: Any, demo: bool = False) -> IService:
     worker = _worker(settings, reactor, fetcher, parser, store, top)
     if pool is not None:
         _crawl(settings, reactor, top, pool, fetcher, parser, store, stats, worker, demo)
+    _api(settings, reactor, top, stats if pool is not None else None, pool, fetcher, parser, signals)
     SystemdNotifier(reactor, status=lambda: f"{stats.counts['pages']} pages").setServiceParent(top)
     return top
 
@@ -94,7 +97,9 @@ def _crawl(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, fetcher: A
     items = ItemWriter(reactor, settings.path(settings.items_dir), settings.items_rotate_count)
     items.setServiceParent(top)
     batcher = _batcher(settings, reactor, pool, worker, top)
-    SeedService(pool, settings.seeds, settings.hubs, settings.hub_refresh_span).setServiceParent(top)
+    seeds = SeedService(pool, settings.seeds, settings.hubs, settings.hub_refresh_span)
+    seeds.setServiceParent(top)
+    _scheduler(settings, reactor, top, pool, seeds, stats)
     if demo:
         from .demo.config import DemoSiteService
 
@@ -107,12 +112,25 @@ def _crawl(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, fetcher: A
     crawler = CrawlService(
         reactor, pool, fetcher, parser, parser.rules, stats, store=store, items=items,
         detail_sink=batcher.add if batcher is not None else None, concurrency=settings.concurrency,
-        exit_when_done=settings.exit_when_done, stop_timeout=settings.timeout + 5,
+        exit_when_done=settings.exit_when_done, stop_timeout=settings.timeout + 5, linkbase=settings.linkbase,
     )
     crawler.setName("crawler")
     crawler.setServiceParent(top)
     if settings.exit_when_done:
         crawler.finished.addCallback(lambda _: _when_idle(batcher, worker, reactor))
+
+
+def _scheduler(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, seeds: Any, stats: Any) -> None:
+    """The seed timer (``pool.seed_cron``) and the recrawler (sites with recrawl intervals), when configured."""
+    from .cron import parse
+    from .scheduler import RecrawlPolicy, Recrawler, SeedTimer
+
+    if settings.seed_cron:
+        SeedTimer(reactor, pool, lambda: seeds.seeds, parse(settings.seed_cron)).setServiceParent(top)
+    policy = RecrawlPolicy.from_sites(settings.sites)
+    if policy.intervals:
+        Recrawler(reactor, pool, policy, lambda: stats.counts["requests"], every=settings.recrawl_every,
+                  batch=settings.recrawl_batch, ratio=settings.recrawl_ratio).setServiceParent(top)
 
 
 def _when_idle(batcher: Any, worker: Any, reactor: Any) -> Any:
@@ -134,6 +152,7 @@ def _pool_service(settings: cfg.Settings, reactor: Any, top: Any) -> Any:
     from .politeness import Politeness
     from .pool import open_leveldb_pool, open_memory_pool
     from .pool.service import PoolService
+    from .scheduler import RecrawlPolicy
 
     overrides = {host: (rule.delay, rule.concurrency) for host, rule in settings.host_rules.items()}
     options = dict(
@@ -142,12 +161,16 @@ def _pool_service(settings: cfg.Settings, reactor: Any, top: Any) -> Any:
         pending_threshold=settings.pending_threshold,
         max_url_length=settings.max_url_length,
         max_urls_per_host=settings.max_urls_per_host,
+        recrawl=RecrawlPolicy.from_sites(settings.sites).pairs(),
+        linkbase=settings.linkbase,
+        linkbase_max=settings.linkbase_max,
     )
     if settings.pool_backend == "redis":
         from .feed import redact
         from .pool.redis import make_redis_pool
 
-        pool, opener = make_redis_pool(settings.redis_url, reactor, prefix=settings.redis_prefix, **options)
+        pool, opener = make_redis_pool(settings.redis_url, reactor, prefix=settings.redis_prefix,
+                                       namespace=settings.redis_namespace, **options)
         service = PoolService(pool, reactor, opener, where=redact(settings.redis_url))
     elif settings.pool_backend == "memory":
         service = PoolService(open_memory_pool(reactor, **options), reactor, where="memory")
@@ -208,6 +231,24 @@ def _batcher(settings: cfg.Settings, reactor: Any, pool: Any, worker: Any, top: 
     batcher = Batcher(reactor, pool, settings.path("batches"), config, local=worker.local_target if worker else None)
     batcher.setServiceParent(top)
     return batcher
+
+
+def _api(settings: cfg.Settings, reactor: Any, top: Any, stats: Any, pool: Any, fetcher: Any, parser: Any,
+         signals: bool) -> None:
+    """The HTTP API (status, metrics, status page, admin) over what this role has; SIGHUP reloads under twistd."""
+    from .reload import ReloadService
+    from .web import ApiService, Auth, Node
+
+    named = top.namedServices
+    worker = named.get("worker")
+    node = Node(settings.role, reactor, stats=stats, pool=pool, crawler=named.get("crawler"), seeds=named.get("seeds"),
+                batcher=named.get("batcher"), worker=worker, shipper=worker.shipper if worker is not None else None,
+                store=named.get("page-store"), robots=fetcher.robots, rules=parser.rules,
+                max_url_length=settings.max_url_length)
+    auth = Auth(settings.api_token, settings.api_username, settings.api_password)
+    ApiService(reactor, node, bind=settings.api_bind, port=settings.api_port, auth=auth).setServiceParent(top)
+    if signals:
+        ReloadService(reactor, settings, named.get("seeds")).setServiceParent(top)
 
 
 def _fetcher(settings: cfg.Settings, reactor: Any, pool: Any) -> Any:

@@ -57,3 +57,19 @@ def mysql_url(database: str | None = None) -> str:
     m = need_mysql()
     auth = m["user"] + (f":{m['password']}" if m["password"] else "")
     return f"mysql://{auth}@{m['host']}:{m['port']}/{database or m['database']}"
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+def need_chromium() -> None:
+    """Debian's Chromium and chromedriver and the selenium package, or skip/fail (.ci/run installs them)."""
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not os.access(path, os.X_OK)]
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        missing.append("the selenium package (pip install '.[test]')")
+    if missing:
+        _unavailable("a headless browser", OSError(f"missing {', '.join(missing)}; "
+                                                   "apt-get install -y chromium chromium-driver"))

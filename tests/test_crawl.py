@@ -30,6 +30,7 @@ def node_settings(data_dir: str, root: str, **sections: Any) -> cfg.Settings:
         "batch": {"targets": []},
         "store": {"url": "sqlite:///pages.sqlite3", "batch_size": 10},
         "items": {"rotate_count": 25},
+        "api": {"port": 0},
         "sites": DEMO["sites"],
     }
     for section, values in sections.items():

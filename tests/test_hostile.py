@@ -104,7 +104,7 @@ class HostileCrawlTests(unittest.TestCase):
                      "max_path_depth": 8, "pending_threshold": 60},
             "fetch": {"concurrency": 8, "per_host_concurrency": 8, "timeout": 20, "max_body_size": 2_000_000,
                       "max_redirects": 3, "robots": False},
-            "parse": {"workers": 0}, "store": {"url": "none"}, "batch": {"targets": []},
+            "parse": {"workers": 0}, "store": {"url": "none"}, "batch": {"targets": []}, "api": {"port": 0},
             "sites": [{"name": "hostile", "allowed_hosts": ["127.0.0.1"], "detail_urls": [r"/ok/\d+\.html$"],
                        "fields": {"title": "css:h1.title::text"}}],
         }, "<test>")

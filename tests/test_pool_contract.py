@@ -38,6 +38,16 @@ class PoolContract:
     def open_pool(self, politeness: Politeness, options: dict[str, Any]) -> defer.Deferred[Any]:
         raise NotImplementedError
 
+    def open_other(self, politeness: Politeness) -> defer.Deferred[Any]:
+        """An empty pool of this backend on storage of its own (for imports)."""
+        raise NotImplementedError
+
+    @defer.inlineCallbacks
+    def make_other_pool(self) -> Generator[Any, Any, Any]:
+        pool = yield self.open_other(Politeness(concurrency=10))
+        self.pools.append(pool)
+        return pool
+
     @defer.inlineCallbacks
     def make_pool(self, delay: float = 0.0, concurrency: int = 1, **options: Any) -> Generator[Any, Any, Any]:
         """A pool of this backend; called again, it reopens the same storage where the backend can."""
@@ -284,6 +294,7 @@ class PoolContract:
         assert (yield pool.empty()) is False
         stats = yield pool.stats()
         assert stats["max_host"] == ["a.example", 3] and stats["hosts"] == 2
+        assert stats["largest"] == [["a.example", 3], ["b.example", 1]]
 
     @defer.inlineCallbacks
     def test_why(self) -> Gen:
@@ -411,6 +422,92 @@ class PoolContract:
             pool = yield self.make_pool()
             assert (yield pool.next_batch()) == 6
 
+    @defer.inlineCallbacks
+    def export_all(self, pool: Any, chunk: int = 2) -> Generator[Any, Any, list[dict[str, Any]]]:
+        """Every record of an export, read ``chunk`` at a time."""
+        reader = pool.export(chunk)
+        records: list[dict[str, Any]] = []
+        while True:
+            got = yield reader.next()
+            if got is None:
+                return records
+            assert len(got) <= chunk
+            records.extend(got)
+
+    @defer.inlineCallbacks
+    def fill_for_export(self, pool: Any) -> Gen:
+        """Waiting list and detail URLs, a retried one, a leased one, and one done, failed and batched each."""
+        yield pool.addmany(["http://c.example/ok", "http://c.example/gone", "http://c.example/retry"])
+        yield self.drain(pool)
+        yield pool.set_status("http://c.example/ok", 200)
+        yield pool.set_status("http://c.example/gone", 404)
+        yield pool.set_status("http://c.example/retry", 503)
+        yield pool.seen_add(["http://d.example/batched"])
+        yield pool.addmany([f"http://a.example/{i}" for i in range(3)])
+        yield pool.addmany(["http://b.example/d1", "http://b.example/d2"], detail=True)
+        assert (yield pool.claim("http://e.example/leased")) is True
+
+    @defer.inlineCallbacks
+    def test_export(self) -> Gen:
+        """export() gives waiting and pending URLs with state and kind, and finished URLs as fingerprints."""
+        pool = yield self.make_pool(concurrency=10)
+        assert (yield self.export_all(pool)) == []
+        yield self.fill_for_export(pool)
+        records = yield self.export_all(pool)
+        urls = {r["url"]: (r["state"], r["kind"], r["failures"]) for r in records if "url" in r}
+        assert urls == {
+            **{f"http://a.example/{i}": ("waiting", "list", 0) for i in range(3)},
+            "http://b.example/d1": ("waiting", "detail", 0),
+            "http://b.example/d2": ("waiting", "detail", 0),
+            "http://c.example/retry": ("waiting", "list", 1),
+            "http://e.example/leased": ("pending", "list", 0),
+        }
+        finals = [r for r in records if "fp" in r]
+        assert sorted(r["state"] for r in finals) == ["batched", "done", "failed"]
+        assert len({r["fp"] for r in finals}) == 3 and all(len(r["fp"]) == 16 for r in finals)
+        assert len({r["hash"] for r in finals}) == 1
+
+    @defer.inlineCallbacks
+    def test_import_restores_an_export(self) -> Gen:
+        """import_states() on an empty pool: URLs wait again, finished fingerprints are finished; twice adds nothing."""
+        pool = yield self.make_pool(concurrency=10)
+        yield self.fill_for_export(pool)
+        records = yield self.export_all(pool)
+        other = yield self.make_other_pool()
+        hash_kind = next(r["hash"] for r in records if "fp" in r)
+        bad = [{"url": "ftp://x/", "state": "waiting"}, {"fp": "zz", "state": "done", "hash": hash_kind},
+               {"fp": "0" * 16, "state": "done", "hash": "another"}, {"url": "http://a.example/", "state": "done"},
+               "junk"]
+        answer = yield other.import_states(records + bad)
+        assert (answer["queued"], answer["restored"], answer["known"]) == (7, 3, 0)
+        assert [index for index, _ in answer["rejected"]] == list(range(len(records), len(records) + len(bad)))
+        assert "bad URL" in answer["rejected"][0][1] and "another" in answer["rejected"][2][1]
+        stats = yield other.stats()
+        assert [stats[k] for k in ("waiting", "pending", "done", "failed", "batched")] == [7, 0, 1, 1, 1]
+        assert (yield other.why("http://c.example/ok"))["state"] == "done"
+        assert (yield other.why("http://c.example/gone"))["state"] == "failed"
+        assert (yield other.why("http://d.example/batched"))["state"] == "batched"
+        assert (yield other.why("http://b.example/d1"))["kind"] == "detail"
+        assert (yield other.add("http://c.example/ok")) is False
+        again = yield other.import_states(records)
+        assert (again["queued"], again["restored"], again["known"], again["rejected"]) == (0, 0, 10, [])
+
+    @defer.inlineCallbacks
+    def test_export_while_the_pool_changes(self) -> Gen:
+        """An export goes on while URLs are added and popped between its chunks (not a snapshot, no error)."""
+        pool = yield self.make_pool(concurrency=10)
+        yield pool.addmany([f"http://a.example/{i}" for i in range(6)])
+        reader = pool.export(2)
+        seen = list((yield reader.next()))
+        yield pool.addmany([f"http://a.example/new{i}" for i in range(3)])
+        yield self.drain(pool, 4)
+        while True:
+            got = yield reader.next()
+            if got is None:
+                break
+            seen.extend(got)
+        assert {r["url"] for r in seen} >= {"http://a.example/0", "http://a.example/1"}
+
 
 class MemoryPoolTests(PoolContract, TestCase):
     """The contract on the in-memory pool."""
@@ -420,6 +517,9 @@ class MemoryPoolTests(PoolContract, TestCase):
 
     def open_pool(self, politeness: Politeness, options: dict[str, Any]) -> defer.Deferred[Any]:
         return defer.succeed(open_memory_pool(self.clock, politeness=politeness, **options))
+
+    def open_other(self, politeness: Politeness) -> defer.Deferred[Any]:
+        return defer.succeed(open_memory_pool(self.clock, politeness=politeness))
 
 
 class LevelDBPoolTests(PoolContract, TestCase):
@@ -436,6 +536,9 @@ class LevelDBPoolTests(PoolContract, TestCase):
         for old in self.pools:
             yield old.close()
         return open_leveldb_pool(self.path, self.clock, politeness=politeness, **options)
+
+    def open_other(self, politeness: Politeness) -> defer.Deferred[Any]:
+        return defer.succeed(open_leveldb_pool(self.mktemp(), self.clock, politeness=politeness))
 
 
 class RedisKeys:
@@ -482,6 +585,11 @@ class RedisPoolTests(RedisKeys, PoolContract, TestCase):
         for old in self.pools:
             yield old.close()
         return (yield self.open_redis(self.clock, politeness, options))
+
+    def open_other(self, politeness: Politeness) -> defer.Deferred[Any]:
+        other = self.namespace + "other:"
+        return open_redis_pool(self.redis_url, self.clock, prefix=other + "spiderd:", namespace=other,
+                               politeness=politeness)
 
 
 def test_prefix_end_carries() -> None:

@@ -20,12 +20,23 @@ def test_example_config_loads() -> None:
     assert settings.sites[0].detail_urls == (r"/item/\d+\.html$",)
     assert [f.name for f in settings.sites[0].fields] == ["title", "price", "tags"]
     assert settings.sites[0].fields[2].all is True
+    assert (settings.api_bind, settings.api_port, settings.api_token) == ("127.0.0.1", 6810, "")
 
 
 def test_defaults_without_file() -> None:
     """An empty configuration is valid: every key has a default."""
     settings = cfg.from_dict({})
     assert settings.store_url.startswith("sqlite:///") and settings.pool_backend == "leveldb"
+
+
+def test_api_defaults_and_credentials() -> None:
+    """[api]: 127.0.0.1:6810 without credentials; another address with a token or basic auth."""
+    settings = cfg.from_dict({})
+    assert (settings.api_bind, settings.api_port, settings.api_token, settings.api_username) == ("127.0.0.1", 6810, "", "")
+    assert cfg.from_dict({"api": {"bind": "0.0.0.0", "token": "t0k"}}).api_token == "t0k"
+    assert cfg.from_dict({"api": {"bind": "::", "username": "ops", "password": "pw"}}).api_username == "ops"
+    assert cfg.from_dict({"api": {"bind": "localhost", "port": 0}}).api_port == 0
+    assert "t0k" not in repr(cfg.from_dict({"api": {"token": "t0k"}}))
 
 
 def test_overrides() -> None:
@@ -61,6 +72,13 @@ def test_overrides() -> None:
         ({"sites": [{"allowed_hosts": ["a"], "fields": {"t": "css:h1[[["}}]}, "sites[0].fields.t", "bad CSS"),
         ({"sites": [{"allowed_hosts": ["a"], "fields": {"t": {"xpath": "//a", "css": "a"}}}]}, "sites[0].fields.t", "expected"),
         ({"sites": [{"allowed_hosts": ["a"], "colour": 1}]}, "sites[0].colour", "unknown key"),
+        ({"api": {"bind": "0.0.0.0"}}, "api.bind", "not a loopback address"),
+        ({"api": {"bind": "192.0.2.1", "username": "ops"}}, "api.username, api.password", "set both"),
+        ({"api": {"username": "a:b", "password": "x"}}, "api.username", "must not contain ':'"),
+        ({"api": {"port": 70000}}, "api.port", "0..65535"),
+        ({"api": {"port": "6810"}}, "api.port", "expected an integer"),
+        ({"api": {"token": "two words"}}, "api.token", "printable ASCII"),
+        ({"api": {"tokne": "x"}}, "api.tokne", "unknown key"),
     ],
 )
 def test_bad_values_name_file_and_key(raw: dict[str, Any], key: str, words: str) -> None:
@@ -97,3 +115,44 @@ def test_unwritable_data_dir(tmp_path: Path) -> None:
     blocker.write_text("not a directory")
     with pytest.raises(cfg.ConfigError, match="x.toml: spiderd.data_dir: .* is not writable"):
         cfg.check_data_dir(cfg.from_dict({"spiderd": {"data_dir": str(blocker / "data")}}, "x.toml"))
+
+
+@pytest.mark.parametrize(
+    "raw, key, words",
+    [
+        ({"pool": {"seed_cron": "0 10 1 ? * ?"}}, "pool.seed_cron", "not both"),
+        ({"pool": {"seed_cron": "every day"}}, "pool.seed_cron", "6-7 (Quartz"),
+        ({"pool": {"seed_cron": 5}}, "pool.seed_cron", "expected a string"),
+        ({"pool": {"recrawl_ratio": 1.5}}, "pool.recrawl_ratio", "between 0 and 1"),
+        ({"pool": {"recrawl_batch": 0}}, "pool.recrawl_batch", "1 or more"),
+        ({"pool": {"recrawl_every": 0}}, "pool.recrawl_every", "greater than 0"),
+        ({"pool": {"linkbase": "yes"}}, "pool.linkbase", "true or false"),
+        ({"pool": {"linkbase_max": -1}}, "pool.linkbase_max", "0 or more"),
+        ({"pool": {"redis_namespace": 1}}, "pool.redis_namespace", "expected a string"),
+        ({"store": {"url": ["mysql://u@h/a", "sqlite:///x"]}}, "store.url", "mysql:// URLs"),
+        ({"store": {"url": ["mysql://u@h/a", "mysql://u@h/a"]}}, "store.url", "listed twice"),
+        ({"store": {"url": []}}, "store.url", "at least one"),
+        ({"sites": [{"allowed_hosts": ["a"], "recrawl_list": -1}]}, "sites[0].recrawl_list", "0 or more"),
+        ({"sites": [{"allowed_hosts": ["a"], "recrawl_detail": "1h"}]}, "sites[0].recrawl_detail", "a number"),
+    ],
+)
+def test_bad_cluster_values(raw: dict[str, Any], key: str, words: str) -> None:
+    """The seed timer, recrawl, linkbase, namespace and shard keys: one line naming file and key."""
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.from_dict(raw, "etc/bad.toml")
+    message = str(info.value)
+    assert message.startswith(f"etc/bad.toml: {key}: "), message
+    assert words in message and "\n" not in message
+
+
+def test_cluster_values() -> None:
+    """Shards are a tuple of URLs (one URL stays a string); the seed-002 cron and the recrawl keys load."""
+    settings = cfg.from_dict({
+        "pool": {"seed_cron": "0 10 1 * * ?", "recrawl_ratio": 0.3, "linkbase": True, "redis_namespace": "t:"},
+        "store": {"url": ["mysql://u@h/a", "mysql://u@h/b"]},
+        "sites": [{"allowed_hosts": ["a.example"], "recrawl_list": 3600}],
+    })
+    assert settings.store_url == ("mysql://u@h/a", "mysql://u@h/b")
+    assert (settings.seed_cron, settings.recrawl_ratio, settings.linkbase) == ("0 10 1 * * ?", 0.3, True)
+    assert (settings.sites[0].recrawl_list, settings.sites[0].recrawl_detail) == (3600.0, 0.0)
+    assert cfg.from_dict({}).store_url == "sqlite:///pages.sqlite3"

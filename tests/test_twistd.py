@@ -67,7 +67,7 @@ def test_config_error_is_one_line_and_status_2(tmp_path: Path) -> None:
 def test_sigterm_stops_cleanly(tmp_path: Path) -> None:
     """SIGTERM stops an idle daemon through stopService; twistd exits as killed by SIGTERM (143 to systemd)."""
     config = tmp_path / "idle.toml"
-    config.write_text(f'[spiderd]\ndata_dir = "{tmp_path / "data"}"\n[parse]\nworkers = 1\n')
+    config.write_text(f'[spiderd]\ndata_dir = "{tmp_path / "data"}"\n[parse]\nworkers = 1\n[api]\nport = 0\n')
     child = twistd("--config", str(config), cwd=tmp_path)
     assert child.stdout is not None
     lines = []

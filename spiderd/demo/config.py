@@ -22,6 +22,7 @@ DEMO: dict[str, Any] = {
     "parse": {"workers": 1},
     "store": {"url": "sqlite:///pages.sqlite3", "compression_preset": 1},
     "items": {"rotate_count": 500},
+    "api": {"port": 0},  # any free port (logged): a demo must not collide with a running spiderd
     "sites": [
         {
             "name": "demo-shop",

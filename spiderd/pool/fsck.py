@@ -29,8 +29,11 @@ def check(kv: Any) -> list[str]:
             problems.append(f"waiting URL {fp} has no queue entry")
         if value[0] == k.PENDING and fp not in leased:
             problems.append(f"pending URL {fp} has no lease")
-        if value not in (k.DONE, k.FAILED, k.BATCHED) and value[0] not in (k.WAITING, k.PENDING):
+        if value not in (k.DONE, k.FAILED, k.BATCHED) and value[0] not in (k.WAITING, k.PENDING) and not (
+            value[:1] == k.DONE and len(value) == 10
+        ):
             problems.append(f"URL {fp} has an unknown state {value!r}")
+    _check_crawled(kv, states, problems)
     _check_hosts(kv, per_host, problems)
     _check_counters(kv, states, problems)
     return problems
@@ -68,6 +71,19 @@ def _check_leases(kv: Any, states: dict[int, bytes], problems: list[str]) -> set
         elif k.parse_active(state)[2] != int.from_bytes(key[1:9], "big"):
             problems.append(f"{value[2:].decode()}: state and lease deadline disagree")
     return leased
+
+
+def _check_crawled(kv: Any, states: dict[int, bytes], problems: list[str]) -> None:
+    """Every ``R`` entry matches its URL's done state, and every such state has its entry."""
+    entries = set()
+    for key, value in kv.iterator(prefix=k.CRAWLED):
+        fp, prio, fetched_ms = int.from_bytes(key[18:], "big"), key[9], int.from_bytes(key[10:18], "big")
+        entries.add(fp)
+        if states.get(fp) != k.done_in_crawled_set(prio, fetched_ms) or fingerprint(value.decode()) != fp:
+            problems.append(f"crawled entry of {value.decode()} disagrees with its state {states.get(fp)!r}")
+    for fp, value in states.items():
+        if value[:1] == k.DONE and len(value) > 1 and fp not in entries:
+            problems.append(f"URL {fp} is done in a crawled set but has no entry")
 
 
 def _check_hosts(kv: Any, per_host: Counter[bytes], problems: list[str]) -> None:

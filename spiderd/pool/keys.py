@@ -4,18 +4,24 @@
 key                                         value
 ==========================================  =========================================
 ``S`` fp                                    state: ``D`` / ``F`` (final), ``B`` (sent in a batch), or
-                                            ``W`` failures prio seq, ``P`` failures prio deadline
+                                            ``W`` failures prio seq, ``P`` failures prio deadline,
+                                            or ``D`` prio fetch-ms (done, in a crawled set)
 ``Q`` host-id prio seq                      failures, then the URL (UTF-8)
 ``L`` deadline-ms fp                        failures prio, then the URL
 ``C`` host-id                               waiting count, then the host
 ``H`` fp                                    next-due-ms, then the hub URL
 ``G``                                       waiting pending done failed seq batched
 ``N``                                       the last batch number handed out
+``R`` domain-id prio fetch-ms fp            the URL (a crawled set: done pages to recrawl)
+``K`` fp                                    linkbase: URL, parent URL, anchor (``\n``-separated)
+``J``                                       linkbase entries
 ==========================================  =========================================
 
 ``fp`` is the 64-bit fingerprint of the canonical URL, ``host-id`` the one of
 its host, so a host's waiting URLs sit together and list URLs (prio 0) come
-before detail URLs (prio 1).  A done URL costs one 9-byte key and a 1-byte value.
+before detail URLs (prio 1).  A done URL costs one 9-byte key and a 1-byte value;
+one whose (domain, kind) is recrawled costs a 10-byte state value and a 26-byte
+``R`` key holding its URL besides (see :mod:`spiderd.pool.crawled`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ HOST = b"C"
 HUB = b"H"
 COUNTERS = b"G"
 BATCH_NUMBER = b"N"
+CRAWLED = b"R"
+LINK = b"K"
+LINK_COUNT = b"J"
 
 DONE = b"D"
 FAILED = b"F"
@@ -62,6 +71,19 @@ def queue_key(hid: bytes, prio: int, seq: int) -> bytes:
 
 def lease_key(deadline_ms: int, fp: int) -> bytes:
     return LEASE + deadline_ms.to_bytes(8, "big") + fp.to_bytes(8, "big")
+
+
+def crawled_key(domain_id: bytes, prio: int, fetched_ms: int, fp: int) -> bytes:
+    return CRAWLED + domain_id + bytes((prio,)) + fetched_ms.to_bytes(8, "big") + fp.to_bytes(8, "big")
+
+
+def done_in_crawled_set(prio: int, fetched_ms: int) -> bytes:
+    """The state of a done URL that has an ``R`` entry: ``D``, its prio and its fetch time."""
+    return DONE + bytes((prio,)) + fetched_ms.to_bytes(8, "big")
+
+
+def link_key(fp: int) -> bytes:
+    return LINK + fp.to_bytes(8, "big")
 
 
 def active(state: int, failures: int, prio: int, number: int) -> bytes:

@@ -23,6 +23,9 @@ from ..interfaces import IURLPool
 from ..politeness import HostSlot, Politeness
 from ..urls import MAX_URL_LENGTH, BadURL, URL, fingerprint, host_of, parse
 from . import keys as k
+from .crawled import CrawledSets
+from . import records as rec
+from .kvexport import FINGERPRINT, KVExport
 
 log = Logger()
 
@@ -30,8 +33,12 @@ TRIM_EVERY = 4096
 
 
 @implementer(IURLPool)
-class KVPool:
-    """A crash-safe, polite URL pool over a plyvel-like store (``get``, ``write_batch``, ``iterator``)."""
+class KVPool(CrawledSets):
+    """A crash-safe, polite URL pool over a plyvel-like store (``get``, ``write_batch``, ``iterator``).
+
+    ``recrawl`` names the (registered domain, kind) pairs whose done pages are
+    kept in crawled sets; ``linkbase`` turns the linkbase on (see crawled.py).
+    """
 
     def __init__(
         self,
@@ -46,6 +53,9 @@ class KVPool:
         max_url_length: int = MAX_URL_LENGTH,
         max_urls_per_host: int = 0,
         trim: Callable[[], Any] | None = None,
+        recrawl: Iterable[tuple[str, str]] = (),
+        linkbase: bool = False,
+        linkbase_max: int = 0,
     ) -> None:
         self._kv = kv
         self._clock = clock
@@ -67,6 +77,7 @@ class KVPool:
         self._ops = 0
         self._trim = trim
         self._touched = 0
+        self._init_crawled(recrawl, linkbase, linkbase_max)
         self._load()
 
     # -- opening --------------------------------------------------------------------
@@ -118,7 +129,8 @@ class KVPool:
             if state is not None:
                 if not always or state[0] in (k.WAITING, k.PENDING):
                     continue
-                counters[{k.DONE: 2, k.FAILED: 3, k.BATCHED: 5}[state]] -= 1
+                counters[{k.DONE: 2, k.FAILED: 3, k.BATCHED: 5}[state[:1]]] -= 1
+                self._forget_crawled(batch, u.host, u.fingerprint, state)
             slot = touched.get(u.host) or self._slot(u.host)
             if slot.waiting >= self._max_per_host:
                 self.rejected["host-full"] += 1
@@ -315,6 +327,7 @@ class KVPool:
         slot = self._slot(u.host)
         batch = self._kv.write_batch()
         failures = prio = 0
+        known = state is not None
         if state is not None and state[0] == k.PENDING:
             failures, prio, deadline = k.parse_active(state)
             batch.delete(k.lease_key(deadline, u.fingerprint))
@@ -327,7 +340,9 @@ class KVPool:
         elif state is not None:
             return  # already final
         if code in self._done_codes:
-            batch.put(skey, k.DONE)
+            hub = u.fingerprint in self._hubs
+            crawled = known and not hub
+            batch.put(skey, self._done_state(batch, u.url, u.host, u.fingerprint, prio) if crawled else k.DONE)
             counters[2] += 1
         elif code in self._final_codes or failures >= self.failure_threshold:
             batch.put(skey, k.FAILED)
@@ -389,6 +404,7 @@ class KVPool:
                 "batched": batched,
                 "hosts": self.politeness.active_hosts(),
                 "max_host": list(self.politeness.largest()),
+                "largest": self.politeness.top(5),
                 "hubs": len(self._hubs),
                 "rejected": dict(self.rejected),
             }
@@ -402,6 +418,7 @@ class KVPool:
         state = self._kv.get(k.state_key(u.fingerprint))
         answer: dict[str, Any] = {"url": u.url, "urlhash": u.fingerprint, "host": u.host, "hub": u.fingerprint in self._hubs}
         answer.update(_describe_state(state))
+        answer.update(self._link_of(u.fingerprint))
         slot = self.politeness.hosts.get(u.host)
         if slot is not None:
             answer["host_waiting"] = slot.waiting
@@ -409,6 +426,35 @@ class KVPool:
             answer["host_delay"] = slot.delay
             answer["host_next_allowed"] = slot.next_allowed
         return defer.succeed(answer)
+
+    # -- export and import -----------------------------------------------------------
+
+    def export(self, chunk: int = 1000) -> KVExport:
+        """A reader of every entry (see :mod:`.records`): waiting and pending URLs, then finished fingerprints."""
+        return KVExport(self._kv, chunk)
+
+    def import_states(self, records: Iterable[Any]) -> defer.Deferred[dict[str, Any]]:
+        """Re-add exported URLs (waiting again) and restore finished fingerprints the pool has never seen.
+
+        Fires with ``queued``, ``restored``, ``known`` (already in the pool) and
+        ``rejected`` (``[index, reason]`` of each bad record).
+        """
+        found = rec.sort_records(records, FINGERPRINT, self._max_url_length)
+        codes = {"done": (k.DONE, 2), "failed": (k.FAILED, 3), "batched": (k.BATCHED, 5)}
+        batch = self._kv.write_batch()
+        restored: set[int] = set()
+        for fp, state in found.finals:
+            skey = k.state_key(fp)
+            if fp not in restored and self._kv.get(skey) is None:
+                value, counter = codes[state]
+                batch.put(skey, value)
+                self._counters[counter] += 1
+                restored.add(fp)
+        if restored:
+            self._commit(batch, ())
+        queued = self._addmany(found.urls[0], False, False) + self._addmany(found.urls[1], False, True)
+        offered = len(found.urls[0]) + len(found.urls[1])
+        return defer.succeed(rec.counts(queued, offered, len(restored), len(found.finals), found.rejected))
 
     def compact(self) -> None:
         """Compact the store range by range (a blocking call: for maintenance and benchmarks).
@@ -419,7 +465,7 @@ class KVPool:
         """
         compact = getattr(self._kv, "compact_range", None)
         if compact is not None:
-            for prefix in (k.QUEUE, k.LEASE, k.STATE, k.HOST, k.HUB):
+            for prefix in (k.QUEUE, k.LEASE, k.STATE, k.HOST, k.HUB, k.CRAWLED):
                 compact(start=prefix, stop=k.prefix_end(prefix))
 
     def close(self) -> defer.Deferred[None]:
@@ -488,8 +534,8 @@ class KVPool:
 def _describe_state(state: bytes | None) -> dict[str, Any]:
     if state is None:
         return {"state": "unknown"}
-    if state == k.DONE:
-        return {"state": "done"}
+    if state[:1] == k.DONE:
+        return {"state": "done", **({"fetched_at": int.from_bytes(state[2:], "big") / 1000.0} if len(state) > 1 else {})}
     if state == k.FAILED:
         return {"state": "failed"}
     if state == k.BATCHED:
@@ -499,3 +545,4 @@ def _describe_state(state: bytes | None) -> dict[str, Any]:
     if state[0] == k.WAITING:
         return {"state": "waiting", "failures": failures, "kind": kind}
     return {"state": "pending", "failures": failures, "kind": kind, "lease_until": number / 1000.0}
+

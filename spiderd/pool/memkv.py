@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from typing import Iterator
 
 
@@ -36,13 +36,17 @@ class MemoryKV:
         stop: bytes | None = None,
         include_value: bool = True,
     ) -> Iterator[bytes | tuple[bytes, bytes]]:
+        """Keys in order from ``start``; the store may change between two steps (as a LevelDB snapshot would
+        not, but the pool never relies on either): each step goes on after the last key yielded."""
         if prefix is not None:
             start, stop = prefix, None
-        keys = self._keys[bisect_left(self._keys, start or b"") :]
-        for key in list(keys):
+        position = bisect_left(self._keys, start or b"")
+        while position < len(self._keys):
+            key = self._keys[position]
             if (stop is not None and key >= stop) or (prefix is not None and not key.startswith(prefix)):
                 return
             yield (key, self._data[key]) if include_value else key
+            position = bisect_right(self._keys, key)
 
     def close(self) -> None:
         self.closed = True

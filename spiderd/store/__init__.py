@@ -6,7 +6,9 @@
   embedded, one thread of its own (:mod:`spiderd.store.sqlite`);
 - ``mysql://user:pass@host:port/db[?unix_socket=/path]``: shared, through
   adbapi, riding out server restarts (:mod:`spiderd.store.mysql`);
-- ``none``: discards every page (benchmarks).
+- ``none``: discards every page (benchmarks);
+- a list of ``mysql://`` URLs: seed 004's shards, a page in shard
+  ``urlhash % n`` (:mod:`spiderd.store.shards`).
 
 ``save`` queues a page; the queue is written as one batch when ``batch_size``
 pages wait or ``flush_interval`` seconds after the first of them, and each
@@ -39,10 +41,11 @@ same speed.  So the default is 1 (``store.compression_preset``).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Sequence
 
 from .base import NullStore, PageStore, StoreNotRunning, StoreUnavailable
 from .mysql import MySQLStore, parse_mysql_url, redact
+from .shards import ShardedStore
 from .sqlite import SQLiteStore
 
 __all__ = [
@@ -51,6 +54,7 @@ __all__ = [
     "NullStore",
     "PageStore",
     "SQLiteStore",
+    "ShardedStore",
     "StoreNotRunning",
     "StoreUnavailable",
     "open_store",
@@ -60,7 +64,7 @@ DEFAULT_PRESET = 1
 
 
 def open_store(
-    url: str,
+    url: str | Sequence[str],
     data_dir: str,
     reactor: Any,
     *,
@@ -68,13 +72,17 @@ def open_store(
     batch_size: int = 100,
     flush_interval: float = 1.0,
     stop_timeout: float = 60.0,
-) -> PageStore:
+) -> PageStore | ShardedStore:
     """The page store named by ``url`` (a Service: start it before use, stop it to flush and close).
 
     ``stop_timeout`` bounds how long a MySQL store keeps retrying at stop
     while the server is unreachable.
     """
     options = {"preset": preset, "batch_size": batch_size, "flush_interval": flush_interval}
+    if not isinstance(url, str):
+        if not url or not all(u.startswith("mysql://") for u in url):
+            raise ValueError("shards must be one or more mysql:// URLs")
+        return ShardedStore([MySQLStore(parse_mysql_url(u), reactor, stop_timeout=stop_timeout, **options) for u in url])
     if url == "none":
         return NullStore(reactor, **options)
     if url.startswith("sqlite:///") and len(url) > len("sqlite:///"):

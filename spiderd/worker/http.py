@@ -59,6 +59,7 @@ class WorkerSite(server.Site):
     """The API's Site: capped request bodies, no access log lines with query strings."""
 
     noisy = False
+    label = "Worker API"  # in log lines
 
     def __init__(self, resource: Any, max_body_size: int, node_name: str) -> None:
         super().__init__(resource)
@@ -122,8 +123,8 @@ class CappedRequest(server.Request):
         self.requestHeaders.removeHeader(b"expect")  # no "100 Continue" after the answer
         cap = self._cap()
         channel: Any = self.channel
-        log.warn("Worker API: refused a request body over {cap} bytes from {peer}", cap=cap,
-                 peer=str(channel.transport.getPeer()))
+        log.warn("{label}: refused a request body over {cap} bytes from {peer}", cap=cap,
+                 label=getattr(self._site(), "label", "Worker API"), peer=str(channel.transport.getPeer()))
         self._raw_answer(b"413 Payload Too Large", f"request body too large: the limit is {cap} bytes")
         if not drain:
             self.channel.loseConnection()

@@ -20,6 +20,9 @@ key                                    type    holds
 ``P hubs`` / ``P hub``                 zset    fingerprint -> next due time / hash: fingerprint -> domain, URL
 ``P counters`` / ``P meta``            hash    waiting pending done failed batched / bucket bits, hub span
 ``P batch``                            string  the last batch number handed out (``next_batch``)
+``P crawled:<kind>:<domain>``          zset    URL -> fetch time of done pages to recrawl (seed 004)
+``P l:<bucket>``                       hash    linkbase: fingerprint -> URL, parent URL, anchor (seed 004)
+``P cron:<epoch>``                     string  a seed timer firing claimed by one node (``claim_once``)
 =====================================  ======  ==================================================
 
 ``P`` is the prefix (``spiderd:``).  A URL's fingerprint is the first 64 bits
@@ -32,6 +35,14 @@ it holds at most ``set-max-intset-entries`` (512) members: up to about 25
 million URLs with 16 bits; raise the bits for more.  Pending URLs are the only
 ones with richer records (``lease``); failure counts exist only for URLs that
 failed and are not final.
+
+Crawled sets (seed 004) exist only for the (domain, kind) pairs a node is told
+to recrawl: a URL member costs its length plus ~60 bytes of sorted-set
+overhead.  ``recrawl`` takes members fetched before a cut-off and queues them
+again (one script, so nodes never queue one twice).  The linkbase (off by
+default) spreads its entries over 4096 hashes by the top 12 fingerprint bits;
+the first page found linking to a URL is kept (``HSETNX``).  A ``cron:<epoch>``
+key is set with ``SET NX PX``: the node whose SET succeeds injects the seeds.
 
 Queues and politeness.  The seed-002 lists are the queues themselves (no
 second copy), one pair per registered domain, and politeness is per host, as in

@@ -14,6 +14,10 @@ for i = 10, #ARGV, 3 do
         if code then
           redis.call('SREM', bucket, member(base, code))
           redis.call('HINCRBY', COUNTERS, FINAL_NAME[code], -1)
+          if code == DONE then  -- out of its crawled set until done again
+            redis.call('ZREM', crawled(0, domain), url)
+            redis.call('ZREM', crawled(1, domain), url)
+          end
         end
         redis.call('HDEL', FAILS, fp)
         enqueue(url, host, domain, PRIO, bucket, base)

@@ -17,10 +17,13 @@ local DONE, FAILED, BATCHED, WAITING_LIST = 1, 2, 3, 4  -- state codes; WAITING_
 local SPLIT = 2 ^ (32 - BITS)
 
 -- The 64-bit fingerprint (hex), its bucket key and the base of its members (fingerprint bits below the bucket, times 8).
+local function locate_fp(fp)
+  local hi, lo = tonumber(string.sub(fp, 1, 8), 16), tonumber(string.sub(fp, 9, 16), 16)
+  return fp, P .. 's:' .. math.floor(hi / SPLIT), ((hi % SPLIT) * 4294967296 + lo) * 8
+end
+
 local function locate(url)
-  local hex = redis.sha1hex(url)
-  local hi, lo = tonumber(string.sub(hex, 1, 8), 16), tonumber(string.sub(hex, 9, 16), 16)
-  return string.sub(hex, 1, 16), P .. 's:' .. math.floor(hi / SPLIT), ((hi % SPLIT) * 4294967296 + lo) * 8
+  return locate_fp(string.sub(redis.sha1hex(url), 1, 16))
 end
 
 local function member(base, code)
@@ -151,4 +154,15 @@ local function end_lease(key)
   if holds == '1' then release(host_of(url), domain) end
   if kind ~= 'h' then redis.call('HINCRBY', COUNTERS, 'pending', -1) end
   return kind, domain, url
+end
+
+-- The crawled set of a domain and kind (seed 004): URL -> fetch time.
+local CRAWLED_KIND = {[0] = 'list', [1] = 'detail'}
+local function crawled(prio, domain)
+  return P .. 'crawled:' .. CRAWLED_KIND[prio] .. ':' .. domain
+end
+
+-- The linkbase bucket of a fingerprint: one hash per 12 top bits (4096 buckets).
+local function link_bucket(fp)
+  return P .. 'l:' .. math.floor(tonumber(string.sub(fp, 1, 3), 16))
 end

@@ -19,7 +19,8 @@ from twisted.python.failure import Failure
 
 log = Logger()
 
-SCRIPTS = ("add", "pop", "status", "fetched", "claim", "seen", "hubs", "next_due", "stats", "why", "seeds")
+SCRIPTS = ("add", "pop", "status", "fetched", "claim", "seen", "hubs", "next_due", "stats", "why", "seeds",
+           "restore", "recrawl", "links")
 
 
 class RedisPoolError(Exception):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
@@ -15,6 +15,9 @@ from ... import status as st
 from ...interfaces import IURLPool
 from ...politeness import Politeness
 from ...urls import MAX_URL_LENGTH, BadURL, URL, parse, registered_domain
+from ..crawled import KINDS, clean_anchor, recrawl_pairs
+from ..records import counts, sort_records
+from .export import FINGERPRINT, RedisExport
 from .link import RedisLink, Script
 
 log = Logger()
@@ -42,6 +45,9 @@ class RedisPool:
         final_codes: frozenset[int] = st.FINAL_CODES,
         max_url_length: int = MAX_URL_LENGTH,
         max_urls_per_host: int = 0,
+        recrawl: Iterable[tuple[str, str]] = (),
+        linkbase: bool = False,
+        linkbase_max: int = 0,
     ) -> None:
         self._link = link
         self._scripts = scripts
@@ -59,6 +65,9 @@ class RedisPool:
         self.rejected: Counter[str] = Counter()
         self._statuses: list[tuple[tuple[str, ...], defer.Deferred[None]]] = []  # waiting to go out together
         self._statuses_in_flight = 0
+        self._kept = {domain: "".join(str(p) for p in sorted(prios)) for domain, prios in recrawl_pairs(recrawl).items()}
+        self._linkbase = linkbase
+        self._linkbase_max = linkbase_max
 
     def start(self) -> defer.Deferred[RedisPool]:
         """Record the bucket layout (or adopt the one already there) and this node's host overrides; deletes nothing."""
@@ -142,7 +151,8 @@ class RedisPool:
         else:
             outcome = "retry"
         d: defer.Deferred[None] = defer.Deferred()
-        self._statuses.append(((outcome, *self._located(u)), d))
+        url, host, domain = self._located(u)
+        self._statuses.append(((outcome, url, host, domain, self._kept.get(domain, "-")), d))
         if not self._statuses_in_flight:
             self._send_statuses()
         return d
@@ -217,13 +227,14 @@ class RedisPool:
         return self._run("stats", []).addCallback(self._stats)
 
     def _stats(self, answer: list[Any]) -> dict[str, Any]:
-        flat, hosts, top_host, top_count, hubs = answer
+        flat, hosts, top, hubs = answer
         counters = {name: int(value) for name, value in zip(flat[::2], flat[1::2])}
-        top = int(float(top_count))
+        largest = [[host, int(float(count))] for host, count in zip(top[::2], top[1::2]) if int(float(count))]
         return {
             **{name: counters.get(name, 0) for name in ("waiting", "pending", "done", "failed", "batched")},
             "hosts": int(hosts),
-            "max_host": [top_host, top] if top else ["", 0],
+            "max_host": largest[0] if largest else ["", 0],
+            "largest": largest,
             "hubs": int(hubs),
             "rejected": dict(self.rejected),
         }
@@ -236,7 +247,7 @@ class RedisPool:
         return self._run("why", [u.url, u.host]).addCallback(self._why, u)
 
     def _why(self, answer: list[Any], u: URL) -> dict[str, Any]:
-        state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed = answer
+        state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed, link = answer
         info: dict[str, Any] = {"url": u.url, "urlhash": u.fingerprint, "host": u.host, "hub": bool(int(hub)),
                                 "domain": registered_domain(u.host), "state": state}
         if state in ("waiting", "pending"):
@@ -245,7 +256,60 @@ class RedisPool:
             info["lease_until"] = float(lease_until)
         info.update(host_waiting=int(float(waiting)), host_inflight=int(inflight), host_delay=float(delay),
                     host_next_allowed=float(next_allowed))
+        if link:
+            _, parent, anchor = link.split("\n", 2)
+            info.update(parent=parent, anchor=anchor)
         return info
+
+    # -- seed 004: crawled sets, linkbase; one node per cron firing -----------------
+
+    def recrawl(self, cutoffs: Iterable[tuple[str, str, float]], limit: int) -> defer.Deferred[int]:
+        """Queue again up to ``limit`` pages of each (domain, kind) crawled set fetched at or before its cut-off."""
+        args = [str(limit)]
+        for domain, kind, cutoff in cutoffs:
+            args += (domain, str(KINDS[kind]), repr(float(cutoff)))
+        return self._run("recrawl", args).addCallback(int)
+
+    def add_links(self, parent: str, urls: Sequence[str], anchors: Sequence[str] = ()) -> defer.Deferred[int]:
+        """Record how ``urls`` were first found (``parent``, anchor text); fires with the number recorded."""
+        if not self._linkbase:
+            return defer.succeed(0)
+        args = [str(self._linkbase_max), parent]
+        for i, url in enumerate(urls):
+            canonical = _canonical(url, self._max_url_length)
+            if canonical is not None:
+                args += (canonical, clean_anchor(anchors[i] if i < len(anchors) else ""))
+        return self._run("links", args).addCallback(int) if len(args) > 2 else defer.succeed(0)
+
+    def claim_once(self, name: str, ttl: float) -> defer.Deferred[bool]:
+        """True for the one caller, over all nodes, that first claims ``name`` within ``ttl`` seconds (SET NX PX)."""
+        d = self._execute("SET", self.prefix + name, "1", "NX", "PX", str(max(1, int(ttl * 1000))))
+        return d.addCallback(lambda answer: answer is not None)
+
+    # -- export and import -----------------------------------------------------------
+
+    def export(self, chunk: int = 1000) -> RedisExport:
+        """A reader of every entry (see :mod:`..records`): waiting and pending URLs, then finished fingerprints."""
+        return RedisExport(self._execute, self.prefix, self.namespace, self._bits, chunk)
+
+    def import_states(self, records: Iterable[Any]) -> defer.Deferred[dict[str, Any]]:
+        """Re-add exported URLs (waiting again) and restore finished fingerprints the pool has never seen.
+
+        Fires with ``queued``, ``restored``, ``known`` and ``rejected`` (``[index, reason]``).
+        """
+        found = sort_records(records, FINGERPRINT, self._max_url_length)
+        codes = {"done": "1", "failed": "2", "batched": "3"}
+        args = [arg for fp, state in found.finals for arg in (f"{fp:016x}", codes[state])]
+        restoring = self._run("restore", args).addCallback(int) if args else defer.succeed(0)
+        adds = [restoring, self.addmany(found.urls[0]), self.addmany(found.urls[1], detail=True)]
+
+        def answer(results: list[int]) -> dict[str, Any]:
+            restored, lists, details = results
+            offered = len(found.urls[0]) + len(found.urls[1])
+            return counts(lists + details, offered, restored, len(found.finals), found.rejected)
+
+        d = defer.gatherResults(adds, consumeErrors=True).addCallback(answer)
+        return d.addErrback(lambda f: f.value.subFailure if isinstance(f.value, defer.FirstError) else f)
 
     def close(self) -> defer.Deferred[None]:
         self._send_statuses()
@@ -282,6 +346,13 @@ class RedisPool:
         common = [self.prefix, self.namespace, str(self._bits), repr(float(politeness.delay)),
                   str(politeness.concurrency), repr(float(now))]
         return self._link.run(self._scripts[name], common + args)
+
+
+def _canonical(url: str, max_length: int) -> str | None:
+    try:
+        return parse(url, max_length).url
+    except BadURL:
+        return None
 
 
 def _pairs(flat: list[Any]) -> dict[str, bool]:

@@ -1,3 +1,3 @@
--- stats: the counters, hosts with waiting URLs, the largest host and the number of hubs.
-local top = redis.call('ZREVRANGE', WAITING, 0, 0, 'WITHSCORES')
-return {redis.call('HGETALL', COUNTERS), redis.call('ZCARD', WAITING), top[1] or '', top[2] or '0', redis.call('HLEN', HUB)}
+-- stats: the counters, hosts with waiting URLs, the five largest hosts (host, count, ...) and the number of hubs.
+return {redis.call('HGETALL', COUNTERS), redis.call('ZCARD', WAITING), redis.call('ZREVRANGE', WAITING, 0, 4, 'WITHSCORES'),
+  redis.call('HLEN', HUB)}

@@ -1,11 +1,13 @@
 -- set_status, for one or more URLs: end each URL's lease (or take it out of its queue), then record done,
--- failed, or queue a retry.  ARGV[7]: failure threshold; then outcome (done, final or retry), url, host, domain.
+-- failed, or queue a retry.  ARGV[7]: failure threshold; then outcome (done, final or retry), url, host, domain,
+-- and the kinds kept in crawled sets for that domain ('0' list, '1' detail, '-' none).
+-- A done URL whose kind is known (it was leased or waiting; not a hub) and kept goes into its crawled set.
 local THRESHOLD = tonumber(ARGV[7])
 
-local function set_status(outcome, url, host, domain)
+local function set_status(outcome, url, host, domain, kept)
   local fp, bucket, base = locate(url)
   end_lease('h' .. fp)
-  local prio = 0
+  local prio, was_known = 0, true
   local kind = end_lease(fp)
   if kind then
     prio = tonumber(kind)
@@ -15,6 +17,8 @@ local function set_status(outcome, url, host, domain)
       prio = unqueue(url, host, domain, bucket, base, code)
     elseif code then
       return  -- already final
+    else
+      was_known = false
     end
   end
   local failures = tonumber(redis.call('HGET', FAILS, fp) or '0')
@@ -26,10 +30,13 @@ local function set_status(outcome, url, host, domain)
     if failures > 0 then redis.call('HDEL', FAILS, fp) end
     redis.call('SADD', bucket, member(base, code))
     redis.call('HINCRBY', COUNTERS, FINAL_NAME[code], 1)
+    if code == DONE and was_known and string.find(kept, tostring(prio), 1, true) then
+      redis.call('ZADD', crawled(prio, domain), NOW, url)
+    end
   end
 end
 
-for i = 8, #ARGV, 4 do
-  set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
+for i = 8, #ARGV, 5 do
+  set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4])
 end
 return 0

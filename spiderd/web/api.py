@@ -1,0 +1,349 @@
+"""The HTTP API's endpoints: routing, auth, method checks, JSON answers and JSON errors.
+
+Every answer is JSON (``{"status": "ok", ...}``) but the status page (``/``),
+the metrics (``/metrics``) and the export (JSON lines).  Errors are
+``{"status": "error", "message": ...}`` with a 4xx code: 400 for a bad or
+missing field, 401 for wrong or missing credentials, 404 for an unknown path
+(or one this role has not: the worker role has no pool), 405 for a wrong
+method, 413 for a body over the cap; 503 while stopping, 500 for a bug.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import IO, Any, Callable
+from urllib.parse import urlsplit
+
+from twisted.internet import task
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web import http
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET, Request
+
+from ..pool.redis.link import RedisPoolError
+from ..urls import BadURL, canonicalize
+from . import node as nodes
+from .auth import Auth
+from .metrics import CONTENT_TYPE as METRICS_TYPE
+from .streams import ExportStream, import_lines
+
+log = Logger()
+
+MAX_JSON_BODY = 1024 * 1024  # bytes, for the JSON endpoints (the import's cap is the site's)
+MAX_URLS = 10_000  # per request
+_NO_POOL = "not available in the {role} role: this node has no URL pool"
+
+
+class ApiError(Exception):
+    """An error answer with its HTTP code."""
+
+    def __init__(self, message: str, code: int = http.BAD_REQUEST) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class Raw:
+    """A non-JSON answer."""
+
+    def __init__(self, body: bytes, content_type: bytes) -> None:
+        self.body = body
+        self.content_type = content_type
+
+
+class ApiResource(Resource):
+    """Every endpoint as one leaf resource."""
+
+    isLeaf = True
+
+    def __init__(self, node: nodes.Node, history: Any, metrics: Any, auth: Auth, cooperator: task.Cooperator,
+                 page: bytes) -> None:
+        super().__init__()
+        self._node = node
+        self._history = history
+        self._metrics = metrics
+        self._auth = auth
+        self._cooperator = cooperator
+        self._page = page
+        # path -> (method, handler, needs the pool)
+        self._routes: dict[bytes, tuple[bytes, Callable[[Request], Any], bool]] = {
+            b"/": (b"GET", self.page, False),
+            b"/metrics": (b"GET", self.metrics, False),
+            b"/api/status": (b"GET", self.status, False),
+            b"/api/history": (b"GET", self.history, False),
+            b"/api/why": (b"GET", self.why, True),
+            b"/api/export": (b"GET", self.export, True),
+            b"/api/import": (b"POST", self.import_, True),
+            b"/api/seeds": (b"POST", self.seeds, True),
+            b"/api/hubs": (b"POST", self.hubs, True),
+            b"/api/urls": (b"POST", self.urls, True),
+            b"/api/pause": (b"POST", self.pause, True),
+            b"/api/resume": (b"POST", self.resume, True),
+        }
+
+    # -- dispatch ---------------------------------------------------------------------------------
+
+    def render(self, request: Request) -> bytes | int:
+        path = request.path.rstrip(b"/") or b"/"
+        refused = _foreign(request, self._auth.required)
+        if refused is not None:
+            return self._error(request, refused, http.FORBIDDEN)
+        allowed = self._auth.allows_page(request) if path == b"/" else self._auth.allows(request)
+        if not allowed:
+            request.setHeader(b"WWW-Authenticate", self._auth.challenge(request))
+            return self._error(request, "wrong or missing credentials (api.token or api.username)", http.UNAUTHORIZED)
+        route = self._routes.get(path)
+        if route is None:
+            return self._error(request, f"no such endpoint: {path.decode('latin-1')}", http.NOT_FOUND)
+        method, handler, needs_pool = route
+        if request.method != method and not (request.method == b"HEAD" and method == b"GET"):
+            request.setHeader(b"Allow", method + (b", HEAD" if method == b"GET" else b""))
+            message = f"{request.method.decode('latin-1')} not allowed on {path.decode()}: use {method.decode()}"
+            return self._error(request, message, http.NOT_ALLOWED)
+        if needs_pool and self._node.pool is None:
+            return self._error(request, f"{path.decode()}: {_NO_POOL.format(role=self._node.role)}", http.NOT_FOUND)
+        return self._call(request, handler)
+
+    def _call(self, request: Request, handler: Callable[[Request], Any]) -> bytes | int:
+        try:
+            result = handler(request)
+        except Exception:
+            return self._failed(Failure(), request)
+        if not isinstance(result, Deferred):
+            return self._answer(request, result)
+        gone: list[bool] = []
+        request.notifyFinish().addErrback(lambda _: gone.append(True))
+        result.addCallback(lambda data: self._answer(request, data))
+        result.addErrback(self._failed, request)
+        result.addCallback(lambda body: None if gone or body == NOT_DONE_YET else _finish(request, body))
+        result.addErrback(lambda f: log.failure("API: answering failed", f))
+        return NOT_DONE_YET
+
+    def _answer(self, request: Request, data: Any) -> bytes | int:
+        if isinstance(data, int):  # NOT_DONE_YET: the handler writes the answer itself
+            return data
+        if isinstance(data, Raw):
+            return self._send(request, http.OK, data.content_type, data.body)
+        return self._json(request, {"status": "ok", **data}, http.OK)
+
+    def _failed(self, failure: Failure, request: Request) -> bytes:
+        if failure.check(ApiError):
+            return self._error(request, failure.value.message, failure.value.code)
+        path = request.path.decode("latin-1")
+        if not getattr(self._node.crawler, "running", True) or failure.check(RuntimeError, RedisPoolError):
+            log.warn("API: {path}: {error}", path=path, error=failure.getErrorMessage())
+            return self._error(request, f"unavailable: {failure.getErrorMessage()}", http.SERVICE_UNAVAILABLE)
+        log.failure("API: {path} failed", failure, path=path)
+        return self._error(request, f"{failure.type.__name__}: {failure.getErrorMessage()}",
+                           http.INTERNAL_SERVER_ERROR)
+
+    def _error(self, request: Request, message: str, code: int) -> bytes:
+        return self._json(request, {"status": "error", "message": message}, code)
+
+    def _json(self, request: Request, data: dict[str, Any], code: int) -> bytes:
+        body = json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n"
+        return self._send(request, code, b"application/json; charset=utf-8", body)
+
+    def _send(self, request: Request, code: int, content_type: bytes, body: bytes) -> bytes:
+        request.setResponseCode(code)
+        request.setHeader(b"Content-Type", content_type)
+        request.setHeader(b"Content-Length", str(len(body)).encode())
+        request.setHeader(b"Cache-Control", b"no-store")
+        return b"" if request.method == b"HEAD" else body
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def page(self, request: Request) -> Raw:
+        """The status page: static HTML and JS that polls /api/status and /api/history."""
+        request.setHeader(b"Content-Security-Policy",
+                          b"default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                          b"connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'")
+        request.setHeader(b"Referrer-Policy", b"no-referrer")
+        return Raw(self._page, b"text/html; charset=utf-8")
+
+    def metrics(self, request: Request) -> Deferred[Raw]:
+        return self._metrics.render().addCallback(lambda text: Raw(text, METRICS_TYPE))
+
+    def status(self, request: Request) -> Deferred[dict[str, Any]]:
+        return nodes.status(self._node, self._history)
+
+    def history(self, request: Request) -> dict[str, Any]:
+        return self._history.series()
+
+    def why(self, request: Request) -> Deferred[dict[str, Any]]:
+        url = _query(request, "url")
+        if not url:
+            raise ApiError("the 'url' query parameter is required: GET /api/why?url=...")
+        return nodes.why(self._node, url)
+
+    def export(self, request: Request) -> int:
+        ExportStream(self._node.pool.export(1000), request, self._cooperator).start()
+        log.info("API: exporting the pool")
+        return NOT_DONE_YET
+
+    def import_(self, request: Request) -> Deferred[dict[str, Any]]:
+        d = import_lines(self._node.pool, _content(request), self._cooperator)
+        return d.addCallback(_log_import)
+
+    # -- changing -----------------------------------------------------------------------------------
+
+    def seeds(self, request: Request) -> Deferred[dict[str, Any]]:
+        """``{"urls": [...], "recrawl": false}``: list URLs into the pool (known ones only with recrawl)."""
+        body = _body(request, {"urls", "recrawl"})
+        good, rejected = self._urls(body)
+        recrawl = _flag(body, "recrawl")
+        d = self._node.pool.addmany(good, always=recrawl)
+        return d.addCallback(_added, good, rejected, "seeds")
+
+    def hubs(self, request: Request) -> Deferred[dict[str, Any]]:
+        """``{"urls": [...], "refresh_span": 600}``: hubs beside the configured ones, until the process ends."""
+        body = _body(request, {"urls", "refresh_span"})
+        good, rejected = self._urls(body)
+        span = body.get("refresh_span")
+        if span is not None and (isinstance(span, bool) or not isinstance(span, (int, float)) or not span > 0):
+            raise ApiError(f"'refresh_span' must be a number of seconds greater than 0, got {span!r}")
+        seeds = self._node.seeds
+        if seeds is None:
+            raise ApiError(_NO_POOL.format(role=self._node.role), http.NOT_FOUND)
+        d = seeds.add_hubs(good, float(span) if span is not None else None)
+        return d.addCallback(_added, good, rejected, "hubs")
+
+    def urls(self, request: Request) -> Deferred[dict[str, Any]]:
+        """``{"urls": [...], "kind": "list" | "detail", "recrawl": false}``: details go where the crawler sends them."""
+        body = _body(request, {"urls", "kind", "recrawl"})
+        kind = body.get("kind", "list")
+        if kind not in ("list", "detail"):
+            raise ApiError(f"'kind' must be \"list\" or \"detail\", got {kind!r}")
+        good, rejected = self._urls(body)
+        recrawl = _flag(body, "recrawl")
+        if kind == "list":
+            d = self._node.pool.addmany(good, always=recrawl)
+        elif recrawl and self._node.batcher is not None:
+            raise ApiError("'recrawl' is not possible for detail URLs sent in batches: a batched URL stays final")
+        elif recrawl or self._node.crawler is None:
+            d = self._node.pool.addmany(good, always=recrawl, detail=True)
+        else:
+            d = self._node.crawler.add_details(good)
+        return d.addCallback(_added, good, rejected, f"{kind} URLs").addCallback(lambda a: {**a, "kind": kind})
+
+    def pause(self, request: Request) -> dict[str, Any]:
+        return self._pause(True)
+
+    def resume(self, request: Request) -> dict[str, Any]:
+        return self._pause(False)
+
+    def _pause(self, paused: bool) -> dict[str, Any]:
+        crawler = self._node.crawler
+        if crawler is None:
+            raise ApiError(f"not available in the {self._node.role} role: no crawler here", http.NOT_FOUND)
+        if crawler.paused != paused:
+            crawler.pause() if paused else crawler.resume()
+            log.info("API: the crawl is {state}", state="paused" if paused else "resumed")
+        return {"paused": crawler.paused}
+
+    def _urls(self, body: dict[str, Any]) -> tuple[list[str], list[dict[str, str]]]:
+        """The canonical forms of ``body["urls"]`` (no repeats), and the rejected ones with their reason."""
+        urls = body.get("urls")
+        if not isinstance(urls, list) or not urls:
+            raise ApiError("'urls' is required: a non-empty list of URL strings")
+        if len(urls) > MAX_URLS:
+            raise ApiError(f"at most {MAX_URLS} URLs per request, got {len(urls)}: send them in several requests")
+        good: dict[str, None] = {}
+        rejected = []
+        for url in urls:
+            try:
+                good[canonicalize(url, self._node.max_url_length)] = None
+            except BadURL as e:
+                rejected.append({"url": str(url)[:200], "reason": e.reason})
+        return list(good), rejected
+
+
+def _foreign(request: Request, credentials: bool) -> str | None:
+    """Why a request that a browser may have sent for another site is refused (None: it is not).
+
+    A POST from a page of another origin (a form aimed at 127.0.0.1) would drive
+    the crawl; without credentials, a Host that is not loopback means a DNS
+    rebinding page reads the API through its own name.
+    """
+    host = (request.getHeader(b"host") or b"").decode("latin-1")
+    origin = request.getHeader(b"origin")
+    if request.method not in (b"GET", b"HEAD") and origin is not None:
+        if urlsplit(origin.decode("latin-1")).netloc != host:
+            return "cross-origin request refused (its Origin is not this API)"
+    if not credentials and host and not _is_loopback_host(host):
+        return f"this API has no credentials set, so it answers only to a loopback host name, not {host!r}"
+    return None
+
+
+def _is_loopback_host(host: str) -> bool:
+    name = host[1:].partition("]")[0] if host.startswith("[") else host.rpartition(":")[0] or host
+    if name.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _finish(request: Request, body: bytes) -> None:
+    request.write(body)
+    request.finish()
+
+
+def _added(added: int, good: list[str], rejected: list[dict[str, str]], what: str) -> dict[str, Any]:
+    if added:
+        log.info("API: {added} {what} added ({known} known, {rejected} rejected)", added=added, what=what,
+                 known=len(good) - added, rejected=len(rejected))
+    return {"added": added, "known": len(good) - added, "rejected": rejected}
+
+
+def _log_import(totals: dict[str, Any]) -> dict[str, Any]:
+    log.info("API: import of {lines} lines: {queued} URLs queued, {restored} finished entries restored, "
+             "{known} known, {rejected} rejected", lines=totals["lines"], queued=totals["queued"],
+             restored=totals["restored"], known=totals["known"], rejected=totals["rejected_count"])
+    return totals
+
+
+def _query(request: Request, name: str) -> str | None:
+    values = (request.args or {}).get(name.encode())
+    if not values:
+        return None
+    try:
+        return values[0].decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(f"the {name!r} query parameter is not UTF-8") from None
+
+
+def _body(request: Request, known: set[str]) -> dict[str, Any]:
+    """The JSON object in the request body (at most MAX_JSON_BODY bytes), with only ``known`` fields."""
+    raw = _content(request).read(MAX_JSON_BODY + 1)
+    if len(raw) > MAX_JSON_BODY:
+        raise ApiError(f"request body too large: the limit is {MAX_JSON_BODY} bytes", http.REQUEST_ENTITY_TOO_LARGE)
+    try:
+        data = json.loads(raw) if raw.strip() else None
+    except ValueError as e:
+        raise ApiError(f"the body is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ApiError(f"the body must be a JSON object with the fields {', '.join(sorted(known))}")
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ApiError(f"unknown field {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    return data
+
+
+def _content(request: Request) -> IO[bytes]:
+    """The request body (Twisted keeps it in memory or, when large, in a temporary file), from its start."""
+    body = request.content
+    assert body is not None
+    body.seek(0)
+    return body
+
+
+def _flag(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise ApiError(f"{name!r} must be true or false, got {value!r}")
+    return value

@@ -1,0 +1,87 @@
+"""A small node for the API tests: a real memory pool, real stats and rules, stand-ins for the other parts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import defer
+from twisted.internet.task import Clock
+
+from spiderd import settings as cfg
+from spiderd.extract import Rules
+from spiderd.pool import open_memory_pool
+from spiderd.seeds import SeedService
+from spiderd.stats import CrawlStats
+from spiderd.web import ApiService, Auth, Node
+
+SITES = [{"name": "shop", "allowed_hosts": ["shop.example"], "list_urls": [r"/list/\d+$"],
+          "detail_urls": [r"/item/\d+$"]}]
+
+
+class FakeCrawler:
+    """What the API reads of a CrawlService, and what it calls."""
+
+    def __init__(self) -> None:
+        self.running = True
+        self.paused = False
+        self.fetching = 3
+        self.processing = 1
+        self.concurrency = 8
+        self.details: list[str] = []
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
+    def add_details(self, urls: list[str]) -> defer.Deferred[int]:
+        fresh = [u for u in urls if u not in self.details]
+        self.details += fresh
+        return defer.succeed(len(fresh))
+
+
+class FakeStatus:
+    """A component with a ``status()`` dict the test changes."""
+
+    def __init__(self, **values: Any) -> None:
+        self.values = values
+
+    def status(self) -> dict[str, Any]:
+        return dict(self.values)
+
+
+class FakeStore:
+    pending = 4
+    where = "sqlite:///pages.sqlite3"
+
+
+class FakeRobots:
+    """robots.txt answers known without fetching: disallowed below /private/."""
+
+    def cached(self, url: str) -> bool | None:
+        if "unknown-robots" in url:
+            return None
+        return "/private/" not in url
+
+
+def make_node(clock: Clock, worker_role: bool = False) -> Node:
+    """The parts of an "all" node (or of a worker node: no pool, no crawler)."""
+    rules = Rules(cfg.from_dict({"sites": SITES}).sites)
+    worker = FakeStatus(jobs_running=1, jobs_pending=2, pages=5, items=4, failed=0,
+                        feeds={"shipped": 1, "waiting": 0})
+    shipper = FakeStatus(shipped=7, waiting=2, failures=1, quarantined=0, last_error=None)
+    if worker_role:
+        return Node("worker", clock, worker=worker, shipper=shipper, store=FakeStore(), rules=rules)
+    pool = open_memory_pool(clock)
+    batcher = FakeStatus(open=10, in_flight=1, spooled=2, sent=3, urls_sent=3000, failures=0, last_error="")
+    return Node("all", clock, stats=CrawlStats(clock), pool=pool, crawler=FakeCrawler(),
+                seeds=SeedService(pool, [], [], 600.0), batcher=batcher, worker=worker, shipper=shipper,
+                store=FakeStore(), robots=FakeRobots(), rules=rules)
+
+
+def start_api(reactor: Any, node: Node, clock: Clock, auth: Auth | None = None) -> ApiService:
+    """The API on 127.0.0.1, a free port, its history sampled on ``clock``; stop it with stopService."""
+    service = ApiService(reactor, node, bind="127.0.0.1", port=0, auth=auth or Auth(), clock=clock)
+    service.startService()
+    return service
