@@ -21,9 +21,29 @@ class OrderedMultiService(MultiService):
     the children after it until it fires; children never started are not stopped.
     """
 
+    on_start_failure: Any = None  # called with (service, exception) when a child cannot start
+    _failed = False
+
+    def privilegedStartService(self) -> None:
+        """Children that bind their ports early (twistd calls this first) fail the same way as at start."""
+        Service.privilegedStartService(self)
+        for child in self:
+            try:
+                child.privilegedStartService()
+            except Exception as e:
+                self._start_failed(child, e)
+                return
+
     def startService(self) -> None:
         Service.startService(self)
-        self._start_from(0)
+        if not self._failed:
+            self._start_from(0)
+
+    def _start_failed(self, child: Any, error: Exception) -> None:
+        self._failed = True
+        log.failure("{service} could not start", service=child.name or child)
+        if self.on_start_failure is not None:
+            self.on_start_failure(child, error)
 
     def _start_from(self, first: int) -> None:
         children = list(self)
@@ -31,7 +51,11 @@ class OrderedMultiService(MultiService):
             if not self.running:
                 return
             child = children[index]
-            child.startService()
+            try:
+                child.startService()
+            except Exception as e:  # a port in use, a store that cannot open: nothing more starts
+                self._start_failed(child, e)
+                return
             ready = getattr(child, "ready", None)
             if isinstance(ready, Deferred) and not ready.called:
                 ready.addCallback(lambda _, i=index: self._start_from(i + 1))

@@ -38,10 +38,29 @@ def makeService(options: Options, reactor: Any = None) -> IService:
     try:
         settings = _settings(options)
         cfg.check_data_dir(settings)
-        return build(settings, reactor, demo=bool(options["demo"]), signals=True)
+        top = build(settings, reactor, demo=bool(options["demo"]), signals=True)
+        top.on_start_failure = lambda service, error: _fatal(reactor, service, error)
+        return top
     except cfg.ConfigError as e:
         sys.stderr.write(f"spiderd: configuration error: {e}\n")
         raise SystemExit(2) from None
+
+
+def _fatal(reactor: Any, service: Any, error: Exception) -> None:
+    """A service could not start (a port in use...): stop what started, then exit with status 1."""
+    import os
+
+    from twisted.logger import Logger
+
+    Logger().critical("spiderd cannot start: {service}: {error}; stopping", service=service.name, error=error)
+
+    def exit_1() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+    reactor.addSystemEventTrigger("after", "shutdown", exit_1)
+    reactor.callLater(0, reactor.stop)
 
 
 def _settings(options: Options) -> cfg.Settings:

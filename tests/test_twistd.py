@@ -81,3 +81,20 @@ def test_sigterm_stops_cleanly(tmp_path: Path) -> None:
     out, _ = child.communicate(timeout=60)
     assert child.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM), "".join(lines) + out
     assert "Summary:" in out and "Server Shut Down." in out
+
+
+def test_port_in_use_is_a_clear_fatal_error(tmp_path: Path) -> None:
+    """A port already taken at start: one critical line naming the service, exit status 1, no half-started daemon."""
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    config = tmp_path / "busy.toml"
+    config.write_text(f'[spiderd]\ndata_dir = "{tmp_path / "data"}"\n[api]\nport = {port}\n[parse]\nworkers = 0\n')
+    child = twistd("--config", str(config), cwd=tmp_path)
+    out, _ = child.communicate(timeout=60)
+    taken.close()
+    assert child.returncode == 1, out
+    assert "spiderd cannot start: api" in out and "Address already in use" in out
