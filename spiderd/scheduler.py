@@ -168,6 +168,7 @@ class Recrawler(Service):
         self._runs = 0
         self._loop = task.LoopingCall(self.run)
         self._loop.clock = clock
+        self._work = InFlight()
         self.queued = 0
 
     def startService(self) -> None:
@@ -175,14 +176,16 @@ class Recrawler(Service):
         self._last = self._fetches()
         self._loop.start(self._every, now=False).addErrback(lambda f: log.failure("recrawler", f))
 
-    def stopService(self) -> Any:
+    def stopService(self) -> defer.Deferred[None]:
+        """Stop the loop; fires once a run in progress is over (before the pool closes)."""
         super().stopService()
         if self._loop.running:
             self._loop.stop()
+        return self._work.wait()
 
     def run(self) -> defer.Deferred[int]:
         """One run; fires with the number of pages queued again (0 after an error, which is logged)."""
-        return self._pool.stats().addCallback(self._queue).addErrback(self._failed)
+        return self._work.track(self._pool.stats().addCallback(self._queue).addErrback(self._failed))
 
     def _queue(self, stats: dict[str, Any]) -> Any:
         fetches = self._fetches()

@@ -620,6 +620,7 @@ def _compile_selector(spec: str, where: str) -> str:
 
 
 def _check_together(settings: Settings) -> None:
+    _check_recrawl(settings)
     if settings.pending_threshold <= settings.timeout:
         raise ConfigError(
             f"{settings.source}: pool.pending_threshold: must be longer than fetch.timeout "
@@ -628,6 +629,18 @@ def _check_together(settings: Settings) -> None:
     if settings.connect_timeout > settings.timeout:
         raise ConfigError(f"{settings.source}: fetch.connect_timeout: must not exceed fetch.timeout")
     _check_api(settings)
+
+
+def _check_recrawl(settings: Settings) -> None:
+    """Detail pages sent in batches never come back to this node's pool: it cannot recrawl them."""
+    if not settings.batch_targets or settings.role == "worker":
+        return
+    for i, site in enumerate(settings.sites):
+        if site.recrawl_detail:
+            raise ConfigError(
+                f"{settings.source}: sites[{i}].recrawl_detail: detail pages sent in batches are fetched by "
+                "workers, not by this node: recrawling them needs batch.targets = []"
+            )
 
 
 def _check_api(settings: Settings) -> None:

@@ -202,7 +202,7 @@ def test_budget(waiting: int, fetches: int, expected: int) -> None:
 
 def test_policy_from_sites() -> None:
     """Intervals per registered domain and kind; sites sharing a domain share the shortest; 0 is never."""
-    sites = cfg.from_dict({"sites": [
+    sites = cfg.from_dict({"batch": {"targets": []}, "sites": [
         {"allowed_hosts": ["www.shop.example.co.uk", "*.other.example"], "recrawl_list": 3600},
         {"allowed_hosts": ["shop.example.co.uk:8080"], "recrawl_list": 600, "recrawl_detail": 86400},
         {"allowed_hosts": ["never.example"]},

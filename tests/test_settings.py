@@ -134,6 +134,7 @@ def test_unwritable_data_dir(tmp_path: Path) -> None:
         ({"store": {"url": []}}, "store.url", "at least one"),
         ({"sites": [{"allowed_hosts": ["a"], "recrawl_list": -1}]}, "sites[0].recrawl_list", "0 or more"),
         ({"sites": [{"allowed_hosts": ["a"], "recrawl_detail": "1h"}]}, "sites[0].recrawl_detail", "a number"),
+        ({"sites": [{"allowed_hosts": ["a"], "recrawl_detail": 60}]}, "sites[0].recrawl_detail", "batch.targets = []"),
     ],
 )
 def test_bad_cluster_values(raw: dict[str, Any], key: str, words: str) -> None:

@@ -4,12 +4,13 @@ Crawled sets.  A page whose (registered domain, kind) is recrawled (the
 ``recrawl`` pairs) keeps, once done, an ``R`` domain-id prio fetch-ms fp key
 holding its URL, so the keys of one domain and kind sort by fetch time; its
 state becomes ``D`` prio fetch-ms so that the entry can be found and dropped
-when the URL is queued again.  That costs ~26 bytes of key, the URL and 9 more
-bytes of state per such page (about 110 bytes for a 70-character URL, before
-LevelDB's compression) on top of the 10 bytes of any done URL; pages of other
-domains and kinds keep nothing more.  ``recrawl`` walks each (domain, kind)
-range from its oldest entry up to the cut-off time and puts those pages back
-in their queues, like ``add(always=True)``.
+when the URL is queued again.  That costs a 26-byte key, the URL and 9 more
+bytes of state per such page (about 110 bytes for a 70-character URL before
+LevelDB's compression; 38 more bytes on disk than a done URL's 16 after it, for
+100,000 shop URLs) on top of any done URL's; pages of other domains and kinds
+keep nothing more.  ``recrawl`` walks each (domain, kind) range from its
+oldest entry up to the cut-off time and puts those pages back in their queues,
+like ``add(always=True)``.
 
 Linkbase.  ``K`` fp -> URL, parent URL and anchor text of the page that
 linked to it first; off unless ``linkbase``; with ``linkbase_max`` it stops
@@ -23,7 +24,7 @@ from typing import Any, Iterable, Sequence
 
 from twisted.internet import defer
 
-from ..urls import BadURL, host_of, parse, registered_domain
+from ..urls import URL, BadURL, host_of, parse, registered_domain
 from . import keys as k
 
 KINDS = {"list": 0, "detail": 1}
@@ -122,10 +123,10 @@ class CrawledSets:
         batch = self._kv.write_batch()
         added = 0
         for url, anchor in zip(urls, [*anchors, *[""] * (len(urls) - len(anchors))]):
-            fp = _fingerprint(url)
-            if fp is None or self._kv.get(k.link_key(fp)) is not None:
+            u = _parsed(url)
+            if u is None or self._kv.get(k.link_key(u.fingerprint)) is not None:
                 continue
-            batch.put(k.link_key(fp), "\n".join((url, parent, clean_anchor(anchor))).encode())
+            batch.put(k.link_key(u.fingerprint), "\n".join((u.url, parent, clean_anchor(anchor))).encode())
             added += 1
             if self._links + added >= self._linkbase_max:
                 break
@@ -154,8 +155,8 @@ class CrawledSets:
         return defer.succeed(True)
 
 
-def _fingerprint(url: str) -> int | None:
+def _parsed(url: str) -> URL | None:
     try:
-        return parse(url).fingerprint
+        return parse(url)
     except BadURL:
         return None

@@ -327,7 +327,7 @@ class KVPool(CrawledSets):
         slot = self._slot(u.host)
         batch = self._kv.write_batch()
         failures = prio = 0
-        known = state is not None
+        known = state is not None  # a hub or a redirect target with no state of its own has no kind
         if state is not None and state[0] == k.PENDING:
             failures, prio, deadline = k.parse_active(state)
             batch.delete(k.lease_key(deadline, u.fingerprint))
@@ -340,9 +340,7 @@ class KVPool(CrawledSets):
         elif state is not None:
             return  # already final
         if code in self._done_codes:
-            hub = u.fingerprint in self._hubs
-            crawled = known and not hub
-            batch.put(skey, self._done_state(batch, u.url, u.host, u.fingerprint, prio) if crawled else k.DONE)
+            batch.put(skey, self._done_state(batch, u.url, u.host, u.fingerprint, prio) if known else k.DONE)
             counters[2] += 1
         elif code in self._final_codes or failures >= self.failure_threshold:
             batch.put(skey, k.FAILED)

@@ -1,0 +1,255 @@
+"""Three real nodes (``twistd -n spiderd``) share one Redis frontier and one MariaDB store; one is killed halfway.
+
+Each node runs the all role with ``[batch] targets = []`` (it fetches detail
+pages itself) and ``exit_when_done``.  The generated site logs every request
+with the fetching node's User-Agent, so fetches are counted per page and node.
+Node 0 is killed with SIGKILL once about half the pages are stored; its leases
+(``pending_threshold`` 10 s) expire and the other nodes take its URLs over.
+A node exits only when nothing is waiting and nothing is leased by any node.
+A per-host delay paces the whole crawl (over 12 s), so a node slow to start
+still gets its share before the kill; the test takes about 25 s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterator
+
+import pymysql
+import pytest
+
+from spiderd.demo.config import DEMO
+from spiderd.demo.site import SiteSpec
+
+from . import services
+from .test_twistd import ROOT, TWISTD
+
+SPEC = SiteSpec(lists=20, details=600)
+NODES = 3
+KILL_AT = SPEC.details // 2  # stored pages
+PENDING_THRESHOLD = 10
+DELAY = 0.02  # per_host_delay: the crawl lasts over 12 s, however fast the machine
+DEADLINE = 120.0  # seconds: a hung crawl fails instead of hanging the suite
+
+
+def redis(*command: str) -> Any:
+    """One Redis command over a blocking socket (RESP), for setting up and checking."""
+    with socket.create_connection(services.REDIS, timeout=5) as s:
+        s.sendall(b"".join([f"*{len(command)}\r\n".encode()] + [f"${len(c.encode())}\r\n{c}\r\n".encode()
+                                                                 for c in command]))
+        return _reply(s.makefile("rb"))
+
+
+def _reply(f: Any) -> Any:
+    line = f.readline().rstrip(b"\r\n")
+    kind, rest = line[:1], line[1:]
+    if kind == b"-":
+        raise RuntimeError(rest.decode())
+    if kind in (b"+", b":"):
+        return rest.decode()
+    if kind == b"$":
+        return None if rest == b"-1" else f.read(int(rest) + 2)[:-2].decode()
+    return [_reply(f) for _ in range(int(rest))]
+
+
+def mysql(database: str | None, sql: str) -> list[Any]:
+    connection = pymysql.connect(**{**services.need_mysql(), "database": database}, autocommit=True)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(sql)
+            return list(cursor.fetchall())
+    finally:
+        connection.close()
+
+
+def stored(database: str) -> list[tuple[str, int]]:
+    try:
+        return [(url, int(h)) for url, h in mysql(database, "SELECT url, urlhash FROM crawler_html")]
+    except pymysql.err.ProgrammingError:  # the first batch has not created the table yet
+        return []
+
+
+def fingerprint(url: str) -> str:
+    """The Redis pool's lease key of a URL (the first 64 bits of its SHA-1, hex)."""
+    return hashlib.sha1(url.encode()).hexdigest()[:16]
+
+
+@pytest.fixture
+def namespace() -> Iterator[str]:
+    """A Redis key space of this test, deleted after it."""
+    services.need_redis()
+    namespace = f"spiderd-cluster:{uuid.uuid4().hex[:12]}:"
+    yield namespace
+    cursor = "0"
+    while True:
+        cursor, keys = redis("SCAN", cursor, "MATCH", namespace + "*", "COUNT", "1000")
+        if keys:
+            redis("DEL", *keys)
+        if cursor == "0":
+            break
+
+
+@pytest.fixture
+def database() -> Iterator[str]:
+    """A MariaDB database of this test, dropped after it."""
+    services.need_mysql()
+    name = f"spiderd_cluster_{uuid.uuid4().hex[:12]}"
+    mysql(None, f"CREATE DATABASE `{name}`")
+    yield name
+    mysql(None, f"DROP DATABASE IF EXISTS `{name}`")
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The generated site in a process of its own: its root URL and its request log."""
+    log = tmp_path / "requests.log"
+    command = [sys.executable, "-m", "spiderd.demo.site", "--port", "0", "--lists", str(SPEC.lists),
+               "--details", str(SPEC.details), "--requests-log", str(log)]
+    child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    assert line.startswith("LISTENING "), line
+    yield f"http://127.0.0.1:{int(line.split()[1])}/", log
+    child.kill()
+    child.wait()
+
+
+def node_config(tmp_path: Path, index: int, root: str, namespace: str, database: str) -> Path:
+    """The TOML of node ``index``: all role, Redis pool, MariaDB store, short leases, its own User-Agent."""
+    m = services.need_mysql()
+    sites = "".join(
+        f'[[sites]]\nname = "{s["name"]}"\nallowed_hosts = {literals(s["allowed_hosts"])}\n'
+        f"list_urls = {literals(s['list_urls'])}\ndetail_urls = {literals(s['detail_urls'])}\n"
+        for s in DEMO["sites"]
+    )
+    text = f"""
+[spiderd]
+data_dir = "{tmp_path / f'node{index}'}"
+log_interval = 2
+exit_when_done = true
+[pool]
+backend = "redis"
+redis_url = "redis://{services.REDIS[0]}:{services.REDIS[1]}/0"
+redis_prefix = "{namespace}spiderd:"
+redis_namespace = "{namespace}"
+seeds = ["{root}"]
+pending_threshold = {PENDING_THRESHOLD}
+failure_threshold = 1
+[fetch]
+concurrency = 8
+per_host_concurrency = 24       # the host takes all three nodes at full concurrency
+per_host_delay = {DELAY}          # at most 1/DELAY pages a second over all nodes: a node slow to start still joins
+timeout = 5
+connect_timeout = 2
+user_agent = "spiderd-node{index}"
+[parse]
+workers = 0
+[batch]
+targets = []
+[store]
+url = "mysql://{m['user']}{':' + str(m['password']) if m['password'] else ''}@{m['host']}:{m['port']}/{database}"
+batch_size = 10
+[api]
+port = 0
+{sites}"""
+    path = tmp_path / f"node{index}.toml"
+    path.write_text(text)
+    return path
+
+
+def start_node(config: Path) -> subprocess.Popen[str]:
+    """``twistd -n spiderd --config CONFIG``, its output in CONFIG with .log (a pipe nobody reads could fill)."""
+    command = [sys.executable, "-c", TWISTD, "-n", "--pidfile=", "spiderd", "--config", str(config)]
+    with open(config.with_suffix(".log"), "w") as out:
+        return subprocess.Popen(command, cwd=config.parent, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=out,
+                                stderr=subprocess.STDOUT, text=True)
+
+
+def output(node: subprocess.Popen[str]) -> str:
+    return Path(node.args[-1]).with_suffix(".log").read_text()  # type: ignore[index]
+
+
+def literals(items: list[str]) -> str:
+    """A TOML array of literal strings (regexes keep their backslashes)."""
+    return "[" + ", ".join(f"'{item}'" for item in items) + "]"
+
+
+def wait_for(predicate: Any, what: str, nodes: list[subprocess.Popen[str]]) -> None:
+    """Poll the crawl's progress (other processes, not a timer of ours) until ``predicate()`` is true."""
+    deadline = time.monotonic() + DEADLINE
+    while not predicate():
+        for node in nodes:
+            assert node.poll() is None, output(node)[-3000:]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def fetches(log: Path) -> dict[str, list[tuple[float, str]]]:
+    """Path -> (time, node) of each GET, from the site's request log."""
+    found: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for line in log.read_text().splitlines():
+        when, method, path, agent = line.split(" ", 3)
+        if method == "GET":
+            found[path].append((float(when), agent))
+    return found
+
+
+def every_node_fetched(log: Path) -> bool:
+    agents = {agent for requests in fetches(log).values() for _, agent in requests}
+    return agents >= {f"spiderd-node{i}" for i in range(NODES)}
+
+
+def test_nodes_share_the_crawl_and_survive_a_kill(tmp_path: Path, namespace: str, database: str,
+                                                   site: tuple[str, Path]) -> None:
+    """Every detail page stored once, none missing; a page fetched twice only if the killed node held its lease."""
+    root, log = site
+    configs = [node_config(tmp_path, i, root, namespace, database) for i in range(NODES)]
+    nodes = [start_node(config) for config in configs]
+    try:
+        wait_for(lambda: len(stored(database)) >= KILL_AT and every_node_fetched(log),
+                 f"{KILL_AT} stored pages, every node fetching", nodes)
+        nodes[0].kill()
+        nodes[0].wait()
+        leased = set(redis("HKEYS", f"{namespace}spiderd:lease"))  # node 0's leases among them, until they expire
+        for node in nodes[1:]:
+            node.wait(timeout=DEADLINE)
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+                node.wait()
+    for node in nodes[1:]:
+        assert node.returncode == 0, output(node)[-3000:]
+        assert "Nothing left to crawl" in output(node)
+    expected = SPEC.expected()
+    rows = stored(database)
+    paths = sorted(url[len(root) - 1:] for url, _ in rows)
+    assert paths == sorted(expected.details_ok)
+    assert len({urlhash for _, urlhash in rows}) == len(rows)
+    counters = {k: int(v) for k, v in zip(*[iter(redis("HGETALL", f"{namespace}spiderd:counters"))] * 2)}
+    assert (counters["waiting"], counters["pending"]) == (0, 0)
+    assert_fetched_once_unless_leased_by_the_dead(fetches(log), leased, root, expected)
+
+
+def assert_fetched_once_unless_leased_by_the_dead(found: dict[str, list[tuple[float, str]]], leased: set[str],
+                                                 root: str, expected: Any) -> None:
+    """A page is fetched once, unless node 0 fetched it and held its lease when it died, or a lease ran out
+    (a second fetch at least pending_threshold after the first)."""
+    redirected_to = set(expected.redirects.values())  # also requested by following a redirect
+    pages = (expected.details_ok - redirected_to) | expected.lists | expected.not_found
+    missing = [path for path in pages if path not in found]
+    assert not missing, missing[:10]
+    for path in pages:
+        (first, who), *later = sorted(found[path])
+        for when, _ in later:
+            by_the_dead = who == "spiderd-node0" and fingerprint(root + path[1:]) in leased and len(later) == 1
+            assert by_the_dead or when - first >= PENDING_THRESHOLD, (path, found[path])
