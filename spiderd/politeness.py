@@ -28,6 +28,7 @@ class HostSlot:
     next_allowed: float = 0.0
     queued: bool = False
     cursor: list[bytes | None] | None = None  # the backend's read positions in this host's queues
+    seen: int | None = None  # new URLs the host took in all, when the backend counts them (None: not read yet)
 
 
 @dataclass

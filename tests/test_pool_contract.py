@@ -355,11 +355,19 @@ class PoolContract:
 
     @defer.inlineCallbacks
     def test_max_urls_per_host(self) -> Gen:
-        """A host with max_urls_per_host URLs waiting takes no more (a link trap cannot fill the pool)."""
-        pool = yield self.make_pool(max_urls_per_host=3)
+        """A host takes max_urls_per_host new URLs in all, crawled or not (a calendar trap ends); re-adds are free."""
+        pool = yield self.make_pool(max_urls_per_host=3, concurrency=5)
         assert (yield pool.addmany([f"http://trap.example/cal/{i}" for i in range(10)])) == 3
         assert (yield pool.add("http://other.example/1")) is True
         assert (yield pool.stats())["rejected"] == {"host-full": 7}
+        popped = yield pool.pop(10)
+        for url in popped:
+            yield pool.set_status(url, 200)
+        assert (yield pool.add("http://trap.example/cal/next")) is False  # the budget is spent, not the queue
+        assert (yield pool.add("http://trap.example/cal/0", always=True)) is True  # a re-add is not new
+        if self.reopens:
+            pool = yield self.make_pool(max_urls_per_host=3)
+            assert (yield pool.add("http://trap.example/cal/later")) is False  # the count survives a restart
 
     @defer.inlineCallbacks
     def test_fetched_frees_the_host_slot_but_keeps_the_lease(self) -> Gen:

@@ -9,6 +9,7 @@ key                                         value
 ``Q`` host-id prio seq                      failures, then the URL (UTF-8)
 ``L`` deadline-ms fp                        failures prio, then the URL
 ``C`` host-id                               waiting count, then the host
+``T`` host-id                               new URLs the host took in all (max_urls_per_host)
 ``H`` fp                                    next-due-ms, then the hub URL
 ``G``                                       waiting pending done failed seq batched
 ``N``                                       the last batch number handed out
@@ -34,6 +35,7 @@ STATE = b"S"
 QUEUE = b"Q"
 LEASE = b"L"
 HOST = b"C"
+HOST_SEEN = b"T"
 HUB = b"H"
 COUNTERS = b"G"
 BATCH_NUMBER = b"N"

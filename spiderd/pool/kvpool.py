@@ -65,7 +65,7 @@ class KVPool(CrawledSets):
         self._done_codes = done_codes
         self._final_codes = final_codes
         self._max_url_length = max_url_length
-        self._max_per_host = max_urls_per_host or 2**62
+        self._max_per_host = max_urls_per_host
         self.rejected: Counter[str] = Counter()
         self._counters = k.unpack_counters(kv.get(k.COUNTERS))
         self._hubs: dict[int, list[Any]] = {}  # fp -> [url, host, next_due]
@@ -132,7 +132,7 @@ class KVPool(CrawledSets):
                 counters[{k.DONE: 2, k.FAILED: 3, k.BATCHED: 5}[state[:1]]] -= 1
                 self._forget_crawled(batch, u.host, u.fingerprint, state)
             slot = touched.get(u.host) or self._slot(u.host)
-            if slot.waiting >= self._max_per_host:
+            if state is None and self._max_per_host and not self._take_budget(slot):
                 self.rejected["host-full"] += 1
                 continue
             touched[u.host] = slot
@@ -142,6 +142,16 @@ class KVPool(CrawledSets):
             self._commit(batch, touched.values())
         self._maybe_trim()
         return added
+
+    def _take_budget(self, slot: HostSlot) -> bool:
+        """Count one new URL against the host's budget (max_urls_per_host); False when it is spent."""
+        if slot.seen is None:
+            stored = self._kv.get(k.HOST_SEEN + slot.hid)
+            slot.seen = k.from_u64(stored)[0] if stored else 0
+        if slot.seen >= self._max_per_host:
+            return False
+        slot.seen += 1
+        return True
 
     def _enqueue(self, batch: Any, url: str, fp: int, slot: HostSlot, prio: int, failures: int) -> None:
         counters = self._counters
@@ -492,6 +502,8 @@ class KVPool(CrawledSets):
                 batch.put(hkey, k.u64(slot.waiting) + slot.host.encode())
             else:
                 batch.delete(hkey)
+            if slot.seen is not None:
+                batch.put(k.HOST_SEEN + slot.hid, k.u64(slot.seen))
             self.politeness.requeue(slot)
         batch.put(k.COUNTERS, k.pack_counters(self._counters))
         batch.write()

@@ -10,6 +10,7 @@ local READY, NEXT, INFLIGHT, WAITING = P .. 'ready', P .. 'next', P .. 'inflight
 local CONF, ROBOTS, LEASES, LEASE = P .. 'conf', P .. 'robots', P .. 'leases', P .. 'lease'
 local FAILS, HUBS, HUB = P .. 'fails', P .. 'hubs', P .. 'hub'
 local COUNTERS, META = P .. 'counters', P .. 'meta'
+local HOSTS_SEEN = P .. 'hostseen'  -- host -> new URLs it took in all (the max_urls_per_host budget)
 local DOMAINS = NS .. 'spider.website.domains'
 local SUFFIX = {[0] = '.higher', [1] = '.lower'}
 local FINAL_NAME = {'done', 'failed', 'batched'}
