@@ -157,3 +157,22 @@ def test_cluster_values() -> None:
     assert (settings.seed_cron, settings.recrawl_ratio, settings.linkbase) == ("0 10 1 * * ?", 0.3, True)
     assert (settings.sites[0].recrawl_list, settings.sites[0].recrawl_detail) == (3600.0, 0.0)
     assert cfg.from_dict({}).store_url == "sqlite:///pages.sqlite3"
+
+
+def _wrong_value(kind: str) -> object:
+    """A value of the wrong type for a converter kind: a table where a scalar or list belongs, else a table."""
+    return {"wrong": True} if kind != "hosts" else ["not", "a", "table"]
+
+
+def _every_key() -> list[tuple[str, str, str]]:
+    return [(section, key, kind) for section, keys in cfg._SCHEMA.items() for key, (_, kind) in keys.items()]
+
+
+@pytest.mark.parametrize("section, key, kind", _every_key(), ids=[f"{s}.{k}" for s, k, _ in _every_key()])
+def test_every_key_refuses_a_wrong_value(section: str, key: str, kind: str) -> None:
+    """Every key of every section, given a value of the wrong type, is one line naming the file and that key."""
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.from_dict({section: {key: _wrong_value(kind)}}, "etc/bad.toml")
+    message = str(info.value)
+    assert message.startswith(f"etc/bad.toml: {section}.{key}"), message
+    assert "\n" not in message
