@@ -27,7 +27,7 @@ class HostSlot:
     inflight: int = 0
     next_allowed: float = 0.0
     queued: bool = False
-    cursor: list[bytes | None] | None = None  # the backend's read positions in this host's queues
+    cursor: Any = None  # the backend's read state in this host's queues
     seen: int | None = None  # new URLs the host took in all, when the backend counts them (None: not read yet)
 
 

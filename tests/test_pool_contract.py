@@ -235,6 +235,30 @@ class PoolContract:
         assert len((yield self.drain(pool, 100))) == 10
 
     @defer.inlineCallbacks
+    def test_small_pops_then_a_large_one(self) -> Gen:
+        """Pops of one URL, then one of many: every queued URL of the host comes out once, lists first.
+
+        A backend that reads a host's queue ahead must read on when its read-ahead runs out within a pop,
+        and must not hand out a URL that a status or a claim took out of the queue meanwhile.
+        """
+        pool = yield self.make_pool(delay=0.0, concurrency=100)
+        lists = [f"http://one.example/l{i}" for i in range(30)]
+        details = [f"http://one.example/d{i}" for i in range(30)]
+        yield pool.addmany(lists)
+        yield pool.addmany(details, detail=True)
+        first = list((yield self.drain(pool, 1))) + list((yield self.drain(pool, 1)))
+        assert first == lists[:2]
+        yield pool.set_status(lists[2], 200)  # a redirect target, waiting in the queue
+        assert (yield pool.claim(lists[3])) is True
+        yield pool.set_status(details[0], 404)
+        rest = list((yield self.drain(pool, 100)))
+        assert rest == lists[4:] + details[1:]
+        stats = yield pool.stats()
+        assert (stats["waiting"], stats["pending"], stats["done"], stats["failed"]) == (0, 58, 1, 1)
+        yield pool.addmany([f"http://one.example/l{i}" for i in range(30, 35)])
+        assert list((yield self.drain(pool, 100))) == [f"http://one.example/l{i}" for i in range(30, 35)]
+
+    @defer.inlineCallbacks
     def test_crawl_delay_raises_host_delay(self) -> Gen:
         """A robots.txt Crawl-delay raises a host's delay above the configured one."""
         pool = yield self.make_pool(delay=0.0, concurrency=4)

@@ -10,6 +10,7 @@ of the URLs.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections import Counter
 from typing import Any, Callable, Iterable
 
@@ -30,6 +31,20 @@ from .kvexport import FINGERPRINT, KVExport
 log = Logger()
 
 TRIM_EVERY = 4096
+PREFETCH = 8
+PREFETCH_HOSTS = 5000
+
+
+class _Queues:
+    """A host's read state in its two queues (list, detail): position past the last key read, keys read
+    ahead and not taken yet, and whether the queue may hold more."""
+
+    __slots__ = ("position", "buffered", "maybe")
+
+    def __init__(self) -> None:
+        self.position: list[bytes | None] = [None, None]
+        self.buffered: list[deque[tuple[bytes, bytes]]] = [deque(), deque()]
+        self.maybe = [True, True]
 
 
 @implementer(IURLPool)
@@ -158,6 +173,8 @@ class KVPool(CrawledSets):
         counters[4] += 1
         seq = counters[4]
         batch.put(k.queue_key(slot.hid, prio, seq), bytes((min(failures, 255),)) + url.encode())
+        if slot.cursor is not None:
+            slot.cursor.maybe[prio] = True
         batch.put(k.state_key(fp), k.active(k.WAITING, failures, prio, seq))
         counters[0] += 1
         slot.waiting += 1
@@ -201,20 +218,20 @@ class KVPool(CrawledSets):
         return touched
 
     def _take(self, batch: Any, slot: HostSlot, quota: int, deadline_ms: int, result: dict[str, bool]) -> int:
-        """Lease up to ``quota`` URLs of one host, list URLs first.
-
-        The slot keeps a read position per queue, just past the last key taken:
-        a seek from the start of the queue would walk over every deleted key
-        (LevelDB keeps them until a compaction), and new keys always sort
-        after the position because their sequence numbers grow.
-        """
-        cursor = slot.cursor or [None, None]
-        slot.cursor = cursor
+        """Lease up to ``quota`` URLs of one host, list URLs first."""
+        queues = slot.cursor or _Queues()
+        slot.cursor = queues
         taken = 0
         for prio in (0, 1):
-            lowest = k.QUEUE + slot.hid + bytes((prio,))
-            for key, value in self._kv.iterator(start=cursor[prio] or lowest, stop=k.prefix_end(lowest)):
-                cursor[prio] = key + b"\x00"
+            buffered = queues.buffered[prio]
+            while taken < quota:
+                if not buffered:
+                    if not queues.maybe[prio]:
+                        break
+                    self._refill(slot, queues, prio, max(quota - taken, self._prefetch()))
+                    if not buffered:
+                        break
+                key, value = buffered.popleft()
                 url = value[1:].decode()
                 fp = fingerprint(url)
                 batch.delete(key)
@@ -223,9 +240,40 @@ class KVPool(CrawledSets):
                 result[url] = False
                 self._leased[url] = [fp, slot.host, True]
                 taken += 1
-                if taken >= quota:
-                    return taken
+            if taken >= quota:
+                break
         return taken
+
+    def _refill(self, slot: HostSlot, queues: "_Queues", prio: int, count: int) -> None:
+        """Read the next ``count`` keys of one host queue into its buffer, from just past the last key read.
+
+        A seek from the start of the queue would walk over every deleted key
+        (LevelDB keeps them until a compaction); new keys always sort after the
+        read position because their sequence numbers grow.  One seek serves
+        several pops of the host: iterators are the cost of a pop.
+        """
+        lowest = k.QUEUE + slot.hid + bytes((prio,))
+        buffered = queues.buffered[prio]
+        for key, value in self._kv.iterator(start=queues.position[prio] or lowest, stop=k.prefix_end(lowest)):
+            queues.position[prio] = key + b"\x00"
+            buffered.append((key, value))
+            if len(buffered) >= count:
+                return
+        queues.maybe[prio] = False  # read to the end: empty, once the buffer is taken, until something is queued
+
+    def _prefetch(self) -> int:
+        """Keys read ahead per seek: a few, unless there are so many hosts that buffers would add up."""
+        return PREFETCH if len(self.politeness.hosts) <= PREFETCH_HOSTS else 1
+
+    def _unbuffer(self, slot: HostSlot, prio: int, key: bytes) -> None:
+        """A queued key deleted elsewhere (a status or a claim for a waiting URL) leaves the read-ahead too."""
+        queues = slot.cursor
+        if queues is not None:
+            buffered = queues.buffered[prio]
+            for index, (buffered_key, _) in enumerate(buffered):
+                if buffered_key == key:
+                    del buffered[index]
+                    return
 
     def _pop_hubs(self, batch: Any, now: float, wanted: int) -> list[str]:
         out: list[str] = []
@@ -272,6 +320,7 @@ class KVPool(CrawledSets):
         if state is not None:
             failures, prio, seq = k.parse_active(state)
             batch.delete(k.queue_key(slot.hid, prio, seq))
+            self._unbuffer(slot, prio, k.queue_key(slot.hid, prio, seq))
             self._counters[0] -= 1
             slot.waiting -= 1
         deadline_ms = int((self._clock.seconds() + self.pending_threshold) * 1000)
@@ -345,6 +394,7 @@ class KVPool(CrawledSets):
         elif state is not None and state[0] == k.WAITING:
             failures, prio, seq = k.parse_active(state)
             batch.delete(k.queue_key(slot.hid, prio, seq))
+            self._unbuffer(slot, prio, k.queue_key(slot.hid, prio, seq))
             counters[0] -= 1
             slot.waiting -= 1
         elif state is not None:
