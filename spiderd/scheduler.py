@@ -15,23 +15,26 @@ Recrawl.  Pages whose (registered domain, kind) has an interval
 kept, once done, in the pool's crawled sets scored by fetch time.  Every
 ``recrawl_every`` seconds the recrawler asks the pool to queue again, as
 ``add(always=True)``, the pages fetched more than their interval ago (oldest
-first), at most ``budget`` of them:
+first), list pages first, then detail pages, each kind within its budget:
 
-    budget = min(recrawl_batch, max(ceil(recrawl_ratio x fetches since the last run),
-                                    recrawl_batch - waiting URLs))
+    budget(kind) = min(recrawl_batch, max(ceil(ratio(kind) x fetches since the last run),
+                                          recrawl_batch - waiting URLs))
 
-While new URLs wait (more than ``recrawl_batch``), recrawls thus enter the
-queues at most ``recrawl_ratio`` times as fast as this node fetches, so in the
-long run at most that share of fetches are recrawls and new URLs are never
-starved; when the queues run low, they are topped up to ``recrawl_batch`` per
-run, so an idle crawler refreshes at once but never floods its queues.
-Re-queued list pages go to their host's list queue, which is served before
-detail pages: hubs and list pages come back first.  Seed 004 picks from four
-queues by four ratios (get_list, mod_list, get_detail, mod_detail); here new
-and recrawled URLs share the per-host queues (list first), so only the overall
-share of recrawls (mod_*) is a setting.  Each node of a cluster runs its own
-recrawler; one script per call on Redis means no page is queued twice.
-Sites that share a registered domain share the shortest interval.
+where ``ratio(list)`` is ``recrawl_list_ratio`` and ``ratio(detail)`` is
+``recrawl_detail_ratio`` (seed 004's mod_list and mod_detail), and the
+waiting URLs of the detail budget include the list pages just queued.  While
+new URLs wait (more than ``recrawl_batch``), recrawled pages of a kind thus
+enter the queues at most ratio(kind) times as fast as this node fetches, so in
+the long run recrawls take at most the sum of the two ratios of the fetches
+(settings refuse a sum over 1) and new URLs keep the rest; when the queues
+run low, they are topped up to ``recrawl_batch`` per run, list pages first,
+so an idle crawler refreshes at once but never floods its queues.  Seed 004's
+other two ratios, get_list and get_detail, split new URLs between list and
+detail pages; spiderd serves a host's list URLs before its detail URLs (the
+higher and lower queues of seed 002), so that split is not a setting.  Each
+node of a cluster runs its own recrawler; one script per call on Redis means
+no page is queued twice.  Sites that share a registered domain share the
+shortest interval.
 """
 
 from __future__ import annotations
@@ -156,13 +159,13 @@ class Recrawler(Service):
     name = "recrawler"
 
     def __init__(self, clock: Any, pool: Any, policy: RecrawlPolicy, fetches: Callable[[], int], *,
-                 every: float = 60.0, batch: int = 1000, ratio: float = 0.2) -> None:
+                 every: float = 60.0, batch: int = 1000, ratios: Mapping[str, float] | None = None) -> None:
         self._clock = clock
         self._pool = pool
         self._policy = policy
         self._fetches = fetches
         self._batch = batch
-        self._ratio = ratio
+        self._ratios = {"list": 0.2, "detail": 0.1, **(ratios or {})}
         self._every = every
         self._last = 0
         self._runs = 0
@@ -170,6 +173,7 @@ class Recrawler(Service):
         self._loop.clock = clock
         self._work = InFlight()
         self.queued = 0
+        self.queued_by_kind = {"list": 0, "detail": 0}
 
     def startService(self) -> None:
         super().startService()
@@ -187,23 +191,34 @@ class Recrawler(Service):
         """One run; fires with the number of pages queued again (0 after an error, which is logged)."""
         return self._work.track(self._pool.stats().addCallback(self._queue).addErrback(self._failed))
 
+    @defer.inlineCallbacks
     def _queue(self, stats: dict[str, Any]) -> Any:
         fetches = self._fetches()
-        allowed = budget(stats["waiting"], fetches - self._last, self._batch, self._ratio)
-        self._last = fetches
-        if allowed <= 0 or not self._policy.intervals:
+        period, self._last = fetches - self._last, fetches
+        if not self._policy.intervals:
             return 0
         self._runs += 1  # a different domain first each run: one busy domain cannot take every run's budget
-        return self._pool.recrawl(self._policy.cutoffs(self._clock.seconds(), self._runs), allowed).addCallback(
-            self._queued)
+        cutoffs = self._policy.cutoffs(self._clock.seconds(), self._runs)
+        waiting, counts = stats["waiting"], {}
+        for kind in ("list", "detail"):
+            allowed = budget(waiting, period, self._batch, self._ratios[kind])
+            mine = [c for c in cutoffs if c[1] == kind]
+            if allowed <= 0 or not mine:
+                continue
+            counts[kind] = yield self._pool.recrawl(mine, allowed)
+            self.queued_by_kind[kind] += counts[kind]
+            waiting += counts[kind]
+        return self._queued(counts)
 
     @staticmethod
     def _failed(failure: Any) -> int:
         log.failure("Recrawl run failed", failure)
         return 0
 
-    def _queued(self, count: int) -> int:
-        if count:
-            self.queued += count
-            log.info("Recrawl: {count} pages queued again", count=count)
-        return count
+    def _queued(self, counts: dict[str, int]) -> int:
+        total = sum(counts.values())
+        if total:
+            self.queued += total
+            log.info("Recrawl: {count} pages queued again ({lists} list, {details} detail)", count=total,
+                     lists=counts.get("list", 0), details=counts.get("detail", 0))
+        return total

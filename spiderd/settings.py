@@ -73,7 +73,8 @@ class Settings:
     seed_cron: str = ""
     recrawl_every: float = 60.0
     recrawl_batch: int = 1000
-    recrawl_ratio: float = 0.2
+    recrawl_list_ratio: float = 0.2
+    recrawl_detail_ratio: float = 0.1
     linkbase: bool = False
     linkbase_max: int = 0
     seeds: tuple[str, ...] = ()
@@ -167,7 +168,8 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "seed_cron": ("seed_cron", "cron"),
         "recrawl_every": ("recrawl_every", "positive"),
         "recrawl_batch": ("recrawl_batch", "positive_int"),
-        "recrawl_ratio": ("recrawl_ratio", "ratio"),
+        "recrawl_list_ratio": ("recrawl_list_ratio", "ratio"),
+        "recrawl_detail_ratio": ("recrawl_detail_ratio", "ratio"),
         "linkbase": ("linkbase", "bool"),
         "linkbase_max": ("linkbase_max", "count"),
     },
@@ -632,7 +634,13 @@ def _check_together(settings: Settings) -> None:
 
 
 def _check_recrawl(settings: Settings) -> None:
-    """Detail pages sent in batches never come back to this node's pool: it cannot recrawl them."""
+    """Recrawls leave new URLs a share of the fetches; detail pages sent in batches cannot be recrawled here."""
+    if settings.recrawl_list_ratio + settings.recrawl_detail_ratio > 1:
+        raise ConfigError(
+            f"{settings.source}: pool.recrawl_detail_ratio: with pool.recrawl_list_ratio, the share of fetches "
+            f"recrawls may take while new URLs wait; the sum must not exceed 1 "
+            f"({settings.recrawl_list_ratio} + {settings.recrawl_detail_ratio})"
+        )
     if not settings.batch_targets or settings.role == "worker":
         return
     for i, site in enumerate(settings.sites):

@@ -149,7 +149,8 @@ def _scheduler(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, seeds:
     policy = RecrawlPolicy.from_sites(settings.sites)
     if policy.intervals:
         Recrawler(reactor, pool, policy, lambda: stats.counts["requests"], every=settings.recrawl_every,
-                  batch=settings.recrawl_batch, ratio=settings.recrawl_ratio).setServiceParent(top)
+                  batch=settings.recrawl_batch,
+                  ratios={"list": settings.recrawl_list_ratio, "detail": settings.recrawl_detail_ratio}).setServiceParent(top)
 
 
 def _when_idle(batcher: Any, worker: Any, reactor: Any) -> Any:
@@ -262,8 +263,8 @@ def _api(settings: cfg.Settings, reactor: Any, top: Any, stats: Any, pool: Any, 
     worker = named.get("worker")
     node = Node(settings.role, reactor, stats=stats, pool=pool, crawler=named.get("crawler"), seeds=named.get("seeds"),
                 batcher=named.get("batcher"), worker=worker, shipper=worker.shipper if worker is not None else None,
-                store=named.get("page-store"), robots=fetcher.robots, rules=parser.rules,
-                max_url_length=settings.max_url_length)
+                store=named.get("page-store"), recrawler=named.get("recrawler"), robots=fetcher.robots,
+                rules=parser.rules, max_url_length=settings.max_url_length)
     auth = Auth(settings.api_token, settings.api_username, settings.api_password)
     ApiService(reactor, node, bind=settings.api_bind, port=settings.api_port, auth=auth).setServiceParent(top)
     if signals:

@@ -221,17 +221,17 @@ class RecrawlerTests(TestCase):
     def setUp(self) -> None:
         self.clock = Clock()
         self.clock.advance(START)
-        self.policy = RecrawlPolicy({("a.example", "list"): 3600.0})
+        self.policy = RecrawlPolicy({("a.example", "list"): 3600.0, ("a.example", "detail"): 7200.0})
         self.pool = open_memory_pool(self.clock, politeness=Politeness(0.0, 1000), pending_threshold=60,
                                      recrawl=self.policy.pairs())
         self.fetches = 0
         self.recrawler = Recrawler(self.clock, self.pool, self.policy, lambda: self.fetches, every=60, batch=10,
-                                   ratio=0.5)
+                                   ratios={"list": 0.5, "detail": 0.2})
         self.recrawler.startService()
         self.addCleanup(self.recrawler.stopService)
 
-    def crawl(self, urls: list[str]) -> None:
-        self.successResultOf(self.pool.addmany(urls))
+    def crawl(self, urls: list[str], detail: bool = False) -> None:
+        self.successResultOf(self.pool.addmany(urls, detail=detail))
         for url in self.successResultOf(self.pool.pop(len(urls))):
             self.successResultOf(self.pool.set_status(url, 200))
             self.fetches += 1
@@ -261,6 +261,23 @@ class RecrawlerTests(TestCase):
         self.successResultOf(self.pool.addmany([f"http://a.example/new{i}" for i in range(100)], detail=True))
         self.clock.advance(3600)
         self.assertEqual(self.recrawler.queued, 5)  # 10 fetches in the period, ratio 0.5
+
+    def test_each_kind_keeps_to_its_ratio(self) -> None:
+        """With a backlog, recrawled list pages get mod_list x the fetches and detail pages mod_detail x them."""
+        self.crawl([f"http://a.example/l{i}" for i in range(20)])
+        self.crawl([f"http://a.example/d{i}" for i in range(20)], detail=True)  # 40 fetches in this period
+        self.successResultOf(self.pool.addmany([f"http://b.example/new{i}" for i in range(100)], detail=True))
+        self.clock.advance(7200)
+        self.assertEqual(self.recrawler.queued_by_kind, {"list": 10, "detail": 8})  # capped by the batch of 10
+
+    def test_low_queues_are_topped_up_list_pages_first(self) -> None:
+        """With nothing waiting, a run queues up to the batch: due list pages first, then detail pages."""
+        self.crawl([f"http://a.example/l{i}" for i in range(4)])
+        self.crawl([f"http://a.example/d{i}" for i in range(20)], detail=True)
+        self.clock.advance(7200)
+        self.assertEqual(self.recrawler.queued_by_kind, {"list": 4, "detail": 6})
+        popped = self.successResultOf(self.pool.pop(100))
+        self.assertEqual(sorted(list(popped)[:4]), [f"http://a.example/l{i}" for i in range(4)])
 
     def test_a_failing_run_is_logged_and_the_next_runs(self) -> None:
         """A run whose pool call fails is logged; the loop goes on."""

@@ -88,6 +88,7 @@ class OpenApiTests(ApiCase):
         assert s["batches"]["spooled"] == 2 and s["feeds"]["shipped"] == 7 and s["store"]["pending"] == 4
         assert s["worker"]["jobs_running"] == 1 and "feeds" not in s["worker"]
         assert s["pages"] == 1 + 5  # the crawler's and the worker's
+        assert s["recrawl"] == {"queued": 5, "list": 3, "detail": 2}
         assert set(s["rates"]) == {"pages_per_min_last_minute", "pages_per_min_last_hour"}
 
     @defer.inlineCallbacks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from twisted.internet import defer
@@ -77,7 +78,8 @@ def make_node(clock: Clock, worker_role: bool = False) -> Node:
     batcher = FakeStatus(open=10, in_flight=1, spooled=2, sent=3, urls_sent=3000, failures=0, last_error="")
     return Node("all", clock, stats=CrawlStats(clock), pool=pool, crawler=FakeCrawler(),
                 seeds=SeedService(pool, [], [], 600.0), batcher=batcher, worker=worker, shipper=shipper,
-                store=FakeStore(), robots=FakeRobots(), rules=rules)
+                store=FakeStore(), robots=FakeRobots(), rules=rules,
+                recrawler=SimpleNamespace(queued=5, queued_by_kind={"list": 3, "detail": 2}))
 
 
 def start_api(reactor: Any, node: Node, clock: Clock, auth: Auth | None = None) -> ApiService:

@@ -29,6 +29,7 @@ class Node:
     worker: Any = None  # WorkerService
     shipper: Any = None  # FeedShipper
     store: Any = None  # PageStore
+    recrawler: Any = None  # scheduler.Recrawler, when sites have recrawl intervals
     robots: Any = None  # Robots, when robots.txt is obeyed
     rules: Any = None  # extract.Rules
     max_url_length: int = MAX_URL_LENGTH
@@ -78,7 +79,8 @@ def _assemble(node: Node, history: Any, pool: dict[str, Any] | None) -> dict[str
         out["counts"] = {**dict.fromkeys(("requests", "pages", "bytes", "items", "stored"), 0), **node.stats.counts}
         out["errors"] = dict(node.stats.errors)
         out["statuses"] = dict(node.stats.statuses)
-    parts = {"crawler": _crawler, "batches": _batches, "feeds": _feeds, "worker": _worker, "store": _store}
+    parts = {"crawler": _crawler, "batches": _batches, "feeds": _feeds, "worker": _worker, "store": _store,
+             "recrawl": _recrawl}
     for name, part in parts.items():
         try:
             value = part(node)
@@ -117,6 +119,11 @@ def _store(node: Node) -> dict[str, Any] | None:
     if node.store is None:
         return None
     return {"pending": node.store.pending, "where": node.store.where}
+
+
+def _recrawl(node: Node) -> dict[str, Any] | None:
+    recrawler = node.recrawler
+    return None if recrawler is None else {"queued": recrawler.queued, **recrawler.queued_by_kind}
 
 
 # -- why --------------------------------------------------------------------------------------------------
