@@ -3,7 +3,8 @@
 Rules (RFC 9309 where it is clear, Scrapy where it is kinder): a 2xx body is
 parsed; 4xx means everything is allowed; a 5xx or a network error also allows
 everything, but is cached for ten minutes only, so the file is asked for again
-soon.  A Crawl-delay, when given, raises the host's delay in the pool.
+soon.  A Crawl-delay, when given (at most 300 s is honoured), raises the host's
+delay in the pool and in the worker's per-host slots.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ log = Logger()
 MAX_ROBOTS_SIZE = 512 * 1024
 TTL = 24 * 3600.0
 ERROR_TTL = 600.0
+MAX_CRAWL_DELAY = 300.0  # as Heritrix's respectCrawlDelayUpToSeconds: a hostile Crawl-delay cannot park a host
 
 
 class _Entry:
@@ -49,9 +51,13 @@ class Robots:
         self._fetch_raw = fetch_raw
         self._clock = clock
         self._agent = user_agent.split("/")[0]
-        self._on_delay = on_delay
+        self._on_delay: list[Callable[[str, float], Any]] = [on_delay] if on_delay is not None else []
         self._max = max_entries
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
+
+    def add_delay_listener(self, listener: Callable[[str, float], Any]) -> None:
+        """Call ``listener(host, seconds)`` too when a robots.txt gives a Crawl-delay."""
+        self._on_delay.append(listener)
 
     def allowed(self, url: str) -> Deferred[bool]:
         """Fires with True if ``url`` may be fetched."""
@@ -62,6 +68,8 @@ class Robots:
             return defer.succeed(self._check(entry, url))
         if entry is None or entry.waiters is None:
             entry = self._start(origin)
+            if entry.waiters is None:  # answered at once (a fetch_raw that answers synchronously)
+                return defer.succeed(self._check(entry, url))
         waiter: Deferred[None] = Deferred()
         assert entry.waiters is not None
         entry.waiters.append(waiter)
@@ -94,13 +102,21 @@ class Robots:
             entry.parser = _parse(result.body, origin)
             entry.expires = now + TTL
             delay = entry.parser.crawl_delay(self._agent) if entry.parser is not None else None
-            if delay and self._on_delay is not None:
-                self._on_delay(host_of(origin + "/"), float(delay))
+            if delay:
+                self._delay(host_of(origin + "/"), float(delay))
         elif 400 <= result.status < 500:
             entry.expires = now + TTL
         else:
             entry.expires = now + ERROR_TTL
             log.info("robots.txt of {origin}: {status}, allowing all for now", origin=origin, status=result.status)
+
+    def _delay(self, host: str, delay: float) -> None:
+        if delay > MAX_CRAWL_DELAY:
+            log.info("robots.txt of {host}: Crawl-delay {delay} s, honoured as {cap} s", host=host, delay=delay,
+                     cap=MAX_CRAWL_DELAY)
+            delay = MAX_CRAWL_DELAY
+        for listener in self._on_delay:
+            listener(host, delay)
 
     def _release(self, entry: _Entry) -> None:
         waiters, entry.waiters = entry.waiters or [], None

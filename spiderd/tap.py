@@ -230,6 +230,8 @@ def _worker(settings: cfg.Settings, reactor: Any, fetcher: Any, parser: Any, sto
     except WorkerConfigError as e:
         raise cfg.ConfigError(f"{settings.source}: {e}") from None
     worker.setServiceParent(top)
+    if fetcher.robots is not None:
+        fetcher.robots.add_delay_listener(worker.set_host_delay)
     return worker
 
 

@@ -139,6 +139,9 @@ class CrawlTests(unittest.TestCase):
         self.assertEqual(sorted(i["url"][len(self.root) - 1 :] for i in items), sorted(expected))
         self.assertEqual(len(files), batcher.status()["sent"])
         self.assertEqual(len(self.stored()), len(expected))
+        crawler._fetcher.robots._delay("slow.example", 7.0)  # a Crawl-delay reaches the pool and the worker
+        self.assertEqual(worker.runner._pipeline.hosts.delay_of("slow.example"), 7.0)
+        self.assertEqual(crawler.pool.politeness.slot("slow.example", b"").delay, 7.0)
 
     @defer.inlineCallbacks
     def test_second_run_fetches_nothing_again(self) -> Any:

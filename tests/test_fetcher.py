@@ -253,6 +253,18 @@ class FetcherTests(unittest.TestCase):
         self.assertEqual(delays, [(f"127.0.0.1:{self.port.getHost().port}", 3.0)])
         self.assertEqual(len(self.site.clients), 2)  # robots.txt once, /index once
 
+    def test_crawl_delay_capped_and_given_to_every_listener(self) -> None:
+        """A hostile Crawl-delay is honoured as 300 s at most, and every listener (pool, worker) hears it."""
+        from types import SimpleNamespace
+
+        body = b"User-agent: *\nCrawl-delay: 86400\n"
+        fetch_raw = lambda url, limit: defer.succeed(SimpleNamespace(status=200, body=body))  # noqa: E731
+        heard: list[Any] = []
+        robots = Robots(fetch_raw, self.clock, "spiderd/1.0", on_delay=lambda h, d: heard.append(("pool", h, d)))
+        robots.add_delay_listener(lambda h, d: heard.append(("worker", h, d)))
+        self.assertTrue(self.successResultOf(robots.allowed("http://slow.example/a")))
+        self.assertEqual(heard, [("pool", "slow.example", 300.0), ("worker", "slow.example", 300.0)])
+
     @defer.inlineCallbacks
     def test_source_addresses_rotate(self) -> Any:
         """With source addresses configured, requests leave from each in turn."""

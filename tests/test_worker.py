@@ -747,6 +747,33 @@ class PartsTests(unittest.SynchronousTestCase):
         slots.release("h")
         self.assertEqual(len(slots), 0)
 
+    def test_host_slots_pace_request_starts(self) -> None:
+        """With a delay, a host's requests start ``delay`` apart even with free slots; Crawl-delay and
+        per-host overrides change it; a wait that is cancelled gives its slot back."""
+        clock = Clock()
+        slots = HostSlots(8, delay=2.0, clock=clock, overrides={"fast.example": (0.0, 2)})
+        first, second, third = (slots.acquire("h") for _ in range(3))
+        self.successResultOf(first)
+        self.assertNoResult(second)
+        clock.advance(2)
+        self.successResultOf(second)
+        self.assertNoResult(third)
+        third.cancel()
+        self.failureResultOf(third, defer.CancelledError)
+        for _ in range(2):
+            slots.release("h")
+        self.assertEqual(len(slots), 0)
+        self.assertEqual([slots.acquire("fast.example").called for _ in range(3)], [True, True, False])
+        slots.set_delay("h", 5.0)
+        self.assertEqual((slots.delay_of("h"), slots.delay_of("fast.example"), slots.delay_of("other")), (5.0, 0.0, 2.0))
+        clock.advance(10)
+        self.successResultOf(slots.acquire("h"))
+        later = slots.acquire("h")
+        clock.advance(4.9)
+        self.assertNoResult(later)
+        clock.advance(0.1)
+        self.successResultOf(later)
+
     def test_worker_config_from_settings(self) -> None:
         """build_worker's mapping: worker_* attributes when present, else defaults; pool/fetch values reused."""
         settings = cfg.from_dict({"spiderd": {"data_dir": "/d", "role": "worker"}, "pool": {"failure_threshold": 5}})
@@ -755,6 +782,9 @@ class PartsTests(unittest.SynchronousTestCase):
                          ("/d", "127.0.0.1", 6800, 5))
         self.assertEqual(worker_config(cfg.from_dict({"spiderd": {"data_dir": "/d"}})).port, 0)  # the all role's
         self.assertEqual(config.default_feed_uri, "file:///d/feeds/%(batch)s_%(name)s_%(time)s.jl")
+        paced = worker_config(cfg.from_dict({"spiderd": {"data_dir": "/d"}, "fetch": {
+            "per_host_delay": 1.5, "hosts": {"slow.example": {"delay": 10, "concurrency": 1}}}}))
+        self.assertEqual((paced.per_host_delay, dict(paced.host_overrides)), (1.5, {"slow.example": (10.0, 1)}))
 
         class Extended:
             data_dir, failure_threshold, per_host_concurrency = "/d", 3, 2

@@ -5,7 +5,8 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
 MiB = 1024 * 1024
 DEFAULT_FEED_TEMPLATE = "%(batch)s_%(name)s_%(time)s.jl"
@@ -31,6 +32,8 @@ class WorkerConfig:
     max_jobs: int = 4
     job_concurrency: int = 8
     per_host_concurrency: int = 8
+    per_host_delay: float = 0.0  # seconds between request starts to one host, over all jobs
+    host_overrides: Mapping[str, tuple[float, int]] = field(default_factory=dict)  # host -> (delay, concurrency)
     failure_threshold: int = 3
     retry_delay: float = 1.0
     feed_template: str = ""  # "" = file://<data_dir>/feeds/%(batch)s_%(name)s_%(time)s.jl
@@ -88,7 +91,7 @@ def _check_numbers(config: WorkerConfig) -> None:
     for name in positive:
         if getattr(config, name) < 1:
             raise WorkerConfigError(f"worker.{name}: must be 1 or more, got {getattr(config, name)!r}")
-    for name in ("failure_threshold", "retry_delay", "stop_timeout", "finished_to_keep"):
+    for name in ("failure_threshold", "retry_delay", "stop_timeout", "finished_to_keep", "per_host_delay"):
         if getattr(config, name) < 0:
             raise WorkerConfigError(f"worker.{name}: must be 0 or more, got {getattr(config, name)!r}")
     if not 0 <= config.port <= 65535:

@@ -1,11 +1,12 @@
-"""Small parts of the job runner: a job's local items file, and per-host request slots shared by all jobs."""
+"""Small parts of the job runner: a job's local items file, and per-host politeness shared by all jobs."""
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Mapping
 
+from twisted.internet import task
 from twisted.internet.defer import Deferred, DeferredSemaphore
 
 from .jobs import Runner, fsync_dir
@@ -92,18 +93,54 @@ class ItemsFile:
 
 
 class HostSlots:
-    """At most ``limit`` requests at once per host, over all jobs; idle hosts are forgotten."""
+    """Per-host politeness of the worker, over all jobs: at most ``limit`` requests at once per host, and
+    request starts at least ``delay`` seconds apart (raised by a robots.txt Crawl-delay; ``overrides`` maps a
+    host to its own (delay, limit), as ``[fetch.hosts]``).  Idle hosts whose next start is due are forgotten.
+    """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, delay: float = 0.0, clock: Any = None,
+                 overrides: Mapping[str, tuple[float, int]] | None = None) -> None:
         self.limit = limit
+        self.delay = delay
+        self._clock = clock
+        self._overrides = dict(overrides or {})
+        self._robots: dict[str, float] = {}
         self._slots: dict[str, DeferredSemaphore] = {}
+        self._next: dict[str, float] = {}  # host -> earliest start of its next request
+
+    def set_delay(self, host: str, delay: float) -> None:
+        """Raise ``host``'s delay to ``delay`` (its robots.txt Crawl-delay)."""
+        self._robots[host] = float(delay)
+
+    def delay_of(self, host: str) -> float:
+        """Seconds between two request starts to ``host``."""
+        configured = self._overrides.get(host, (self.delay, self.limit))[0]
+        return max(configured, self._robots.get(host, 0.0))
 
     def acquire(self, host: str) -> Deferred[Any]:
-        """Fires when the host has a free slot (cancellable while waiting)."""
+        """Fires when the host has a free slot and its turn has come (cancellable while waiting)."""
         slot = self._slots.get(host)
         if slot is None:
-            slot = self._slots[host] = DeferredSemaphore(self.limit)
-        return slot.acquire()
+            slot = self._slots[host] = DeferredSemaphore(self._overrides.get(host, (0.0, self.limit))[1])
+        d = slot.acquire()
+        delay = self.delay_of(host)
+        if delay > 0 and self._clock is not None:
+            d.addCallback(self._pace, host, delay)
+        return d
+
+    def _pace(self, _: Any, host: str, delay: float) -> Any:
+        """Book the host's next start; wait for this one's (a cancelled wait gives its slot back)."""
+        now = self._clock.seconds()
+        start = max(now, self._next.get(host, now))
+        self._next[host] = start + delay
+        if start <= now:
+            return None
+        wait = task.deferLater(self._clock, start - now, lambda: None)
+        return wait.addErrback(self._cancelled, host)
+
+    def _cancelled(self, failure: Any, host: str) -> Any:
+        self.release(host)
+        return failure
 
     def release(self, host: str) -> None:
         """Give back a slot taken with ``acquire``."""
@@ -111,6 +148,8 @@ class HostSlots:
         slot.release()
         if slot.tokens == slot.limit and not slot.waiting:
             del self._slots[host]
+            if self._next.get(host, 0.0) <= (self._clock.seconds() if self._clock is not None else 0.0):
+                self._next.pop(host, None)
 
     def __len__(self) -> int:
         return len(self._slots)

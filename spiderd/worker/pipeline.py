@@ -104,7 +104,7 @@ class Pipeline:
         self._fetcher = fetcher
         self._parser = parser
         self._pages = pages
-        self._hosts = HostSlots(config.per_host_concurrency)
+        self.hosts = HostSlots(config.per_host_concurrency, config.per_host_delay, reactor, config.host_overrides)
         self.itemized = itemized
         self.totals: Counter[str] = Counter()  # over every job since the start
 
@@ -144,11 +144,11 @@ class Pipeline:
     @defer.inlineCallbacks
     def _fetch(self, run: Run, url: str) -> Any:
         host = host_of(url)
-        yield run.wait(self._hosts.acquire(host))
+        yield run.wait(self.hosts.acquire(host))
         try:
             result = yield run.wait(self._fetcher.fetch(url))
         finally:
-            self._hosts.release(host)
+            self.hosts.release(host)
         return result
 
     @defer.inlineCallbacks

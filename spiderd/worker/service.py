@@ -101,6 +101,10 @@ class WorkerService(Service):
                 "pages": totals["pages"], "items": totals["items"], "failed": totals["failed"],
                 "feeds": self.shipper.status() if hasattr(self.shipper, "status") else {}}
 
+    def set_host_delay(self, host: str, delay: float) -> None:
+        """Raise ``host``'s delay between request starts (its robots.txt Crawl-delay) for every job."""
+        self.runner._pipeline.hosts.set_delay(host, delay)
+
     def idle(self) -> bool:
         """True when no job is pending or running and the shipper has nothing waiting."""
         return not self.runner.runs and not self.runner.pending() and not self._shipper_waiting()
@@ -148,7 +152,8 @@ def default_incoming_dir(shipper: Any) -> str:
 def worker_config(settings: Any) -> WorkerConfig:
     """The WorkerConfig of spiderd settings: ``worker_<key>`` attributes, with the defaults for absent ones.
 
-    ``failure_threshold`` and ``per_host_concurrency`` come from ``[pool]`` and ``[fetch]``.
+    ``failure_threshold`` comes from ``[pool]``; ``per_host_concurrency``, ``per_host_delay`` and the
+    per-host overrides from ``[fetch]``.
     """
     values: dict[str, Any] = {"data_dir": settings.data_dir}
     for f in fields(WorkerConfig):
@@ -158,6 +163,9 @@ def worker_config(settings: Any) -> WorkerConfig:
         values["port"] = 6800 if getattr(settings, "role", "worker") == "worker" else 0
     values.setdefault("failure_threshold", settings.failure_threshold)
     values.setdefault("per_host_concurrency", settings.per_host_concurrency)
+    values.setdefault("per_host_delay", getattr(settings, "per_host_delay", 0.0))
+    rules = getattr(settings, "host_rules", {})
+    values.setdefault("host_overrides", {host: (rule.delay, rule.concurrency) for host, rule in rules.items()})
     return WorkerConfig(**values)
 
 
