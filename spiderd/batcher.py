@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
 
 from twisted.application.service import Service
@@ -63,6 +63,7 @@ class BatchConfig:
 class _Batch:
     number: int
     urls: list[str]
+    spider: str = ""
     attempts: int = 0
     path: str = ""
     timer: Any = field(default=None, repr=False)
@@ -103,10 +104,11 @@ class Batcher(Service):
 
     def __init__(
         self, reactor: Any, pool: Any, spool_dir: str, config: BatchConfig, http: Any = None, clock: Any = None,
-        local: Any = None,
+        local: Any = None, spider_of: Callable[[str], str] | None = None,
     ) -> None:
         """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the flush, retry and timeout timers;
-        ``local()`` gives the target that ``"local"`` stands for (this node's worker), asked at start."""
+        ``local()`` gives the target that ``"local"`` stands for (this node's worker), asked at start;
+        ``spider_of(url)`` names the spider (site) of a URL: a batch holds one spider's URLs."""
         if not config.targets:
             raise ValueError("the batcher needs at least one target")
         self._reactor = reactor
@@ -116,6 +118,7 @@ class Batcher(Service):
         self._config = config
         self._http = http
         self._local = local
+        self._spider_of = spider_of or (lambda url: config.spider)
         self._targets: list[tuple[str, tuple[str, str] | None]] = []
         self._open: list[str] = []
         self._open_set: set[str] = set()
@@ -199,9 +202,10 @@ class Batcher(Service):
         urls = self._open[: self._config.batch_size]
         if not urls:
             return
-        chunks = split(urls, self._config.max_setting_bytes)
+        chunks = [(spider, chunk) for spider, same in _by_spider(urls, self._spider_of).items()
+                  for chunk in split(same, self._config.max_setting_bytes)]
         first = yield self._pool.next_batch(len(chunks))
-        batches = [_Batch(first + i, chunk) for i, chunk in enumerate(chunks)]
+        batches = [_Batch(first + i, chunk, spider) for i, (spider, chunk) in enumerate(chunks)]
         rest = self._open[len(urls) :]
         yield self._in_thread(self._write_sealed, batches, rest)
         self._open = rest
@@ -226,7 +230,7 @@ class Batcher(Service):
     def _post(self, url: str, auth: tuple[str, str] | None, batch: _Batch) -> Deferred[Any]:
         data = [
             ("project", self._config.project),
-            ("spider", self._config.spider),
+            ("spider", batch.spider or self._config.spider),
             ("batch", str(batch.number)),
             ("setting", SETTING_PREFIX + json.dumps(batch.urls)),
         ]
@@ -260,15 +264,16 @@ class Batcher(Service):
     def _write_sealed(self, batches: list[_Batch], rest: list[str]) -> None:
         for batch in batches:
             batch.path = os.path.join(self._dir, f"batch-{batch.number}.json")
-            write_atomically(batch.path, json.dumps({"batch": batch.number, "urls": batch.urls}).encode())
+            data = {"batch": batch.number, "spider": batch.spider, "urls": batch.urls}
+            write_atomically(batch.path, json.dumps(data).encode())
         write_atomically(self._open_path(), "".join(u + "\n" for u in rest).encode())
 
     @defer.inlineCallbacks
     def _recover(self) -> Any:
         """Resend the spooled batches; reopen the open batch (minus URLs already spooled)."""
         spooled, open_urls = yield self._in_thread(_read_spool, self._dir, self._open_path())
-        for number, path, urls in spooled:
-            batch = _Batch(number, urls, path=path)
+        for number, path, urls, spider in spooled:
+            batch = _Batch(number, urls, spider, path=path)
             self._spooled[number] = batch
             self._send(batch)
         if spooled or open_urls:
@@ -333,15 +338,23 @@ def _remove(path: str) -> None:
         unlink_quietly(path)
 
 
-def _read_spool(directory: str, open_path: str) -> tuple[list[tuple[int, str, list[str]]], list[str]]:
+def _by_spider(urls: list[str], spider_of: Callable[[str], str]) -> dict[str, list[str]]:
+    """``urls`` grouped by spider, in order."""
+    groups: dict[str, list[str]] = {}
+    for url in urls:
+        groups.setdefault(spider_of(url), []).append(url)
+    return groups
+
+
+def _read_spool(directory: str, open_path: str) -> tuple[list[tuple[int, str, list[str], str]], list[str]]:
     spooled = []
     for name in sorted(os.listdir(directory)):
         if name.startswith("batch-") and name.endswith(".json"):
             path = os.path.join(directory, name)
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
-            spooled.append((int(data["batch"]), path, list(data["urls"])))
-    in_batches = {url for _, _, urls in spooled for url in urls}
+            spooled.append((int(data["batch"]), path, list(data["urls"]), str(data.get("spider", ""))))
+    in_batches = {url for _, _, urls, _ in spooled for url in urls}
     open_urls: list[str] = []
     if os.path.exists(open_path):
         with open(open_path, encoding="utf-8") as f:

@@ -125,6 +125,7 @@ class Settings:
     worker_max_jobs: int = 4
     worker_job_concurrency: int = 8
     worker_feed_template: str = ""
+    worker_feed_dirs: tuple[str, ...] = ()
     worker_stop_timeout: float = 30.0
     worker_finished_to_keep: int = 100
     # [feed]
@@ -191,7 +192,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "targets": ("batch_targets", "targets"),
         "project": ("batch_project", "name"),
         "spider": ("batch_spider", "str"),
-        "feed_uri": ("batch_feed_uri", "str"),
+        "feed_uri": ("batch_feed_uri", "feed_template"),
         "size": ("batch_size", "positive_int"),
         "flush_interval": ("batch_flush_interval", "positive"),
         "timeout": ("batch_timeout", "positive"),
@@ -206,7 +207,8 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "node_name": ("worker_node_name", "str"),
         "max_jobs": ("worker_max_jobs", "positive_int"),
         "job_concurrency": ("worker_job_concurrency", "positive_int"),
-        "feed_template": ("worker_feed_template", "str"),
+        "feed_template": ("worker_feed_template", "feed_template"),
+        "feed_dirs": ("worker_feed_dirs", "abs_dirs"),
         "stop_timeout": ("worker_stop_timeout", "non_negative"),
         "finished_to_keep": ("worker_finished_to_keep", "count"),
     },
@@ -309,7 +311,15 @@ def _convert(kind: str, value: Any, where: str) -> Any:
     try:
         return converter(value)
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}: {e}") from None
+        raise ConfigError(f"{where}: {_redacted(str(e))}") from None
+
+
+def _redacted(message: str) -> str:
+    """``message`` with the password of every URI in it replaced by ``***`` (errors go to logs)."""
+    from .feed import redact
+    from .worker.http import redact_text
+
+    return redact_text(message, lambda uri: uri if re.search(r":(PASS|PASSWORD)@", uri) else redact(uri))
 
 
 def _expect(value: Any, types: type | tuple[type, ...], what: str) -> Any:
@@ -366,6 +376,27 @@ def _strings(value: Any) -> tuple[str, ...]:
     for item in items:
         _expect(item, str, "a list of strings")
     return tuple(items)
+
+
+def _feed_template(value: Any) -> str:
+    """"" (the worker's default) or a file:// / ftp:// template that renders with batch, name and time."""
+    from .feed import redact, render_uri
+
+    template = _expect(value, str, "a string")
+    if template:
+        try:
+            render_uri(template, {"batch": "1", "name": "spider", "time": "2026-01-01T00-00-00"})
+        except ValueError as e:
+            raise ValueError(str(e).replace(template, redact(template))) from None
+    return template
+
+
+def _abs_dirs(value: Any) -> tuple[str, ...]:
+    dirs = _strings(value)
+    for d in dirs:
+        if not d.startswith("/"):
+            raise ValueError(f"expected absolute directories, got {d!r}")
+    return tuple(os.path.normpath(d) for d in dirs)
 
 
 def _urls(value: Any) -> tuple[str, ...]:
@@ -537,6 +568,8 @@ _CONVERTERS: dict[str, Any] = {
     "ratio": _ratio,
     "api_port": _api_port,
     "token": _token,
+    "abs_dirs": _abs_dirs,
+    "feed_template": _feed_template,
 }
 
 
@@ -615,10 +648,13 @@ def _compile_selector(spec: str, where: str) -> str:
     else:
         xpath = spec
     try:
-        etree.XPath(xpath)
-    except etree.XPathSyntaxError as e:
+        etree.XPath(xpath)(_PROBE)  # evaluated once: an unknown function, prefix or variable fails only here
+    except etree.XPathError as e:
         raise ConfigError(f"{where}: bad XPath {spec!r}: {e}") from None
     return xpath
+
+
+_PROBE = etree.fromstring("<html><body><a href='x'>probe</a></body></html>")
 
 
 def _check_together(settings: Settings) -> None:

@@ -115,7 +115,7 @@ def _crawl(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, fetcher: A
 
     items = ItemWriter(reactor, settings.path(settings.items_dir), settings.items_rotate_count)
     items.setServiceParent(top)
-    batcher = _batcher(settings, reactor, pool, worker, top)
+    batcher = _batcher(settings, reactor, pool, worker, top, parser.rules)
     seeds = SeedService(pool, settings.seeds, settings.hubs, settings.hub_refresh_span)
     seeds.setServiceParent(top)
     _scheduler(settings, reactor, top, pool, seeds, stats)
@@ -235,7 +235,7 @@ def _worker(settings: cfg.Settings, reactor: Any, fetcher: Any, parser: Any, sto
     return worker
 
 
-def _batcher(settings: cfg.Settings, reactor: Any, pool: Any, worker: Any, top: Any) -> Any:
+def _batcher(settings: cfg.Settings, reactor: Any, pool: Any, worker: Any, top: Any, rules: Any) -> Any:
     """Detail URLs to workers in batches; none (details fetched here) when batch.targets is empty."""
     if not settings.batch_targets:
         return None
@@ -250,7 +250,11 @@ def _batcher(settings: cfg.Settings, reactor: Any, pool: Any, worker: Any, top: 
         flush_interval=settings.batch_flush_interval, timeout=settings.batch_timeout,
         max_setting_bytes=settings.batch_max_setting_bytes,
     )
-    batcher = Batcher(reactor, pool, settings.path("batches"), config, local=worker.local_target if worker else None)
+    spider_of = None
+    if not settings.batch_spider:  # one spider per site: each batch names the site of its URLs
+        spider_of = lambda url: getattr(rules.site_for(url), "name", config.spider)  # noqa: E731
+    batcher = Batcher(reactor, pool, settings.path("batches"), config, local=worker.local_target if worker else None,
+                      spider_of=spider_of)
     batcher.setServiceParent(top)
     return batcher
 

@@ -190,6 +190,25 @@ class BatcherTests(unittest.TestCase):
         self.assertEqual(again.status()["spooled"], 0)
 
     @defer.inlineCallbacks
+    def test_a_batch_holds_one_spiders_urls(self) -> Any:
+        """With several sites, each batch names the spider of its URLs, also after a restart from the spool."""
+        def spider_of(url: str) -> str:
+            return "books" if "books." in url else "shoes"
+
+        hang = self.target("hang")
+        b = self.batcher([hang], stop_timeout=1, batch_size=6)
+        b._spider_of = spider_of
+        mixed = [f"http://{'books' if i % 3 else 'shoes'}.example/item/{i}.html" for i in range(6)]
+        yield b.add(mixed)
+        stopping = b.stopService()
+        self.clock.advance(1)
+        yield stopping
+        again = self.batcher([self.target()])
+        yield self.settle(again)
+        sent = {dict(s["fields"])["spider"]: s["urls"] for s in self.nodes[1].batches}
+        self.assertEqual(sent, {"shoes": mixed[0::3], "books": [u for u in mixed if "books." in u]})
+
+    @defer.inlineCallbacks
     def test_byte_limit_splits_batches(self) -> Any:
         """No DISTRIBUTED_START_URLS setting exceeds max_setting_bytes; every URL goes out once, numbers unique."""
         b = self.batcher([self.target()], batch_size=1000, max_setting_bytes=4096)

@@ -121,8 +121,10 @@ class CrawlTests(unittest.TestCase):
     def test_all_role_batches_to_its_own_worker(self) -> Any:
         """pool -> batches -> this node's worker (Scrapyd API on loopback) -> one feed file per batch."""
         feeds = self.data / "shipped"
+        other = {"name": "other-shop", "allowed_hosts": ["off.site"], "detail_urls": ["/item/"]}
         settings = node_settings(str(self.data), self.root, batch={"targets": ["local"], "size": 20},
-                                 worker={"feed_template": f"file://{feeds}/%(batch)s_%(name)s_%(time)s.jl"})
+                                 worker={"feed_template": f"file://{feeds}/%(batch)s_%(name)s_%(time)s.jl"},
+                                 sites=[*DEMO["sites"], other])
         cfg.check_data_dir(settings)
         top = tap.build(settings, reactor)
         crawler, batcher, worker = (top.getServiceNamed(n) for n in ("crawler", "batcher", "worker"))
@@ -139,6 +141,8 @@ class CrawlTests(unittest.TestCase):
         self.assertEqual(sorted(i["url"][len(self.root) - 1 :] for i in items), sorted(expected))
         self.assertEqual(len(files), batcher.status()["sent"])
         self.assertEqual(len(self.stored()), len(expected))
+        self.assertEqual((batcher._spider_of(self.root + "item/1.html"), batcher._spider_of("http://off.site/item/")),
+                         (DEMO["sites"][0]["name"], "other-shop"))  # a URL's site names its batch's spider
         crawler._fetcher.robots._delay("slow.example", 7.0)  # a Crawl-delay reaches the pool and the worker
         self.assertEqual(worker.runner._pipeline.hosts.delay_of("slow.example"), 7.0)
         self.assertEqual(crawler.pool.politeness.slot("slow.example", b"").delay, 7.0)

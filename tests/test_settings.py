@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,10 @@ def test_overrides() -> None:
         ({"sites": [{"name": "x"}]}, "sites[0].allowed_hosts", "at least one host"),
         ({"sites": [{"allowed_hosts": ["a"], "list_urls": ["(unclosed"]}]}, "sites[0].list_urls", "bad regular expression"),
         ({"sites": [{"allowed_hosts": ["a"], "fields": {"t": "//h1["}}]}, "sites[0].fields.t", "bad XPath"),
+        ({"sites": [{"allowed_hosts": ["a"], "fields": {"t": "count("}}]}, "sites[0].fields.t", "bad XPath"),
+        ({"sites": [{"allowed_hosts": ["a"], "fields": {"t": "//x:a"}}]}, "sites[0].fields.t", "namespace prefix"),
+        ({"sites": [{"allowed_hosts": ["a"], "fields": {"t": "nofunc(//a)"}}]}, "sites[0].fields.t", "Unregistered"),
+        ({"sites": [{"allowed_hosts": ["a"], "fields": {"t": "$price"}}]}, "sites[0].fields.t", "Undefined variable"),
         ({"sites": [{"allowed_hosts": ["a"], "fields": {"t": "css:h1[[["}}]}, "sites[0].fields.t", "bad CSS"),
         ({"sites": [{"allowed_hosts": ["a"], "fields": {"t": {"xpath": "//a", "css": "a"}}}]}, "sites[0].fields.t", "expected"),
         ({"sites": [{"allowed_hosts": ["a"], "colour": 1}]}, "sites[0].colour", "unknown key"),
@@ -178,3 +183,48 @@ def test_every_key_refuses_a_wrong_value(section: str, key: str, kind: str) -> N
     message = str(info.value)
     assert message.startswith(f"etc/bad.toml: {section}.{key}"), message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        ({"store": {"url": "mysq://spider:hunter2@db/pages"}}, "store.url"),
+        ({"store": {"url": ["mysql://spider:hunter2@db/a", "sqlite:///x"]}}, "store.url"),
+        ({"batch": {"targets": ["http://u:hunter2@h:80/x"]}}, "batch.targets"),
+        ({"pool": {"redis_url": "rediss://:hunter2@h/x/y"}}, "pool.redis_url"),
+        ({"batch": {"feed_uri": "ftp://u:hunter2@h/%(nope)s.jl"}}, "batch.feed_uri"),
+        ({"worker": {"feed_template": "ftp://u:hunter2@h/../%(batch)s.jl"}}, "worker.feed_template"),
+    ],
+)
+def test_config_errors_never_show_passwords(raw: dict[str, Any], key: str) -> None:
+    """A bad URL with a password in it is refused with the password replaced by ***."""
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.from_dict(raw, "etc/bad.toml")
+    message = str(info.value)
+    assert message.startswith(f"etc/bad.toml: {key}: ") and "hunter2" not in message, message
+
+
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("http://spark/%(batch)s.jl", "expected ftp://"),
+        ("file:///feeds/%(shard)s.jl", "needs the parameter 'shard'"),
+        ("file:///feeds/../etc/%(batch)s", "'..'"),
+        ("ftp://h/feeds/50%_%(batch)s.jl", "literal %"),
+    ],
+)
+def test_feed_templates_checked_at_load(value: str, words: str) -> None:
+    """batch.feed_uri and worker.feed_template must render with batch, name and time, to file:// or ftp://."""
+    for section, key in (("batch", "feed_uri"), ("worker", "feed_template")):
+        with pytest.raises(cfg.ConfigError, match=f"etc/bad.toml: {section}.{key}: .*{re.escape(words)}"):
+            cfg.from_dict({section: {key: value}}, "etc/bad.toml")
+    ok = "ftp://u:pw@spark/in/%(batch)s_%(name)s_%(time)s.jl"
+    assert cfg.from_dict({"batch": {"feed_uri": ok}, "worker": {"feed_template": ok}}).batch_feed_uri == ok
+
+
+def test_worker_feed_dirs() -> None:
+    """worker.feed_dirs: absolute directories, normalised; a relative one is refused."""
+    settings = cfg.from_dict({"worker": {"feed_dirs": ["/srv/feeds/", "/data//out"]}})
+    assert settings.worker_feed_dirs == ("/srv/feeds", "/data/out")
+    with pytest.raises(cfg.ConfigError, match="worker.feed_dirs: expected absolute directories"):
+        cfg.from_dict({"worker": {"feed_dirs": ["feeds"]}}, "x.toml")

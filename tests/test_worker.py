@@ -136,7 +136,7 @@ class WorkerTestBase(unittest.TestCase):
     def config(self, **overrides: Any) -> WorkerConfig:
         options: dict[str, Any] = dict(data_dir=self.data, port=0, failure_threshold=1, retry_delay=0.0,
                                        job_concurrency=4, per_host_concurrency=4, stop_timeout=10.0,
-                                       node_name="test-node")
+                                       node_name="test-node", feed_dirs=(self.feeds,))
         options.update(overrides)
         return WorkerConfig(**options)
 
@@ -410,6 +410,10 @@ class ErrorTests(WorkerTestBase):
              "FEED_URI is invalid"),
             ("POST", "/schedule.json", base + [("setting", "FEED_URI=file:///tmp/%(arg1)s.jl"), ("arg1", "../x")],
              "FEED_URI is invalid"),
+            ("POST", "/schedule.json", base + [("setting", "FEED_URI=file:///etc/cron.d/%(batch)s")],
+             "FEED_URI is invalid: 'file:///etc/cron.d/%(batch)s' writes outside this worker's feed directories"),
+            ("POST", "/schedule.json", base + [("setting", f"FEED_URI=file://{self.feeds}-evil/%(batch)s.jl")],
+             f"FEED_URI is invalid: 'file://{self.feeds}-evil/%(batch)s.jl' writes outside"),
             ("POST", "/schedule.json", [("project", b"\xff"), ("spider", "demo-shop")],
              "project is invalid: 'utf-8' codec can't decode byte 0xff"),
             ("GET", "/schedule.json", None, "UnsupportedMethod: Expected one of [b'HEAD', b'OPTIONS', b'POST']"),

@@ -37,6 +37,7 @@ class WorkerConfig:
     failure_threshold: int = 3
     retry_delay: float = 1.0
     feed_template: str = ""  # "" = file://<data_dir>/feeds/%(batch)s_%(name)s_%(time)s.jl
+    feed_dirs: tuple[str, ...] = ()  # local directories a client's file:// FEED_URI may write into, besides the template's
     max_body_size: int = 16 * MiB
     stop_timeout: float = 30.0
     finished_to_keep: int = 100
@@ -58,6 +59,18 @@ class WorkerConfig:
             return self.feed_template
         feeds = os.path.join(os.path.abspath(self.data_dir), "feeds")
         return "file://" + feeds + "/" + DEFAULT_FEED_TEMPLATE
+
+    @property
+    def feed_roots(self) -> tuple[str, ...]:
+        """The local directories that a job's file:// feed may be written under: the fixed part of the
+        default feed's directory, and ``feed_dirs``."""
+        roots = [os.path.normpath(d) for d in self.feed_dirs]
+        if self.default_feed_uri.lower().startswith("file://"):
+            path = self.default_feed_uri[len("file://"):]
+            path = path[len("localhost"):] if path.lower().startswith("localhost/") else path
+            fixed = path.split("%(", 1)[0]
+            roots.append(os.path.normpath(fixed if fixed.endswith("/") else os.path.dirname(fixed)))
+        return tuple(roots)
 
     @property
     def host_name(self) -> str:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 from typing import Any, Callable
 
 from twisted.logger import Logger
 
-from ..feed import check_param
+from ..feed import check_param, parse_target
 from ..settings import Site
 from ..urls import BadURL, canonicalize
 from .config import FEED_SCHEMES, WorkerConfig
@@ -47,6 +48,7 @@ class Validator:
         self.spiders: dict[str, Site] = {site.name: site for site in rules.sites}
         self._rules = rules
         self._default_feed = config.default_feed_uri
+        self._feed_roots = config.feed_roots
         self._render_uri = render_uri
         self._redact = redact
         self._clock = clock
@@ -131,13 +133,23 @@ class Validator:
         if scheme not in FEED_SCHEMES:
             raise ApiError(f"FEED_URI is invalid: {self._redact(template)!r}: expected a file:// or ftp:// URI")
         try:
-            self._render_uri(template, job.feed_params(self._clock.seconds()))
+            uri = self._render_uri(template, job.feed_params(self._clock.seconds()))
         except Exception as e:  # the feed module refuses with ValueError or KeyError; any refusal is the client's
             reason = self._redact_all(str(e) or type(e).__name__)
             raise ApiError(f"FEED_URI is invalid: {reason}") from None
+        target = parse_target(uri)
+        if target.scheme == "file" and not any(_under(target.directory, root) for root in self._feed_roots):
+            raise ApiError(f"FEED_URI is invalid: {self._redact(template)!r} writes outside this worker's feed "
+                           f"directories ({', '.join(self._feed_roots) or 'none'}; see worker.feed_dirs)")
 
     def _redact_all(self, text: str) -> str:
         return redact_text(text, self._redact)
+
+
+def _under(directory: str, root: str) -> bool:
+    """True if ``directory`` is ``root`` or below it (both absolute; '..' was refused before)."""
+    directory, root = posixpath.normpath(directory), posixpath.normpath(root)
+    return directory == root or directory.startswith(root.rstrip("/") + "/")
 
 
 def _priority(raw: str | None) -> float:
