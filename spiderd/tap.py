@@ -98,9 +98,11 @@ def build(settings: cfg.Settings, reactor: Any, demo: bool = False, signals: boo
     fetcher = _fetcher(settings, reactor, pool)
     Closer("fetcher", fetcher.close).setServiceParent(top)
     worker = _worker(settings, reactor, fetcher, parser, store, top)
+    if worker is not None:
+        worker.count_fetches(stats)
     if pool is not None:
         _crawl(settings, reactor, top, pool, fetcher, parser, store, stats, worker, demo)
-    _api(settings, reactor, top, stats if pool is not None else None, pool, fetcher, parser, signals)
+    _api(settings, reactor, top, stats, pool, fetcher, parser, signals)
     SystemdNotifier(reactor, status=lambda: f"{stats.counts['pages']} pages").setServiceParent(top)
     return top
 

@@ -141,6 +141,7 @@ class CrawlTests(unittest.TestCase):
         self.assertEqual(sorted(i["url"][len(self.root) - 1 :] for i in items), sorted(expected))
         self.assertEqual(len(files), batcher.status()["sent"])
         self.assertEqual(len(self.stored()), len(expected))
+        self.assertGreater(crawler.stats.statuses["200"], len(expected))  # the worker's fetches count in the stats
         self.assertEqual((batcher._spider_of(self.root + "item/1.html"), batcher._spider_of("http://off.site/item/")),
                          (DEMO["sites"][0]["name"], "other-shop"))  # a URL's site names its batch's spider
         crawler._fetcher.robots._delay("slow.example", 7.0)  # a Crawl-delay reaches the pool and the worker

@@ -87,7 +87,7 @@ class OpenApiTests(ApiCase):
         assert s["crawler"] == {"state": "running", "paused": False, "fetching": 3, "processing": 1, "concurrency": 8}
         assert s["batches"]["spooled"] == 2 and s["feeds"]["shipped"] == 7 and s["store"]["pending"] == 4
         assert s["worker"]["jobs_running"] == 1 and "feeds" not in s["worker"]
-        assert s["pages"] == 1 + 5  # the crawler's and the worker's
+        assert s["pages"] == 1  # the crawler's and the worker's fetches both count into the node's stats
         assert s["recrawl"] == {"queued": 5, "list": 3, "detail": 2}
         assert set(s["rates"]) == {"pages_per_min_last_minute", "pages_per_min_last_hour"}
 
@@ -188,7 +188,7 @@ class OpenApiTests(ApiCase):
         history = (yield self.call("GET", "/api/history")).json
         assert history["interval"] == 10 and len(history["samples"]) == 6
         last = history["samples"][-1]
-        assert (last["queue"], last["pages"] - 5) == (5, 120)
+        assert (last["queue"], last["pages"]) == (5, 120)
         assert last["pages_per_min"] == 120.0
         rates = (yield self.call("GET", "/api/status")).json["rates"]
         assert rates["pages_per_min_last_minute"] == 120.0 and rates["pages_per_min_last_hour"] == 120.0
@@ -349,16 +349,18 @@ class WorkerRoleApiTests(ApiCase):
 
     @defer.inlineCallbacks
     def test_absent_parts_left_out(self) -> Gen:
-        """The status has no pool, crawler, batches or counts; the pool's endpoints answer 404 saying why."""
+        """The status has no pool, crawler or batches, but the jobs' fetches; the pool's endpoints answer 404."""
         s = (yield self.call("GET", "/api/status")).json
         assert s["role"] == "worker" and s["worker"]["jobs_pending"] == 2 and s["feeds"]["waiting"] == 2
-        assert not {"pool", "crawler", "batches", "counts", "errors"} & set(s)
+        assert not {"pool", "crawler", "batches"} & set(s)
+        assert (s["pages"], s["errors"], s["statuses"]) == (1, {"timeout": 1}, {"200": 1, "timeout": 1})
         for method, path in [("POST", "/api/seeds"), ("POST", "/api/pause"), ("GET", "/api/why?url=http://a/"),
                              ("GET", "/api/export")]:
             answer = yield self.call(method, path, {"urls": ["http://a.example/"]})
             assert answer.code == 404 and "worker role" in answer.json["message"], answer.json
         metrics = (yield self.call("GET", "/metrics")).body.decode()
         assert "spiderd_worker_jobs" in metrics and "spiderd_pool_urls" not in metrics
+        assert 'spiderd_errors_total{kind="timeout"} 1.0' in metrics
         history = (yield self.call("GET", "/api/history")).json
         self.clock.advance(10)
         history = (yield self.call("GET", "/api/history")).json

@@ -73,7 +73,10 @@ def make_node(clock: Clock, worker_role: bool = False) -> Node:
                         feeds={"shipped": 1, "waiting": 0})
     shipper = FakeStatus(shipped=7, waiting=2, failures=1, quarantined=0, last_error=None)
     if worker_role:
-        return Node("worker", clock, worker=worker, shipper=shipper, store=FakeStore(), rules=rules)
+        stats = CrawlStats(clock)
+        stats.fetched(200, 500, 0.1)  # the worker's jobs count their fetches here
+        stats.fetched(-4, 0, 30.0)
+        return Node("worker", clock, stats=stats, worker=worker, shipper=shipper, store=FakeStore(), rules=rules)
     pool = open_memory_pool(clock)
     batcher = FakeStatus(open=10, in_flight=1, spooled=2, sent=3, urls_sent=3000, failures=0, last_error="")
     return Node("all", clock, stats=CrawlStats(clock), pool=pool, crawler=FakeCrawler(),

@@ -39,11 +39,10 @@ class Node:
         self.started = self.clock.seconds()
 
     def pages(self) -> int:
-        """Pages fetched by this node: by the crawler and by its worker's jobs."""
-        pages = self.stats.counts["pages"] if self.stats is not None else 0
-        if self.worker is not None:
-            pages += int(self.worker.status().get("pages", 0))
-        return pages
+        """Pages fetched by this node: by the crawler and by its worker's jobs (both count into ``stats``)."""
+        if self.stats is not None:
+            return int(self.stats.counts["pages"])
+        return int(self.worker.status().get("pages", 0)) if self.worker is not None else 0
 
     def queue(self) -> defer.Deferred[int]:
         """The queue size the chart shows: waiting URLs, or (worker role) pending jobs."""

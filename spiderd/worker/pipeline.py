@@ -107,6 +107,7 @@ class Pipeline:
         self.hosts = HostSlots(config.per_host_concurrency, config.per_host_delay, reactor, config.host_overrides)
         self.itemized = itemized
         self.totals: Counter[str] = Counter()  # over every job since the start
+        self.stats: Any = None  # the node's CrawlStats, when its status and metrics count the worker's fetches
 
     def fill(self, run: Run) -> None:
         """Start URLs of ``run`` up to ``job_concurrency``."""
@@ -155,6 +156,8 @@ class Pipeline:
     def _outcome(self, run: Run, result: Any) -> Any:
         run.stats["requests"] += 1
         run.stats[f"status_{st.name(result.status)}"] += 1
+        if self.stats is not None:
+            self.stats.fetched(result.status, result.wire_bytes, result.elapsed)
         if result.status == 200:
             outcome = yield self._page(run, result)
             return outcome

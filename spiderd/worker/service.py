@@ -101,6 +101,10 @@ class WorkerService(Service):
                 "pages": totals["pages"], "items": totals["items"], "failed": totals["failed"],
                 "feeds": self.shipper.status() if hasattr(self.shipper, "status") else {}}
 
+    def count_fetches(self, stats: Any) -> None:
+        """Count every fetch of every job in ``stats`` (the node's CrawlStats: status API, metrics, progress)."""
+        self.runner._pipeline.stats = stats
+
     def set_host_delay(self, host: str, delay: float) -> None:
         """Raise ``host``'s delay between request starts (its robots.txt Crawl-delay) for every job."""
         self.runner._pipeline.hosts.set_delay(host, delay)
