@@ -75,8 +75,9 @@ class FeedExistsError(FeedError):
 
 
 def uri_time(seconds: float) -> str:
-    """``%(time)s`` as Scrapy renders it: UTC ISO time with ``:`` replaced by ``-``."""
-    utc = datetime.fromtimestamp(seconds, timezone.utc).replace(tzinfo=None)
+    """``%(time)s`` as Scrapy (2.6 and later) renders it: UTC ISO time to the second, with its offset, and
+    ``:`` replaced by ``-`` (``2023-11-14T22-13-20+00-00``)."""
+    utc = datetime.fromtimestamp(seconds, timezone.utc).replace(microsecond=0)
     return utc.isoformat().replace(":", "-")
 
 

@@ -3,15 +3,27 @@
 ``twistd -n --logger=spiderd.logs.journal spiderd ...`` writes one line per
 event to stdout with the syslog priority as an ``<N>`` prefix (journald reads
 it) and no timestamp (journald adds its own).  ``--logger=spiderd.logs.json``
-writes twisted.logger's JSON, one event per line.
+writes twisted.logger's JSON, one event per line.  Both keep events of level
+info and above; ``SPIDERD_LOG_LEVEL=debug`` (or warn, error) in the environment
+changes that (per-request API lines and per-batch lines are debug).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, TextIO
 
-from twisted.logger import FileLogObserver, LogLevel, formatEvent, jsonFileLogObserver
+from twisted.logger import (
+    FileLogObserver,
+    FilteringLogObserver,
+    ILogObserver,
+    InvalidLogLevelError,
+    LogLevel,
+    LogLevelFilterPredicate,
+    formatEvent,
+    jsonFileLogObserver,
+)
 
 _PRIORITY = {
     LogLevel.debug: 7,
@@ -36,11 +48,25 @@ def journal_line(event: dict[str, Any]) -> str | None:
     return "".join(f"<{priority}>[{namespace}] {line}\n" for line in lines)
 
 
-def journal(stream: TextIO | None = None) -> FileLogObserver:
+def level(environ: Any = None) -> LogLevel:
+    """The lowest level written: ``SPIDERD_LOG_LEVEL`` (debug, info, warn, error, critical), info by default."""
+    name = (environ if environ is not None else os.environ).get("SPIDERD_LOG_LEVEL", "info").strip().lower()
+    try:
+        return LogLevel.levelWithName(name)
+    except InvalidLogLevelError:
+        sys.stderr.write(f"SPIDERD_LOG_LEVEL={name!r} is not a log level (debug, info, warn, error): using info\n")
+        return LogLevel.info
+
+
+def _filtered(observer: ILogObserver, environ: Any = None) -> ILogObserver:
+    return FilteringLogObserver(observer, [LogLevelFilterPredicate(defaultLogLevel=level(environ))])
+
+
+def journal(stream: TextIO | None = None, environ: Any = None) -> ILogObserver:
     """The journald observer (the factory ``--logger`` names)."""
-    return FileLogObserver(stream or sys.stdout, journal_line)
+    return _filtered(FileLogObserver(stream or sys.stdout, journal_line), environ)
 
 
-def json(stream: TextIO | None = None) -> Any:
+def json(stream: TextIO | None = None, environ: Any = None) -> ILogObserver:
     """twisted.logger's JSON observer on stdout."""
-    return jsonFileLogObserver(stream or sys.stdout)
+    return _filtered(jsonFileLogObserver(stream or sys.stdout), environ)

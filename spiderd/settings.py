@@ -385,7 +385,7 @@ def _feed_template(value: Any) -> str:
     template = _expect(value, str, "a string")
     if template:
         try:
-            render_uri(template, {"batch": "1", "name": "spider", "time": "2026-01-01T00-00-00"})
+            render_uri(template, {"batch": "1", "name": "spider", "time": "2026-01-01T00-00-00+00-00"})
         except ValueError as e:
             raise ValueError(str(e).replace(template, redact(template))) from None
     return template

@@ -161,8 +161,8 @@ class TemplateTests(unittest.SynchronousTestCase):
         """The seed's FEED_URI renders as Scrapy would, time in UTC with '-' for ':'."""
         params = {"batch": 7, "name": "site", "time": uri_time(1700000000.5)}
         self.assertEqual(render_uri("ftp://anonymous@spark/" + SCRAPY, params),
-                         "ftp://anonymous@spark/7_site_2023-11-14T22-13-20.500000.jl")
-        self.assertEqual(uri_time(0), "1970-01-01T00-00-00")
+                         "ftp://anonymous@spark/7_site_2023-11-14T22-13-20+00-00.jl")
+        self.assertEqual(uri_time(0), "1970-01-01T00-00-00+00-00")
 
     def test_directories_and_arguments(self) -> None:
         """The template decides directories; extra spider arguments fill in like batch and name."""

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from twisted.internet.task import Clock
@@ -62,7 +63,10 @@ def test_abstract_socket_and_absent_socket() -> None:
     assert notify("READY=1", name) is True
     assert received(sock) == ["READY=1"]
     assert notify("READY=1", "") is False
-    SystemdNotifier(Clock(), {}).startService()
+    clock = Clock()
+    absent = SystemdNotifier(clock, {"WATCHDOG_USEC": "1000000"})
+    absent.startService()  # no NOTIFY_SOCKET: a quiet no-op, no watchdog timer even with WATCHDOG_USEC
+    assert absent.running and not clock.getDelayedCalls() and not absent._loop.running
 
 
 def test_journal_lines_have_priority_and_no_timestamp() -> None:
@@ -78,6 +82,27 @@ def test_journal_lines_have_priority_and_no_timestamp() -> None:
     lines = journal_line(err).splitlines()
     assert lines[0] == "<2>[n] boom" and all(line.startswith("<2>[n] ") for line in lines)
     assert "ZeroDivisionError" in lines[-1]
+
+
+def test_log_level_filter() -> None:
+    """Both --logger observers drop debug events unless SPIDERD_LOG_LEVEL asks for them; a bad level is info."""
+    import io
+    import json as json_module
+
+    from spiderd import logs
+
+    def written(factory: Any, environ: dict[str, str]) -> str:
+        stream = io.StringIO()
+        observer = factory(stream, environ)
+        for lvl in (LogLevel.debug, LogLevel.info):
+            observer({"log_format": f"{lvl.name} line", "log_level": lvl, "log_namespace": "n", "log_time": 1.0})
+        return stream.getvalue()
+
+    assert written(logs.journal, {}) == "<6>[n] info line\n"
+    assert written(logs.journal, {"SPIDERD_LOG_LEVEL": "debug"}) == "<7>[n] debug line\n<6>[n] info line\n"
+    assert written(logs.journal, {"SPIDERD_LOG_LEVEL": "chatty"}) == "<6>[n] info line\n"
+    events = [json_module.loads(line.strip("\x1e")) for line in written(logs.json, {}).split("\n") if line]
+    assert [e["log_format"] for e in events] == ["info line"]
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
