@@ -243,4 +243,6 @@ class CrawlService(Service):
             waits.append(saved.addCallback(lambda _: self.stats.incr("stored")))
         self.stats.incr("links_list", len(extracted.lists))
         self.stats.incr("links_detail", len(extracted.details))
+        if extracted.skipped:
+            self.stats.incr("links_skipped", extracted.skipped)
         yield defer.gatherResults(waits, consumeErrors=True)

@@ -169,10 +169,14 @@ def test_classify(url: str, kind: str | None) -> None:
 
 
 def test_classify_rejects_link_traps() -> None:
-    """URLs deeper than max_path_depth segments are not crawled."""
+    """URLs deeper than max_path_depth segments or longer than max_url_length are not crawled."""
     rules = make_rules(BLOG, max_path_depth=3)
     assert rules.classify("http://blog.example.net/a/b/c/") == "list"
     assert rules.classify("http://blog.example.net/a/b/c/d") is None
+    short = Rules(rules.sites, max_url_length=60, max_path_depth=32)
+    grow = "http://blog.example.net/grow?x=" + "a" * 20
+    assert short.classify(grow) == "list"
+    assert short.classify(grow + "a" * 20) is None
 
 
 # -- items --------------------------------------------------------------------------------------------------

@@ -94,7 +94,8 @@ class HostileCrawlTests(unittest.TestCase):
 
     @defer.inlineCallbacks
     def test_hostile_site(self) -> Any:
-        """Traps end at the URL-length, path-depth and per-host limits; bombs, loops and lies are statuses."""
+        """Traps end (here the per-host budget ends them first; test_extract covers the URL-length and
+        path-depth limits on their own); bombs, loops and lies are statuses; skipped links are counted."""
         site = server.Site(Hostile())
         site.noisy = False
         port = reactor.listenTCP(0, site, interface="127.0.0.1")
@@ -128,3 +129,4 @@ class HostileCrawlTests(unittest.TestCase):
         self.assertLessEqual(stats["done"] + stats["failed"], 150 + 5)  # the budget, plus redirect targets
         self.assertGreater(stats["rejected"].get("host-full", 0), 0)
         self.assertEqual((stats["waiting"], stats["pending"]), (0, 0))
+        self.assertGreater(crawler.stats.counts["links_skipped"], 40_000)  # javascript:, mailto:, the 5000-char link
