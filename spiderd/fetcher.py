@@ -142,15 +142,29 @@ class Fetcher:
         d.addErrback(self._failed, url, started)
         return d
 
-    def fetch_raw(self, url: str, max_size: int) -> Deferred[FetchResult]:
-        """One GET with no robots check and no redirects (for robots.txt)."""
+    def fetch_raw(self, url: str, max_size: int, redirects: int = 0) -> Deferred[FetchResult]:
+        """A GET with no robots check (for robots.txt), following at most ``redirects`` redirects, even to
+        other hosts (RFC 9309 asks for five); a loop or one redirect too many gives the redirect itself."""
         started = self._reactor.seconds()
-        d = self._get(url, max_size)
+        hops: list[str] = []
+        d = self._raw(url, max_size, redirects, hops)
         timer = self._reactor.callLater(self._config.timeout, d.cancel)
         d.addBoth(_stop_timer, timer)
-        d.addCallback(lambda r: _finish(r, url, url, [], self._reactor.seconds() - started))
+        d.addCallback(lambda got: _finish(got[0], url, got[1], hops, self._reactor.seconds() - started))
         d.addErrback(self._failed, url, started)
         return d
+
+    @defer.inlineCallbacks
+    def _raw(self, url: str, max_size: int, redirects: int, hops: list[str]) -> Any:
+        first = url
+        while True:
+            response, body = yield self._get(url, max_size)
+            location = response.headers.getRawHeaders(b"location", [None])[0]
+            target = _resolve(url, location) if response.code in REDIRECT_CODES and location is not None else None
+            if target is None or len(hops) >= redirects or target == first or target in hops:
+                return (response, body), url
+            hops.append(target)
+            url = target
 
     @defer.inlineCallbacks
     def _follow(self, original: str, url: str, redirects: list[str], started: float) -> Any:

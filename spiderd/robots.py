@@ -25,6 +25,7 @@ log = Logger()
 MAX_ROBOTS_SIZE = 512 * 1024
 TTL = 24 * 3600.0
 ERROR_TTL = 600.0
+ROBOTS_REDIRECTS = 5  # RFC 9309 2.3.1.2: follow at least five consecutive redirects
 MAX_CRAWL_DELAY = 300.0  # as Heritrix's respectCrawlDelayUpToSeconds: a hostile Crawl-delay cannot park a host
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -281,7 +282,7 @@ def _api(settings: cfg.Settings, reactor: Any, top: Any, stats: Any, pool: Any, 
 
 def _fetcher(settings: cfg.Settings, reactor: Any, pool: Any) -> Any:
     from .fetcher import FetchConfig, Fetcher
-    from .robots import Robots
+    from .robots import ROBOTS_REDIRECTS, Robots
 
     config = FetchConfig(
         user_agent=settings.user_agent, connect_timeout=settings.connect_timeout, timeout=settings.timeout,
@@ -291,5 +292,6 @@ def _fetcher(settings: cfg.Settings, reactor: Any, pool: Any) -> Any:
     fetcher = Fetcher(reactor, config)
     if settings.robots:
         on_delay = pool.set_host_delay if pool is not None else None
-        fetcher.robots = Robots(fetcher.fetch_raw, reactor, settings.user_agent, on_delay=on_delay)
+        fetch_robots = functools.partial(fetcher.fetch_raw, redirects=ROBOTS_REDIRECTS)
+        fetcher.robots = Robots(fetch_robots, reactor, settings.user_agent, on_delay=on_delay)
     return fetcher

@@ -144,6 +144,7 @@ class CrawlTests(unittest.TestCase):
         self.assertGreater(crawler.stats.statuses["200"], len(expected))  # the worker's fetches count in the stats
         self.assertEqual((batcher._spider_of(self.root + "item/1.html"), batcher._spider_of("http://off.site/item/")),
                          (DEMO["sites"][0]["name"], "other-shop"))  # a URL's site names its batch's spider
+        self.assertEqual(crawler._fetcher.robots._fetch_raw.keywords, {"redirects": 5})  # robots.txt redirects
         crawler._fetcher.robots._delay("slow.example", 7.0)  # a Crawl-delay reaches the pool and the worker
         self.assertEqual(worker.runner._pipeline.hosts.delay_of("slow.example"), 7.0)
         self.assertEqual(crawler.pool.politeness.slot("slow.example", b"").delay, 7.0)

@@ -253,6 +253,28 @@ class FetcherTests(unittest.TestCase):
         self.assertEqual(delays, [(f"127.0.0.1:{self.port.getHost().port}", 3.0)])
         self.assertEqual(len(self.site.clients), 2)  # robots.txt once, /index once
 
+    @defer.inlineCallbacks
+    def test_fetch_raw_follows_redirects_only_when_asked(self) -> Any:
+        """fetch_raw (robots.txt) follows up to ``redirects`` hops; none by default; a loop ends as a redirect."""
+        plain = yield self.fetcher.fetch_raw(self.base + "/moved", 8000)
+        followed = yield self.fetcher.fetch_raw(self.base + "/moved", 8000, redirects=5)
+        short = yield self.fetcher.fetch_raw(self.base + "/moved", 8000, redirects=1)
+        loop = yield self.fetcher.fetch_raw(self.base + "/loop", 8000, redirects=5)
+        self.assertEqual(plain.status, 301)
+        self.assertEqual((followed.status, followed.final_url), (200, self.base + "/index"))
+        self.assertEqual(followed.redirects, [self.base + "/hop", self.base + "/index"])
+        self.assertEqual((short.status, short.final_url), (302, self.base + "/hop"))
+        self.assertEqual((loop.status, loop.redirects), (302, [self.base + "/loop2"]))
+
+    @defer.inlineCallbacks
+    def test_fetch_raw_timeout(self) -> Any:
+        """A robots.txt that never comes is a timeout, also while following redirects."""
+        d = self.fetcher.fetch_raw(self.base + "/hang", 8000, redirects=5)
+        yield _when(lambda: self.site.hanging)
+        self.clock.advance(30)
+        result = yield d
+        self.assertEqual(result.status, st.TIMEOUT)
+
     def test_crawl_delay_capped_and_given_to_every_listener(self) -> None:
         """A hostile Crawl-delay is honoured as 300 s at most, and every listener (pool, worker) hears it."""
         from types import SimpleNamespace
