@@ -14,12 +14,15 @@ ports (their own data directories), so the machine's servers are never
 restarted.
 
 The invariant checked at the end of every scenario: every good detail page
-of the site is in the page store exactly once and in exactly one shipped feed
-file; every batch number the frontier handed out reached the worker (no batch
-lost); nothing counted done that was not done (every URL the frontier's pool
-counts done or batched was really fetched or sent).  "Time to recover" is
-from the end of a fault (the process or server back) to the next page stored.
-Ends with one ``RESULT`` line.
+of the site is in the page store and in a shipped feed file ("stored" counts
+the pages found in both), exactly once ("dups": second copies in the store or
+the feed files); every batch the frontier sent, and every batch left in its
+spool, reached the worker ("lost"); nothing counted done that was not done
+("wrong": pages stored or shipped that are not good detail pages, and, with
+the LevelDB pool, URLs the pool counts as batched that no worker job carried).
+"Time to recover" is from the end of a fault (the process or server back) to
+the next page stored (for the frontier: to its next batch sent).  Ends with
+one ``RESULT`` line (the issue's keys, then ``wrongly_done``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from spiderd.demo.site import SiteSpec  # noqa: E402
 
+STOP_LIMIT = 60.0  # SIGTERM under load: both daemons must be gone within this (systemd allows 300 s)
 TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
 FTP_SERVER = """
 import sys
@@ -118,6 +122,7 @@ class Row:
     stored: int = 0
     duplicates: int = 0
     batches_lost: int = 0
+    wrong: int = 0
     recover: list[float] = field(default_factory=list)
     note: str = ""
     counted: bool = True
@@ -125,7 +130,7 @@ class Row:
     def line(self) -> str:
         recover = f"{max(self.recover):.1f}s" if self.recover else "-"
         return (f"{self.fault:<30} {self.injected:>8} {self.expected:>8} {self.stored:>8} {self.duplicates:>6} "
-                f"{self.batches_lost:>6} {recover:>9}  {self.note}")
+                f"{self.batches_lost:>6} {self.wrong:>6} {recover:>9}  {self.note}")
 
 
 class Scenario:
@@ -264,35 +269,73 @@ price = "css:span.price::text"
             time.sleep(0.1)
         return float("inf")
 
+    def wait_batches(self, after: int, timeout: float = 120.0) -> float:
+        """Seconds until the frontier has sent more batches than ``after`` (a restarted frontier works again)."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout:
+            if len(frontier_batches(self.dir / "frontier.log")) > after or self.complete():
+                return time.monotonic() - started
+            time.sleep(0.1)
+        return float("inf")
+
     def wait_pages(self, count: int, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while self.progress() < count and time.monotonic() < deadline:
             time.sleep(0.1)
 
     def check(self, row: Row) -> Row:
+        """The invariants, once every process is stopped."""
         expected = self.expected()
         stored = self.stored()
         items = [i["url"] for i in self.items()]
         row.expected = len(expected)
-        row.stored = len(set(stored) & expected)
+        row.stored = len(set(stored) & set(items) & expected)
         row.duplicates = (len(stored) - len(set(stored))) + (len(items) - len(set(items)))
-        row.batches_lost = self.batches_lost()
+        batches, urls = self.carried()
+        row.batches_lost = self.batches_lost(batches)
+        row.wrong = len((set(stored) | set(items)) - expected) + self.batched_not_carried(urls)
         return row
 
-    def batches_lost(self) -> int:
-        """Batch numbers the frontier handed out that no worker job carries."""
+    def carried(self) -> tuple[set[int], set[str]]:
+        """The batch numbers and the URLs of every job the worker accepted."""
         jobs = self.dir / "worker" / "worker" / "jobs"
-        carried = set()
+        batches: set[int] = set()
+        urls: set[str] = set()
         for path in jobs.glob("*.json") if jobs.exists() else []:
             try:
                 job = json.loads(path.read_text())
-            except ValueError:
+                urls.update(json.loads(job["settings"]["DISTRIBUTED_START_URLS"]))
+            except (ValueError, KeyError, TypeError):
                 continue
             batch = (job.get("args") or {}).get("batch")
             if batch is not None:
-                carried.add(int(batch))
-        handed_out = frontier_batches(self.dir / "frontier.log")
-        return len(handed_out - carried)
+                batches.add(int(batch))
+        return batches, urls
+
+    def batches_lost(self, carried: set[int]) -> int:
+        """Batches the frontier sent (its log names them) or still spools that no worker job carries."""
+        sent = frontier_batches(self.dir / "frontier.log")
+        spooled = {int(p.stem.split("-")[1]) for p in (self.dir / "frontier" / "batches").glob("batch-*.json")}
+        return len((sent | spooled) - carried)
+
+    def batched_not_carried(self, carried_urls: set[str]) -> int:
+        """With the LevelDB pool: fingerprints the pool counts as batched that no job carried."""
+        if self.pool != "leveldb":
+            return 0
+        from twisted.internet.task import Clock
+
+        from spiderd.pool import open_leveldb_pool
+        from spiderd.urls import fingerprint
+
+        pool = open_leveldb_pool(str(self.dir / "frontier" / "pool"), Clock())
+        try:
+            export, batched, got = pool.export(), set(), [[]]
+            while got[0] is not None:
+                export.next().addCallback(lambda chunk: got.__setitem__(0, chunk))
+                batched.update(int(r["fp"], 16) for r in got[0] or () if r.get("state") == "batched")
+        finally:
+            pool.close()
+        return len(batched - {fingerprint(u) for u in carried_urls})
 
 
 def frontier_batches(log: Path) -> set[int]:
@@ -387,14 +430,15 @@ def midway(s: Scenario, share: float) -> None:
 
 
 def frontier_kill9(s: Scenario, row: Row, rng: random.Random, times: int = 5) -> None:
-    """SIGKILL the frontier at random moments (mostly while it still crawls list pages), restart it each time."""
-    for _ in range(times):
-        time.sleep(rng.uniform(0.3, 2.0))  # a random moment
+    """SIGKILL the frontier at random moments spread over the crawl, restart it each time."""
+    for i in range(times):
+        midway(s, i / (times + 1))
+        time.sleep(rng.uniform(0.1, 1.5))  # a random moment
         s.frontier.kill9()
-        before = s.progress()
+        before = len(frontier_batches(s.dir / "frontier.log"))
         s.frontier.start()
         row.injected += 1
-        row.recover.append(s.wait_progress(before))
+        row.recover.append(s.wait_batches(before))
 
 
 def worker_kill9(s: Scenario, row: Row, rng: random.Random, times: int = 3) -> None:
@@ -427,8 +471,17 @@ def ftp_down(s: Scenario, row: Row, rng: random.Random) -> None:
 def sigterm_under_load(s: Scenario, row: Row, rng: random.Random) -> None:
     """SIGTERM frontier and worker at full load; they must exit within their stop timeout; restart both."""
     midway(s, 0.4)
-    took = max(s.frontier.term(), s.worker.term())
-    row.note = f"stopped in {took:.1f}s"
+    took, codes = 0.0, []
+    for proc in (s.frontier, s.worker):
+        try:
+            took = max(took, proc.term(STOP_LIMIT))
+            codes.append(proc.child.returncode if proc.child else None)
+        except subprocess.TimeoutExpired:
+            proc.kill9()
+            row.note = f"{proc.name} did not stop within {STOP_LIMIT:.0f}s"
+            took = float("inf")
+    shown = "/".join(str(128 - c if c is not None and c < 0 else c) for c in codes)  # twistd re-raises SIGTERM
+    row.note = row.note or f"stopped in {took:.1f}s (limit {STOP_LIMIT:.0f}s), exit {shown}"
     before = s.progress()
     s.worker.start()
     wait_port(s.worker_port)
@@ -519,7 +572,8 @@ def main() -> None:
     rng = random.Random(args.seed)
     rows = []
     print(f"site: {spec.lists} list pages, {spec.details} detail pages at {url}; work dir {root}", flush=True)
-    print(f"{'fault':<30} {'injected':>8} {'expected':>8} {'stored':>8} {'dups':>6} {'lost':>6} {'recover':>9}", flush=True)
+    print(f"{'fault':<30} {'injected':>8} {'expected':>8} {'stored':>8} {'dups':>6} {'lost':>6} {'wrong':>6} "
+          f"{'recover':>9}", flush=True)
     try:
         for name in names:
             row = SCENARIOS[name](root, url, spec, rng)
@@ -533,7 +587,7 @@ def main() -> None:
     print(
         f"RESULT faults_injected={sum(r.injected for r in counted)} pages_expected={sum(r.expected for r in counted)} "
         f"pages_stored={sum(r.stored for r in counted)} duplicates={sum(r.duplicates for r in counted)} "
-        f"batches_lost={sum(r.batches_lost for r in counted)}"
+        f"batches_lost={sum(r.batches_lost for r in counted)} wrongly_done={sum(r.wrong for r in counted)}"
     )
 
 

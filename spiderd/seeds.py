@@ -16,13 +16,16 @@ class SeedService(Service):
 
     Hubs added at run time (``add_hubs``, from the API) are kept beside the
     configured ones until the process ends: the pool's hub set is replaced as a
-    whole, by the configured hubs plus those.
+    whole, by the configured hubs plus those.  With a page store, every hub is
+    also recorded in its ``crawler_hub`` table (seed 000), which keeps them.
     """
 
     name = "seeds"
 
-    def __init__(self, pool: Any, seeds: Sequence[str], hubs: Sequence[str], hub_refresh_span: float) -> None:
+    def __init__(self, pool: Any, seeds: Sequence[str], hubs: Sequence[str], hub_refresh_span: float,
+                 store: Any = None) -> None:
         self._pool = pool
+        self._store = store
         self._seeds = list(seeds)
         self._hubs = list(hubs)
         self._added_hubs: list[str] = []
@@ -47,6 +50,7 @@ class SeedService(Service):
         if set_seeds is not None:  # Redis: seed 002's spider.seed.urls, for tools that read it
             yield set_seeds(self._seeds)
         yield self._pool.set_hubs(self.hubs, self._span)
+        self._record(self.hubs)
         log.info("Seeds: {added} of {count} added; {hubs} hubs every {span}s",
                  added=added, count=len(self._seeds), hubs=len(self.hubs), span=self._span)
         return added
@@ -68,4 +72,11 @@ class SeedService(Service):
         if hub_refresh_span is not None:
             self._span = hub_refresh_span
         new = len(set(self.hubs) - before)
+        self._record(self.hubs)
         return self._pool.set_hubs(self.hubs, self._span).addCallback(lambda _: new)
+
+    def _record(self, hubs: list[str]) -> None:
+        """Hubs into the store's crawler_hub table, in the background (a store that is down retries)."""
+        if self._store is not None and hubs:
+            d = defer.maybeDeferred(self._store.save_hubs, hubs)
+            d.addErrback(lambda f: log.failure("Hubs not recorded in the page store", f))

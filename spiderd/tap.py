@@ -119,7 +119,7 @@ def _crawl(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, fetcher: A
     items = ItemWriter(reactor, settings.path(settings.items_dir), settings.items_rotate_count)
     items.setServiceParent(top)
     batcher = _batcher(settings, reactor, pool, worker, top, parser.rules)
-    seeds = SeedService(pool, settings.seeds, settings.hubs, settings.hub_refresh_span)
+    seeds = SeedService(pool, settings.seeds, settings.hubs, settings.hub_refresh_span, store=store)
     seeds.setServiceParent(top)
     _scheduler(settings, reactor, top, pool, seeds, stats)
     if demo:

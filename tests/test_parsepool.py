@@ -327,11 +327,15 @@ class DispatchTests(SynchronousTestCase):
 
     def test_stderr_is_logged_not_parsed(self) -> None:
         """Output on the child's stderr goes to the log and does not disturb the frames."""
+        from twisted.logger import capturedLogs, formatEvent
+
         pool, fake = self.make()
         d = parse(pool, 1)
-        fake.children[0].childDataReceived(2, b"Traceback: something\n")
+        with capturedLogs() as events:
+            fake.children[0].childDataReceived(2, b"Traceback: something\n")
         fake.answer(fake.children[0])
         self.successResultOf(d)
+        self.assertEqual([formatEvent(e) for e in events], ["Parse worker 0 says: Traceback: something"])
 
 
 class InlineTests(SynchronousTestCase):

@@ -351,6 +351,21 @@ class SQLiteStoreTests(StoreContract, TestCase):
         self.assertEqual(tables, {"crawler_html", "crawler_hub"})
 
     @inlineCallbacks
+    def test_seed_service_records_hubs(self) -> Any:
+        """Configured hubs, and hubs added at run time, go to crawler_hub as well as to the pool."""
+        from spiderd.pool import open_memory_pool
+        from spiderd.seeds import SeedService
+
+        store = self.started()
+        pool = open_memory_pool(self.clock)
+        seeds = SeedService(pool, ["http://h.example/"], ["http://h.example/news"], 600.0, store=store)
+        yield seeds.load()
+        yield seeds.add_hubs(["http://h.example/sale"])
+        yield store._lock.run(lambda: None)  # the background writes are done
+        self.assertEqual((yield store.hubs()), ["http://h.example/news", "http://h.example/sale"])
+        self.assertEqual((yield pool.stats())["hubs"], 2)
+
+    @inlineCallbacks
     def test_long_hub_url(self) -> Any:
         """SQLite stores hub URLs of any length."""
         store = self.started()
