@@ -29,6 +29,20 @@ def test_plugin_is_listed() -> None:
     assert "spiderd" in out.stdout
 
 
+def test_installed_plugin_found_outside_the_source_tree(tmp_path: Path) -> None:
+    """After ``pip install``, twistd finds the plugin from any directory, with no PYTHONPATH."""
+    import pytest
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    where = subprocess.run([sys.executable, "-c", "import spiderd; print(spiderd.__file__)"], capture_output=True,
+                           text=True, cwd=tmp_path, env=env)
+    if where.returncode != 0:
+        pytest.skip("spiderd is not installed in this interpreter (tests run from the source tree)")
+    out = subprocess.run([sys.executable, "-c", TWISTD, "--help"], capture_output=True, text=True, cwd=tmp_path,
+                         env=env)
+    assert "spiderd" in out.stdout, out.stdout + out.stderr
+
+
 def test_demo_crawls_to_completion(tmp_path: Path) -> None:
     """--demo goes pool -> batch -> worker -> feed file, exits 0 by itself, and says where items and pages are."""
     child = twistd("--demo", "--data-dir", str(tmp_path / "demo"), cwd=tmp_path)
