@@ -119,7 +119,8 @@ def _crawl(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, fetcher: A
     items = ItemWriter(reactor, settings.path(settings.items_dir), settings.items_rotate_count)
     items.setServiceParent(top)
     batcher = _batcher(settings, reactor, pool, worker, top, parser.rules)
-    seeds = SeedService(pool, settings.seeds, settings.hubs, settings.hub_refresh_span, store=store)
+    seeds = SeedService(pool, settings.seeds, settings.hubs, settings.hub_refresh_span, store=store,
+                        state_path=settings.path("hubs-added.json"))
     seeds.setServiceParent(top)
     _scheduler(settings, reactor, top, pool, seeds, stats)
     if demo:

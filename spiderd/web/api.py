@@ -199,7 +199,7 @@ class ApiResource(Resource):
         return d.addCallback(_added, good, rejected, "seeds")
 
     def hubs(self, request: Request) -> Deferred[dict[str, Any]]:
-        """``{"urls": [...], "refresh_span": 600}``: hubs beside the configured ones, until the process ends."""
+        """``{"urls": [...], "refresh_span": 600}``: hubs beside the configured ones, kept across restarts."""
         body = _body(request, {"urls", "refresh_span"})
         good, rejected = self._urls(body)
         span = body.get("refresh_span")
