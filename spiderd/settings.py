@@ -70,6 +70,7 @@ class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_prefix: str = "spiderd:"
     redis_namespace: str = ""
+    redis_seen_bucket_bits: int = 16
     seed_cron: str = ""
     recrawl_every: float = 60.0
     recrawl_batch: int = 1000
@@ -166,6 +167,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "redis_url": ("redis_url", "redis_url"),
         "redis_prefix": ("redis_prefix", "str"),
         "redis_namespace": ("redis_namespace", "str"),
+        "redis_seen_bucket_bits": ("redis_seen_bucket_bits", "bucket_bits"),
         "seed_cron": ("seed_cron", "cron"),
         "recrawl_every": ("recrawl_every", "positive"),
         "recrawl_batch": ("recrawl_batch", "positive_int"),
@@ -522,6 +524,13 @@ def _port(value: Any) -> int:
     return number
 
 
+def _bucket_bits(value: Any) -> int:
+    number = _expect(value, int, "an integer")
+    if not 14 <= number <= 24:
+        raise ValueError(f"must be 14..24 (2**bits seen buckets of about 512 URLs each), got {value!r}")
+    return number
+
+
 def _api_port(value: Any) -> int:
     number = _expect(value, int, "an integer")
     if not 0 <= number <= 65535:
@@ -569,6 +578,7 @@ _CONVERTERS: dict[str, Any] = {
     "api_port": _api_port,
     "token": _token,
     "abs_dirs": _abs_dirs,
+    "bucket_bits": _bucket_bits,
     "feed_template": _feed_template,
 }
 

@@ -194,7 +194,8 @@ def _pool_service(settings: cfg.Settings, reactor: Any, top: Any) -> Any:
         from .pool.redis import make_redis_pool
 
         pool, opener = make_redis_pool(settings.redis_url, reactor, prefix=settings.redis_prefix,
-                                       namespace=settings.redis_namespace, **options)
+                                       namespace=settings.redis_namespace,
+                                       seen_bucket_bits=settings.redis_seen_bucket_bits, **options)
         service = PoolService(pool, reactor, opener, where=redact(settings.redis_url))
     elif settings.pool_backend == "memory":
         service = PoolService(open_memory_pool(reactor, **options), reactor, where="memory")

@@ -199,6 +199,16 @@ class TwoNodeTests(RedisKeys, TestCase):
         assert set(encodings) == {"intset"} and sum(map(int, sizes)) == 600
 
 
+    @defer.inlineCallbacks
+    def test_bucket_bits_fixed_by_the_first_node(self) -> Gen:
+        """The first node records its seen_bucket_bits; a node asking for other bits adopts the recorded ones."""
+        first = yield self.node(seen_bucket_bits=18)
+        yield first.addmany(["http://a.example/1"])
+        other = yield self.node(seen_bucket_bits=16)
+        assert (first._bits, other._bits) == (18, 18)
+        assert (yield other.add("http://a.example/1")) is False  # the same bucket: known
+
+
 class ConnectionTests(RedisKeys, TestCase):
     """Connection errors fail Deferreds with a message naming host:port, never hang, never show the password."""
 

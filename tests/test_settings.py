@@ -136,6 +136,7 @@ def test_unwritable_data_dir(tmp_path: Path) -> None:
         ({"pool": {"linkbase": "yes"}}, "pool.linkbase", "true or false"),
         ({"pool": {"linkbase_max": -1}}, "pool.linkbase_max", "0 or more"),
         ({"pool": {"redis_namespace": 1}}, "pool.redis_namespace", "expected a string"),
+        ({"pool": {"redis_seen_bucket_bits": 30}}, "pool.redis_seen_bucket_bits", "14..24"),
         ({"store": {"url": ["mysql://u@h/a", "sqlite:///x"]}}, "store.url", "mysql:// URLs"),
         ({"store": {"url": ["mysql://u@h/a", "mysql://u@h/a"]}}, "store.url", "listed twice"),
         ({"store": {"url": []}}, "store.url", "at least one"),
