@@ -172,8 +172,12 @@ class Recrawler(Service):
         self._loop = task.LoopingCall(self.run)
         self._loop.clock = clock
         self._work = InFlight()
-        self.queued = 0
         self.queued_by_kind = {"list": 0, "detail": 0}
+
+    @property
+    def queued(self) -> int:
+        """Pages queued again since the start."""
+        return sum(self.queued_by_kind.values())
 
     def startService(self) -> None:
         super().startService()
@@ -218,7 +222,6 @@ class Recrawler(Service):
     def _queued(self, counts: dict[str, int]) -> int:
         total = sum(counts.values())
         if total:
-            self.queued += total
             log.info("Recrawl: {count} pages queued again ({lists} list, {details} detail)", count=total,
                      lists=counts.get("list", 0), details=counts.get("detail", 0))
         return total

@@ -86,16 +86,16 @@ class SeedService(Service):
         """Add hubs at run time (a new ``hub_refresh_span`` applies to every hub, until the process ends);
         fires with how many are new, once they are saved."""
         before = set(self.hubs)
-        self._added_hubs.extend(u for u in dict.fromkeys(urls) if u not in before)
+        new = [u for u in dict.fromkeys(urls) if u not in before]
+        self._added_hubs.extend(new)
         if hub_refresh_span is not None:
             self._span = hub_refresh_span
-        new = len(set(self.hubs) - before)
         if new and self._state_path:
             data = json.dumps({"added_hubs": self._added_hubs}, indent=0).encode()
             yield threads.deferToThread(write_atomically, self._state_path, data)
-        self._record(self.hubs)
+        self._record(new)
         yield self._pool.set_hubs(self.hubs, self._span)
-        return new
+        return len(new)
 
     def _record(self, hubs: list[str]) -> None:
         """Hubs into the store's crawler_hub table, in the background (a store that is down retries)."""

@@ -152,9 +152,9 @@ def _scheduler(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, seeds:
         SeedTimer(reactor, pool, lambda: seeds.seeds, parse(settings.seed_cron)).setServiceParent(top)
     policy = RecrawlPolicy.from_sites(settings.sites)
     if policy.intervals:
+        ratios = {"list": settings.recrawl_list_ratio, "detail": settings.recrawl_detail_ratio}
         Recrawler(reactor, pool, policy, lambda: stats.counts["requests"], every=settings.recrawl_every,
-                  batch=settings.recrawl_batch,
-                  ratios={"list": settings.recrawl_list_ratio, "detail": settings.recrawl_detail_ratio}).setServiceParent(top)
+                  batch=settings.recrawl_batch, ratios=ratios).setServiceParent(top)
 
 
 def _when_idle(batcher: Any, worker: Any, reactor: Any) -> Any:

@@ -10,8 +10,7 @@ of the URLs.
 from __future__ import annotations
 
 import heapq
-from collections import deque
-from collections import Counter
+from collections import Counter, deque
 from typing import Any, Callable, Iterable
 
 from twisted.internet import defer

@@ -64,12 +64,14 @@ class WorkerConfig:
     def feed_roots(self) -> tuple[str, ...]:
         """The local directories that a job's file:// feed may be written under: the fixed part of the
         default feed's directory, and ``feed_dirs``."""
+        from ..feed import parse_target
+
         roots = [os.path.normpath(d) for d in self.feed_dirs]
-        if self.default_feed_uri.lower().startswith("file://"):
-            path = self.default_feed_uri[len("file://"):]
-            path = path[len("localhost"):] if path.lower().startswith("localhost/") else path
-            fixed = path.split("%(", 1)[0]
-            roots.append(os.path.normpath(fixed if fixed.endswith("/") else os.path.dirname(fixed)))
+        target = parse_target(self.default_feed_uri)
+        if target.scheme == "file":
+            fixed = target.directory.split("%(", 1)[0]  # up to the first parameter
+            roots.append(os.path.normpath(fixed if fixed.endswith("/") or fixed == target.directory
+                                          else os.path.dirname(fixed)))
         return tuple(roots)
 
     @property
