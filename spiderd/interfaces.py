@@ -46,6 +46,10 @@ class IURLPool(Interface):
     def set_hubs(urls, refresh_span: float):  # type: ignore[no-untyped-def]
         """Replace the hub set; each hub is handed out at most once per span."""
 
+    def set_seeds(urls):  # type: ignore[no-untyped-def]
+        """The configured seeds, for tools that read them (Redis: seed 002's ``spider.seed.urls``); fires with
+        how many the pool keeps (0 where it keeps none: the seeds themselves are added with ``addmany``)."""
+
     def set_host_delay(host: str, delay: float):  # type: ignore[no-untyped-def]
         """Raise a host's minimum delay (robots.txt Crawl-delay)."""
 

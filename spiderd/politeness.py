@@ -111,11 +111,6 @@ class Politeness:
         for host in idle:
             del self.hosts[host]
 
-    def largest(self) -> tuple[str, int]:
-        """The host with the most waiting URLs and its count (the seed's ``max_hosts``)."""
-        best = max(self.hosts.values(), key=lambda s: s.waiting, default=None)
-        return (best.host, best.waiting) if best is not None and best.waiting else ("", 0)
-
     def top(self, count: int) -> list[list[Any]]:
         """The ``count`` hosts with the most waiting URLs, as ``[host, waiting]``, largest first."""
         busiest = heapq.nlargest(count, self.hosts.values(), key=lambda s: s.waiting)

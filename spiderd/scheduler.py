@@ -193,17 +193,17 @@ class Recrawler(Service):
 
     def run(self) -> defer.Deferred[int]:
         """One run; fires with the number of pages queued again (0 after an error, which is logged)."""
-        return self._work.track(self._pool.stats().addCallback(self._queue).addErrback(self._failed))
+        return self._work.track(self._pool.size().addCallback(self._queue).addErrback(self._failed))
 
     @defer.inlineCallbacks
-    def _queue(self, stats: dict[str, Any]) -> Any:
+    def _queue(self, waiting: int) -> Any:
         fetches = self._fetches()
         period, self._last = fetches - self._last, fetches
         if not self._policy.intervals:
             return 0
         self._runs += 1  # a different domain first each run: one busy domain cannot take every run's budget
         cutoffs = self._policy.cutoffs(self._clock.seconds(), self._runs)
-        waiting, counts = stats["waiting"], {}
+        counts: dict[str, int] = {}
         for kind in ("list", "detail"):
             allowed = budget(waiting, period, self._batch, self._ratios[kind])
             mine = [c for c in cutoffs if c[1] == kind]

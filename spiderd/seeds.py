@@ -62,9 +62,7 @@ class SeedService(Service):
         if hub_refresh_span is not None:
             self._span = hub_refresh_span
         added = yield self._pool.addmany(self._seeds)
-        set_seeds = getattr(self._pool, "set_seeds", None)
-        if set_seeds is not None:  # Redis: seed 002's spider.seed.urls, for tools that read it
-            yield set_seeds(self._seeds)
+        yield self._pool.set_seeds(self._seeds)  # Redis: seed 002's spider.seed.urls, for tools that read it
         yield self._pool.set_hubs(self.hubs, self._span)
         self._record(self.hubs)
         log.info("Seeds: {added} of {count} added; {hubs} hubs every {span}s",

@@ -282,11 +282,11 @@ class RecrawlerTests(TestCase):
     def test_a_failing_run_is_logged_and_the_next_runs(self) -> None:
         """A run whose pool call fails is logged; the loop goes on."""
         self.crawl(["http://a.example/l0"])
-        real = self.pool.stats
-        self.pool.stats = lambda: defer.fail(RuntimeError("gone"))  # type: ignore[method-assign]
+        real = self.pool.size
+        self.pool.size = lambda: defer.fail(RuntimeError("gone"))  # type: ignore[method-assign]
         self.clock.advance(3600)
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
-        self.pool.stats = real  # type: ignore[method-assign]
+        self.pool.size = real  # type: ignore[method-assign]
         self.clock.advance(60)
         self.assertEqual(self.recrawler.queued, 1)
 

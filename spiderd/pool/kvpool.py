@@ -153,6 +153,9 @@ class KVPool(CrawledSets):
             self._enqueue(batch, u.url, u.fingerprint, slot, prio, 0)
             added += 1
         if added:
+            for slot in touched.values():  # the budgets spent here (the only place they change)
+                if slot.seen is not None:
+                    batch.put(k.HOST_SEEN + slot.hid, k.u64(slot.seen))
             self._commit(batch, touched.values())
         self._maybe_trim()
         return added
@@ -264,8 +267,18 @@ class KVPool(CrawledSets):
         """Keys read ahead per seek: a few, unless there are so many hosts that buffers would add up."""
         return PREFETCH if len(self.politeness.hosts) <= PREFETCH_HOSTS else 1
 
+    def _dequeue(self, batch: Any, slot: HostSlot, state: bytes) -> tuple[int, int]:
+        """Take a waiting URL (its ``state``) out of its host queue and the read-ahead; (failures, prio)."""
+        failures, prio, seq = k.parse_active(state)
+        key = k.queue_key(slot.hid, prio, seq)
+        batch.delete(key)
+        self._unbuffer(slot, prio, key)
+        self._counters[0] -= 1
+        slot.waiting -= 1
+        return failures, prio
+
     def _unbuffer(self, slot: HostSlot, prio: int, key: bytes) -> None:
-        """A queued key deleted elsewhere (a status or a claim for a waiting URL) leaves the read-ahead too."""
+        """A queued key deleted outside a pop (a status or a claim for a waiting URL) leaves the read-ahead too."""
         queues = slot.cursor
         if queues is not None:
             buffered = queues.buffered[prio]
@@ -317,11 +330,7 @@ class KVPool(CrawledSets):
         batch = self._kv.write_batch()
         failures = prio = 0
         if state is not None:
-            failures, prio, seq = k.parse_active(state)
-            batch.delete(k.queue_key(slot.hid, prio, seq))
-            self._unbuffer(slot, prio, k.queue_key(slot.hid, prio, seq))
-            self._counters[0] -= 1
-            slot.waiting -= 1
+            failures, prio = self._dequeue(batch, slot, state)
         deadline_ms = int((self._clock.seconds() + self.pending_threshold) * 1000)
         batch.put(k.lease_key(deadline_ms, u.fingerprint), bytes((failures, prio)) + u.url.encode())
         batch.put(k.state_key(u.fingerprint), k.active(k.PENDING, failures, prio, deadline_ms))
@@ -391,11 +400,7 @@ class KVPool(CrawledSets):
             batch.delete(k.lease_key(deadline, u.fingerprint))
             counters[1] -= 1
         elif state is not None and state[0] == k.WAITING:
-            failures, prio, seq = k.parse_active(state)
-            batch.delete(k.queue_key(slot.hid, prio, seq))
-            self._unbuffer(slot, prio, k.queue_key(slot.hid, prio, seq))
-            counters[0] -= 1
-            slot.waiting -= 1
+            failures, prio = self._dequeue(batch, slot, state)
         elif state is not None:
             return  # already final
         if code in self._done_codes:
@@ -430,6 +435,10 @@ class KVPool(CrawledSets):
         heapq.heapify(self._hub_heap)
         return defer.succeed(None)
 
+    def set_seeds(self, urls: Iterable[str]) -> defer.Deferred[int]:
+        """The embedded pool keeps no seed list (the seed timer asks the configuration)."""
+        return defer.succeed(0)
+
     def set_host_delay(self, host: str, delay: float) -> defer.Deferred[None]:
         self.politeness.set_robots_delay(host, delay)
         return defer.succeed(None)
@@ -452,6 +461,7 @@ class KVPool(CrawledSets):
 
     def stats(self) -> defer.Deferred[dict[str, Any]]:
         waiting, pending, done, failed, _, batched = self._counters
+        largest = self.politeness.top(5)
         return defer.succeed(
             {
                 "waiting": waiting,
@@ -460,8 +470,8 @@ class KVPool(CrawledSets):
                 "failed": failed,
                 "batched": batched,
                 "hosts": self.politeness.active_hosts(),
-                "max_host": list(self.politeness.largest()),
-                "largest": self.politeness.top(5),
+                "max_host": largest[0] if largest else ["", 0],
+                "largest": largest,
                 "hubs": len(self._hubs),
                 "rejected": dict(self.rejected),
             }
@@ -551,8 +561,6 @@ class KVPool(CrawledSets):
                 batch.put(hkey, k.u64(slot.waiting) + slot.host.encode())
             else:
                 batch.delete(hkey)
-            if slot.seen is not None:
-                batch.put(k.HOST_SEEN + slot.hid, k.u64(slot.seen))
             self.politeness.requeue(slot)
         batch.put(k.COUNTERS, k.pack_counters(self._counters))
         batch.write()

@@ -2,6 +2,7 @@
 -- ARGV[7..9]: always (1/0), prio, new URLs a host may take in all (its budget: link traps); then url, host,
 -- domain per URL.  Returns {added, host-full}.  Re-adds (always) do not count against the budget.
 local ALWAYS, PRIO, MAX = ARGV[7] == '1', tonumber(ARGV[8]), tonumber(ARGV[9])
+local LIMITED = MAX > 0  -- 0: no budget, so no hostseen read or write per URL
 local added, full = 0, 0
 for i = 10, #ARGV, 3 do
   local url, host, domain = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -9,10 +10,10 @@ for i = 10, #ARGV, 3 do
   if redis.call('HEXISTS', LEASE, fp) == 0 then
     local code = known(bucket, base)
     if not code or (ALWAYS and code < WAITING_LIST) then
-      if not code and tonumber(redis.call('HGET', HOSTS_SEEN, host) or '0') >= MAX then
+      if not code and LIMITED and tonumber(redis.call('HGET', HOSTS_SEEN, host) or '0') >= MAX then
         full = full + 1
       else
-        if not code then redis.call('HINCRBY', HOSTS_SEEN, host, 1) end
+        if not code and LIMITED then redis.call('HINCRBY', HOSTS_SEEN, host, 1) end
         if code then
           redis.call('SREM', bucket, member(base, code))
           redis.call('HINCRBY', COUNTERS, FINAL_NAME[code], -1)

@@ -60,7 +60,7 @@ class RedisPool:
         self._done_codes = done_codes
         self._final_codes = final_codes
         self._max_url_length = max_url_length
-        self._max_per_host = max_urls_per_host or 2**53
+        self._max_per_host = max_urls_per_host  # 0: no budget (add.lua then leaves the hostseen counts alone)
         self._bits = seen_bucket_bits
         self.rejected: Counter[str] = Counter()
         self._statuses: list[tuple[tuple[str, ...], defer.Deferred[None]]] = []  # waiting to go out together
