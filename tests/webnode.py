@@ -69,8 +69,7 @@ class FakeRobots:
 def make_node(clock: Clock, worker_role: bool = False) -> Node:
     """The parts of an "all" node (or of a worker node: no pool, no crawler)."""
     rules = Rules(cfg.from_dict({"sites": SITES}).sites)
-    worker = FakeStatus(jobs_running=1, jobs_pending=2, pages=5, items=4, failed=0,
-                        feeds={"shipped": 1, "waiting": 0})
+    worker = FakeStatus(jobs_running=1, jobs_pending=2, pages=5, items=4, failed=0)
     shipper = FakeStatus(shipped=7, waiting=2, failures=1, quarantined=0, last_error=None)
     if worker_role:
         stats = CrawlStats(clock)

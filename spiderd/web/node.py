@@ -111,7 +111,7 @@ def _feeds(node: Node) -> dict[str, Any] | None:
 def _worker(node: Node) -> dict[str, Any] | None:
     if node.worker is None:
         return None
-    return {k: v for k, v in node.worker.status().items() if k != "feeds"}  # the feeds have their own part
+    return node.worker.status()  # the feeds have their own part (the shipper's status)
 
 
 def _store(node: Node) -> dict[str, Any] | None:

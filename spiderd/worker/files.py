@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Mapping
 
 from twisted.internet import task
 from twisted.internet.defer import Deferred, DeferredSemaphore
 
-from .jobs import Runner, fsync_dir
+from ..fsutil import fsync_dir, unlink_quietly
+from ..items import json_line
+from .jobs import Runner
 
 FLUSH_AT = 256 * 1024
 
@@ -35,7 +36,7 @@ class ItemsFile:
 
     def write(self, item: dict[str, Any]) -> None:
         """Queue one item's line; lines reach the file in batches."""
-        line = json.dumps(item, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+        line = json_line(item)  # as the crawler's item files: NaN and Infinity become null
         self._buffer.append(line)
         self._size += len(line)
         self.count += 1
@@ -86,10 +87,7 @@ class ItemsFile:
         if self._file is not None:
             self._file.close()
             self._file = None
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        unlink_quietly(self.path)
 
 
 class HostSlots:

@@ -23,6 +23,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ..fsutil import unlink_quietly
 from ..lifecycle import InFlight
 from .config import WorkerConfig
 from .files import ItemsFile
@@ -89,7 +90,7 @@ class JobRunner:
             if job.state == PENDING:
                 self._enqueue(job)
             elif job.state == CANCELLED:
-                _remove_quietly(self.items_path(job))
+                unlink_quietly(self.items_path(job))
         if self._queue:
             log.info("Worker: {count} accepted jobs to run from the last run", count=len(self._queue))
         self._prune()
@@ -304,9 +305,3 @@ class JobRunner:
             del self.jobs[job.id]
             self._store.delete(job.id).addErrback(lambda f: log.failure("Worker: deleting a job file failed", f))
 
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass

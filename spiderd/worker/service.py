@@ -98,8 +98,7 @@ class WorkerService(Service):
         """Counters for progress lines and the status API."""
         totals = self.runner._pipeline.totals
         return {"jobs_running": len(self.runner.runs), "jobs_pending": len(self.runner.pending()),
-                "pages": totals["pages"], "items": totals["items"], "failed": totals["failed"],
-                "feeds": self.shipper.status() if hasattr(self.shipper, "status") else {}}
+                "pages": totals["pages"], "items": totals["items"], "failed": totals["failed"]}
 
     def count_fetches(self, stats: Any) -> None:
         """Count every fetch of every job in ``stats`` (the node's CrawlStats: status API, metrics, progress)."""
