@@ -124,7 +124,9 @@ class Settings:
     worker_project: str = "spiderd"
     worker_node_name: str = ""
     worker_max_jobs: int = 4
-    worker_job_concurrency: int = 8
+    worker_concurrency: int = 0  # 0: fetch.concurrency
+    worker_job_concurrency: int = 0
+    worker_redirect_window: float = 86400.0
     worker_feed_template: str = ""
     worker_feed_dirs: tuple[str, ...] = ()
     worker_stop_timeout: float = 30.0
@@ -208,7 +210,9 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "project": ("worker_project", "name"),
         "node_name": ("worker_node_name", "str"),
         "max_jobs": ("worker_max_jobs", "positive_int"),
-        "job_concurrency": ("worker_job_concurrency", "positive_int"),
+        "concurrency": ("worker_concurrency", "count"),
+        "job_concurrency": ("worker_job_concurrency", "count"),
+        "redirect_window": ("worker_redirect_window", "non_negative"),
         "feed_template": ("worker_feed_template", "feed_template"),
         "feed_dirs": ("worker_feed_dirs", "abs_dirs"),
         "stop_timeout": ("worker_stop_timeout", "non_negative"),

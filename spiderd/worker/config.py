@@ -29,8 +29,10 @@ class WorkerConfig:
     password: str = ""
     project: str = "spiderd"
     node_name: str = ""  # "" = the host name, as Scrapyd
-    max_jobs: int = 4
-    job_concurrency: int = 8
+    max_jobs: int = 4  # jobs fetching at once (a job shipping its feed does not count)
+    concurrency: int = 64  # URLs in flight over all jobs
+    job_concurrency: int = 0  # URLs in flight per job at most; 0 = only concurrency
+    redirect_window: float = 86400.0  # a redirect to a page itemized this recently makes no second item
     per_host_concurrency: int = 8
     per_host_delay: float = 0.0  # seconds between request starts to one host, over all jobs
     host_overrides: Mapping[str, tuple[float, int]] = field(default_factory=dict)  # host -> (delay, concurrency)
@@ -102,11 +104,12 @@ class WorkerConfig:
 
 
 def _check_numbers(config: WorkerConfig) -> None:
-    positive = ("max_jobs", "job_concurrency", "per_host_concurrency", "max_body_size")
+    positive = ("max_jobs", "concurrency", "per_host_concurrency", "max_body_size")
     for name in positive:
         if getattr(config, name) < 1:
             raise WorkerConfigError(f"worker.{name}: must be 1 or more, got {getattr(config, name)!r}")
-    for name in ("failure_threshold", "retry_delay", "stop_timeout", "finished_to_keep", "per_host_delay"):
+    for name in ("failure_threshold", "retry_delay", "stop_timeout", "finished_to_keep", "per_host_delay",
+                 "job_concurrency", "redirect_window"):
         if getattr(config, name) < 0:
             raise WorkerConfigError(f"worker.{name}: must be 0 or more, got {getattr(config, name)!r}")
     if not 0 <= config.port <= 65535:

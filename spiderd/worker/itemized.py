@@ -1,28 +1,37 @@
-"""Which pages this worker has made items of, across jobs, so no page is in two feed files.
+"""Which pages this worker made items of, how, and when, so that a redirect does not make a second item.
 
-A batch never repeats a URL the frontier sent before, but redirects do: batch
-1's ``/item/47`` may redirect to ``/item/49``, which batch 2 holds.  Each job
-claims the pages it itemizes (in memory, so two running jobs cannot both take
-one); the claims become durable (a LevelDB of fingerprints) only once the
-job's feed file is handed to the shipper, and an interrupted or cancelled job
-gives its claims back, so a re-run makes its items again.
+A URL a job was given makes its item: a job scheduled again, or a recrawled
+page sent in a later batch, yields fresh items.  Redirects are different:
+batch 1's ``/item/47`` may redirect to ``/item/49``, which batch 2 holds.  So
+a redirect target makes an item only if no running job makes one of it
+(claims in memory: two running jobs cannot both take it) and no job did
+within ``window`` seconds; and a URL a job was given makes none if, within
+the window, a redirect already made its item.  The record (a LevelDB of
+fingerprint -> time and how) is written when a job's feed file is handed to
+the shipper; an interrupted or cancelled job gives its claims back, so a
+re-run makes its items again.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 from typing import Any
 
 import plyvel
 
+_RECORD = struct.Struct(">d?")  # when the item was made, and whether through a redirect
+
 
 class Itemized:
-    """A persistent set of page fingerprints with per-job claims on top."""
+    """Per-job claims on top of a persistent map of page fingerprint -> (time, through a redirect)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, clock: Any, window: float = 86400.0) -> None:
         self._path = path
+        self._clock = clock
+        self.window = window
         self._db: Any = None
-        self._claims: dict[int, str] = {}
+        self._claims: dict[int, tuple[str, bool]] = {}  # fp -> (job id, through a redirect)
         self._by_job: dict[str, set[int]] = {}
 
     def open(self) -> None:
@@ -30,29 +39,61 @@ class Itemized:
         os.makedirs(self._path, exist_ok=True)
         self._db = plyvel.DB(self._path, create_if_missing=True, bloom_filter_bits=10)
 
-    def claim(self, fp: int, job_id: str) -> bool:
-        """True if ``job_id`` may make an item of page ``fp`` (nobody has, and no other running job claims it)."""
+    def direct(self, fp: int, job_id: str) -> bool:
+        """True if ``job_id`` makes an item of page ``fp``, a URL it was given: unless a redirect (in another
+        running job, or within the window) made it already."""
         holder = self._claims.get(fp)
-        if holder is not None:
-            return holder == job_id
-        if self._db.get(fp.to_bytes(8, "big")) is not None:
+        if holder is not None and holder[0] != job_id and holder[1]:
             return False
-        self._claims[fp] = job_id
+        recent = self._recent(fp)
+        if recent is not None and recent[1]:
+            return False
+        self._claims.setdefault(fp, (job_id, False))
         self._by_job.setdefault(job_id, set()).add(fp)
         return True
 
+    def claim(self, fp: int, job_id: str) -> bool:
+        """True if ``job_id`` may make an item of redirect target ``fp``: no other running job makes one and
+        no job made one within the window."""
+        holder = self._claims.get(fp)
+        if holder is not None:
+            return holder[0] == job_id
+        if self._recent(fp) is not None:
+            return False
+        self._claims[fp] = (job_id, True)
+        self._by_job.setdefault(job_id, set()).add(fp)
+        return True
+
+    def _recent(self, fp: int) -> tuple[float, bool] | None:
+        """The record of ``fp`` if made within the window (an expired one is dropped)."""
+        key = fp.to_bytes(8, "big")
+        value = self._db.get(key)
+        if value is None:
+            return None
+        if len(value) == _RECORD.size:
+            when, redirected = _RECORD.unpack(value)
+            if self._clock.seconds() - when < self.window:
+                return when, redirected
+        self._db.delete(key)  # expired (or of the format without times)
+        return None
+
     def commit(self, job_id: str) -> None:
-        """The job's feed is shipped: its pages are itemized for good."""
-        fps = self._by_job.pop(job_id, set())
+        """The job's feed is shipped: its pages are itemized, as of now."""
+        now = self._clock.seconds()
         with self._db.write_batch() as batch:
-            for fp in fps:
-                batch.put(fp.to_bytes(8, "big"), b"")
-                del self._claims[fp]
+            for fp in self._by_job.pop(job_id, set()):
+                holder = self._claims.get(fp)
+                redirected = holder is not None and holder == (job_id, True)
+                batch.put(fp.to_bytes(8, "big"), _RECORD.pack(now, redirected))
+                if holder is not None and holder[0] == job_id:
+                    del self._claims[fp]
 
     def release(self, job_id: str) -> None:
         """The job stopped without shipping: its pages are free again."""
         for fp in self._by_job.pop(job_id, set()):
-            del self._claims[fp]
+            holder = self._claims.get(fp)
+            if holder is not None and holder[0] == job_id:
+                del self._claims[fp]
 
     def close(self) -> None:
         if self._db is not None:

@@ -1,16 +1,26 @@
-"""One job's URLs through fetch, retry, parse, store and the items file.
+"""The running jobs' URLs through fetch, retry, parse, store and the items file.
 
-``job_concurrency`` URLs of a run are in flight at once, and at most
-``per_host_concurrency`` requests per host over all runs.  Network errors and
-5xx are retried ``failure_threshold`` times (after ``retry_delay``, doubling);
-a page that cannot be parsed is retried the same way.  A URL's slot is free
-once its page is parsed: the page store commits in batches (a second or so),
-and waiting for that would cap a job near ``job_concurrency`` pages a second.
+The worker has ``concurrency`` URL slots in all, shared by every running job:
+whenever a slot frees, the next running job (in turn) with URLs left starts
+one, so a job that is down to its last slow URLs never leaves the worker
+idle while the jobs after it wait.  A job may be capped lower
+(``job_concurrency``), and at most ``per_host_concurrency`` requests go to one
+host over all jobs.  Network errors and 5xx are retried ``failure_threshold``
+times (after ``retry_delay``, doubling): a URL waiting for its retry gives
+its slot back.  A URL's slot is free once its page is parsed: the page store
+commits in batches, and a job whose last URLs wait only for their commit asks
+the store to write now rather than waiting for its flush timer.  So no timer
+that the configuration did not ask for (a retry delay, a per-host delay) ever
+paces a job.
+
 An item is written only once its page is committed (a page the store refuses
-is counted and logged), the run settles only when every save has, and a
-redirect to a page the job has already made an item of makes none.  Halting a run cancels whatever its URLs
-wait on (a host slot, a fetch, a retry delay); what is being parsed or stored
-finishes, and then the run is settled.
+is counted and logged), and the run settles only when every save has.
+Every URL given to a job yields its item (a job scheduled again, or a
+recrawl, makes fresh items), unless a redirect made that page's item within
+``redirect_window``; a redirect to a page that this job, another running job
+or (within the window) an earlier job made an item of makes none.  Halting a run cancels whatever its URLs wait on (a host slot,
+a fetch, a retry delay); what is being parsed or stored finishes, and then
+the run is settled.
 """
 
 from __future__ import annotations
@@ -56,13 +66,16 @@ class TeeCounter(Counter[str]):
 
 
 class Run:
-    """One execution of a job: its URLs to do, what they wait on, its counters."""
+    """One execution of a job: its URLs to do (with the attempt each is at), what they wait on, its counters."""
 
-    def __init__(self, job: Job, items: ItemsFile, totals: Counter[str] | None = None) -> None:
+    def __init__(self, job: Job, items: ItemsFile, totals: Counter[str] | None = None, cap: int = 0) -> None:
         self.job = job
         self.items = items
-        self.todo: deque[str] = deque()
-        self.active = 0
+        self.cap = cap  # URLs in flight at most (0: only the worker's concurrency)
+        self.todo: deque[tuple[str, int]] = deque()
+        self.direct: set[int] = set()  # fingerprints of the URLs the job was given
+        self.active = 0  # URLs being fetched or parsed
+        self.delayed = 0  # URLs waiting for their retry
         self.storing = 0
         self.halted: str | None = None  # "cancelled" or "interrupted"
         self.shipping = False
@@ -70,6 +83,15 @@ class Run:
         self.stats: Counter[str] = TeeCounter(totals)
         self.blocking: set[Deferred[Any]] = set()
         self.settled: Deferred[None] = Deferred()
+
+    def add(self, urls: list[str]) -> None:
+        """Queue the job's URLs (first attempts)."""
+        self.todo.extend((url, 0) for url in urls)
+        self.direct.update(fingerprint(url) for url in urls)
+
+    def can_start(self) -> bool:
+        """True if a URL of this run may start now."""
+        return bool(self.todo) and not self.halted and (not self.cap or self.active < self.cap)
 
     def wait(self, d: Deferred[Any]) -> Deferred[Any]:
         """Track ``d`` so that halting cancels it."""
@@ -88,59 +110,116 @@ class Run:
             d.cancel()
         self.check_settled()
 
+    @property
+    def fetching_done(self) -> bool:
+        """True when no URL is left to fetch or in flight (pages may still be committing)."""
+        return self.active == 0 and self.delayed == 0 and (bool(self.halted) or not self.todo)
+
     def check_settled(self) -> None:
         """Fire ``settled`` once no URL is in flight and none is left (or the run is halted)."""
-        if self.active == 0 and self.storing == 0 and (self.halted or not self.todo) and not self.settled.called:
+        if self.fetching_done and self.storing == 0 and not self.settled.called:
             self.settled.callback(None)
 
 
 class Pipeline:
-    """Works runs' URLs with the shared fetcher, parser and page store."""
+    """Works the running jobs' URLs with the shared fetcher, parser and page store."""
 
     def __init__(self, reactor: Any, config: WorkerConfig, fetcher: Any, parser: Any, pages: Any,
-                 itemized: Any = None) -> None:
+                 itemized: Any = None, clock: Any = None) -> None:
+        """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the retry and per-host timers."""
         self._reactor = reactor
+        self._clock = clock or reactor
         self._config = config
         self._fetcher = fetcher
         self._parser = parser
         self._pages = pages
-        self.hosts = HostSlots(config.per_host_concurrency, config.per_host_delay, reactor, config.host_overrides)
+        self.hosts = HostSlots(config.per_host_concurrency, config.per_host_delay, self._clock,
+                               config.host_overrides)
         self.itemized = itemized
         self.totals: Counter[str] = Counter()  # over every job since the start
         self.stats: Any = None  # the node's CrawlStats, when its status and metrics count the worker's fetches
+        self.in_flight = 0  # URLs holding one of the worker's slots
+        self._runs: deque[Run] = deque()  # the runs with URLs to fetch, in turn
 
-    def fill(self, run: Run) -> None:
-        """Start URLs of ``run`` up to ``job_concurrency``."""
-        while run.todo and run.active < self._config.job_concurrency and not run.halted:
-            url = run.todo.popleft()
-            run.active += 1
-            d = self._fetch_url(run, url)
-            d.addErrback(self._url_failed, run, url)
-            d.addBoth(self._url_over, run)
+    # -- the worker's slots -----------------------------------------------------------------------------------
+
+    def start(self, run: Run) -> None:
+        """Take ``run``'s URLs into the rotation and start what the free slots allow."""
+        self._runs.append(run)
+        self.fill()
         run.check_settled()
+
+    def fill(self) -> None:
+        """Start URLs, the running jobs taking turns, while the worker has free slots."""
+        while self.in_flight < self._config.concurrency:
+            run = self._next_run()
+            if run is None:
+                return
+            url, attempt = run.todo.popleft()
+            self._begin(run, url, attempt)
+
+    def _next_run(self) -> Run | None:
+        """The next run in turn that may start a URL (runs with nothing left leave the rotation)."""
+        for _ in range(len(self._runs)):
+            run = self._runs[0]
+            self._runs.rotate(-1)
+            if run.can_start():
+                return run
+        self._runs = deque(r for r in self._runs if r.todo and not r.halted)
+        return None
+
+    def _begin(self, run: Run, url: str, attempt: int) -> None:
+        run.active += 1
+        self.in_flight += 1
+        d = self._work_url(run, url, attempt)
+        d.addErrback(self._url_failed, run, url)
+        d.addBoth(self._url_over, run)
 
     def _url_over(self, _: Any, run: Run) -> None:
         run.active -= 1
-        self.fill(run)
+        self.in_flight -= 1
+        self._settling(run)
+        self.fill()
 
     def _url_failed(self, failure: Failure, run: Run, url: str) -> None:
         if not (run.halted and failure.check(CancelledError)):
             log.failure("Worker: job {id}: {url} failed", failure, id=run.job.id, url=url)
             run.stats["failed"] += 1
 
+    def _settling(self, run: Run) -> None:
+        """Settle ``run`` if it can; if only commits are left, have the store write them now."""
+        if run.fetching_done and run.storing and self._pages is not None:
+            self._pages.flush()
+        run.check_settled()
+
+    # -- one URL ----------------------------------------------------------------------------------------------
+
     @defer.inlineCallbacks
-    def _fetch_url(self, run: Run, url: str) -> Any:
-        for attempt in range(self._config.failure_threshold + 1):
-            if attempt:
-                delay = min(MAX_RETRY_DELAY, self._config.retry_delay * 2 ** (attempt - 1))
-                yield run.wait(task.deferLater(self._reactor, delay))
-            result = yield self._fetch(run, url)
-            if run.halted:
-                return
-            outcome = yield self._outcome(run, result)
-            if outcome != RETRY or run.halted:
-                return
-        run.stats["failed"] += 1
+    def _work_url(self, run: Run, url: str, attempt: int) -> Any:
+        result = yield self._fetch(run, url)
+        if run.halted:
+            return
+        outcome = yield self._outcome(run, result)
+        if outcome == RETRY and not run.halted:
+            self._retry(run, url, attempt + 1)
+
+    def _retry(self, run: Run, url: str, attempt: int) -> None:
+        """Queue ``url`` again after its retry delay (its slot is free meanwhile), or count it failed."""
+        if attempt > self._config.failure_threshold:
+            run.stats["failed"] += 1
+            return
+        delay = min(MAX_RETRY_DELAY, self._config.retry_delay * 2 ** (attempt - 1))
+        run.delayed += 1
+        run.wait(task.deferLater(self._clock, delay)).addBoth(self._retry_due, run, url, attempt)
+
+    def _retry_due(self, result: Any, run: Run, url: str, attempt: int) -> None:
+        run.delayed -= 1
+        if not run.halted:
+            run.todo.appendleft((url, attempt))
+            if run not in self._runs:
+                self._runs.append(run)
+        self._settling(run)
+        self.fill()
 
     @defer.inlineCallbacks
     def _fetch(self, run: Run, url: str) -> Any:
@@ -166,18 +245,28 @@ class Pipeline:
         run.stats["failed"] += 1
         return DONE
 
+    def _fresh(self, run: Run, url: str) -> bool:
+        """True if ``url`` (a page fetched for this run) should make an item (see :mod:`.itemized`)."""
+        if url in run.seen:
+            return False
+        if self.itemized is None:
+            return True
+        fp = fingerprint(url)
+        if fp in run.direct:
+            return self.itemized.direct(fp, run.job.id)
+        return self.itemized.claim(fp, run.job.id)
+
     @defer.inlineCallbacks
     def _page(self, run: Run, result: Any) -> Any:
         url = result.final_url
-        fresh = url not in run.seen and (self.itemized is None or self.itemized.claim(fingerprint(url), run.job.id))
-        if not fresh:  # a redirect to a page this job, or another, has made an item of
+        if not self._fresh(run, url):
             run.stats["duplicates"] += 1
             return DONE
         run.seen.add(url)
         preset = self._pages.preset if self._pages is not None else None
         try:
             extracted = yield self._parser.parse(url, result.body, result.content_type, "detail",
-                                                 self._reactor.seconds(), result.status, compress=preset)
+                                                 self._clock.seconds(), result.status, compress=preset)
         except Exception:
             run.seen.discard(url)
             log.failure("Worker: job {id}: parsing {url} failed", id=run.job.id, url=url)

@@ -1,4 +1,10 @@
-"""The job runner: a priority queue of persisted jobs, run ``max_jobs`` at a time.
+"""The job runner: a priority queue of persisted jobs, ``max_jobs`` fetching at a time.
+
+The running jobs share the worker's URL slots (see :mod:`.pipeline`); a job
+that has fetched everything stops counting toward ``max_jobs`` while it
+ships its feed, so the next one starts at once.  Every job ships a feed file,
+an empty one when it made no items (a reader can tell "batch done, nothing in
+it" from "batch lost"), as Scrapy's feed exports do.
 
 A run (see :mod:`.pipeline`) writes the job's items to ``<incoming>/<job id>.jl``,
 rewritten from scratch at each start.  The file is handed to the feed shipper
@@ -62,7 +68,8 @@ class JobRunner:
         self._config = config
         self._store = store
         self._io = io
-        self._pipeline = Pipeline(reactor, config, fetcher, parser, pages, Itemized(config.itemized_dir))
+        itemized = Itemized(config.itemized_dir, reactor, config.redirect_window)
+        self._pipeline = Pipeline(reactor, config, fetcher, parser, pages, itemized)
         self._shipper = shipper
         self._render_uri = render_uri
         self.incoming_dir = incoming_dir
@@ -209,13 +216,18 @@ class JobRunner:
 
     def _start_jobs(self) -> None:
         self._kick_call = None
-        while self._queue and len(self.runs) < self._config.max_jobs and not self.stopping:
+        while self._queue and self.fetching() < self._config.max_jobs and not self.stopping:
             job = self._queue.pop(0)
-            run = self.runs[job.id] = Run(job, ItemsFile(self.items_path(job), self._io), self._pipeline.totals)
+            items = ItemsFile(self.items_path(job), self._io)
+            run = self.runs[job.id] = Run(job, items, self._pipeline.totals, self._config.job_concurrency)
             d = self._execute(run)
             d.addErrback(self._execution_failed, run)
             d.addBoth(self._execution_over, run)
             self._executions.track(d)
+
+    def fetching(self) -> int:
+        """Runs whose URLs are still being worked on (those shipping their feed do not count toward max_jobs)."""
+        return sum(1 for run in self.runs.values() if not run.settled.called)
 
     def _execution_failed(self, failure: Failure, run: Run) -> Any:
         log.failure("Worker: job {id} failed", failure, id=run.job.id)
@@ -251,11 +263,12 @@ class JobRunner:
         job.stats = {}
         yield run.items.open()
         if not run.halted:
-            run.todo.extend(job.urls())
+            run.add(job.urls())
         log.info("Worker: job {id} ({spider}) started: {count} URLs", id=job.id, spider=job.spider,
                  count=len(run.todo))
-        self._pipeline.fill(run)
+        self._pipeline.start(run)
         yield run.settled
+        self.kick()  # its slot is free: the next pending job starts while this one ships
         job.stats = dict(run.stats)
         if run.halted is None:
             yield self._ship(run)
@@ -273,14 +286,10 @@ class JobRunner:
         run.shipping = True
         if not job.shipping:
             yield run.items.close()
-            if run.items.count:
-                job.shipping = True
-                yield self._store.save(job)
-            else:
-                yield run.items.discard()
-        if job.shipping:
-            assert job.feed_uri is not None
-            yield self._shipper.ship(run.items.path, job.feed_uri)
+            job.shipping = True
+            yield self._store.save(job)
+        assert job.feed_uri is not None
+        yield self._shipper.ship(run.items.path, job.feed_uri)  # an empty file too: "batch done, no items"
         self._pipeline.itemized.commit(job.id)
         job.shipping = False
         self._end(job, FINISHED)

@@ -164,6 +164,8 @@ def worker_config(settings: Any) -> WorkerConfig:
             values[f.name] = getattr(settings, "worker_" + f.name)
     if values.get("port", -1) == -1:  # the worker role listens where Scrapyd does; the all role's own worker anywhere
         values["port"] = 6800 if getattr(settings, "role", "worker") == "worker" else 0
+    if not values.get("concurrency"):  # 0: as many URLs in flight as the node's fetch loop has
+        values["concurrency"] = getattr(settings, "concurrency", 64)
     values.setdefault("failure_threshold", settings.failure_threshold)
     values.setdefault("per_host_concurrency", settings.per_host_concurrency)
     values.setdefault("per_host_delay", getattr(settings, "per_host_delay", 0.0))

@@ -1,0 +1,249 @@
+"""How the worker's jobs flow: shared URL slots, no timer in a job's path, fresh items for rescheduled URLs."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from twisted.internet import defer, reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+from twisted.trial import unittest
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET, Request, Site
+from zope.interface import directlyProvides, providedBy
+
+from spiderd.demo.site import render
+from spiderd.feed import FeedShipper
+from spiderd.fetcher import FetchConfig, Fetcher
+from spiderd.store import open_store
+from spiderd.urls import fingerprint
+from spiderd.worker import WorkerService
+from spiderd.worker.itemized import Itemized
+
+from .test_worker import WorkerTestBase
+
+
+class ZeroOnlyReactor:
+    """The real reactor, except that timers with a delay land on a Clock that nobody advances.
+
+    Whatever waits on such a timer never goes on: a job that finishes under it had no timer in its path.
+    """
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.clock = Clock()
+        self.clock.advance(1_000_000)
+        self.seconds = self.clock.seconds
+        directlyProvides(self, providedBy(real))
+
+    def callLater(self, delay: float, f: Any, *args: Any, **kwargs: Any) -> Any:
+        if delay <= 0:
+            return self._real.callLater(0, f, *args, **kwargs)
+        return self.clock.callLater(delay, f, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+class Holding(Resource):
+    """Detail pages of the demo site; ``/item/<n>.html`` with n >= 1000 are held until ``release``."""
+
+    isLeaf = True
+
+    def __init__(self, spec: Any) -> None:
+        super().__init__()
+        self.spec = spec
+        self.held: list[Request] = []
+        self.requests = 0
+        self._waiters: list[tuple[int, Deferred[None]]] = []
+
+    def render_GET(self, request: Request) -> bytes | int:
+        path = request.path.decode()
+        if not path.startswith("/item/"):
+            request.setResponseCode(404)  # robots.txt: allow all
+            return b""
+        self.requests += 1
+        number = int(path.rsplit("/", 1)[1].split(".")[0])
+        request.setHeader(b"content-type", b"text/html; charset=utf-8")
+        if number < 1000:
+            return render(self.spec, f"/item/{number}.html")[2]
+        self.held.append(request)
+        for count, d in list(self._waiters):
+            if len(self.held) >= count:
+                self._waiters.remove((count, d))
+                d.callback(None)
+        return NOT_DONE_YET
+
+    def holding(self, count: int) -> Deferred[None]:
+        """Fires once ``count`` requests are held in all."""
+        d: Deferred[None] = Deferred()
+        self._waiters.append((count, d))
+        if len(self.held) >= count:
+            self._waiters.remove((count, d))
+            d.callback(None)
+        return d
+
+    def release(self) -> None:
+        """Answer every held request (with the page of item 1)."""
+        held, self.held = self.held, []
+        for request in held:
+            if not request.finished and not request._disconnected:
+                request.write(render(self.spec, "/item/1.html")[2])
+                request.finish()
+
+
+class FlowTests(WorkerTestBase):
+    """Jobs share the worker's slots and never wait on a timer they did not ask for."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.gate.open()
+        self.holding = Holding(self.spec)
+        port = reactor.listenTCP(0, Site(self.holding), interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        self.hold_root = f"http://127.0.0.1:{port.getHost().port}"
+
+    def held_urls(self, start: int, count: int) -> str:
+        import json
+
+        return "DISTRIBUTED_START_URLS=" + json.dumps(
+            [f"{self.hold_root}/item/{n}.html" for n in range(1000 + start, 1000 + start + count)])
+
+    @defer.inlineCallbacks
+    def test_no_timer_in_a_jobs_path(self) -> Any:
+        """A job runs to its shipped feed with every timer of the worker, the store, the fetcher and the shipper
+        frozen: nothing in the path waits on one (the store's flush timer included: the job's tail flushes)."""
+        frozen = ZeroOnlyReactor(reactor)
+        fetcher = Fetcher(frozen, FetchConfig(user_agent="spiderd-test", timeout=20, connect_timeout=5))
+        self.addCleanup(fetcher.close)
+        store = open_store("sqlite:///frozen.sqlite3", self.data, frozen, batch_size=1000)
+        store.startService()
+        self.addCleanup(store.stopService)
+        shipper = FeedShipper(frozen, os.path.join(self.data, "frozen-spool"), stop_timeout=5.0)
+        shipper.startService()
+        self.addCleanup(shipper.stopService)
+        service = WorkerService(frozen, self.config(job_concurrency=0), fetcher, self.parser(), store, shipper)
+        service.startService()
+        self.addCleanup(lambda: service.stopService() if service.running else None)
+        self.api = "http://%s:%d" % service.address
+        paths = self.good(0, 12)
+        jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                    ("batch", "1"), ("setting", self.urls(*paths)))
+        job = yield service.runner.when_done(jobid)
+        yield shipper.settled()
+        self.assertEqual(job.state, "finished")
+        self.assertEqual(len(self.feed_items("1")), len(self.ok_finals(paths)))
+        self.assertEqual((yield store.count()), len(self.ok_finals(paths)))
+
+    @defer.inlineCallbacks
+    def test_jobs_share_the_workers_slots(self) -> Any:
+        """One job alone takes every slot of the worker; two jobs share them, never more in flight in all."""
+        service = self.worker(concurrency=3, job_concurrency=0, per_host_concurrency=10)
+        a = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.held_urls(0, 5)))
+        yield self.holding.holding(3)
+        b = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.held_urls(10, 5)))
+        yield service.runner.runs[b].items.open()  # the second job is running (its file is open)
+        self.assertEqual((self.holding.requests, service.runner._pipeline.in_flight), (3, 3))
+        self.holding.release()
+        yield self.holding.holding(3)
+        self.assertEqual(self.holding.requests, 6)  # the freed slots went to both jobs, still three at a time
+        while self.holding.requests < 10:
+            self.holding.release()
+            yield self.holding.holding(min(3, 10 - self.holding.requests))
+        self.holding.release()
+        jobs = yield defer.gatherResults([service.runner.when_done(a), service.runner.when_done(b)])
+        self.assertEqual([j.stats["requests"] for j in jobs], [5, 5])
+
+    @defer.inlineCallbacks
+    def test_a_shipping_job_leaves_its_place(self) -> Any:
+        """With max_jobs = 1, the next job fetches while the one before is still handing over its feed."""
+        shipped: list[Deferred[None]] = []
+        both_shipping: Deferred[None] = Deferred()
+        real_ship = self.shipper.ship
+
+        def slow_ship(path: str, uri: str) -> Deferred[None]:
+            d: Deferred[None] = Deferred()
+            shipped.append(d)
+            d.addCallback(lambda _: real_ship(path, uri))
+            if len(shipped) == 2:
+                both_shipping.callback(None)
+            return d
+
+        self.shipper.ship = slow_ship  # type: ignore[method-assign]
+        service = self.worker(max_jobs=1)
+        first = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                    ("batch", "1"), ("setting", self.urls(*self.good(0, 2))))
+        second = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"),
+                                     ("setting", self.feed_setting()), ("batch", "2"),
+                                     ("setting", self.urls(*self.good(2, 2))))
+        yield both_shipping  # the second job ran to its own ship while the first one's was held
+        self.assertEqual(service.runner.jobs[first].state, "running")
+        for d in shipped:
+            d.callback(None)
+        jobs = yield defer.gatherResults([service.runner.when_done(first), service.runner.when_done(second)])
+        self.assertEqual([j.state for j in jobs], ["finished", "finished"])
+
+    @defer.inlineCallbacks
+    def test_rescheduled_urls_make_fresh_items(self) -> Any:
+        """The same URLs scheduled twice, the second while the first job runs: each job's feed has every item."""
+        service = self.worker()
+        paths = self.good(0, 4)
+        first = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                    ("batch", "1"), ("setting", self.urls(*paths)))
+        second = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"),
+                                     ("setting", self.feed_setting()), ("batch", "2"), ("setting", self.urls(*paths)))
+        yield defer.gatherResults([service.runner.when_done(first), service.runner.when_done(second)])
+        third = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                    ("batch", "3"), ("setting", self.urls(*paths)))
+        yield service.runner.when_done(third)
+        yield self.shipper.settled()
+        for batch in ("1", "2", "3"):
+            self.assertEqual(sorted(i["url"] for i in self.feed_items(batch)), sorted(self.ok_finals(paths)))
+
+    @defer.inlineCallbacks
+    def test_an_empty_job_ships_an_empty_file(self) -> Any:
+        """A job whose URLs make no item (404s only) ships an empty feed file: done, with nothing in it."""
+        service = self.worker()
+        missing = sorted(self.spec.expected().not_found)[:2]
+        jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                    ("batch", "9"), ("setting", self.urls(*missing)))
+        job = yield service.runner.when_done(jobid)
+        yield self.shipper.settled()
+        self.assertEqual((job.state, job.stats.get("items", 0)), ("finished", 0))
+        self.assertEqual(self.feed_items("9"), [])
+
+
+class ItemizedTests(unittest.SynchronousTestCase):
+    """The redirect record: one item per page reached by redirects, within the window."""
+
+    def test_redirect_targets_once_within_the_window(self) -> None:
+        """A redirect target makes one item per window over jobs; a URL given to a job always does."""
+        clock = Clock()
+        record = Itemized(self.mktemp(), clock, window=100.0)
+        record.open()
+        self.addCleanup(record.close)
+        page = fingerprint("http://127.0.0.1/item/49.html")
+        self.assertTrue(record.claim(page, "a"))
+        self.assertTrue(record.claim(page, "a"))  # the same job again
+        self.assertFalse(record.claim(page, "b"))  # another running job
+        record.commit("a")
+        self.assertFalse(record.claim(page, "b"))  # made within the window
+        clock.advance(101)
+        self.assertTrue(record.claim(page, "b"))  # a recrawl after the window: a fresh item
+        self.assertFalse(record.direct(page, "c"))  # given the URL itself, but a redirect of b's makes its item
+        record.commit("b")
+        self.assertFalse(record.direct(page, "c"))  # ... within the window
+        clock.advance(101)
+        self.assertTrue(record.direct(page, "c"))
+        self.assertTrue(record.direct(page, "e"))  # two jobs given the same URL both make its item
+        self.assertFalse(record.claim(page, "d"))  # and a redirect to it makes none
+
+    def test_released_claims_are_free(self) -> None:
+        """An interrupted job's claims go back, so its re-run makes its items."""
+        record = Itemized(self.mktemp(), Clock())
+        record.open()
+        self.addCleanup(record.close)
+        self.assertTrue(record.claim(7, "a"))
+        record.release("a")
+        self.assertTrue(record.claim(7, "b"))
