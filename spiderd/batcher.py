@@ -8,7 +8,9 @@ it gets a number from the pool (unique across restarts and nodes), is split
 so that no ``DISTRIBUTED_START_URLS`` setting exceeds ``max_setting_bytes``
 (Scrapyd passes each setting as one command-line argument, and Linux caps one
 at 128 KiB: a larger batch is answered "ok", then lost), and is written to the
-spool as ``batch-<n>.json`` before it is POSTed to ``schedule.json``.
+spool as ``batch-<n>.json`` before it is POSTed to ``schedule.json``, with a job id
+of its own (``jobid``): a batch sent again after a crash names the same job,
+which a spiderd worker runs once.
 
 Targets take turns by batch number.  A refused connection, a timeout, an
 HTTP error or a ``"status": "error"`` answer sends the batch to the next
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
@@ -64,6 +67,7 @@ class _Batch:
     number: int
     urls: list[str]
     spider: str = ""
+    job_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # the same at every resend: run once
     attempts: int = 0
     path: str = ""
     timer: Any = field(default=None, repr=False)
@@ -232,6 +236,7 @@ class Batcher(Service):
             ("project", self._config.project),
             ("spider", batch.spider or self._config.spider),
             ("batch", str(batch.number)),
+            ("jobid", batch.job_id),
             ("setting", SETTING_PREFIX + json.dumps(batch.urls)),
         ]
         if self._config.feed_uri:
@@ -264,7 +269,7 @@ class Batcher(Service):
     def _write_sealed(self, batches: list[_Batch], rest: list[str]) -> None:
         for batch in batches:
             batch.path = os.path.join(self._dir, f"batch-{batch.number}.json")
-            data = {"batch": batch.number, "spider": batch.spider, "urls": batch.urls}
+            data = {"batch": batch.number, "spider": batch.spider, "job_id": batch.job_id, "urls": batch.urls}
             write_atomically(batch.path, json.dumps(data).encode())
         write_atomically(self._open_path(), "".join(u + "\n" for u in rest).encode())
 
@@ -272,8 +277,8 @@ class Batcher(Service):
     def _recover(self) -> Any:
         """Resend the spooled batches; reopen the open batch (minus URLs already spooled)."""
         spooled, open_urls = yield self._in_thread(_read_spool, self._dir, self._open_path())
-        for number, path, urls, spider in spooled:
-            batch = _Batch(number, urls, spider, path=path)
+        for number, path, urls, spider, job_id in spooled:
+            batch = _Batch(number, urls, spider, path=path, **({"job_id": job_id} if job_id else {}))
             self._spooled[number] = batch
             self._send(batch)
         if spooled or open_urls:
@@ -346,15 +351,16 @@ def _by_spider(urls: list[str], spider_of: Callable[[str], str]) -> dict[str, li
     return groups
 
 
-def _read_spool(directory: str, open_path: str) -> tuple[list[tuple[int, str, list[str], str]], list[str]]:
+def _read_spool(directory: str, open_path: str) -> tuple[list[tuple[int, str, list[str], str, str]], list[str]]:
     spooled = []
     for name in sorted(os.listdir(directory)):
         if name.startswith("batch-") and name.endswith(".json"):
             path = os.path.join(directory, name)
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
-            spooled.append((int(data["batch"]), path, list(data["urls"]), str(data.get("spider", ""))))
-    in_batches = {url for _, _, urls, _ in spooled for url in urls}
+            spooled.append((int(data["batch"]), path, list(data["urls"]), str(data.get("spider", "")),
+                            str(data.get("job_id", ""))))
+    in_batches = {url for _, _, urls, _, _ in spooled for url in urls}
     open_urls: list[str] = []
     if os.path.exists(open_path):
         with open(open_path, encoding="utf-8") as f:

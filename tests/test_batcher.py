@@ -101,7 +101,8 @@ class BatcherTests(unittest.TestCase):
         yield self.settle(b)
         (sent,) = self.nodes[0].batches
         names = [k for k, _ in sent["fields"]]
-        self.assertEqual(sorted(names), ["batch", "project", "setting", "setting", "spider"])
+        self.assertEqual(sorted(names), ["batch", "jobid", "project", "setting", "setting", "spider"])
+        self.assertRegex(dict(sent["fields"])["jobid"], r"^[0-9a-f]{32}$")  # a job id of the batch's own
         self.assertEqual((dict(sent["fields"])["project"], dict(sent["fields"])["spider"]), ("shop", "items"))
         self.assertEqual(sent["settings"]["FEED_URI"], "ftp://user:secret@spark/%(batch)s_%(name)s_%(time)s.jl")
         self.assertEqual((sent["batch"], sent["urls"]), ("1", urls))
@@ -180,6 +181,7 @@ class BatcherTests(unittest.TestCase):
         stopping = b.stopService()
         while not self.nodes[0].hanging:
             yield _turn()
+        first_jobid = dict(parse_qsl(self.nodes[0].hanging[0].content.getvalue().decode()))["jobid"]
         self.assertNoResult(stopping)
         self.clock.advance(5)
         yield stopping
@@ -187,6 +189,7 @@ class BatcherTests(unittest.TestCase):
         again = self.batcher([self.target()])
         yield self.settle(again)
         self.assertEqual(len(self.nodes[1].batches[0]["urls"]), 7)
+        self.assertEqual(dict(self.nodes[1].batches[0]["fields"])["jobid"], first_jobid)  # the same job, sent again
         self.assertEqual(again.status()["spooled"], 0)
 
     @defer.inlineCallbacks

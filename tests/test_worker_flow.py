@@ -202,6 +202,25 @@ class FlowTests(WorkerTestBase):
             self.assertEqual(sorted(i["url"] for i in self.feed_items(batch)), sorted(self.ok_finals(paths)))
 
     @defer.inlineCallbacks
+    def test_a_batch_sent_again_runs_once(self) -> Any:
+        """The same job id for the same request (a frontier resending its spool) is the same job, even after a
+        restart and after its file was pruned; the same id for another request is refused while it runs."""
+        service = self.worker(finished_to_keep=0)
+        batch = [("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()), ("batch", "4"),
+                 ("jobid", "b4"), ("setting", self.urls(*self.good(0, 3)))]
+        yield self.schedule(*batch)
+        again = yield self.schedule(*batch)
+        self.assertEqual(again, "b4")
+        yield service.runner.when_done("b4")
+        yield service.stopService()
+        service = self.worker(finished_to_keep=0)
+        self.assertEqual((yield self.schedule(*batch)), "b4")
+        yield self.shipper.settled()
+        self.assertEqual(len(self.feed_items("4")), 3)
+        self.assertEqual(service.runner.pending(), [])
+        self.assertEqual(service.runner._pipeline.totals["requests"], 0)
+
+    @defer.inlineCallbacks
     def test_an_empty_job_ships_an_empty_file(self) -> Any:
         """A job whose URLs make no item (404s only) ships an empty feed file: done, with nothing in it."""
         service = self.worker()

@@ -55,6 +55,11 @@ class WorkerConfig:
         return os.path.join(self.data_dir, "worker", "itemized")
 
     @property
+    def accepted_dir(self) -> str:
+        """The ids of every job this worker accepted (see accepted.py)."""
+        return os.path.join(self.data_dir, "worker", "accepted")
+
+    @property
     def default_feed_uri(self) -> str:
         """The FEED_URI template of jobs that name none."""
         if self.feed_template:

@@ -34,6 +34,7 @@ from ..lifecycle import InFlight
 from .config import WorkerConfig
 from .files import ItemsFile
 from .jobs import CANCELLED, ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
+from .accepted import Accepted, digest
 from .itemized import Itemized
 from .pipeline import Pipeline, Run
 
@@ -70,6 +71,7 @@ class JobRunner:
         self._io = io
         itemized = Itemized(config.itemized_dir, reactor, config.redirect_window)
         self._pipeline = Pipeline(reactor, config, fetcher, parser, pages, itemized)
+        self.accepted = Accepted(config.accepted_dir)
         self._shipper = shipper
         self._render_uri = render_uri
         self.incoming_dir = incoming_dir
@@ -134,9 +136,16 @@ class JobRunner:
     # -- the API's part ---------------------------------------------------------------------------------------
 
     def submit(self, job: Job) -> Deferred[Job]:
-        """Persist a new job, then queue it; fires once it is durable."""
+        """Persist a new job, then queue it; fires once it is durable.
+
+        A job id accepted before for the same request (a batch sent again) fires with that job, and nothing
+        runs twice."""
         if self.stopping:
             return defer.fail(WorkerStopping("the worker is shutting down"))
+        again = self._accepted_before(job)
+        if again is not None:
+            log.info("Worker: job {id} was accepted before; not run again", id=job.id)
+            return defer.succeed(again)
         old = self.jobs.get(job.id)
         if (old is not None and old.state not in ENDED) or job.id in self.runs:
             return defer.fail(JobExists(job.id))
@@ -144,8 +153,20 @@ class JobRunner:
         job.seq, job.created, job.state = self._seq, self._reactor.seconds(), PENDING
         self.jobs[job.id] = job
         d: Deferred[Any] = self._store.save(job)
+        d.addCallback(lambda _: self._io(self.accepted.put, job))
         d.addCallbacks(self._accepted, self._not_accepted, callbackArgs=(job,), errbackArgs=(job, old))
         return d
+
+    def _accepted_before(self, job: Job) -> Job | None:
+        """The job accepted under ``job.id`` for the same request, if any (the job itself when pruned since)."""
+        known = self.jobs.get(job.id)
+        wanted = digest(job)
+        if known is not None:
+            return known if digest(known) == wanted else None
+        if self.accepted.get(job.id) == wanted:
+            job.state = FINISHED
+            return job
+        return None
 
     def _accepted(self, _: None, job: Job) -> Job:
         if job.state == PENDING:

@@ -119,6 +119,7 @@ class WorkerService(Service):
         """Load the persisted jobs, start running them, then listen."""
         jobs = self.job_store.load()
         self.runner._pipeline.itemized.open()
+        self.runner.accepted.open()
         self.port = self._reactor.listenTCP(self.config.port, self.site, interface=self.config.bind)
         super().startService()
         self._threads = ThreadPool(1, 1, name="spiderd-worker-io")
@@ -142,6 +143,7 @@ class WorkerService(Service):
             self._threads.stop()
             self._threads = None
         self.runner._pipeline.itemized.close()
+        self.runner.accepted.close()
 
 
 def default_incoming_dir(shipper: Any) -> str:

@@ -1,0 +1,50 @@
+"""The job ids this worker ever accepted, with a digest of what each asked for.
+
+The batcher names each batch's job (``jobid``, a random id kept with the
+batch in its spool).  A frontier that dies after its POST was accepted but
+before it knew sends the batch again at its next start: the worker answers
+"ok" with the same job and runs nothing twice, even long after the job's
+file was pruned.  The same id with a different request is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+import plyvel
+
+from .jobs import Job
+
+
+def digest(job: Job) -> bytes:
+    """What a job asked for (project, spider, version, settings, arguments), as 16 bytes."""
+    what = [job.project, job.spider, job.version, sorted(job.settings.items()), sorted(job.args.items())]
+    return hashlib.blake2b(json.dumps(what).encode("utf-8"), digest_size=16).digest()
+
+
+class Accepted:
+    """A LevelDB of job id -> digest (opened at the worker's start, written once a job file is durable)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._db: Any = None
+
+    def open(self) -> None:
+        os.makedirs(self._path, exist_ok=True)
+        self._db = plyvel.DB(self._path, create_if_missing=True, bloom_filter_bits=10)
+
+    def get(self, job_id: str) -> bytes | None:
+        """The digest of the job accepted under ``job_id``, or None."""
+        return self._db.get(job_id.encode("utf-8"))
+
+    def put(self, job: Job) -> None:
+        """Remember ``job`` as accepted (blocking: run it on the I/O thread)."""
+        self._db.put(job.id.encode("utf-8"), digest(job), sync=True)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
