@@ -1,23 +1,36 @@
-"""spiderd against Scrapy on equal work: the same generated site, the same rules, items as JSON lines.
+"""spiderd against Scrapy on equal work, on the paths users run: the same generated site, the same rules,
+items as JSON lines.
 
     python bench/crawl.py                 # 200 list pages, 10,000 detail pages of 20-60 KB
     python bench/crawl.py --details 2000  # a quicker run
+    python bench/crawl.py --only fast,mission   # some of the runs (fast, fast_store, mission, mission_store,
+                                                # split, http10, scrapy, scrapy_http10)
 
-The site is written as static files and served by nginx (Debian's, if
-installed) or else by ``python -m spiderd.demo.site`` in its own process.
-nginx serves it without gzip (``--gzip`` turns it on): on a 2-core machine
-the server's compression would take the crawlers' CPU, and both crawlers
-would spend CPU inflating; the work stays equal either way.
-Scrapy runs from its own virtualenv (``--scrapy-venv``, created with
-``pip install scrapy`` on first use): a CrawlSpider with the same rules,
-``CONCURRENT_REQUESTS`` 16 and 64, the same per-domain limit, no delay, no
-robots.txt (spiderd's robots check is off too), items to a JSON-lines feed.
-spiderd runs ``twistd -n spiderd --exit-when-done`` with the page store off,
-then again with it on (SQLite, lzma preset 1).
+The runs, each ``twistd -n spiderd --exit-when-done`` (or Scrapy) to the end of the crawl:
 
-CPU is user+system seconds of the crawler and every process it started
-(spiderd's parser processes included); RSS is the peak of the sum over that
-process tree, sampled every 100 ms.  Ends with one ``RESULT`` line.
+- ``fast``: the all role fetching detail pages itself (``[batch] targets = []``), page store off;
+  ``fast_store``: the same with the SQLite store on (lzma preset 1);
+- ``mission``: the all role as it is deployed by default: list pages in the crawler, detail pages in
+  batches over ``schedule.json`` to the node's own worker (``targets = ["local"]``), items in the
+  worker's feed files; store off; ``mission_store``: the same with the store on;
+- ``split``: a ``frontier`` and a ``worker`` in two processes over loopback (timed until the worker has
+  run every batch);
+- ``http10``: the mission path against the site served by Python's ``http.server`` (HTTP/1.0, a
+  connection closed after every answer), a 1,000-detail-page copy, concurrency 16, as a server on the web
+  may be; ``scrapy_http10``: Scrapy against the same server;
+- ``scrapy``: a CrawlSpider with the same rules, ``CONCURRENT_REQUESTS`` 16 and 64 (the faster counts),
+  the same per-domain limit, no delay, no robots.txt (spiderd's robots check is off too), items to a
+  JSON-lines feed.
+
+The site is written as static files and served by nginx (Debian's, if installed) or else by ``python -m
+spiderd.demo.site`` in its own process. nginx serves it without gzip (``--gzip`` turns it on): on a 2-core
+machine the server's compression would take the crawlers' CPU. Scrapy runs from its own virtualenv
+(``--scrapy-venv``, created with ``pip install scrapy`` on first use; ``--skip-scrapy`` leaves it out).
+
+Needs, beyond ``pip install .``: nothing (nginx is optional, Scrapy is installed on first use).
+CPU is user+system seconds of the crawler and every process it started (spiderd's parser processes and,
+for ``split``, the worker process included); RSS is the peak of the sum over that process tree, sampled
+every 100 ms.  Ends with one ``RESULT`` line.
 """
 
 from __future__ import annotations
@@ -82,6 +95,7 @@ class Run:
     cpu: float
     rss_mb: float
     items: int
+    expected_items: int = 0
 
     @property
     def pages_per_s(self) -> float:
@@ -112,16 +126,18 @@ def tree_rss_kb(pid: int) -> int:
     return total
 
 
-def measure(name: str, command: list[str], cwd: Path, count_pages, count_items, env=None) -> Run:
-    """Run ``command`` to completion; its CPU (children included), wall time and peak tree RSS."""
+def measure(name: str, command: list[str], cwd: Path, count_pages, count_items, env=None, until=None,
+            extra_pids=()) -> Run:
+    """Run ``command`` to completion (and then until ``until()`` is true); its CPU (children included), wall
+    time and peak RSS of its process tree (and of ``extra_pids``')."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     log = open(cwd / f"{name}.log", "w")
     child = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
     peak = 0
-    while child.poll() is None:
-        peak = max(peak, tree_rss_kb(child.pid))
-        time.sleep(0.1)  # sampling another process's memory
+    while child.poll() is None or (until is not None and child.returncode == 0 and not until()):
+        peak = max(peak, tree_rss_kb(child.pid) + sum(tree_rss_kb(p) for p in extra_pids))
+        time.sleep(0.1)  # sampling other processes' memory
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -168,55 +184,116 @@ def wait_port(port: int) -> None:
     raise SystemExit("the web server did not start")
 
 
-def spiderd_config(work: Path, root: str, store: bool) -> Path:
-    data = work / ("spiderd-store" if store else "spiderd")
-    config = work / f"{data.name}.toml"
+def spiderd_config(work: Path, root: str, name: str, *, store: bool, targets: str = "[]", role: str = "all",
+                   concurrency: int = 64, extra: str = "") -> Path:
+    """The configuration of one spiderd run (its own data directory ``work/name``)."""
+    data = work / name
+    config = work / f"{name}.toml"
+    host = root.split("//", 1)[1].split(":", 1)[0]
     config.write_text(textwrap.dedent(f"""\
         [spiderd]
+        role = "{role}"
         data_dir = "{data}"
         log_interval = 5
         exit_when_done = true
         [pool]
         seeds = ["{root}"]
         [fetch]
-        concurrency = 64
-        per_host_concurrency = 64
+        concurrency = {concurrency}
+        per_host_concurrency = {concurrency}
         robots = false
         [batch]
-        targets = []
+        targets = {targets}
         [store]
         url = "{'sqlite:///pages.sqlite3' if store else 'none'}"
         [items]
         rotate_count = 100000
+        [api]
+        port = 0
         [[sites]]
         name = "shop"
-        allowed_hosts = ["127.0.0.1"]
+        allowed_hosts = ["{host}"]
         list_urls = ['/$', '{LIST_RE}']
         detail_urls = ['{DETAIL_RE}']
         [sites.fields]
         title = "css:h1.title::text"
         price = "css:span.price::text"
         tags = {{ css = "a[rel=tag]::text", all = true }}
-        """))
+        """) + extra)
     return config
 
 
-def run_spiderd(work: Path, root: str, store: bool) -> Run:
-    config = spiderd_config(work, root, store)
-    data = work / ("spiderd-store" if store else "spiderd")
-    name = "spiderd+store" if store else "spiderd"
+def twistd(config: Path, *args: str) -> list[str]:
+    return [sys.executable, "-c", TWISTD, "-n", "--pidfile=", "spiderd", "--config", str(config), *args]
 
-    def pages() -> int:
-        log = (work / f"{name}.log").read_text()
-        summary = [line for line in log.splitlines() if "Summary:" in line][-1]
-        return int(summary.split("Summary: ")[1].split()[0])
+
+def count_lines(files: list[Path]) -> int:
+    return sum(1 for f in files for _ in f.open())
+
+
+def run_spiderd(work: Path, root: str, name: str, pages: int, **options: object) -> Run:
+    """One all-role crawl to its end; items in ``items/`` (fetched here) or the worker's ``feeds/``."""
+    config = spiderd_config(work, root, name, **options)  # type: ignore[arg-type]
+    data = work / name
 
     def items() -> int:
-        return sum(1 for f in (data / "items").glob("*.jl") for _ in f.open())
+        return count_lines(list((data / "items").glob("*.jl")) + list((data / "feeds").glob("*.jl")))
 
-    command = [sys.executable, "-c", TWISTD, "-n", "--pidfile=", "spiderd", "--config", str(config)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return measure(name, command, work, pages, items, env)
+    return measure(name, twistd(config), work, lambda: pages, items, env)
+
+
+def run_split(work: Path, root: str, pages: int) -> Run:
+    """A frontier and a worker in two processes; timed until the worker has run every batch it was sent."""
+    port = free_port()
+    worker_cfg = spiderd_config(work, root, "split-worker", store=False, role="worker",
+                                extra=f"[worker]\nport = {port}\n")
+    worker_cfg.write_text(worker_cfg.read_text().replace("exit_when_done = true", "exit_when_done = false"))
+    frontier_cfg = spiderd_config(work, root, "split", store=False, role="frontier",
+                                  targets=f'["127.0.0.1:{port}"]')
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    log = open(work / "split-worker.log", "w")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    worker = subprocess.Popen(twistd(worker_cfg), cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_port(port)
+        run = measure("split", twistd(frontier_cfg), work, lambda: pages, lambda: 0, env,
+                      until=lambda: worker_idle(port), extra_pids=[worker.pid])
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    run.cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    run.items = count_lines(list((work / "split-worker" / "feeds").glob("*.jl")))
+    return run
+
+
+def worker_idle(port: int) -> bool:
+    """True once the worker at ``port`` has no job pending or running."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/daemonstatus.json", timeout=5) as answer:
+        status = json.load(answer)
+    return status["pending"] == 0 and status["running"] == 0
+
+
+HTTP10_SERVER = textwrap.dedent("""\
+    import functools, http.server, sys
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
+    http.server.SimpleHTTPRequestHandler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), handler)
+    server.daemon_threads = True
+    server.request_queue_size = 256
+    server.serve_forever()
+    """)
+
+
+def serve_http10(site_dir: Path) -> tuple[str, subprocess.Popen]:
+    """Python's http.server (HTTP/1.0: one connection per request, closed after the answer) on a free port."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", HTTP10_SERVER, str(site_dir), str(port)])
+    wait_port(port)
+    return f"http://127.0.0.1:{port}/", server
 
 
 def scrapy_venv(path: Path) -> Path:
@@ -228,11 +305,11 @@ def scrapy_venv(path: Path) -> Path:
     return scrapy
 
 
-def run_scrapy(work: Path, root: str, scrapy: Path, concurrency: int) -> Run:
+def run_scrapy(work: Path, root: str, scrapy: Path, concurrency: int, suffix: str = "") -> Run:
     spider = work / "shop_spider.py"
     spider.write_text(SCRAPY_SPIDER)
-    feed = work / f"scrapy-{concurrency}.jl"
-    name = f"scrapy-c{concurrency}"
+    name = f"scrapy{suffix}-c{concurrency}"
+    feed = work / f"{name}.jl"
     stats = work / f"{name}.stats.json"
     command = [
         str(scrapy), "runspider", str(spider), "-o", f"{feed}:jsonlines", "-a", f"root={root}",
@@ -253,52 +330,149 @@ def _scrapy_pages(log: Path) -> int:
     raise SystemExit(f"no response count in {log}")
 
 
+RUNS = ("fast", "fast_store", "mission", "mission_store", "split", "http10", "scrapy", "scrapy_http10")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lists", type=int, default=200)
     parser.add_argument("--details", type=int, default=10000)
+    parser.add_argument("--http10-details", type=int, default=1000)
     parser.add_argument("--scrapy-venv", default=str(Path(tempfile.gettempdir()) / "spiderd-bench-scrapy"))
     parser.add_argument("--skip-scrapy", action="store_true")
+    parser.add_argument("--only", default=",".join(RUNS), help="comma-separated runs (default: all)")
     parser.add_argument("--gzip", action="store_true", help="let nginx gzip the pages")
     args = parser.parse_args()
     global GZIP
     GZIP = args.gzip
+    only = set(args.only.split(","))
+    if only - set(RUNS):
+        raise SystemExit(f"--only: unknown runs {sorted(only - set(RUNS))}; known: {', '.join(RUNS)}")
+    if args.skip_scrapy:
+        only -= {"scrapy", "scrapy_http10"}
     spec = SiteSpec(lists=args.lists, details=args.details, detail_size=(20000, 60000), faults=False, seed=7)
+    small = SiteSpec(lists=max(1, args.http10_details // 50), details=args.http10_details,
+                     detail_size=(20000, 60000), faults=False, seed=7)
     work = Path(tempfile.mkdtemp(prefix="spiderd-bench-crawl-"))
+    scrapy = scrapy_venv(Path(args.scrapy_venv)) if only & {"scrapy", "scrapy_http10"} else None
     write_static(spec, work / "site")
     root, server = serve(work / "site", work, spec)
+    servers = [server]
     try:
-        report(work, root, spec, args)
+        runs = crawls(work, root, spec, only, scrapy)
+        if only & {"http10", "scrapy_http10"}:
+            write_static(small, work / "site10")
+            root10, server10 = serve_http10(work / "site10")
+            servers.append(server10)
+            runs.update(http10(work, root10, small, only, scrapy))
+        report(runs)
     finally:
-        server.send_signal(signal.SIGQUIT if shutil.which("nginx") else signal.SIGTERM)
-        server.wait()
+        for server in servers:
+            server.send_signal(signal.SIGQUIT if server is servers[0] and shutil.which("nginx") else signal.SIGTERM)
+            server.wait()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def report(work: Path, root: str, spec: SiteSpec, args: argparse.Namespace) -> None:
+def crawls(work: Path, root: str, spec: SiteSpec, only: set[str], scrapy: Path | None) -> dict[str, Run]:
+    """The runs against the main site, in a fixed order."""
+    pages = spec.lists + spec.details + 1  # the root links every list page
     print(f"site: {spec.lists} list pages, {spec.details} detail pages of 20-60 KB at {root}", flush=True)
-    runs = [run_spiderd(work, root, store=False)]
-    print(runs[-1].line(), flush=True)
-    runs.append(run_spiderd(work, root, store=True))
-    print(runs[-1].line(), flush=True)
-    if args.skip_scrapy:
-        return
-    scrapy = scrapy_venv(Path(args.scrapy_venv))
-    for concurrency in (16, 64):
-        runs.append(run_scrapy(work, root, scrapy, concurrency))
-        print(runs[-1].line(), flush=True)
-    ours, stored = runs[0], runs[1]
-    best = max(runs[2:], key=lambda r: r.pages_per_s)
-    speedup = ours.pages_per_s / best.pages_per_s
-    cpu_ratio = ours.cpu_per_1k / best.cpu_per_1k
-    print(f"spiderd vs the faster Scrapy run ({best.name}): {speedup:.2f}x pages/s, {cpu_ratio:.2f}x CPU per page; "
-          f"with the page store on: {stored.pages_per_s / best.pages_per_s:.2f}x pages/s")
-    print(
-        f"RESULT spiderd_pages_per_s={ours.pages_per_s:.0f} scrapy_pages_per_s={best.pages_per_s:.0f} "
-        f"speedup={speedup:.2f} spiderd_cpu_per_1k={ours.cpu_per_1k:.2f} scrapy_cpu_per_1k={best.cpu_per_1k:.2f} "
-        f"cpu_ratio={cpu_ratio:.2f} spiderd_rss_mb={ours.rss_mb:.0f} scrapy_rss_mb={best.rss_mb:.0f} "
-        f"spiderd_store_pages_per_s={stored.pages_per_s:.0f}"
-    )
+    plans = {
+        "fast": dict(store=False), "fast_store": dict(store=True),
+        "mission": dict(store=False, targets='["local"]'), "mission_store": dict(store=True, targets='["local"]'),
+    }
+    runs: dict[str, Run] = {}
+    for name, options in plans.items():
+        if name in only:
+            runs[name] = run_spiderd(work, root, name, pages, **options)  # type: ignore[arg-type]
+            print(runs[name].line(), flush=True)
+    if "split" in only:
+        runs["split"] = run_split(work, root, pages)
+        print(runs["split"].line(), flush=True)
+    if "scrapy" in only and scrapy is not None:
+        tries = [run_scrapy(work, root, scrapy, concurrency) for concurrency in (16, 64)]
+        for run in tries:
+            print(run.line(), flush=True)
+        runs["scrapy"] = max(tries, key=lambda r: r.pages_per_s)
+    for run in runs.values():
+        run.expected_items = spec.details
+    return runs
+
+
+def http10(work: Path, root: str, spec: SiteSpec, only: set[str], scrapy: Path | None) -> dict[str, Run]:
+    """The runs against the HTTP/1.0 server, at concurrency 16."""
+    pages = spec.lists + spec.details + 1
+    print(f"HTTP/1.0 site (Python's http.server): {spec.lists} list pages, {spec.details} detail pages at {root}",
+          flush=True)
+    runs: dict[str, Run] = {}
+    if "http10" in only:
+        runs["http10"] = run_spiderd(work, root, "http10", pages, store=False, targets='["local"]', concurrency=16)
+        print(runs["http10"].line() + "  " + failures(work / "http10.log"), flush=True)
+    if "scrapy_http10" in only and scrapy is not None:
+        runs["scrapy_http10"] = run_scrapy(work, root, scrapy, 16, suffix="-http10")
+        print(runs["scrapy_http10"].line(), flush=True)
+    for run in runs.values():
+        run.expected_items = spec.details
+    return runs
+
+
+def failures(log: Path) -> str:
+    """The statuses of the summary line (resets and failures show there)."""
+    summary = [line for line in log.read_text().splitlines() if "Summary:" in line]
+    return summary[-1].split("statuses: ", 1)[-1] if summary else "(no summary)"
+
+
+def report(runs: dict[str, Run]) -> None:
+    """Ratios and the RESULT line (keys of runs that did not take place are left out)."""
+    fields: list[tuple[str, float, str]] = []
+
+    def figure(key: str, value: float, fmt: str = ".0f") -> None:
+        fields.append((key, value, fmt))
+
+    fast, scrapy = runs.get("fast"), runs.get("scrapy")
+    if fast:
+        figure("spiderd_pages_per_s", fast.pages_per_s)
+    if scrapy:
+        figure("scrapy_pages_per_s", scrapy.pages_per_s)
+    if fast and scrapy:
+        figure("speedup", fast.pages_per_s / scrapy.pages_per_s, ".2f")
+        figure("spiderd_cpu_per_1k", fast.cpu_per_1k, ".2f")
+        figure("scrapy_cpu_per_1k", scrapy.cpu_per_1k, ".2f")
+        figure("cpu_ratio", fast.cpu_per_1k / scrapy.cpu_per_1k, ".2f")
+        figure("spiderd_rss_mb", fast.rss_mb)
+        figure("scrapy_rss_mb", scrapy.rss_mb)
+    if runs.get("fast_store"):
+        figure("spiderd_store_pages_per_s", runs["fast_store"].pages_per_s)
+        figure("store_cpu_per_1k", runs["fast_store"].cpu_per_1k, ".2f")
+    mission, stored = runs.get("mission"), runs.get("mission_store")
+    if mission:
+        figure("spiderd_mission_pages_per_s", mission.pages_per_s)
+        figure("mission_cpu_per_1k", mission.cpu_per_1k, ".2f")
+        if fast:
+            figure("mission_vs_fast", mission.pages_per_s / fast.pages_per_s, ".2f")
+    if stored:
+        figure("spiderd_mission_store_pages_per_s", stored.pages_per_s)
+        figure("mission_store_cpu_per_1k", stored.cpu_per_1k, ".2f")
+        if scrapy:
+            figure("mission_store_vs_scrapy", stored.pages_per_s / scrapy.pages_per_s, ".2f")
+    if runs.get("split"):
+        figure("split_pages_per_s", runs["split"].pages_per_s)
+        figure("split_cpu_per_1k", runs["split"].cpu_per_1k, ".2f")
+        if mission:
+            figure("split_vs_mission", runs["split"].pages_per_s / mission.pages_per_s, ".2f")
+    h10, s10 = runs.get("http10"), runs.get("scrapy_http10")
+    if h10:
+        figure("http10_pages_per_s", h10.pages_per_s)
+        figure("http10_cpu_per_1k", h10.cpu_per_1k, ".2f")
+    if s10:
+        figure("scrapy_http10_pages_per_s", s10.pages_per_s)
+        figure("scrapy_http10_cpu_per_1k", s10.cpu_per_1k, ".2f")
+        if h10:
+            figure("http10_vs_scrapy", h10.pages_per_s / s10.pages_per_s, ".2f")
+    for run in runs.values():
+        if run.items and run.items != run.expected_items:
+            print(f"warning: {run.name} wrote {run.items} items, {run.expected_items} expected", flush=True)
+    print("RESULT " + " ".join(f"{key}={value:{fmt}}" for key, value, fmt in fields))
 
 
 if __name__ == "__main__":
