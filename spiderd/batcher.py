@@ -37,7 +37,7 @@ from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
 from .feed import redact
-from .fsutil import unlink_quietly, write_atomically
+from .fsutil import unlink_quietly, write_many_atomically
 from .lifecycle import InFlight
 
 log = Logger()
@@ -182,13 +182,17 @@ class Batcher(Service):
         self._open.extend(fresh)
         self._open_set.update(fresh)
         if len(self._open) >= self._config.batch_size:
-            yield self._seal()
-        elif self._timer is None or not self._timer.active():
-            self._timer = self._clock.callLater(self._config.flush_interval, self._flush_timer)
+            yield self._seal(everything=False)
+        self._arm_timer()
         return len(fresh)
 
+    def _arm_timer(self) -> None:
+        """Have the open batch sent ``flush_interval`` after now, unless it is empty or a timer is set."""
+        if self._open and self.running and (self._timer is None or not self._timer.active()):
+            self._timer = self._clock.callLater(self._config.flush_interval, self._flush_timer)
+
     def flush(self) -> Deferred[None]:
-        """Seal the open batch now (the crawl is over: no reason to wait for the timer)."""
+        """Seal every open URL now (the crawl is over: no reason to wait for the timer)."""
         return self._lock.run(self._seal)
 
     def idle(self) -> bool:
@@ -199,26 +203,27 @@ class Batcher(Service):
         self._lock.run(self._seal).addErrback(lambda f: log.failure("Sealing a batch", f))
 
     @defer.inlineCallbacks
-    def _seal(self) -> Any:
-        """Number the open URLs (split by the byte limit), spool them as batches, send them."""
+    def _seal(self, everything: bool = True) -> Any:
+        """Cut the open URLs into batches (all of them, or only full batches), number them (split by the
+        byte limit), spool them in one write and send them: work per call, never a chain per batch."""
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
-        urls = self._open[: self._config.batch_size]
-        if not urls:
+        size = self._config.batch_size
+        count = len(self._open) if everything else len(self._open) // size * size
+        if not count:
             return
-        chunks = [(spider, chunk) for spider, same in _by_spider(urls, self._spider_of).items()
+        cut, rest = self._open[:count], self._open[count:]
+        chunks = [(spider, chunk) for start in range(0, count, size)
+                  for spider, same in _by_spider(cut[start:start + size], self._spider_of).items()
                   for chunk in split(same, self._config.max_setting_bytes)]
         first = yield self._pool.next_batch(len(chunks))
         batches = [_Batch(first + i, chunk, spider) for i, (spider, chunk) in enumerate(chunks)]
-        rest = self._open[len(urls) :]
         yield self._in_thread(self._write_sealed, batches, rest)
         self._open = rest
         self._open_set = set(rest)
         for batch in batches:
             self._spooled[batch.number] = batch
             self._send(batch)
-        if len(self._open) >= self._config.batch_size:
-            yield self._seal()
 
     # -- sending --------------------------------------------------------------------
 
@@ -267,11 +272,13 @@ class Batcher(Service):
         return os.path.join(self._dir, "open.jl")
 
     def _write_sealed(self, batches: list[_Batch], rest: list[str]) -> None:
+        files = []
         for batch in batches:
             batch.path = os.path.join(self._dir, f"batch-{batch.number}.json")
             data = {"batch": batch.number, "spider": batch.spider, "job_id": batch.job_id, "urls": batch.urls}
-            write_atomically(batch.path, json.dumps(data).encode())
-        write_atomically(self._open_path(), "".join(u + "\n" for u in rest).encode())
+            files.append((batch.path, json.dumps(data).encode()))
+        files.append((self._open_path(), "".join(u + "\n" for u in rest).encode()))
+        write_many_atomically(files)
 
     @defer.inlineCallbacks
     def _recover(self) -> Any:
@@ -288,7 +295,7 @@ class Batcher(Service):
         self._open_set.update(open_urls)
         if open_urls:
             yield self._pool.seen_add(open_urls)
-            self._timer = self._clock.callLater(self._config.flush_interval, self._flush_timer)
+            self._arm_timer()
 
     def _in_thread(self, function: Any, *args: Any) -> Deferred[Any]:
         return deferToThreadPool(self._reactor, self._threads, function, *args)

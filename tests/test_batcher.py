@@ -122,6 +122,32 @@ class BatcherTests(unittest.TestCase):
         self.assertEqual(b.status()["open"], 1)
 
     @defer.inlineCallbacks
+    def test_many_small_batches_in_one_add(self) -> Any:
+        """10,000 URLs in one add with batches of 20: 500 batches sent, in one spool write, and the batcher still
+        takes adds and stops (no chain of Deferreds that grows per batch)."""
+        b = self.batcher([self.target()], batch_size=20)
+        urls = [f"http://shop.example/item/{i}.html" for i in range(10_000)]
+        self.assertEqual((yield b.add(urls)), 10_000)
+        yield self.settle(b)
+        self.assertEqual(len(self.nodes[0].batches), 500)
+        sent = sorted(u for batch in self.nodes[0].batches for u in batch["urls"])
+        self.assertTrue(sent == sorted(urls), "the batches do not carry every URL once")
+        self.assertEqual((yield b.add(["http://shop.example/late.html"])), 1)
+        yield b.stopService()
+        self.assertEqual(len(self.nodes[0].batches), 501)
+
+    @defer.inlineCallbacks
+    def test_leftover_of_a_sealing_add_is_sent_by_the_timer(self) -> Any:
+        """URLs left open by an add that sealed full batches go out flush_interval later, with no later add."""
+        b = self.batcher([self.target()], batch_size=10, flush_interval=5)
+        yield b.add([f"http://shop.example/item/{i}.html" for i in range(25)])
+        yield self.settle(b)
+        self.assertEqual((len(self.nodes[0].batches), b.status()["open"]), (2, 5))
+        self.clock.advance(5)
+        yield self.settle(b)
+        self.assertEqual([len(batch["urls"]) for batch in self.nodes[0].batches], [10, 10, 5])
+
+    @defer.inlineCallbacks
     def test_flush_timer_sends_a_partial_batch(self) -> Any:
         """A slow crawl's partial batch goes out flush_interval seconds after its first URL."""
         b = self.batcher([self.target()], flush_interval=30)
