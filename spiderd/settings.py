@@ -7,6 +7,7 @@ fetch.timeout: expected a number, got 'ten'``) and is raised as
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -336,8 +337,18 @@ def _expect(value: Any, types: type | tuple[type, ...], what: str) -> Any:
     return value
 
 
-def _number(value: Any) -> float:
-    return float(_expect(value, (int, float), "a number"))
+MAX_SECONDS = 1e9  # about 31 years: the largest duration (or number) a setting or a request may give
+
+
+def finite_number(value: Any) -> float:
+    """``value`` as a float; refuses booleans, non-numbers, NaN, infinities and magnitudes over MAX_SECONDS."""
+    number = float(_expect(value, (int, float), "a number"))
+    if not math.isfinite(number) or abs(number) > MAX_SECONDS:
+        raise ValueError(f"must be a finite number of at most {MAX_SECONDS:.0e}, got {value!r}")
+    return number
+
+
+_number = finite_number
 
 
 def _positive(value: Any) -> float:

@@ -23,6 +23,7 @@ from twisted.web import http
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
+from .. import settings as cfg
 from ..pool.redis.link import RedisPoolError
 from ..urls import BadURL, canonicalize
 from . import node as nodes
@@ -202,9 +203,7 @@ class ApiResource(Resource):
         """``{"urls": [...], "refresh_span": 600}``: hubs beside the configured ones, kept across restarts."""
         body = _body(request, {"urls", "refresh_span"})
         good, rejected = self._urls(body)
-        span = body.get("refresh_span")
-        if span is not None and (isinstance(span, bool) or not isinstance(span, (int, float)) or not span > 0):
-            raise ApiError(f"'refresh_span' must be a number of seconds greater than 0, got {span!r}")
+        span = _seconds(body, "refresh_span")
         seeds = self._node.seeds
         if seeds is None:
             raise ApiError(_NO_POOL.format(role=self._node.role), http.NOT_FOUND)
@@ -347,3 +346,18 @@ def _flag(body: dict[str, Any], name: str) -> bool:
     if not isinstance(value, bool):
         raise ApiError(f"{name!r} must be true or false, got {value!r}")
     return value
+
+
+def _seconds(body: dict[str, Any], key: str) -> float | None:
+    """``body[key]`` as a number of seconds (more than 0, finite, at most MAX_SECONDS), or None when absent."""
+    value = body.get(key)
+    if value is None:
+        return None
+    try:
+        seconds = cfg.finite_number(value)
+    except (TypeError, ValueError):
+        seconds = 0.0
+    if not seconds > 0:
+        raise ApiError(f"{key!r} must be a number of seconds, more than 0 and at most {cfg.MAX_SECONDS:.0e}, "
+                       f"got {value!r}")
+    return seconds
