@@ -36,7 +36,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
-from .feed import redact
+from .core.secrets import redact
 from .fsutil import unlink_quietly, write_many_atomically
 from .lifecycle import InFlight
 

@@ -49,6 +49,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from .core.secrets import redact
 from .lifecycle import InFlight
 from .fsutil import fsync_dir, fsync_file, unlink_quietly, write_atomically
 
@@ -124,25 +125,6 @@ def render_uri(template: str, params: Mapping[str, Any]) -> str:
         raise ValueError(f"feed URI {redact(template)!r} is not a %(name)s template: {e}") from None
     parse_target(uri)
     return uri
-
-
-def redact(uri: str) -> str:
-    """``uri`` with the password, if any, replaced by ``***`` (for logs and the status API)."""
-    scheme, sep, rest = uri.partition("://")
-    if not sep:
-        return uri
-    end = min([i for i in (rest.find(c) for c in "/?#") if i >= 0] or [len(rest)])
-    netloc = rest[:end]
-    if "@" not in netloc:
-        port = netloc.rpartition(":")[2]
-        if ":" not in netloc or port.isdigit() or "@" not in rest:
-            return uri
-        end = rest.rfind("@")  # a raw '/' in the password: hide everything up to the host
-        return f"{scheme}://***{rest[end:]}"
-    userinfo, _, host = netloc.rpartition("@")
-    if ":" in userinfo:
-        userinfo = userinfo.split(":", 1)[0] + ":***"
-    return f"{scheme}://{userinfo}@{host}{rest[end:]}"
 
 
 # -- targets ------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ from typing import Any, Mapping
 
 from lxml import etree
 
+from .core.secrets import is_loopback, redact_text
+
 ROLES = ("all", "frontier", "worker")
 POOL_BACKENDS = ("leveldb", "memory", "redis")
 
@@ -322,11 +324,13 @@ def _convert(kind: str, value: Any, where: str) -> Any:
 
 
 def _redacted(message: str) -> str:
-    """``message`` with the password of every URI in it replaced by ``***`` (errors go to logs)."""
-    from .feed import redact
-    from .worker.http import redact_text
+    """``message`` with the password of every URI in it replaced by ``***`` (errors go to logs); the
+    placeholders of a usage hint (``USER:PASS@``) stay as they are."""
+    protected = _HINT.sub(lambda m: f"\0{m.group(1)}\0", message)
+    return re.sub("\0(PASS|PASSWORD)\0", r":\1@", redact_text(protected))
 
-    return redact_text(message, lambda uri: uri if re.search(r":(PASS|PASSWORD)@", uri) else redact(uri))
+
+_HINT = re.compile(r":(PASS|PASSWORD)@")
 
 
 def _expect(value: Any, types: type | tuple[type, ...], what: str) -> Any:
@@ -716,24 +720,12 @@ def _check_api(settings: Settings) -> None:
         raise ConfigError(f"{where}: api.username, api.password: set both (HTTP basic auth) or neither")
     if ":" in settings.api_username:
         raise ConfigError(f"{where}: api.username: must not contain ':'")
-    if not _is_loopback(settings.api_bind) and not (settings.api_token or settings.api_username):
+    if not is_loopback(settings.api_bind) and not (settings.api_token or settings.api_username):
         raise ConfigError(
             f"{where}: api.bind: {settings.api_bind or '(all interfaces)'!r} is not a loopback address, and the API "
             "can pause the crawl and change the pool: set api.token (bearer token) or api.username and "
             "api.password (basic auth), or bind 127.0.0.1"
         )
-
-
-def _is_loopback(address: str) -> bool:
-    """127.0.0.0/8, ::1 or localhost (as spiderd.worker.config.is_loopback, without importing the worker)."""
-    import ipaddress
-
-    if address.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(address.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def describe() -> dict[str, list[str]]:

@@ -190,7 +190,7 @@ def _pool_service(settings: cfg.Settings, reactor: Any, top: Any) -> Any:
         linkbase_max=settings.linkbase_max,
     )
     if settings.pool_backend == "redis":
-        from .feed import redact
+        from .core.secrets import redact
         from .pool.redis import make_redis_pool
 
         pool, opener = make_redis_pool(settings.redis_url, reactor, prefix=settings.redis_prefix,

@@ -146,7 +146,7 @@ class RealDaemonTests(TestCase):
         assert code == ctl.UNAUTHORIZED and "refused the credentials (401)" in err
         code, _, err = run("add", "hubs", "--refresh-span", "0", f"{self.dead}/hub")
         assert code == ctl.REFUSED and err == ("spiderctl: spiderd refused the request (400): 'refresh_span' must "
-                                               "be a number of seconds greater than 0, got 0.0\n")
+                                               "be a number of seconds, more than 0 and at most 1e+09, got 0.0\n")
         assert run("add", "seeds")[0] == ctl.USAGE
 
         script = subprocess.run([sys.executable, "-m", "spiderd.ctl", "--url", daemon.url, "status", "--json"],

@@ -33,7 +33,7 @@ from spiderd.robots import Robots
 from spiderd.store import open_store
 from spiderd.urls import fingerprint
 from spiderd.worker import WorkerConfig, WorkerConfigError, WorkerService, build_worker, worker_config
-from spiderd.worker.config import is_loopback
+from spiderd.core.secrets import is_loopback
 from spiderd.worker.files import HostSlots
 from spiderd.worker.jobs import Job, JobStore, safe_name, write_atomically
 from spiderd.worker.pipeline import retryable
@@ -536,6 +536,21 @@ class SecurityTests(WorkerTestBase):
         self.assertNoSecret(events)
         path = os.path.join(self.data, "worker", "jobs", jobid + ".json")
         self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+
+    @defer.inlineCallbacks
+    def test_odd_passwords_masked_in_listjobs(self) -> Any:
+        """A FEED_URI password with a space, quotes, a backslash or < is *** in listjobs.json too."""
+        self.worker(max_jobs=1)
+        yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.urls(self.slow())))
+        yield self.gate.arrival(1)
+        for secret in ("pa ssLEAK2", "it'sLEAK", 'q"LEAK', "back\\LEAK", "<LEAK>"):
+            feed = f"FEED_URI=ftp://feeduser:{secret}@127.0.0.1:2121/in/%(batch)s.jl"
+            yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", feed))
+        _, jobs, _ = yield self.call("GET", "/listjobs.json")
+        self.assertEqual({j["settings"]["FEED_URI"] for j in jobs["pending"]},
+                         {"ftp://feeduser:***@127.0.0.1:2121/in/%(batch)s.jl"})
+        self.assertNotIn("LEAK", json.dumps(jobs))
+        self.gate.open()
 
     def assertNoSecret(self, events: Any) -> None:
         self.assertTrue(events)

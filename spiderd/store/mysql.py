@@ -39,6 +39,7 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ..core.secrets import redact
 from .base import Batch, Outcome, PageStore, Statements, StoreUnavailable, decompress, plural, write_rows
 
 log = Logger()
@@ -111,15 +112,6 @@ def parse_mysql_url(url: str) -> MySQLAddress:
         database=database,
         unix_socket=query.get("unix_socket", [None])[0],
     )
-
-
-def redact(url: str) -> str:
-    """``url`` with the password, if any, replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
 
 
 def backoff(first: float = 0.5, cap: float = 30.0) -> Iterator[float]:

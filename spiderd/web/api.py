@@ -10,7 +10,6 @@ method, 413 for a body over the cap; 503 while stopping, 500 for a bug.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from typing import IO, Any, Callable
 from urllib.parse import urlsplit
@@ -24,6 +23,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 from .. import settings as cfg
+from ..core.secrets import is_loopback_host_header
 from ..pool.redis.link import RedisPoolError
 from ..urls import BadURL, canonicalize
 from . import node as nodes
@@ -272,19 +272,9 @@ def _foreign(request: Request, credentials: bool) -> str | None:
     if request.method not in (b"GET", b"HEAD") and origin is not None:
         if urlsplit(origin.decode("latin-1")).netloc != host:
             return "cross-origin request refused (its Origin is not this API)"
-    if not credentials and host and not _is_loopback_host(host):
+    if not credentials and host and not is_loopback_host_header(host):
         return f"this API has no credentials set, so it answers only to a loopback host name, not {host!r}"
     return None
-
-
-def _is_loopback_host(host: str) -> bool:
-    name = host[1:].partition("]")[0] if host.startswith("[") else host.rpartition(":")[0] or host
-    if name.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def _finish(request: Request, body: bytes) -> None:

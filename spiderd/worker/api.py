@@ -24,7 +24,8 @@ from twisted.web import http
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
-from .http import ApiError, check_credentials, json_body, redact_text
+from ..core.secrets import redact, redact_text, redact_value
+from .http import ApiError, check_credentials, json_body
 from .jobs import ENDED, FINISHED, PENDING, RUNNING, Job
 from .runner import JobExists, JobRunner, WorkerStopping
 from .validate import Validator
@@ -73,12 +74,11 @@ class WorkerAPI(Resource):
 
     isLeaf = True
 
-    def __init__(self, runner: JobRunner, validator: Validator, redact: Callable[[str], str],
+    def __init__(self, runner: JobRunner, validator: Validator,
                  node_name: str, credentials: tuple[str, str] | None) -> None:
         super().__init__()
         self._runner = runner
         self._validator = validator
-        self._redact = redact
         self._node = node_name
         self._credentials = credentials
         self._endpoints: dict[bytes, tuple[bytes, Handler]] = {
@@ -146,7 +146,7 @@ class WorkerAPI(Resource):
                            http.INTERNAL_SERVER_ERROR)
 
     def _error(self, request: Request, message: str, code: int = http.OK) -> bytes:
-        message = redact_text(message, self._redact)
+        message = redact_text(message)
         return self._answer(request, {"status": "error", "message": message}, code)
 
     def _answer(self, request: Request, data: dict[str, Any], code: int) -> bytes:
@@ -174,7 +174,7 @@ class WorkerAPI(Resource):
         return d
 
     def _scheduled(self, job: Job) -> dict[str, Any]:
-        feed = self._redact(job.settings.get("FEED_URI") or "(the default)")
+        feed = redact(job.settings.get("FEED_URI") or "(the default)")
         log.info("Worker: accepted job {id} (spider {spider}, {count} URLs, priority {priority}, feed {feed})",
                  id=job.id, spider=job.spider, count=len(job.urls()), priority=job.priority, feed=feed)
         return {"jobid": job.id}
@@ -249,8 +249,8 @@ class WorkerAPI(Resource):
             "project": job.project,
             "spider": job.spider,
             "version": job.version,
-            "settings": {k: redact_text(v, self._redact) for k, v in job.settings.items()},
-            "args": {k: redact_text(v, self._redact) for k, v in job.args.items()},
+            "settings": {k: redact_value(v) for k, v in job.settings.items()},
+            "args": {k: redact_value(v) for k, v in job.args.items()},
         }
 
     def _running(self, job: Job) -> dict[str, Any]:

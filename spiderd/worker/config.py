@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from ..core.secrets import is_loopback
+
 MiB = 1024 * 1024
 DEFAULT_FEED_TEMPLATE = "%(batch)s_%(name)s_%(time)s.jl"
 FEED_SCHEMES = ("file", "ftp")
-LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 
 
 class WorkerConfigError(ValueError):
@@ -126,13 +126,3 @@ def _check_credentials(config: WorkerConfig) -> None:
         raise WorkerConfigError("worker.username, worker.password: set both (HTTP basic auth) or neither")
     if ":" in config.username:  # RFC 7617: the user-id cannot contain a colon (Scrapyd refuses it too)
         raise WorkerConfigError("worker.username: must not contain ':'")
-
-
-def is_loopback(address: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and the usual names of the loopback host."""
-    if address.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(address.strip("[]")).is_loopback
-    except ValueError:
-        return False

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import hmac
 import json
-import re
-from typing import Any, Callable
+from typing import Any
 
 from twisted.logger import Logger
 from twisted.web import http, server
 
 log = Logger()
 _ENCODER = json.JSONEncoder(ensure_ascii=True)
-_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>\\]+")
 
 
 class ApiError(Exception):
@@ -41,11 +39,6 @@ def json_body(data: dict[str, Any], node_name: str) -> bytes:
 def error_body(message: str, node_name: str) -> bytes:
     """The bytes of an error answer."""
     return json_body({"status": "error", "message": message}, node_name)
-
-
-def redact_text(text: str, redact: Callable[[str], str]) -> str:
-    """``text`` with every URI in it passed through ``redact`` (passwords become ``***``)."""
-    return _URI.sub(lambda m: redact(m.group(0)), text)
 
 
 def check_credentials(request: server.Request, username: str, password: str) -> bool:

@@ -47,20 +47,17 @@ class WorkerService(Service):
         *,
         rules: Any = None,
         render_uri: Callable[[str, dict[str, str]], str] | None = None,
-        redact: Callable[[str], str] | None = None,
         incoming_dir: str | None = None,
     ) -> None:
         """Raises :class:`~.config.WorkerConfigError` for settings that cannot (or must not) run.
 
-        ``rules`` defaults to ``parser.rules`` (the spiders are its sites); ``render_uri`` and ``redact``
-        to :mod:`spiderd.feed`'s; ``incoming_dir`` to the shipper's spool ``incoming/`` directory.
+        ``rules`` defaults to ``parser.rules`` (the spiders are its sites); ``render_uri`` to
+        :mod:`spiderd.feed`'s; ``incoming_dir`` to the shipper's spool ``incoming/`` directory.
         """
         config.check()
         self.setName("worker")
-        if render_uri is None or redact is None:
-            from .. import feed
-
-            render_uri, redact = render_uri or feed.render_uri, redact or feed.redact
+        if render_uri is None:
+            from ..feed import render_uri
         self.config = config
         self.shipper = shipper
         self._reactor = reactor
@@ -69,9 +66,9 @@ class WorkerService(Service):
         incoming = incoming_dir or default_incoming_dir(shipper)
         self.runner = JobRunner(reactor, config, self.job_store, self._io, fetcher, parser, store, shipper,
                                 render_uri, incoming)
-        self.validator = Validator(config, rules or parser.rules, render_uri, redact, (spiderd.__version__,), reactor)
+        self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor)
         credentials = (config.username, config.password) if config.auth else None
-        api = WorkerAPI(self.runner, self.validator, redact, config.host_name, credentials)
+        api = WorkerAPI(self.runner, self.validator, config.host_name, credentials)
         self.site = WorkerSite(api, config.max_body_size, config.host_name)
         self.port: Any = None
 

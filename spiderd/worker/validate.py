@@ -22,7 +22,8 @@ from ..feed import check_param, parse_target
 from ..settings import Site
 from ..urls import BadURL, canonicalize
 from .config import FEED_SCHEMES, WorkerConfig
-from .http import ApiError, redact_text
+from ..core.secrets import redact, redact_text
+from .http import ApiError
 from .jobs import Job, safe_name
 
 log = Logger()
@@ -39,7 +40,6 @@ class Validator:
         config: WorkerConfig,
         rules: Any,
         render_uri: Callable[[str, dict[str, str]], str],
-        redact: Callable[[str], str],
         versions: tuple[str, ...],
         clock: Any,
     ) -> None:
@@ -50,7 +50,6 @@ class Validator:
         self._default_feed = config.default_feed_uri
         self._feed_roots = config.feed_roots
         self._render_uri = render_uri
-        self._redact = redact
         self._clock = clock
 
     def check_project(self, project: str) -> None:
@@ -131,7 +130,7 @@ class Validator:
         template = job.settings.get("FEED_URI") or self._default_feed
         scheme = template.partition("://")[0].lower() if "://" in template else ""
         if scheme not in FEED_SCHEMES:
-            raise ApiError(f"FEED_URI is invalid: {self._redact(template)!r}: expected a file:// or ftp:// URI")
+            raise ApiError(f"FEED_URI is invalid: {redact(template)!r}: expected a file:// or ftp:// URI")
         try:
             uri = self._render_uri(template, job.feed_params(self._clock.seconds()))
         except Exception as e:  # the feed module refuses with ValueError or KeyError; any refusal is the client's
@@ -139,11 +138,11 @@ class Validator:
             raise ApiError(f"FEED_URI is invalid: {reason}") from None
         target = parse_target(uri)
         if target.scheme == "file" and not any(_under(target.directory, root) for root in self._feed_roots):
-            raise ApiError(f"FEED_URI is invalid: {self._redact(template)!r} writes outside this worker's feed "
+            raise ApiError(f"FEED_URI is invalid: {redact(template)!r} writes outside this worker's feed "
                            f"directories ({', '.join(self._feed_roots) or 'none'}; see worker.feed_dirs)")
 
     def _redact_all(self, text: str) -> str:
-        return redact_text(text, self._redact)
+        return redact_text(text)
 
 
 def _under(directory: str, root: str) -> bool:

@@ -17,6 +17,8 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ...core.secrets import redact
+
 log = Logger()
 
 SCRIPTS = ("add", "pop", "status", "fetched", "claim", "seen", "hubs", "next_due", "stats", "why", "seeds",
@@ -47,17 +49,11 @@ def parse_redis_url(url: str) -> RedisAddress:
         host, port = parts.hostname or "127.0.0.1", parts.port or 6379
         db = int(parts.path.strip("/") or 0)
     except ValueError:
-        raise ValueError(f"not a valid Redis URL: {_without_password(url)!r}") from None
+        raise ValueError(f"not a valid Redis URL: {redact(url)!r}") from None
     if parts.scheme != "redis":
-        raise ValueError(f"not a redis:// URL: {_without_password(url)!r}")
+        raise ValueError(f"not a redis:// URL: {redact(url)!r}")
     password = unquote(parts.password) if parts.password else None
     return RedisAddress(host, port, db, password)
-
-
-def _without_password(url: str) -> str:
-    scheme, _, rest = url.partition("://")
-    userinfo, at, hostpart = rest.rpartition("@")
-    return f"{scheme}://{'***@' if at else ''}{hostpart}" if userinfo or at else url
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,1 @@
+"""What every role shares and that depends on nothing else of spiderd: secrets, retry, blocking work, HTTP."""
