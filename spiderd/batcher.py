@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
@@ -60,6 +61,7 @@ class BatchConfig:
     retry_first: float = 1.0
     retry_max: float = 300.0
     stop_timeout: float = 30.0
+    max_posts: int = 8  # POSTs in flight at once (the rest wait in order, spooled)
 
 
 @dataclass
@@ -130,6 +132,8 @@ class Batcher(Service):
         self._timer: Any = None
         self._threads = ThreadPool(1, 1, name="spiderd-batcher")
         self._posts = InFlight()
+        self._ready: deque[_Batch] = deque()  # sealed, waiting for a POST slot
+        self._cut_off = False  # the stop deadline passed: start no more POSTs
         self._spooled: dict[int, _Batch] = {}
         self.sent = self.urls_sent = self.failures = 0
         self.last_error = ""
@@ -138,6 +142,7 @@ class Batcher(Service):
 
     def startService(self) -> None:
         super().startService()
+        self._cut_off = False
         os.makedirs(self._dir, exist_ok=True)
         self._targets = [target_url(self._local() if t == "local" else t) for t in self._config.targets]
         self._threads.start()
@@ -151,7 +156,7 @@ class Batcher(Service):
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         yield self._lock.run(self._seal)
-        deadline = self._clock.callLater(self._config.stop_timeout, self._posts.cancel_all)
+        deadline = self._clock.callLater(self._config.stop_timeout, self._cut)
         yield self._posts.wait()
         if deadline.active():
             deadline.cancel()
@@ -228,13 +233,29 @@ class Batcher(Service):
     # -- sending --------------------------------------------------------------------
 
     def _send(self, batch: _Batch) -> None:
+        """POST ``batch`` when a slot is free (at most ``max_posts`` at once, in order)."""
         if not self.running and batch.attempts:
             return
-        url, auth = self._targets[(batch.number - 1 + batch.attempts) % len(self._targets)]
-        d = self._post(url, auth, batch)
-        d.addCallbacks(lambda _: self._accepted(batch, url), lambda f: self._refused(batch, url, f))
-        d.addErrback(lambda f: log.failure("Batch {n}", f, n=batch.number))
-        self._posts.track(d)
+        self._ready.append(batch)
+        self._pump()
+
+    def _pump(self) -> None:
+        while self._ready and len(self._posts) < self._config.max_posts and not self._cut_off:
+            batch = self._ready.popleft()
+            url, auth = self._targets[(batch.number - 1 + batch.attempts) % len(self._targets)]
+            d = self._post(url, auth, batch)
+            d.addCallbacks(lambda _, b=batch, u=url: self._accepted(b, u),
+                           lambda f, b=batch, u=url: self._refused(b, u, f))
+            d.addErrback(lambda f, b=batch: log.failure("Batch {n}", f, n=b.number))
+            self._posts.track(d).addBoth(self._posted)
+
+    def _posted(self, _: Any) -> None:
+        self._pump()  # the finished POST has left the in-flight set: its slot is free
+
+    def _cut(self) -> None:
+        """The stop deadline: cancel the POSTs in flight, start no more (the rest stay spooled)."""
+        self._cut_off = True
+        self._posts.cancel_all()
 
     def _post(self, url: str, auth: tuple[str, str] | None, batch: _Batch) -> Deferred[Any]:
         data = [
@@ -305,6 +326,7 @@ class Batcher(Service):
         return {
             "open": len(self._open),
             "in_flight": len(self._posts),
+            "queued": len(self._ready),
             "spooled": len(self._spooled),
             "sent": self.sent,
             "urls_sent": self.urls_sent,

@@ -137,6 +137,20 @@ class BatcherTests(unittest.TestCase):
         self.assertEqual(len(self.nodes[0].batches), 501)
 
     @defer.inlineCallbacks
+    def test_posts_in_flight_are_capped(self) -> Any:
+        """At most max_posts POSTs are in flight; the other sealed batches wait their turn, in order."""
+        b = self.batcher([self.target("hang")], batch_size=1, max_posts=3, stop_timeout=1)
+        yield b.add([f"http://shop.example/item/{i}.html" for i in range(10)])
+        while len(self.nodes[0].hanging) < 3:
+            yield _turn()
+        self.assertEqual((b.status()["in_flight"], b.status()["queued"], b.status()["spooled"]), (3, 7, 10))
+        stopping = b.stopService()
+        self.clock.advance(1)
+        yield stopping
+        self.assertEqual(len(self.nodes[0].hanging), 3)  # the stop deadline starts no more
+        self.assertEqual(len([n for n in os.listdir(self.spool) if n.startswith("batch-")]), 10)
+
+    @defer.inlineCallbacks
     def test_leftover_of_a_sealing_add_is_sent_by_the_timer(self) -> Any:
         """URLs left open by an add that sealed full batches go out flush_interval later, with no later add."""
         b = self.batcher([self.target()], batch_size=10, flush_interval=5)
