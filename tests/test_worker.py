@@ -538,6 +538,25 @@ class SecurityTests(WorkerTestBase):
         self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
 
     @defer.inlineCallbacks
+    def test_browser_guard(self) -> Any:
+        """As the node's API: no CORS headers, a POST from another web origin and (without credentials) a Host
+        that is not loopback are refused with 403, and nothing is scheduled."""
+        service = self.worker()
+        schedule = [("project", "spiderd"), ("spider", "demo-shop")]
+        code, answer, response = yield self.call("POST", "/schedule.json", schedule,
+                                                 headers={"Origin": "http://evil.example"})
+        self.assertEqual((code, answer["status"]), (403, "error"))
+        self.assertIn("cross-origin", answer["message"])
+        self.assertIsNone(response.headers.getRawHeaders("access-control-allow-origin"))
+        code, answer, _ = yield self.call("GET", "/daemonstatus.json", headers={"Host": "evil.example:6800"})
+        self.assertEqual(code, 403)
+        self.assertIn("loopback host name", answer["message"])
+        code, answer, response = yield self.call("GET", "/daemonstatus.json")
+        self.assertEqual((code, answer["status"]), (200, "ok"))
+        self.assertIsNone(response.headers.getRawHeaders("access-control-allow-origin"))
+        self.assertEqual(service.runner.jobs, {})
+
+    @defer.inlineCallbacks
     def test_odd_passwords_masked_in_listjobs(self) -> Any:
         """A FEED_URI password with a space, quotes, a backslash or < is *** in listjobs.json too."""
         self.worker(max_jobs=1)

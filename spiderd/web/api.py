@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from typing import IO, Any, Callable
-from urllib.parse import urlsplit
 
 from twisted.internet import task
 from twisted.internet.defer import Deferred
@@ -23,7 +22,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 from .. import settings as cfg
-from ..core.secrets import is_loopback_host_header
+from ..core.net.guard import foreign_request
 from ..pool.redis.link import RedisPoolError
 from ..urls import BadURL, canonicalize
 from . import node as nodes
@@ -89,7 +88,7 @@ class ApiResource(Resource):
 
     def render(self, request: Request) -> bytes | int:
         path = request.path.rstrip(b"/") or b"/"
-        refused = _foreign(request, self._auth.required)
+        refused = foreign_request(request, self._auth.required)
         if refused is not None:
             return self._error(request, refused, http.FORBIDDEN)
         allowed = self._auth.allows_page(request) if path == b"/" else self._auth.allows(request)
@@ -258,23 +257,6 @@ class ApiResource(Resource):
             except BadURL as e:
                 rejected.append({"url": str(url)[:200], "reason": e.reason})
         return list(good), rejected
-
-
-def _foreign(request: Request, credentials: bool) -> str | None:
-    """Why a request that a browser may have sent for another site is refused (None: it is not).
-
-    A POST from a page of another origin (a form aimed at 127.0.0.1) would drive
-    the crawl; without credentials, a Host that is not loopback means a DNS
-    rebinding page reads the API through its own name.
-    """
-    host = (request.getHeader(b"host") or b"").decode("latin-1")
-    origin = request.getHeader(b"origin")
-    if request.method not in (b"GET", b"HEAD") and origin is not None:
-        if urlsplit(origin.decode("latin-1")).netloc != host:
-            return "cross-origin request refused (its Origin is not this API)"
-    if not credentials and host and not is_loopback_host_header(host):
-        return f"this API has no credentials set, so it answers only to a loopback host name, not {host!r}"
-    return None
 
 
 def _finish(request: Request, body: bytes) -> None:

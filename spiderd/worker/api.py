@@ -24,6 +24,7 @@ from twisted.web import http
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
+from ..core.net.guard import foreign_request
 from ..core.secrets import redact, redact_text, redact_value
 from .http import ApiError, check_credentials, json_body
 from .jobs import ENDED, FINISHED, PENDING, RUNNING, Job
@@ -99,14 +100,16 @@ class WorkerAPI(Resource):
             log.warn("Worker API: wrong or missing credentials from {peer}", peer=str(request.getClientAddress()))
             request.setHeader(b"WWW-Authenticate", b'Basic realm="spiderd"')
             return self._error(request, "Unauthorized", http.UNAUTHORIZED)
+        refused = foreign_request(request, self._credentials is not None)
+        if refused is not None:
+            log.warn("Worker API: {why} ({method} {path} from {peer})", why=refused, method=request.method.decode(),
+                     path=request.path.decode("latin-1")[:200], peer=str(request.getClientAddress()))
+            return self._error(request, refused, http.FORBIDDEN)
         endpoint = self._endpoints.get(request.path.rstrip(b"/") if request.path != b"/" else request.path)
         if endpoint is None:
             return self._error(request, f"No such resource: {request.path.decode('latin-1')}", http.NOT_FOUND)
         method, handler = endpoint
         allowed = ", ".join(["OPTIONS", "HEAD", method.decode()])
-        request.setHeader(b"Access-Control-Allow-Origin", b"*")
-        request.setHeader(b"Access-Control-Allow-Methods", allowed.encode())
-        request.setHeader(b"Access-Control-Allow-Headers", b"X-Requested-With")
         if request.method == b"OPTIONS":
             request.setHeader(b"Allow", allowed.encode())
             request.setResponseCode(http.NO_CONTENT)

@@ -1,0 +1,1 @@
+"""HTTP for every role: serving (the browser guard, capped requests, JSON answers, auth) and client factories."""
