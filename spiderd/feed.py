@@ -313,11 +313,21 @@ def _upload_file(local: str, target: Target, renamed_before: bool, before_rename
             unlink_quietly(temp)
             return
         raise FeedExistsError(f"{target} already exists; not overwritten")
-    shutil.copyfile(local, temp)
-    fsync_file(temp)
+    _copy_no_follow(local, temp)
     before_rename()
     _link_no_overwrite(temp, final, target)
     fsync_dir(target.directory)
+
+
+def _copy_no_follow(local: str, temp: str) -> None:
+    """Copy ``local`` to a new ``temp`` and fsync it; a symbolic link (or anything) already at ``temp`` is
+    removed first, never written through."""
+    unlink_quietly(temp)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with open(fd, "wb") as out, open(local, "rb") as source:
+        shutil.copyfileobj(source, out, 1024 * 1024)
+        out.flush()
+        os.fsync(out.fileno())
 
 
 def _link_no_overwrite(temp: str, final: str, target: Target) -> None:

@@ -594,6 +594,40 @@ class SecurityTests(WorkerTestBase):
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "x")))
 
     @defer.inlineCallbacks
+    def test_symlink_out_of_the_feed_directories(self) -> Any:
+        """A file:// FEED_URI through a symbolic link in a feed directory that points outside is refused."""
+        outside = os.path.join(self.tmp, "outside")
+        os.makedirs(outside)
+        os.makedirs(self.feeds)
+        os.symlink(outside, os.path.join(self.feeds, "link2"))
+        self.worker()
+        feed = f"FEED_URI=file://{self.feeds}/link2/escaped.jl"
+        _, answer, _ = yield self.call("POST", "/schedule.json", [("project", "spiderd"), ("spider", "demo-shop"),
+                                                                  ("setting", feed)])
+        self.assertEqual(answer["status"], "error")
+        self.assertIn("outside this worker's feed directories", answer["message"])
+        self.assertEqual((self.job_files(), os.listdir(outside)), ({}, []))
+
+    def test_upload_never_writes_through_a_planted_link(self) -> None:
+        """A symbolic link planted at the temporary name of a local feed delivery is replaced, not followed."""
+        from spiderd.feed import parse_target, upload
+
+        outside = os.path.join(self.tmp, "victim.txt")
+        with open(outside, "w") as f:
+            f.write("keep me\n")
+        local = os.path.join(self.tmp, "items.jl")
+        with open(local, "w") as f:
+            f.write('{"a": 1}\n')
+        target = parse_target(f"file://{self.feeds}/out.jl")
+        os.makedirs(self.feeds)
+        os.symlink(outside, os.path.join(self.feeds, target.temp_name))
+        upload(local, target)
+        with open(outside) as f:
+            self.assertEqual(f.read(), "keep me\n")
+        with open(os.path.join(self.feeds, "out.jl")) as f:
+            self.assertEqual(f.read(), '{"a": 1}\n')
+
+    @defer.inlineCallbacks
     def test_arguments_never_become_settings(self) -> Any:
         """Parameters named like settings are spider arguments: they change neither the feed nor the URLs."""
         service = self.worker()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-import posixpath
+import os
 from typing import Any, Callable
 
 from twisted.logger import Logger
@@ -146,8 +146,9 @@ class Validator:
 
 
 def _under(directory: str, root: str) -> bool:
-    """True if ``directory`` is ``root`` or below it (both absolute; '..' was refused before)."""
-    directory, root = posixpath.normpath(directory), posixpath.normpath(root)
+    """True if ``directory`` is ``root`` or below it, symbolic links resolved (a link inside the feed
+    directory that points elsewhere does not count as inside)."""
+    directory, root = os.path.realpath(directory), os.path.realpath(root)
     return directory == root or directory.startswith(root.rstrip("/") + "/")
 
 
