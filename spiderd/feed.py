@@ -57,7 +57,9 @@ log = Logger()
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _NOT_IN_PARAM = ("/", "\\", "?", "#")
-_POSITIONAL = re.compile(r"%(?!\()")
+_DIRECTIVE = re.compile(r"%(%|\((?P<key>[A-Za-z_][A-Za-z0-9_]*)\)s)?")  # %% or %(key)s; anything else is refused
+NAME_MAX = 255  # bytes in one file name (Linux and most file systems; FTP servers take no more either)
+PATH_MAX = 4096
 
 
 class FeedError(Exception):
@@ -113,18 +115,32 @@ class _Checked(Mapping[str, Any]):
 def render_uri(template: str, params: Mapping[str, Any]) -> str:
     """``template`` with ``%(key)s`` filled from ``params`` (batch, name, time, spider arguments).
 
-    As in Scrapy, a literal ``%`` (a percent-encoded password) is written ``%%``.
+    As in Scrapy, a literal ``%`` (a percent-encoded password) is written ``%%``.  Only ``%(key)s`` is a
+    parameter: no width, precision or other conversion (``%(batch)200000000s`` would render a name of
+    200 MB), and a rendered file name longer than a file system takes is refused.
     """
-    if _POSITIONAL.search(template.replace("%%", "")):
-        raise ValueError(f"feed URI {redact(template)!r}: write a literal % as %% (only %(name)s is a parameter)")
+    for match in _DIRECTIVE.finditer(template):
+        if match.group(1) is None:
+            raise ValueError(f"feed URI {redact(template)[:200]!r}: only %(key)s parameters (no width, precision "
+                             "or other conversion) and %% for a literal % are allowed")
     try:
         uri = template % _Checked(params)
     except KeyError as e:
-        raise ValueError(f"feed URI {redact(template)!r} needs the parameter {e.args[0]!r}") from None
+        raise ValueError(f"feed URI {redact(template)[:200]!r} needs the parameter {e.args[0]!r}") from None
     except TypeError as e:
-        raise ValueError(f"feed URI {redact(template)!r} is not a %(name)s template: {e}") from None
-    parse_target(uri)
+        raise ValueError(f"feed URI {redact(template)[:200]!r} is not a %(name)s template: {e}") from None
+    target = parse_target(uri)
+    _check_lengths(target, template)
     return uri
+
+
+def _check_lengths(target: Target, template: str) -> None:
+    """Refuse names no file system takes (a failing upload would be retried, and logged, forever)."""
+    path = posixpath.join(target.directory, target.name)
+    too_long = [part for part in path.split("/") if len(part.encode("utf-8")) > NAME_MAX]
+    if too_long or len(path.encode("utf-8")) > PATH_MAX:
+        raise ValueError(f"feed URI {redact(template)[:200]!r} renders a name longer than a file system takes "
+                         f"({NAME_MAX} bytes a name, {PATH_MAX} a path)")
 
 
 # -- targets ------------------------------------------------------------------------------

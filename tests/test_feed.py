@@ -166,8 +166,22 @@ class TemplateTests(unittest.SynchronousTestCase):
 
     def test_directories_and_arguments(self) -> None:
         """The template decides directories; extra spider arguments fill in like batch and name."""
-        uri = render_uri("file:///data/%(name)s/%(shard)s/%(batch)05d.jl", {"name": "s", "shard": "eu", "batch": 3})
-        self.assertEqual(uri, "file:///data/s/eu/00003.jl")
+        uri = render_uri("file:///data/%(name)s/%(shard)s/%(batch)s.jl", {"name": "s", "shard": "eu", "batch": 3})
+        self.assertEqual(uri, "file:///data/s/eu/3.jl")
+
+    def test_no_width_precision_or_long_names(self) -> None:
+        """Only %(key)s: a width, a precision or another conversion is refused before anything is rendered,
+        and so is a rendered name longer than a file system takes."""
+        for template in ("file:///data/%(batch)200000000s.jl", "file:///data/%(batch)05d.jl",
+                         "file:///data/%(batch).3s.jl", "file:///data/%(batch)r.jl", "file:///data/%s.jl",
+                         "file:///data/%(batch)-9s.jl", "file:///data/100%.jl"):
+            with self.assertRaisesRegex(ValueError, "only %\\(key\\)s parameters", msg=template):
+                render_uri(template, {"batch": "1"})
+        with self.assertRaisesRegex(ValueError, "longer than a file system takes"):
+            render_uri("file:///data/%(batch)s.jl", {"batch": "x" * 300})
+        with self.assertRaisesRegex(ValueError, "longer than a file system takes"):
+            render_uri("ftp://h/" + "d/" * 2100 + "%(batch)s.jl", {"batch": "1"})
+        self.assertEqual(render_uri("file:///data/100%%_%(batch)s.jl", {"batch": "1"}), "file:///data/100%_1.jl")
 
     def test_escaping_values_rejected(self) -> None:
         """No value can leave the directory: slashes, backslashes, NUL, '.', '..', empty, ?, #, newlines."""
