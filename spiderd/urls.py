@@ -16,6 +16,7 @@ sort); the rest go through w3lib's ``safe_url_string`` first.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,12 +25,14 @@ from urllib.parse import urlsplit
 import farmhash
 from w3lib.url import safe_url_string
 
+from .core.secrets import redact
+
 MAX_URL_LENGTH = 2083
 SCHEMES = ("http", "https")
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 _FAST = re.compile(
-    r"(https?)://([a-z0-9-]+(?:\.[a-z0-9-]+)*)(?::([0-9]{1,5}))?"
+    r"(https?)://((?!-)[a-z0-9-]{1,63}(?<!-)(?:\.(?!-)[a-z0-9-]{1,63}(?<!-))*)(?::([0-9]{1,5}))?"
     r"(/[A-Za-z0-9\-_~/.]*)?(?:\?([A-Za-z0-9\-_~.=&]*))?(?:#.*)?",
     re.ASCII | re.DOTALL,
 )
@@ -42,6 +45,7 @@ class BadURL(ValueError):
     """A URL spiderd will not crawl; ``reason`` is a short machine-readable word."""
 
     def __init__(self, reason: str, url: str) -> None:
+        url = redact(url)  # what is shown of a rejected URL never holds its password
         super().__init__(f"{reason}: {url[:200]!r}")
         self.reason = reason
         self.url = url
@@ -130,19 +134,34 @@ def _canonicalize_slow(url: str) -> str:
     if not host:
         raise BadURL("no-host", url)
     host = host.rstrip(".")
-    if not host or len(host) > 253 or any(c in host for c in " %\\<>^`{|}\"'"):
+    if not _valid_host(host):
         raise BadURL("bad-host", url)
+    if "@" in parts.netloc:  # a password would be stored, shown and sent: spiderd crawls no such URL
+        raise BadURL("credentials", url)
     netloc = f"[{host}]" if ":" in host else host
     if port is not None and port != DEFAULT_PORTS[scheme]:
         netloc = f"{netloc}:{port}"
-    if parts.username is not None:
-        userinfo = parts.netloc.rpartition("@")[0]
-        netloc = f"{_normalize_escapes(userinfo)}@{netloc}"
     path = _remove_dot_segments(_normalize_escapes(parts.path)) or "/"
     result = f"{scheme}://{netloc}{path}"
     if parts.query:
         result += _sort_query(_normalize_escapes(parts.query))
     return result
+
+
+_LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)", re.ASCII)
+
+
+def _valid_host(host: str) -> bool:
+    """An IP literal, or a name of IDNA-encoded labels (letters, digits, '-', '_'), at most 253 long."""
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+            return True
+        except ValueError:
+            return False
+    if not host or len(host) > 253:
+        return False
+    return all(_LABEL.fullmatch(label) for label in host.split("."))
 
 
 def _sort_query(query: str) -> str:

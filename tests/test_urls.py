@@ -25,7 +25,8 @@ from spiderd.urls import BadURL, canonicalize
         ("http://example.com/?&&a=1&", "http://example.com/?a=1"),
         ("http://example.com/a b", "http://example.com/a%20b"),
         ("http://example.com/100%", "http://example.com/100%25"),
-        ("http://user:pw@example.com/", "http://user:pw@example.com/"),
+        ("http://ex_ample.com/", "http://ex_ample.com/"),
+        ("http://[::1]:8080/a", "http://[::1]:8080/a"),
     ],
 )
 def test_canonical_form(raw: str, canonical: str) -> None:
@@ -44,6 +45,14 @@ def test_canonical_form(raw: str, canonical: str) -> None:
         ("http://example.com:99999/", "bad-port"),
         ("http://[::1/", "unparseable"),
         ("http://example.com/" + "a" * 3000, "too-long"),
+        ("http://user:secretpw@example.com/", "credentials"),
+        ("http://user@example.com/", "credentials"),
+        ("http://127.0.0.1\x00.evil.com/", "bad-host"),
+        ("http://exa mple.com/", "bad-host"),
+        ("http://-a.example/", "bad-host"),
+        ("http://a..b/", "bad-host"),
+        ("http://" + "a" * 64 + ".example/", "bad-host"),
+        ("http://x.com/\ud800", "unparseable"),
     ],
 )
 def test_rejections(raw: str, reason: str) -> None:
@@ -51,6 +60,7 @@ def test_rejections(raw: str, reason: str) -> None:
     with pytest.raises(BadURL) as info:
         canonicalize(raw)
     assert info.value.reason == reason
+    assert "secretpw" not in str(info.value)
 
 
 def test_non_string_rejected() -> None:

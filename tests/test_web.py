@@ -105,6 +105,19 @@ class OpenApiTests(ApiCase):
         assert (yield self.node.pool.stats())["waiting"] == 2
 
     @defer.inlineCallbacks
+    def test_hostile_urls_rejected(self) -> Gen:
+        """A lone surrogate, a NUL in the host and credentials in a URL are rejected with a reason (200, the
+        good ones added), and no password comes back."""
+        raw = (b'{"urls": ["http://a.example/ok", "http://x.example/\\ud800", "http://127.0.0.1\\u0000.evil.com/",'
+               b' "http://user:secretpw@a.example/"]}')
+        answer = yield self.call("POST", "/api/seeds", raw=raw)
+        assert answer.code == 200, answer.body
+        assert answer.json["added"] == 1
+        assert [r["reason"] for r in answer.json["rejected"]] == ["unparseable", "bad-host", "credentials"]
+        assert b"secretpw" not in answer.body
+        assert (yield self.node.pool.stats())["waiting"] == 1
+
+    @defer.inlineCallbacks
     def test_seeds_recrawl(self) -> Gen:
         """recrawl: true queues a done URL again."""
         yield self.node.pool.add("http://a.example/1")
@@ -204,6 +217,7 @@ class OpenApiTests(ApiCase):
         cases = [
             ("POST", "/api/seeds", None, b"not json", 400, "not valid JSON"),
             ("POST", "/api/seeds", [1], None, 400, "JSON object"),
+            ("POST", "/api/seeds", None, b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
             ("POST", "/api/seeds", {}, None, 400, "'urls' is required"),
             ("POST", "/api/seeds", {"urls": "http://a.example/"}, None, 400, "list of URL strings"),
             ("POST", "/api/seeds", {"urls": ["http://a.example/"], "colour": 1}, None, 400, "unknown field 'colour'"),

@@ -144,7 +144,10 @@ class ApiResource(Resource):
         return self._json(request, {"status": "error", "message": message}, code)
 
     def _json(self, request: Request, data: dict[str, Any], code: int) -> bytes:
-        body = json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n"
+        try:
+            body = json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n"
+        except UnicodeEncodeError:  # a lone surrogate (from a client's JSON): \u escapes stay valid UTF-8
+            body = json.dumps(data).encode("ascii") + b"\n"
         return self._send(request, code, b"application/json; charset=utf-8", body)
 
     def _send(self, request: Request, code: int, content_type: bytes, body: bytes) -> bytes:
@@ -255,7 +258,7 @@ class ApiResource(Resource):
             try:
                 good[canonicalize(url, self._node.max_url_length)] = None
             except BadURL as e:
-                rejected.append({"url": str(url)[:200], "reason": e.reason})
+                rejected.append({"url": e.url[:200], "reason": e.reason})
         return list(good), rejected
 
 
@@ -297,6 +300,8 @@ def _body(request: Request, known: set[str]) -> dict[str, Any]:
         data = json.loads(raw) if raw.strip() else None
     except ValueError as e:
         raise ApiError(f"the body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ApiError("the body is not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise ApiError(f"the body must be a JSON object with the fields {', '.join(sorted(known))}")
     unknown = sorted(set(data) - known)
