@@ -7,9 +7,13 @@ from typing import Any
 from twisted.application.service import MultiService, Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
+from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 log = Logger()
+
+
+EXPECTED_START_ERRORS = (OSError, CannotListenError, ValueError)  # a port in use, a directory that cannot open
 
 
 class OrderedMultiService(MultiService):
@@ -41,7 +45,10 @@ class OrderedMultiService(MultiService):
 
     def _start_failed(self, child: Any, error: Exception) -> None:
         self._failed = True
-        log.failure("{service} could not start", service=child.name or child)
+        if isinstance(error, EXPECTED_START_ERRORS) and self.on_start_failure is not None:
+            log.debug("{service} could not start: {error}", service=child.name or child, error=error)
+        else:  # a bug, or no one to say it in one line: the whole traceback
+            log.failure("{service} could not start", service=child.name or child)
         if self.on_start_failure is not None:
             self.on_start_failure(child, error)
 

@@ -458,7 +458,21 @@ def _store_url(value: Any) -> str | tuple[str, ...]:
     text = _expect(value, str, "a string or a list of mysql:// URLs")
     if text != "none" and not re.match(r"^(sqlite:///.+|mysql://.+)$", text):
         raise ValueError(f"expected sqlite:///PATH, mysql://USER:PASS@HOST:PORT/DB or none, got {text!r}")
+    if text.startswith("mysql://"):
+        _network_port(text)
     return text
+
+
+def _network_port(url: str) -> None:
+    """Refuse a URL whose port is not a number in 1..65535 (urllib would raise later, with a traceback)."""
+    from urllib.parse import urlsplit
+
+    try:
+        port = urlsplit(url).port
+    except ValueError:
+        port = 0
+    if port == 0:  # None (no port: the default) is fine
+        raise ValueError(f"the port of {url!r} must be a number in 1..65535")
 
 
 def _shards(value: list[Any]) -> tuple[str, ...]:
@@ -469,6 +483,7 @@ def _shards(value: list[Any]) -> tuple[str, ...]:
     for url in urls:
         if not url.startswith("mysql://"):
             raise ValueError(f"shards must be mysql:// URLs, got {url.partition('://')[0] + '://...'!r}")
+        _network_port(url)
     if len(set(urls)) != len(urls):
         raise ValueError("the same shard is listed twice")
     return urls
@@ -515,6 +530,7 @@ def _redis_url(value: Any) -> str:
     text = _expect(value, str, "a string")
     if not re.match(r"^redis://([^@/]*@)?[^/:@]+(:\d+)?(/\d+)?$", text):
         raise ValueError("expected redis://[:PASSWORD@]HOST[:PORT][/DB]")
+    _network_port(text)
     return text
 
 
@@ -523,6 +539,8 @@ def _targets(value: Any) -> tuple[str, ...]:
     for item in items:
         if item != "local" and not re.match(r"^(https?://([^@/]*@)?)?[^/:@\s]+:\d+/?$", item):
             raise ValueError(f"expected \"local\", HOST:PORT or http://[USER:PASS@]HOST:PORT, got {item!r}")
+        if item != "local":
+            _network_port(item if "://" in item else "http://" + item)
     return items
 
 

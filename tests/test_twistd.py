@@ -112,3 +112,15 @@ def test_port_in_use_is_a_clear_fatal_error(tmp_path: Path) -> None:
     taken.close()
     assert child.returncode == 1, out
     assert "spiderd cannot start: api" in out and "Address already in use" in out
+    assert "Traceback" not in out, out  # one clear line, no traceback before it
+
+
+def test_bad_store_port_is_one_line(tmp_path: Path) -> None:
+    """A store URL with a port out of range is one configuration error line and exit status 2."""
+    config = tmp_path / "bad.toml"
+    config.write_text(f'[spiderd]\ndata_dir = "{tmp_path / "data"}"\n[store]\nurl = "mysql://u:pw@127.0.0.1:99999/db"\n')
+    child = twistd("--config", str(config), cwd=tmp_path)
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == 2, out
+    assert "store.url: the port of 'mysql://u:***@127.0.0.1:99999/db' must be a number" in out, out
+    assert "Traceback" not in out and "pw@" not in out, out
