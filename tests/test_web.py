@@ -354,7 +354,7 @@ class OpenApiTests(ApiCase):
         self.addCleanup(globalLogPublisher.removeObserver, events.append)
         yield self.call("GET", "/api/status")
         yield self.call("POST", "/api/pause")
-        api = [e for e in events if e.get("log_namespace", "").startswith("spiderd.web")]
+        api = [e for e in events if e.get("log_namespace", "").startswith(("spiderd.web", "spiderd.core.net"))]
         assert {e["log_level"].name for e in api if "GET /api/status" in formatEvent(e)} == {"debug"}
         assert [formatEvent(e) for e in api if e["log_level"].name == "info"] == ["API: the crawl is paused"]
 

@@ -7,7 +7,7 @@
 - ``status.html``: the status page, self-contained (no CDN, no other file).
 """
 
-from .auth import Auth
+from ..core.net.auth import Auth
 from .node import Node
 from .service import ApiService
 

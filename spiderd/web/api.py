@@ -26,7 +26,8 @@ from ..core.net.guard import foreign_request
 from ..pool.redis.link import RedisPoolError
 from ..urls import BadURL, canonicalize
 from . import node as nodes
-from .auth import Auth
+from ..core.net.auth import Auth
+from ..core.net.serving import ApiError
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .streams import ExportStream, import_lines
 
@@ -35,15 +36,6 @@ log = Logger()
 MAX_JSON_BODY = 1024 * 1024  # bytes, for the JSON endpoints (the import's cap is the site's)
 MAX_URLS = 10_000  # per request
 _NO_POOL = "not available in the {role} role: this node has no URL pool"
-
-
-class ApiError(Exception):
-    """An error answer with its HTTP code."""
-
-    def __init__(self, message: str, code: int = http.BAD_REQUEST) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
 
 
 class Raw:
@@ -131,7 +123,7 @@ class ApiResource(Resource):
 
     def _failed(self, failure: Failure, request: Request) -> bytes:
         if failure.check(ApiError):
-            return self._error(request, failure.value.message, failure.value.code)
+            return self._error(request, failure.value.message, failure.value.code or http.BAD_REQUEST)
         path = request.path.decode("latin-1")
         if not getattr(self._node.crawler, "running", True) or failure.check(RuntimeError, RedisPoolError):
             log.warn("API: {path}: {error}", path=path, error=failure.getErrorMessage())

@@ -11,11 +11,10 @@ from twisted.application.service import Service
 from twisted.internet import task
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
-from twisted.web import server
 
-from ..worker.http import CappedRequest
+from ..core.net.auth import Auth
+from ..core.net.serving import JsonSite
 from .api import ApiResource
-from .auth import Auth
 from .history import History
 from .metrics import Metrics
 from .node import Node
@@ -28,24 +27,6 @@ MAX_BODY = 32 * 1024 * 1024  # bytes: an import's chunk (spiderctl sends 5,000 l
 def page_html() -> bytes:
     """The status page (one self-contained file)."""
     return resources.files(__package__).joinpath("status.html").read_bytes()
-
-
-class ApiSite(server.Site):
-    """Capped request bodies (413 before the body is read); requests logged at debug level, without query strings."""
-
-    noisy = False
-    label = "API"
-
-    def __init__(self, resource: Any, max_body_size: int = MAX_BODY) -> None:
-        super().__init__(resource)
-        self.requestFactory = CappedRequest
-        self.max_body_size = max_body_size
-        self.node_name = socket.gethostname()
-        self.displayTracebacks = False
-
-    def log(self, request: Any) -> None:
-        log.debug("API: {method} {path} {code}", method=request.method.decode("latin-1"),
-                  path=request.path.decode("latin-1"), code=request.code)
 
 
 class ApiService(Service):
@@ -64,7 +45,7 @@ class ApiService(Service):
         self.metrics = Metrics(node, self.history)
         self._cooperator = task.Cooperator(scheduler=lambda work: reactor.callLater(0, work), started=False)
         self.resource = ApiResource(node, self.history, self.metrics, self.auth, self._cooperator, page_html())
-        self.site = ApiSite(self.resource)
+        self.site = JsonSite(self.resource, MAX_BODY, socket.gethostname(), "API", reactor=reactor)
         self.port: Any = None
 
     @property

@@ -26,7 +26,8 @@ from twisted.web.server import NOT_DONE_YET, Request
 
 from ..core.net.guard import foreign_request
 from ..core.secrets import redact, redact_text, redact_value
-from .http import ApiError, check_credentials, json_body
+from ..core.net.auth import Auth
+from ..core.net.serving import ApiError, json_body
 from .jobs import ENDED, FINISHED, PENDING, RUNNING, Job
 from .runner import JobExists, JobRunner, WorkerStopping
 from .validate import Validator
@@ -76,12 +77,12 @@ class WorkerAPI(Resource):
     isLeaf = True
 
     def __init__(self, runner: JobRunner, validator: Validator,
-                 node_name: str, credentials: tuple[str, str] | None) -> None:
+                 node_name: str, auth: Auth) -> None:
         super().__init__()
         self._runner = runner
         self._validator = validator
         self._node = node_name
-        self._credentials = credentials
+        self._auth = auth
         self._endpoints: dict[bytes, tuple[bytes, Handler]] = {
             b"/schedule.json": (b"POST", self.schedule),
             b"/cancel.json": (b"POST", self.cancel),
@@ -96,11 +97,11 @@ class WorkerAPI(Resource):
     # -- dispatch ---------------------------------------------------------------------------------------------
 
     def render(self, request: Request) -> bytes | int:
-        if self._credentials is not None and not check_credentials(request, *self._credentials):
+        if not self._auth.allows(request):
             log.warn("Worker API: wrong or missing credentials from {peer}", peer=str(request.getClientAddress()))
             request.setHeader(b"WWW-Authenticate", b'Basic realm="spiderd"')
             return self._error(request, "Unauthorized", http.UNAUTHORIZED)
-        refused = foreign_request(request, self._credentials is not None)
+        refused = foreign_request(request, self._auth.required)
         if refused is not None:
             log.warn("Worker API: {why} ({method} {path} from {peer})", why=refused, method=request.method.decode(),
                      path=request.path.decode("latin-1")[:200], peer=str(request.getClientAddress()))
@@ -123,7 +124,7 @@ class WorkerAPI(Resource):
         try:
             result = handler(Params(request))
         except ApiError as e:
-            return self._error(request, e.message, e.code)
+            return self._error(request, e.message, e.code or http.OK)
         except Exception as e:
             log.failure("Worker API: {path} failed", path=request.path.decode("latin-1"))
             return self._error(request, f"{type(e).__name__}: {e}", http.INTERNAL_SERVER_ERROR)
@@ -143,7 +144,7 @@ class WorkerAPI(Resource):
 
     def _failed(self, failure: Failure, request: Request) -> bytes:
         if failure.check(ApiError):
-            return self._error(request, failure.value.message, failure.value.code)
+            return self._error(request, failure.value.message, failure.value.code or http.OK)
         log.failure("Worker API: {path} failed", failure, path=request.path.decode("latin-1"))
         return self._error(request, f"{failure.type.__name__}: {failure.getErrorMessage()}",
                            http.INTERNAL_SERVER_ERROR)

@@ -25,7 +25,8 @@ import spiderd
 
 from .api import WorkerAPI
 from .config import WorkerConfig
-from .http import WorkerSite
+from ..core.net.auth import Auth
+from ..core.net.serving import JsonSite
 from .jobs import JobStore
 from .runner import JobRunner
 from .validate import Validator
@@ -67,9 +68,9 @@ class WorkerService(Service):
         self.runner = JobRunner(reactor, config, self.job_store, self._io, fetcher, parser, store, shipper,
                                 render_uri, incoming)
         self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor)
-        credentials = (config.username, config.password) if config.auth else None
-        api = WorkerAPI(self.runner, self.validator, config.host_name, credentials)
-        self.site = WorkerSite(api, config.max_body_size, config.host_name)
+        auth = Auth(username=config.username, password=config.password)
+        api = WorkerAPI(self.runner, self.validator, config.host_name, auth)
+        self.site = JsonSite(api, config.max_body_size, config.host_name, "Worker API", reactor=reactor)
         self.port: Any = None
 
     def _io(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:

@@ -23,7 +23,7 @@ from ..settings import Site
 from ..urls import BadURL, canonicalize
 from .config import FEED_SCHEMES, WorkerConfig
 from ..core.secrets import redact, redact_text
-from .http import ApiError
+from ..core.net.serving import ApiError
 from .jobs import Job, safe_name
 
 log = Logger()

@@ -1,17 +1,14 @@
-"""The worker's HTTP plumbing: a Site whose requests refuse bodies over a size cap, JSON answers, basic auth.
+"""Serving HTTP: the one Site of every spiderd API (the node's and the worker's).
 
-Twisted reads a whole request body (to memory or a temp file) before any
-resource sees it, so the cap is enforced where the body arrives: a declared
-``Content-Length`` over the cap is refused as soon as the headers are in, a
-chunked body as soon as it passes the cap.  The refusal is a ``413`` with a
-JSON body and ``Connection: close``; the rest of a body that is at most twice
-the cap is read and dropped first (so the client sees the answer rather than a
-reset), anything bigger is not read at all.
+- request bodies capped (413 before the body is read, in JSON);
+- a header deadline: a connection that has not finished a request's headers
+  ``header_timeout`` seconds after it began is closed (slowloris), and an idle
+  connection after ``idle_timeout`` seconds;
+- requests logged at debug level, without query strings; no tracebacks shown.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 from typing import Any
 
@@ -20,15 +17,8 @@ from twisted.web import http, server
 
 log = Logger()
 _ENCODER = json.JSONEncoder(ensure_ascii=True)
-
-
-class ApiError(Exception):
-    """An error answer: ``{"status": "error", "message": ...}`` with an HTTP code (200, as Scrapyd, by default)."""
-
-    def __init__(self, message: str, code: int = http.OK) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
+HEADER_TIMEOUT = 30.0
+IDLE_TIMEOUT = 60.0
 
 
 def json_body(data: dict[str, Any], node_name: str) -> bytes:
@@ -41,29 +31,81 @@ def error_body(message: str, node_name: str) -> bytes:
     return json_body({"status": "error", "message": message}, node_name)
 
 
-def check_credentials(request: server.Request, username: str, password: str) -> bool:
-    """True if the request carries these basic-auth credentials (compared in constant time)."""
-    user_ok = hmac.compare_digest(request.getUser(), username.encode("utf-8"))
-    password_ok = hmac.compare_digest(request.getPassword(), password.encode("utf-8"))
-    return user_ok and password_ok
+class ApiError(Exception):
+    """An error answer ``{"status": "error", "message": ...}``; ``code`` None: the API's own default (400 for the
+    node's API; 200 for the worker's, as Scrapyd answers a client's mistake)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
 
 
-class WorkerSite(server.Site):
-    """The API's Site: capped request bodies, no access log lines with query strings."""
+class JsonSite(server.Site):
+    """A Site for a JSON API: capped bodies, header and idle deadlines, quiet logs."""
 
     noisy = False
-    label = "Worker API"  # in log lines
 
-    def __init__(self, resource: Any, max_body_size: int, node_name: str) -> None:
-        super().__init__(resource)
+    def __init__(self, resource: Any, max_body_size: int, node_name: str, label: str, *,
+                 header_timeout: float = HEADER_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
+                 reactor: Any = None) -> None:
+        super().__init__(resource, timeout=idle_timeout, reactor=reactor)
+        self.protocol = _DeadlineChannel
         self.requestFactory = CappedRequest
         self.max_body_size = max_body_size
         self.node_name = node_name
+        self.label = label
+        self.header_timeout = header_timeout
         self.displayTracebacks = False
 
     def log(self, request: Any) -> None:
-        log.debug("Worker API: {method} {path} {code}", method=_text(request.method),
+        log.debug("{label}: {method} {path} {code}", label=self.label, method=_text(request.method),
                   path=_text(request.path), code=request.code)
+
+
+class _DeadlineChannel(http.HTTPChannel):
+    """An HTTPChannel that closes a connection whose request headers do not arrive in time."""
+
+    _deadline: Any = None
+    _in_body = False
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        self._headers_due()
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._deadline is None and not self._in_body:
+            self._headers_due()
+        super().dataReceived(data)
+
+    def allHeadersReceived(self) -> None:
+        self._cancel_deadline()
+        self._in_body = True
+        super().allHeadersReceived()
+
+    def allContentReceived(self) -> None:
+        self._in_body = False
+        super().allContentReceived()
+
+    def connectionLost(self, reason: Any) -> None:
+        self._cancel_deadline()
+        super().connectionLost(reason)
+
+    def _headers_due(self) -> None:
+        timeout = getattr(self.factory, "header_timeout", HEADER_TIMEOUT)
+        self._deadline = self.callLater(timeout, self._too_slow)
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None and self._deadline.active():
+            self._deadline.cancel()
+        self._deadline = None
+
+    def _too_slow(self) -> None:
+        self._deadline = None
+        label = getattr(self.factory, "label", "API")
+        log.info("{label}: closed a connection from {peer} that sent no complete request headers in time",
+                 label=label, peer=str(self.transport.getPeer()))
+        self.transport.abortConnection()
 
 
 class CappedRequest(server.Request):
@@ -117,7 +159,7 @@ class CappedRequest(server.Request):
         cap = self._cap()
         channel: Any = self.channel
         log.warn("{label}: refused a request body over {cap} bytes from {peer}", cap=cap,
-                 label=getattr(self._site(), "label", "Worker API"), peer=str(channel.transport.getPeer()))
+                 label=getattr(self._site(), "label", "API"), peer=str(channel.transport.getPeer()))
         self._raw_answer(b"413 Payload Too Large", f"request body too large: the limit is {cap} bytes")
         if not drain:
             self.channel.loseConnection()

@@ -1,8 +1,10 @@
-"""Who may use the API: a bearer token and/or HTTP basic auth, compared in constant time; secrets never logged."""
+"""Who may use an API: a bearer token and/or HTTP basic auth, compared in constant time; secrets never logged.
+
+The node's API takes either; the worker's Scrapyd API takes basic auth only (as Scrapyd).
+"""
 
 from __future__ import annotations
 
-import base64
 import hmac
 from dataclasses import dataclass, field
 
@@ -30,7 +32,7 @@ class Auth:
         if scheme.lower() == "bearer" and self.token:
             return _same(value.strip(), self.token)
         if scheme.lower() == "basic" and self.username:
-            return self._basic(value.strip())
+            return self._basic(request)
         return False
 
     def allows_page(self, request: Request) -> bool:
@@ -49,15 +51,11 @@ class Auth:
             return b'Basic realm="spiderd", charset="UTF-8"'
         return b'Bearer realm="spiderd"'
 
-    def _basic(self, value: str) -> bool:
-        try:
-            decoded = base64.b64decode(value, validate=True).decode("utf-8")
-        except (ValueError, UnicodeDecodeError):
-            return False
-        user, sep, password = decoded.partition(":")
-        user_ok = _same(user, self.username)
-        password_ok = _same(password, self.password)
-        return bool(sep) and user_ok and password_ok
+    def _basic(self, request: Request) -> bool:
+        """Basic credentials as Twisted decodes them (``getUser``/``getPassword``)."""
+        user_ok = hmac.compare_digest(request.getUser(), self.username.encode("utf-8"))
+        password_ok = hmac.compare_digest(request.getPassword(), self.password.encode("utf-8"))
+        return user_ok and password_ok
 
 
 def _authorization(request: Request) -> str:
