@@ -117,3 +117,17 @@ def test_units_verify(tmp_path: Path, unit: str, name: str) -> None:
         target.symlink_to(tmp_path / unit)
     out = subprocess.run(["systemd-analyze", "verify", str(target)], capture_output=True, text=True)
     assert out.returncode == 0 and not out.stderr.strip(), out.stderr
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
+@pytest.mark.parametrize("unit, name", [("spiderd.service", "spiderd.service"), ("spiderd@.service", "spiderd@worker.service")])
+def test_units_are_hardened(tmp_path: Path, unit: str, name: str) -> None:
+    """systemd-analyze security rates the units at most 2.0 (OK): no capabilities, UMask 0077, a syscall filter."""
+    text = (ROOT / "systemd" / unit).read_text()
+    assert "UMask=0077" in text and "CapabilityBoundingSet=\n" in text and "SystemCallFilter=@system-service" in text
+    target = tmp_path / name
+    target.write_text(text)
+    out = subprocess.run(["systemd-analyze", "security", "--offline=yes", str(target)], capture_output=True, text=True)
+    rating = [line for line in out.stdout.splitlines() if "Overall exposure level" in line]
+    assert rating, out.stdout + out.stderr
+    assert float(rating[0].split(":")[1].split()[0]) <= 2.0, rating[0]
