@@ -130,6 +130,7 @@ class Settings:
     worker_concurrency: int = 0  # 0: fetch.concurrency
     worker_job_concurrency: int = 0
     worker_redirect_window: float = 86400.0
+    worker_max_job_urls: int = 50_000
     worker_feed_template: str = ""
     worker_feed_dirs: tuple[str, ...] = ()
     worker_stop_timeout: float = 30.0
@@ -216,6 +217,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "concurrency": ("worker_concurrency", "count"),
         "job_concurrency": ("worker_job_concurrency", "count"),
         "redirect_window": ("worker_redirect_window", "non_negative"),
+        "max_job_urls": ("worker_max_job_urls", "positive_int"),
         "feed_template": ("worker_feed_template", "feed_template"),
         "feed_dirs": ("worker_feed_dirs", "abs_dirs"),
         "stop_timeout": ("worker_stop_timeout", "non_negative"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -105,8 +106,6 @@ class FlowTests(WorkerTestBase):
         self.hold_root = f"http://127.0.0.1:{port.getHost().port}"
 
     def held_urls(self, start: int, count: int) -> str:
-        import json
-
         return "DISTRIBUTED_START_URLS=" + json.dumps(
             [f"{self.hold_root}/item/{n}.html" for n in range(1000 + start, 1000 + start + count)])
 
@@ -219,6 +218,32 @@ class FlowTests(WorkerTestBase):
         self.assertEqual(len(self.feed_items("4")), 3)
         self.assertEqual(service.runner.pending(), [])
         self.assertEqual(service.runner._pipeline.totals["requests"], 0)
+
+    @defer.inlineCallbacks
+    def test_job_urls_live_on_disk_and_are_capped(self) -> Any:
+        """A job's start URLs are in a file beside it, not in the job kept in memory, and go when it ends; a job
+        with more than max_job_urls is refused with the reason."""
+        service = self.worker(max_jobs=1, max_job_urls=5)
+        held = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.held_urls(0, 1)))
+        yield self.holding.holding(1)  # the one job slot is taken: the next job stays pending
+        paths = self.good(0, 3)
+        jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                    ("batch", "5"), ("setting", self.urls(*paths)))
+        job = service.runner.jobs[jobid]
+        self.assertEqual((job.url_count, "DISTRIBUTED_START_URLS" in job.settings), (3, False))
+        urls_file = service.job_store.urls_path(jobid)
+        with open(urls_file) as f:
+            self.assertEqual(json.load(f), [self.root + p for p in paths])
+        code, answer, _ = yield self.call("POST", "/schedule.json", [("project", "spiderd"), ("spider", "demo-shop"),
+                                                                     ("setting", self.urls(*self.good(0, 6)))])
+        self.assertEqual(answer["status"], "error")
+        self.assertIn("6 URLs, at most 5 in one job (worker.max_job_urls)", answer["message"])
+        self.holding.release()
+        yield service.runner.when_done(held)
+        yield service.runner.when_done(jobid)
+        yield self.shipper.settled()
+        self.assertEqual(len(self.feed_items("5")), len(self.ok_finals(paths)))
+        self.assertFalse(os.path.exists(urls_file))
 
     @defer.inlineCallbacks
     def test_an_empty_job_ships_an_empty_file(self) -> Any:

@@ -19,10 +19,10 @@ import plyvel
 from .jobs import Job
 
 
-def digest(job: Job) -> bytes:
-    """What a job asked for (project, spider, version, settings, arguments), as 16 bytes."""
-    what = [job.project, job.spider, job.version, sorted(job.settings.items()), sorted(job.args.items())]
-    return hashlib.blake2b(json.dumps(what).encode("utf-8"), digest_size=16).digest()
+def digest(job: Job, urls: list[str]) -> str:
+    """What a request asked for (project, spider, version, settings, arguments, start URLs), as 32 hex digits."""
+    what = [job.project, job.spider, job.version, sorted(job.settings.items()), sorted(job.args.items()), urls]
+    return hashlib.blake2b(json.dumps(what).encode("utf-8"), digest_size=16).hexdigest()
 
 
 class Accepted:
@@ -36,13 +36,14 @@ class Accepted:
         os.makedirs(self._path, exist_ok=True)
         self._db = plyvel.DB(self._path, create_if_missing=True, bloom_filter_bits=10)
 
-    def get(self, job_id: str) -> bytes | None:
+    def get(self, job_id: str) -> str | None:
         """The digest of the job accepted under ``job_id``, or None."""
-        return self._db.get(job_id.encode("utf-8"))
+        value = self._db.get(job_id.encode("utf-8"))
+        return value.decode("ascii") if value is not None else None
 
     def put(self, job: Job) -> None:
         """Remember ``job`` as accepted (blocking: run it on the I/O thread)."""
-        self._db.put(job.id.encode("utf-8"), digest(job), sync=True)
+        self._db.put(job.id.encode("utf-8"), job.digest.encode("ascii"), sync=True)
 
     def close(self) -> None:
         if self._db is not None:

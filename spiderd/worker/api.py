@@ -172,15 +172,15 @@ class WorkerAPI(Resource):
         self._validator.check_version(version)
         self._validator.check_spider(spider)
         jobid = uuid.uuid1().hex if jobid is None else jobid  # Scrapyd's default job id
-        job = self._validator.job(project, spider, version, jobid, priority, settings, p.rest())
-        d: Deferred[Any] = self._runner.submit(job)
+        job, urls = self._validator.job(project, spider, version, jobid, priority, settings, p.rest())
+        d: Deferred[Any] = self._runner.submit(job, urls)
         d.addCallbacks(self._scheduled, _refused, errbackArgs=(job.id,))
         return d
 
     def _scheduled(self, job: Job) -> dict[str, Any]:
         feed = redact(job.settings.get("FEED_URI") or "(the default)")
         log.info("Worker: accepted job {id} (spider {spider}, {count} URLs, priority {priority}, feed {feed})",
-                 id=job.id, spider=job.spider, count=len(job.urls()), priority=job.priority, feed=feed)
+                 id=job.id, spider=job.spider, count=job.url_count, priority=job.priority, feed=feed)
         return {"jobid": job.id}
 
     def cancel(self, p: Params) -> Deferred[dict[str, Any]]:

@@ -33,6 +33,7 @@ class WorkerConfig:
     concurrency: int = 64  # URLs in flight over all jobs
     job_concurrency: int = 0  # URLs in flight per job at most; 0 = only concurrency
     redirect_window: float = 86400.0  # a redirect to a page itemized this recently makes no second item
+    max_job_urls: int = 50_000  # DISTRIBUTED_START_URLS of one job, at most
     per_host_concurrency: int = 8
     per_host_delay: float = 0.0  # seconds between request starts to one host, over all jobs
     host_overrides: Mapping[str, tuple[float, int]] = field(default_factory=dict)  # host -> (delay, concurrency)
@@ -109,7 +110,7 @@ class WorkerConfig:
 
 
 def _check_numbers(config: WorkerConfig) -> None:
-    positive = ("max_jobs", "concurrency", "per_host_concurrency", "max_body_size")
+    positive = ("max_jobs", "concurrency", "per_host_concurrency", "max_body_size", "max_job_urls")
     for name in positive:
         if getattr(config, name) < 1:
             raise WorkerConfigError(f"worker.{name}: must be 1 or more, got {getattr(config, name)!r}")

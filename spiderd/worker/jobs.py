@@ -1,6 +1,7 @@
 """Jobs and their persistence: one JSON file per job, written atomically (temp file, fsync, rename, fsync dir).
 
-A job is on disk before the API answers "ok", and every change of state is
+A job is on disk before the API answers "ok" (its start URLs in a file of
+their own beside it, read only when the job runs), and every change of state is
 written before it counts: pending -> running -> finished or cancelled.  At
 start, jobs found running (the worker was stopped at its deadline or killed)
 are pending again; one found ``shipping`` is only handed to the shipper again
@@ -20,7 +21,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from ..feed import uri_time
-from ..fsutil import fsync_dir, unlink_quietly, write_atomically
+from ..fsutil import fsync_dir, unlink_quietly, write_atomically, write_many_atomically
 
 log = Logger()
 
@@ -58,6 +59,8 @@ class Job:
     shipping: bool = False  # the items file is complete and being handed to the shipper
     error: str | None = None
     stats: dict[str, int] = field(default_factory=dict)
+    url_count: int = 0  # the start URLs (kept on disk: see JobStore.load_urls)
+    digest: str = ""  # what the request asked for (see accepted.py): the same job id and digest is the same job
 
     @property
     def batch(self) -> str:
@@ -67,11 +70,6 @@ class Job:
     def feed_params(self, now: float) -> dict[str, str]:
         """The FEED_URI template's values: spider arguments, then batch, name (the spider) and time."""
         return {**self.args, "batch": self.batch, "name": self.spider, "time": uri_time(now)}
-
-    def urls(self) -> list[str]:
-        """The start URLs (``DISTRIBUTED_START_URLS``, already validated when the job was accepted)."""
-        raw = self.settings.get("DISTRIBUTED_START_URLS")
-        return list(json.loads(raw)) if raw else []
 
     def to_dict(self) -> dict[str, Any]:
         """The persisted form."""
@@ -99,28 +97,49 @@ class JobStore:
         jobs = []
         for name in sorted(os.listdir(self.directory)):
             path = os.path.join(self.directory, name)
-            if name.endswith(".tmp"):
-                os.unlink(path)
+            if name.endswith(".tmp") or (name.endswith(".urls") and not os.path.exists(path[:-5] + ".json")):
+                os.unlink(path)  # torn writes, and URLs whose job file never landed (never accepted)
             elif name.endswith(".json"):
                 job = _read(path)
                 if job is not None:
                     jobs.append(job)
         return jobs
 
-    def save(self, job: Job) -> Deferred[None]:
-        """Write the job's current state; fires once it is durable."""
+    def save(self, job: Job, urls: list[str] | None = None) -> Deferred[None]:
+        """Write the job's current state (with ``urls``, its start URLs too); fires once it is durable."""
         data = json.dumps(job.to_dict(), ensure_ascii=False, sort_keys=True).encode("utf-8")
-        return self._run(write_atomically, self.path(job.id), data)
+        files = [(self.path(job.id), data)]
+        if urls is not None:
+            files.insert(0, (self.urls_path(job.id), json.dumps(urls).encode("utf-8")))
+        return self._run(write_many_atomically, files)
+
+    def load_urls(self, job: Job) -> list[str]:
+        """The job's start URLs (blocking: run it on the I/O thread); a job file of the format before the
+        URLs had a file of their own holds them in its settings."""
+        try:
+            with open(self.urls_path(job.id), "rb") as f:
+                return list(json.loads(f.read()))
+        except FileNotFoundError:
+            raw = job.settings.get("DISTRIBUTED_START_URLS")
+            return list(json.loads(raw)) if raw else []
+
+    def forget_urls(self, job_id: str) -> Deferred[None]:
+        """Drop a job's start URLs (it ended: it never runs again)."""
+        return self._run(unlink_quietly, self.urls_path(job_id))
 
     def delete(self, job_id: str) -> Deferred[None]:
         """Forget a job."""
-        return self._run(_unlink, self.path(job_id))
+        return self._run(_unlink, self.path(job_id), self.urls_path(job_id))
 
     def path(self, job_id: str) -> str:
         """The file of a job (ids are checked with :func:`safe_name` before they get here)."""
         if not safe_name(job_id):
             raise ValueError(f"unsafe job id {job_id!r}")
         return os.path.join(self.directory, job_id + ".json")
+
+    def urls_path(self, job_id: str) -> str:
+        """The file of a job's start URLs."""
+        return self.path(job_id)[: -len(".json")] + ".urls"
 
 
 def _read(path: str) -> Job | None:
@@ -137,6 +156,6 @@ def _read(path: str) -> Job | None:
     return job
 
 
-def _unlink(path: str) -> None:
-    if unlink_quietly(path):
-        fsync_dir(os.path.dirname(path))
+def _unlink(*paths: str) -> None:
+    if [unlink_quietly(path) for path in paths].count(True):
+        fsync_dir(os.path.dirname(paths[0]))

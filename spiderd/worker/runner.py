@@ -29,6 +29,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ..core.memory import release_memory
 from ..fsutil import unlink_quietly
 from ..lifecycle import InFlight
 from .config import WorkerConfig
@@ -39,6 +40,9 @@ from .itemized import Itemized
 from .pipeline import Pipeline, Run
 
 log = Logger()
+
+
+BIG_JOB = 10_000  # start URLs: after such a job, memory is handed back to the system
 
 
 class WorkerStopping(Exception):
@@ -135,13 +139,14 @@ class JobRunner:
 
     # -- the API's part ---------------------------------------------------------------------------------------
 
-    def submit(self, job: Job) -> Deferred[Job]:
-        """Persist a new job, then queue it; fires once it is durable.
+    def submit(self, job: Job, urls: list[str]) -> Deferred[Job]:
+        """Persist a new job and its start URLs, then queue it; fires once they are durable.
 
         A job id accepted before for the same request (a batch sent again) fires with that job, and nothing
         runs twice."""
         if self.stopping:
             return defer.fail(WorkerStopping("the worker is shutting down"))
+        job.digest, job.url_count = digest(job, urls), len(urls)
         again = self._accepted_before(job)
         if again is not None:
             log.info("Worker: job {id} was accepted before; not run again", id=job.id)
@@ -152,7 +157,7 @@ class JobRunner:
         self._seq += 1
         job.seq, job.created, job.state = self._seq, self._reactor.seconds(), PENDING
         self.jobs[job.id] = job
-        d: Deferred[Any] = self._store.save(job)
+        d: Deferred[Any] = self._store.save(job, urls)
         d.addCallback(lambda _: self._io(self.accepted.put, job))
         d.addCallbacks(self._accepted, self._not_accepted, callbackArgs=(job,), errbackArgs=(job, old))
         return d
@@ -160,10 +165,9 @@ class JobRunner:
     def _accepted_before(self, job: Job) -> Job | None:
         """The job accepted under ``job.id`` for the same request, if any (the job itself when pruned since)."""
         known = self.jobs.get(job.id)
-        wanted = digest(job)
         if known is not None:
-            return known if digest(known) == wanted else None
-        if self.accepted.get(job.id) == wanted:
+            return known if known.digest == job.digest else None
+        if self.accepted.get(job.id) == job.digest:
             job.state = FINISHED
             return job
         return None
@@ -284,7 +288,8 @@ class JobRunner:
         job.stats = {}
         yield run.items.open()
         if not run.halted:
-            run.add(job.urls())
+            urls = yield self._io(self._store.load_urls, job)
+            run.add(urls)
         log.info("Worker: job {id} ({spider}) started: {count} URLs", id=job.id, spider=job.spider,
                  count=len(run.todo))
         self._pipeline.start(run)
@@ -325,8 +330,12 @@ class JobRunner:
         job.state, job.end_time = state, self._reactor.seconds()
 
     def _notify(self, job: Job) -> None:
+        """The job ended (and is saved so): its URLs go, waiters hear, a big job's memory goes back."""
+        self._store.forget_urls(job.id).addErrback(lambda f: log.failure("Worker: dropping job URLs failed", f))
         for d in self._waiters.pop(job.id, []):
             d.callback(job)
+        if job.url_count >= BIG_JOB:
+            release_memory()
 
     def _prune(self) -> None:
         """Forget the oldest ended jobs beyond ``finished_to_keep``."""

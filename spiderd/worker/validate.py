@@ -49,6 +49,7 @@ class Validator:
         self._rules = rules
         self._default_feed = config.default_feed_uri
         self._feed_roots = config.feed_roots
+        self._max_urls = config.max_job_urls
         self._render_uri = render_uri
         self._clock = clock
 
@@ -73,8 +74,8 @@ class Validator:
         priority: str | None,
         settings: list[str],
         args: dict[str, str],
-    ) -> Job:
-        """A new pending job, or an :class:`ApiError` naming what is wrong."""
+    ) -> tuple[Job, list[str]]:
+        """A new pending job and its start URLs, or an :class:`ApiError` naming what is wrong."""
         if not safe_name(jobid):
             raise ApiError(f"jobid is invalid: {jobid!r} is not a plain name ({_NAME_RULE})")
         if "batch" in args:
@@ -83,11 +84,11 @@ class Validator:
             except ValueError as e:
                 raise ApiError(f"batch is invalid: {e}") from None
         job = Job(jobid, project, spider, self._settings(jobid, settings), args, _priority(priority), version)
-        if "DISTRIBUTED_START_URLS" in job.settings:
-            urls = self._urls(job.settings["DISTRIBUTED_START_URLS"], self.spiders[spider])
-            job.settings["DISTRIBUTED_START_URLS"] = json.dumps(urls)
+        raw = job.settings.pop("DISTRIBUTED_START_URLS", None)
+        urls = self._urls(raw, self.spiders[spider]) if raw is not None else []
+        job.url_count = len(urls)
         self._check_feed(job)
-        return job
+        return job, urls
 
     def _settings(self, jobid: str, raw: list[str]) -> dict[str, str]:
         honoured, ignored = {}, []
@@ -112,6 +113,9 @@ class Validator:
             raise ApiError(f"DISTRIBUTED_START_URLS is invalid: not JSON ({e})") from None
         if not isinstance(value, list) or not all(isinstance(u, str) for u in value):
             raise ApiError("DISTRIBUTED_START_URLS is invalid: expected a JSON list of URL strings")
+        if len(value) > self._max_urls:
+            raise ApiError(f"DISTRIBUTED_START_URLS is invalid: {len(value)} URLs, at most {self._max_urls} in one "
+                           "job (worker.max_job_urls): send smaller batches")
         urls = []
         for url in value:
             try:
