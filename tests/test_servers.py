@@ -16,16 +16,14 @@ from twisted.protocols import policies
 from twisted.trial import unittest
 from twisted.web import resource, server
 
-from spiderd import settings as cfg
 from spiderd import status as st
-from spiderd import tap
 from spiderd.demo.site import SiteSpec, static_paths, write_static
 from spiderd.fetcher import FetchConfig, Fetcher
 
 from . import test_worker
 from .helpers import ClockedReactor
 from .httpservers import ClosingHandler, HTTP10Handler, RawServer, ThreadedServer
-from .test_crawl import node_settings
+from .test_crawl import node_settings, run_crawl
 
 SPEC = SiteSpec(lists=4, details=200, faults=False, seed=3)
 CONCURRENCY = 16
@@ -181,15 +179,7 @@ class CrawlOnRealServersTests(StaticSite, unittest.TestCase):
         settings = node_settings(data, served.root + "/", parse={"workers": 0}, store={"url": "none"},
                                  fetch={"concurrency": CONCURRENCY, "per_host_concurrency": CONCURRENCY,
                                         "keepalive_timeout": 7})
-        cfg.check_data_dir(settings)
-        top = tap.build(settings, reactor)
-        crawler = top.getServiceNamed("crawler")
-        top.startService()
-        try:
-            yield crawler.finished
-            stats = yield crawler.pool.stats()
-        finally:
-            yield top.stopService()
+        crawler, stats = yield run_crawl(settings)
         pages = 1 + SPEC.lists + SPEC.details  # the root, the list pages and the detail pages
         self.assertEqual(dict(crawler.stats.statuses), {"200": pages})
         self.assertEqual((stats["done"], stats["failed"]), (pages, 0))
