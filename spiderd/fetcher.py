@@ -7,6 +7,9 @@ allocate about 1000 times the bytes read) and it costs half as much CPU again
 per response; the body protocol here inflates at most ``max_body_size``
 bytes and aborts the transfer past it.
 
+Connections are pooled as :mod:`spiderd.connections` says: a connection the
+server closed is never a failed fetch.
+
 ``fetch`` never fails: every outcome, network errors included, is a
 :class:`FetchResult` whose ``status`` is an HTTP code or one of
 :mod:`spiderd.status`'s negative codes.
@@ -21,7 +24,6 @@ from typing import Any
 
 from twisted.internet import defer, error
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -29,6 +31,7 @@ from twisted.web import client
 from twisted.web.http_headers import Headers
 
 from . import status as st
+from .connections import CachedEndpoints, ConnectionPool
 from .urls import BadURL, canonicalize
 
 log = Logger()
@@ -61,44 +64,8 @@ class FetchConfig:
     max_body_size: int = 10 * 1024 * 1024
     max_redirects: int = 5
     per_host_connections: int = 8
+    keepalive_timeout: float = 10.0
     source_addresses: tuple[str, ...] = ()
-
-
-class _CachedEndpoints:
-    """Endpoints per (scheme, host, port), made once: Agent builds one per request, IDNA-checking the host each time."""
-
-    def __init__(self, reactor: Any, connect_timeout: float, bind: tuple[str, int] | None, size: int = 4096) -> None:
-        self._reactor = reactor
-        self._timeout = connect_timeout
-        self._bind = bind
-        self._size = size
-        self._tls = client.BrowserLikePolicyForHTTPS()
-        self._cache: dict[tuple[bytes, bytes, int], Any] = {}
-
-    def endpointForURI(self, uri: Any) -> Any:
-        key = (uri.scheme, uri.host, uri.port)
-        endpoint = self._cache.get(key)
-        if endpoint is None:
-            endpoint = self._make(uri)
-            if len(self._cache) >= self._size:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[key] = endpoint
-        return endpoint
-
-    def _make(self, uri: Any) -> Any:
-        host = uri.host.decode("ascii")
-        endpoint = HostnameEndpoint(self._reactor, host, uri.port, timeout=self._timeout, bindAddress=self._bind)
-        if uri.scheme == b"https":
-            return wrapClientTLS(self._tls.creatorForNetloc(uri.host, uri.port), endpoint)
-        if uri.scheme != b"http":
-            raise error.SchemeNotSupported(f"unsupported scheme {uri.scheme!r}")
-        return endpoint
-
-
-class _QuietFactory(client._HTTP11ClientFactory):  # type: ignore[misc]
-    """The pool's connection factory, without a log line per connection."""
-
-    noisy = False
 
 
 class TooLarge(Exception):
@@ -112,7 +79,7 @@ class Fetcher:
         self._reactor = reactor
         self._config = config
         self.robots = robots
-        self._pools: list[client.HTTPConnectionPool] = []
+        self._pools: list[ConnectionPool] = []
         self._agents = [self._agent(address) for address in (config.source_addresses or (None,))]
         self._next_agent = itertools.cycle(self._agents).__next__
         self._headers = Headers(  # Agent copies them for each request
@@ -124,13 +91,10 @@ class Fetcher:
         )
 
     def _agent(self, address: str | None) -> client.Agent:
-        pool = client.HTTPConnectionPool(self._reactor, persistent=True)
-        pool._factory = _QuietFactory
-        pool.maxPersistentPerHost = self._config.per_host_connections
-        pool.retryAutomatically = False
+        pool = ConnectionPool(self._reactor, self._config.per_host_connections, self._config.keepalive_timeout)
         self._pools.append(pool)
         bind = (address, 0) if address else None
-        endpoints = _CachedEndpoints(self._reactor, self._config.connect_timeout, bind)
+        endpoints = CachedEndpoints(self._reactor, self._config.connect_timeout, bind)
         return client.Agent.usingEndpointFactory(self._reactor, endpoints, pool=pool)
 
     def fetch(self, url: str) -> Deferred[FetchResult]:

@@ -98,6 +98,7 @@ class Settings:
     timeout: float = 30.0
     max_body_size: int = 10 * 1024 * 1024
     max_redirects: int = 5
+    keepalive_timeout: float = 10.0
     user_agent: str = "spiderd/0.1 (+https://github.com/spiderd/spiderd)"
     robots: bool = True
     source_addresses: tuple[str, ...] = ()
@@ -191,6 +192,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "timeout": ("timeout", "positive"),
         "max_body_size": ("max_body_size", "positive_int"),
         "max_redirects": ("max_redirects", "count"),
+        "keepalive_timeout": ("keepalive_timeout", "positive"),
         "user_agent": ("user_agent", "header"),
         "robots": ("robots", "bool"),
         "source_addresses": ("source_addresses", "addresses"),

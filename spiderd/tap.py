@@ -289,7 +289,8 @@ def _fetcher(settings: cfg.Settings, reactor: Any, pool: Any) -> Any:
     config = FetchConfig(
         user_agent=settings.user_agent, connect_timeout=settings.connect_timeout, timeout=settings.timeout,
         max_body_size=settings.max_body_size, max_redirects=settings.max_redirects,
-        per_host_connections=settings.per_host_concurrency, source_addresses=settings.source_addresses,
+        per_host_connections=settings.per_host_concurrency, keepalive_timeout=settings.keepalive_timeout,
+        source_addresses=settings.source_addresses,
     )
     fetcher = Fetcher(reactor, config)
     if settings.robots:

@@ -41,6 +41,21 @@ def node_settings(data_dir: str, root: str, **sections: Any) -> cfg.Settings:
     return cfg.from_dict(raw, "<test>")
 
 
+@defer.inlineCallbacks
+def run_crawl(settings: cfg.Settings) -> Any:
+    """Build a node from ``settings``, crawl to the end, stop it; fires with (crawler, pool stats)."""
+    cfg.check_data_dir(settings)
+    top = tap.build(settings, reactor)
+    crawler = top.getServiceNamed("crawler")
+    top.startService()
+    try:
+        yield crawler.finished
+        stats = yield crawler.pool.stats()
+    finally:
+        yield top.stopService()
+    return crawler, stats
+
+
 class CrawlTests(unittest.TestCase):
     """Crawls of a 60-page site with every fault kind."""
 
@@ -54,19 +69,8 @@ class CrawlTests(unittest.TestCase):
         self.data = Path(tempfile.mkdtemp(prefix="spiderd-crawl-"))
         self.addCleanup(shutil.rmtree, self.data, True)
 
-    @defer.inlineCallbacks
     def crawl(self, **sections: Any) -> Any:
-        settings = node_settings(str(self.data), self.root, **sections)
-        cfg.check_data_dir(settings)
-        top = tap.build(settings, reactor)
-        crawler = top.getServiceNamed("crawler")
-        top.startService()
-        try:
-            yield crawler.finished
-            stats = yield crawler.pool.stats()
-        finally:
-            yield top.stopService()
-        return crawler, stats
+        return run_crawl(node_settings(str(self.data), self.root, **sections))
 
     def stored(self) -> list[str]:
         with sqlite3.connect(self.data / "pages.sqlite3") as db:

@@ -14,7 +14,8 @@ from twisted.trial import unittest
 from twisted.web import resource, server
 
 from spiderd import settings as cfg
-from spiderd import tap
+
+from .test_crawl import run_crawl
 
 GOOD = [f"/ok/{i}.html" for i in range(5)]
 
@@ -113,14 +114,7 @@ class HostileCrawlTests(unittest.TestCase):
             "sites": [{"name": "hostile", "allowed_hosts": ["127.0.0.1"], "detail_urls": [r"/ok/\d+\.html$"],
                        "fields": {"title": "css:h1.title::text"}}],
         }, "<test>")
-        top = tap.build(settings, reactor)
-        crawler = top.getServiceNamed("crawler")
-        top.startService()
-        try:
-            yield crawler.finished
-            stats = yield crawler.pool.stats()
-        finally:
-            yield top.stopService()
+        crawler, stats = yield run_crawl(settings)
         items = [json.loads(line) for f in (data / "items").glob("*.jl") for line in f.open()]
         self.assertEqual(sorted(i["url"][len(root) - 1 :] for i in items), GOOD)
         statuses = crawler.stats.statuses

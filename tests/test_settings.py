@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_example_config_loads() -> None:
     """etc/spiderd.toml, the annotated example, is valid and says what it says."""
     settings = cfg.load(str(ROOT / "etc" / "spiderd.toml"))
-    assert settings.concurrency == 64 and settings.robots is True
+    assert settings.concurrency == 64 and settings.robots is True and settings.keepalive_timeout == 10
     assert settings.sites[0].detail_urls == (r"/item/\d+\.html$",)
     assert [f.name for f in settings.sites[0].fields] == ["title", "price", "tags"]
     assert settings.sites[0].fields[2].all is True
@@ -57,6 +57,7 @@ def test_overrides() -> None:
         ({"pool": {"hub_refresh_span": float("inf")}}, "pool.hub_refresh_span", "finite number"),
         ({"pool": {"pending_threshold": float("nan")}}, "pool.pending_threshold", "finite number"),
         ({"pool": {"pending_threshold": 1e20}}, "pool.pending_threshold", "at most"),
+        ({"fetch": {"keepalive_timeout": 0}}, "fetch.keepalive_timeout", "greater than 0"),
         ({"fetch": {"user_agent": "a\nb"}}, "fetch.user_agent", "single line"),
         ({"fetch": {"source_addresses": ["300.1.1.1"]}}, "fetch.source_addresses", "does not appear"),
         ({"fetch": {"hosts": {"a.example": {"speed": 1}}}}, "fetch.hosts", "unknown key"),

@@ -1,0 +1,131 @@
+"""Connections for the fetcher: endpoints per origin, and a pool that copes with servers as they are.
+
+Servers close connections: HTTP/1.0 ones after each answer, every server when
+its keep-alive timeout expires.  An answer that forbids reuse keeps its
+connection out of the pool, idle connections close after
+``keepalive_timeout``, and a GET sent on a pooled connection the server has
+already closed is sent once more at once on a new one (Twisted's automatic
+retry), so a closed connection is never a failed fetch.  Only public Twisted
+APIs: ``HTTPConnectionPool.getConnection``, ``Request.persistent``,
+``HTTP11ClientProtocol.state`` and ``abort()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import error
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
+from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.internet.protocol import Factory
+from twisted.web import client
+from zope.interface import implementer
+
+
+class CachedEndpoints:
+    """Endpoints per (scheme, host, port), made once: Agent builds one per request, IDNA-checking the host each time."""
+
+    def __init__(self, reactor: Any, connect_timeout: float, bind: tuple[str, int] | None, size: int = 4096) -> None:
+        self._reactor = reactor
+        self._timeout = connect_timeout
+        self._bind = bind
+        self._size = size
+        self._tls = client.BrowserLikePolicyForHTTPS()
+        self._cache: dict[tuple[bytes, bytes, int], Any] = {}
+
+    def endpointForURI(self, uri: Any) -> Any:
+        key = (uri.scheme, uri.host, uri.port)
+        endpoint = self._cache.get(key)
+        if endpoint is None:
+            endpoint = self._make(uri)
+            if len(self._cache) >= self._size:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = endpoint
+        return endpoint
+
+    def _make(self, uri: Any) -> Any:
+        host = uri.host.decode("ascii")
+        endpoint = HostnameEndpoint(self._reactor, host, uri.port, timeout=self._timeout, bindAddress=self._bind)
+        if uri.scheme == b"https":
+            return _QuietEndpoint(wrapClientTLS(self._tls.creatorForNetloc(uri.host, uri.port), endpoint))
+        if uri.scheme != b"http":
+            raise error.SchemeNotSupported(f"unsupported scheme {uri.scheme!r}")
+        return _QuietEndpoint(endpoint)
+
+
+@implementer(IStreamClientEndpoint)
+class _QuietEndpoint:
+    """An endpoint whose connections log no "Starting factory" line: the pool's factory is wrapped in a quiet one."""
+
+    def __init__(self, endpoint: Any) -> None:
+        self._endpoint = endpoint
+
+    def connect(self, factory: Any) -> Deferred[Any]:
+        return self._endpoint.connect(_QuietFactory(factory))
+
+    def __repr__(self) -> str:
+        return repr(self._endpoint)
+
+
+class _QuietFactory(Factory):
+    """Builds the wrapped factory's protocols; neither it nor the wrapped factory logs its start and stop."""
+
+    noisy = False
+
+    def __init__(self, factory: Any) -> None:
+        self._factory = factory
+
+    def buildProtocol(self, addr: Any) -> Any:
+        return self._factory.buildProtocol(addr)
+
+
+class ConnectionPool(client.HTTPConnectionPool):
+    """Twisted's pool: at most ``per_host`` idle connections per host, each closed after ``keepalive_timeout``
+    seconds idle, and only connections the answer lets be reused.
+
+    ``retryAutomatically``: a GET that got no answer on a connection taken from
+    the pool is sent once more on a new connection; one that fails on a new
+    connection is not retried.  ``Connection: close`` answers Twisted keeps out
+    of the pool itself; ``_Connection`` does it for HTTP/1.0 answers.
+    """
+
+    retryAutomatically = True
+
+    def __init__(self, reactor: Any, per_host: int, keepalive_timeout: float) -> None:
+        super().__init__(reactor, persistent=True)
+        self.maxPersistentPerHost = per_host
+        self.cachedConnectionTimeout = keepalive_timeout
+
+    def getConnection(self, key: Any, endpoint: Any) -> Deferred[_Connection]:
+        return super().getConnection(key, endpoint).addCallback(_Connection)
+
+
+class _Connection:
+    """A connection from the pool, for one request: an answer that forbids reuse keeps it out of the pool."""
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection  # an HTTP11ClientProtocol, or Twisted's retrying wrapper of a pooled one
+
+    def request(self, request: client.Request) -> Deferred[Any]:
+        return self._connection.request(request).addCallback(self._answered, request)
+
+    def _answered(self, response: Any, request: client.Request) -> Any:
+        if not reusable(response):
+            request.persistent = False  # read when the body has come: the connection is then closed, not pooled
+            connection = self._connection
+            if isinstance(connection, client.HTTP11ClientProtocol) and connection.state == "QUIESCENT":
+                # No body: the answer was over, and the connection pooled, before it came here.  abort() takes
+                # it out of use at once (the pool drops a connection that is not QUIESCENT).
+                connection.abort()
+        return response
+
+
+def reusable(response: Any) -> bool:
+    """Whether the connection of ``response`` may carry another request (``Connection: close`` aside).
+
+    HTTP/1.0 closes after each answer unless it says ``Connection: keep-alive``;
+    Twisted keeps that header from the response, so every HTTP/1.0 answer
+    counts as closing.
+    """
+    return tuple(response.version[1:]) >= (1, 1)
