@@ -106,12 +106,15 @@ class Fetcher:
         d.addErrback(self._failed, url, started)
         return d
 
-    def fetch_raw(self, url: str, max_size: int, redirects: int = 0) -> Deferred[FetchResult]:
+    def fetch_raw(self, url: str, max_size: int, redirects: int = 0, truncate: bool = False) -> Deferred[FetchResult]:
         """A GET with no robots check (for robots.txt), following at most ``redirects`` redirects, even to
-        other hosts (RFC 9309 asks for five); a loop or one redirect too many gives the redirect itself."""
+        other hosts (RFC 9309 asks for five); a loop or one redirect too many gives the redirect itself.
+
+        ``truncate``: a body over ``max_size`` gives its first ``max_size`` bytes (``error`` is "truncated")
+        instead of failing, as RFC 9309 asks of a robots.txt (parse at least the first 500 KiB)."""
         started = self._reactor.seconds()
         hops: list[str] = []
-        d = self._raw(url, max_size, redirects, hops)
+        d = self._raw(url, max_size, redirects, hops, truncate)
         timer = self._reactor.callLater(self._config.timeout, d.cancel)
         d.addBoth(_stop_timer, timer)
         d.addCallback(lambda got: _finish(got[0], url, got[1], hops, self._reactor.seconds() - started))
@@ -119,10 +122,10 @@ class Fetcher:
         return d
 
     @defer.inlineCallbacks
-    def _raw(self, url: str, max_size: int, redirects: int, hops: list[str]) -> Any:
+    def _raw(self, url: str, max_size: int, redirects: int, hops: list[str], truncate: bool) -> Any:
         first = url
         while True:
-            response, body = yield self._get(url, max_size)
+            response, body = yield self._get(url, max_size, truncate)
             location = response.headers.getRawHeaders(b"location", [None])[0]
             target = _resolve(url, location) if response.code in REDIRECT_CODES and location is not None else None
             if target is None or len(hops) >= redirects or target == first or target in hops:
@@ -147,18 +150,18 @@ class Fetcher:
             redirects.append(target)
             url = target
 
-    def _get(self, url: str, max_size: int) -> Deferred[tuple[Any, bytes]]:
+    def _get(self, url: str, max_size: int, truncate: bool = False) -> Deferred[tuple[Any, bytes]]:
         agent = self._next_agent()
         d = agent.request(b"GET", url.encode("ascii"), self._headers)
-        return d.addCallback(self._read_body, max_size)
+        return d.addCallback(self._read_body, max_size, truncate)
 
-    def _read_body(self, response: Any, max_size: int) -> Deferred[tuple[Any, bytes]]:
+    def _read_body(self, response: Any, max_size: int, truncate: bool = False) -> Deferred[tuple[Any, bytes]]:
         encoding = (response.headers.getRawHeaders(b"content-encoding", [b""])[0] or b"").strip().lower()
         length = response.length
-        if isinstance(length, int) and length > max_size and not encoding:
+        if isinstance(length, int) and length > max_size and not encoding and not truncate:
             response.deliverBody(_Discard())
             return defer.fail(TooLarge(f"Content-Length {length}"))
-        reader = _BodyReader(max_size, encoding)
+        reader = _BodyReader(max_size, encoding, truncate)
         response.deliverBody(reader)
         return reader.finished.addCallback(lambda body: (response, body))
 
@@ -176,9 +179,10 @@ class Fetcher:
 class _BodyReader(Protocol):
     """Collects a body up to ``limit`` bytes (raw and inflated), inflating gzip/deflate as it comes."""
 
-    def __init__(self, limit: int, encoding: bytes) -> None:
+    def __init__(self, limit: int, encoding: bytes, truncate: bool = False) -> None:
         self.finished: Deferred[bytes] = Deferred(self._cancel)
         self._limit = limit
+        self._truncate = truncate  # past the limit: end with the first ``limit`` bytes instead of failing
         self._chunks: list[bytes] = []
         self._size = 0
         self._raw = 0
@@ -199,14 +203,26 @@ class _BodyReader(Protocol):
             return
         self._take(chunk)
         if not self._done and self._inflater.unconsumed_tail:
-            self._abort(TooLarge("inflated body"))
+            self._over_limit(TooLarge("inflated body"))
 
     def _take(self, chunk: bytes) -> None:
+        room = self._limit - self._size
         self._size += len(chunk)
         if self._size > self._limit or self._raw > self._limit:
-            self._abort(TooLarge(f"more than {self._limit} bytes"))
+            if self._truncate:
+                self._chunks.append(chunk[: max(room, 0)])
+            self._over_limit(TooLarge(f"more than {self._limit} bytes"))
         else:
             self._chunks.append(chunk)
+
+    def _over_limit(self, reason: Exception) -> None:
+        """Past the limit: fail, or (truncating) end with what fits."""
+        if not self._truncate:
+            self._abort(reason)
+            return
+        self._done = True
+        self.transport.stopProducing()
+        self.finished.callback(Truncated(b"".join(self._chunks)[: self._limit]))
 
     def _abort(self, reason: Exception) -> None:
         self._done = True
@@ -236,6 +252,10 @@ class _BodyReader(Protocol):
                 return
         self._done = True
         self.finished.callback(b"".join(self._chunks))
+
+
+class Truncated(bytes):
+    """The first bytes of a body that was longer (``fetch_raw(truncate=True)``)."""
 
 
 class _Discard(Protocol):
@@ -282,6 +302,7 @@ def _finish(got: tuple[Any, bytes], original: str, url: str, redirects: list[str
         redirects,
         len(body),
         elapsed,
+        "truncated" if isinstance(body, Truncated) else None,
     )
 
 

@@ -91,7 +91,7 @@ class Robots:
         self._cache.move_to_end(origin)
         while len(self._cache) > self._max:
             self._cache.popitem(last=False)
-        d = self._fetch_raw(origin + "/robots.txt", MAX_ROBOTS_SIZE)
+        d = self._fetch_raw(origin + "/robots.txt", MAX_ROBOTS_SIZE, truncate=True)
         d.addCallback(self._got, origin, entry)
         d.addErrback(lambda f: log.failure("robots.txt of {origin}", f, origin=origin))
         d.addBoth(lambda _: self._release(entry))
@@ -100,7 +100,11 @@ class Robots:
     def _got(self, result: Any, origin: str, entry: _Entry) -> None:
         now = self._clock.seconds()
         if 200 <= result.status < 300:
-            entry.parser = _parse(result.body, origin)
+            if result.error == "truncated":
+                log.info("robots.txt of {origin} is larger than {size} KiB: its first {size} KiB are used (as "
+                         "RFC 9309 and Google do)", origin=origin, size=MAX_ROBOTS_SIZE // 1024)
+            entry.parser = _parse(_whole_lines(result.body) if result.error == "truncated" else result.body,
+                                  origin)
             entry.expires = now + TTL
             delay = entry.parser.crawl_delay(self._agent) if entry.parser is not None else None
             if delay:
@@ -109,7 +113,8 @@ class Robots:
             entry.expires = now + TTL
         else:
             entry.expires = now + ERROR_TTL
-            log.info("robots.txt of {origin}: {status}, allowing all for now", origin=origin, status=result.status)
+            log.info("robots.txt of {origin}: {why}, allowing all for {minutes:.0f} minutes", origin=origin,
+                     why=_why(result), minutes=ERROR_TTL / 60)
 
     def _delay(self, host: str, delay: float) -> None:
         if delay > MAX_CRAWL_DELAY:
@@ -131,6 +136,21 @@ def _parse(body: bytes, origin: str) -> Any:
     except Exception:  # protego can raise on hostile input; treat it as no rules
         log.failure("Unparseable robots.txt of {origin}", origin=origin)
         return None
+
+
+def _whole_lines(body: bytes) -> bytes:
+    """A truncated body up to its last complete line (a rule cut in half is no rule)."""
+    end = body.rfind(b"\n")
+    return body[: end + 1] if end >= 0 else b""
+
+
+def _why(result: Any) -> str:
+    """What went wrong with a robots.txt fetch, in words."""
+    from . import status as st
+
+    if result.status >= 500:
+        return f"the server answered {result.status}"
+    return f"{result.error or st.name(result.status)} ({result.status})"
 
 
 def _origin(url: str) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 from twisted.internet import defer, error, reactor
 from twisted.internet.task import Clock
+from twisted.logger import capturedLogs, formatEvent
 from twisted.python.failure import Failure
 from twisted.trial import unittest
 from twisted.web import resource, server
@@ -19,6 +20,15 @@ from spiderd.robots import Robots
 from .helpers import ClockedReactor
 
 BIG = b"x" * 5000
+
+
+class _Huge(resource.Resource):
+    """A site whose robots.txt is 600 KiB."""
+
+    isLeaf = True
+
+    def render_GET(self, request: Any) -> bytes:
+        return Page().page_huge_robots_txt(request)
 
 
 class Page(resource.Resource):
@@ -76,6 +86,11 @@ class Page(resource.Resource):
 
     def page_big(self, request: Any) -> bytes:
         return BIG
+
+    def page_huge_robots_txt(self, request: Any) -> bytes:
+        """A robots.txt of 600 KiB: a rule at its start, comments, a rule past 512 KiB."""
+        padding = b"# padding " + b"x" * 100 + b"\n"
+        return b"User-agent: *\nDisallow: /private\n" + padding * 6000 + b"Disallow: /late\n"
 
     def page_bigchunked(self, request: Any) -> Any:
         request.write(BIG)
@@ -254,6 +269,33 @@ class FetcherTests(unittest.TestCase):
         self.assertEqual(len(self.site.clients), 2)  # robots.txt once, /index once
 
     @defer.inlineCallbacks
+    def test_huge_robots_txt_uses_its_first_512_kib(self) -> Any:
+        """fetch_raw(truncate=True) gives the first 512 KiB of a larger body; parsed, its early rule holds."""
+        raw = yield self.fetcher.fetch_raw(self.base + "/huge/robots.txt", 512 * 1024, truncate=True)
+        self.assertEqual((raw.status, raw.error, len(raw.body)), (200, "truncated", 512 * 1024))
+        from spiderd.robots import _parse, _whole_lines
+
+        rules = _parse(_whole_lines(raw.body), self.base)
+        self.assertFalse(rules.can_fetch(self.base + "/private", "spiderd"))
+        self.assertTrue(rules.can_fetch(self.base + "/late", "spiderd"))
+        whole = yield self.fetcher.fetch_raw(self.base + "/huge/robots.txt", 512 * 1024)
+        self.assertEqual(whole.status, st.TOO_LARGE)  # without truncate, too large stays a failure
+
+    @defer.inlineCallbacks
+    def test_robots_txt_over_the_limit_is_said(self) -> Any:
+        """Robots on a huge robots.txt: the first rule holds, and one info line says the file was cut."""
+        robots_site = _Huge()
+        port = reactor.listenTCP(0, server.Site(robots_site), interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        base = f"http://127.0.0.1:{port.getHost().port}"
+        robots = Robots(self.fetcher.fetch_raw, self.clock, "spiderd/1.0")
+        with capturedLogs() as events:
+            denied = yield robots.allowed(base + "/private")
+            late = yield robots.allowed(base + "/late")
+        self.assertEqual((denied, late), (False, True))
+        self.assertTrue(any("larger than 512 KiB: its first 512 KiB are used" in formatEvent(e) for e in events))
+
+    @defer.inlineCallbacks
     def test_fetch_raw_follows_redirects_only_when_asked(self) -> Any:
         """fetch_raw (robots.txt) follows up to ``redirects`` hops; none by default; a loop ends as a redirect."""
         plain = yield self.fetcher.fetch_raw(self.base + "/moved", 8000)
@@ -280,7 +322,7 @@ class FetcherTests(unittest.TestCase):
         from types import SimpleNamespace
 
         body = b"User-agent: *\nCrawl-delay: 86400\n"
-        fetch_raw = lambda url, limit: defer.succeed(SimpleNamespace(status=200, body=body))  # noqa: E731
+        fetch_raw = lambda url, limit, truncate=False: defer.succeed(SimpleNamespace(status=200, body=body, error=None))  # noqa: E731
         heard: list[Any] = []
         robots = Robots(fetch_raw, self.clock, "spiderd/1.0", on_delay=lambda h, d: heard.append(("pool", h, d)))
         robots.add_delay_listener(lambda h, d: heard.append(("worker", h, d)))
