@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 from twisted.application.service import MultiService, Service
@@ -125,6 +126,21 @@ def _shadow(d: Deferred[Any]) -> Deferred[None]:
 
     d.addBoth(fire)
     return shadow
+
+
+def calm_repeated_stop_signals(reactor: Any) -> None:
+    """Once the shutdown began, a second SIGTERM or Ctrl-C says so in one line instead of a CRITICAL
+    ``ReactorNotRunning`` traceback (the reactor's own handler calls ``stop`` again)."""
+
+    def again(signum: int, frame: Any) -> None:
+        reactor.callFromThread(log.info, "Signal {signal} again: already stopping, waiting for the drain to finish",
+                               signal=signal.Signals(signum).name)
+
+    def install() -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, again)
+
+    reactor.addSystemEventTrigger("before", "shutdown", install)
 
 
 def wait_until(clock: Any, predicate: Any, interval: float = 0.5) -> Deferred[None]:

@@ -279,7 +279,10 @@ def _api(settings: cfg.Settings, reactor: Any, top: Any, stats: Any, pool: Any, 
     auth = Auth(settings.api_token, settings.api_username, settings.api_password)
     ApiService(reactor, node, bind=settings.api_bind, port=settings.api_port, auth=auth).setServiceParent(top)
     if signals:
+        from .lifecycle import calm_repeated_stop_signals
+
         ReloadService(reactor, settings, named.get("seeds")).setServiceParent(top)
+        calm_repeated_stop_signals(reactor)
 
 
 def _fetcher(settings: cfg.Settings, reactor: Any, pool: Any) -> Any:

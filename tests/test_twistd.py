@@ -97,6 +97,37 @@ def test_sigterm_stops_cleanly(tmp_path: Path) -> None:
     assert "Summary:" in out and "Server Shut Down." in out
 
 
+def test_second_sigterm_during_the_drain(tmp_path: Path) -> None:
+    """A second SIGTERM while a fetch drains is one info line, not a CRITICAL ReactorNotRunning traceback."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.append(server.accept()[0]), daemon=True).start()  # answers nothing
+    port = server.getsockname()[1]
+    config = tmp_path / "slow.toml"
+    config.write_text(f'[spiderd]\ndata_dir = "{tmp_path / "data"}"\n[pool]\nseeds = ["http://127.0.0.1:{port}/"]\n'
+                      '[fetch]\nrobots = false\ntimeout = 10\n[parse]\nworkers = 0\n[api]\nport = 0\n')
+    child = twistd("--config", str(config), cwd=tmp_path)
+    assert child.stdout is not None
+    deadline = time.monotonic() + 60
+    while not held and time.monotonic() < deadline:
+        time.sleep(0.05)  # waiting for the daemon's fetch to reach the silent server (another process)
+    child.send_signal(signal.SIGTERM)
+    line = ""
+    while "Stopping: waiting for 1 fetches" not in line and time.monotonic() < deadline:
+        line = child.stdout.readline()
+    child.send_signal(signal.SIGTERM)
+    out, _ = child.communicate(timeout=60)
+    server.close()
+    assert child.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM), out
+    assert "SIGTERM again: already stopping" in out, out
+    assert "ReactorNotRunning" not in out and "critical" not in out, out
+
+
 def test_port_in_use_is_a_clear_fatal_error(tmp_path: Path) -> None:
     """A port already taken at start: one critical line naming the service, exit status 1, no half-started daemon."""
     import socket
