@@ -95,7 +95,7 @@ class ProgressLogger(Service):
             done=pool["done"],
             failed=pool["failed"],
             hosts=pool["hosts"],
-            largest=pool["max_host"],
+            largest=_largest(pool["max_host"]),
             errors=_brief(self._stats.errors) or "none",
             extra=self._extras(),
         )
@@ -118,8 +118,9 @@ class ProgressLogger(Service):
             snap = self._stats.snapshot()
             elapsed = max(snap["uptime"], 1e-9)
             log.info(
-                "Summary: {pages} pages in {elapsed:.1f}s ({rate:.1f} pages/s), {items} items, {stored} pages stored; "
-                "statuses: {statuses}; pool: waiting={waiting} pending={pending} done={done} failed={failed}{extra}",
+                "Summary: {pages} pages in {elapsed:.1f}s ({rate:.1f} pages/s); by the crawler: {items} items, "
+                "{stored} pages stored; statuses: {statuses}; pool: waiting={waiting} pending={pending} done={done} "
+                "failed={failed}{extra}",
                 pages=snap["counts"].get("pages", 0),
                 elapsed=elapsed,
                 rate=snap["counts"].get("pages", 0) / elapsed,
@@ -131,6 +132,12 @@ class ProgressLogger(Service):
             )
 
         return self._pool.stats().addCallback(line).addErrback(lambda f: log.failure("summary", f))
+
+
+def _largest(host: Any) -> str:
+    """The largest host queue as ``host (count)``, or ``none`` when no host waits."""
+    name, count = (list(host) + ["", 0])[:2] if isinstance(host, (list, tuple)) else ("", 0)
+    return f"{name} ({count})" if name and count else "none"
 
 
 def _brief(counter: Counter[str]) -> str:
