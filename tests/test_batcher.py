@@ -137,6 +137,22 @@ class BatcherTests(unittest.TestCase):
         self.assertEqual(len(self.nodes[0].batches), 501)
 
     @defer.inlineCallbacks
+    def test_round_robin_by_batch_number(self) -> Any:
+        """Seed 003: batch N goes to target (N - 1) mod n, so targets take turns by batch number."""
+        b = self.batcher([self.target(), self.target(), self.target()], batch_size=2)
+        yield b.add([f"http://shop.example/item/{i}.html" for i in range(14)])
+        yield self.settle(b)
+        numbers = [sorted(int(batch["batch"]) for batch in node.batches) for node in self.nodes]
+        self.assertEqual(numbers, [[1, 4, 7], [2, 5], [3, 6]])
+
+    def test_default_batch_size_is_seed_003s(self) -> None:
+        """Seed 003's DISTRIBUTED_BATCH_SIZE default, 1000 URLs, is the batcher's and the configuration's."""
+        from spiderd import settings as cfg
+
+        self.assertEqual(BatchConfig(("h:1",)).batch_size, 1000)
+        self.assertEqual(cfg.from_dict({}, "<test>").batch_size, 1000)
+
+    @defer.inlineCallbacks
     def test_posts_in_flight_are_capped(self) -> Any:
         """At most max_posts POSTs are in flight; the other sealed batches wait their turn, in order."""
         b = self.batcher([self.target("hang")], batch_size=1, max_posts=3, stop_timeout=1)
