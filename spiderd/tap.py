@@ -203,7 +203,7 @@ def _pool_service(settings: cfg.Settings, reactor: Any, top: Any) -> Any:
         try:
             service = PoolService(open_leveldb_pool(settings.path("pool"), reactor, **options), reactor,
                                   where=settings.path("pool"))
-        except Exception as e:  # plyvel.IOError when another spiderd holds the lock
+        except Exception as e:  # leveldb.IOError when another spiderd holds the lock
             raise cfg.ConfigError(f"{settings.source}: spiderd.data_dir: cannot open the pool: {e}") from None
     service.setServiceParent(top)
     return service.pool

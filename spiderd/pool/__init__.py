@@ -16,10 +16,10 @@ __all__ = ["KVPool", "MemoryKV", "open_leveldb_pool", "open_memory_pool"]
 
 def open_leveldb_pool(path: str, clock: IReactorTime, **options: Any) -> KVPool:
     """Open (or create) the LevelDB pool at ``path``, with a bloom filter so misses cost no disk read."""
-    import plyvel
+    from ..core import leveldb
 
     os.makedirs(path, exist_ok=True)
-    db = plyvel.DB(
+    db = leveldb.DB(
         path,
         create_if_missing=True,
         bloom_filter_bits=10,

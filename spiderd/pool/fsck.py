@@ -104,10 +104,10 @@ def _check_counters(kv: Any, states: dict[int, bytes], problems: list[str]) -> N
 
 def main(argv: list[str] | None = None) -> int:
     """Check the pool in the directory given; exit 1 if anything is wrong."""
-    import plyvel
+    from ..core import leveldb
 
     path = (argv or sys.argv[1:])[0]
-    db = plyvel.DB(path)
+    db = leveldb.DB(path)
     problems = check(db)
     db.close()
     for problem in problems:

@@ -14,8 +14,8 @@ import json
 import os
 from typing import Any
 
-import plyvel
 
+from ..core import leveldb
 from .jobs import Job
 
 
@@ -34,7 +34,7 @@ class Accepted:
 
     def open(self) -> None:
         os.makedirs(self._path, exist_ok=True)
-        self._db = plyvel.DB(self._path, create_if_missing=True, bloom_filter_bits=10)
+        self._db = leveldb.DB(self._path, create_if_missing=True, bloom_filter_bits=10)
 
     def get(self, job_id: str) -> str | None:
         """The digest of the job accepted under ``job_id``, or None."""

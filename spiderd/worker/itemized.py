@@ -18,7 +18,8 @@ import os
 import struct
 from typing import Any
 
-import plyvel
+
+from ..core import leveldb
 
 _RECORD = struct.Struct(">d?")  # when the item was made, and whether through a redirect
 
@@ -37,7 +38,7 @@ class Itemized:
     def open(self) -> None:
         """Open the store (at the worker's start: another process may hold it until then)."""
         os.makedirs(self._path, exist_ok=True)
-        self._db = plyvel.DB(self._path, create_if_missing=True, bloom_filter_bits=10)
+        self._db = leveldb.DB(self._path, create_if_missing=True, bloom_filter_bits=10)
 
     def direct(self, fp: int, job_id: str) -> bool:
         """True if ``job_id`` makes an item of page ``fp``, a URL it was given: unless a redirect (in another
