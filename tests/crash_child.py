@@ -16,7 +16,7 @@ from spiderd.politeness import Politeness
 from spiderd.pool import open_leveldb_pool
 
 
-def universe(size: int = 20000) -> list[str]:
+def universe(size: int = 200_000) -> list[str]:
     """The URLs the child may add: many hosts, some big, some small."""
     return [f"http://h{i % 37 if i % 5 else i % 3}.example/p/{i}" for i in range(size)]
 

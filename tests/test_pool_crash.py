@@ -25,11 +25,13 @@ def run_and_kill(pool_dir: Path, journal: Path, seed: int, rng: random.Random) -
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.crash_child", str(pool_dir), str(journal), str(seed)], cwd=ROOT
     )
+    start = journal.stat().st_size if journal.exists() else 0
     deadline = time.monotonic() + 30
-    while (not journal.exists() or journal.stat().st_size < 2000) and time.monotonic() < deadline:
+    while (not journal.exists() or journal.stat().st_size < start + 2000) and time.monotonic() < deadline:
         assert child.poll() is None, "the child died on its own"
         time.sleep(0.02)  # polling a file another process writes, not waiting for a timer
-    time.sleep(rng.uniform(0.0, 0.4))
+    assert journal.stat().st_size >= start + 2000, "the child did no work this round"
+    time.sleep(rng.uniform(0.0, 0.4))  # then the kill lands at a random moment of its work
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
 
@@ -71,8 +73,14 @@ def test_kill_9_loses_nothing(tmp_path: Path) -> None:
     # Finally the pool still works: drain it and nothing done comes out again.
     pool = open_leveldb_pool(str(pool_dir), Clock())
     done = {u for u, k in journal_states(journal).items() if k == "D"}
-    popped = result(pool.pop(100000))
-    assert popped and not done & set(popped)
+    assert done, "no URL was ever done: the rounds proved nothing"
+    waiting, drained = result(pool.stats())["waiting"], 0
+    while popped := result(pool.pop(1000)):
+        assert not done & set(popped), "a URL done before a crash was handed out again"
+        for url in popped:
+            pool.set_status(url, 200)
+        drained += len(popped)
+    assert drained == waiting, "every waiting URL comes out, once"
     pool.close()
 
 
