@@ -37,6 +37,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
+from .core.retry import Backoff
 from .core.secrets import redact
 from .fsutil import unlink_quietly, write_many_atomically
 from .lifecycle import InFlight
@@ -281,7 +282,7 @@ class Batcher(Service):
         batch.attempts += 1
         self.failures += 1
         self.last_error = f"{redact(url)}: {failure.getErrorMessage()}"
-        delay = min(self._config.retry_first * 2 ** (batch.attempts - 1), self._config.retry_max)
+        delay = Backoff(self._config.retry_first, self._config.retry_max).delay(batch.attempts)
         log.warn("Batch {n} not accepted by {url} ({why}); next target in {delay:.0f}s",
                  n=batch.number, url=url, why=failure.getErrorMessage(), delay=delay)
         if self.running:

@@ -49,6 +49,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from .core.retry import Backoff
 from .core.secrets import redact
 from .lifecycle import InFlight
 from .fsutil import fsync_dir, fsync_file, unlink_quietly, write_atomically
@@ -461,11 +462,6 @@ def _move(src: str, dst: str) -> None:
         os.unlink(src)
 
 
-def next_delay(previous: float, first: float, cap: float) -> float:
-    """Exponential backoff: ``first``, then doubling, at most ``cap``."""
-    return min(cap, first if previous <= 0 else previous * 2)
-
-
 # -- the service ----------------------------------------------------------------------------------
 
 
@@ -509,7 +505,7 @@ class FeedShipper(Service):
         self.incoming_dir = os.path.join(spool_dir, "incoming")
         self.queue_dir = os.path.join(spool_dir, "queue")
         self.bad_dir = os.path.join(spool_dir, "bad")
-        self._retry = (retry_first, retry_max)
+        self._retry = Backoff(retry_first, retry_max)
         self._stop_timeout = stop_timeout
         self._concurrency = concurrency
         self._ftp_timeout = ftp_timeout
@@ -697,7 +693,7 @@ class FeedShipper(Service):
         if not self.running:
             log.info("Feed {name} not shipped before stop ({error}); it stays spooled", name=entry.name, error=error)
             return
-        entry.delay = next_delay(entry.delay, *self._retry)
+        entry.delay = self._retry.after(entry.delay)
         entry.timer = self._clock.callLater(entry.delay, self._attempt, entry)
         emit = log.debug if entry.warned else log.warn
         entry.warned = True

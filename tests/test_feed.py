@@ -23,11 +23,11 @@ from twisted.internet.task import Clock
 from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 from twisted.trial import unittest
 
+from spiderd.core.retry import Backoff
 from spiderd.feed import (
     BadFeedError,
     FeedExistsError,
     FeedShipper,
-    next_delay,
     parse_target,
     redact,
     render_uri,
@@ -233,7 +233,7 @@ class TemplateTests(unittest.SynchronousTestCase):
         """Delays double from the first up to the cap."""
         delays = [0.0]
         for _ in range(6):
-            delays.append(next_delay(delays[-1], 1.0, 10.0))
+            delays.append(Backoff(1.0, 10.0).after(delays[-1]))
         self.assertEqual(delays[1:], [1.0, 2.0, 4.0, 8.0, 10.0, 10.0])
 
 

@@ -34,6 +34,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from .. import status as st
+from ..core.retry import Backoff
 from ..urls import fingerprint, host_of
 from .config import WorkerConfig
 from .files import HostSlots, ItemsFile
@@ -208,7 +209,7 @@ class Pipeline:
         if attempt > self._config.failure_threshold:
             run.stats["failed"] += 1
             return
-        delay = min(MAX_RETRY_DELAY, self._config.retry_delay * 2 ** (attempt - 1))
+        delay = Backoff(self._config.retry_delay, MAX_RETRY_DELAY).delay(attempt)
         run.delayed += 1
         run.wait(task.deferLater(self._clock, delay)).addBoth(self._retry_due, run, url, attempt)
 
