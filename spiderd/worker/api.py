@@ -33,6 +33,7 @@ from .runner import JobExists, JobRunner, WorkerStopping
 from .validate import Validator
 
 log = Logger()
+MAX_NAMES = 20  # spiders named in a refusal
 Handler = Callable[["Params"], "dict[str, Any] | Deferred[dict[str, Any]]"]
 
 
@@ -50,6 +51,13 @@ class Params:
                 raise ApiError(f"'{name}' parameter is required")
             return None
         return _decode(name, values[0])
+
+    def raw(self, name: str) -> bytes:
+        """The first value of a required parameter as bytes (an egg), as Scrapyd's ``param(type=bytes)``."""
+        values = self._args.pop(name.encode(), None)
+        if values is None:
+            raise ApiError(f"'{name}' parameter is required")
+        return values[0]
 
     def all(self, name: str) -> list[str]:
         """Every value of a repeatable parameter."""
@@ -92,6 +100,9 @@ class WorkerAPI(Resource):
             b"/listprojects.json": (b"GET", self.listprojects),
             b"/listversions.json": (b"GET", self.listversions),
             b"/listspiders.json": (b"GET", self.listspiders),
+            b"/addversion.json": (b"POST", self.addversion),
+            b"/delversion.json": (b"POST", self.delversion),
+            b"/delproject.json": (b"POST", self.delproject),
         }
 
     # -- dispatch ---------------------------------------------------------------------------------------------
@@ -244,6 +255,35 @@ class WorkerAPI(Resource):
         self._validator.check_project(project)
         self._validator.check_version(version)
         return {"spiders": list(self._validator.spiders)}
+
+    def addversion(self, p: Params) -> dict[str, Any]:
+        """Scrapyd's parameter checks, then a refusal that says what this worker runs (it takes no eggs)."""
+        project, version = p.get("project"), p.get("version")
+        p.raw("egg")
+        raise self._no_eggs(f"cannot add version '{version}' to project '{project}'")
+
+    def delversion(self, p: Params) -> dict[str, Any]:
+        """Scrapyd's checks, then a refusal: the spiders come from the configuration.  A version of another
+        project is not found, as in Scrapyd 1.6 (whose egg storage looks for the egg file first)."""
+        project, version = p.get("project"), p.get("version")
+        if project != self._validator.project or version not in self._validator.versions:
+            raise ApiError(f"version '{version}' not found")
+        raise self._no_eggs(f"cannot delete version '{version}' of project '{project}'")
+
+    def delproject(self, p: Params) -> dict[str, Any]:
+        """Scrapyd's check (project), then a refusal: the project is the configuration's."""
+        project = p.get("project")
+        assert project is not None
+        self._validator.check_project(project)
+        raise self._no_eggs(f"cannot delete project '{project}'")
+
+    def _no_eggs(self, refused: str) -> ApiError:
+        """What a spiderd worker runs, for clients that deploy Scrapy projects (scrapyd-deploy)."""
+        names = list(self._validator.spiders)
+        spiders = ", ".join(names[:MAX_NAMES]) + (f" and {len(names) - MAX_NAMES} more" if len(names) > MAX_NAMES else "")
+        return ApiError(f"{refused}: this is a spiderd worker, not Scrapyd, and it takes no eggs: it runs the spiders "
+                        f"of its configuration's [[sites]] (project '{self._validator.project}', spiders: "
+                        f"{spiders or 'none'}); add or change a spider in [[sites]] and restart the worker")
 
     # -- job views --------------------------------------------------------------------------------------------
 
