@@ -2,6 +2,7 @@
 
 - :mod:`.config`: :class:`WorkerConfig`, the ``[worker]`` settings, checked before start;
 - :mod:`.api`, :mod:`.http`, :mod:`.validate`: Scrapyd 1.6's endpoints, auth, body cap, parameter checks;
+- :mod:`.pages`, :mod:`.joblog`: Scrapyd's web pages (``/``, ``/jobs``, ``/logs/``) and each job's log file;
 - :mod:`.jobs`: jobs, one JSON file each, written atomically;
 - :mod:`.runner`, :mod:`.pipeline`, :mod:`.files`: running jobs (fetch, parse, store, items file, feed);
 - :mod:`.service`: :class:`WorkerService` and :func:`build_worker`, for ``tap.build``.

@@ -25,10 +25,11 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 from ..core.net.guard import foreign_request
-from ..core.secrets import redact, redact_text, redact_value
+from ..core.secrets import redact_text, redact_value
 from ..core.net.auth import Auth
 from ..core.net.serving import ApiError, json_body
 from .jobs import ENDED, FINISHED, PENDING, RUNNING, Job
+from .pages import Pages, log_path
 from .runner import JobExists, JobRunner, WorkerStopping
 from .validate import Validator
 
@@ -91,6 +92,7 @@ class WorkerAPI(Resource):
         self._validator = validator
         self._node = node_name
         self._auth = auth
+        self._pages = Pages(runner, validator.project, list(validator.spiders))
         self._endpoints: dict[bytes, tuple[bytes, Handler]] = {
             b"/schedule.json": (b"POST", self.schedule),
             b"/cancel.json": (b"POST", self.cancel),
@@ -117,6 +119,8 @@ class WorkerAPI(Resource):
             log.warn("Worker API: {why} ({method} {path} from {peer})", why=refused, method=request.method.decode(),
                      path=request.path.decode("latin-1")[:200], peer=str(request.getClientAddress()))
             return self._error(request, refused, http.FORBIDDEN)
+        if self._pages.handles(request.path):
+            return self._pages.render(request, self._error)
         endpoint = self._endpoints.get(request.path.rstrip(b"/") if request.path != b"/" else request.path)
         if endpoint is None:
             return self._error(request, f"No such resource: {request.path.decode('latin-1')}", http.NOT_FOUND)
@@ -189,9 +193,6 @@ class WorkerAPI(Resource):
         return d
 
     def _scheduled(self, job: Job) -> dict[str, Any]:
-        feed = redact(job.settings.get("FEED_URI") or "(the default)")
-        log.info("Worker: accepted job {id} (spider {spider}, {count} URLs, priority {priority}, feed {feed})",
-                 id=job.id, spider=job.spider, count=job.url_count, priority=job.priority, feed=feed)
         return {"jobid": job.id}
 
     def cancel(self, p: Params) -> Deferred[dict[str, Any]]:
@@ -304,7 +305,7 @@ class WorkerAPI(Resource):
             "spider": job.spider,
             "pid": os.getpid(),
             "start_time": _when(job.start_time),
-            "log_url": None,
+            "log_url": self._log_url(job),
             "items_url": None,
         }
 
@@ -315,9 +316,13 @@ class WorkerAPI(Resource):
             "spider": job.spider,
             "start_time": _when(job.start_time),
             "end_time": _when(job.end_time),
-            "log_url": None,
+            "log_url": self._log_url(job),
             "items_url": None,
         }
+
+    def _log_url(self, job: Job) -> str | None:
+        """Scrapyd's ``/logs/<project>/<spider>/<job>.log`` when the job has a log, as Scrapyd checks the file."""
+        return log_path(job) if self._runner.logs.has(job.id) else None
 
 
 def _finished(jobs: Any) -> list[Job]:

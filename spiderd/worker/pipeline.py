@@ -26,11 +26,11 @@ the run is settled.
 from __future__ import annotations
 
 from collections import Counter, deque
-from typing import Any
+from typing import Any, Callable
 
 from twisted.internet import defer, task
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from .. import status as st
@@ -83,6 +83,7 @@ class Run:
         self.stats: Counter[str] = TeeCounter(totals)
         self.blocking: set[Deferred[Any]] = set()
         self.settled: Deferred[None] = Deferred()
+        self.note: Callable[..., None] = _no_note  # (text, level): a line about one URL for the job's log
 
     def add(self, urls: list[str]) -> None:
         """Queue the job's URLs (first attempts)."""
@@ -184,6 +185,7 @@ class Pipeline:
     def _url_failed(self, failure: Failure, run: Run, url: str) -> None:
         if not (run.halted and failure.check(CancelledError)):
             log.failure("Worker: job {id}: {url} failed", failure, id=run.job.id, url=url)
+            run.note(f"{url} failed: {failure.type.__name__}: {failure.getErrorMessage()}", LogLevel.error)
             run.stats["failed"] += 1
 
     def _settling(self, run: Run) -> None:
@@ -201,12 +203,13 @@ class Pipeline:
             return
         outcome = yield self._outcome(run, result)
         if outcome == RETRY and not run.halted:
-            self._retry(run, url, attempt + 1)
+            self._retry(run, url, attempt + 1, _why(result))
 
-    def _retry(self, run: Run, url: str, attempt: int) -> None:
+    def _retry(self, run: Run, url: str, attempt: int, why: str) -> None:
         """Queue ``url`` again after its retry delay (its slot is free meanwhile), or count it failed."""
         if attempt > self._config.failure_threshold:
             run.stats["failed"] += 1
+            run.note(f"{url} failed: {why}, {attempt} attempts", LogLevel.warn)
             return
         delay = min(MAX_RETRY_DELAY, self._config.retry_delay * 2 ** (attempt - 1))
         run.delayed += 1
@@ -243,6 +246,7 @@ class Pipeline:
         if retryable(result.status):
             return RETRY
         run.stats["failed"] += 1
+        run.note(f"{result.url} failed: {_why(result)} (not retried)", LogLevel.warn)
         return DONE
 
     def _fresh(self, run: Run, url: str) -> bool:
@@ -270,6 +274,7 @@ class Pipeline:
         except Exception:
             run.seen.discard(url)
             log.failure("Worker: job {id}: parsing {url} failed", id=run.job.id, url=url)
+            run.note(f"{url}: parsing failed (see the worker's log)", LogLevel.error)
             run.stats["processing_errors"] += 1
             return RETRY
         if run.halted:
@@ -295,8 +300,24 @@ class Pipeline:
 
     def _not_stored(self, run: Run, url: str, failure: Failure) -> None:
         log.failure("Worker: job {id}: storing {url} failed", failure, id=run.job.id, url=url)
+        run.note(f"{url}: storing the page failed: {failure.getErrorMessage()}", LogLevel.error)
         run.stats["processing_errors"] += 1
 
     def _storing_over(self, run: Run) -> None:
         run.storing -= 1
         run.check_settled()
+
+
+def _no_note(text: str, level: LogLevel = LogLevel.info) -> None:
+    """A run's lines go nowhere unless the runner gives it a log."""
+
+
+def _why(result: Any) -> str:
+    """Why a fetch did not give a page, in a few words: ``HTTP 404``, ``timeout``, ``robots``."""
+    if result.status == 200:
+        return "processing error (parsing the page failed)"
+    if result.status > 0:
+        return f"HTTP {result.status}"
+    if result.status == st.ROBOTS_DENIED:
+        return "denied by robots.txt"
+    return st.name(result.status) + (f" ({result.error})" if result.error and result.error != st.name(result.status) else "")

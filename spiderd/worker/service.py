@@ -136,6 +136,7 @@ class WorkerService(Service):
             yield self.port.stopListening()
             self.port = None
         yield self.runner.stop(self.config.stop_timeout)
+        self.runner.logs.flush()
         if self._threads is not None:
             yield self._io(lambda: None)  # every job file queued before this point is written
             self._threads.stop()
