@@ -12,17 +12,22 @@ import shutil
 import stat
 import sys
 import tempfile
+from collections import Counter
 from typing import Any
 
 from twisted.internet import defer, reactor
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.internet.threads import deferToThread
 from twisted.internet.utils import getProcessOutputAndValue
+from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.trial import unittest
+from twisted.web import resource, server
 
 from spiderd.demo.site import PRIVATE
-from spiderd.worker import joblog
-from tests.test_worker import SECRET, WorkerTestBase
+from spiderd.worker import WorkerService, joblog
+from spiderd.worker.files import JobHosts
+from tests.test_worker import SECRET, UA, WorkerTestBase
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "scrapyd-project")
@@ -356,3 +361,309 @@ class LogWritesTests(unittest.SynchronousTestCase):
         self.assertEqual([line.partition("INFO: ")[2] for line in text.splitlines()],
                          ["one", "two: ftp://u:***@h/x\\nforged line"])
         self.assertTrue(logs.has("j1"))
+
+
+class HoldingSite(resource.Resource):
+    """Detail pages answered at once or held until the test releases them; records each request (port, path,
+    user agent) and the most requests in flight, in all and per port."""
+
+    isLeaf = True
+    ROBOTS = b"User-agent: jobbot\nDisallow: /item/2.html\n\nUser-agent: *\nDisallow: /item/3.html\n"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = False
+        self.held: list[Any] = []
+        self.seen: list[tuple[int, str, str]] = []
+        self.in_flight: Counter[int] = Counter()
+        self.most = 0
+        self.most_per_host = 0
+        self._waiters: list[tuple[int, Deferred[None]]] = []
+
+    def render_GET(self, request: Any) -> Any:
+        path = request.path.decode()
+        if path == "/robots.txt":
+            return self.ROBOTS
+        port = request.getHost().port
+        self.seen.append((port, path, (request.getHeader(b"user-agent") or b"").decode()))
+        self.in_flight[port] += 1
+        self.most = max(self.most, sum(self.in_flight.values()))
+        self.most_per_host = max(self.most_per_host, self.in_flight[port])
+        for n, d in [w for w in self._waiters if w[0] <= len(self.seen)]:
+            self._waiters.remove((n, d))
+            reactor.callLater(0, d.callback, None)
+        if self.hold:
+            self.held.append(request)
+            return server.NOT_DONE_YET
+        self.in_flight[port] -= 1
+        return b'<html><body><h1 class="title">%s</h1></body></html>' % path.encode()
+
+    def arrival(self, count: int) -> Deferred[None]:
+        """Fires once ``count`` page requests arrived in all."""
+        d: Deferred[None] = Deferred()
+        if len(self.seen) >= count:
+            d.callback(None)
+        else:
+            self._waiters.append((count, d))
+        return d
+
+    def release(self, count: int | None = None) -> None:
+        """Answer the first ``count`` held requests (all if None)."""
+        count = len(self.held) if count is None else count
+        for request in self.held[:count]:
+            self.in_flight[request.getHost().port] -= 1
+            request.write(b'<html><body><h1 class="title">held</h1></body></html>')
+            request.finish()
+        del self.held[:count]
+
+
+class JobSettingsTests(WorkerTestBase):
+    """DOWNLOAD_DELAY, CONCURRENT_REQUESTS(_PER_DOMAIN), USER_AGENT, ROBOTSTXT_OBEY and FEEDS act on the job, within
+    the worker's limits; other settings are listed in ignored_settings and logged."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.site = HoldingSite()
+        factory = server.Site(self.site)
+        factory.noisy = False
+        self.ports = []
+        for _ in range(2):
+            port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+            self.addCleanup(port.stopListening)
+            self.ports.append(port.getHost().port)
+        self.addCleanup(self.site.release)
+
+    def url(self, host: int, n: int) -> str:
+        return f"http://127.0.0.1:{self.ports[host]}/item/{n}.html"
+
+    def clocked(self, clock: Clock, **overrides: Any) -> WorkerService:
+        service = WorkerService(reactor, self.config(**overrides), self.fetcher, self.parser(), self.store,
+                                self.shipper, clock=clock)
+        service.startService()
+        self.addCleanup(lambda: service.stopService() if service.running else None)
+        self.api = "http://%s:%d" % service.address
+        return service
+
+    @defer.inlineCallbacks
+    def run_job(self, jobid: str, urls: list[str], *settings: str) -> Any:
+        yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("jobid", jobid),
+                            ("setting", "DISTRIBUTED_START_URLS=" + json.dumps(urls)),
+                            *(("setting", s) for s in settings))
+
+    @defer.inlineCallbacks
+    def test_concurrency_settings(self) -> Any:
+        """CONCURRENT_REQUESTS caps the job's URLs in flight and CONCURRENT_REQUESTS_PER_DOMAIN its requests per host;
+        the worker's own concurrency and per-host limit bound both."""
+        service = self.worker(concurrency=10, job_concurrency=0, per_host_concurrency=4)
+        self.site.hold = True
+        urls = [self.url(n % 2, 10 + n // 2) for n in range(8)]  # two hosts, in turn
+        yield self.run_job("capped", urls, "CONCURRENT_REQUESTS=3", "CONCURRENT_REQUESTS_PER_DOMAIN=2")
+        yield self.site.arrival(3)
+        self.site.release(1)
+        yield self.site.arrival(4)
+        self.assertEqual((len(self.site.held), self.site.most, self.site.most_per_host), (3, 3, 2))
+        self.site.hold = False
+        self.site.release()
+        job = yield service.runner.when_done("capped")
+        self.assertEqual((job.stats["pages"], self.site.most, self.site.most_per_host), (8, 3, 2))
+        yield service.stopService()
+        self.site.seen.clear()
+        self.site.most = self.site.most_per_host = 0
+        service = self.worker(concurrency=2, job_concurrency=0, per_host_concurrency=1)
+        self.site.hold = True
+        yield self.run_job("bounded", urls, "CONCURRENT_REQUESTS=100", "CONCURRENT_REQUESTS_PER_DOMAIN=100")
+        yield self.site.arrival(2)
+        self.site.hold = False
+        self.site.release()
+        job = yield service.runner.when_done("bounded")
+        self.assertEqual((job.stats["pages"], self.site.most, self.site.most_per_host), (8, 2, 1))
+
+    @defer.inlineCallbacks
+    def test_download_delay(self) -> Any:
+        """DOWNLOAD_DELAY spaces the job's request starts to a host, from each actual start; where the worker's
+        own per-host delay is larger, that one applies."""
+        clock = Clock()
+        clock.advance(1000)
+        slow_host = f"127.0.0.1:{self.ports[1]}"
+        service = self.clocked(clock, host_overrides={slow_host: (8.0, 4)})
+        yield self.run_job("delayed", [self.url(0, n) for n in (10, 11, 12)], "DOWNLOAD_DELAY=5")
+        yield self.site.arrival(1)
+        self.assertEqual((len(self.site.seen), [c.getTime() for c in clock.getDelayedCalls()]), (1, [1005.0]))
+        clock.advance(5)
+        yield self.site.arrival(2)
+        self.assertEqual([c.getTime() for c in clock.getDelayedCalls()], [1010.0])
+        clock.advance(5)
+        yield self.site.arrival(3)
+        yield service.runner.when_done("delayed")
+        yield self.run_job("slower-host", [self.url(1, n) for n in (10, 11)], "DOWNLOAD_DELAY=5")
+        yield self.site.arrival(4)
+        start = clock.seconds()
+        self.assertEqual([c.getTime() - start for c in clock.getDelayedCalls()], [5.0])  # this job's delay first
+        clock.advance(5)
+        self.assertEqual([c.getTime() - start for c in clock.getDelayedCalls()], [8.0])  # then the worker's
+        self.assertEqual(len(self.site.seen), 4)
+        clock.advance(3)
+        yield self.site.arrival(5)
+        job = yield service.runner.when_done("slower-host")
+        self.assertEqual(job.stats["pages"], 2)
+
+    @defer.inlineCallbacks
+    def test_user_agent_and_robots(self) -> Any:
+        """USER_AGENT is sent with the job's requests and picks their robots.txt group; ROBOTSTXT_OBEY=False
+        skips the check; a job that sets neither is as before."""
+        service = self.worker()
+        agent = "jobbot/1.0 (+https://example.org/bot)"
+        urls = [self.url(0, n) for n in (1, 2, 3)]
+        yield self.run_job("agent", urls, f"USER_AGENT={agent}")
+        agent_job = yield service.runner.when_done("agent")
+        self.assertEqual(sorted(self.site.seen), [(self.ports[0], "/item/1.html", agent),
+                                                  (self.ports[0], "/item/3.html", agent)])
+        self.site.seen.clear()
+        yield self.run_job("unchecked", urls, "ROBOTSTXT_OBEY=False")
+        unchecked = yield service.runner.when_done("unchecked")
+        self.assertEqual(sorted(p for _, p, _ in self.site.seen), ["/item/1.html", "/item/2.html", "/item/3.html"])
+        self.assertEqual({ua for _, _, ua in self.site.seen}, {UA})
+        self.site.seen.clear()
+        yield self.run_job("default", urls)
+        default = yield service.runner.when_done("default")
+        self.assertEqual(sorted(self.site.seen), [(self.ports[0], "/item/1.html", UA),
+                                                  (self.ports[0], "/item/2.html", UA)])
+        self.assertEqual([j.stats.get("status_robots", 0) for j in (agent_job, unchecked, default)], [1, 0, 1])
+        _, body, _ = yield self.call("GET", "/logs/spiderd/demo-shop/agent.log")
+        self.assertIn(f"started: 3 URLs; settings: USER_AGENT={agent!r}".encode(), body)
+
+    @defer.inlineCallbacks
+    def test_feeds_setting(self) -> Any:
+        """Scrapy's FEEDS dict with one JSON-lines feed names the job's feed file; its options that a spiderd job
+        does not use are listed as ignored; FEED_FORMAT jsonlines is taken."""
+        service = self.worker()
+        feeds = {f"file://{self.feeds}/%(batch)s_from_feeds.jl": {"format": "jsonlines", "encoding": "UTF-8",
+                                                                   "fields": ["url"], "overwrite": True}}
+        yield self.run_job("feeds", [self.url(0, 1)], "FEEDS=" + json.dumps(feeds), "FEED_FORMAT=jsonlines")
+        yield service.runner.when_done("feeds")
+        yield self.shipper.settled()
+        with open(os.path.join(self.feeds, "feeds_from_feeds.jl"), encoding="utf-8") as f:
+            self.assertEqual([json.loads(line)["url"] for line in f], [self.url(0, 1)])
+        _, jobs, _ = yield self.call("GET", "/listjobs.json")
+        self.assertEqual(jobs["finished"][0]["ignored_settings"], ["FEEDS:fields", "FEEDS:overwrite"])
+
+    @defer.inlineCallbacks
+    def test_bad_values_are_refused(self) -> Any:
+        """Each honoured setting's value is checked as Scrapy reads it, and refused with a message naming it."""
+        self.worker()
+        feed = f"file://{self.feeds}/%(batch)s.jl"
+        bools = "supported values for boolean settings are 0/1, True/False, '0'/'1', 'True'/'False' and 'true'/'false'"
+        cases = [
+            ("DOWNLOAD_DELAY=-1", "DOWNLOAD_DELAY is invalid: expected seconds from 0 to 300, got '-1'"),
+            ("DOWNLOAD_DELAY=nan", "DOWNLOAD_DELAY is invalid: expected seconds from 0 to 300, got 'nan'"),
+            ("DOWNLOAD_DELAY=301", "DOWNLOAD_DELAY is invalid"),
+            ("DOWNLOAD_DELAY=fast", "DOWNLOAD_DELAY is invalid"),
+            ("CONCURRENT_REQUESTS=0", "CONCURRENT_REQUESTS is invalid: expected a whole number from 1 to 100000, "
+                                      "got '0'"),
+            ("CONCURRENT_REQUESTS=1.5", "CONCURRENT_REQUESTS is invalid"),
+            ("CONCURRENT_REQUESTS_PER_DOMAIN=-2", "CONCURRENT_REQUESTS_PER_DOMAIN is invalid"),
+            ("USER_AGENT=", "USER_AGENT is invalid: expected one line of printable ASCII, 1 to 512 characters"),
+            ("USER_AGENT=bot\r\nX-Injected: 1", "USER_AGENT is invalid"),
+            ("USER_AGENT=" + "b" * 513, "USER_AGENT is invalid"),
+            ("ROBOTSTXT_OBEY=no", f"ROBOTSTXT_OBEY is invalid: 'no': {bools}"),
+            ("FEED_FORMAT=csv", "FEED_FORMAT is invalid: 'csv': a spiderd job writes JSON lines only (jsonlines)"),
+            ("FEEDS={", "FEEDS is invalid: not JSON"),
+            ("FEEDS=[]", 'FEEDS is invalid: expected a JSON object {"URI": {"format": "jsonlines"}}'),
+            ("FEEDS=" + json.dumps({feed: {"format": "csv"}}),
+             f"FEEDS is invalid: '{feed}' has format 'csv': a spiderd job writes JSON lines only (jsonlines)"),
+            ("FEEDS=" + json.dumps({feed: {}}), f"FEEDS is invalid: '{feed}' has no format"),
+            ("FEEDS=" + json.dumps({feed: "jsonlines"}), f"FEEDS is invalid: the options of '{feed}' are not"),
+            ("FEEDS=" + json.dumps({feed: {"format": "jl", "encoding": "latin-1"}}),
+             f"FEEDS is invalid: '{feed}' has encoding 'latin-1': a spiderd job writes UTF-8"),
+            ("FEEDS=" + json.dumps({feed: {"format": "jsonlines"}, feed + "2": {"format": "jsonlines"}}),
+             "FEEDS is invalid: 2 feeds; a spiderd job writes one, in JSON lines"),
+            ("FEEDS=" + json.dumps({"ftp://u:" + SECRET + "@h/x.jl": {"format": "xml"}}),
+             "FEEDS is invalid: 'ftp://u:***@h/x.jl' has format 'xml'"),
+            ("FEEDS=" + json.dumps({"file:///etc/%(batch)s.jl": {"format": "jsonlines"}}),
+             "FEED_URI is invalid: 'file:///etc/%(batch)s.jl' writes outside this worker's feed directories"),
+        ]
+        for setting, message in cases:
+            _, answer, _ = yield self.call("POST", "/schedule.json", [
+                ("project", "spiderd"), ("spider", "demo-shop"), ("setting", setting)])
+            self.assertEqual(answer["status"], "error", setting)
+            self.assertTrue(answer["message"].startswith(message), (setting, answer["message"]))
+            self.assertNotIn(SECRET, answer["message"])
+        _, answer, _ = yield self.call("POST", "/schedule.json", [
+            ("project", "spiderd"), ("spider", "demo-shop"), ("setting", f"FEED_URI={feed}x"),
+            ("setting", "FEEDS=" + json.dumps({feed: {"format": "jsonlines"}}))])
+        self.assertEqual(answer["message"], "FEEDS is invalid: 2 feeds (with FEED_URI); a spiderd job writes one, "
+                                            "in JSON lines")
+        self.assertEqual(self.job_files(), {})
+        for value in ("True", "False", "1", "0", "true", "false"):
+            yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", f"ROBOTSTXT_OBEY={value}"),
+                                ("setting", "DOWNLOAD_DELAY=0.1"), ("setting", "USER_AGENT=Mozilla/5.0 (X11) bot/1"),
+                                ("setting", f"FEED_URI={feed}"),
+                                ("setting", "FEEDS=" + json.dumps({feed: {"format": "jl"}})))
+
+    @defer.inlineCallbacks
+    def test_ignored_settings_are_listed_and_logged(self) -> Any:
+        """Settings a spiderd job does not honour are in its listjobs.json entry and a warning line (the worker's
+        log and the job's); ROBOTSTXT_OBEY is one of them on a worker that checks no robots.txt."""
+        self.site.hold = True
+        with capturedLogs() as events:
+            service = self.worker(max_jobs=1)
+            yield self.run_job("first", [self.url(0, 1)], "LOG_LEVEL=DEBUG", "DEPTH_LIMIT=3", "DOWNLOAD_DELAY=0")
+            yield self.site.arrival(1)
+            yield self.run_job("second", [], "RANDOMIZE_DOWNLOAD_DELAY=False")
+            _, jobs, _ = yield self.call("GET", "/listjobs.json")
+        self.assertEqual([j["ignored_settings"] for j in jobs["running"] + jobs["pending"]],
+                         [["DEPTH_LIMIT", "LOG_LEVEL"], ["RANDOMIZE_DOWNLOAD_DELAY"]])
+        warnings = [formatEvent(e) for e in events if e["log_level"] == LogLevel.warn and "ignored" in formatEvent(e)]
+        self.assertEqual(len(warnings), 2)
+        self.assertTrue(warnings[0].startswith("Worker: job first: settings ignored: DEPTH_LIMIT, LOG_LEVEL (a spiderd "
+                                               "job honours DISTRIBUTED_START_URLS, FEED_URI, FEEDS,"), warnings[0])
+        self.site.hold = False
+        self.site.release()
+        job = yield service.runner.when_done("second")
+        _, body, _ = yield self.call("GET", "/logs/spiderd/demo-shop/first.log")
+        self.assertIn(b"WARNING: " + warnings[0].encode(), body)
+        _, jobs, _ = yield self.call("GET", "/listjobs.json")
+        self.assertEqual({j["id"]: j["ignored_settings"] for j in jobs["finished"]},
+                         {"first": ["DEPTH_LIMIT", "LOG_LEVEL"], "second": ["RANDOMIZE_DOWNLOAD_DELAY"]})
+        self.assertEqual(job.ignored_settings, ["RANDOMIZE_DOWNLOAD_DELAY"])
+        yield service.stopService()
+        self.fetcher.robots = None  # [fetch] robots = false
+        service = self.worker()
+        yield self.run_job("no-robots", [], "ROBOTSTXT_OBEY=True")
+        yield service.runner.when_done("no-robots")
+        _, jobs, _ = yield self.call("GET", "/listjobs.json")
+        self.assertEqual({j["id"]: j["ignored_settings"] for j in jobs["finished"]}["no-robots"], ["ROBOTSTXT_OBEY"])
+
+
+class JobHostsTests(unittest.SynchronousTestCase):
+    """A job's own per-host limits, sans I/O, on a Clock."""
+
+    def test_limit_delay_and_cancelled_waits(self) -> None:
+        """Starts are ``delay`` apart from each actual start, at most ``limit`` in flight; a cancelled wait, or an
+        abandoned start, holds nothing."""
+        clock = Clock()
+        hosts = JobHosts(2, 5.0, clock)
+        first, second, third = (hosts.acquire("h") for _ in range(3))
+        self.successResultOf(first)
+        hosts.started("h")
+        self.assertNoResult(second)
+        clock.advance(3)
+        self.assertNoResult(second)
+        clock.advance(2)
+        self.successResultOf(second)
+        clock.advance(4)  # the worker's own slot took 4 s: the next start is 5 s after this one
+        hosts.started("h")
+        self.assertNoResult(third)  # two in flight: no slot
+        hosts.release("h")
+        clock.advance(4.9)
+        self.assertNoResult(third)
+        third.cancel()
+        self.failureResultOf(third, defer.CancelledError)
+        fourth = hosts.acquire("h")
+        self.assertNoResult(fourth)  # the cancelled wait gave back its slot and the gate: this one waits its turn
+        clock.advance(0.1)
+        self.successResultOf(fourth)
+        hosts.abandon("h")  # the worker's slot never came
+        hosts.release("h")
+        self.assertEqual((hosts._slots, hosts._gates), ({}, {}))
+        self.successResultOf(hosts.acquire("other"))

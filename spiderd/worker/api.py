@@ -206,7 +206,8 @@ class WorkerAPI(Resource):
         return d
 
     def listjobs(self, p: Params) -> dict[str, Any]:
-        """Pending, running and finished jobs with Scrapyd 1.6's fields (secrets redacted)."""
+        """Pending, running and finished jobs with Scrapyd 1.6's fields (secrets redacted), and each job's
+        ``ignored_settings`` (the settings sent that a spiderd job does not honour)."""
         project = p.get("project", False)
         if project is not None:
             self._validator.check_project(project)
@@ -296,6 +297,7 @@ class WorkerAPI(Resource):
             "version": job.version,
             "settings": {k: redact_value(v) for k, v in job.settings.items()},
             "args": {k: redact_value(v) for k, v in job.args.items()},
+            "ignored_settings": list(job.ignored_settings),
         }
 
     def _running(self, job: Job) -> dict[str, Any]:
@@ -307,6 +309,7 @@ class WorkerAPI(Resource):
             "start_time": _when(job.start_time),
             "log_url": self._log_url(job),
             "items_url": None,
+            "ignored_settings": list(job.ignored_settings),
         }
 
     def _finished(self, job: Job) -> dict[str, Any]:
@@ -318,6 +321,7 @@ class WorkerAPI(Resource):
             "end_time": _when(job.end_time),
             "log_url": self._log_url(job),
             "items_url": None,
+            "ignored_settings": list(job.ignored_settings),
         }
 
     def _log_url(self, job: Job) -> str | None:

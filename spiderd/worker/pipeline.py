@@ -4,8 +4,11 @@ The worker has ``concurrency`` URL slots in all, shared by every running job:
 whenever a slot frees, the next running job (in turn) with URLs left starts
 one, so a job that is down to its last slow URLs never leaves the worker
 idle while the jobs after it wait.  A job may be capped lower
-(``job_concurrency``), and at most ``per_host_concurrency`` requests go to one
-host over all jobs.  Network errors and 5xx are retried ``failure_threshold``
+(``job_concurrency``, its CONCURRENT_REQUESTS), and at most
+``per_host_concurrency`` requests go to one host over all jobs; a job's own
+CONCURRENT_REQUESTS_PER_DOMAIN and DOWNLOAD_DELAY apply inside those (see
+:class:`~.files.JobHosts`), and its USER_AGENT and ROBOTSTXT_OBEY go to the
+fetcher with each of its requests.  Network errors and 5xx are retried ``failure_threshold``
 times (after ``retry_delay``, doubling): a URL waiting for its retry gives
 its slot back.  A URL's slot is free once its page is parsed: the page store
 commits in batches, and a job whose last URLs wait only for their commit asks
@@ -36,7 +39,7 @@ from twisted.python.failure import Failure
 from .. import status as st
 from ..urls import fingerprint, host_of
 from .config import WorkerConfig
-from .files import HostSlots, ItemsFile
+from .files import HostSlots, ItemsFile, JobHosts
 from .jobs import Job
 
 log = Logger()
@@ -84,6 +87,8 @@ class Run:
         self.blocking: set[Deferred[Any]] = set()
         self.settled: Deferred[None] = Deferred()
         self.note: Callable[..., None] = _no_note  # (text, level): a line about one URL for the job's log
+        self.hosts: JobHosts | None = None  # the job's own per-host limits, if its settings set any
+        self.fetch_options: dict[str, Any] = {}  # the fetcher's per-request arguments (user agent, robots)
 
     def add(self, urls: list[str]) -> None:
         """Queue the job's URLs (first attempts)."""
@@ -129,7 +134,7 @@ class Pipeline:
                  itemized: Any = None, clock: Any = None) -> None:
         """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the retry and per-host timers."""
         self._reactor = reactor
-        self._clock = clock or reactor
+        self._clock = self.clock = clock or reactor
         self._config = config
         self._fetcher = fetcher
         self._parser = parser
@@ -226,12 +231,23 @@ class Pipeline:
 
     @defer.inlineCallbacks
     def _fetch(self, run: Run, url: str) -> Any:
-        host = host_of(url)
-        yield run.wait(self.hosts.acquire(host))
+        host, own = host_of(url), run.hosts
+        if own is not None:
+            yield run.wait(own.acquire(host))
         try:
-            result = yield run.wait(self._fetcher.fetch(url))
+            yield run.wait(self.hosts.acquire(host))
+        except BaseException:
+            if own is not None:
+                own.abandon(host)
+            raise
+        if own is not None:
+            own.started(host)
+        try:
+            result = yield run.wait(self._fetcher.fetch(url, **run.fetch_options))
         finally:
             self.hosts.release(host)
+            if own is not None:
+                own.release(host)
         return result
 
     @defer.inlineCallbacks

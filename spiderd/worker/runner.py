@@ -35,11 +35,12 @@ from ..core.secrets import redact
 from ..fsutil import unlink_quietly
 from ..lifecycle import InFlight
 from .config import WorkerConfig
-from .files import ItemsFile
+from .files import ItemsFile, JobHosts
 from .jobs import CANCELLED, ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
 from .accepted import Accepted, digest
 from .itemized import Itemized
 from .joblog import JobLogs
+from .jobsettings import HONOURED, JobOptions, SettingError, job_options
 from .pipeline import Pipeline, Run
 
 log = Logger()
@@ -71,13 +72,15 @@ class JobRunner:
         shipper: Any,
         render_uri: Callable[[str, dict[str, str]], str],
         incoming_dir: str,
+        clock: Any = None,
     ) -> None:
+        """``clock`` (default: the reactor) runs the job pipeline's timers: retries, per-host delays."""
         self._reactor = reactor
         self._config = config
         self._store = store
         self._io = io
         itemized = Itemized(config.itemized_dir, reactor, config.redirect_window)
-        self._pipeline = Pipeline(reactor, config, fetcher, parser, pages, itemized)
+        self._pipeline = Pipeline(reactor, config, fetcher, parser, pages, itemized, clock)
         self.accepted = Accepted(config.accepted_dir)
         self.logs = JobLogs(config.logs_dir, io, reactor)
         self._shipper = shipper
@@ -183,9 +186,12 @@ class JobRunner:
     def _accepted(self, _: None, job: Job, old: Job | None) -> Job:
         if old is not None:
             self.logs.reset(job.id)  # the log of the ended job that had this id
-        feed = redact(job.settings.get("FEED_URI") or "(the default)")
+        feed = redact(self._options(job).feed_uri or "(the default)")
         self._note(LogLevel.info, job, "Worker: accepted job {id} (spider {spider}, {count} URLs, priority "
                    "{priority}, feed {feed})", spider=job.spider, count=job.url_count, priority=job.priority, feed=feed)
+        if job.ignored_settings:
+            self._note(LogLevel.warn, job, "Worker: job {id}: settings ignored: {names} (a spiderd job honours "
+                       "{honoured})", names=", ".join(job.ignored_settings), honoured=", ".join(HONOURED))
         if job.state == PENDING:
             self._enqueue(job)
             self.kick()
@@ -260,8 +266,13 @@ class JobRunner:
         while self._queue and self.fetching() < self._config.max_jobs and not self.stopping:
             job = self._queue.pop(0)
             items = ItemsFile(self.items_path(job), self._io)
-            run = self.runs[job.id] = Run(job, items, self._pipeline.totals, self._config.job_concurrency)
+            options = self._options(job)
+            run = self.runs[job.id] = Run(job, items, self._pipeline.totals,
+                                          _cap(self._config.job_concurrency, options.concurrent_requests))
             run.note = functools.partial(self.logs.line, job.id, url=True)
+            run.fetch_options = options.fetch_options()
+            if options.per_domain or options.download_delay:
+                run.hosts = JobHosts(options.per_domain, options.download_delay, self._pipeline.clock)
             d = self._execute(run)
             d.addErrback(self._execution_failed, run)
             d.addBoth(self._execution_over, run)
@@ -296,7 +307,7 @@ class JobRunner:
         now = self._reactor.seconds()
         job.state, job.start_time, job.end_time, job.error = RUNNING, now, None, None
         if job.feed_uri is None:
-            job.feed_uri = self._render_uri(job.settings.get("FEED_URI") or self._config.default_feed_uri,
+            job.feed_uri = self._render_uri(self._options(job).feed_uri or self._config.default_feed_uri,
                                             job.feed_params(now))
         run.shipping = job.shipping  # the items file was complete when the worker went down: ship it, no re-run
         yield self._store.save(job)
@@ -308,8 +319,8 @@ class JobRunner:
         if not run.halted:
             urls = yield self._io(self._store.load_urls, job)
             run.add(urls)
-        self._note(LogLevel.info, job, "Worker: job {id} ({spider}) started: {count} URLs", spider=job.spider,
-                   count=len(run.todo))
+        self._note(LogLevel.info, job, "Worker: job {id} ({spider}) started: {count} URLs{settings}",
+                   spider=job.spider, count=len(run.todo), settings=self._in_effect(self._options(job)))
         self._pipeline.start(run)
         yield run.settled
         self.kick()  # its slot is free: the next pending job starts while this one ships
@@ -350,6 +361,32 @@ class JobRunner:
                    failed=job.stats.get("failed", 0),
                    left_out=f" ({left_out} lines about single URLs not in this log)" if left_out else "")
 
+    def _options(self, job: Job) -> JobOptions:
+        """What the job's settings ask for (checked when it was accepted)."""
+        try:
+            return job_options(job.settings)
+        except SettingError as e:  # a job file from elsewhere: run it with the worker's own settings
+            log.error("Worker: job {id}: {error}; running it without its settings", id=job.id, error=str(e))
+            return JobOptions()
+
+    def _in_effect(self, options: JobOptions) -> str:
+        """The job's settings as they apply within the worker's limits, for its "started" line."""
+        config, said = self._config, []
+        if options.concurrent_requests:
+            said.append(f"CONCURRENT_REQUESTS={options.concurrent_requests} (the worker runs {config.concurrency} "
+                        "URLs at once over all jobs)")
+        if options.per_domain:
+            said.append(f"CONCURRENT_REQUESTS_PER_DOMAIN={options.per_domain} (the worker's per host: "
+                        f"{config.per_host_concurrency})")
+        if options.download_delay:
+            said.append(f"DOWNLOAD_DELAY={options.download_delay:g} (the worker's per-host delay: "
+                        f"{config.per_host_delay:g} s; the larger applies)")
+        if options.user_agent is not None:
+            said.append(f"USER_AGENT={options.user_agent!r}")
+        if not options.robots:
+            said.append("ROBOTSTXT_OBEY=False (robots.txt not checked)")
+        return "; settings: " + ", ".join(said) if said else ""
+
     def _note(self, level: LogLevel, job: Job, fmt: str, **fields: Any) -> None:
         """A line of the worker's log that is about ``job``: in the job's own log too."""
         self.logs.note(log, level, job.id, fmt, id=job.id, **fields)
@@ -375,3 +412,8 @@ class JobRunner:
             self._store.delete(job.id).addErrback(lambda f: log.failure("Worker: deleting a job file failed", f))
             self.logs.delete(job.id)
 
+
+
+def _cap(*caps: int) -> int:
+    """The lowest of the caps that are set (0: none)."""
+    return min((c for c in caps if c), default=0)
