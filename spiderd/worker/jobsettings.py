@@ -60,6 +60,24 @@ class JobOptions:
             options["robots"] = False
         return options
 
+    def in_effect(self, config: Any) -> str:
+        """The settings that act on the job, within the worker's limits (``config``), for its "started" line."""
+        said = []
+        if self.concurrent_requests:
+            said.append(f"CONCURRENT_REQUESTS={self.concurrent_requests} (the worker runs {config.concurrency} "
+                        "URLs at once over all jobs)")
+        if self.per_domain:
+            said.append(f"CONCURRENT_REQUESTS_PER_DOMAIN={self.per_domain} (the worker's per host: "
+                        f"{config.per_host_concurrency})")
+        if self.download_delay:
+            said.append(f"DOWNLOAD_DELAY={self.download_delay:g} (the worker's per-host delay: "
+                        f"{config.per_host_delay:g} s; the larger applies)")
+        if self.user_agent is not None:
+            said.append(f"USER_AGENT={self.user_agent!r}")
+        if not self.robots:
+            said.append("ROBOTSTXT_OBEY=False (robots.txt not checked)")
+        return "; settings: " + ", ".join(said) if said else ""
+
 
 def split(raw: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
     """The honoured settings, and the names of the others (sorted, at most :data:`MAX_IGNORED`)."""

@@ -320,7 +320,7 @@ class JobRunner:
             urls = yield self._io(self._store.load_urls, job)
             run.add(urls)
         self._note(LogLevel.info, job, "Worker: job {id} ({spider}) started: {count} URLs{settings}",
-                   spider=job.spider, count=len(run.todo), settings=self._in_effect(self._options(job)))
+                   spider=job.spider, count=len(run.todo), settings=self._options(job).in_effect(self._config))
         self._pipeline.start(run)
         yield run.settled
         self.kick()  # its slot is free: the next pending job starts while this one ships
@@ -368,24 +368,6 @@ class JobRunner:
         except SettingError as e:  # a job file from elsewhere: run it with the worker's own settings
             log.error("Worker: job {id}: {error}; running it without its settings", id=job.id, error=str(e))
             return JobOptions()
-
-    def _in_effect(self, options: JobOptions) -> str:
-        """The job's settings as they apply within the worker's limits, for its "started" line."""
-        config, said = self._config, []
-        if options.concurrent_requests:
-            said.append(f"CONCURRENT_REQUESTS={options.concurrent_requests} (the worker runs {config.concurrency} "
-                        "URLs at once over all jobs)")
-        if options.per_domain:
-            said.append(f"CONCURRENT_REQUESTS_PER_DOMAIN={options.per_domain} (the worker's per host: "
-                        f"{config.per_host_concurrency})")
-        if options.download_delay:
-            said.append(f"DOWNLOAD_DELAY={options.download_delay:g} (the worker's per-host delay: "
-                        f"{config.per_host_delay:g} s; the larger applies)")
-        if options.user_agent is not None:
-            said.append(f"USER_AGENT={options.user_agent!r}")
-        if not options.robots:
-            said.append("ROBOTSTXT_OBEY=False (robots.txt not checked)")
-        return "; settings: " + ", ".join(said) if said else ""
 
     def _note(self, level: LogLevel, job: Job, fmt: str, **fields: Any) -> None:
         """A line of the worker's log that is about ``job``: in the job's own log too."""
