@@ -37,6 +37,7 @@ from .urls import BadURL, canonicalize
 log = Logger()
 
 REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
+MAX_AGENT_HEADERS = 64  # per-request user agents whose headers are kept built
 
 
 @dataclass(slots=True)
@@ -82,13 +83,8 @@ class Fetcher:
         self._pools: list[ConnectionPool] = []
         self._agents = [self._agent(address) for address in (config.source_addresses or (None,))]
         self._next_agent = itertools.cycle(self._agents).__next__
-        self._headers = Headers(  # Agent copies them for each request
-            {
-                b"User-Agent": [config.user_agent.encode()],
-                b"Accept": [b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"],
-                b"Accept-Encoding": [b"gzip, deflate"],
-            }
-        )
+        self._headers = _headers(config.user_agent)  # Agent copies them for each request
+        self._agent_headers: dict[str, Headers] = {}  # other user agents' (a worker job's USER_AGENT)
 
     def _agent(self, address: str | None) -> client.Agent:
         pool = ConnectionPool(self._reactor, self._config.per_host_connections, self._config.keepalive_timeout)
@@ -97,10 +93,14 @@ class Fetcher:
         endpoints = CachedEndpoints(self._reactor, self._config.connect_timeout, bind)
         return client.Agent.usingEndpointFactory(self._reactor, endpoints, pool=pool)
 
-    def fetch(self, url: str) -> Deferred[FetchResult]:
-        """Fetch ``url`` following redirects; fires with a FetchResult, never fails."""
+    def fetch(self, url: str, user_agent: str | None = None, robots: bool = True) -> Deferred[FetchResult]:
+        """Fetch ``url`` following redirects; fires with a FetchResult, never fails.
+
+        ``user_agent``: this request's (and its robots.txt check's) instead of the configured one;
+        ``robots=False``: no robots.txt check for this request."""
         started = self._reactor.seconds()
-        d = self._follow(url, url, [], started)
+        headers = self._headers if user_agent is None else self._headers_of(user_agent)
+        d = self._follow(url, url, [], started, headers, robots, user_agent)
         timer = self._reactor.callLater(self._config.timeout, d.cancel)
         d.addBoth(_stop_timer, timer)
         d.addErrback(self._failed, url, started)
@@ -133,12 +133,21 @@ class Fetcher:
             hops.append(target)
             url = target
 
+    def _headers_of(self, user_agent: str) -> Headers:
+        headers = self._agent_headers.get(user_agent)
+        if headers is None:
+            if len(self._agent_headers) >= MAX_AGENT_HEADERS:
+                self._agent_headers.clear()
+            headers = self._agent_headers[user_agent] = _headers(user_agent)
+        return headers
+
     @defer.inlineCallbacks
-    def _follow(self, original: str, url: str, redirects: list[str], started: float) -> Any:
+    def _follow(self, original: str, url: str, redirects: list[str], started: float, headers: Headers,
+                robots: bool, user_agent: str | None) -> Any:
         while True:
-            if self.robots is not None and not (yield self.robots.allowed(url)):
+            if robots and self.robots is not None and not (yield self.robots.allowed(url, user_agent)):
                 return FetchResult(original, st.ROBOTS_DENIED, url, redirects=redirects, error="robots")
-            response, body = yield self._get(url, self._config.max_body_size)
+            response, body = yield self._get(url, self._config.max_body_size, headers=headers)
             location = response.headers.getRawHeaders(b"location", [None])[0]
             if response.code not in REDIRECT_CODES or location is None:
                 return _finish((response, body), original, url, redirects, self._reactor.seconds() - started)
@@ -150,9 +159,10 @@ class Fetcher:
             redirects.append(target)
             url = target
 
-    def _get(self, url: str, max_size: int, truncate: bool = False) -> Deferred[tuple[Any, bytes]]:
+    def _get(self, url: str, max_size: int, truncate: bool = False,
+             headers: Headers | None = None) -> Deferred[tuple[Any, bytes]]:
         agent = self._next_agent()
-        d = agent.request(b"GET", url.encode("ascii"), self._headers)
+        d = agent.request(b"GET", url.encode("ascii"), headers or self._headers)
         return d.addCallback(self._read_body, max_size, truncate)
 
     def _read_body(self, response: Any, max_size: int, truncate: bool = False) -> Deferred[tuple[Any, bytes]]:
@@ -261,6 +271,14 @@ class Truncated(bytes):
 class _Discard(Protocol):
     def connectionMade(self) -> None:
         self.transport.stopProducing()
+
+
+def _headers(user_agent: str) -> Headers:
+    return Headers({
+        b"User-Agent": [user_agent.encode()],
+        b"Accept": [b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"],
+        b"Accept-Encoding": [b"gzip, deflate"],
+    })
 
 
 def _inflater(encoding: bytes) -> Any:

@@ -51,7 +51,7 @@ class Robots:
     ) -> None:
         self._fetch_raw = fetch_raw
         self._clock = clock
-        self._agent = user_agent.split("/")[0]
+        self._agent = agent_token(user_agent)
         self._on_delay: list[Callable[[str, float], Any]] = [on_delay] if on_delay is not None else []
         self._max = max_entries
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
@@ -60,31 +60,32 @@ class Robots:
         """Call ``listener(host, seconds)`` too when a robots.txt gives a Crawl-delay."""
         self._on_delay.append(listener)
 
-    def allowed(self, url: str) -> Deferred[bool]:
-        """Fires with True if ``url`` may be fetched."""
+    def allowed(self, url: str, user_agent: str | None = None) -> Deferred[bool]:
+        """Fires with True if ``url`` may be fetched (by ``user_agent``, if given, else the configured one)."""
+        agent = self._agent if user_agent is None else agent_token(user_agent)
         origin = _origin(url)
         entry = self._cache.get(origin)
         if entry is not None and entry.waiters is None and entry.expires > self._clock.seconds():
             self._cache.move_to_end(origin)
-            return defer.succeed(self._check(entry, url))
+            return defer.succeed(self._check(entry, url, agent))
         if entry is None or entry.waiters is None:
             entry = self._start(origin)
             if entry.waiters is None:  # answered at once (a fetch_raw that answers synchronously)
-                return defer.succeed(self._check(entry, url))
+                return defer.succeed(self._check(entry, url, agent))
         waiter: Deferred[None] = Deferred()
         assert entry.waiters is not None
         entry.waiters.append(waiter)
-        return waiter.addCallback(lambda _: self._check(entry, url))
+        return waiter.addCallback(lambda _: self._check(entry, url, agent))
 
     def cached(self, url: str) -> bool | None:
         """What the cache knows now, fetching nothing: True (allowed), False (disallowed), None (not known)."""
         entry = self._cache.get(_origin(url))
         if entry is None or entry.waiters is not None or entry.expires <= self._clock.seconds():
             return None
-        return self._check(entry, url)
+        return self._check(entry, url, self._agent)
 
-    def _check(self, entry: _Entry, url: str) -> bool:
-        return entry.parser is None or entry.parser.can_fetch(url, self._agent)
+    def _check(self, entry: _Entry, url: str, agent: str) -> bool:
+        return entry.parser is None or entry.parser.can_fetch(url, agent)
 
     def _start(self, origin: str) -> _Entry:
         entry = self._cache[origin] = _Entry()
@@ -128,6 +129,12 @@ class Robots:
         waiters, entry.waiters = entry.waiters or [], None
         for waiter in waiters:
             waiter.callback(None)
+
+
+def agent_token(user_agent: str) -> str:
+    """The name robots.txt groups are matched against: the user agent's product token (``spiderd`` of
+    ``spiderd/1.0 (+https://...)``)."""
+    return user_agent.split("/")[0]
 
 
 def _parse(body: bytes, origin: str) -> Any:

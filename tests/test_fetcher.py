@@ -130,7 +130,10 @@ class Page(resource.Resource):
         return server.NOT_DONE_YET
 
     def page_robots_txt(self, request: Any) -> bytes:
-        return b"User-agent: *\nDisallow: /private\nCrawl-delay: 3\n"
+        return b"User-agent: otherbot\nDisallow: /index\n\nUser-agent: *\nDisallow: /private\nCrawl-delay: 3\n"
+
+    def page_agent(self, request: Any) -> bytes:
+        return request.getHeader(b"user-agent") or b""
 
     def page_private(self, request: Any) -> bytes:
         return b"secret"
@@ -267,6 +270,20 @@ class FetcherTests(unittest.TestCase):
         self.assertEqual((denied.status, allowed.status), (st.ROBOTS_DENIED, 200))
         self.assertEqual(delays, [(f"127.0.0.1:{self.port.getHost().port}", 3.0)])
         self.assertEqual(len(self.site.clients), 2)  # robots.txt once, /index once
+
+    @defer.inlineCallbacks
+    def test_per_request_user_agent_and_robots(self) -> Any:
+        """A request's own user agent is sent and its robots.txt group applies; robots=False skips the check."""
+        self.fetcher.robots = Robots(self.fetcher.fetch_raw, self.clock, "spiderd/1.0")
+        own = yield self.fetcher.fetch(self.base + "/agent", user_agent="jobbot/1.0 (+https://example.org)")
+        default = yield self.fetcher.fetch(self.base + "/agent")
+        self.assertEqual((own.body, default.body), (b"jobbot/1.0 (+https://example.org)", b"spiderd"))
+        other = yield self.fetcher.fetch(self.base + "/index", user_agent="otherbot/2.0")
+        mine = yield self.fetcher.fetch(self.base + "/index")
+        self.assertEqual((other.status, mine.status), (st.ROBOTS_DENIED, 200))
+        unchecked = yield self.fetcher.fetch(self.base + "/private", robots=False)
+        checked = yield self.fetcher.fetch(self.base + "/private")
+        self.assertEqual((unchecked.status, unchecked.body, checked.status), (200, b"secret", st.ROBOTS_DENIED))
 
     @defer.inlineCallbacks
     def test_huge_robots_txt_uses_its_first_512_kib(self) -> Any:

@@ -290,7 +290,8 @@ class BatchTests(WorkerTestBase):
         self.assertEqual((answer["status"], answer["node_name"], answer["pending"], answer["running"]),
                          ("ok", "test-node", [], []))
         [finished] = answer["finished"]
-        self.assertEqual(set(finished), {"id", "project", "spider", "start_time", "end_time", "log_url", "items_url"})
+        self.assertEqual(set(finished), {"id", "project", "spider", "start_time", "end_time", "log_url", "items_url",
+                                         "ignored_settings"})
         self.assertEqual((finished["id"], finished["project"], finished["spider"]), ("job-1", "spiderd", "demo-shop"))
         self.assertLessEqual(finished["start_time"], finished["end_time"])
         _, answer, _ = yield self.call("GET", "/status.json?job=job-1")
@@ -313,13 +314,14 @@ class ScrapydCompatibilityTests(WorkerTestBase):
         code, plain, _ = yield self.call("POST", "/schedule.json", {"project": "myproject", "spider": "somespider"})
         self.assertEqual((code, plain["status"], plain["node_name"]), (200, "ok", "test-node"))
         self.assertEqual(len(plain["jobid"]), 32)
-        # ... -d setting=DOWNLOAD_DELAY=2 -d arg1=val1 (a setting this worker ignores, and says so)
+        # ... -d setting=DOWNLOAD_DELAY=2 -d arg1=val1 (a setting a spiderd job honours), and one it ignores
         with capturedLogs() as events:
-            body = "project=myproject&spider=somespider&setting=DOWNLOAD_DELAY=2&arg1=val1"
+            body = "project=myproject&spider=somespider&setting=DOWNLOAD_DELAY=2&arg1=val1&setting=LOG_LEVEL=INFO"
             code, other, _ = yield self.call("POST", "/schedule.json", body.encode(),
                                              headers={"Content-Type": "application/x-www-form-urlencoded"})
         self.assertEqual((code, other["status"]), (200, "ok"))
-        self.assertTrue(any("DOWNLOAD_DELAY" in formatEvent(e) and "ignoring" in formatEvent(e) for e in events))
+        [warning] = [formatEvent(e) for e in events if "ignored" in formatEvent(e)]
+        self.assertIn(": settings ignored: LOG_LEVEL (a spiderd job honours DISTRIBUTED_START_URLS", warning)
         # both have no URLs and end at once; a job held on a slow page keeps the next one pending
         held = yield self.schedule(("project", "myproject"), ("spider", "somespider"),
                                    ("setting", self.urls(self.slow())))
@@ -329,9 +331,11 @@ class ScrapydCompatibilityTests(WorkerTestBase):
         code, jobs, _ = yield self.call("GET", "/listjobs.json?project=myproject")
         self.assertEqual(code, 200)
         self.assertEqual(jobs["pending"], [{"id": queued, "project": "myproject", "spider": "somespider",
-                                            "version": None, "settings": {}, "args": {"arg1": "val1"}}])
+                                            "version": None, "settings": {"DOWNLOAD_DELAY": "2"},
+                                            "args": {"arg1": "val1"}, "ignored_settings": []}])
         [running] = jobs["running"]
-        self.assertEqual(set(running), {"id", "project", "spider", "pid", "start_time", "log_url", "items_url"})
+        self.assertEqual(set(running), {"id", "project", "spider", "pid", "start_time", "log_url", "items_url",
+                                        "ignored_settings"})
         self.assertEqual((running["id"], running["pid"]), (held, os.getpid()))
         self.assertEqual({j["id"] for j in jobs["finished"]}, {plain["jobid"], other["jobid"]})
         _, status, _ = yield self.call("GET", "/daemonstatus.json")

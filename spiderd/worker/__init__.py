@@ -1,7 +1,9 @@
 """The worker role: a Scrapyd-compatible HTTP API that runs batches of detail URLs as persistent jobs.
 
 - :mod:`.config`: :class:`WorkerConfig`, the ``[worker]`` settings, checked before start;
-- :mod:`.api`, :mod:`.http`, :mod:`.validate`: Scrapyd 1.6's endpoints, auth, body cap, parameter checks;
+- :mod:`.api`, :mod:`.validate`, :mod:`.jobsettings`: Scrapyd 1.6's endpoints, parameter checks, the Scrapy
+  settings a job honours;
+- :mod:`.pages`, :mod:`.joblog`: Scrapyd's web pages (``/``, ``/jobs``, ``/logs/``) and each job's log file;
 - :mod:`.jobs`: jobs, one JSON file each, written atomically;
 - :mod:`.runner`, :mod:`.pipeline`, :mod:`.files`: running jobs (fetch, parse, store, items file, feed);
 - :mod:`.service`: :class:`WorkerService` and :func:`build_worker`, for ``tap.build``.

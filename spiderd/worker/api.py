@@ -25,14 +25,16 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 from ..core.net.guard import foreign_request
-from ..core.secrets import redact, redact_text, redact_value
+from ..core.secrets import redact_text, redact_value
 from ..core.net.auth import Auth
 from ..core.net.serving import ApiError, json_body
 from .jobs import ENDED, FINISHED, PENDING, RUNNING, Job
+from .pages import Pages, log_path
 from .runner import JobExists, JobRunner, WorkerStopping
 from .validate import Validator
 
 log = Logger()
+MAX_NAMES = 20  # spiders named in a refusal
 Handler = Callable[["Params"], "dict[str, Any] | Deferred[dict[str, Any]]"]
 
 
@@ -50,6 +52,13 @@ class Params:
                 raise ApiError(f"'{name}' parameter is required")
             return None
         return _decode(name, values[0])
+
+    def raw(self, name: str) -> bytes:
+        """The first value of a required parameter as bytes (an egg), as Scrapyd's ``param(type=bytes)``."""
+        values = self._args.pop(name.encode(), None)
+        if values is None:
+            raise ApiError(f"'{name}' parameter is required")
+        return values[0]
 
     def all(self, name: str) -> list[str]:
         """Every value of a repeatable parameter."""
@@ -83,6 +92,7 @@ class WorkerAPI(Resource):
         self._validator = validator
         self._node = node_name
         self._auth = auth
+        self._pages = Pages(runner, validator.project, list(validator.spiders))
         self._endpoints: dict[bytes, tuple[bytes, Handler]] = {
             b"/schedule.json": (b"POST", self.schedule),
             b"/cancel.json": (b"POST", self.cancel),
@@ -92,6 +102,9 @@ class WorkerAPI(Resource):
             b"/listprojects.json": (b"GET", self.listprojects),
             b"/listversions.json": (b"GET", self.listversions),
             b"/listspiders.json": (b"GET", self.listspiders),
+            b"/addversion.json": (b"POST", self.addversion),
+            b"/delversion.json": (b"POST", self.delversion),
+            b"/delproject.json": (b"POST", self.delproject),
         }
 
     # -- dispatch ---------------------------------------------------------------------------------------------
@@ -106,6 +119,8 @@ class WorkerAPI(Resource):
             log.warn("Worker API: {why} ({method} {path} from {peer})", why=refused, method=request.method.decode(),
                      path=request.path.decode("latin-1")[:200], peer=str(request.getClientAddress()))
             return self._error(request, refused, http.FORBIDDEN)
+        if self._pages.handles(request.path):
+            return self._pages.render(request, self._error)
         endpoint = self._endpoints.get(request.path.rstrip(b"/") if request.path != b"/" else request.path)
         if endpoint is None:
             return self._error(request, f"No such resource: {request.path.decode('latin-1')}", http.NOT_FOUND)
@@ -178,9 +193,6 @@ class WorkerAPI(Resource):
         return d
 
     def _scheduled(self, job: Job) -> dict[str, Any]:
-        feed = redact(job.settings.get("FEED_URI") or "(the default)")
-        log.info("Worker: accepted job {id} (spider {spider}, {count} URLs, priority {priority}, feed {feed})",
-                 id=job.id, spider=job.spider, count=job.url_count, priority=job.priority, feed=feed)
         return {"jobid": job.id}
 
     def cancel(self, p: Params) -> Deferred[dict[str, Any]]:
@@ -194,7 +206,8 @@ class WorkerAPI(Resource):
         return d
 
     def listjobs(self, p: Params) -> dict[str, Any]:
-        """Pending, running and finished jobs with Scrapyd 1.6's fields (secrets redacted)."""
+        """Pending, running and finished jobs with Scrapyd 1.6's fields (secrets redacted), and each job's
+        ``ignored_settings`` (the settings sent that a spiderd job does not honour)."""
         project = p.get("project", False)
         if project is not None:
             self._validator.check_project(project)
@@ -245,6 +258,35 @@ class WorkerAPI(Resource):
         self._validator.check_version(version)
         return {"spiders": list(self._validator.spiders)}
 
+    def addversion(self, p: Params) -> dict[str, Any]:
+        """Scrapyd's parameter checks, then a refusal that says what this worker runs (it takes no eggs)."""
+        project, version = p.get("project"), p.get("version")
+        p.raw("egg")
+        raise self._no_eggs(f"cannot add version '{version}' to project '{project}'")
+
+    def delversion(self, p: Params) -> dict[str, Any]:
+        """Scrapyd's checks, then a refusal: the spiders come from the configuration.  A version of another
+        project is not found, as in Scrapyd 1.6 (whose egg storage looks for the egg file first)."""
+        project, version = p.get("project"), p.get("version")
+        if project != self._validator.project or version not in self._validator.versions:
+            raise ApiError(f"version '{version}' not found")
+        raise self._no_eggs(f"cannot delete version '{version}' of project '{project}'")
+
+    def delproject(self, p: Params) -> dict[str, Any]:
+        """Scrapyd's check (project), then a refusal: the project is the configuration's."""
+        project = p.get("project")
+        assert project is not None
+        self._validator.check_project(project)
+        raise self._no_eggs(f"cannot delete project '{project}'")
+
+    def _no_eggs(self, refused: str) -> ApiError:
+        """What a spiderd worker runs, for clients that deploy Scrapy projects (scrapyd-deploy)."""
+        names = list(self._validator.spiders)
+        spiders = ", ".join(names[:MAX_NAMES]) + (f" and {len(names) - MAX_NAMES} more" if len(names) > MAX_NAMES else "")
+        return ApiError(f"{refused}: this is a spiderd worker, not Scrapyd, and it takes no eggs: it runs the spiders "
+                        f"of its configuration's [[sites]] (project '{self._validator.project}', spiders: "
+                        f"{spiders or 'none'}); add or change a spider in [[sites]] and restart the worker")
+
     # -- job views --------------------------------------------------------------------------------------------
 
     def _pending(self, job: Job) -> dict[str, Any]:
@@ -255,6 +297,7 @@ class WorkerAPI(Resource):
             "version": job.version,
             "settings": {k: redact_value(v) for k, v in job.settings.items()},
             "args": {k: redact_value(v) for k, v in job.args.items()},
+            "ignored_settings": list(job.ignored_settings),
         }
 
     def _running(self, job: Job) -> dict[str, Any]:
@@ -264,8 +307,9 @@ class WorkerAPI(Resource):
             "spider": job.spider,
             "pid": os.getpid(),
             "start_time": _when(job.start_time),
-            "log_url": None,
+            "log_url": self._log_url(job),
             "items_url": None,
+            "ignored_settings": list(job.ignored_settings),
         }
 
     def _finished(self, job: Job) -> dict[str, Any]:
@@ -275,9 +319,14 @@ class WorkerAPI(Resource):
             "spider": job.spider,
             "start_time": _when(job.start_time),
             "end_time": _when(job.end_time),
-            "log_url": None,
+            "log_url": self._log_url(job),
             "items_url": None,
+            "ignored_settings": list(job.ignored_settings),
         }
+
+    def _log_url(self, job: Job) -> str | None:
+        """Scrapyd's ``/logs/<project>/<spider>/<job>.log`` when the job has a log, as Scrapyd checks the file."""
+        return log_path(job) if self._runner.logs.has(job.id) else None
 
 
 def _finished(jobs: Any) -> list[Job]:

@@ -56,6 +56,11 @@ class WorkerConfig:
         return os.path.join(self.data_dir, "worker", "itemized")
 
     @property
+    def logs_dir(self) -> str:
+        """Each job's log (see joblog.py)."""
+        return os.path.join(self.data_dir, "worker", "logs")
+
+    @property
     def accepted_dir(self) -> str:
         """The ids of every job this worker accepted (see accepted.py)."""
         return os.path.join(self.data_dir, "worker", "accepted")

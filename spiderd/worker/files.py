@@ -1,12 +1,12 @@
-"""Small parts of the job runner: a job's local items file, and per-host politeness shared by all jobs."""
+"""Small parts of the job runner: a job's local items file, per-host politeness shared by all jobs, and a job's own."""
 
 from __future__ import annotations
 
 import os
 from typing import Any, Mapping
 
-from twisted.internet import task
-from twisted.internet.defer import Deferred, DeferredSemaphore
+from twisted.internet import defer, task
+from twisted.internet.defer import Deferred, DeferredLock, DeferredSemaphore
 
 from ..fsutil import fsync_dir, unlink_quietly
 from ..items import json_line
@@ -151,3 +151,79 @@ class HostSlots:
 
     def __len__(self) -> int:
         return len(self._slots)
+
+
+class JobHosts:
+    """One job's own per-host limits (its Scrapy settings), inside the worker's :class:`HostSlots`: at most
+    ``limit`` of its requests in flight per host (CONCURRENT_REQUESTS_PER_DOMAIN; 0 = none of its own), and its
+    request starts to one host ``delay`` seconds apart (DOWNLOAD_DELAY), counted from each request's actual start,
+    after the worker's own slot and delay: so the larger of the two delays applies.
+
+    ``acquire``, then ``started`` once the worker's slot is taken (or ``abandon`` if that wait was cancelled),
+    then ``release`` when the request is over."""
+
+    def __init__(self, limit: int, delay: float, clock: Any) -> None:
+        self.limit = limit
+        self.delay = delay
+        self._clock = clock
+        self._slots: dict[str, DeferredSemaphore] = {}
+        self._gates: dict[str, DeferredLock] = {}  # one start at a time per host, while its delay runs
+        self._last: dict[str, float] = {}  # host -> this job's last request start
+
+    @defer.inlineCallbacks
+    def acquire(self, host: str) -> Any:
+        """Fires when this job may start a request to ``host`` (cancellable; a cancelled wait holds nothing)."""
+        slot = self._slot(host)
+        if slot is not None:
+            yield slot.acquire()
+        try:
+            if self.delay > 0:
+                gate = self._gates.setdefault(host, DeferredLock())
+                yield gate.acquire()
+                try:
+                    wait = self._last.get(host, -self.delay) + self.delay - self._clock.seconds()
+                    if wait > 0:
+                        yield task.deferLater(self._clock, wait)
+                except BaseException:
+                    self._open(host)
+                    raise
+        except BaseException:
+            self._free(host)
+            raise
+
+    def started(self, host: str) -> None:
+        """The request starts now: the next one to ``host`` waits ``delay`` from here."""
+        if self.delay > 0:
+            self._last[host] = self._clock.seconds()
+            self._open(host)
+
+    def abandon(self, host: str) -> None:
+        """The request never started (cancelled while waiting for the worker's slot)."""
+        if self.delay > 0:
+            self._open(host)
+        self._free(host)
+
+    def release(self, host: str) -> None:
+        """A started request is over."""
+        self._free(host)
+
+    def _slot(self, host: str) -> DeferredSemaphore | None:
+        if not self.limit:
+            return None
+        slot = self._slots.get(host)
+        if slot is None:
+            slot = self._slots[host] = DeferredSemaphore(self.limit)
+        return slot
+
+    def _open(self, host: str) -> None:
+        gate = self._gates[host]
+        gate.release()
+        if not gate.locked and not gate.waiting:
+            del self._gates[host]
+
+    def _free(self, host: str) -> None:
+        slot = self._slots.get(host)
+        if slot is not None:
+            slot.release()
+            if slot.tokens == slot.limit and not slot.waiting:
+                del self._slots[host]

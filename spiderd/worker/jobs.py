@@ -46,7 +46,7 @@ class Job:
     id: str
     project: str
     spider: str
-    settings: dict[str, str] = field(default_factory=dict)  # honoured settings only (FEED_URI, ...)
+    settings: dict[str, str] = field(default_factory=dict)  # honoured settings only (see jobsettings.py)
     args: dict[str, str] = field(default_factory=dict)  # spider arguments (never settings)
     priority: float = 0.0
     version: str | None = None
@@ -61,6 +61,7 @@ class Job:
     stats: dict[str, int] = field(default_factory=dict)
     url_count: int = 0  # the start URLs (kept on disk: see JobStore.load_urls)
     digest: str = ""  # what the request asked for (see accepted.py): the same job id and digest is the same job
+    ignored_settings: list[str] = field(default_factory=list)  # the settings sent that the job does not honour
 
     @property
     def batch(self) -> str:

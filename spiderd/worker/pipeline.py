@@ -4,8 +4,11 @@ The worker has ``concurrency`` URL slots in all, shared by every running job:
 whenever a slot frees, the next running job (in turn) with URLs left starts
 one, so a job that is down to its last slow URLs never leaves the worker
 idle while the jobs after it wait.  A job may be capped lower
-(``job_concurrency``), and at most ``per_host_concurrency`` requests go to one
-host over all jobs.  Network errors and 5xx are retried ``failure_threshold``
+(``job_concurrency``, its CONCURRENT_REQUESTS), and at most
+``per_host_concurrency`` requests go to one host over all jobs; a job's own
+CONCURRENT_REQUESTS_PER_DOMAIN and DOWNLOAD_DELAY apply inside those (see
+:class:`~.files.JobHosts`), and its USER_AGENT and ROBOTSTXT_OBEY go to the
+fetcher with each of its requests.  Network errors and 5xx are retried ``failure_threshold``
 times (after ``retry_delay``, doubling): a URL waiting for its retry gives
 its slot back.  A URL's slot is free once its page is parsed: the page store
 commits in batches, and a job whose last URLs wait only for their commit asks
@@ -26,18 +29,18 @@ the run is settled.
 from __future__ import annotations
 
 from collections import Counter, deque
-from typing import Any
+from typing import Any, Callable
 
 from twisted.internet import defer, task
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from .. import status as st
 from ..core.retry import Backoff
 from ..urls import fingerprint, host_of
 from .config import WorkerConfig
-from .files import HostSlots, ItemsFile
+from .files import HostSlots, ItemsFile, JobHosts
 from .jobs import Job
 
 log = Logger()
@@ -84,6 +87,9 @@ class Run:
         self.stats: Counter[str] = TeeCounter(totals)
         self.blocking: set[Deferred[Any]] = set()
         self.settled: Deferred[None] = Deferred()
+        self.note: Callable[..., None] = _no_note  # (text, level): a line about one URL for the job's log
+        self.hosts: JobHosts | None = None  # the job's own per-host limits, if its settings set any
+        self.fetch_options: dict[str, Any] = {}  # the fetcher's per-request arguments (user agent, robots)
 
     def add(self, urls: list[str]) -> None:
         """Queue the job's URLs (first attempts)."""
@@ -129,7 +135,7 @@ class Pipeline:
                  itemized: Any = None, clock: Any = None) -> None:
         """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the retry and per-host timers."""
         self._reactor = reactor
-        self._clock = clock or reactor
+        self._clock = self.clock = clock or reactor
         self._config = config
         self._fetcher = fetcher
         self._parser = parser
@@ -185,6 +191,7 @@ class Pipeline:
     def _url_failed(self, failure: Failure, run: Run, url: str) -> None:
         if not (run.halted and failure.check(CancelledError)):
             log.failure("Worker: job {id}: {url} failed", failure, id=run.job.id, url=url)
+            run.note(f"{url} failed: {failure.type.__name__}: {failure.getErrorMessage()}", LogLevel.error)
             run.stats["failed"] += 1
 
     def _settling(self, run: Run) -> None:
@@ -202,12 +209,13 @@ class Pipeline:
             return
         outcome = yield self._outcome(run, result)
         if outcome == RETRY and not run.halted:
-            self._retry(run, url, attempt + 1)
+            self._retry(run, url, attempt + 1, _why(result))
 
-    def _retry(self, run: Run, url: str, attempt: int) -> None:
+    def _retry(self, run: Run, url: str, attempt: int, why: str) -> None:
         """Queue ``url`` again after its retry delay (its slot is free meanwhile), or count it failed."""
         if attempt > self._config.failure_threshold:
             run.stats["failed"] += 1
+            run.note(f"{url} failed: {why}, {attempt} attempts", LogLevel.warn)
             return
         delay = Backoff(self._config.retry_delay, MAX_RETRY_DELAY).delay(attempt)
         run.delayed += 1
@@ -224,12 +232,23 @@ class Pipeline:
 
     @defer.inlineCallbacks
     def _fetch(self, run: Run, url: str) -> Any:
-        host = host_of(url)
-        yield run.wait(self.hosts.acquire(host))
+        host, own = host_of(url), run.hosts
+        if own is not None:
+            yield run.wait(own.acquire(host))
         try:
-            result = yield run.wait(self._fetcher.fetch(url))
+            yield run.wait(self.hosts.acquire(host))
+        except BaseException:
+            if own is not None:
+                own.abandon(host)
+            raise
+        if own is not None:
+            own.started(host)
+        try:
+            result = yield run.wait(self._fetcher.fetch(url, **run.fetch_options))
         finally:
             self.hosts.release(host)
+            if own is not None:
+                own.release(host)
         return result
 
     @defer.inlineCallbacks
@@ -244,6 +263,7 @@ class Pipeline:
         if retryable(result.status):
             return RETRY
         run.stats["failed"] += 1
+        run.note(f"{result.url} failed: {_why(result)} (not retried)", LogLevel.warn)
         return DONE
 
     def _fresh(self, run: Run, url: str) -> bool:
@@ -271,6 +291,7 @@ class Pipeline:
         except Exception:
             run.seen.discard(url)
             log.failure("Worker: job {id}: parsing {url} failed", id=run.job.id, url=url)
+            run.note(f"{url}: parsing failed (see the worker's log)", LogLevel.error)
             run.stats["processing_errors"] += 1
             return RETRY
         if run.halted:
@@ -296,8 +317,24 @@ class Pipeline:
 
     def _not_stored(self, run: Run, url: str, failure: Failure) -> None:
         log.failure("Worker: job {id}: storing {url} failed", failure, id=run.job.id, url=url)
+        run.note(f"{url}: storing the page failed: {failure.getErrorMessage()}", LogLevel.error)
         run.stats["processing_errors"] += 1
 
     def _storing_over(self, run: Run) -> None:
         run.storing -= 1
         run.check_settled()
+
+
+def _no_note(text: str, level: LogLevel = LogLevel.info) -> None:
+    """A run's lines go nowhere unless the runner gives it a log."""
+
+
+def _why(result: Any) -> str:
+    """Why a fetch did not give a page, in a few words: ``HTTP 404``, ``timeout``, ``robots``."""
+    if result.status == 200:
+        return "processing error (parsing the page failed)"
+    if result.status > 0:
+        return f"HTTP {result.status}"
+    if result.status == st.ROBOTS_DENIED:
+        return "denied by robots.txt"
+    return st.name(result.status) + (f" ({result.error})" if result.error and result.error != st.name(result.status) else "")

@@ -21,22 +21,26 @@ deadline; then they are interrupted and persisted as pending for the next start.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Callable
 
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from ..core.memory import release_memory
+from ..core.secrets import redact
 from ..fsutil import unlink_quietly
 from ..lifecycle import InFlight
 from .config import WorkerConfig
-from .files import ItemsFile
+from .files import ItemsFile, JobHosts
 from .jobs import CANCELLED, ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
 from .accepted import Accepted, digest
 from .itemized import Itemized
+from .joblog import JobLogs
+from .jobsettings import HONOURED, JobOptions, SettingError, job_options
 from .pipeline import Pipeline, Run
 
 log = Logger()
@@ -68,14 +72,17 @@ class JobRunner:
         shipper: Any,
         render_uri: Callable[[str, dict[str, str]], str],
         incoming_dir: str,
+        clock: Any = None,
     ) -> None:
+        """``clock`` (default: the reactor) runs the job pipeline's timers: retries, per-host delays."""
         self._reactor = reactor
         self._config = config
         self._store = store
         self._io = io
         itemized = Itemized(config.itemized_dir, reactor, config.redirect_window)
-        self._pipeline = Pipeline(reactor, config, fetcher, parser, pages, itemized)
+        self._pipeline = Pipeline(reactor, config, fetcher, parser, pages, itemized, clock)
         self.accepted = Accepted(config.accepted_dir)
+        self.logs = JobLogs(config.logs_dir, io, reactor)
         self._shipper = shipper
         self._render_uri = render_uri
         self.incoming_dir = incoming_dir
@@ -95,6 +102,7 @@ class JobRunner:
         self.stopping = False
         self.jobs.clear()
         self._queue.clear()
+        self.logs.open(job.id for job in jobs)
         for job in jobs:
             self.jobs[job.id] = job
             self._seq = max(self._seq, job.seq)
@@ -134,7 +142,7 @@ class JobRunner:
     def _interrupt_all(self) -> None:
         for run in list(self.runs.values()):
             if not run.shipping:
-                log.info("Worker: job {id} interrupted by the stop; it stays pending", id=run.job.id)
+                self._note(LogLevel.info, run.job, "Worker: job {id} interrupted by the stop; it stays pending")
                 run.halt("interrupted")
 
     # -- the API's part ---------------------------------------------------------------------------------------
@@ -149,7 +157,10 @@ class JobRunner:
         job.digest, job.url_count = digest(job, urls), len(urls)
         again = self._accepted_before(job)
         if again is not None:
-            log.info("Worker: job {id} was accepted before; not run again", id=job.id)
+            if again.id in self.jobs:
+                self._note(LogLevel.info, again, "Worker: job {id} was accepted before; not run again")
+            else:  # pruned since: no log of its own any more
+                log.info("Worker: job {id} was accepted before; not run again", id=job.id)
             return defer.succeed(again)
         old = self.jobs.get(job.id)
         if (old is not None and old.state not in ENDED) or job.id in self.runs:
@@ -159,7 +170,7 @@ class JobRunner:
         self.jobs[job.id] = job
         d: Deferred[Any] = self._store.save(job, urls)
         d.addCallback(lambda _: self._io(self.accepted.put, job))
-        d.addCallbacks(self._accepted, self._not_accepted, callbackArgs=(job,), errbackArgs=(job, old))
+        d.addCallbacks(self._accepted, self._not_accepted, callbackArgs=(job, old), errbackArgs=(job, old))
         return d
 
     def _accepted_before(self, job: Job) -> Job | None:
@@ -172,7 +183,15 @@ class JobRunner:
             return job
         return None
 
-    def _accepted(self, _: None, job: Job) -> Job:
+    def _accepted(self, _: None, job: Job, old: Job | None) -> Job:
+        if old is not None:
+            self.logs.reset(job.id)  # the log of the ended job that had this id
+        feed = redact(self._options(job).feed_uri or "(the default)")
+        self._note(LogLevel.info, job, "Worker: accepted job {id} (spider {spider}, {count} URLs, priority "
+                   "{priority}, feed {feed})", spider=job.spider, count=job.url_count, priority=job.priority, feed=feed)
+        if job.ignored_settings:
+            self._note(LogLevel.warn, job, "Worker: job {id}: settings ignored: {names} (a spiderd job honours "
+                       "{honoured})", names=", ".join(job.ignored_settings), honoured=", ".join(HONOURED))
         if job.state == PENDING:
             self._enqueue(job)
             self.kick()
@@ -197,13 +216,13 @@ class JobRunner:
         if run is None:
             self._queue.remove(job)
             self._end(job, CANCELLED)
-            log.info("Worker: job {id} cancelled while pending", id=job_id)
+            self._note(LogLevel.info, job, "Worker: job {id} cancelled while pending")
             return self._store.save(job).addCallback(self._cancelled_pending, job)
         if run.shipping:  # too late: the feed is on its way
             return defer.succeed(RUNNING)
         run.halt("cancelled")
         self._end(job, CANCELLED)
-        log.info("Worker: job {id} cancelled while running; nothing is shipped", id=job_id)
+        self._note(LogLevel.info, job, "Worker: job {id} cancelled while running; nothing is shipped")
         return self._store.save(job).addCallback(lambda _: RUNNING)
 
     def _cancelled_pending(self, _: None, job: Job) -> str:
@@ -219,6 +238,9 @@ class JobRunner:
         d: Deferred[Job] = Deferred()
         self._waiters.setdefault(job_id, []).append(d)
         return d
+
+    def now(self) -> float:
+        return float(self._reactor.seconds())
 
     def pending(self) -> list[Job]:
         """Pending jobs in the order they will run."""
@@ -244,7 +266,13 @@ class JobRunner:
         while self._queue and self.fetching() < self._config.max_jobs and not self.stopping:
             job = self._queue.pop(0)
             items = ItemsFile(self.items_path(job), self._io)
-            run = self.runs[job.id] = Run(job, items, self._pipeline.totals, self._config.job_concurrency)
+            options = self._options(job)
+            run = self.runs[job.id] = Run(job, items, self._pipeline.totals,
+                                          _cap(self._config.job_concurrency, options.concurrent_requests))
+            run.note = functools.partial(self.logs.line, job.id, url=True)
+            run.fetch_options = options.fetch_options()
+            if options.per_domain or options.download_delay:
+                run.hosts = JobHosts(options.per_domain, options.download_delay, self._pipeline.clock)
             d = self._execute(run)
             d.addErrback(self._execution_failed, run)
             d.addBoth(self._execution_over, run)
@@ -256,6 +284,7 @@ class JobRunner:
 
     def _execution_failed(self, failure: Failure, run: Run) -> Any:
         log.failure("Worker: job {id} failed", failure, id=run.job.id)
+        self.logs.line(run.job.id, f"Worker: job {run.job.id} failed: {failure.getErrorMessage()}", LogLevel.error)
         self._pipeline.itemized.release(run.job.id)
         run.job.error = failure.getErrorMessage()[:500]
         if run.job.state == RUNNING:
@@ -278,7 +307,7 @@ class JobRunner:
         now = self._reactor.seconds()
         job.state, job.start_time, job.end_time, job.error = RUNNING, now, None, None
         if job.feed_uri is None:
-            job.feed_uri = self._render_uri(job.settings.get("FEED_URI") or self._config.default_feed_uri,
+            job.feed_uri = self._render_uri(self._options(job).feed_uri or self._config.default_feed_uri,
                                             job.feed_params(now))
         run.shipping = job.shipping  # the items file was complete when the worker went down: ship it, no re-run
         yield self._store.save(job)
@@ -290,8 +319,8 @@ class JobRunner:
         if not run.halted:
             urls = yield self._io(self._store.load_urls, job)
             run.add(urls)
-        log.info("Worker: job {id} ({spider}) started: {count} URLs", id=job.id, spider=job.spider,
-                 count=len(run.todo))
+        self._note(LogLevel.info, job, "Worker: job {id} ({spider}) started: {count} URLs{settings}",
+                   spider=job.spider, count=len(run.todo), settings=self._options(job).in_effect(self._config))
         self._pipeline.start(run)
         yield run.settled
         self.kick()  # its slot is free: the next pending job starts while this one ships
@@ -320,9 +349,29 @@ class JobRunner:
         job.shipping = False
         self._end(job, FINISHED)
         yield self._store.save(job)
-        log.info("Worker: job {id} finished: {items} items from {pages} pages, {failed} URLs failed",
-                 id=job.id, items=job.stats.get("items", 0), pages=job.stats.get("pages", 0),
-                 failed=job.stats.get("failed", 0))
+        self._finished(job)
+
+    def _finished(self, job: Job) -> None:
+        """The job's last lines: its counts (and its stats, in its log only)."""
+        stats = ", ".join(f"{k}={v}" for k, v in sorted(job.stats.items())) or "none"
+        self.logs.line(job.id, f"Worker: job {job.id} stats: {stats}; feed {redact(job.feed_uri or '')}")
+        left_out = self.logs.take_dropped(job.id)
+        self._note(LogLevel.info, job, "Worker: job {id} finished: {items} items from {pages} pages, {failed} URLs "
+                   "failed{left_out}", items=job.stats.get("items", 0), pages=job.stats.get("pages", 0),
+                   failed=job.stats.get("failed", 0),
+                   left_out=f" ({left_out} lines about single URLs not in this log)" if left_out else "")
+
+    def _options(self, job: Job) -> JobOptions:
+        """What the job's settings ask for (checked when it was accepted)."""
+        try:
+            return job_options(job.settings)
+        except SettingError as e:  # a job file from elsewhere: run it with the worker's own settings
+            log.error("Worker: job {id}: {error}; running it without its settings", id=job.id, error=str(e))
+            return JobOptions()
+
+    def _note(self, level: LogLevel, job: Job, fmt: str, **fields: Any) -> None:
+        """A line of the worker's log that is about ``job``: in the job's own log too."""
+        self.logs.note(log, level, job.id, fmt, id=job.id, **fields)
 
     # -- bookkeeping ------------------------------------------------------------------------------------------
 
@@ -343,4 +392,10 @@ class JobRunner:
         for job in ended[: max(0, len(ended) - self._config.finished_to_keep)]:
             del self.jobs[job.id]
             self._store.delete(job.id).addErrback(lambda f: log.failure("Worker: deleting a job file failed", f))
+            self.logs.delete(job.id)
 
+
+
+def _cap(*caps: int) -> int:
+    """The lowest of the caps that are set (0: none)."""
+    return min((c for c in caps if c), default=0)

@@ -49,11 +49,13 @@ class WorkerService(Service):
         rules: Any = None,
         render_uri: Callable[[str, dict[str, str]], str] | None = None,
         incoming_dir: str | None = None,
+        clock: Any = None,
     ) -> None:
         """Raises :class:`~.config.WorkerConfigError` for settings that cannot (or must not) run.
 
         ``rules`` defaults to ``parser.rules`` (the spiders are its sites); ``render_uri`` to
-        :mod:`spiderd.feed`'s; ``incoming_dir`` to the shipper's spool ``incoming/`` directory.
+        :mod:`spiderd.feed`'s; ``incoming_dir`` to the shipper's spool ``incoming/`` directory; ``clock`` (the
+        job pipeline's timers: retries, per-host delays) to the reactor.
         """
         config.check()
         self.setName("worker")
@@ -66,8 +68,9 @@ class WorkerService(Service):
         self.job_store = JobStore(config.jobs_dir, self._io)
         incoming = incoming_dir or default_incoming_dir(shipper)
         self.runner = JobRunner(reactor, config, self.job_store, self._io, fetcher, parser, store, shipper,
-                                render_uri, incoming)
-        self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor)
+                                render_uri, incoming, clock)
+        self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor,
+                                   robots=getattr(fetcher, "robots", None) is not None)
         auth = Auth(username=config.username, password=config.password)
         api = WorkerAPI(self.runner, self.validator, config.host_name, auth)
         self.site = JsonSite(api, config.max_body_size, config.host_name, "Worker API", reactor=reactor)
@@ -136,6 +139,7 @@ class WorkerService(Service):
             yield self.port.stopListening()
             self.port = None
         yield self.runner.stop(self.config.stop_timeout)
+        self.runner.logs.flush()
         if self._threads is not None:
             yield self._io(lambda: None)  # every job file queued before this point is written
             self._threads.stop()

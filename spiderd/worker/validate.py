@@ -1,9 +1,9 @@
 """Checking what ``schedule.json`` was sent and turning it into a :class:`Job`.
 
-Only ``setting=NAME=VALUE`` parameters are settings, and only the allow-listed
-ones are honoured (others are logged by name and ignored); every other
-parameter is a spider argument, kept apart, so an argument can never become a
-setting.  Values that end up in file names (job id, batch) must be plain names,
+Only ``setting=NAME=VALUE`` parameters are settings, and only those of
+:mod:`.jobsettings` are honoured (each value checked; the names of the others
+are kept with the job as ``ignored_settings``); every other parameter is a
+spider argument, kept apart, so an argument can never become a setting.  Values that end up in file names (job id, batch) must be plain names,
 and the FEED_URI template is rendered once at acceptance so that a template
 the feed module refuses (an unknown placeholder, a value escaping its
 directory) is refused here, not when the job ends.
@@ -16,8 +16,6 @@ import math
 import os
 from typing import Any, Callable
 
-from twisted.logger import Logger
-
 from ..feed import check_param, parse_target
 from ..settings import Site
 from ..urls import BadURL, canonicalize
@@ -25,10 +23,8 @@ from .config import FEED_SCHEMES, WorkerConfig
 from ..core.secrets import redact, redact_text
 from ..core.net.serving import ApiError
 from .jobs import Job, safe_name
+from .jobsettings import SettingError, job_options, split
 
-log = Logger()
-
-ALLOWED_SETTINGS = ("FEED_URI", "DISTRIBUTED_START_URLS")
 _NAME_RULE = "letters, digits, '.', '_' and '-', at most 128, not starting with '.'"
 
 
@@ -42,7 +38,9 @@ class Validator:
         render_uri: Callable[[str, dict[str, str]], str],
         versions: tuple[str, ...],
         clock: Any,
+        robots: bool = True,
     ) -> None:
+        """``robots``: the worker checks robots.txt (else a job's ROBOTSTXT_OBEY has no effect)."""
         self.project = config.project
         self.versions = versions
         self.spiders: dict[str, Site] = {site.name: site for site in rules.sites}
@@ -52,6 +50,7 @@ class Validator:
         self._max_urls = config.max_job_urls
         self._render_uri = render_uri
         self._clock = clock
+        self._robots = robots
 
     def check_project(self, project: str) -> None:
         if project != self.project:
@@ -83,27 +82,30 @@ class Validator:
                 check_param("batch", args["batch"])
             except ValueError as e:
                 raise ApiError(f"batch is invalid: {e}") from None
-        job = Job(jobid, project, spider, self._settings(jobid, settings), args, _priority(priority), version)
+        honoured, ignored = split(self._settings(settings))
+        job = Job(jobid, project, spider, honoured, args, _priority(priority), version)
         raw = job.settings.pop("DISTRIBUTED_START_URLS", None)
         urls = self._urls(raw, self.spiders[spider]) if raw is not None else []
         job.url_count = len(urls)
-        self._check_feed(job)
+        try:
+            options = job_options(job.settings)
+        except SettingError as e:
+            raise ApiError(str(e)) from None
+        if "ROBOTSTXT_OBEY" in job.settings and not self._robots:
+            ignored.append("ROBOTSTXT_OBEY")  # this worker checks no robots.txt (fetch.robots = false)
+        job.ignored_settings = sorted(ignored + list(options.ignored))
+        self._check_feed(job, options.feed_uri)
         return job, urls
 
-    def _settings(self, jobid: str, raw: list[str]) -> dict[str, str]:
-        honoured, ignored = {}, []
+    def _settings(self, raw: list[str]) -> dict[str, str]:
+        """``NAME=VALUE`` parameters as Scrapyd reads them (a name given twice: its last value)."""
+        settings = {}
         for setting in raw:
             name, sep, value = setting.partition("=")
             if not sep or not name.strip():
                 raise ApiError(f"setting is invalid: {self._redact_all(setting)!r} is not NAME=VALUE")
-            if name in ALLOWED_SETTINGS:
-                honoured[name] = value
-            else:
-                ignored.append(name)
-        if ignored:
-            log.info("Worker: job {id}: ignoring settings {names} (honoured: {allowed})", id=jobid,
-                     names=", ".join(sorted(set(ignored))), allowed=", ".join(ALLOWED_SETTINGS))
-        return honoured
+            settings[name] = value
+        return settings
 
     def _urls(self, raw: str, site: Site) -> list[str]:
         """The canonical start URLs (in order, without duplicates), all of the spider's site."""
@@ -130,8 +132,8 @@ class Validator:
             urls.append(canonical)
         return list(dict.fromkeys(urls))
 
-    def _check_feed(self, job: Job) -> None:
-        template = job.settings.get("FEED_URI") or self._default_feed
+    def _check_feed(self, job: Job, feed_uri: str | None) -> None:
+        template = feed_uri or self._default_feed
         scheme = template.partition("://")[0].lower() if "://" in template else ""
         if scheme not in FEED_SCHEMES:
             raise ApiError(f"FEED_URI is invalid: {redact(template)!r}: expected a file:// or ftp:// URI")
