@@ -11,14 +11,13 @@ method, 413 for a body over the cap; 503 while stopping, 500 for a bug.
 from __future__ import annotations
 
 import json
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 from twisted.internet import task
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import http
-from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 from .. import settings as cfg
@@ -27,6 +26,7 @@ from ..pool.redis.link import RedisPoolError
 from ..urls import BadURL, canonicalize
 from . import node as nodes
 from ..core.net.auth import Auth
+from ..core.net.resource import JsonResource, send
 from ..core.net.serving import ApiError
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .streams import ExportStream, import_lines
@@ -46,7 +46,7 @@ class Raw:
         self.content_type = content_type
 
 
-class ApiResource(Resource):
+class ApiResource(JsonResource):
     """Every endpoint as one leaf resource."""
 
     isLeaf = True
@@ -60,79 +60,52 @@ class ApiResource(Resource):
         self._auth = auth
         self._cooperator = cooperator
         self._page = page
-        # path -> (method, handler, needs the pool)
-        self._routes: dict[bytes, tuple[bytes, Callable[[Request], Any], bool]] = {
-            b"/": (b"GET", self.page, False),
-            b"/metrics": (b"GET", self.metrics, False),
-            b"/api/status": (b"GET", self.status, False),
-            b"/api/history": (b"GET", self.history, False),
-            b"/api/why": (b"GET", self.why, True),
-            b"/api/export": (b"GET", self.export, True),
-            b"/api/import": (b"POST", self.import_, True),
-            b"/api/seeds": (b"POST", self.seeds, True),
-            b"/api/hubs": (b"POST", self.hubs, True),
-            b"/api/urls": (b"POST", self.urls, True),
-            b"/api/pause": (b"POST", self.pause, True),
-            b"/api/resume": (b"POST", self.resume, True),
+        self.routes = {
+            b"/": (b"GET", self.page),
+            b"/metrics": (b"GET", self.metrics),
+            b"/api/status": (b"GET", self.status),
+            b"/api/history": (b"GET", self.history),
+            b"/api/why": (b"GET", self.why),
+            b"/api/export": (b"GET", self.export),
+            b"/api/import": (b"POST", self.import_),
+            b"/api/seeds": (b"POST", self.seeds),
+            b"/api/hubs": (b"POST", self.hubs),
+            b"/api/urls": (b"POST", self.urls),
+            b"/api/pause": (b"POST", self.pause),
+            b"/api/resume": (b"POST", self.resume),
         }
+        self._needs_pool = {b"/api/why", b"/api/export", b"/api/import", b"/api/seeds", b"/api/hubs", b"/api/urls",
+                            b"/api/pause", b"/api/resume"}
 
     # -- dispatch ---------------------------------------------------------------------------------
 
-    def render(self, request: Request) -> bytes | int:
-        path = request.path.rstrip(b"/") or b"/"
+    def admit(self, request: Request) -> bytes | None:
         refused = foreign_request(request, self._auth.required)
         if refused is not None:
-            return self._error(request, refused, http.FORBIDDEN)
+            return self.error(request, refused, http.FORBIDDEN)
+        path = self.path_of(request)
         allowed = self._auth.allows_page(request) if path == b"/" else self._auth.allows(request)
         if not allowed:
             request.setHeader(b"WWW-Authenticate", self._auth.challenge(request))
-            return self._error(request, "wrong or missing credentials (api.token or api.username)", http.UNAUTHORIZED)
-        route = self._routes.get(path)
-        if route is None:
-            return self._error(request, f"no such endpoint: {path.decode('latin-1')}", http.NOT_FOUND)
-        method, handler, needs_pool = route
-        if request.method != method and not (request.method == b"HEAD" and method == b"GET"):
-            request.setHeader(b"Allow", method + (b", HEAD" if method == b"GET" else b""))
-            message = f"{request.method.decode('latin-1')} not allowed on {path.decode()}: use {method.decode()}"
-            return self._error(request, message, http.NOT_ALLOWED)
-        if needs_pool and self._node.pool is None:
-            return self._error(request, f"{path.decode()}: {_NO_POOL.format(role=self._node.role)}", http.NOT_FOUND)
-        return self._call(request, handler)
+            return self.error(request, "wrong or missing credentials (api.token or api.username)", http.UNAUTHORIZED)
+        if path in self._needs_pool and self._node.pool is None:
+            return self.error(request, f"{path.decode()}: {_NO_POOL.format(role=self._node.role)}", http.NOT_FOUND)
+        return None
 
-    def _call(self, request: Request, handler: Callable[[Request], Any]) -> bytes | int:
-        try:
-            result = handler(request)
-        except Exception:
-            return self._failed(Failure(), request)
-        if not isinstance(result, Deferred):
-            return self._answer(request, result)
-        gone: list[bool] = []
-        request.notifyFinish().addErrback(lambda _: gone.append(True))
-        result.addCallback(lambda data: self._answer(request, data))
-        result.addErrback(self._failed, request)
-        result.addCallback(lambda body: None if gone or body == NOT_DONE_YET else _finish(request, body))
-        result.addErrback(lambda f: log.failure("API: answering failed", f))
-        return NOT_DONE_YET
-
-    def _answer(self, request: Request, data: Any) -> bytes | int:
+    def ok(self, request: Request, data: Any) -> bytes | int:
         if isinstance(data, int):  # NOT_DONE_YET: the handler writes the answer itself
             return data
         if isinstance(data, Raw):
-            return self._send(request, http.OK, data.content_type, data.body)
+            return send(request, http.OK, data.content_type, data.body)
         return self._json(request, {"status": "ok", **data}, http.OK)
 
-    def _failed(self, failure: Failure, request: Request) -> bytes:
-        if failure.check(ApiError):
-            return self._error(request, failure.value.message, failure.value.code or http.BAD_REQUEST)
-        path = request.path.decode("latin-1")
+    def unexpected(self, failure: Failure, request: Request) -> bytes:
         if not getattr(self._node.crawler, "running", True) or failure.check(RuntimeError, RedisPoolError):
-            log.warn("API: {path}: {error}", path=path, error=failure.getErrorMessage())
-            return self._error(request, f"unavailable: {failure.getErrorMessage()}", http.SERVICE_UNAVAILABLE)
-        log.failure("API: {path} failed", failure, path=path)
-        return self._error(request, f"{failure.type.__name__}: {failure.getErrorMessage()}",
-                           http.INTERNAL_SERVER_ERROR)
+            log.warn("API: {path}: {error}", path=request.path.decode("latin-1"), error=failure.getErrorMessage())
+            return self.error(request, f"unavailable: {failure.getErrorMessage()}", http.SERVICE_UNAVAILABLE)
+        return super().unexpected(failure, request)
 
-    def _error(self, request: Request, message: str, code: int) -> bytes:
+    def error(self, request: Request, message: str, code: int) -> bytes:
         return self._json(request, {"status": "error", "message": message}, code)
 
     def _json(self, request: Request, data: dict[str, Any], code: int) -> bytes:
@@ -140,14 +113,7 @@ class ApiResource(Resource):
             body = json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n"
         except UnicodeEncodeError:  # a lone surrogate (from a client's JSON): \u escapes stay valid UTF-8
             body = json.dumps(data).encode("ascii") + b"\n"
-        return self._send(request, code, b"application/json; charset=utf-8", body)
-
-    def _send(self, request: Request, code: int, content_type: bytes, body: bytes) -> bytes:
-        request.setResponseCode(code)
-        request.setHeader(b"Content-Type", content_type)
-        request.setHeader(b"Content-Length", str(len(body)).encode())
-        request.setHeader(b"Cache-Control", b"no-store")
-        return b"" if request.method == b"HEAD" else body
+        return send(request, code, b"application/json; charset=utf-8", body)
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -252,11 +218,6 @@ class ApiResource(Resource):
             except BadURL as e:
                 rejected.append({"url": e.url[:200], "reason": e.reason})
         return list(good), rejected
-
-
-def _finish(request: Request, body: bytes) -> None:
-    request.write(body)
-    request.finish()
 
 
 def _added(added: int, good: list[str], rejected: list[dict[str, str]], what: str) -> dict[str, Any]:

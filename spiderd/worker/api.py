@@ -21,12 +21,12 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import http
-from twisted.web.resource import Resource
-from twisted.web.server import NOT_DONE_YET, Request
+from twisted.web.server import Request
 
 from ..core.net.guard import foreign_request
 from ..core.secrets import redact_text, redact_value
 from ..core.net.auth import Auth
+from ..core.net.resource import JsonResource, send
 from ..core.net.serving import ApiError, json_body
 from .jobs import ENDED, FINISHED, PENDING, RUNNING, Job
 from .pages import Pages, log_path
@@ -80,10 +80,11 @@ def _decode(name: str, value: bytes) -> str:
         raise ApiError(f"{name} is invalid: {e}") from None
 
 
-class WorkerAPI(Resource):
-    """Every endpoint as one leaf resource: auth, routing by path, method checks, JSON answers."""
+class WorkerAPI(JsonResource):
+    """Scrapyd's endpoints on the shared JSON resource base: basic auth, the browser guard, Scrapyd's errors."""
 
-    isLeaf = True
+    label = "Worker API"
+    refusal_code = http.OK  # Scrapyd answers a client's mistake with 200 and status error
 
     def __init__(self, runner: JobRunner, validator: Validator,
                  node_name: str, auth: Auth) -> None:
@@ -93,7 +94,7 @@ class WorkerAPI(Resource):
         self._node = node_name
         self._auth = auth
         self._pages = Pages(runner, validator.project, list(validator.spiders))
-        self._endpoints: dict[bytes, tuple[bytes, Handler]] = {
+        self.routes = {
             b"/schedule.json": (b"POST", self.schedule),
             b"/cancel.json": (b"POST", self.cancel),
             b"/listjobs.json": (b"GET", self.listjobs),
@@ -109,71 +110,52 @@ class WorkerAPI(Resource):
 
     # -- dispatch ---------------------------------------------------------------------------------------------
 
-    def render(self, request: Request) -> bytes | int:
+    def admit(self, request: Request) -> bytes | None:
         if not self._auth.allows(request):
             log.warn("Worker API: wrong or missing credentials from {peer}", peer=str(request.getClientAddress()))
             request.setHeader(b"WWW-Authenticate", b'Basic realm="spiderd"')
-            return self._error(request, "Unauthorized", http.UNAUTHORIZED)
+            return self.error(request, "Unauthorized", http.UNAUTHORIZED)
         refused = foreign_request(request, self._auth.required)
         if refused is not None:
             log.warn("Worker API: {why} ({method} {path} from {peer})", why=refused, method=request.method.decode(),
                      path=request.path.decode("latin-1")[:200], peer=str(request.getClientAddress()))
-            return self._error(request, refused, http.FORBIDDEN)
+            return self.error(request, refused, http.FORBIDDEN)
+        return None
+
+    def render(self, request: Request) -> bytes | int:
+        refused = self.admit(request)
+        if refused is not None:
+            return refused
         if self._pages.handles(request.path):
-            return self._pages.render(request, self._error)
-        endpoint = self._endpoints.get(request.path.rstrip(b"/") if request.path != b"/" else request.path)
-        if endpoint is None:
-            return self._error(request, f"No such resource: {request.path.decode('latin-1')}", http.NOT_FOUND)
-        method, handler = endpoint
-        allowed = ", ".join(["OPTIONS", "HEAD", method.decode()])
+            return self._pages.render(request, self.error)
+        return super().render(request)
+
+    def path_of(self, request: Request) -> bytes:
+        return request.path.rstrip(b"/") if request.path != b"/" else request.path
+
+    def not_found(self, request: Request, path: bytes) -> bytes:
+        return self.error(request, f"No such resource: {request.path.decode('latin-1')}", http.NOT_FOUND)
+
+    def wrong_method(self, request: Request, path: bytes, method: bytes) -> bytes | int:
         if request.method == b"OPTIONS":
-            request.setHeader(b"Allow", allowed.encode())
+            request.setHeader(b"Allow", b", ".join([b"OPTIONS", b"HEAD", method]))
             request.setResponseCode(http.NO_CONTENT)
             return b""
-        if request.method != method and not (request.method == b"HEAD" and method == b"GET"):
-            expected = [b"HEAD", b"OPTIONS", method]
-            return self._error(request, f"UnsupportedMethod: Expected one of {expected!r}")
-        return self._call(request, handler)
+        expected = [b"HEAD", b"OPTIONS", method]
+        return self.error(request, f"UnsupportedMethod: Expected one of {expected!r}", http.OK)
 
-    def _call(self, request: Request, handler: Handler) -> bytes | int:
-        try:
-            result = handler(Params(request))
-        except ApiError as e:
-            return self._error(request, e.message, e.code or http.OK)
-        except Exception as e:
-            log.failure("Worker API: {path} failed", path=request.path.decode("latin-1"))
-            return self._error(request, f"{type(e).__name__}: {e}", http.INTERNAL_SERVER_ERROR)
-        if not isinstance(result, Deferred):
-            return self._ok(request, result)
-        gone: list[bool] = []
-        request.notifyFinish().addErrback(lambda _: gone.append(True))
-        answer: Deferred[Any] = result
-        answer.addCallback(lambda data: self._ok(request, data))
-        answer.addErrback(self._failed, request)
-        answer.addCallback(lambda body: None if gone else _finish(request, body))
-        answer.addErrback(lambda f: log.failure("Worker API: answering failed", f))
-        return NOT_DONE_YET
+    def argument(self, request: Request) -> Params:
+        return Params(request)
 
-    def _ok(self, request: Request, data: dict[str, Any]) -> bytes:
+    def ok(self, request: Request, data: Any) -> bytes:
         return self._answer(request, {**data, "status": "ok"}, http.OK)
 
-    def _failed(self, failure: Failure, request: Request) -> bytes:
-        if failure.check(ApiError):
-            return self._error(request, failure.value.message, failure.value.code or http.OK)
-        log.failure("Worker API: {path} failed", failure, path=request.path.decode("latin-1"))
-        return self._error(request, f"{failure.type.__name__}: {failure.getErrorMessage()}",
-                           http.INTERNAL_SERVER_ERROR)
-
-    def _error(self, request: Request, message: str, code: int = http.OK) -> bytes:
+    def error(self, request: Request, message: str, code: int = http.OK) -> bytes:
         message = redact_text(message)
         return self._answer(request, {"status": "error", "message": message}, code)
 
     def _answer(self, request: Request, data: dict[str, Any], code: int) -> bytes:
-        body = json_body(data, self._node)
-        request.setResponseCode(code)
-        request.setHeader(b"Content-Type", b"application/json")
-        request.setHeader(b"Content-Length", str(len(body)).encode())
-        return b"" if request.method == b"HEAD" else body
+        return send(request, code, b"application/json", json_body(data, self._node))
 
     # -- endpoints --------------------------------------------------------------------------------------------
 
@@ -347,8 +329,3 @@ def _refused(failure: Failure, job_id: str) -> Failure:
     if failure.check(WorkerStopping):
         raise ApiError("the worker is shutting down: try another node, or again later", http.SERVICE_UNAVAILABLE)
     return failure
-
-
-def _finish(request: Request, body: bytes) -> None:
-    request.write(body)
-    request.finish()
