@@ -33,10 +33,9 @@ from urllib.parse import urlsplit
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred, DeferredLock
-from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
-from twisted.python.threadpool import ThreadPool
 
+from .core.blocking import Lane
 from .core.retry import Backoff
 from .core.secrets import redact
 from .fsutil import unlink_quietly, write_many_atomically
@@ -111,11 +110,12 @@ class Batcher(Service):
 
     def __init__(
         self, reactor: Any, pool: Any, spool_dir: str, config: BatchConfig, http: Any = None, clock: Any = None,
-        local: Any = None, spider_of: Callable[[str], str] | None = None,
+        local: Any = None, spider_of: Callable[[str], str] | None = None, lane: Lane | None = None,
     ) -> None:
         """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the flush, retry and timeout timers;
         ``local()`` gives the target that ``"local"`` stands for (this node's worker), asked at start;
-        ``spider_of(url)`` names the spider (site) of a URL: a batch holds one spider's URLs."""
+        ``spider_of(url)`` names the spider (site) of a URL: a batch holds one spider's URLs; ``lane``
+        (default: one of its own) writes the spool."""
         if not config.targets:
             raise ValueError("the batcher needs at least one target")
         self._reactor = reactor
@@ -131,7 +131,7 @@ class Batcher(Service):
         self._open_set: set[str] = set()
         self._lock = DeferredLock()
         self._timer: Any = None
-        self._threads = ThreadPool(1, 1, name="spiderd-batcher")
+        self._lane = lane or Lane(reactor, "batcher")
         self._posts = InFlight()
         self._ready: deque[_Batch] = deque()  # sealed, waiting for a POST slot
         self._cut_off = False  # the stop deadline passed: start no more POSTs
@@ -146,7 +146,7 @@ class Batcher(Service):
         self._cut_off = False
         os.makedirs(self._dir, exist_ok=True)
         self._targets = [target_url(self._local() if t == "local" else t) for t in self._config.targets]
-        self._threads.start()
+        self._lane.start()
         if self._http is None:
             self._http = _make_client(self._reactor)
         self._lock.run(self._recover).addErrback(lambda f: log.failure("Recovering the batch spool", f))
@@ -166,7 +166,7 @@ class Batcher(Service):
                 batch.timer.cancel()
         if self._spooled:
             log.info("{count} batches stay in the spool for the next start", count=len(self._spooled))
-        self._threads.stop()
+        self._lane.stop()
 
     # -- adding ---------------------------------------------------------------------
 
@@ -320,7 +320,7 @@ class Batcher(Service):
             self._arm_timer()
 
     def _in_thread(self, function: Any, *args: Any) -> Deferred[Any]:
-        return deferToThreadPool(self._reactor, self._threads, function, *args)
+        return self._lane.run(function, *args)
 
     def status(self) -> dict[str, Any]:
         """Counters for the status API."""

@@ -44,11 +44,10 @@ from urllib.parse import unquote, urlsplit
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
-from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.python.threadpool import ThreadPool
 
+from .core.blocking import Lane
 from .core.retry import Backoff
 from .core.secrets import redact
 from .lifecycle import InFlight
@@ -492,13 +491,13 @@ _SKIPPED = object()
 class FeedShipper(Service):
     """Spools finished feed files and uploads them in the background, retrying until they go through.
 
-    ``reactor`` runs the threads (a private pool of ``concurrency`` + 1); ``clock`` (default
-    ``reactor``) drives the retry timers and the stop deadline.
+    ``lane`` (default: one of its own, ``concurrency`` + 1 threads wide) runs the spooling and the
+    uploads; ``clock`` (default ``reactor``) drives the retry timers and the stop deadline.
     """
 
     def __init__(self, reactor: Any, spool_dir: str, *, clock: Any = None, retry_first: float = 1.0,
                  retry_max: float = 300.0, stop_timeout: float = 30.0, concurrency: int = 2,
-                 ftp_timeout: float = 60.0) -> None:
+                 ftp_timeout: float = 60.0, lane: Lane | None = None) -> None:
         self._reactor = reactor
         self._clock = reactor if clock is None else clock
         self.spool_dir = spool_dir
@@ -511,7 +510,7 @@ class FeedShipper(Service):
         self._ftp_timeout = ftp_timeout
         self._entries: dict[str, _Entry] = {}
         self._inflight = InFlight()
-        self._pool: ThreadPool | None = None
+        self._lane = lane or Lane(reactor, "feed", concurrency + 1)
         self._slots = defer.DeferredSemaphore(concurrency)
         self.shipped = 0
         self.failures = 0
@@ -538,8 +537,7 @@ class FeedShipper(Service):
         super().startService()
         for path in (self.incoming_dir, self.queue_dir, self.bad_dir):
             os.makedirs(path, mode=0o700, exist_ok=True)
-        self._pool = ThreadPool(0, self._concurrency + 1, name="spiderd-feed")
-        self._pool.start()
+        self._lane.start()
         self._slots = defer.DeferredSemaphore(self._concurrency)
         self._entries = {e.id: e for e in self._recover()}
         if self._entries:
@@ -586,14 +584,14 @@ class FeedShipper(Service):
 
         Fails with ValueError for a bad URI, BadFeedError (file moved to ``bad/``) for bad JSON lines.
         """
-        if not self.running or self._pool is None:
+        if not self.running or not self._lane.running:
             return defer.fail(RuntimeError("the feed shipper is not running"))
         try:
             parse_target(target_uri)
         except ValueError as e:
             return defer.fail(e)
         entry = _Entry(self._new_id(), target_uri, os.path.basename(local_path), self._clock.seconds())
-        inner = deferToThreadPool(self._reactor, self._pool, self._spool, entry, local_path)
+        inner = self._lane.run(self._spool, entry, local_path)
         inner.addCallbacks(self._accepted, self._not_accepted, (entry,), None, (entry,))
         self._inflight.track(inner)
         outer: Deferred[None] = Deferred()
@@ -638,10 +636,10 @@ class FeedShipper(Service):
         self._inflight.track(d)
 
     def _upload(self, entry: _Entry) -> Deferred[Any]:
-        if not self.running or self._pool is None:
+        if not self.running or not self._lane.running:
             return defer.succeed(_SKIPPED)
         entry.abort = Abort()
-        return deferToThreadPool(self._reactor, self._pool, self._deliver, entry, entry.abort)
+        return self._lane.run(self._deliver, entry, entry.abort)
 
     def _deliver(self, entry: _Entry, abort: Abort) -> int:
         """Thread: check, upload, then forget the spool entry (file first, sidecar last)."""
@@ -748,9 +746,7 @@ class FeedShipper(Service):
                 if entry.abort is not None:
                     entry.abort.set()
             yield self._inflight.wait()
-        if self._pool is not None:
-            self._pool.stop()
-            self._pool = None
+        self._lane.stop()
 
 
 def _within(clock: Any, seconds: float, d: Deferred[Any]) -> Deferred[bool]:

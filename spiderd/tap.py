@@ -85,12 +85,16 @@ def build(settings: cfg.Settings, reactor: Any, demo: bool = False, signals: boo
     """Wire the services of one node: they start in this order (after the pool is ready) and stop in reverse.
 
     ``signals``: handle SIGHUP (twistd's makeService asks; tests building services directly do not)."""
+    from .core.blocking import Blocking
     from .lifecycle import Closer, OrderedMultiService
     from .parsepool import ParsePool
     from .stats import CrawlStats
     from .systemd import SystemdNotifier
 
     top = OrderedMultiService()
+    blocking = Blocking(reactor)  # first to start, last to stop: every lane of blocking work
+    blocking.setServiceParent(top)
+    top.blocking = blocking  # type: ignore[attr-defined]
     stats = CrawlStats(reactor)
     pool = _pool_service(settings, reactor, top) if settings.role != "worker" else None
     store = _store(settings, reactor, top)
@@ -228,10 +232,10 @@ def _worker(settings: cfg.Settings, reactor: Any, fetcher: Any, parser: Any, sto
     from .worker import WorkerConfigError, build_worker
 
     shipper = FeedShipper(reactor, settings.path("spool"), retry_max=settings.feed_retry_max,
-                          stop_timeout=settings.feed_stop_timeout)
+                          stop_timeout=settings.feed_stop_timeout, lane=top.blocking.lane("feed", 3))
     shipper.setServiceParent(top)
     try:
-        worker = build_worker(settings, reactor, fetcher, parser, store, shipper)
+        worker = build_worker(settings, reactor, fetcher, parser, store, shipper, top.blocking.lane("worker-io"))
     except WorkerConfigError as e:
         raise cfg.ConfigError(f"{settings.source}: {e}") from None
     worker.setServiceParent(top)
@@ -259,7 +263,7 @@ def _batcher(settings: cfg.Settings, reactor: Any, pool: Any, worker: Any, top: 
     if not settings.batch_spider:  # one spider per site: each batch names the site of its URLs
         spider_of = lambda url: getattr(rules.site_for(url), "name", config.spider)  # noqa: E731
     batcher = Batcher(reactor, pool, settings.path("batches"), config, local=worker.local_target if worker else None,
-                      spider_of=spider_of)
+                      spider_of=spider_of, lane=top.blocking.lane("batcher"))
     batcher.setServiceParent(top)
     return batcher
 

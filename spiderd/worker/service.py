@@ -17,14 +17,13 @@ from typing import Any, Callable
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
-from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
-from twisted.python.threadpool import ThreadPool
 
 import spiderd
 
 from .api import WorkerAPI
 from .config import WorkerConfig
+from ..core.blocking import Lane
 from ..core.net.auth import Auth
 from ..core.net.serving import JsonSite
 from .jobs import JobStore
@@ -49,6 +48,7 @@ class WorkerService(Service):
         rules: Any = None,
         render_uri: Callable[[str, dict[str, str]], str] | None = None,
         incoming_dir: str | None = None,
+        lane: Lane | None = None,
         clock: Any = None,
     ) -> None:
         """Raises :class:`~.config.WorkerConfigError` for settings that cannot (or must not) run.
@@ -64,7 +64,7 @@ class WorkerService(Service):
         self.config = config
         self.shipper = shipper
         self._reactor = reactor
-        self._threads: ThreadPool | None = None
+        self._lane = lane or Lane(reactor, "worker-io")
         self.job_store = JobStore(config.jobs_dir, self._io)
         incoming = incoming_dir or default_incoming_dir(shipper)
         self.runner = JobRunner(reactor, config, self.job_store, self._io, fetcher, parser, store, shipper,
@@ -77,10 +77,8 @@ class WorkerService(Service):
         self.port: Any = None
 
     def _io(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:
-        """Run blocking file work on the worker's one I/O thread, in order."""
-        if self._threads is None:
-            return defer.fail(RuntimeError("the worker is not running"))
-        return deferToThreadPool(self._reactor, self._threads, function, *args)
+        """Run blocking file work on the worker's one I/O thread (its lane), in order."""
+        return self._lane.run(function, *args)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -123,8 +121,7 @@ class WorkerService(Service):
         self.runner.accepted.open()
         self.port = self._reactor.listenTCP(self.config.port, self.site, interface=self.config.bind)
         super().startService()
-        self._threads = ThreadPool(1, 1, name="spiderd-worker-io")
-        self._threads.start()
+        self._lane.start()
         self.runner.start(jobs)
         host, port = self.address
         log.info("Worker API (Scrapyd-compatible) on http://{host}:{port}/: project {project!r}, spiders {spiders}, "
@@ -140,10 +137,9 @@ class WorkerService(Service):
             self.port = None
         yield self.runner.stop(self.config.stop_timeout)
         self.runner.logs.flush()
-        if self._threads is not None:
+        if self._lane.running:
             yield self._io(lambda: None)  # every job file queued before this point is written
-            self._threads.stop()
-            self._threads = None
+        self._lane.stop()
         self.runner._pipeline.itemized.close()
         self.runner.accepted.close()
 
@@ -178,6 +174,7 @@ def worker_config(settings: Any) -> WorkerConfig:
     return WorkerConfig(**values)
 
 
-def build_worker(settings: Any, reactor: Any, fetcher: Any, parser: Any, store: Any, shipper: Any) -> WorkerService:
+def build_worker(settings: Any, reactor: Any, fetcher: Any, parser: Any, store: Any, shipper: Any,
+                 lane: Lane | None = None) -> WorkerService:
     """The worker role's service for ``tap.build`` (raises WorkerConfigError, a ValueError, on bad settings)."""
-    return WorkerService(reactor, worker_config(settings), fetcher, parser, store, shipper)
+    return WorkerService(reactor, worker_config(settings), fetcher, parser, store, shipper, lane=lane)
