@@ -144,6 +144,7 @@ class ItemWriter(Service):
         except Exception:
             failure = Failure()
             yield self._abandon()
+            yield self._in_thread(unlink_quietly, self._path + PART)  # still empty: nothing to settle
             _fail(group, failure, "Opening an items file failed")
             return False
         return True

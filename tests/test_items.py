@@ -159,6 +159,16 @@ class ItemWriterTests(unittest.TestCase):
         self.assertEqual([self.state(u) for u in self.popped[:3]], ["done", "pending", "done"])
 
     @defer.inlineCallbacks
+    def test_a_file_the_pool_cannot_open_is_removed(self) -> Any:
+        """When the pool cannot record a new file's checkpoint, the items fail and the empty file is gone."""
+        writer = yield self.writer(FailingPool(self.pool, fail_from=1))
+        yield self.assertFailure(writer.write({"url": self.popped[0]}, [(self.popped[0], 200)]), ConnectionError)
+        self.assertEqual(len(self.flushLoggedErrors(ConnectionError)), 1)
+        self.assertEqual(list((self.dir / "items").iterdir()), [])
+        yield writer.stopService()
+        self.assertEqual(self.state(self.popped[0]), "pending")
+
+    @defer.inlineCallbacks
     def test_without_a_pool(self) -> Any:
         """With no pool the lines are written and the torn tail of an old file is cut, as before."""
         writer = ItemWriter(reactor, str(self.dir / "items"), flush_interval=0.01)
