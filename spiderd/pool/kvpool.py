@@ -389,7 +389,11 @@ class KVPool(CrawledSets):
             self.politeness.release(self._slot(leased[1]))
 
     def set_status(self, url: str, status_code: int) -> defer.Deferred[None]:
-        return self.set_statuses(((url, status_code),))
+        batch = self._kv.write_batch()
+        slot = self._status_into(batch, url, status_code, None)
+        if slot is not None:
+            self._commit(batch, (slot,))
+        return defer.succeed(None)
 
     def set_statuses(
         self, statuses: Iterable[tuple[str, int]], checkpoint: tuple[str, int] | None = None
@@ -404,23 +408,30 @@ class KVPool(CrawledSets):
         slots: dict[str, HostSlot] = {}
         done: set[int] = set()
         for url, code in statuses:
-            self._touched += 1
-            leased = self._leased.pop(url, None)
-            u = URL(url, leased[1], leased[0]) if leased is not None else self._parse(url)
-            if leased is None and u is not None:  # a redirect target's URL, maybe not in canonical form
-                leased = self._leased.pop(u.url, None)
-            self._release(leased)
-            if u is not None and u.fingerprint not in done:
-                done.add(u.fingerprint)
-                slot = self._set_status(batch, u, code)
-                if slot is not None:
-                    slots[slot.host] = slot
+            slot = self._status_into(batch, url, code, done)
+            if slot is not None:
+                slots[slot.host] = slot
         if checkpoint is not None:
             name, value = checkpoint
             batch.put(k.checkpoint_key(name), k.u64(value))
         if slots or checkpoint is not None:
             self._commit(batch, slots.values())
         return defer.succeed(None)
+
+    def _status_into(self, batch: Any, url: str, code: int, done: set[int] | None) -> HostSlot | None:
+        """End ``url``'s lease (this process's record of it) and put its new state in ``batch``, unless its
+        fingerprint is in ``done`` (given twice in one write); the host slot touched, or None."""
+        self._touched += 1
+        leased = self._leased.pop(url, None)
+        u = URL(url, leased[1], leased[0]) if leased is not None else self._parse(url)
+        if leased is None and u is not None:  # a redirect target's URL, maybe not in canonical form
+            leased = self._leased.pop(u.url, None)
+        self._release(leased)
+        if u is None or (done is not None and u.fingerprint in done):
+            return None
+        if done is not None:
+            done.add(u.fingerprint)
+        return self._set_status(batch, u, code)
 
     def _set_status(self, batch: Any, u: URL, code: int) -> HostSlot | None:
         """Put the change of one URL's state in ``batch``; the host slot it touched, or None (already final)."""
