@@ -81,7 +81,6 @@ class ItemWriter(Service):
         self._file: Any = None  # the open .part file (used on the writer's thread only)
         self._path = ""  # its final name
         self._in_file = 0  # committed lines in it
-        self._committed = 0  # committed bytes
         self._serial = 0
         self._token = os.urandom(4).hex()  # this process's file names are unique across nodes and restarts
         self.written = 0
@@ -161,7 +160,6 @@ class ItemWriter(Service):
             yield self._abandon()
             _fail(group, failure, "Writing {count} items failed; the file is left for the next start to settle")
             return
-        self._committed = length
         self._in_file += len(group)
         self.written += len(group)
         for _, _, d in group:
@@ -210,7 +208,7 @@ class ItemWriter(Service):
         stamp = time.strftime("%Y-%m-%dT%H-%M-%S", time.gmtime())
         self._path = os.path.join(self.directory, f"items-{stamp}-{self._token}-{self._serial:05d}.jl")
         self._file = open(self._path + PART, "xb")
-        self._in_file = self._committed = 0
+        self._in_file = 0
         fsync_dir(self.directory)  # the file exists before any checkpoint names it
 
     def _append(self, items: list[dict[str, Any]]) -> int:
