@@ -188,20 +188,25 @@ class Scenario:
         row.items_duplicated = len(items) - len(set(items))
         return row
 
-    def carried(self) -> tuple[set[int], set[str]]:
-        """The batch numbers and the URLs of every job the worker accepted."""
+    def carried(self) -> tuple[set[int], set[str] | None]:
+        """The batch numbers and the URLs of every job the worker accepted (URLs: None when a worker keeps a
+        job's URLs beside it only until the job ends, so that what the jobs carried cannot be known)."""
         jobs = self.dir / self.worker_role / "worker" / "jobs"
         batches: set[int] = set()
-        urls: set[str] = set()
+        urls: set[str] | None = set()
         for path in jobs.glob("*.json") if jobs.exists() else []:
             try:
                 job = json.loads(path.read_text())
-                urls.update(json.loads(job["settings"]["DISTRIBUTED_START_URLS"]))
-            except (ValueError, KeyError, TypeError):
+            except ValueError:
                 continue
             batch = (job.get("args") or {}).get("batch")
             if batch is not None:
                 batches.add(int(batch))
+            settings = job.get("settings")
+            if isinstance(settings, dict) and "DISTRIBUTED_START_URLS" in settings and urls is not None:
+                urls.update(json.loads(settings["DISTRIBUTED_START_URLS"]))
+            else:
+                urls = None
         return batches, urls
 
     def batches_lost(self, carried: set[int]) -> int:
@@ -211,9 +216,9 @@ class Scenario:
                    for p in (self.dir / self.frontier_role / "batches").glob("batch-*.json")}
         return len((sent | spooled) - carried)
 
-    def batched_not_carried(self, carried_urls: set[str]) -> int:
+    def batched_not_carried(self, carried_urls: set[str] | None) -> int:
         """With the LevelDB pool: fingerprints the pool counts as batched that no job carried."""
-        if self.pool != "leveldb":
+        if self.pool != "leveldb" or carried_urls is None:
             return 0
         from twisted.internet.task import Clock
 
