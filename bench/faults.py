@@ -1,28 +1,38 @@
 """The fault suite: real daemons in separate processes, broken on purpose, then the invariants checked.
 
-    python bench/faults.py                 # every fault, the 10,000-page site (a few minutes)
+    python bench/faults.py                 # every fault, the 10,000-page site (the better part of an hour)
     python bench/faults.py --details 2000  # quicker
-    python bench/faults.py --only frontier-kill9,ftp-down
+    python bench/faults.py --only frontier-kill9,inprocess-kill9
 
-Topology per scenario (fresh directories each time): the generated site
+Topologies (fresh directories each time), against the generated site
 (``python -m spiderd.demo.site``, with its 404s, 500s, redirects and slow
-pages), a frontier (``twistd -n spiderd --role frontier``: LevelDB or Redis
-pool, batches of 100), a worker (``--role worker``: SQLite or MySQL page
-store, feed files shipped over FTP), and a pyftpdlib FTP server standing in
-for the analytics host.  Redis and MariaDB run as private instances on free
-ports (their own data directories), so the machine's servers are never
-restarted.
+pages):
 
-The invariant checked at the end of every scenario: every good detail page
-of the site is in the page store and in a shipped feed file ("stored" counts
-the pages found in both), exactly once ("dups": second copies in the store or
-the feed files); every batch the frontier sent, and every batch left in its
-spool, reached the worker ("lost"); nothing counted done that was not done
-("wrong": pages stored or shipped that are not good detail pages, and, with
-the LevelDB pool, URLs the pool counts as batched that no worker job carried).
-"Time to recover" is from the end of a fault (the process or server back) to
-the next page stored (for the frontier: to its next batch sent).  Ends with
-one ``RESULT`` line (the issue's keys, then ``wrongly_done``).
+- a frontier (``twistd -n spiderd --role frontier``: LevelDB or Redis pool,
+  batches of 100), a worker (``--role worker``: SQLite or MySQL page store,
+  feed files shipped over FTP) and a pyftpdlib FTP server standing in for
+  the analytics host; Redis and MariaDB run as private instances on free
+  ports (their own data directories), so the machine's servers are never
+  restarted;
+- one node in the ``all`` role: ``targets = []`` (details fetched in process,
+  items in its items directory; SQLite store, or none) or ``targets =
+  ["local"]`` (its own worker, feed files over FTP).  These are killed
+  (SIGKILL of the whole process group) 40 times, each 0.2-1.5 s (at random)
+  after the restarted node has written something again, then run to the end.
+
+The invariants checked at the end of every scenario: every good detail page
+of the site is in the page store and in the items ("stored" counts the pages
+found in both; with the store off, in the items), once ("dups": second rows in
+the store; "missing" and "itemdup": good pages with no item line, second item
+lines); every batch the frontier sent, and every batch left in its spool,
+reached the worker ("lost"); nothing counted done that was not done ("wrong":
+pages stored or in items that are not good detail pages, and, with the LevelDB
+pool, URLs the pool counts as batched that no worker job carried).  "Time to
+recover" is from the end of a fault (the process or server back) to the next
+page stored (for the frontier: to its next batch sent).  Before anything
+starts it checks that this machine has what the chosen scenarios need
+(pyftpdlib and the other test extras, redis-server, MariaDB), else it says
+what is missing and exits with status 2.  Ends with one ``RESULT`` line.
 """
 
 from __future__ import annotations
@@ -32,109 +42,25 @@ import json
 import os
 import random
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-ROOT = Path(__file__).resolve().parent.parent
+from faultkit import (FTP_SERVER, ROOT, STOP_LIMIT, TWISTD, PrivateMariaDB, PrivateRedis, Proc, Row, free_port,
+                      frontier_batches, HEADER, missing_requirements, mysql_urls, node_toml, wait_port)
+
 sys.path.insert(0, str(ROOT))
 
 from spiderd.demo.site import SiteSpec  # noqa: E402
 
-STOP_LIMIT = 60.0  # SIGTERM under load: both daemons must be gone within this (systemd allows 300 s)
-TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
-FTP_SERVER = """
-import sys
-from pyftpdlib.authorizers import DummyAuthorizer
-from pyftpdlib.handlers import FTPHandler
-from pyftpdlib.servers import FTPServer
-authorizer = DummyAuthorizer()
-authorizer.add_user("spark", "s3cret", sys.argv[2], perm="elradfmwMT")
-FTPHandler.authorizer = authorizer
-FTPHandler.passive_ports = range(int(sys.argv[3]), int(sys.argv[3]) + 50)
-server = FTPServer(("127.0.0.1", int(sys.argv[1])), FTPHandler)
-server.serve_forever()
-"""
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, timeout: float = 30.0) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)  # polling another process's socket
-    raise RuntimeError(f"nothing listens on {port}")
-
-
-class Proc:
-    """A child process with its output in a log file; restartable with the same command."""
-
-    def __init__(self, name: str, command: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-        self.name, self.command, self.log, self.env = name, command, log, env
-        self.child: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> "Proc":
-        out = open(self.log, "ab")
-        self.child = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=ROOT)
-        return self
-
-    def kill9(self) -> None:
-        if self.child and self.child.poll() is None:
-            self.child.kill()
-            self.child.wait()
-
-    def term(self, timeout: float = 120.0) -> float:
-        """SIGTERM; seconds until it exited."""
-        if not self.child or self.child.poll() is not None:
-            return 0.0
-        started = time.monotonic()
-        self.child.send_signal(signal.SIGTERM)
-        self.child.wait(timeout)
-        return time.monotonic() - started
-
-    def alive(self) -> bool:
-        return bool(self.child) and self.child.poll() is None
-
-
-@dataclass
-class Row:
-    fault: str
-    injected: int = 0
-    expected: int = 0
-    stored: int = 0
-    duplicates: int = 0
-    batches_lost: int = 0
-    wrong: int = 0
-    recover: list[float] = field(default_factory=list)
-    note: str = ""
-    counted: bool = True
-
-    def line(self) -> str:
-        recover = f"{max(self.recover):.1f}s" if self.recover else "-"
-        return (f"{self.fault:<30} {self.injected:>8} {self.expected:>8} {self.stored:>8} {self.duplicates:>6} "
-                f"{self.batches_lost:>6} {self.wrong:>6} {recover:>9}  {self.note}")
-
-
 class Scenario:
     """One crawl of the site by a frontier and a worker, with hooks to break things."""
+
+    frontier_role = worker_role = ""  # the data directories (and logs) of the frontier and of the worker
 
     def __init__(self, name: str, root: Path, site_url: str, spec: SiteSpec, *, store: str = "sqlite",
                  pool: str = "leveldb", redis_port: int = 0) -> None:
@@ -148,6 +74,10 @@ class Scenario:
         self.pool, self.redis_port = pool, redis_port
         self.ftp = Proc("ftp", [sys.executable, "-c", FTP_SERVER, str(self.ftp_port), str(self.ftp_root),
                                 str(free_port())], self.dir / "ftp.log")
+        self._make_nodes()
+
+    def _make_nodes(self) -> None:
+        self.frontier_role, self.worker_role = "frontier", "worker"
         self.worker = self._node("worker")
         self.frontier = self._node("frontier")
 
@@ -159,61 +89,18 @@ class Scenario:
         return Proc(role, command, self.dir / f"{role}.log", env)
 
     def _config(self, role: str) -> str:
-        feed = f"ftp://spark:s3cret@127.0.0.1:{self.ftp_port}/feeds/%(batch)s_%(name)s_%(time)s.jl"
         pool = f'backend = "redis"\nredis_url = "redis://127.0.0.1:{self.redis_port}/0"' if self.pool == "redis" else ""
-        return f"""
-[spiderd]
-role = "{role}"
-data_dir = "{self.dir / role}"
-log_interval = 5
-[pool]
-seeds = ["{self.site_url}"]
-failure_threshold = 2
-pending_threshold = 30
-{pool}
-[fetch]
-concurrency = 16
-per_host_concurrency = {4 if role == "frontier" else 32}
-per_host_delay = {0.02 if role == "frontier" else 0}
-timeout = 10
-robots = true
-[parse]
-workers = 1
-[store]
-url = "{self.store_url}"
-[batch]
-targets = ["127.0.0.1:{self.worker_port}"]
-size = 100
-flush_interval = 1
-timeout = 10
-[worker]
-port = {self.worker_port}
-max_jobs = 4
-job_concurrency = 16
-feed_template = "{feed}"
-stop_timeout = 20
-finished_to_keep = 100000
-[feed]
-retry_max = 2
-[api]
-port = 0
-[[sites]]
-name = "demo-shop"
-allowed_hosts = ["127.0.0.1"]
-list_urls = ['/$', '/list/\\d+\\.html$']
-detail_urls = ['/item/\\d+\\.html$']
-[sites.fields]
-title = "css:h1.title::text"
-price = "css:span.price::text"
-"""
+        return node_toml(role=role, data_dir=self.dir / role, site_url=self.site_url, store_url=self.store_url,
+                         targets=f'["127.0.0.1:{self.worker_port}"]', worker_port=self.worker_port,
+                         ftp_port=self.ftp_port, per_host=(4, 0.02) if role == "frontier" else (32, 0), pool=pool)
 
     # -- running ------------------------------------------------------------------------
 
     def start(self) -> None:
         self.ftp.start()
-        wait_port(self.ftp_port)
+        wait_port(self.ftp_port, proc=self.ftp)
         self.worker.start()
-        wait_port(self.worker_port)
+        wait_port(self.worker_port, proc=self.worker)
         self.frontier.start()
 
     def stop(self) -> None:
@@ -228,8 +115,10 @@ price = "css:span.price::text"
         return {base + path for path in self.spec.expected().details_ok}
 
     def stored(self) -> list[str]:
+        if self.store_kind == "none":
+            return []
         if self.store_kind == "sqlite":
-            path = self.dir / "worker" / "pages.sqlite3"
+            path = self.dir / self.worker_role / "pages.sqlite3"
             if not path.exists():
                 return []
             try:
@@ -290,44 +179,53 @@ price = "css:span.price::text"
         items = [i["url"] for i in self.items()]
         row.expected = len(expected)
         row.stored = len(set(stored) & set(items) & expected)
-        row.duplicates = (len(stored) - len(set(stored))) + (len(items) - len(set(items)))
+        row.duplicates = len(stored) - len(set(stored))
         batches, urls = self.carried()
         row.batches_lost = self.batches_lost(batches)
         row.wrong = len((set(stored) | set(items)) - expected) + self.batched_not_carried(urls)
+        row.items_expected = len(expected)
+        row.items_missing = len(expected - set(items))
+        row.items_duplicated = len(items) - len(set(items))
         return row
 
-    def carried(self) -> tuple[set[int], set[str]]:
-        """The batch numbers and the URLs of every job the worker accepted."""
-        jobs = self.dir / "worker" / "worker" / "jobs"
+    def carried(self) -> tuple[set[int], set[str] | None]:
+        """The batch numbers and the URLs of every job the worker accepted (URLs: None when a worker keeps a
+        job's URLs beside it only until the job ends, so that what the jobs carried cannot be known)."""
+        jobs = self.dir / self.worker_role / "worker" / "jobs"
         batches: set[int] = set()
-        urls: set[str] = set()
+        urls: set[str] | None = set()
         for path in jobs.glob("*.json") if jobs.exists() else []:
             try:
                 job = json.loads(path.read_text())
-                urls.update(json.loads(job["settings"]["DISTRIBUTED_START_URLS"]))
-            except (ValueError, KeyError, TypeError):
+            except ValueError:
                 continue
             batch = (job.get("args") or {}).get("batch")
             if batch is not None:
                 batches.add(int(batch))
+            settings = job.get("settings")
+            if isinstance(settings, dict) and "DISTRIBUTED_START_URLS" in settings and urls is not None:
+                urls.update(json.loads(settings["DISTRIBUTED_START_URLS"]))
+            else:
+                urls = None
         return batches, urls
 
     def batches_lost(self, carried: set[int]) -> int:
         """Batches the frontier sent (its log names them) or still spools that no worker job carries."""
-        sent = frontier_batches(self.dir / "frontier.log")
-        spooled = {int(p.stem.split("-")[1]) for p in (self.dir / "frontier" / "batches").glob("batch-*.json")}
+        sent = frontier_batches(self.dir / f"{self.frontier_role}.log")
+        spooled = {int(p.stem.split("-")[1])
+                   for p in (self.dir / self.frontier_role / "batches").glob("batch-*.json")}
         return len((sent | spooled) - carried)
 
-    def batched_not_carried(self, carried_urls: set[str]) -> int:
+    def batched_not_carried(self, carried_urls: set[str] | None) -> int:
         """With the LevelDB pool: fingerprints the pool counts as batched that no job carried."""
-        if self.pool != "leveldb":
+        if self.pool != "leveldb" or carried_urls is None:
             return 0
         from twisted.internet.task import Clock
 
         from spiderd.pool import open_leveldb_pool
         from spiderd.urls import fingerprint
 
-        pool = open_leveldb_pool(str(self.dir / "frontier" / "pool"), Clock())
+        pool = open_leveldb_pool(str(self.dir / self.frontier_role / "pool"), Clock())
         try:
             export, batched, got = pool.export(), set(), [[]]
             while got[0] is not None:
@@ -338,90 +236,127 @@ price = "css:span.price::text"
         return len(batched - {fingerprint(u) for u in carried_urls})
 
 
-def frontier_batches(log: Path) -> set[int]:
-    """Batch numbers the frontier sent (its "not accepted" and "accepted" log lines name them)."""
-    numbers = set()
-    if log.exists():
-        for line in log.read_text(errors="replace").splitlines():
-            if "Batch " in line and ("accepted" in line or "not accepted" in line):
-                token = line.split("Batch ", 1)[1].split()[0]
-                if token.isdigit():
-                    numbers.add(int(token))
-    return numbers
+class NodeScenario(Scenario):
+    """One node in the ``all`` role: details fetched here (``targets = []``, items in its items directory)
+    or by its own worker (``targets = ["local"]``, items shipped over FTP); SQLite store or none."""
 
+    def __init__(self, name: str, root: Path, site_url: str, spec: SiteSpec, *, targets: str = "[]",
+                 store: str = "sqlite") -> None:
+        self.targets = targets
+        super().__init__(name, root, site_url, spec, store=store)
 
-def mysql_urls(url: str) -> list[str]:
-    import pymysql
-    from urllib.parse import urlsplit
+    def _make_nodes(self) -> None:
+        self.frontier_role = self.worker_role = "all"
+        self.node = self._node("all")
 
-    parts = urlsplit(url)
-    try:
-        db = pymysql.connect(host=parts.hostname, port=parts.port, user=parts.username or "root",
-                             password=parts.password or "", database=parts.path.lstrip("/"), connect_timeout=2)
-    except pymysql.err.OperationalError:
-        return []
-    try:
-        with db.cursor() as cursor:
-            cursor.execute("SELECT url FROM crawler_html")
-            return [row[0] for row in cursor.fetchall()]
-    except pymysql.err.ProgrammingError:
-        return []
-    finally:
-        db.close()
+    def _config(self, role: str) -> str:
+        return node_toml(role="all", data_dir=self.dir / "all", site_url=self.site_url, store_url=self.store_url,
+                         targets=self.targets, worker_port=self.worker_port, ftp_port=self.ftp_port,
+                         per_host=(16, 0), items="rotate_count = 1000")
 
-
-class PrivateRedis:
-    """A redis-server of our own on a free port (so restarting it disturbs nobody)."""
-
-    def __init__(self, directory: Path, aof: bool) -> None:
-        self.port = free_port()
-        directory.mkdir(parents=True, exist_ok=True)
-        persistence = ["--appendonly", "yes", "--appendfsync", "always"] if aof else ["--appendonly", "no"]
-        self.proc = Proc("redis", ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                   "--dir", str(directory), *persistence], directory / "redis.log")
+    @property
+    def local(self) -> bool:
+        return self.targets != "[]"
 
     def start(self) -> None:
-        self.proc.start()
-        wait_port(self.port)
-
-    def restart(self, down: float) -> None:
-        self.proc.kill9()
-        time.sleep(down)  # the outage
-        self.start()
-
-
-class PrivateMariaDB:
-    """A mariadbd of our own (own data directory, free port, no grant tables)."""
-
-    def __init__(self, directory: Path) -> None:
-        self.port, self.dir = free_port(), directory
-        directory.mkdir(parents=True)
-        subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={directory / 'data'}", "--user=root",
-                        "--auth-root-authentication-method=normal"], check=True, capture_output=True)
-        self.proc = Proc("mariadb", ["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={directory / 'data'}", f"--port={self.port}",
-                                     "--bind-address=127.0.0.1", f"--socket={directory / 'sock'}", "--user=root",
-                                     "--skip-grant-tables", f"--pid-file={directory / 'pid'}"], directory / "mariadb.log")
-
-    def start(self) -> None:
-        self.proc.start()
-        wait_port(self.port, 60)
-
-    def url(self, database: str) -> str:
-        import pymysql
-
-        db = pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="")
-        with db.cursor() as cursor:
-            cursor.execute(f"CREATE DATABASE IF NOT EXISTS `{database}`")
-        db.close()
-        return f"mysql://root@127.0.0.1:{self.port}/{database}"
-
-    def restart(self, down: float) -> None:
-        self.proc.term(60)
-        time.sleep(down)  # the outage
-        self.start()
+        if self.local:
+            self.ftp.start()
+            wait_port(self.ftp_port, proc=self.ftp)
+        self.node.start()
 
     def stop(self) -> None:
-        self.proc.term(60)
+        if self.node.alive():
+            self.node.term()
+        if self.ftp.alive():
+            self.ftp.kill9()
+
+    def starts(self) -> int:
+        """How many times the node has come up (its API line), over all its runs."""
+        log = self.dir / "all.log"
+        return log.read_text(errors="replace").count("API on http") if log.exists() else 0
+
+    def work(self) -> int:
+        """Item lines and stored pages so far, duplicates included (cheap: no JSON parsed)."""
+        lines = 0
+        for path in self.item_files():
+            try:
+                lines += path.read_bytes().count(b"\n")
+            except FileNotFoundError:  # renamed since the listing
+                pass
+        return lines + len(self.stored())
+
+    def item_files(self) -> list[Path]:
+        if self.local:
+            return sorted((self.ftp_root / "feeds").glob("*.jl"))
+        return sorted((self.dir / "all" / "items").glob("*.jl*"))
+
+    def items(self) -> list[dict[str, Any]]:
+        if self.local:
+            return super().items()
+        items = []
+        for path in self.item_files():
+            try:
+                text = path.read_text()
+            except FileNotFoundError:  # renamed (.part to .jl) since the listing
+                continue
+            for line in text.splitlines():
+                try:
+                    items.append(json.loads(line))
+                except ValueError:
+                    pass  # a torn last line of a .part file being written
+        return items
+
+    def progress(self) -> int:
+        return len({i["url"] for i in self.items()} & self.expected())
+
+    def complete(self) -> bool:
+        wanted = self.expected()
+        return wanted <= {i["url"] for i in self.items()} and (self.store_kind == "none" or wanted <= set(self.stored()))
+
+    def check(self, row: Row) -> Row:
+        expected = self.expected()
+        stored = self.stored()
+        items = [i["url"] for i in self.items()]
+        row.expected = len(expected)
+        row.stored = len((set(stored) if self.store_kind != "none" else set(items)) & set(items) & expected)
+        row.duplicates = len(stored) - len(set(stored))
+        row.items_expected = len(expected)
+        row.items_missing = len(expected - set(items))
+        row.items_duplicated = len(items) - len(set(items))
+        row.wrong = len((set(stored) | set(items)) - expected)
+        if self.local:
+            batches, urls = self.carried()
+            row.batches_lost = self.batches_lost(batches)
+            row.wrong += self.batched_not_carried(urls)
+        return row
+
+
+def node_kill9(s: NodeScenario, row: Row, rng: random.Random, times: int = 40) -> None:
+    """SIGKILL the node's process group 0.2-1.5 s (at random) after it is up and working again; restart it."""
+    for i in range(times):
+        deadline = time.monotonic() + 60
+        while s.starts() < i + 1 and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling another process's log
+        done = s.work()
+        while s.work() <= done and not s.complete() and time.monotonic() < deadline:
+            time.sleep(0.05)  # until it has written something since the last kill
+        time.sleep(rng.uniform(0.2, 1.5))  # a random moment
+        s.node.kill9()
+        row.injected += 1
+        s.node.start()
+
+
+def run_node(name: str, root: Path, site: str, spec: SiteSpec, rng: random.Random, **options: Any) -> Row:
+    s = NodeScenario(name, root, site, spec, **options)
+    row = Row(name)
+    s.start()
+    try:
+        node_kill9(s, row, rng)
+        if not s.wait_complete(300):
+            row.note = (row.note + "; did not complete").strip("; ")
+    finally:
+        s.stop()
+    return s.check(row)
 
 
 def midway(s: Scenario, share: float) -> None:
@@ -459,7 +394,7 @@ def ftp_down(s: Scenario, row: Row, rng: random.Random) -> None:
     s.ftp.kill9()
     time.sleep(5)  # the outage
     s.ftp.start()
-    wait_port(s.ftp_port)
+    wait_port(s.ftp_port, proc=s.ftp)
     row.injected += 1
     shipped = len(list((s.ftp_root / "feeds").glob("*.jl")))
     started = time.monotonic()
@@ -484,7 +419,7 @@ def sigterm_under_load(s: Scenario, row: Row, rng: random.Random) -> None:
     row.note = row.note or f"stopped in {took:.1f}s (limit {STOP_LIMIT:.0f}s), exit {shown}"
     before = s.progress()
     s.worker.start()
-    wait_port(s.worker_port)
+    wait_port(s.worker_port, proc=s.worker)
     s.frontier.start()
     row.injected += 1
     row.recover.append(s.wait_progress(before))
@@ -547,6 +482,9 @@ SCENARIOS: dict[str, Callable[..., Row]] = {
     "redis-restart": lambda *a: service_scenario("redis", *a),
     "redis-no-persistence": lambda *a: service_scenario("redis", *a, aof=False),
     "sigterm-under-load": lambda *a: run_scenario("sigterm-under-load", *a[:3], sigterm_under_load, a[3]),
+    "inprocess-kill9": lambda *a: run_node("inprocess-kill9", *a),
+    "inprocess-nostore-kill9": lambda *a: run_node("inprocess-nostore-kill9", *a, store="none"),
+    "local-worker-kill9": lambda *a: run_node("local-worker-kill9", *a, targets='["local"]'),
 }
 
 
@@ -559,6 +497,13 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs) afterwards")
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n] or list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario {', '.join(unknown)} (known: {', '.join(SCENARIOS)})")
+    missing = missing_requirements(names)
+    if missing:  # before anything starts: a plain `pip install .` lacks the test extras
+        print("faults.py: this machine lacks what these scenarios need:\n" + "\n".join(missing), file=sys.stderr)
+        sys.exit(2)
     spec = SiteSpec(lists=args.lists, details=args.details, detail_size=(20000, 60000), seed=args.seed,
                     slow_delay=1.0)
     root = Path(tempfile.mkdtemp(prefix="spiderd-faults-"))
@@ -572,8 +517,7 @@ def main() -> None:
     rng = random.Random(args.seed)
     rows = []
     print(f"site: {spec.lists} list pages, {spec.details} detail pages at {url}; work dir {root}", flush=True)
-    print(f"{'fault':<30} {'injected':>8} {'expected':>8} {'stored':>8} {'dups':>6} {'lost':>6} {'wrong':>6} "
-          f"{'recover':>9}", flush=True)
+    print(HEADER, flush=True)
     try:
         for name in names:
             row = SCENARIOS[name](root, url, spec, rng)
@@ -587,7 +531,9 @@ def main() -> None:
     print(
         f"RESULT faults_injected={sum(r.injected for r in counted)} pages_expected={sum(r.expected for r in counted)} "
         f"pages_stored={sum(r.stored for r in counted)} duplicates={sum(r.duplicates for r in counted)} "
-        f"batches_lost={sum(r.batches_lost for r in counted)} wrongly_done={sum(r.wrong for r in counted)}"
+        f"batches_lost={sum(r.batches_lost for r in counted)} wrongly_done={sum(r.wrong for r in counted)} "
+        f"items_expected={sum(r.items_expected for r in counted)} items_missing={sum(r.items_missing for r in counted)} "
+        f"items_duplicated={sum(r.items_duplicated for r in counted)}"
     )
 
 

@@ -5,9 +5,10 @@ pulls work whenever a slot frees, plus a slow heartbeat in case anything was
 missed.  A fetch slot is freed as soon as the response is in; processing
 (parsing, storing) runs beside it, bounded by ``max_processing``, which is
 large because a page waits there for its batch of writes to be committed.  A URL's
-status is recorded only after its links, item and page are safely handed
-on, so a crash in between hands the URL out again rather than losing what it
-linked to: nothing is counted done that was not done.
+status is recorded only after its links and page are safely handed on, and
+with its item's line (the item writer records it), so a crash in between
+hands the URL out again rather than losing what it linked to: nothing is
+counted done that was not done, and no item is written twice.
 """
 
 from __future__ import annotations
@@ -201,24 +202,41 @@ class CrawlService(Service):
 
     @defer.inlineCallbacks
     def _process(self, result: FetchResult, hub: bool) -> Any:
+        """Handle the page, then record its status (and its redirect target's, when claimed).
+
+        With an item, the statuses are recorded by the item writer together
+        with the item's line (see spiderd.items): a URL is done only once its
+        links, its page and its item are safe, and then exactly once.
+        """
+        statuses = [(result.url, result.status)]
         if result.status == 200 and (yield self._is_new(result)):
-            yield self._handle_page(result, hub)
-        yield self.pool.set_status(result.url, result.status)
-        if result.final_url != result.url:
-            yield self.pool.set_status(result.final_url, result.status)
+            if result.final_url != result.url:
+                statuses.append((result.final_url, result.status))
+            item = yield self._handle_page(result, hub)
+            if item is not None and self._items is not None:
+                yield self._items.write(item, statuses)
+                self.stats.incr("items")
+                return
+        yield self.pool.set_statuses(statuses)
 
     @defer.inlineCallbacks
     def _is_new(self, result: FetchResult) -> Any:
-        """False if a redirect led to a page that is done or being fetched already (no duplicate item)."""
+        """False if a redirect led to a page that is done or being fetched already (no duplicate item).
+
+        The claim names the redirecting URL, so that URL's next fetch takes the
+        target again if this processing dies; an unclaimed target's status is
+        not this fetch's to record.
+        """
         if result.final_url == result.url:
             return True
-        claimed = yield self.pool.claim(result.final_url)
+        claimed = yield self.pool.claim(result.final_url, by=result.url)
         if not claimed:
             self.stats.incr("redirect_duplicates")
         return claimed
 
     @defer.inlineCallbacks
     def _handle_page(self, result: FetchResult, hub: bool) -> Any:
+        """Links into the pool, the page into the store; fires with the item to write (or None)."""
         url = result.final_url
         kind = "list" if hub else (self._rules.classify(url) or self._rules.classify(result.url) or "list")
         fetched_at = self._reactor.seconds()
@@ -236,8 +254,6 @@ class CrawlService(Service):
         if self._linkbase and (extracted.lists or extracted.details):
             links, anchors = extracted.lists + extracted.details, extracted.list_anchors + extracted.detail_anchors
             waits.append(self.pool.add_links(url, links, anchors))
-        if extracted.item is not None and self._items is not None:
-            waits.append(self._items.write(extracted.item).addCallback(lambda _: self.stats.incr("items")))
         if kind == "detail" and self._store is not None:
             saved = self._store.save(url, fingerprint(url), result.body, compressed=extracted.compressed)
             waits.append(saved.addCallback(lambda _: self.stats.incr("stored")))
@@ -246,3 +262,4 @@ class CrawlService(Service):
         if extracted.skipped:
             self.stats.incr("links_skipped", extracted.skipped)
         yield defer.gatherResults(waits, consumeErrors=True)
+        return extracted.item

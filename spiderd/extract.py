@@ -18,7 +18,7 @@ from lxml import etree
 from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding, read_bom
 
 from .settings import Site
-from .urls import MAX_URL_LENGTH, BadURL, canonicalize, fingerprint, host_of
+from .urls import MAX_URL_LENGTH, BadURL, canonicalize, fingerprint, host_of, to_signed64
 
 Kind = Literal["list", "detail"]
 MAX_LINKS = 10000
@@ -425,9 +425,12 @@ def _path_depth(canonical: str) -> int:
 
 
 def _item(root: etree._Element, compiled: _CompiledSite, page: str, status: int, fetched_at: float) -> dict[str, Any]:
-    """The site's fields, then url, urlhash, status and fetched_at (which win over fields of those names)."""
+    """The site's fields, then url, urlhash, status and fetched_at (which win over fields of those names).
+
+    ``urlhash`` is the fingerprint as a signed 64-bit integer, so Spark reads it as a BIGINT (see spiderd.schema).
+    """
     item: dict[str, Any] = {name: _field(root, xpath, every) for name, xpath, every in compiled.fields}
-    item.update(url=page, urlhash=fingerprint(page), status=status, fetched_at=fetched_at)
+    item.update(url=page, urlhash=to_signed64(fingerprint(page)), status=status, fetched_at=fetched_at)
     return item
 
 

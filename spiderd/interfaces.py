@@ -25,8 +25,11 @@ class IURLPool(Interface):
     def pop(count: int, hub_percent: int = 50):  # type: ignore[no-untyped-def]
         """Lease up to ``count`` URLs that politeness allows now; fires with ``{url: is_hub}``."""
 
-    def claim(url: str):  # type: ignore[no-untyped-def]
-        """Lease a URL that was not handed out (a redirect target) unless it is final or leased; fires True if leased."""
+    def claim(url: str, by: str | None = None):  # type: ignore[no-untyped-def]
+        """Lease a URL that was not handed out (a redirect target) unless it is final or leased; fires True if leased.
+
+        ``by`` is the URL whose fetch was redirected: a claim it holds already is
+        taken again (its earlier processing died), and by no other URL."""
 
     def seen_filter(urls):  # type: ignore[no-untyped-def]
         """Fires with the canonical forms of ``urls`` never seen in any state (no duplicates); marks nothing."""
@@ -42,6 +45,16 @@ class IURLPool(Interface):
 
     def set_status(url: str, status_code: int):  # type: ignore[no-untyped-def]
         """Record a fetch outcome: done, final failure, or a retry."""
+
+    def set_statuses(statuses, checkpoint=None):  # type: ignore[no-untyped-def]
+        """Record ``(url, status_code)`` outcomes and, if given, ``checkpoint`` (a name, a count) in one atomic
+        write: either all of them are recorded or none (a writer's commit point, see spiderd.items)."""
+
+    def checkpoint(name: str):  # type: ignore[no-untyped-def]
+        """Fires with the count last recorded under ``name`` by ``set_statuses``, or None."""
+
+    def drop_checkpoint(name: str):  # type: ignore[no-untyped-def]
+        """Forget the checkpoint ``name``."""
 
     def set_hubs(urls, refresh_span: float):  # type: ignore[no-untyped-def]
         """Replace the hub set; each hub is handed out at most once per span."""

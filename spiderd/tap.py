@@ -120,7 +120,7 @@ def _crawl(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, fetcher: A
     from .seeds import SeedService
     from .stats import ProgressLogger
 
-    items = ItemWriter(reactor, settings.path(settings.items_dir), settings.items_rotate_count)
+    items = ItemWriter(reactor, settings.path(settings.items_dir), settings.items_rotate_count, pool=pool)
     items.setServiceParent(top)
     batcher = _batcher(settings, reactor, pool, worker, top, parser.rules)
     seeds = SeedService(pool, settings.seeds, settings.hubs, settings.hub_refresh_span, store=store,

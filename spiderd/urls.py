@@ -88,6 +88,11 @@ def fingerprint(canonical: str) -> int:
     return farmhash.fingerprint64(canonical)
 
 
+def to_signed64(fp: int) -> int:
+    """The signed 64-bit integer with the same bits as the unsigned fingerprint ``fp`` (the feed's ``urlhash``)."""
+    return fp - 2**64 if fp >= 2**63 else fp
+
+
 def host_of(canonical: str) -> str:
     """The host (with a non-default port) of a canonical URL: the politeness key."""
     start = canonical.index("//") + 2

@@ -13,6 +13,7 @@ still gets its share before the kill; the test takes about 25 s.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import socket
 import subprocess
@@ -239,6 +240,21 @@ def test_nodes_share_the_crawl_and_survive_a_kill(tmp_path: Path, namespace: str
     counters = {k: int(v) for k, v in zip(*[iter(redis("HGETALL", f"{namespace}spiderd:counters"))] * 2)}
     assert (counters["waiting"], counters["pending"]) == (0, 0)
     assert_fetched_once_unless_leased_by_the_dead(fetches(log), leased, root, expected)
+    items = sorted(url[len(root) - 1:] for url in item_urls(tmp_path, namespace))
+    assert items == sorted(expected.details_ok)  # once each, over the nodes, node 0's files cut where it died
+
+
+def item_urls(tmp_path: Path, namespace: str) -> list[str]:
+    """The URLs of every node's item lines; a .part file (node 0 was killed, never restarted) cut at the
+    checkpoint the shared pool holds for it, as that node's next start would."""
+    urls = []
+    for path in sorted(tmp_path.glob("node*/items/*.jl*")):
+        data = path.read_bytes()
+        if path.name.endswith(".part"):
+            committed = redis("HGET", f"{namespace}spiderd:checkpoints", "items:" + path.name[: -len(".part")])
+            data = data[: int(committed or 0)]
+        urls += [json.loads(line)["url"] for line in data.splitlines()]
+    return urls
 
 
 def assert_fetched_once_unless_leased_by_the_dead(found: dict[str, list[tuple[float, str]]], leased: set[str],

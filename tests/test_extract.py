@@ -11,7 +11,7 @@ from hypothesis import strategies as s
 
 from spiderd.extract import Extracted, Rules, extract
 from spiderd.settings import from_dict
-from spiderd.urls import canonicalize, fingerprint
+from spiderd.urls import canonicalize, fingerprint, to_signed64
 
 SHOP = {
     "name": "shop",
@@ -199,7 +199,7 @@ def test_detail_item_fields_by_xpath_and_css() -> None:
         "missing_all": [],
         "count": "3",
         "url": url,
-        "urlhash": fingerprint(url),
+        "urlhash": to_signed64(fingerprint(url)),
         "status": 200,
         "fetched_at": 1234.5,
     }

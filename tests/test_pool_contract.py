@@ -427,6 +427,54 @@ class PoolContract:
         assert (yield self.drain(pool)) == {"http://b.example/new": False}
 
     @defer.inlineCallbacks
+    def test_claim_taken_again_by_its_holder(self) -> Gen:
+        """A claim is taken again (renewed) by the URL that holds it, by no other URL and not without one."""
+        pool = yield self.make_pool(concurrency=5, pending_threshold=30)
+        yield pool.add("http://b.example/target")
+        assert (yield pool.claim("http://b.example/target", by="http://b.example/from")) is True
+        assert (yield pool.claim("http://b.example/target")) is False
+        assert (yield pool.claim("http://b.example/target", by="http://b.example/other")) is False
+        self.clock.advance(20)
+        assert (yield pool.claim("http://b.example/target", by="http://B.example/from")) is True  # canonicalised
+        assert (yield pool.stats())["pending"] == 1
+        self.clock.advance(20)  # past the first claim's end, not the renewed one's
+        assert (yield self.drain(pool)) == {}
+        yield pool.set_status("http://b.example/target", 200)
+        assert (yield pool.claim("http://b.example/target", by="http://b.example/from")) is False
+        stats = yield pool.stats()
+        assert (stats["pending"], stats["done"]) == (0, 1)
+
+    @defer.inlineCallbacks
+    def test_a_popped_url_is_not_claimed_by_its_redirecting_page(self) -> Gen:
+        """A URL handed out by pop (being fetched itself) is not claimed, whoever asks."""
+        pool = yield self.make_pool(concurrency=5)
+        yield pool.add("http://b.example/target")
+        assert list((yield self.drain(pool))) == ["http://b.example/target"]
+        assert (yield pool.claim("http://b.example/target", by="http://b.example/from")) is False
+        yield pool.set_status("http://b.example/target", 200)
+        assert (yield pool.stats())["done"] == 1
+
+    @defer.inlineCallbacks
+    def test_set_statuses_with_a_checkpoint(self) -> Gen:
+        """set_statuses records every outcome and the checkpoint; the checkpoint is kept until dropped."""
+        pool = yield self.make_pool(concurrency=5)
+        yield pool.addmany(["http://c.example/1", "http://c.example/2", "http://c.example/3"])
+        popped = list((yield self.drain(pool)))
+        assert (yield pool.checkpoint("items:x")) is None
+        yield pool.set_statuses([(popped[0], 200), (popped[1], 500), (popped[0], 200)], checkpoint=("items:x", 2))
+        assert (yield pool.checkpoint("items:x")) == 2
+        yield pool.set_statuses([(popped[2], 200)], checkpoint=("items:x", 3))
+        yield pool.set_statuses([], checkpoint=("items:y", 0))
+        stats = yield pool.stats()
+        assert (stats["done"], stats["waiting"], stats["pending"]) == (2, 1, 0)
+        assert ((yield pool.checkpoint("items:x")), (yield pool.checkpoint("items:y"))) == (3, 0)
+        if self.reopens:
+            pool = yield self.make_pool(concurrency=5)
+            assert (yield pool.checkpoint("items:x")) == 3
+        yield pool.drop_checkpoint("items:x")
+        assert (yield pool.checkpoint("items:x")) is None
+
+    @defer.inlineCallbacks
     def test_seen_set_for_batched_urls(self) -> Gen:
         """seen_filter gives the never-seen URLs (canonical, once); seen_add records them as batched, for good."""
         pool = yield self.make_pool()

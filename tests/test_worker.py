@@ -31,7 +31,7 @@ from spiderd.fetcher import FetchConfig, Fetcher
 from spiderd.parsepool import ParsePool
 from spiderd.robots import Robots
 from spiderd.store import open_store
-from spiderd.urls import fingerprint
+from spiderd.urls import fingerprint, to_signed64
 from spiderd.worker import WorkerConfig, WorkerConfigError, WorkerService, build_worker, worker_config
 from spiderd.core.secrets import is_loopback
 from spiderd.worker.files import HostSlots
@@ -232,7 +232,7 @@ class BatchTests(WorkerTestBase):
         self.assertEqual(sorted(i["url"] for i in found), sorted(good))
         for item in found:
             self.assertTrue(item["title"] and item["price"] and item["tags"])
-            self.assertEqual((item["urlhash"], item["status"]), (fingerprint(item["url"]), 200))
+            self.assertEqual((item["urlhash"], item["status"]), (to_signed64(fingerprint(item["url"])), 200))
             self.assertIsInstance(item["fetched_at"], float)
         self.assertEqual(self.stored(), sorted(good))
         stats = job.stats

@@ -16,6 +16,7 @@ key                                         value
 ``R`` domain-id prio fetch-ms fp            the URL (a crawled set: done pages to recrawl)
 ``K`` fp                                    linkbase: URL, parent URL, anchor (``\n``-separated)
 ``J``                                       linkbase entries
+``M`` name                                  a checkpoint (``set_statuses``): a count
 ==========================================  =========================================
 
 ``fp`` is the 64-bit fingerprint of the canonical URL, ``host-id`` the one of
@@ -42,6 +43,7 @@ BATCH_NUMBER = b"N"
 CRAWLED = b"R"
 LINK = b"K"
 LINK_COUNT = b"J"
+CHECKPOINT = b"M"
 
 DONE = b"D"
 FAILED = b"F"
@@ -82,6 +84,10 @@ def crawled_key(domain_id: bytes, prio: int, fetched_ms: int, fp: int) -> bytes:
 def done_in_crawled_set(prio: int, fetched_ms: int) -> bytes:
     """The state of a done URL that has an ``R`` entry: ``D``, its prio and its fetch time."""
     return DONE + bytes((prio,)) + fetched_ms.to_bytes(8, "big")
+
+
+def checkpoint_key(name: str) -> bytes:
+    return CHECKPOINT + name.encode()
 
 
 def link_key(fp: int) -> bytes:

@@ -314,28 +314,38 @@ class KVPool(CrawledSets):
 
     # -- statuses -------------------------------------------------------------------
 
-    def claim(self, url: str) -> defer.Deferred[bool]:
+    def claim(self, url: str, by: str | None = None) -> defer.Deferred[bool]:
         """Lease ``url`` (a redirect target) unless it is done, failed or leased already; fires True if leased.
 
         A waiting URL leaves its queue, so no other fetch takes it while the
         page that redirected to it is processed; ``set_status`` ends the lease.
+        A claim that ``by`` (the redirecting URL) holds already is renewed, so
+        that URL's next fetch takes it again when the first one's processing
+        died.  Claims do not outlive the process: at open every lease returns.
         """
         u = self._parse(url)
         if u is None:
             return defer.succeed(False)
         state = self._kv.get(k.state_key(u.fingerprint))
-        if state is not None and state[0] != k.WAITING:
+        owner = _owner(by, self._max_url_length)
+        held = self._leased.get(u.url)
+        retake = state is not None and state[0] == k.PENDING and held is not None and owner and held[3:] == owner
+        if state is not None and state[0] != k.WAITING and not retake:
             return defer.succeed(False)
         slot = self._slot(u.host)
         batch = self._kv.write_batch()
         failures = prio = 0
-        if state is not None:
+        if retake:
+            failures, prio, deadline = k.parse_active(state)
+            batch.delete(k.lease_key(deadline, u.fingerprint))
+            self._counters[1] -= 1
+        elif state is not None:
             failures, prio = self._dequeue(batch, slot, state)
         deadline_ms = int((self._clock.seconds() + self.pending_threshold) * 1000)
         batch.put(k.lease_key(deadline_ms, u.fingerprint), bytes((failures, prio)) + u.url.encode())
         batch.put(k.state_key(u.fingerprint), k.active(k.PENDING, failures, prio, deadline_ms))
         self._counters[1] += 1
-        self._leased[u.url] = [u.fingerprint, u.host, False]
+        self._leased[u.url] = [u.fingerprint, u.host, False] + owner
         self._lease_bound = min(self._lease_bound, deadline_ms / 1000.0)
         self._commit(batch, (slot,))
         return defer.succeed(True)
@@ -379,20 +389,56 @@ class KVPool(CrawledSets):
             self.politeness.release(self._slot(leased[1]))
 
     def set_status(self, url: str, status_code: int) -> defer.Deferred[None]:
-        self._touched += 1
-        leased = self._leased.pop(url, None)
-        self._release(leased)
-        u = URL(url, leased[1], leased[0]) if leased is not None else self._parse(url)
-        if u is not None:
-            self._set_status(u, status_code)
+        batch = self._kv.write_batch()
+        slot = self._status_into(batch, url, status_code, None)
+        if slot is not None:
+            self._commit(batch, (slot,))
         return defer.succeed(None)
 
-    def _set_status(self, u: URL, code: int) -> None:
+    def set_statuses(
+        self, statuses: Iterable[tuple[str, int]], checkpoint: tuple[str, int] | None = None
+    ) -> defer.Deferred[None]:
+        """Record several outcomes and ``checkpoint`` (a name and a count) in one atomic write.
+
+        A write with a checkpoint is synced (LevelDB's log fsynced): the writer
+        that sets it made its data durable first and counts on the pool to keep
+        the checkpoint through a power cut; the writes before it are synced with it.
+        """
+        batch = self._kv.write_batch(sync=checkpoint is not None)
+        slots: dict[str, HostSlot] = {}
+        done: set[int] = set()
+        for url, code in statuses:
+            slot = self._status_into(batch, url, code, done)
+            if slot is not None:
+                slots[slot.host] = slot
+        if checkpoint is not None:
+            name, value = checkpoint
+            batch.put(k.checkpoint_key(name), k.u64(value))
+        if slots or checkpoint is not None:
+            self._commit(batch, slots.values())
+        return defer.succeed(None)
+
+    def _status_into(self, batch: Any, url: str, code: int, done: set[int] | None) -> HostSlot | None:
+        """End ``url``'s lease (this process's record of it) and put its new state in ``batch``, unless its
+        fingerprint is in ``done`` (given twice in one write); the host slot touched, or None."""
+        self._touched += 1
+        leased = self._leased.pop(url, None)
+        u = URL(url, leased[1], leased[0]) if leased is not None else self._parse(url)
+        if leased is None and u is not None:  # a redirect target's URL, maybe not in canonical form
+            leased = self._leased.pop(u.url, None)
+        self._release(leased)
+        if u is None or (done is not None and u.fingerprint in done):
+            return None
+        if done is not None:
+            done.add(u.fingerprint)
+        return self._set_status(batch, u, code)
+
+    def _set_status(self, batch: Any, u: URL, code: int) -> HostSlot | None:
+        """Put the change of one URL's state in ``batch``; the host slot it touched, or None (already final)."""
         skey = k.state_key(u.fingerprint)
         state = self._kv.get(skey)
         counters = self._counters
         slot = self._slot(u.host)
-        batch = self._kv.write_batch()
         failures = prio = 0
         known = state is not None  # a hub or a redirect target with no state of its own has no kind
         if state is not None and state[0] == k.PENDING:
@@ -402,7 +448,7 @@ class KVPool(CrawledSets):
         elif state is not None and state[0] == k.WAITING:
             failures, prio = self._dequeue(batch, slot, state)
         elif state is not None:
-            return  # already final
+            return None  # already final
         if code in self._done_codes:
             batch.put(skey, self._done_state(batch, u.url, u.host, u.fingerprint, prio) if known else k.DONE)
             counters[2] += 1
@@ -411,7 +457,16 @@ class KVPool(CrawledSets):
             counters[3] += 1
         else:
             self._enqueue(batch, u.url, u.fingerprint, slot, prio, failures + 1)
-        self._commit(batch, (slot,))
+        return slot
+
+    def checkpoint(self, name: str) -> defer.Deferred[int | None]:
+        """The count last recorded under ``name`` by ``set_statuses``, or None."""
+        value = self._kv.get(k.checkpoint_key(name))
+        return defer.succeed(None if value is None else k.from_u64(value)[0])
+
+    def drop_checkpoint(self, name: str) -> defer.Deferred[None]:
+        self._kv.delete(k.checkpoint_key(name))
+        return defer.succeed(None)
 
     # -- hubs and hosts -------------------------------------------------------------
 
@@ -596,6 +651,14 @@ class KVPool(CrawledSets):
         self._ops += 1
         if self._ops % 10000 == 0:
             self.politeness.collect(now)
+
+
+def _owner(by: str | None, max_length: int) -> list[int]:
+    """``[fingerprint]`` of the URL holding a claim, or ``[]``."""
+    try:
+        return [parse(by, max_length).fingerprint] if by is not None else []
+    except BadURL:
+        return []
 
 
 def _describe_state(state: bytes | None) -> dict[str, Any]:

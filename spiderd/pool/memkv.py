@@ -26,7 +26,7 @@ class MemoryKV:
         if self._data.pop(key, None) is not None:
             del self._keys[bisect_left(self._keys, key)]
 
-    def write_batch(self) -> "MemoryBatch":
+    def write_batch(self, sync: bool = False) -> "MemoryBatch":
         return MemoryBatch(self)
 
     def iterator(

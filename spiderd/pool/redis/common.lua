@@ -10,6 +10,8 @@ local READY, NEXT, INFLIGHT, WAITING = P .. 'ready', P .. 'next', P .. 'inflight
 local CONF, ROBOTS, LEASES, LEASE = P .. 'conf', P .. 'robots', P .. 'leases', P .. 'lease'
 local FAILS, HUBS, HUB = P .. 'fails', P .. 'hubs', P .. 'hub'
 local COUNTERS, META = P .. 'counters', P .. 'meta'
+local CLAIMS = P .. 'claims'  -- fingerprint of a claimed redirect target -> fingerprint of the URL that claimed it
+local CHECKPOINTS = P .. 'checkpoints'  -- name -> count, recorded with statuses (set_statuses)
 local HOSTS_SEEN = P .. 'hostseen'  -- host -> new URLs it took in all (the max_urls_per_host budget)
 local DOMAINS = NS .. 'spider.website.domains'
 local SUFFIX = {[0] = '.higher', [1] = '.lower'}
@@ -51,7 +53,7 @@ local function host_of(url)
 end
 
 local function parse_lease(rec)
-  return string.match(rec, '^(.)(.) (%S+) (.*)$')  -- kind (0, 1 or h), holds a host slot, domain, url
+  return string.match(rec, '^(.)(.) (%S+) (.*)$')  -- kind (0, 1 or h), holds a host slot (1, 0; c: a claim), domain, url
 end
 
 -- A host's politeness slot, read once per script: delay, concurrency, requests in flight, next allowed time.
@@ -153,6 +155,7 @@ local function end_lease(key)
   redis.call('ZREM', LEASES, key)
   local kind, holds, domain, url = parse_lease(rec)
   if holds == '1' then release(host_of(url), domain) end
+  if holds == 'c' then redis.call('HDEL', CLAIMS, key) end
   if kind ~= 'h' then redis.call('HINCRBY', COUNTERS, 'pending', -1) end
   return kind, domain, url
 end

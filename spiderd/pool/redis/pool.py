@@ -63,7 +63,7 @@ class RedisPool:
         self._max_per_host = max_urls_per_host  # 0: no budget (add.lua then leaves the hostseen counts alone)
         self._bits = seen_bucket_bits
         self.rejected: Counter[str] = Counter()
-        self._statuses: list[tuple[tuple[str, ...], defer.Deferred[None]]] = []  # waiting to go out together
+        self._statuses: list[tuple[list[str], defer.Deferred[None]]] = []  # waiting to go out together
         self._statuses_in_flight = 0
         self._kept = {domain: "".join(str(p) for p in sorted(prios)) for domain, prios in recrawl_pairs(recrawl).items()}
         self._linkbase = linkbase
@@ -126,13 +126,18 @@ class RedisPool:
         adds = [self.addmany(urls, detail=bool(prio)) for prio, urls in by_prio.items() if urls]
         return defer.gatherResults(adds).addCallback(lambda _: result)
 
-    def claim(self, url: str) -> defer.Deferred[bool]:
-        """Lease ``url`` (a redirect target) unless it is done, failed or leased already; fires True if leased."""
+    def claim(self, url: str, by: str | None = None) -> defer.Deferred[bool]:
+        """Lease ``url`` (a redirect target) unless it is done, failed or leased already; fires True if leased.
+
+        A claim that ``by`` (the redirecting URL) holds already is renewed: its
+        next fetch, after a crash or a failed processing, takes the target again.
+        """
         u = self._parse(url)
         if u is None:
             return defer.succeed(False)
+        owner = _canonical(by, self._max_url_length) if by is not None else None
         now = self._clock.seconds()
-        args = [repr(now + self.pending_threshold), *self._located(u)]
+        args = [repr(now + self.pending_threshold), *self._located(u), owner or ""]
         return self._run("claim", args, now).addCallback(bool)
 
     def fetched(self, url: str) -> defer.Deferred[None]:
@@ -141,30 +146,51 @@ class RedisPool:
 
     def set_status(self, url: str, status_code: int) -> defer.Deferred[None]:
         """Record a fetch outcome; statuses given while one is on its way go out together, in one script call."""
-        u = self._parse(url)
-        if u is None:
+        return self.set_statuses(((url, status_code),))
+
+    def set_statuses(
+        self, statuses: Iterable[tuple[str, int]], checkpoint: tuple[str, int] | None = None
+    ) -> defer.Deferred[None]:
+        """Record several outcomes and ``checkpoint`` (a name and a count) in one script call (atomic)."""
+        args: list[str] = []
+        for url, code in statuses:
+            u = self._parse(url)
+            if u is not None:
+                url, host, domain = self._located(u)
+                args += (self._outcome(code), url, host, domain, self._kept.get(domain, "-"))
+        if checkpoint is not None:
+            args += ("checkpoint", checkpoint[0], str(int(checkpoint[1])), "", "")
+        if not args:
             return defer.succeed(None)
-        if status_code in self._done_codes:
-            outcome = "done"
-        elif status_code in self._final_codes:
-            outcome = "final"
-        else:
-            outcome = "retry"
         d: defer.Deferred[None] = defer.Deferred()
-        url, host, domain = self._located(u)
-        self._statuses.append(((outcome, url, host, domain, self._kept.get(domain, "-")), d))
+        self._statuses.append((args, d))
         if not self._statuses_in_flight:
             self._send_statuses()
         return d
+
+    def _outcome(self, status_code: int) -> str:
+        if status_code in self._done_codes:
+            return "done"
+        if status_code in self._final_codes:
+            return "final"
+        return "retry"
+
+    def checkpoint(self, name: str) -> defer.Deferred[int | None]:
+        """The count last recorded under ``name`` by ``set_statuses``, or None."""
+        d = self._execute("HGET", self.prefix + "checkpoints", name)
+        return d.addCallback(lambda value: None if value is None else int(value))
+
+    def drop_checkpoint(self, name: str) -> defer.Deferred[None]:
+        return self._execute("HDEL", self.prefix + "checkpoints", name).addCallback(lambda _: None)
 
     def _send_statuses(self) -> None:
         batch, self._statuses = self._statuses, []
         if batch:
             self._statuses_in_flight += 1
-            args = [str(self.failure_threshold)] + [arg for quad, _ in batch for arg in quad]
+            args = [str(self.failure_threshold)] + [arg for entry, _ in batch for arg in entry]
             self._script("status", args).addBoth(self._statuses_sent, batch)
 
-    def _statuses_sent(self, result: Any, batch: list[tuple[tuple[str, ...], defer.Deferred[None]]]) -> None:
+    def _statuses_sent(self, result: Any, batch: list[tuple[list[str], defer.Deferred[None]]]) -> None:
         self._statuses_in_flight -= 1
         if not self._statuses_in_flight:
             self._send_statuses()

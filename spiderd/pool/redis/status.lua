@@ -2,6 +2,7 @@
 -- failed, or queue a retry.  ARGV[7]: failure threshold; then outcome (done, final or retry), url, host, domain,
 -- and the kinds kept in crawled sets for that domain ('0' list, '1' detail, '-' none).
 -- A done URL whose kind is known (it was leased or waiting; not a hub) and kept goes into its crawled set.
+-- An entry whose outcome is 'checkpoint' records a count instead: name in the url's place, count in the host's.
 local THRESHOLD = tonumber(ARGV[7])
 
 local function set_status(outcome, url, host, domain, kept)
@@ -37,6 +38,10 @@ local function set_status(outcome, url, host, domain, kept)
 end
 
 for i = 8, #ARGV, 5 do
-  set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4])
+  if ARGV[i] == 'checkpoint' then
+    redis.call('HSET', CHECKPOINTS, ARGV[i + 1], ARGV[i + 2])
+  else
+    set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4])
+  end
 end
 return 0
