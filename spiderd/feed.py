@@ -36,7 +36,7 @@ import re
 import shutil
 import socket
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, BinaryIO, Callable, Iterator, Mapping
 from urllib.parse import unquote, urlsplit
@@ -157,11 +157,12 @@ class Target:
     port: int = 21
     user: str = ""
     password: str = field(default="", repr=False)
+    tag: str = ""  # one upload's own mark in its temp name (two files bound for one name never share it)
 
     @property
     def temp_name(self) -> str:
-        """The upload name: hidden, and not matching ``*.jl``."""
-        return f".{self.name}.part"
+        """The upload name: hidden, not matching ``*.jl``, and the upload's own when it has a tag."""
+        return f".{self.name}.{self.tag}.part" if self.tag else f".{self.name}.part"
 
     def __str__(self) -> str:
         path = posixpath.join(self.directory, self.name)
@@ -512,6 +513,7 @@ class FeedShipper(Service):
         self._inflight = InFlight()
         self._lane = lane or Lane(reactor, "feed", concurrency + 1)
         self._slots = defer.DeferredSemaphore(concurrency)
+        self._names: dict[str, defer.DeferredLock] = {}  # target URI -> its uploads, one at a time
         self.shipped = 0
         self.failures = 0
         self.quarantined = 0
@@ -630,10 +632,23 @@ class FeedShipper(Service):
         if not self.running or entry.busy:
             return
         entry.busy = True
-        d = self._slots.run(self._upload, entry)
+        d = self._one_at_a_time(entry)
         d.addCallbacks(self._uploaded, self._upload_failed, (entry,), None, (entry,))
         d.addErrback(lambda f: log.failure("Feed shipper bug with {name}", f, name=entry.name))
         self._inflight.track(d)
+
+    def _one_at_a_time(self, entry: _Entry) -> Deferred[Any]:
+        """Uploads bound for one name go one after the other: FTP cannot rename without overwriting, so a
+        second file for a name must find the first one there (and be refused), not race it."""
+        lock = self._names.setdefault(entry.target, defer.DeferredLock())
+        d = lock.run(self._slots.run, self._upload, entry)
+
+        def forget(result: Any) -> Any:
+            if not lock.locked and not lock.waiting:
+                self._names.pop(entry.target, None)
+            return result
+
+        return d.addBoth(forget)
 
     def _upload(self, entry: _Entry) -> Deferred[Any]:
         if not self.running or not self._lane.running:
@@ -645,7 +660,8 @@ class FeedShipper(Service):
         """Thread: check, upload, then forget the spool entry (file first, sidecar last)."""
         records = self._check(entry)
         try:
-            upload(self._path(entry.id, ".jl"), parse_target(entry.target), timeout=self._ftp_timeout,
+            target = replace(parse_target(entry.target), tag=entry.id.rsplit("-", 1)[-1])
+            upload(self._path(entry.id, ".jl"), target, timeout=self._ftp_timeout,
                    abort=abort, renamed_before=entry.rename_sent, before_rename=lambda: self._renaming(entry))
         except FeedExistsError as e:
             self._quarantine(entry.id, str(e))

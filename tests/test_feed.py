@@ -344,14 +344,27 @@ class UploadTests(ShipperTestBase):
     """Where files land, under which names, and what is never overwritten."""
 
     @defer.inlineCallbacks
+    def test_two_files_for_one_name(self) -> Any:
+        """Two files shipped to the same name at once: one lands, the other is refused (quarantined), never a
+        mix of the two and never one over the other."""
+        shipper = self.shipper()
+        other = b'{"other": 1}\n'
+        yield defer.gatherResults([shipper.ship(self.feed("a.jl"), self.ftpd.uri("/feeds/1_site_t.jl")),
+                                   shipper.ship(self.feed("b.jl", other), self.ftpd.uri("/feeds/1_site_t.jl"))])
+        yield shipper.settled()
+        self.assertIn((self.ftpd.home / "feeds/1_site_t.jl").read_bytes(), (GOOD, other))
+        self.assertEqual((shipper.status()["shipped"], shipper.status()["quarantined"]), (1, 1))
+
+    @defer.inlineCallbacks
     def test_ftp_with_password(self) -> Any:
         """A user with a URL-encoded password: the file lands under its final name via a temp name."""
         shipper = self.shipper()
         yield shipper.ship(self.feed(), self.ftpd.uri("/feeds/2024/1_site_t.jl"))
         yield shipper.settled()
         self.assertEqual((self.ftpd.home / "feeds/2024/1_site_t.jl").read_bytes(), GOOD)
-        self.assertEqual(self.ftpd.seen, [("STOR", ".1_site_t.jl.part"), ("RNFR", ".1_site_t.jl.part"),
-                                          ("RNTO", "1_site_t.jl")])
+        [(_, temp), _, _] = self.ftpd.seen
+        self.assertRegex(temp, r"^\.1_site_t\.jl\.[0-9a-f]{8}\.part$")  # hidden, not *.jl, this upload's own
+        self.assertEqual(self.ftpd.seen, [("STOR", temp), ("RNFR", temp), ("RNTO", "1_site_t.jl")])
         self.assertEqual(os.listdir(self.ftpd.home / "feeds/2024"), ["1_site_t.jl"])
         self.assertEqual(shipper.status(), {"shipped": 1, "waiting": 0, "failures": 0, "quarantined": 0,
                                             "last_error": None})
@@ -443,8 +456,9 @@ class OutageTests(ShipperTestBase):
         shipper = self.shipper(retry_first=5.0)
         yield shipper.ship(self.feed(data=data), self.ftpd.uri("/feeds/1_site_t.jl"))
         yield shipper.settled()
-        self.assertEqual(self.ftpd.stored(), [".1_site_t.jl.part"])
-        partial = self.ftpd.home / "feeds" / ".1_site_t.jl.part"
+        [temp] = self.ftpd.stored()
+        self.assertRegex(temp, r"^\.1_site_t\.jl\.[0-9a-f]{8}\.part$")
+        partial = self.ftpd.home / "feeds" / temp
         self.assertEqual(os.listdir(self.ftpd.home / "feeds"), [partial.name])
         self.assertLess(partial.stat().st_size, len(data))
         self.assertEqual(len(self.queued()), 2)
