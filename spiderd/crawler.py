@@ -27,6 +27,7 @@ from .stats import CrawlStats
 from .urls import fingerprint
 
 log = Logger()
+FAILING_PULLS = 12  # pulls failed in a row (each heartbeat, every 5 s, tries again): the loop is failing
 
 
 class CrawlService(Service):
@@ -74,6 +75,8 @@ class CrawlService(Service):
         self._kick_call: Any = None
         self._wake_call: Any = None
         self._popping = False
+        self.pull_failures = 0  # in a row
+        self.last_error = ""
         self._heartbeat = task.LoopingCall(self.kick)
         self._heartbeat.clock = reactor
 
@@ -133,11 +136,29 @@ class CrawlService(Service):
         self._popping = True
         d = self.pool.pop(self.concurrency - self.fetching, self._hub_percent)
         d.addCallback(self._popped)
-        d.addErrback(lambda f: log.failure("Popping from the pool failed", f))
-        d.addBoth(self._pulled)
+        d.addCallbacks(self._pulled, self._pull_failed)
 
     def _pulled(self, _: Any) -> None:
         self._popping = False
+        self.pull_failures = 0
+
+    def _pull_failed(self, failure: Any) -> None:
+        """A pull that failed is logged and counted; the heartbeat tries again. A loop failing again and
+        again makes the node unhealthy (the status says "failing", systemd's watchdog stops being fed)."""
+        self._popping = False
+        self.pull_failures += 1
+        self.last_error = f"{failure.type.__name__}: {failure.getErrorMessage()}"[:300]
+        self.stats.errors["pull"] += 1
+        if self.pull_failures == 1 or self.pull_failures % 60 == 0:
+            log.failure("Taking URLs from the pool failed ({count} times in a row); trying again", failure,
+                        count=self.pull_failures)
+        else:
+            log.debug("Taking URLs from the pool failed again: {error}", error=self.last_error)
+
+    @property
+    def healthy(self) -> bool:
+        """False once pulls failed FAILING_PULLS times in a row (a minute of heartbeats at least)."""
+        return self.pull_failures < FAILING_PULLS
 
     def _popped(self, urls: dict[str, bool]) -> Any:
         for url, hub in urls.items():

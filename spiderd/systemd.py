@@ -43,11 +43,12 @@ class SystemdNotifier(Service):
     name = "systemd"
 
     def __init__(self, clock: Any, environ: dict[str, str] | None = None,
-                 status: Callable[[], str] | None = None) -> None:
+                 status: Callable[[], str] | None = None, healthy: Callable[[], bool] | None = None) -> None:
         env = os.environ if environ is None else environ
         self._path = env.get("NOTIFY_SOCKET", "")
         self._watchdog_usec = int(env.get("WATCHDOG_USEC", "0") or 0)
         self._status = status
+        self._healthy = healthy  # False: no WATCHDOG=1, so systemd restarts a node whose loop is failing
         self._loop = task.LoopingCall(self._ping)
         self._loop.clock = clock
 
@@ -67,6 +68,9 @@ class SystemdNotifier(Service):
             notify("STOPPING=1", self._path)
 
     def _ping(self) -> None:
+        if self._healthy is not None and not self._healthy():
+            log.warn("Not feeding systemd's watchdog: the node is failing (see the errors above)")
+            return
         message = "WATCHDOG=1"
         if self._status is not None:
             try:

@@ -108,7 +108,9 @@ def build(settings: cfg.Settings, reactor: Any, demo: bool = False, signals: boo
     if pool is not None:
         _crawl(settings, reactor, top, pool, fetcher, parser, store, stats, worker, demo)
     _api(settings, reactor, top, stats, pool, fetcher, parser, signals)
-    SystemdNotifier(reactor, status=lambda: f"{stats.counts['pages']} pages").setServiceParent(top)
+    crawler = top.namedServices.get("crawler")
+    SystemdNotifier(reactor, status=lambda: f"{stats.counts['pages']} pages",
+                    healthy=lambda: crawler is None or crawler.healthy).setServiceParent(top)
     return top
 
 

@@ -56,6 +56,25 @@ def test_ready_watchdog_stopping(tmp_path: Path) -> None:
     assert received(sock) == []
 
 
+def test_watchdog_not_fed_while_failing(tmp_path: Path) -> None:
+    """While the node is unhealthy (its fetch loop failing) no WATCHDOG=1 goes out, so systemd restarts it."""
+    path = str(tmp_path / "notify")
+    sock = listening(path)
+    clock = Clock()
+    health = {"ok": True}
+    notifier = SystemdNotifier(clock, {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "10000000"},
+                               healthy=lambda: health["ok"])
+    notifier.startService()
+    received(sock)
+    health["ok"] = False
+    clock.advance(5)
+    assert received(sock) == []
+    health["ok"] = True
+    clock.advance(5)
+    assert received(sock) == ["WATCHDOG=1"]
+    notifier.stopService()
+
+
 def test_abstract_socket_and_absent_socket() -> None:
     """An abstract socket name (@...) works; without NOTIFY_SOCKET nothing is sent."""
     name = f"@spiderd-test-{os.getpid()}"
