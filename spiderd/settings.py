@@ -84,6 +84,7 @@ class Settings:
     seeds: tuple[str, ...] = ()
     hubs: tuple[str, ...] = ()
     hub_refresh_span: float = 600.0
+    hub_percent: int = 50  # seed 000's pop(count, hub_percent): the share of a pop that may go to due hubs
     failure_threshold: int = 3
     pending_threshold: float = 300.0
     max_url_length: int = 2083
@@ -166,6 +167,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "seeds": ("seeds", "urls"),
         "hubs": ("hubs", "urls"),
         "hub_refresh_span": ("hub_refresh_span", "positive"),
+        "hub_percent": ("hub_percent", "percent"),
         "failure_threshold": ("failure_threshold", "count"),
         "pending_threshold": ("pending_threshold", "positive"),
         "max_url_length": ("max_url_length", "positive_int"),
@@ -377,6 +379,13 @@ def _count(value: Any) -> int:
     number = _expect(value, int, "an integer")
     if number < 0:
         raise ValueError(f"must be 0 or more, got {value!r}")
+    return number
+
+
+def _percent(value: Any) -> int:
+    number = _count(value)
+    if not 1 <= number <= 100:
+        raise ValueError(f"must be 1..100 (a percentage), got {value!r}")
     return number
 
 
@@ -598,6 +607,7 @@ _CONVERTERS: dict[str, Any] = {
     "positive": _positive,
     "non_negative": _non_negative,
     "count": _count,
+    "percent": _percent,
     "positive_int": _positive_int,
     "urls": _urls,
     "header": _header,

@@ -142,6 +142,7 @@ def _crawl(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, fetcher: A
         reactor, pool, fetcher, parser, parser.rules, stats, store=store, items=items,
         detail_sink=batcher.add if batcher is not None else None, concurrency=settings.concurrency,
         exit_when_done=settings.exit_when_done, stop_timeout=settings.timeout + 5, linkbase=settings.linkbase,
+        hub_percent=settings.hub_percent,
     )
     crawler.setName("crawler")
     crawler.setServiceParent(top)

@@ -182,6 +182,18 @@ class PoolContract:
         assert (stats["waiting"], stats["pending"], stats["done"]) == (0, 0, 1)
 
     @defer.inlineCallbacks
+    def test_a_pop_of_one_takes_a_due_hub(self) -> Gen:
+        """pop(1) hands out a due hub (seed 000: at least one), so a crawl at concurrency 1 does not spin while
+        next_due says a hub is due now."""
+        pool = yield self.make_pool(concurrency=10)
+        yield pool.set_hubs(["http://hub.example/"], 2)
+        assert (yield pool.pop(1)) == {"http://hub.example/": True}
+        yield pool.set_status("http://hub.example/", 200)
+        self.clock.advance(3)
+        assert (yield pool.next_due()) == 0
+        assert (yield pool.pop(1, hub_percent=50)) == {"http://hub.example/": True}
+
+    @defer.inlineCallbacks
     def test_hubs_once_per_span(self) -> Gen:
         """Hubs come out flagged, at most once per refresh span, and take at most hub_percent of a pop."""
         pool = yield self.make_pool(concurrency=10)

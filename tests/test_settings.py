@@ -58,6 +58,8 @@ def test_overrides() -> None:
         ({"pool": {"pending_threshold": float("nan")}}, "pool.pending_threshold", "finite number"),
         ({"pool": {"pending_threshold": 1e20}}, "pool.pending_threshold", "at most"),
         ({"fetch": {"keepalive_timeout": 0}}, "fetch.keepalive_timeout", "greater than 0"),
+        ({"pool": {"hub_percent": 0}}, "pool.hub_percent", "1..100"),
+        ({"pool": {"hub_percent": 101}}, "pool.hub_percent", "1..100"),
         ({"fetch": {"user_agent": "a\nb"}}, "fetch.user_agent", "single line"),
         ({"fetch": {"source_addresses": ["300.1.1.1"]}}, "fetch.source_addresses", "does not appear"),
         ({"fetch": {"hosts": {"a.example": {"speed": 1}}}}, "fetch.hosts", "unknown key"),

@@ -20,7 +20,7 @@ from zope.interface import implementer
 
 from .. import status as st
 from ..interfaces import IURLPool
-from ..politeness import HostSlot, Politeness
+from ..politeness import HostSlot, Politeness, hub_quota
 from ..urls import MAX_URL_LENGTH, BadURL, URL, fingerprint, host_of, parse
 from . import keys as k
 from .crawled import CrawledSets
@@ -188,7 +188,7 @@ class KVPool(CrawledSets):
         if now >= self._lease_bound:
             self._expire(now)
         batch = self._kv.write_batch()
-        hubs = self._pop_hubs(batch, now, count * hub_percent // 100)
+        hubs = self._pop_hubs(batch, now, hub_quota(count, hub_percent))
         result: dict[str, bool] = dict.fromkeys(hubs, True)
         touched = self._pop_urls(batch, now, count - len(hubs), result)
         if result:

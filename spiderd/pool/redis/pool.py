@@ -13,7 +13,7 @@ from zope.interface import implementer
 
 from ... import status as st
 from ...interfaces import IURLPool
-from ...politeness import Politeness
+from ...politeness import Politeness, hub_quota
 from ...urls import MAX_URL_LENGTH, BadURL, URL, parse, registered_domain
 from ..crawled import KINDS, clean_anchor, recrawl_pairs
 from ..records import counts, sort_records
@@ -111,7 +111,7 @@ class RedisPool:
 
     def pop(self, count: int, hub_percent: int = 50) -> defer.Deferred[dict[str, bool]]:
         now = self._clock.seconds()
-        args = [repr(now + self.pending_threshold), str(count), str(count * hub_percent // 100)]
+        args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent))]
         return self._run("pop", args, now).addCallback(self._popped)
 
     def _popped(self, answer: list[Any]) -> Any:
