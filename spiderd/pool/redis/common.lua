@@ -13,6 +13,7 @@ local COUNTERS, META = P .. 'counters', P .. 'meta'
 local CLAIMS = P .. 'claims'  -- fingerprint of a claimed redirect target -> fingerprint of the URL that claimed it
 local CHECKPOINTS = P .. 'checkpoints'  -- name -> count, recorded with statuses (set_statuses)
 local HOSTS_SEEN = P .. 'hostseen'  -- host -> new URLs it took in all (the max_urls_per_host budget)
+local ADOPTING = P .. 'adopting'  -- "prio url" of another tool's list entries a node is adding -> its deadline
 local DOMAINS = NS .. 'spider.website.domains'
 local SUFFIX = {[0] = '.higher', [1] = '.lower'}
 local FINAL_NAME = {'done', 'failed', 'batched'}
@@ -83,12 +84,12 @@ local function head(domain)
   return nil, nil
 end
 
--- Score a domain by the time its head URL's host may go, or drop it (empty, or that host is full).
+-- Score a domain by the time its head URL's host may go, or take it out of the ready set (empty, or that host
+-- is full).  It stays in spider.website.domains: seed 002's tools register a domain once and push to it later.
 local function requeue(domain)
   local _, url = head(domain)
   if not url then
     redis.call('ZREM', READY, domain)
-    redis.call('SREM', DOMAINS, domain)
     return
   end
   local s = slot(host_of(url))

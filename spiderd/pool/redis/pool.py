@@ -23,6 +23,8 @@ from .link import RedisLink, Script
 log = Logger()
 
 STATES = {"0": "list", "1": "detail"}
+DOMAIN_SWEEP_EVERY = 10.0  # seconds between sweeps of spider.website.domains for domains other tools registered
+DOMAIN_SWEEP_COUNT = 100  # domains a pop looks at while a sweep is under way (SSCAN's COUNT)
 
 
 @implementer(IURLPool)
@@ -111,7 +113,8 @@ class RedisPool:
 
     def pop(self, count: int, hub_percent: int = 50) -> defer.Deferred[dict[str, bool]]:
         now = self._clock.seconds()
-        args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent))]
+        args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent)),
+                repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT)]
         return self._run("pop", args, now).addCallback(self._popped)
 
     def _popped(self, answer: list[Any]) -> Any:
@@ -119,12 +122,20 @@ class RedisPool:
         result = _pairs(flat)
         if not foreign:
             return result
-        log.info("Adding {count} URLs pushed onto the queues by hand", count=len(foreign) // 2)
+        return self._adopt(foreign).addCallback(lambda _: result)
+
+    def _adopt(self, foreign: list[Any]) -> defer.Deferred[None]:
+        """Add the entries another tool pushed onto the lists (``url, prio, ...``, taken by a pop) as waiting
+        URLs, then drop them from ``P adopting`` (adding twice is harmless: a known URL is not queued again)."""
+        log.info("Adding {count} URLs another tool pushed onto the queues", count=len(foreign) // 2)
         by_prio: dict[int, list[str]] = {0: [], 1: []}
         for url, prio in zip(foreign[::2], foreign[1::2]):
             by_prio[int(prio)].append(url)
         adds = [self.addmany(urls, detail=bool(prio)) for prio, urls in by_prio.items() if urls]
-        return defer.gatherResults(adds).addCallback(lambda _: result)
+        held = [f"{prio} {url}" for prio, urls in by_prio.items() for url in urls]
+        d = defer.gatherResults(adds, consumeErrors=True)
+        d.addCallback(lambda _: self._execute("ZREM", self.prefix + "adopting", *held))
+        return d.addCallback(lambda _: None)
 
     def claim(self, url: str, by: str | None = None) -> defer.Deferred[bool]:
         """Lease ``url`` (a redirect target) unless it is done, failed or leased already; fires True if leased.

@@ -1,9 +1,18 @@
--- pop: expire due leases, hand out due hubs, then waiting URLs, one domain turn at a time.
--- ARGV[7..9]: lease deadline, count, hubs wanted.
+-- pop: expire due leases, sweep the registered domains, hand out due hubs, then waiting URLs, one domain turn
+-- at a time.  ARGV[7..11]: lease deadline, count, hubs wanted, seconds between domain sweeps, domains per sweep step.
 -- Returns {url, is_hub, url, is_hub, ...} and {url, prio, ...} of list entries the pool did not queue (to add).
 local DEADLINE, COUNT, HUBS_WANTED = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-local EXPIRE_BATCH, HUB_SCAN = 1000, 1000
+local SWEEP_EVERY, SWEEP_COUNT = tonumber(ARGV[10]), ARGV[11]
+local EXPIRE_BATCH, HUB_SCAN, ADOPT_BATCH = 1000, 1000, 1000
 local out, foreign = {}, {}
+
+-- Another tool's entry (not queued by the pool) for the node to add: held in ADOPTING until that node added it,
+-- so a node dying in between loses nothing (the entry is handed to a pop again after the deadline).
+local function adopt(url, prio)
+  redis.call('ZADD', ADOPTING, DEADLINE, prio .. ' ' .. url)
+  foreign[#foreign + 1] = url
+  foreign[#foreign + 1] = prio
+end
 
 local function expire()
   for _, key in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', '(' .. NOW_S, 'LIMIT', 0, EXPIRE_BATCH)) do
@@ -15,6 +24,23 @@ local function expire()
       enqueue(url, host_of(url), domain, tonumber(kind), bucket, base)
     end
   end
+  for _, entry in ipairs(redis.call('ZRANGEBYSCORE', ADOPTING, '-inf', '(' .. NOW_S, 'LIMIT', 0, ADOPT_BATCH)) do
+    local prio, url = string.match(entry, '^(%d) (.*)$')
+    adopt(url, tonumber(prio))
+  end
+end
+
+-- Wake the domains another tool registered: one SSCAN step of spider.website.domains per pop while a sweep is
+-- under way (the cursor is shared by every node), a new sweep at most every SWEEP_EVERY seconds.
+local function sweep()
+  local cursor = redis.call('HGET', META, 'sweep_cursor') or '0'
+  if cursor == '0' then
+    if NOW < tonumber(redis.call('HGET', META, 'sweep_due') or '0') then return end
+    redis.call('HSET', META, 'sweep_due', string.format('%.17g', NOW + SWEEP_EVERY))
+  end
+  local answer = redis.call('SSCAN', DOMAINS, cursor, 'COUNT', SWEEP_COUNT)
+  redis.call('HSET', META, 'sweep_cursor', answer[1])
+  for _, domain in ipairs(answer[2]) do wake(domain) end
 end
 
 local function pop_hubs()
@@ -48,8 +74,7 @@ local function take(url, domain, prio)
   local queued = redis.call('SREM', bucket, member(base, WAITING_LIST + prio))
   if queued == 0 then
     if redis.call('HEXISTS', LEASE, fp) == 0 and not known(bucket, base) then
-      foreign[#foreign + 1] = url  -- pushed by another tool: the pool adds it properly
-      foreign[#foreign + 1] = prio
+      adopt(url, prio)  -- pushed by another tool: the node adds it (canonical, deduplicated) as waiting
     end
     return nil
   end
@@ -75,7 +100,7 @@ local function turn(domain, wanted, alone)
     if not url then
       if prio == 1 then break end
       prio = 1
-    elseif host_of(url) ~= s.host then
+    elseif host_of(url) ~= s.host or #foreign >= 2 * ADOPT_BATCH then
       redis.call('LPUSH', queue(domain, prio), url)
       break
     elseif take(url, domain, prio) then
@@ -108,6 +133,7 @@ end
 
 redis.call('ZREMRANGEBYSCORE', NEXT, '-inf', NOW_S)
 expire()
+sweep()
 local leased = pop_urls(COUNT - pop_hubs())
 if leased > 0 then redis.call('HINCRBY', COUNTERS, 'pending', leased) end
 return {out, foreign}

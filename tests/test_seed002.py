@@ -1,0 +1,132 @@
+"""Seed 002's keys as an interface: another tool, on a Redis client of its own, registers domains and pushes
+URLs; spiderd polls those domains and adopts those URLs."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Generator
+
+from twisted.internet import defer
+from twisted.internet.task import Clock
+from twisted.trial.unittest import TestCase
+
+from spiderd.politeness import Politeness
+from spiderd.pool.redis.link import parse_redis_url
+from spiderd.pool.redis.pool import DOMAIN_SWEEP_EVERY
+
+from .test_pool_contract import RedisKeys
+
+Gen = Generator[Any, Any, None]
+START = datetime(2024, 3, 10, 22, 0, 0, tzinfo=timezone.utc).timestamp()
+
+
+class Seed002Keys(RedisKeys):
+    """A node's pool on this test's keys, and ``tool``: a txredisapi connection of its own (not spiderd's link)."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.clock = Clock()
+        self.clock.advance(START)
+
+    @defer.inlineCallbacks
+    def node(self, concurrency: int = 10, **options: Any) -> Generator[Any, Any, Any]:
+        options.setdefault("pending_threshold", 60.0)
+        pool = yield self.open_redis(self.clock, Politeness(0.0, concurrency), options)
+        self.addCleanup(pool.close)
+        return pool
+
+    @defer.inlineCallbacks
+    def tool(self) -> Generator[Any, Any, Any]:
+        import txredisapi
+
+        address = parse_redis_url(self.redis_url)
+        conn = yield txredisapi.Connection(address.host, address.port, dbid=address.db, reconnect=False)
+        self.addCleanup(conn.disconnect)
+        return conn
+
+    @defer.inlineCallbacks
+    def popped(self, pool: Any, pops: int = 3) -> Generator[Any, Any, list[str]]:
+        """The URLs handed out over a few pops (a tool's entries are adopted by one pop, handed out by the next)."""
+        out: list[str] = []
+        for _ in range(pops):
+            out += list((yield pool.pop(100, hub_percent=0)))
+        return out
+
+
+class ToolDomainTests(Seed002Keys, TestCase):
+    """Domains and URLs another tool writes straight into spider.website.domains and <domain>.higher/.lower."""
+
+    @defer.inlineCallbacks
+    def test_a_tools_domain_and_urls_are_polled(self) -> Gen:
+        """The tool SADDs a domain and RPUSHes to its lists: the pool hands the URLs out, list URLs first."""
+        pool = yield self.node()
+        tool = yield self.tool()
+        ns = self.namespace
+        yield tool.rpush(ns + "shop.example.lower", ["http://a.shop.example/item/1", "http://a.shop.example/item/2"])
+        yield tool.rpush(ns + "shop.example.higher", "http://a.shop.example/list")
+        yield tool.sadd(ns + "spider.website.domains", "shop.example")
+        handed = yield self.popped(pool)
+        assert handed == ["http://a.shop.example/list", "http://a.shop.example/item/1", "http://a.shop.example/item/2"]
+        stats = yield pool.stats()
+        assert (stats["waiting"], stats["pending"]) == (0, 3)
+        assert (yield pool.why("http://a.shop.example/list"))["kind"] == "list"
+        assert (yield pool.why("http://a.shop.example/item/1"))["kind"] == "detail"
+
+    @defer.inlineCallbacks
+    def test_a_domain_registered_later_is_polled_within_a_sweep(self) -> Gen:
+        """A domain the tool registers while the pool runs is found by the next sweep (every DOMAIN_SWEEP_EVERY s)."""
+        pool = yield self.node()
+        tool = yield self.tool()
+        assert (yield pool.pop(10)) == {}  # a sweep: nothing registered yet
+        yield tool.rpush(self.namespace + "late.example.higher", "http://late.example/")
+        yield tool.sadd(self.namespace + "spider.website.domains", "late.example")
+        assert (yield self.popped(pool)) == []  # the next sweep is not due
+        self.clock.advance(DOMAIN_SWEEP_EVERY)
+        assert (yield self.popped(pool)) == ["http://late.example/"]
+
+    @defer.inlineCallbacks
+    def test_a_registered_domain_stays_for_the_tools_later_pushes(self) -> Gen:
+        """Seed 002's tools register a domain once and push (LPUSH, its offerUrl) later: the pool never drops it."""
+        pool = yield self.node()
+        tool = yield self.tool()
+        yield pool.add("http://a.shop.example/1")
+        assert (yield self.popped(pool)) == ["http://a.shop.example/1"]
+        assert (yield tool.smembers(self.namespace + "spider.website.domains")) == {"shop.example"}
+        yield tool.lpush(self.namespace + "shop.example.lower", "http://a.shop.example/2")
+        self.clock.advance(DOMAIN_SWEEP_EVERY)
+        assert (yield self.popped(pool)) == ["http://a.shop.example/2"]
+
+    @defer.inlineCallbacks
+    def test_tool_urls_are_canonical_deduplicated_and_done_ones_skipped(self) -> Gen:
+        """A pushed URL is adopted in its canonical form, once; a done one and a bad one are dropped."""
+        pool = yield self.node()
+        tool = yield self.tool()
+        yield pool.add("http://a.shop.example/done")
+        for url in (yield self.popped(pool)):
+            yield pool.set_status(url, 200)
+        self.clock.advance(DOMAIN_SWEEP_EVERY)
+        yield tool.rpush(self.namespace + "shop.example.higher", [
+            "http://a.shop.example/done", "HTTP://A.shop.example:80/new#top", "http://a.shop.example/new",
+            "ftp://a.shop.example/bad"])
+        assert (yield self.popped(pool)) == ["http://a.shop.example/new"]
+        stats = yield pool.stats()
+        assert (stats["waiting"], stats["pending"], stats["done"]) == (0, 1, 1)
+        assert stats["rejected"]  # the ftp:// entry, with its reason
+        assert (yield tool.llen(self.namespace + "shop.example.higher")) == 0
+
+    @defer.inlineCallbacks
+    def test_tool_urls_taken_by_a_node_that_dies_are_adopted_by_another(self) -> Gen:
+        """A node that dies after its pop took a tool's entries, before adopting them, loses none of them."""
+        dying = yield self.node()
+        tool = yield self.tool()
+        yield tool.rpush(self.namespace + "shop.example.lower", "http://a.shop.example/item/1")
+        yield tool.sadd(self.namespace + "spider.website.domains", "shop.example")
+        dying._popped = lambda answer: {}  # the pop script ran; the node died before adding what it took
+        assert (yield dying.pop(10)) == {}
+        assert (yield tool.llen(self.namespace + "shop.example.lower")) == 0
+        other = yield self.node()
+        assert (yield self.popped(other)) == []  # held for the dead node until its deadline
+        self.clock.advance(61)
+        assert (yield self.popped(other)) == ["http://a.shop.example/item/1"]
+        assert (yield other.why("http://a.shop.example/item/1"))["kind"] == "detail"
+
