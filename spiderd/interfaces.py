@@ -60,8 +60,13 @@ class IURLPool(Interface):
         """Replace the hub set; each hub is handed out at most once per span."""
 
     def set_seeds(urls):  # type: ignore[no-untyped-def]
-        """The configured seeds, for tools that read them (Redis: seed 002's ``spider.seed.urls``); fires with
-        how many the pool keeps (0 where it keeps none: the seeds themselves are added with ``addmany``)."""
+        """Record the configured seeds (the seeds themselves are queued with ``addmany``); fires with how many
+        the pool keeps.  Redis: added to seed 002's ``spider.seed.urls``, deleting nothing (other tools and
+        nodes add to it too); LevelDB and memory: they replace the seeds given before."""
+
+    def seed_urls():  # type: ignore[no-untyped-def]
+        """Fires with the seeds the seed timer injects: on Redis every member of ``spider.seed.urls`` (whoever
+        added it), on LevelDB and memory the seeds last given to ``set_seeds``."""
 
     def set_host_delay(host: str, delay: float):  # type: ignore[no-untyped-def]
         """Raise a host's minimum delay (robots.txt Crawl-delay)."""

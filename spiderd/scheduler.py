@@ -2,7 +2,11 @@
 
 Seed timer.  ``[pool] seed_cron`` (cron, or Quartz with seconds first such as
 seed 002's ``0 10 1 * * ?``; see :mod:`spiderd.cron`) queues the seeds again
-with ``always=True`` (a done seed is fetched again) at every firing.  The next
+with ``always=True`` (a done seed is fetched again) at every firing.  The seeds
+are the pool's ``seed_urls()``, read at the firing: on Redis every member of
+seed 002's ``spider.seed.urls`` (the nodes' configured seeds, added at start
+and reload, and whatever other tools added), on LevelDB and memory the
+configured seeds (as of the last start or reload).  The next
 firing is computed from the injected clock and armed with ``callLater``; it
 is re-armed before the work starts, so a firing that fails is logged and the
 timer goes on.  When several nodes share a Redis pool, each arms the same
@@ -41,7 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping
 
 from twisted.application.service import Service
 from twisted.internet import defer, task
@@ -57,15 +61,13 @@ CLAIM_TTL = 3600.0  # a firing's claim outlives any clock skew between nodes
 
 
 class SeedTimer(Service):
-    """Queues the seeds again (always=True) at each firing of ``cron``, on one node per firing."""
+    """Queues the pool's ``seed_urls()`` again (always=True) at each firing of ``cron``, on one node per firing."""
 
     name = "seed-timer"
 
-    def __init__(self, clock: Any, pool: Any, seeds: Callable[[], Sequence[str]], cron: Cron,
-                 claim_ttl: float = CLAIM_TTL) -> None:
+    def __init__(self, clock: Any, pool: Any, cron: Cron, claim_ttl: float = CLAIM_TTL) -> None:
         self._clock = clock
         self._pool = pool
-        self._seeds = seeds
         self._cron = cron
         self._ttl = claim_ttl
         self._call: Any = None
@@ -107,7 +109,9 @@ class SeedTimer(Service):
         if not won:
             log.info("Seed timer: another node injects the seeds of the firing at {at:.0f}", at=at)
             return None
-        seeds = list(self._seeds())
+        return self._pool.seed_urls().addCallback(self._inject)
+
+    def _inject(self, seeds: list[str]) -> Any:
         d = self._pool.addmany(seeds, always=True)
         return d.addCallback(lambda added: log.info("Seed timer: {added} of {count} seeds queued again",
                                                     added=added, count=len(seeds)))

@@ -62,7 +62,7 @@ class SeedService(Service):
         if hub_refresh_span is not None:
             self._span = hub_refresh_span
         added = yield self._pool.addmany(self._seeds)
-        yield self._pool.set_seeds(self._seeds)  # Redis: seed 002's spider.seed.urls, for tools that read it
+        yield self._pool.set_seeds(self._seeds)  # for the seed timer (Redis: added to seed 002's spider.seed.urls)
         yield self._pool.set_hubs(self.hubs, self._span)
         self._record(self.hubs)
         log.info("Seeds: {added} of {count} added; {hubs} hubs every {span}s",
@@ -71,7 +71,7 @@ class SeedService(Service):
 
     @property
     def seeds(self) -> list[str]:
-        """The configured seeds (the seed timer injects them again)."""
+        """The configured seeds (given to the pool's ``set_seeds``: the seed timer injects its ``seed_urls()``)."""
         return list(self._seeds)
 
     @property

@@ -128,7 +128,7 @@ def _crawl(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, fetcher: A
     seeds = SeedService(pool, settings.seeds, settings.hubs, settings.hub_refresh_span, store=store,
                         state_path=settings.path("hubs-added.json"))
     seeds.setServiceParent(top)
-    _scheduler(settings, reactor, top, pool, seeds, stats)
+    _scheduler(settings, reactor, top, pool, stats)
     if demo:
         from .demo.config import DemoSiteService
 
@@ -150,13 +150,13 @@ def _crawl(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, fetcher: A
         crawler.finished.addCallback(lambda _: _when_idle(batcher, worker, reactor))
 
 
-def _scheduler(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, seeds: Any, stats: Any) -> None:
+def _scheduler(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, stats: Any) -> None:
     """The seed timer (``pool.seed_cron``) and the recrawler (sites with recrawl intervals), when configured."""
     from .cron import parse
     from .scheduler import RecrawlPolicy, Recrawler, SeedTimer
 
     if settings.seed_cron:
-        SeedTimer(reactor, pool, lambda: seeds.seeds, parse(settings.seed_cron)).setServiceParent(top)
+        SeedTimer(reactor, pool, parse(settings.seed_cron)).setServiceParent(top)
     policy = RecrawlPolicy.from_sites(settings.sites)
     if policy.intervals:
         ratios = {"list": settings.recrawl_list_ratio, "detail": settings.recrawl_detail_ratio}

@@ -310,6 +310,16 @@ class PoolContract:
         assert (yield pool.addmany("http://a.example/1")) == 1
 
     @defer.inlineCallbacks
+    def test_seed_urls_hold_the_seeds_given(self) -> Gen:
+        """seed_urls (what the seed timer injects) holds the seeds last given to set_seeds (Redis: and earlier ones)."""
+        pool = yield self.make_pool()
+        assert (yield pool.set_seeds(["http://a.example/", "http://b.example/"])) == 2
+        yield pool.set_seeds(["http://c.example/"])
+        seeds = yield pool.seed_urls()
+        assert "http://c.example/" in seeds and len(seeds) == (3 if self.backend == "redis" else 1)
+        assert (yield pool.stats())["waiting"] == 0  # recorded, not queued
+
+    @defer.inlineCallbacks
     def test_status_of_redirect_target(self) -> Gen:
         """A status for a URL the pool never handed out (a redirect target) records it, and takes it out of the queue."""
         pool = yield self.make_pool()

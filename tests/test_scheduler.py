@@ -107,7 +107,8 @@ class SeedTimerTests(TestCase):
         self.clock = Clock()
         self.clock.advance(START)
         self.pool = CountingPool(open_memory_pool(self.clock, politeness=Politeness(0.0, 10)))
-        self.timer = SeedTimer(self.clock, self.pool, lambda: SEEDS, parse("0 10 1 * * ?", UTC))
+        self.successResultOf(self.pool.set_seeds(SEEDS))  # as SeedService.load does at start
+        self.timer = SeedTimer(self.clock, self.pool, parse("0 10 1 * * ?", UTC))
         self.timer.startService()
         self.addCleanup(self.timer.stopService)
 
@@ -145,13 +146,13 @@ class SeedTimerTests(TestCase):
         self.assertEqual(self.successResultOf(self.pool.stats())["waiting"], 2)
 
     def test_seeds_are_read_at_each_firing(self) -> None:
-        """The seeds given by the callable at firing time are injected (a reload changes them)."""
-        seeds = ["http://c.example/"]
-        timer = SeedTimer(self.clock, self.pool, lambda: seeds, parse("0 0 * * * ?", UTC))
+        """The pool's seeds at firing time are injected: a reload (set_seeds again) replaces the embedded pool's."""
+        timer = SeedTimer(self.clock, self.pool, parse("0 0 * * * ?", UTC))
         timer.startService()
         self.addCleanup(timer.stopService)
-        seeds.append("http://d.example/")
+        self.successResultOf(self.pool.set_seeds(["http://c.example/", "http://d.example/"]))
         self.clock.advance(3600)
+        self.assertEqual(self.successResultOf(self.pool.seed_urls()), ["http://c.example/", "http://d.example/"])
         self.assertEqual(self.successResultOf(self.pool.stats())["waiting"], 2)
 
 
@@ -168,7 +169,8 @@ class SeedTimerNodesTests(RedisKeys, TestCase):
             pool = yield self.open_redis(clock, Politeness(0.0, 10), {"pending_threshold": 60.0})
             self.addCleanup(pool.close)
             nodes.append(CountingPool(pool))
-            timers.append(SeedTimer(clock, nodes[-1], lambda: SEEDS, parse("0 10 1 * * ?", UTC)))
+            yield pool.set_seeds(SEEDS)
+            timers.append(SeedTimer(clock, nodes[-1], parse("0 10 1 * * ?", UTC)))
         for timer in timers:
             timer.startService()
             self.addCleanup(timer.stopService)

@@ -1,5 +1,5 @@
-"""Seed 002's keys as an interface: another tool, on a Redis client of its own, registers domains and pushes
-URLs; spiderd polls those domains and adopts those URLs."""
+"""Seed 002's keys as an interface: another tool, on a Redis client of its own, registers domains, pushes
+URLs and adds seeds; spiderd polls those domains, adopts those URLs, injects those seeds and deletes none."""
 
 from __future__ import annotations
 
@@ -10,14 +10,18 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
+from spiderd.cron import parse
 from spiderd.politeness import Politeness
 from spiderd.pool.redis.link import parse_redis_url
 from spiderd.pool.redis.pool import DOMAIN_SWEEP_EVERY
+from spiderd.scheduler import SeedTimer
+from spiderd.seeds import SeedService
 
 from .test_pool_contract import RedisKeys
 
 Gen = Generator[Any, Any, None]
 START = datetime(2024, 3, 10, 22, 0, 0, tzinfo=timezone.utc).timestamp()
+FIRING = datetime(2024, 3, 11, 1, 10, 0, tzinfo=timezone.utc).timestamp()  # seed 002's 0 10 1 * * ?
 
 
 class Seed002Keys(RedisKeys):
@@ -130,3 +134,37 @@ class ToolDomainTests(Seed002Keys, TestCase):
         assert (yield self.popped(other)) == ["http://a.shop.example/item/1"]
         assert (yield other.why("http://a.shop.example/item/1"))["kind"] == "detail"
 
+
+class ToolSeedTests(Seed002Keys, TestCase):
+    """spider.seed.urls: set_seeds adds to it, the seed timer injects all of it."""
+
+    @defer.inlineCallbacks
+    def test_the_seed_firing_injects_the_tools_seeds(self) -> Gen:
+        """A URL the tool SADDs to spider.seed.urls is queued again (always) by the next firing, beside the node's."""
+        pool = yield self.node()
+        tool = yield self.tool()
+        seeds = SeedService(pool, ["http://conf.example/"], [], 600.0)
+        yield seeds.load()
+        yield tool.sadd(self.namespace + "spider.seed.urls", "http://tool.example/")
+        for url in (yield self.popped(pool)):
+            yield pool.set_status(url, 200)
+        timer = SeedTimer(self.clock, pool, parse("0 10 1 * * ?", timezone.utc))
+        timer.startService()
+        self.addCleanup(timer.stopService)
+        self.clock.advance(FIRING - START)
+        yield timer.settled()
+        assert sorted((yield self.popped(pool))) == ["http://conf.example/", "http://tool.example/"]
+
+    @defer.inlineCallbacks
+    def test_node_starts_and_reloads_keep_the_tools_seeds(self) -> Gen:
+        """A node's start (set_seeds) and a reload add their seeds to spider.seed.urls and delete nothing."""
+        tool = yield self.tool()
+        key = self.namespace + "spider.seed.urls"
+        yield tool.sadd(key, ["http://tool.example/", "http://tool.example/b"])
+        seeds = SeedService((yield self.node()), ["http://conf.example/"], [], 600.0)
+        yield seeds.load()
+        other = SeedService((yield self.node()), ["http://other.example/"], [], 600.0)
+        yield other.load()
+        yield other.load(seeds=["http://reloaded.example/"])
+        assert (yield tool.smembers(key)) == {"http://tool.example/", "http://tool.example/b", "http://conf.example/",
+                                              "http://other.example/", "http://reloaded.example/"}

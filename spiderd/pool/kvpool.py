@@ -87,6 +87,7 @@ class KVPool(CrawledSets):
         # url -> [fp, host, holds a host slot] of the URLs and hubs this process handed out
         self._leased: dict[str, list[Any]] = {}
         self._hub_span = 0.0
+        self._seeds: list[str] = []  # the configured seeds, as last given to set_seeds
         self._lease_bound = float("inf")
         self._ops = 0
         self._trim = trim
@@ -491,8 +492,13 @@ class KVPool(CrawledSets):
         return defer.succeed(None)
 
     def set_seeds(self, urls: Iterable[str]) -> defer.Deferred[int]:
-        """The embedded pool keeps no seed list (the seed timer asks the configuration)."""
-        return defer.succeed(0)
+        """Remember the configured seeds (in memory only: a start or reload gives them again) for the seed timer."""
+        self._seeds = list(dict.fromkeys(urls))
+        return defer.succeed(len(self._seeds))
+
+    def seed_urls(self) -> defer.Deferred[list[str]]:
+        """The seeds last given to set_seeds (one process: no other tool adds any)."""
+        return defer.succeed(list(self._seeds))
 
     def set_host_delay(self, host: str, delay: float) -> defer.Deferred[None]:
         self.politeness.set_robots_delay(host, delay)

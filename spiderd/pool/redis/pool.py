@@ -243,9 +243,14 @@ class RedisPool:
         return self._execute("HSET", self.prefix + "robots", host, repr(float(delay))).addCallback(lambda _: None)
 
     def set_seeds(self, urls: Iterable[str]) -> defer.Deferred[int]:
-        """Replace the seed-002 set ``spider.seed.urls`` with the canonical ``urls``; fires with its size."""
+        """Add the canonical ``urls`` to the seed-002 set ``spider.seed.urls`` (deleting nothing: other tools
+        and other nodes add to it too); fires with its size."""
         canonical = list(dict.fromkeys(u.url for u in map(self._parse, urls) if u is not None))
         return self._run("seeds", canonical).addCallback(int)
+
+    def seed_urls(self) -> defer.Deferred[list[str]]:
+        """Every member of ``spider.seed.urls`` (whoever added it), sorted: what the seed timer injects."""
+        return self._execute("SMEMBERS", self.namespace + "spider.seed.urls").addCallback(sorted)
 
     # -- questions ------------------------------------------------------------------
 
