@@ -5,9 +5,9 @@ Layout (``NS`` is empty by default; tests set it so the seed-002 names are uniqu
 =====================================  ======  ==================================================
 key                                    type    holds
 =====================================  ======  ==================================================
-``NS spider.website.domains``          set     registered domains with waiting URLs (seed 002)
+``NS spider.website.domains``          set     domains to poll, registered by the pool or by tools; kept (seed 002)
 ``NS <domain>.higher`` / ``.lower``    list    waiting list (hub) / detail URLs, head first (seed 002)
-``NS spider.seed.urls``                set     the seeds, written by ``set_seeds`` (seed 002)
+``NS spider.seed.urls``                set     the seeds: every node's ``set_seeds`` adds, tools add (seed 002)
 ``P s:<bucket>``                       set     URL states: ``(fingerprint bits below the bucket) * 8 + code``
 ``P ready``                            zset    domain -> time its head URL's host may go (a lower bound)
 ``P next``                             zset    host -> next allowed time (only future times are kept)
@@ -18,7 +18,8 @@ key                                    type    holds
 ``P lease``                            hash    same key -> kind, holds-a-host-slot, domain, URL
 ``P fails``                            hash    fingerprint -> failures, for active URLs that failed before
 ``P hubs`` / ``P hub``                 zset    fingerprint -> next due time / hash: fingerprint -> domain, URL
-``P counters`` / ``P meta``            hash    waiting pending done failed batched / bucket bits, hub span
+``P counters`` / ``P meta``            hash    waiting pending done failed batched / bucket bits, hub span, sweep
+``P adopting``                         zset    ``prio url`` of a tool's list entry a node is adding -> deadline
 ``P batch``                            string  the last batch number handed out (``next_batch``)
 ``P crawled:<kind>:<domain>``          zset    URL -> fetch time of done pages to recrawl (seed 004)
 ``P l:<bucket>``                       hash    linkbase: fingerprint -> URL, parent URL, anchor (seed 004)
@@ -42,7 +43,8 @@ USAGE`` of a set of 20,000), a linkbase entry about 220.  ``recrawl`` takes memb
 again (one script, so nodes never queue one twice).  The linkbase (off by
 default) spreads its entries over 4096 hashes by the top 12 fingerprint bits;
 the first page found linking to a URL is kept (``HSETNX``).  A ``cron:<epoch>``
-key is set with ``SET NX PX``: the node whose SET succeeds injects the seeds.
+key is set with ``SET NX PX``: the node whose SET succeeds injects the seeds,
+every member of ``spider.seed.urls`` (``seed_urls``).
 
 Queues and politeness.  The seed-002 lists are the queues themselves (no
 second copy), one pair per registered domain, and politeness is per host, as in
@@ -64,16 +66,45 @@ leased them.  Unlike LevelDB, where one process owns the store and reopening
 returns its leases at once, a restarted node cannot tell its own leases from
 those of a live node: they come back when they expire.
 
+Other tools (seed 002's keys are an interface).  A tool may register a domain
+(``SADD spider.website.domains``), push URLs onto its lists (``RPUSH`` or, as
+seed 002's ``offerUrl``, ``LPUSH``; in any order, any time), read the lists,
+and add seeds (``SADD spider.seed.urls``: the next seed-timer firing injects
+them with the nodes' own, and ``set_seeds`` only adds).  The pool never removes
+a domain from the set (a drained domain only leaves ``P ready``: seed 002's
+tools register a domain once and push to it later; the cost is one member per
+domain ever queued), so every pop first takes one step of a sweep over the set:
+``SSCAN`` of ``DOMAIN_SWEEP_COUNT`` (100) domains, each one not in ``P ready``
+scored again (a few reads: its list heads and its head host's slot), the cursor
+in ``P meta`` shared by every node; a new sweep starts at most every
+``DOMAIN_SWEEP_EVERY`` (10) seconds of the clock.  A pop therefore costs two
+``HGET`` and one ``ZRANGEBYSCORE`` (held entries) between sweeps and about 100
+domains during one, whatever the size of the set, and a tool's domain is polled
+within 10 seconds plus one pop per 100 registered domains (``SCARD`` against
+``ZCARD`` would not tell: domains whose head host is full, or drained, are
+rightly out of ``P ready``).  An entry a tool pushed is recognised when it
+reaches the head of its list: one the pool queued (its waiting state is in the
+seen bucket) is handed out; one already done, failed, batched, leased or
+waiting in the other list is dropped; one the pool never saw goes, within the
+same script, into ``P adopting`` (deadline: now + ``pending_threshold``) and
+back to the node, which adds it as any URL (``addmany``: canonical form,
+deduplicated, rejected with a reason if bad, the host budget applies) and then
+removes it from ``P adopting``.  So a tool's URL is handed out from its next
+turn, recorded like the pool's own, and a node that dies in between loses none:
+a later pop hands the held entries, once their deadline passed, to its node
+(adding twice is harmless).  At most 1000 entries are adopted per pop.  A
+tool's URL counts as waiting (``size``, ``stats``) only once adopted, and goes
+to the lists of its registered domain (a tool's list named after a subdomain is
+polled too).
+
 Time is the injected clock's, passed to every script; nodes should keep their
 clocks in step (NTP), since a node running ahead may hand out a host early by
 the skew.  Start-up deletes nothing (a host override dropped from the config
-stays in ``P conf`` until deleted by hand).  The lists are for tools to read:
-an entry another tool pushes is dropped when it reaches the head, and handed
-to ``addmany`` (canonical, deduplicated) if the pool never saw it; only the
-pool schedules a domain.  Statuses given while one is on its way go out
-together in one script call, before any later call.  All nodes should share
-the politeness settings (each sends its defaults).  One Redis (with replicas if
-wanted), not Redis Cluster: the scripts use keys they compute.
+stays in ``P conf`` until deleted by hand; a seed dropped from the config stays
+in ``spider.seed.urls``: ``SREM`` it).  Statuses given while one is on its way
+go out together in one script call, before any later call.  All nodes should
+share the politeness settings (each sends its defaults).  One Redis (with
+replicas if wanted), not Redis Cluster: the scripts use keys they compute.
 """
 
 from __future__ import annotations
