@@ -89,6 +89,21 @@ class ToolDomainTests(Seed002Keys, TestCase):
         assert (yield self.popped(pool)) == ["http://late.example/"]
 
     @defer.inlineCallbacks
+    def test_a_sweep_takes_a_step_per_pop(self) -> Gen:
+        """A pop looks at about DOMAIN_SWEEP_COUNT registered domains; the sweep goes on at the next pops."""
+        pool = yield self.node(concurrency=1000)
+        tool = yield self.tool()
+        domains = [f"d{i}.example" for i in range(250)]
+        for domain in domains:
+            yield tool.rpush(self.namespace + domain + ".lower", f"http://{domain}/item")
+        yield tool.sadd(self.namespace + "spider.website.domains", domains)
+        assert (yield pool.pop(1000)) == {}
+        first = yield pool.size()  # adopted by the first pop: its step's domains only
+        assert 0 < first < len(domains)
+        handed = yield self.popped(pool, pops=8)  # the same instant: no new sweep, the same one goes on
+        assert sorted(handed) == sorted(f"http://{domain}/item" for domain in domains)
+
+    @defer.inlineCallbacks
     def test_a_registered_domain_stays_for_the_tools_later_pushes(self) -> Gen:
         """Seed 002's tools register a domain once and push (LPUSH, its offerUrl) later: the pool never drops it."""
         pool = yield self.node()
