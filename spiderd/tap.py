@@ -300,7 +300,7 @@ def _fetcher(settings: cfg.Settings, reactor: Any, pool: Any) -> Any:
         user_agent=settings.user_agent, connect_timeout=settings.connect_timeout, timeout=settings.timeout,
         max_body_size=settings.max_body_size, max_redirects=settings.max_redirects,
         per_host_connections=settings.per_host_concurrency, keepalive_timeout=settings.keepalive_timeout,
-        source_addresses=settings.source_addresses,
+        dns_cache_ttl=settings.dns_cache_ttl, source_addresses=settings.source_addresses,
     )
     fetcher = Fetcher(reactor, config)
     if settings.robots:
