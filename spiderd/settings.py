@@ -106,6 +106,7 @@ class Settings:
     source_addresses: tuple[str, ...] = ()
     # [parse]
     parse_workers: int = -1
+    parse_max_rss_mb: int = 512  # a parser process holding more is replaced (it answers what it holds first)
     # [store]
     store_url: str | tuple[str, ...] = "sqlite:///pages.sqlite3"  # a tuple: MySQL shards
     store_preset: int = 1
@@ -201,7 +202,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "robots": ("robots", "bool"),
         "source_addresses": ("source_addresses", "addresses"),
     },
-    "parse": {"workers": ("parse_workers", "workers")},
+    "parse": {"workers": ("parse_workers", "workers"), "max_rss_mb": ("parse_max_rss_mb", "positive_int")},
     "batch": {
         "targets": ("batch_targets", "targets"),
         "project": ("batch_project", "name"),

@@ -98,7 +98,7 @@ def build(settings: cfg.Settings, reactor: Any, demo: bool = False, signals: boo
     stats = CrawlStats(reactor)
     pool = _pool_service(settings, reactor, top) if settings.role != "worker" else None
     store = _store(settings, reactor, top)
-    parser = ParsePool(reactor, settings, settings.parse_workers)
+    parser = ParsePool(reactor, settings, settings.parse_workers, max_rss=settings.parse_max_rss_mb * 2**20)
     parser.setServiceParent(top)
     fetcher = _fetcher(settings, reactor, pool)
     Closer("fetcher", fetcher.close).setServiceParent(top)
