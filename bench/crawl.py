@@ -281,10 +281,10 @@ HTTP10_SERVER = textwrap.dedent("""\
     import functools, http.server, sys
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
     http.server.SimpleHTTPRequestHandler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), handler)
-    server.daemon_threads = True
-    server.request_queue_size = 256
-    server.serve_forever()
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 256  # listen()'s backlog: set on the class, as the constructor listens
+    Server(("127.0.0.1", int(sys.argv[2])), handler).serve_forever()
     """)
 
 
@@ -370,7 +370,10 @@ def main() -> None:
         for server in servers:
             server.send_signal(signal.SIGQUIT if server is servers[0] and shutil.which("nginx") else signal.SIGTERM)
             server.wait()
-        shutil.rmtree(work, ignore_errors=True)
+        if os.environ.get("BENCH_KEEP"):
+            print(f"kept {work}", flush=True)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def crawls(work: Path, root: str, spec: SiteSpec, only: set[str], scrapy: Path | None) -> dict[str, Run]:

@@ -32,6 +32,7 @@ from twisted.web.http_headers import Headers
 
 from . import status as st
 from .connections import CachedEndpoints, ConnectionPool
+from .dns import caching_reactor
 from .urls import BadURL, canonicalize
 
 log = Logger()
@@ -66,6 +67,7 @@ class FetchConfig:
     max_redirects: int = 5
     per_host_connections: int = 8
     keepalive_timeout: float = 10.0
+    dns_cache_ttl: float = 300.0
     source_addresses: tuple[str, ...] = ()
 
 
@@ -81,6 +83,8 @@ class Fetcher:
         self._config = config
         self.robots = robots
         self._pools: list[ConnectionPool] = []
+        self._connecting = caching_reactor(reactor, config.dns_cache_ttl)  # endpoints resolve through its cache
+        self.resolver = getattr(self._connecting, "nameResolver", None) if self._connecting is not reactor else None
         self._agents = [self._agent(address) for address in (config.source_addresses or (None,))]
         self._next_agent = itertools.cycle(self._agents).__next__
         self._headers = _headers(config.user_agent)  # Agent copies them for each request
@@ -90,7 +94,7 @@ class Fetcher:
         pool = ConnectionPool(self._reactor, self._config.per_host_connections, self._config.keepalive_timeout)
         self._pools.append(pool)
         bind = (address, 0) if address else None
-        endpoints = CachedEndpoints(self._reactor, self._config.connect_timeout, bind)
+        endpoints = CachedEndpoints(self._connecting, self._config.connect_timeout, bind)
         return client.Agent.usingEndpointFactory(self._reactor, endpoints, pool=pool)
 
     def fetch(self, url: str, user_agent: str | None = None, robots: bool = True) -> Deferred[FetchResult]:

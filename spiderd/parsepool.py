@@ -7,7 +7,10 @@ at most ``queue_size`` requests; the rest wait in the parent (at most
 :class:`ParseWorkerDied` and is restarted after a capped, growing delay; while
 no child is up, requests fail at once with :class:`ParsePoolUnavailable`.
 A child that holds requests but answers none for ``request_timeout`` seconds
-(a pathological page or rule) is killed the same way.  ``stopService`` hands
+(a pathological page or rule) is killed the same way.  A child whose resident
+memory passes ``max_rss`` bytes (pages with a million links leave CPython's
+heap large for good) is retired: a new child takes its place at once, and the
+old one gets no new page, answers those it holds and exits.  ``stopService`` hands
 waiting requests to the children, closes their input so they finish what they
 hold and exit, and kills them at the deadline.
 """
@@ -18,7 +21,7 @@ import marshal
 import os
 import sys
 from collections import deque
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from twisted.application.service import Service
 from twisted.internet import defer
@@ -30,6 +33,7 @@ from twisted.python.failure import Failure
 
 import spiderd
 
+from .core.memory import rss_of
 from .extract import MAX_LINKS, Extracted, Rules, extract
 from .parseworker import MAX_MESSAGE, FrameDecoder, FrameError, extracted_from, frame, init_message
 from .settings import Settings, from_dict
@@ -66,6 +70,8 @@ class ParsePool(Service):
         request_timeout: float = 30.0,
         restart_delay: float = 0.1,
         max_restart_delay: float = 30.0,
+        max_rss: int = 512 * 1024 * 1024,
+        rss: Callable[[int], int | None] = rss_of,
     ) -> None:
         settings = settings_raw if isinstance(settings_raw, Settings) else from_dict(settings_raw)
         self._reactor = reactor
@@ -78,6 +84,10 @@ class ParsePool(Service):
         self.request_timeout = request_timeout
         self.restart_delay = restart_delay
         self.max_restart_delay = max_restart_delay
+        self.max_rss = max_rss
+        self._rss = rss
+        self.retired = 0
+        self._retiring: set[_Child] = set()
         self._init = frame(init_message(self.rules, max_links))
         self._children: list[_Child | None] = [None] * self.workers
         self._failures = [0] * self.workers
@@ -118,7 +128,7 @@ class ParsePool(Service):
         self._flush_waiting()
         for child in self._live():
             child.transport.closeStdin()
-        if self._live():
+        if self._all():
             self._deadline = self._reactor.callLater(self.stop_timeout, self._kill_all)
         else:
             self._stopped.callback(None)
@@ -172,7 +182,7 @@ class ParsePool(Service):
         return bool(self._waiting) or (self.workers > 0 and self._pick() is None)
 
     def pids(self) -> list[int]:
-        """The process ids of the running children."""
+        """The process ids of the running children (not of those retiring)."""
         return [c.transport.pid for c in self._live() if c.transport is not None]
 
     # -- dispatching ----------------------------------------------------------------------------------------
@@ -217,6 +227,10 @@ class ParsePool(Service):
     def _live(self) -> list[_Child]:
         return [c for c in self._children if c is not None]
 
+    def _all(self) -> list[_Child]:
+        """Running children, those retiring included (they still answer what they hold)."""
+        return self._live() + list(self._retiring)
+
     # -- children -------------------------------------------------------------------------------------------
 
     def _spawn(self, slot: int) -> None:
@@ -245,16 +259,34 @@ class ParsePool(Service):
                 d.callback(None)
 
     def _child_answered(self, child: _Child) -> None:
+        if child in self._retiring:
+            return
         self._failures[child.slot] = 0
         self._drain(child)
 
+    def _retire(self, child: _Child, rss: int) -> None:
+        """Replace ``child`` by a new one; it answers what it holds, then exits at the end of its input."""
+        log.info("Parse worker {slot} (pid {pid}) holds {mb:.0f} MB (limit {limit:.0f} MB): replacing it",
+                 slot=child.slot, pid=child.pid, mb=rss / 2**20, limit=self.max_rss / 2**20)
+        self.retired += 1
+        self._retiring.add(child)
+        self._children[child.slot] = None
+        child.transport.closeStdin()
+        self._spawn(child.slot)
+
     def _child_ended(self, child: _Child, reason: Failure) -> None:
+        if child in self._retiring:
+            self._retiring.discard(child)
+            if not child.pending and not child.killed_because:
+                log.debug("Parse worker {slot} (pid {pid}) retired", slot=child.slot, pid=child.pid)
+                self._check_stopped()
+                return
         if self._children[child.slot] is child:
             self._children[child.slot] = None
         why = f"{child.killed_because}: " if child.killed_because else ""
         error = ParseWorkerDied(f"parse worker {child.slot} (pid {child.pid}) exited: {why}{reason.getErrorMessage()}")
         pending, child.pending = child.pending, deque()
-        if self._stopped is None:
+        if self._stopped is None and self._children[child.slot] is None:
             log.warn("{error} with {count} pages in hand", error=str(error), count=len(pending))
             self._schedule_restart(child.slot)
             if not self._live():
@@ -278,21 +310,26 @@ class ParsePool(Service):
 
     def _kill_all(self) -> None:
         self._deadline = None
-        for child in self._live():
+        for child in self._all():
             child.kill(f"still busy {self.stop_timeout}s after stop")
 
     def _check_progress(self) -> None:
-        """The watchdog: kill children that hold requests but answered nothing for request_timeout."""
+        """The watchdog: kill children that hold requests but answered nothing for request_timeout, and
+        retire those whose memory passed max_rss."""
         try:
             now = self._reactor.seconds()
-            for child in self._live():
+            for child in self._all():
                 if child.pending and now - child.progress >= self.request_timeout:
                     child.kill(f"no answer in {self.request_timeout}s")
+            for child in self._live():
+                rss = self._rss(child.pid) if child.ready and child.pid is not None else None
+                if rss is not None and rss > self.max_rss:
+                    self._retire(child, rss)
         except Exception:  # a periodic call must not die of its own error
             log.failure("Parse watchdog failed")
 
     def _check_stopped(self) -> None:
-        if self._live() or self._stopped is None or self._stopped.called:
+        if self._all() or self._stopped is None or self._stopped.called:
             return
         if self._deadline is not None and self._deadline.active():
             self._deadline.cancel()

@@ -100,11 +100,13 @@ class Settings:
     max_body_size: int = 10 * 1024 * 1024
     max_redirects: int = 5
     keepalive_timeout: float = 10.0
+    dns_cache_ttl: float = 300.0  # seconds a host name's addresses are reused; 0: look up at every connection
     user_agent: str = "spiderd/0.1 (+https://github.com/spiderd/spiderd)"
     robots: bool = True
     source_addresses: tuple[str, ...] = ()
     # [parse]
     parse_workers: int = -1
+    parse_max_rss_mb: int = 512  # a parser process holding more is replaced (it answers what it holds first)
     # [store]
     store_url: str | tuple[str, ...] = "sqlite:///pages.sqlite3"  # a tuple: MySQL shards
     store_preset: int = 1
@@ -195,11 +197,12 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "max_body_size": ("max_body_size", "positive_int"),
         "max_redirects": ("max_redirects", "count"),
         "keepalive_timeout": ("keepalive_timeout", "positive"),
+        "dns_cache_ttl": ("dns_cache_ttl", "non_negative"),
         "user_agent": ("user_agent", "header"),
         "robots": ("robots", "bool"),
         "source_addresses": ("source_addresses", "addresses"),
     },
-    "parse": {"workers": ("parse_workers", "workers")},
+    "parse": {"workers": ("parse_workers", "workers"), "max_rss_mb": ("parse_max_rss_mb", "positive_int")},
     "batch": {
         "targets": ("batch_targets", "targets"),
         "project": ("batch_project", "name"),

@@ -98,7 +98,7 @@ def build(settings: cfg.Settings, reactor: Any, demo: bool = False, signals: boo
     stats = CrawlStats(reactor)
     pool = _pool_service(settings, reactor, top) if settings.role != "worker" else None
     store = _store(settings, reactor, top)
-    parser = ParsePool(reactor, settings, settings.parse_workers)
+    parser = ParsePool(reactor, settings, settings.parse_workers, max_rss=settings.parse_max_rss_mb * 2**20)
     parser.setServiceParent(top)
     fetcher = _fetcher(settings, reactor, pool)
     Closer("fetcher", fetcher.close).setServiceParent(top)
@@ -300,7 +300,7 @@ def _fetcher(settings: cfg.Settings, reactor: Any, pool: Any) -> Any:
         user_agent=settings.user_agent, connect_timeout=settings.connect_timeout, timeout=settings.timeout,
         max_body_size=settings.max_body_size, max_redirects=settings.max_redirects,
         per_host_connections=settings.per_host_concurrency, keepalive_timeout=settings.keepalive_timeout,
-        source_addresses=settings.source_addresses,
+        dns_cache_ttl=settings.dns_cache_ttl, source_addresses=settings.source_addresses,
     )
     fetcher = Fetcher(reactor, config)
     if settings.robots:

@@ -21,6 +21,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from spiderd.extract import Extracted, extract
 from spiderd.parsepool import ParsePool, ParsePoolUnavailable, ParseWorkerDied
+from .helpers import ClockedReactor
 from spiderd.parseworker import FrameDecoder, FrameError, Input, answer, frame, init_message, rules_from, serve
 
 RAW = {
@@ -296,6 +297,29 @@ class DispatchTests(SynchronousTestCase):
         fake.end(fake.children[0])
         self.assertIn("no answer in 10.0s", str(self.failureResultOf(d, ParseWorkerDied).value))
 
+    def test_a_child_over_its_memory_limit_is_replaced(self) -> None:
+        """Past max_rss a child gets no new page: a new one takes its slot at once, the old one answers what it
+        holds and exits, and nothing fails or restarts."""
+        sizes = {1000: 600 * 2**20, 1001: 40 * 2**20}
+        pool, fake = self.make(max_rss=512 * 2**20, rss=sizes.get, queue_size=8)
+        old = fake.children[0]
+        fake.answer(old)  # ready
+        held = [parse(pool, i) for i in range(3)]
+        fake.advance(1)  # the watchdog looks
+        self.assertTrue(old.transport.stdin_closed)
+        self.assertEqual((len(fake.children), pool.retired), (2, 1))
+        new = fake.children[1]
+        later = parse(pool, 3)
+        fake.answer(new)
+        self.assertEqual(self.successResultOf(later), expected(pool, 3))
+        fake.answer(old)
+        self.assertEqual([self.successResultOf(d) for d in held], [expected(pool, i) for i in range(3)])
+        fake.end(old, None)
+        self.assertEqual([c for c in fake.getDelayedCalls() if c.func == pool._spawn], [])
+        self.assertEqual(pool.pids(), [1001])
+        fake.advance(1)  # the new child is under the limit: it stays
+        self.assertEqual((len(fake.children), new.transport.stdin_closed), (2, False))
+
     def test_answers_keep_the_watchdog_away(self) -> None:
         """A busy child that keeps answering is not killed, however long the queue stays non-empty."""
         pool, fake = self.make(request_timeout=10.0, queue_size=100)
@@ -408,6 +432,27 @@ class ProcessTests(TestCase):
         self.assertNotEqual(pool.pids(), [pid])
         result = yield parse(pool, 7)
         self.assertEqual(result, expected(pool, 7))
+
+    @defer.inlineCallbacks
+    def test_a_child_over_its_memory_limit_is_replaced_without_a_lost_page(self) -> Any:
+        """A real child over max_rss (1 byte here) is replaced while pages are in flight: every page is parsed,
+        the old process exits, the new one parses on."""
+        clock = Clock()
+        pool = ParsePool(ClockedReactor(reactor, clock), RAW, 1, max_rss=1, queue_size=100)
+        pool.startService()
+        self.addCleanup(pool.stopService)
+        yield pool.ready()
+        (old,) = pool.pids()
+        ds = [parse(pool, i % 50) for i in range(200)]
+        clock.advance(1)
+        results = yield defer.gatherResults(ds)
+        self.assertEqual(results[:50], [expected(pool, i) for i in range(50)])
+        self.assertEqual(pool.retired, 1)
+        yield pool.ready()
+        self.assertNotIn(old, pool.pids())
+        self.assertEqual((yield parse(pool, 7)), expected(pool, 7))
+        yield pool.stopService()
+        self.assertRaises(ProcessLookupError, os.kill, old, 0)
 
     @defer.inlineCallbacks
     def test_stop_waits_for_in_flight_and_children_exit(self) -> Any:

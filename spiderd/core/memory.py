@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import os
 from functools import lru_cache
 from typing import Any
 
@@ -28,3 +29,15 @@ def release_memory() -> bool:
         return False
     libc.malloc_trim(0)
     return True
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def rss_of(pid: int) -> int | None:
+    """The resident set of process ``pid`` in bytes (Linux's /proc), or None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:  # procfs: answered from the kernel's memory, never the disk
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
