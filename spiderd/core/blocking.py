@@ -70,7 +70,7 @@ class Lane:
 class Blocking(Service):
     """The node's lanes by name (its name: ``blocking``)."""
 
-    name = "blocking"
+    name = "blocking"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, reactor: Any) -> None:
         self._reactor = reactor

@@ -14,7 +14,7 @@ from typing import Any
 try:
     import plyvel_next as _plyvel
 except ImportError:  # CPython 3.11: plyvel itself
-    import plyvel as _plyvel  # type: ignore[no-redef]
+    import plyvel as _plyvel
 
 DB: Any = _plyvel.DB
 Error: type[Exception] = _plyvel.Error

@@ -40,7 +40,8 @@ class Auth:
         (or ``?token=`` is given): then the page's own requests carry the browser's credentials."""
         if not self.username or self.allows(request):
             return True
-        given = (request.args or {}).get(b"token", [b""])[0].decode("utf-8", "replace")
+        args: dict[bytes, list[bytes]] = request.args or {}
+        given = args.get(b"token", [b""])[0].decode("utf-8", "replace")
         return bool(self.token) and _same(given, self.token)
 
     def challenge(self, request: Request) -> bytes:

@@ -66,7 +66,8 @@ class JsonResource(Resource):
     def unexpected(self, failure: Failure, request: Request) -> bytes:
         """A handler failed with something that is not a refusal: logged, answered 500."""
         log.failure("{label}: {path} failed", failure, label=self.label, path=request.path.decode("latin-1"))
-        return self.error(request, f"{failure.type.__name__}: {failure.getErrorMessage()}",
+        kind = failure.type.__name__ if failure.type is not None else "Error"
+        return self.error(request, f"{kind}: {failure.getErrorMessage()}",
                           http.INTERNAL_SERVER_ERROR)
 
     # -- dispatch -------------------------------------------------------------------------------------------
@@ -101,8 +102,9 @@ class JsonResource(Resource):
         return NOT_DONE_YET
 
     def failed(self, failure: Failure, request: Request) -> bytes:
-        if failure.check(ApiError):
-            return self.error(request, failure.value.message, failure.value.code or self.refusal_code)
+        refusal = failure.value
+        if isinstance(refusal, ApiError):
+            return self.error(request, refusal.message, refusal.code or self.refusal_code)
         return self.unexpected(failure, request)
 
 

@@ -10,9 +10,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
+from twisted.internet.interfaces import ITCPTransport
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web import http, server
 
 log = Logger()
@@ -50,7 +53,7 @@ class JsonSite(server.Site):
                  header_timeout: float = HEADER_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
                  reactor: Any = None) -> None:
         super().__init__(resource, timeout=idle_timeout, reactor=reactor)
-        self.protocol = _DeadlineChannel
+        self.protocol = _DeadlineChannel  # type: ignore[assignment]  # Site's attribute is a class
         self.requestFactory = CappedRequest
         self.max_body_size = max_body_size
         self.node_name = node_name
@@ -87,7 +90,7 @@ class _DeadlineChannel(http.HTTPChannel):
         self._in_body = False
         super().allContentReceived()
 
-    def connectionLost(self, reason: Any) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._cancel_deadline()
         super().connectionLost(reason)
 
@@ -102,10 +105,11 @@ class _DeadlineChannel(http.HTTPChannel):
 
     def _too_slow(self) -> None:
         self._deadline = None
+        transport = cast(ITCPTransport, self.transport)  # a connected channel: TCP (or a UNIX socket)
         label = getattr(self.factory, "label", "API")
         log.info("{label}: closed a connection from {peer} that sent no complete request headers in time",
-                 label=label, peer=str(self.transport.getPeer()))
-        self.transport.abortConnection()
+                 label=label, peer=str(transport.getPeer()))
+        transport.abortConnection()
 
 
 class CappedRequest(server.Request):
