@@ -8,7 +8,9 @@ off) crawls a generated site on loopback while each attack runs in turn.  A prob
 got (it must be a clear refusal or a success, never a hang or a 5xx) and the probe's latency
 (p50, p99, max).  The issue's target: /api/status within 100 ms while each attack runs.  Ends with one
 ``RESULT`` line: ``<attack>_p99_ms`` per attack, ``worst_p99_ms`` and ``answers_ok`` (attacks answered
-as they must be, of all).
+as they must be, of all).  ``lists_10k_leveldb`` is not an attack but the heaviest ordinary request:
+10,000 list URLs into the LevelDB pool at once (the API adds them 500 at a time, so /api/status, and
+every fetch, waits at most one chunk).
 
 Needs nothing beyond ``pip install .``.
 """
@@ -151,6 +153,7 @@ def slowloris(port: int, count: int = 300, seconds: float = 5.0) -> tuple[int, s
 def attacks(api: str, worker: str, work: Path, site: str) -> list[tuple[str, Callable[[], tuple[int, str]], str]]:
     """(name, attack, what the answer must be) in order."""
     details = json.dumps({"urls": [f"{site}item/{i}.html" for i in range(10_000)], "kind": "detail"}).encode()
+    lists = json.dumps({"urls": [f"{site}list/{i}.html?from=api" for i in range(10_000)]}).encode()
     many = [f"{site}item/{i}.html" for i in range(60_000)]
     feed = f"FEED_URI=file://{work / 'feeds'}/%(batch)200000000s.jl"
 
@@ -166,6 +169,7 @@ def attacks(api: str, worker: str, work: Path, site: str) -> list[tuple[str, Cal
     return [
         ("baseline", lambda: (time.sleep(3.0), (200, "no attack: the crawl alone"))[1], "200"),
         ("details_10k_batch20", lambda: post(api + "/api/urls", details), "200"),
+        ("lists_10k_leveldb", lambda: post(api + "/api/urls", lists), "200"),
         ("hub_span_inf", lambda: post(api + "/api/hubs", b'{"urls": ["' + site.encode() + b'"], '
                                       b'"refresh_span": 1e400}'), "400"),
         ("feed_width", lambda: schedule(*base, ("setting", feed)), "error"),

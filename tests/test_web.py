@@ -17,7 +17,7 @@ from twisted.web.client import Agent, FileBodyProducer, HTTPConnectionPool
 from twisted.web.http_headers import Headers
 
 from spiderd.web import Auth
-from spiderd.web.api import MAX_URLS
+from spiderd.web.api import ADD_CHUNK, MAX_URLS
 
 from .webnode import make_node, start_api
 
@@ -126,6 +126,25 @@ class OpenApiTests(ApiCase):
         yield self.node.pool.set_status("http://a.example/1", 200)
         answer = yield self.call("POST", "/api/seeds", {"urls": ["http://a.example/1"], "recrawl": True})
         assert answer.json["added"] == 1
+
+    @defer.inlineCallbacks
+    def test_a_big_add_leaves_the_reactor_between_chunks(self) -> Gen:
+        """10,000 URLs are checked and added ADD_CHUNK at a time through the cooperator, never in one turn:
+        the pool sees 20 adds of 500, and every URL is counted once (a repeat across chunks is known)."""
+        sizes: list[int] = []
+        addmany = self.node.pool.addmany
+
+        def counting(urls: Any, **kw: Any) -> Any:
+            sizes.append(len(urls))
+            return addmany(urls, **kw)
+
+        self.node.pool.addmany = counting
+        urls = [f"http://h{i % 50}.example/item/{i}" for i in range(MAX_URLS - 1)] + ["http://h0.example/item/0"]
+        answer = yield self.call("POST", "/api/urls", {"urls": urls})
+        assert answer.code == 200, answer.body
+        assert (answer.json["added"], answer.json["known"]) == (MAX_URLS - 1, 0)
+        assert sizes == [ADD_CHUNK] * 19 + [ADD_CHUNK - 1]
+        assert (yield self.node.pool.stats())["waiting"] == MAX_URLS - 1
 
     @defer.inlineCallbacks
     def test_urls_list_and_detail(self) -> Gen:

@@ -11,7 +11,7 @@ method, 413 for a body over the cap; 503 while stopping, 500 for a bug.
 from __future__ import annotations
 
 import json
-from typing import IO, Any
+from typing import IO, Any, Callable, Iterator
 
 from twisted.internet import task
 from twisted.internet.defer import Deferred
@@ -35,6 +35,7 @@ log = Logger()
 
 MAX_JSON_BODY = 1024 * 1024  # bytes, for the JSON endpoints (the import's cap is the site's)
 MAX_URLS = 10_000  # per request
+ADD_CHUNK = 500  # URLs checked and added per turn of the reactor (about 5 ms of work)
 _NO_POOL = "not available in the {role} role: this node has no URL pool"
 
 
@@ -154,10 +155,8 @@ class ApiResource(JsonResource):
     def seeds(self, request: Request) -> Deferred[dict[str, Any]]:
         """``{"urls": [...], "recrawl": false}``: list URLs into the pool (known ones only with recrawl)."""
         body = _body(request, {"urls", "recrawl"})
-        good, rejected = self._urls(body)
         recrawl = _flag(body, "recrawl")
-        d = self._node.pool.addmany(good, always=recrawl)
-        return d.addCallback(_added, good, rejected, "seeds")
+        return self._add(body, lambda urls: self._node.pool.addmany(urls, always=recrawl), "seeds")
 
     def hubs(self, request: Request) -> Deferred[dict[str, Any]]:
         """``{"urls": [...], "refresh_span": 600}``: hubs beside the configured ones, kept across restarts."""
@@ -176,17 +175,19 @@ class ApiResource(JsonResource):
         kind = body.get("kind", "list")
         if kind not in ("list", "detail"):
             raise ApiError(f"'kind' must be \"list\" or \"detail\", got {kind!r}")
-        good, rejected = self._urls(body)
         recrawl = _flag(body, "recrawl")
+        pool, crawler = self._node.pool, self._node.crawler
+        add: Callable[[list[str]], Deferred[int]]
         if kind == "list":
-            d = self._node.pool.addmany(good, always=recrawl)
+            add = lambda urls: pool.addmany(urls, always=recrawl)
         elif recrawl and self._node.batcher is not None:
             raise ApiError("'recrawl' is not possible for detail URLs sent in batches: a batched URL stays final")
-        elif recrawl or self._node.crawler is None:
-            d = self._node.pool.addmany(good, always=recrawl, detail=True)
+        elif recrawl or crawler is None:
+            add = lambda urls: pool.addmany(urls, always=recrawl, detail=True)
         else:
-            d = self._node.crawler.add_details(good)
-        return d.addCallback(_added, good, rejected, f"{kind} URLs").addCallback(lambda a: {**a, "kind": kind})
+            add = crawler.add_details
+        d = self._add(body, add, f"{kind} URLs")
+        return d.addCallback(lambda a: {**a, "kind": kind})
 
     def pause(self, request: Request) -> dict[str, Any]:
         return self._pause(True)
@@ -205,19 +206,51 @@ class ApiResource(JsonResource):
 
     def _urls(self, body: dict[str, Any]) -> tuple[list[str], list[dict[str, str]]]:
         """The canonical forms of ``body["urls"]`` (no repeats), and the rejected ones with their reason."""
-        urls = body.get("urls")
-        if not isinstance(urls, list) or not urls:
-            raise ApiError("'urls' is required: a non-empty list of URL strings")
-        if len(urls) > MAX_URLS:
-            raise ApiError(f"at most {MAX_URLS} URLs per request, got {len(urls)}: send them in several requests")
         good: dict[str, None] = {}
-        rejected = []
+        rejected: list[dict[str, str]] = []
+        self._check(_url_list(body), good, rejected)
+        return list(good), rejected
+
+    def _check(self, urls: list[Any], good: dict[str, None], rejected: list[dict[str, str]]) -> list[str]:
+        """Canonicalize ``urls`` into ``good`` (no repeats) and ``rejected``; the new good ones, in order."""
+        new = []
         for url in urls:
             try:
-                good[canonicalize(url, self._node.max_url_length)] = None
+                canonical = canonicalize(url, self._node.max_url_length)
             except BadURL as e:
                 rejected.append({"url": e.url[:200], "reason": e.reason})
-        return list(good), rejected
+                continue
+            if canonical not in good:
+                good[canonical] = None
+                new.append(canonical)
+        return new
+
+    def _add(self, body: dict[str, Any], add: Callable[[list[str]], Deferred[int]], what: str) -> Deferred[Any]:
+        """Check and add ``body["urls"]`` ADD_CHUNK at a time, through the cooperator: a request of 10,000
+        URLs never holds the reactor for more than one chunk's canonicalization and pool write."""
+        urls = _url_list(body)
+        good: dict[str, None] = {}
+        rejected: list[dict[str, str]] = []
+        added = [0]
+
+        def chunks() -> Iterator[Deferred[None]]:
+            for start in range(0, len(urls), ADD_CHUNK):
+                new = self._check(urls[start:start + ADD_CHUNK], good, rejected)
+                if new:
+                    yield add(new).addCallback(lambda n: added.__setitem__(0, added[0] + n))
+
+        d = self._cooperator.coiterate(chunks())
+        return d.addCallback(lambda _: _added(added[0], list(good), rejected, what))
+
+
+def _url_list(body: dict[str, Any]) -> list[Any]:
+    """``body["urls"]``: a non-empty list of at most MAX_URLS."""
+    urls = body.get("urls")
+    if not isinstance(urls, list) or not urls:
+        raise ApiError("'urls' is required: a non-empty list of URL strings")
+    if len(urls) > MAX_URLS:
+        raise ApiError(f"at most {MAX_URLS} URLs per request, got {len(urls)}: send them in several requests")
+    return urls
 
 
 def _added(added: int, good: list[str], rejected: list[dict[str, str]], what: str) -> dict[str, Any]:
