@@ -23,7 +23,11 @@ class IURLPool(Interface):
         """Queue many URLs; fires with the number queued."""
 
     def pop(count: int, hub_percent: int = 50):  # type: ignore[no-untyped-def]
-        """Lease up to ``count`` URLs that politeness allows now; fires with ``{url: is_hub}``."""
+        """Lease up to ``count`` URLs that politeness allows now; fires with ``{url: is_hub}``.
+
+        Due hubs take up to ``hub_percent`` of it (at least one); of the rest, the
+        pool's ``list_ratio`` and ``detail_ratio`` are reserved for waiting list and
+        detail URLs (see spiderd.pool.split), and what is left goes host by host."""
 
     def claim(url: str, by: str | None = None):  # type: ignore[no-untyped-def]
         """Lease a URL that was not handed out (a redirect target) unless it is final or leased; fires True if leased.

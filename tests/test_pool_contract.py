@@ -219,6 +219,52 @@ class PoolContract:
         yield pool.addmany([f"http://a.example/l{i}" for i in range(2)])
         assert list((yield self.drain(pool, 2))) == ["http://a.example/l0", "http://a.example/l1"]
 
+    @staticmethod
+    def kinds(popped: Any) -> tuple[int, int]:
+        """(list URLs, detail URLs) of a pop whose detail URLs have a path starting with /d."""
+        details = sum("/d" in url.split("example", 1)[1][:2] for url in popped)
+        return len(popped) - details, details
+
+    @defer.inlineCallbacks
+    def test_split_between_kinds(self) -> Gen:
+        """With list_ratio and detail_ratio (seed 004's get_list, get_detail), a pop with enough waiting of both
+        kinds hands them out in that split, though list URLs come first in a host."""
+        pool = yield self.make_pool(concurrency=100, list_ratio=0.25, detail_ratio=0.75)
+        yield pool.addmany([f"http://one.example/l{i}" for i in range(20)])
+        yield pool.addmany([f"http://one.example/d{i}" for i in range(20)], detail=True)
+        assert self.kinds((yield self.drain(pool, 8))) == (2, 6)
+        assert self.kinds((yield self.drain(pool, 4))) == (1, 3)
+
+    @defer.inlineCallbacks
+    def test_split_over_hosts_of_one_kind(self) -> Gen:
+        """The split holds when each kind lives on hosts of its own (list pages on one host, detail pages on
+        another: seed 004's item.tmall.com), even with many list hosts taking turns before the detail one."""
+        pool = yield self.make_pool(concurrency=10, list_ratio=0.5, detail_ratio=0.5)
+        yield pool.addmany([f"http://list{i}.shop.example/l{j}" for i in range(20) for j in range(5)])
+        yield pool.addmany([f"http://item.shop.example/d{i}" for i in range(20)], detail=True)
+        assert self.kinds((yield self.drain(pool, 10))) == (5, 5)
+
+    @defer.inlineCallbacks
+    def test_split_left_to_the_other_kind(self) -> Gen:
+        """A kind with none waiting leaves its share to the other: the pop is as large as without a split."""
+        pool = yield self.make_pool(concurrency=100, list_ratio=0.5, detail_ratio=0.5)
+        yield pool.addmany([f"http://one.example/l{i}" for i in range(20)])
+        assert self.kinds((yield self.drain(pool, 6))) == (6, 0)
+        yield pool.addmany([f"http://one.example/d{i}" for i in range(3)], detail=True)
+        assert self.kinds((yield self.drain(pool, 10))) == (7, 3)
+        assert self.kinds((yield self.drain(pool, 4))) == (4, 0)
+
+    @defer.inlineCallbacks
+    def test_split_over_small_pops(self) -> Gen:
+        """Pops of one URL (the fetch loop's usual pop) add up to the split."""
+        pool = yield self.make_pool(concurrency=100, list_ratio=0.7, detail_ratio=0.3)
+        yield pool.addmany([f"http://one.example/l{i}" for i in range(20)])
+        yield pool.addmany([f"http://one.example/d{i}" for i in range(20)], detail=True)
+        popped: dict[str, bool] = {}
+        for _ in range(10):
+            popped.update((yield self.drain(pool, 1)))
+        assert self.kinds(popped) == (7, 3)
+
     @defer.inlineCallbacks
     def test_delay_and_turns(self) -> Gen:
         """With a delay, each host gives one URL per delay; a big host does not starve a small one."""
@@ -691,3 +737,14 @@ def test_prefix_end_carries() -> None:
     assert prefix_end(b"Qa") == b"Qb"
     assert prefix_end(b"Q\x01\xff\xff") == b"Q\x02"
     assert prefix_end(b"\xff\xff") is None
+
+
+def test_split_ratios_checked() -> None:
+    """Kind ratios outside 0..1, or adding up to more than 1, are refused."""
+    import pytest
+
+    from spiderd.pool.split import KindSplit
+
+    for ratios in ((-0.1, 0.0), (0.0, 1.5), (0.6, 0.5)):
+        with pytest.raises(ValueError):
+            KindSplit(*ratios)

@@ -55,6 +55,10 @@ whose head host is slow makes its other hosts wait.  ``P ready`` orders the
 domains by the time their turn may come; pop checks each candidate again, so a
 score may be early but never late.  Domains take turns round robin, and a host
 gets more than one URL in a turn only with no delay and no other domain ready.
+With ``list_ratio`` / ``detail_ratio`` (seed 004's get_list, get_detail), a pop
+first takes each kind's reserved share, a domain's turn then taking from that
+kind's list only, and passes over up to 100 ready domains that have none of it
+(see :mod:`spiderd.pool.split`); the node keeps the credit between pops.
 
 Leases.  A popped URL leaves its list and gets a lease until now +
 ``pending_threshold``; a hub hand-out gets a hold with the same deadline, so a

@@ -17,6 +17,7 @@ from ...politeness import Politeness, hub_quota
 from ...urls import MAX_URL_LENGTH, BadURL, URL, parse, registered_domain
 from ..crawled import KINDS, clean_anchor, recrawl_pairs
 from ..records import counts, sort_records
+from ..split import RESERVE_SCAN, KindSplit
 from .export import FINGERPRINT, RedisExport
 from .link import RedisLink, Script
 
@@ -48,6 +49,8 @@ class RedisPool:
         recrawl: Iterable[tuple[str, str]] = (),
         linkbase: bool = False,
         linkbase_max: int = 0,
+        list_ratio: float = 0.0,
+        detail_ratio: float = 0.0,
     ) -> None:
         self._link = link
         self._scripts = scripts
@@ -61,6 +64,7 @@ class RedisPool:
         self._final_codes = final_codes
         self._max_url_length = max_url_length
         self._max_per_host = max_urls_per_host  # 0: no budget (add.lua then leaves the hostseen counts alone)
+        self.split = KindSplit(list_ratio, detail_ratio)
         self._bits = seen_bucket_bits
         self.rejected: Counter[str] = Counter()
         self._statuses: list[tuple[list[str], defer.Deferred[None]]] = []  # waiting to go out together
@@ -111,11 +115,14 @@ class RedisPool:
 
     def pop(self, count: int, hub_percent: int = 50) -> defer.Deferred[dict[str, bool]]:
         now = self._clock.seconds()
-        args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent))]
+        split = self.split
+        args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent)),
+                *map(repr, split.ratios), *map(repr, split.credit), str(RESERVE_SCAN)]
         return self._run("pop", args, now).addCallback(self._popped)
 
     def _popped(self, answer: list[Any]) -> Any:
-        flat, foreign = answer
+        flat, foreign, (wanted, lists, details) = answer
+        self.split.settle(int(wanted), (int(lists), int(details)))
         result = _pairs(flat)
         if not foreign:
             return result
