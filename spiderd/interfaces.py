@@ -91,8 +91,9 @@ class IURLPool(Interface):
     def import_states(records):  # type: ignore[no-untyped-def]
         """Re-add exported URLs, restore unknown finished fingerprints; fires with queued/restored/known/rejected."""
 
-    def add_links(parent: str, urls, anchors=()):  # type: ignore[no-untyped-def]
-        """Linkbase (seed 004): record that ``parent`` first linked ``urls`` (with ``anchors``); fires with the number recorded."""
+    def add_links(parent: str, urls, anchors=(), xpaths=()):  # type: ignore[no-untyped-def]
+        """Linkbase (seed 004): record that ``parent`` first linked ``urls`` (with ``anchors`` and the link elements'
+        ``xpaths``, item for item); fires with the number recorded.  ``why`` shows parent, anchor and xpath."""
 
     def recrawl(cutoffs, limit: int):  # type: ignore[no-untyped-def]
         """Queue again, as add(always=True), up to ``limit`` done pages of the crawled sets ``(domain, kind, cut-off time)`` fetched at or before the cut-off; fires with the number queued."""

@@ -21,7 +21,7 @@ key                                    type    holds
 ``P counters`` / ``P meta``            hash    waiting pending done failed batched / bucket bits, hub span
 ``P batch``                            string  the last batch number handed out (``next_batch``)
 ``P crawled:<kind>:<domain>``          zset    URL -> fetch time of done pages to recrawl (seed 004)
-``P l:<bucket>``                       hash    linkbase: fingerprint -> URL, parent URL, anchor (seed 004)
+``P l:<bucket>``                       hash    linkbase: fingerprint -> URL, parent URL, anchor, xpath (seed 004)
 ``P cron:<epoch>``                     string  a seed timer firing claimed by one node (``claim_once``)
 =====================================  ======  ==================================================
 

@@ -15,7 +15,7 @@ from ... import status as st
 from ...interfaces import IURLPool
 from ...politeness import Politeness, hub_quota
 from ...urls import MAX_URL_LENGTH, BadURL, URL, parse, registered_domain
-from ..crawled import KINDS, clean_anchor, recrawl_pairs
+from ..crawled import KINDS, link_info, link_value, parallel, recrawl_pairs
 from ..records import counts, sort_records
 from ..split import RESERVE_SCAN, KindSplit
 from .export import FINGERPRINT, RedisExport
@@ -290,8 +290,7 @@ class RedisPool:
         info.update(host_waiting=int(float(waiting)), host_inflight=int(inflight), host_delay=float(delay),
                     host_next_allowed=float(next_allowed))
         if link:
-            _, parent, anchor = link.split("\n", 2)
-            info.update(parent=parent, anchor=anchor)
+            info.update(link_info(link))
         return info
 
     # -- seed 004: crawled sets, linkbase; one node per cron firing -----------------
@@ -303,16 +302,17 @@ class RedisPool:
             args += (domain, str(KINDS[kind]), repr(float(cutoff)))
         return self._run("recrawl", args).addCallback(int)
 
-    def add_links(self, parent: str, urls: Sequence[str], anchors: Sequence[str] = ()) -> defer.Deferred[int]:
-        """Record how ``urls`` were first found (``parent``, anchor text); fires with the number recorded."""
+    def add_links(self, parent: str, urls: Sequence[str], anchors: Sequence[str] = (),
+                  xpaths: Sequence[str] = ()) -> defer.Deferred[int]:
+        """Record how ``urls`` were first found (``parent``, anchor text, link path); fires with the number recorded."""
         if not self._linkbase:
             return defer.succeed(0)
-        args = [str(self._linkbase_max), parent]
-        for i, url in enumerate(urls):
+        args = [str(self._linkbase_max)]
+        for url, anchor, xpath in zip(urls, parallel(anchors, len(urls)), parallel(xpaths, len(urls))):
             canonical = _canonical(url, self._max_url_length)
             if canonical is not None:
-                args += (canonical, clean_anchor(anchors[i] if i < len(anchors) else ""))
-        return self._run("links", args).addCallback(int) if len(args) > 2 else defer.succeed(0)
+                args += (canonical, link_value(canonical, parent, anchor, xpath))
+        return self._run("links", args).addCallback(int) if len(args) > 1 else defer.succeed(0)
 
     def claim_once(self, name: str, ttl: float) -> defer.Deferred[bool]:
         """True for the one caller, over all nodes, that first claims ``name`` within ``ttl`` seconds (SET NX PX)."""
