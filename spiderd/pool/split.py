@@ -68,4 +68,5 @@ class KindSplit:
     def settle(self, wanted: int, counts: Sequence[int]) -> None:
         """A pop of ``wanted`` waiting URLs handed out ``counts[prio]`` of each kind: earn, pay, keep in 0..1."""
         if self.active and wanted > 0:
-            self._credit = [min(1.0, max(0.0, c + wanted * r - n)) for c, r, n in zip(self._credit, self.ratios, counts)]
+            earned = zip(self._credit, self.ratios, counts)
+            self._credit = [min(1.0, max(0.0, c + wanted * r - n)) for c, r, n in earned]
