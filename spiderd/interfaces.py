@@ -17,7 +17,14 @@ class IURLPool(Interface):
     pending_threshold = Attribute("Seconds a popped URL stays leased.")
 
     def add(url: str, always: bool = False, detail: bool = False):  # type: ignore[no-untyped-def]
-        """Queue ``url`` unless it is known; fires with True if it was queued."""
+        """Queue ``url`` unless it is known; fires with True if it was queued.
+
+        With ``always`` a known URL is queued too: a done or failed one at once,
+        its failures forgotten; a waiting one is left as it is (False).  A pending
+        (leased) one is queued when its lease ends, whatever the outcome of the
+        fetch in flight (True the first time, False while it is so marked): seed
+        000 queues it at once, but then a pop could hand it out while it is
+        being fetched, and a URL is never handed out twice at once."""
 
     def addmany(urls, always: bool = False, detail: bool = False):  # type: ignore[no-untyped-def]
         """Queue many URLs; fires with the number queued."""

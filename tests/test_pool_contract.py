@@ -97,6 +97,80 @@ class PoolContract:
         assert (stats["done"], stats["waiting"]) == (0, 1)
 
     @defer.inlineCallbacks
+    def test_always_on_a_leased_url_queues_it_when_the_lease_ends(self) -> Gen:
+        """add(always=True) on a pending URL queues it again (seed 000) once its lease ends, whatever the
+        outcome: never handed out twice at once, and queued once however often it is added meanwhile."""
+        pool = yield self.make_pool(concurrency=10)
+        url = "http://a.example/1"
+        yield pool.add(url)
+        assert (yield self.drain(pool)) == {url: False}
+        assert (yield pool.add(url, always=True, detail=True)) is True
+        assert (yield pool.addmany([url, url], always=True)) == 0
+        assert (yield self.drain(pool)) == {}
+        why = yield pool.why(url)
+        assert (why["state"], why.get("queued_again")) == ("pending", True)
+        yield pool.set_status(url, 200)
+        stats = yield pool.stats()
+        assert (stats["waiting"], stats["pending"], stats["done"]) == (1, 0, 0)
+        why = yield pool.why(url)
+        assert (why["state"], why["kind"], why["failures"], "queued_again" in why) == ("waiting", "detail", 0, False)
+        assert (yield self.drain(pool)) == {url: False}
+        yield pool.set_status(url, 200)
+        assert (yield self.drain(pool)) == {}
+        stats = yield pool.stats()
+        assert (stats["waiting"], stats["pending"], stats["done"]) == (0, 0, 1)
+
+    @defer.inlineCallbacks
+    def test_always_on_a_leased_url_whose_lease_runs_out(self) -> Gen:
+        """A leased URL added again whose lease runs out (its fetch died) is handed out once more, not twice."""
+        pool = yield self.make_pool(concurrency=10, pending_threshold=30)
+        url = "http://a.example/1"
+        yield pool.add(url)
+        yield self.drain(pool)
+        assert (yield pool.add(url, always=True)) is True
+        self.clock.advance(31)
+        assert (yield self.drain(pool)) == {url: False}
+        yield pool.set_status(url, 200)
+        assert (yield self.drain(pool)) == {}
+        assert (yield pool.stats())["done"] == 1
+
+    @defer.inlineCallbacks
+    def test_always_on_a_leased_url_that_fails(self) -> Gen:
+        """A leased URL added again is a new request: a failed fetch of the old one neither fails it for good
+        nor counts against the new one."""
+        pool = yield self.make_pool(failure_threshold=1)
+        url = "http://a.example/1"
+        yield pool.add(url)
+        yield self.drain(pool)
+        yield pool.set_status(url, 500)  # one failure: the next one is final
+        yield self.drain(pool)
+        assert (yield pool.add(url, always=True)) is True
+        yield pool.set_status(url, 500)
+        stats = yield pool.stats()
+        assert (stats["failed"], stats["waiting"], (yield pool.why(url))["failures"]) == (0, 1, 0)
+
+    @defer.inlineCallbacks
+    def test_always_on_a_failed_url_resets_its_failures(self) -> Gen:
+        """add(always=True) on a URL that failed for good queues it again with no failures counted."""
+        pool = yield self.make_pool(failure_threshold=1)
+        url = "http://a.example/1"
+        yield pool.add(url)
+        for _ in range(2):
+            yield self.drain(pool)
+            yield pool.set_status(url, 503)
+        assert (yield pool.stats())["failed"] == 1
+        assert (yield pool.add(url, always=True)) is True
+        why = yield pool.why(url)
+        assert (why["state"], why["failures"]) == ("waiting", 0)
+        yield self.drain(pool)
+        yield pool.set_status(url, 503)  # retried again: the count started over
+        stats = yield pool.stats()
+        assert (stats["failed"], stats["waiting"]) == (0, 1)
+        yield self.drain(pool)
+        yield pool.set_status(url, 503)
+        assert (yield pool.stats())["failed"] == 1
+
+    @defer.inlineCallbacks
     def _final_failure(self, code: int) -> Gen:
         pool = yield self.make_pool()
         yield pool.add("http://a.example/1")

@@ -4,7 +4,8 @@ Every change of a URL's state is one atomic write batch that also carries the
 counters, so a ``kill -9`` between two batches leaves a consistent pool.  Only
 the host table, the hubs and a lease bound live in memory; all of them are
 rebuilt at open from the small ``C``, ``H`` and ``L`` ranges, never by a scan
-of the URLs.
+of the URLs.  So do the marks of leased URLs added again (``always``), which
+need no rebuilding: at open every lease goes back to its queue.
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ class KVPool(CrawledSets):
         self._hub_heap: list[tuple[float, int]] = []
         # url -> [fp, host, holds a host slot] of the URLs and hubs this process handed out
         self._leased: dict[str, list[Any]] = {}
+        # fp -> prio of leased URLs added again (always=True): queued when the lease ends (a restart returns every
+        # lease to its queue, so this needs no place in the store)
+        self._again: dict[int, int] = {}
         self._hub_span = 0.0
         self._lease_bound = float("inf")
         self._ops = 0
@@ -145,7 +149,12 @@ class KVPool(CrawledSets):
             skey = k.state_key(u.fingerprint)
             state = kv_get(skey)
             if state is not None:
-                if not always or state[0] in (k.WAITING, k.PENDING):
+                if not always or state[0] == k.WAITING:
+                    continue
+                if state[0] == k.PENDING:  # leased: queued again when its lease ends, never fetched twice at once
+                    if u.fingerprint not in self._again:
+                        self._again[u.fingerprint] = prio
+                        added += 1
                     continue
                 counters[{k.DONE: 2, k.FAILED: 3, k.BATCHED: 5}[state[:1]]] -= 1
                 self._forget_crawled(batch, u.host, u.fingerprint, state)
@@ -482,6 +491,10 @@ class KVPool(CrawledSets):
             failures, prio, deadline = k.parse_active(state)
             batch.delete(k.lease_key(deadline, u.fingerprint))
             counters[1] -= 1
+            again = self._again.pop(u.fingerprint, None)
+            if again is not None:  # added again while leased: this fetch's outcome makes way for a new one
+                self._enqueue(batch, u.url, u.fingerprint, slot, again, 0)
+                return slot
         elif state is not None and state[0] == k.WAITING:
             failures, prio = self._dequeue(batch, slot, state)
         elif state is not None:
@@ -577,6 +590,8 @@ class KVPool(CrawledSets):
         state = self._kv.get(k.state_key(u.fingerprint))
         answer: dict[str, Any] = {"url": u.url, "urlhash": u.fingerprint, "host": u.host, "hub": u.fingerprint in self._hubs}
         answer.update(_describe_state(state))
+        if u.fingerprint in self._again:
+            answer["queued_again"] = True
         answer.update(self._link_of(u.fingerprint))
         slot = self.politeness.hosts.get(u.host)
         if slot is not None:
@@ -672,7 +687,9 @@ class KVPool(CrawledSets):
                 batch.delete(key)
                 self._release(self._leased.pop(url, None))
                 self._counters[1] -= 1
-                self._enqueue(batch, url, fp, slot, value[1], value[0])
+                again = self._again.pop(fp, None)  # added again while leased: a new request, no failures
+                prio, failures = (value[1], value[0]) if again is None else (again, 0)
+                self._enqueue(batch, url, fp, slot, prio, failures)
             self._commit(batch, slots.values())
         following = next(self._kv.iterator(prefix=k.LEASE, include_value=False), None)
         self._lease_bound = k.from_u64(following, 1)[0] / 1000.0 if following else float("inf")

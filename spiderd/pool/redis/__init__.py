@@ -17,6 +17,7 @@ key                                    type    holds
 ``P leases``                           zset    fingerprint (``h`` + fingerprint for a hub) -> lease deadline
 ``P lease``                            hash    same key -> kind, holds-a-host-slot, domain, URL
 ``P fails``                            hash    fingerprint -> failures, for active URLs that failed before
+``P again``                            hash    fingerprint -> prio of a pending URL added again (``always``)
 ``P hubs`` / ``P hub``                 zset    fingerprint -> next due time / hash: fingerprint -> domain, URL
 ``P counters`` / ``P meta``            hash    waiting pending done failed batched / bucket bits, hub span
 ``P batch``                            string  the last batch number handed out (``next_batch``)

@@ -280,13 +280,15 @@ class RedisPool:
         return self._run("why", [u.url, u.host]).addCallback(self._why, u)
 
     def _why(self, answer: list[Any], u: URL) -> dict[str, Any]:
-        state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed, link = answer
+        state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed, link, again = answer
         info: dict[str, Any] = {"url": u.url, "urlhash": u.fingerprint, "host": u.host, "hub": bool(int(hub)),
                                 "domain": registered_domain(u.host), "state": state}
         if state in ("waiting", "pending"):
             info.update(failures=int(failures), kind=STATES[kind])
         if state == "pending":
             info["lease_until"] = float(lease_until)
+            if int(again):
+                info["queued_again"] = True
         info.update(host_waiting=int(float(waiting)), host_inflight=int(inflight), host_delay=float(delay),
                     host_next_allowed=float(next_allowed))
         if link:

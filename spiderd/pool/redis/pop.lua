@@ -18,7 +18,7 @@ local function expire()
       redis.call('ZREM', LEASES, key)
     elseif kind ~= 'h' then
       local _, bucket, base = locate(url)
-      enqueue(url, host_of(url), domain, tonumber(kind), bucket, base)
+      enqueue(url, host_of(url), domain, take_again(key) or tonumber(kind), bucket, base)
     end
   end
 end
