@@ -273,8 +273,9 @@ class CrawlService(Service):
         if extracted.details:
             waits.append(self._detail_sink(extracted.details))
         if self._linkbase and (extracted.lists or extracted.details):
-            links, anchors = extracted.lists + extracted.details, extracted.list_anchors + extracted.detail_anchors
-            waits.append(self.pool.add_links(url, links, anchors))
+            waits.append(self.pool.add_links(url, extracted.lists + extracted.details,
+                                             extracted.list_anchors + extracted.detail_anchors,
+                                             extracted.list_xpaths + extracted.detail_xpaths))
         if kind == "detail" and self._store is not None:
             saved = self._store.save(url, fingerprint(url), result.body, compressed=extracted.compressed)
             waits.append(saved.addCallback(lambda _: self.stats.incr("stored")))

@@ -157,6 +157,9 @@ def cmd_why(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
         details.append(f"rule: {info['rule'].get('kind') or 'none'} (site {info['rule'].get('site') or 'none'})")
     if details:
         out.write("  " + "; ".join(details) + "\n")
+    if "parent" in info:  # the linkbase entry (seed 004)
+        out.write(f"  first linked from {info['parent']} by {info.get('anchor', '')!r}"
+                  f" at {info.get('xpath') or '(no xpath)'}\n")
     return OK
 
 

@@ -17,13 +17,24 @@ class IURLPool(Interface):
     pending_threshold = Attribute("Seconds a popped URL stays leased.")
 
     def add(url: str, always: bool = False, detail: bool = False):  # type: ignore[no-untyped-def]
-        """Queue ``url`` unless it is known; fires with True if it was queued."""
+        """Queue ``url`` unless it is known; fires with True if it was queued.
+
+        With ``always`` a known URL is queued too: a done or failed one at once,
+        its failures forgotten; a waiting one is left as it is (False).  A pending
+        (leased) one is queued when its lease ends, whatever the outcome of the
+        fetch in flight (True the first time, False while it is so marked): seed
+        000 queues it at once, but then a pop could hand it out while it is
+        being fetched, and a URL is never handed out twice at once."""
 
     def addmany(urls, always: bool = False, detail: bool = False):  # type: ignore[no-untyped-def]
         """Queue many URLs; fires with the number queued."""
 
     def pop(count: int, hub_percent: int = 50):  # type: ignore[no-untyped-def]
-        """Lease up to ``count`` URLs that politeness allows now; fires with ``{url: is_hub}``."""
+        """Lease up to ``count`` URLs that politeness allows now; fires with ``{url: is_hub}``.
+
+        Due hubs take up to ``hub_percent`` of it (at least one); of the rest, the
+        pool's ``list_ratio`` and ``detail_ratio`` are reserved for waiting list and
+        detail URLs (see spiderd.pool.split), and what is left goes host by host."""
 
     def claim(url: str, by: str | None = None):  # type: ignore[no-untyped-def]
         """Lease a URL that was not handed out (a redirect target) unless it is final or leased; fires True if leased.
@@ -92,8 +103,9 @@ class IURLPool(Interface):
     def import_states(records):  # type: ignore[no-untyped-def]
         """Re-add exported URLs, restore unknown finished fingerprints; fires with queued/restored/known/rejected."""
 
-    def add_links(parent: str, urls, anchors=()):  # type: ignore[no-untyped-def]
-        """Linkbase (seed 004): record that ``parent`` first linked ``urls`` (with ``anchors``); fires with the number recorded."""
+    def add_links(parent: str, urls, anchors=(), xpaths=()):  # type: ignore[no-untyped-def]
+        """Linkbase (seed 004): record that ``parent`` first linked ``urls`` (with ``anchors`` and the link elements'
+        ``xpaths``, item for item); fires with the number recorded.  ``why`` shows parent, anchor and xpath."""
 
     def recrawl(cutoffs, limit: int):  # type: ignore[no-untyped-def]
         """Queue again, as add(always=True), up to ``limit`` done pages of the crawled sets ``(domain, kind, cut-off time)`` fetched at or before the cut-off; fires with the number queued."""

@@ -5,7 +5,8 @@ The wire is a pipe each way carrying frames: a 4-byte big-endian length, then a
 sends ``("init", sites, max_url_length, max_path_depth, max_links, anchors)``; the child
 answers ``("ready", pid)``, then answers each request
 ``(id, url, body, content_type, kind, fetched_at, status, preset)`` in order with
-``(id, lists, details, item, skipped, error, list_anchors, detail_anchors, compressed)``: when ``preset`` is
+``(id, lists, details, item, skipped, error, list_anchors, detail_anchors, list_xpaths, detail_xpaths,
+compressed)`` (the fields of :class:`~spiderd.extract.Extracted`, in order): when ``preset`` is
 not None the child also XZ-compresses the body for the page store, so that
 CPU work runs in the parse processes too.  The child exits at end of input.
 
@@ -102,7 +103,7 @@ def answer(rules: Rules, max_links: int, request: tuple[Any, ...]) -> tuple[Any,
     result = extract(url, body, content_type, kind, fetched_at, status, rules, max_links)
     compressed = compress(body, preset) if preset is not None else None
     return (request_id, result.lists, result.details, result.item, result.skipped, result.error,
-            result.list_anchors, result.detail_anchors, compressed)
+            result.list_anchors, result.detail_anchors, result.list_xpaths, result.detail_xpaths, compressed)
 
 
 def extracted_from(message: tuple[Any, ...]) -> Extracted:
@@ -137,7 +138,7 @@ def write_message(stream: IO[bytes], message: Any) -> None:
     try:
         data = frame(message)
     except ValueError:
-        data = frame((message[0], [], [], None, 0, "internal-error", None))
+        data = frame((message[0], [], [], None, 0, "internal-error", [], [], [], [], None))
     stream.write(data)
 
 

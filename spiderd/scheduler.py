@@ -33,9 +33,9 @@ the long run recrawls take at most the sum of the two ratios of the fetches
 (settings refuse a sum over 1) and new URLs keep the rest; when the queues
 run low, they are topped up to ``recrawl_batch`` per run, list pages first,
 so an idle crawler refreshes at once but never floods its queues.  Seed 004's
-other two ratios, get_list and get_detail, split new URLs between list and
-detail pages; spiderd serves a host's list URLs before its detail URLs (the
-higher and lower queues of seed 002), so that split is not a setting.  Each
+other two ratios, get_list and get_detail, split each pop between the waiting
+list and detail URLs (recrawled pages included): ``[pool] list_ratio`` and
+``detail_ratio``, see :mod:`spiderd.pool.split`.  Each
 node of a cluster runs its own recrawler; one script per call on Redis means
 no page is queued twice.  Sites that share a registered domain share the
 shortest interval.

@@ -79,6 +79,8 @@ class Settings:
     recrawl_batch: int = 1000
     recrawl_list_ratio: float = 0.2
     recrawl_detail_ratio: float = 0.1
+    list_ratio: float = 0.0  # seed 004's get_list: the share of a pop's waiting URLs reserved for list URLs
+    detail_ratio: float = 0.0  # seed 004's get_detail: the same for detail URLs
     linkbase: bool = False
     linkbase_max: int = 0
     seeds: tuple[str, ...] = ()
@@ -184,6 +186,8 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "recrawl_batch": ("recrawl_batch", "positive_int"),
         "recrawl_list_ratio": ("recrawl_list_ratio", "ratio"),
         "recrawl_detail_ratio": ("recrawl_detail_ratio", "ratio"),
+        "list_ratio": ("list_ratio", "ratio"),
+        "detail_ratio": ("detail_ratio", "ratio"),
         "linkbase": ("linkbase", "bool"),
         "linkbase_max": ("linkbase_max", "count"),
     },
@@ -731,12 +735,18 @@ def _check_together(settings: Settings) -> None:
 
 
 def _check_recrawl(settings: Settings) -> None:
-    """Recrawls leave new URLs a share of the fetches; detail pages sent in batches cannot be recrawled here."""
+    """Recrawls leave new URLs a share of the fetches, the kinds' shares of a pop add up to at most 1; detail
+    pages sent in batches cannot be recrawled here."""
     if settings.recrawl_list_ratio + settings.recrawl_detail_ratio > 1:
         raise ConfigError(
             f"{settings.source}: pool.recrawl_detail_ratio: with pool.recrawl_list_ratio, the share of fetches "
             f"recrawls may take while new URLs wait; the sum must not exceed 1 "
             f"({settings.recrawl_list_ratio} + {settings.recrawl_detail_ratio})"
+        )
+    if settings.list_ratio + settings.detail_ratio > 1:
+        raise ConfigError(
+            f"{settings.source}: pool.detail_ratio: with pool.list_ratio, the share of a pop reserved for "
+            f"each kind of waiting URL; the sum must not exceed 1 ({settings.list_ratio} + {settings.detail_ratio})"
         )
     if not settings.batch_targets or settings.role == "worker":
         return

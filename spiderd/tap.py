@@ -195,6 +195,8 @@ def _pool_service(settings: cfg.Settings, reactor: Any, top: Any) -> Any:
         recrawl=RecrawlPolicy.from_sites(settings.sites).pairs(),
         linkbase=settings.linkbase,
         linkbase_max=settings.linkbase_max,
+        list_ratio=settings.list_ratio,
+        detail_ratio=settings.detail_ratio,
     )
     if settings.pool_backend == "redis":
         from .core.secrets import redact

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as s
+from lxml import etree
 
 from spiderd.extract import Extracted, Rules, extract
 from spiderd.settings import from_dict
@@ -120,6 +121,28 @@ def test_area_and_pagination_links_but_not_other_link_tags() -> None:
     body = '<map><area href="/c/area"></map><img src="/c/img.png"><a name="anchor-only">x</a>'
     result = run(f"<html><head>{head}</head><body>{body}</body></html>")
     assert result.lists == ["https://shop.example.com/c/2", "https://shop.example.com/c/area"]
+
+
+def test_link_xpaths_find_the_links_again() -> None:
+    """For the linkbase, each kept link has its element's path in the page (lxml's getpath, seed 004's
+    linkinfo xpath), and that path finds the element again; without the linkbase there are none."""
+    page = ('<html><body><div><p><a href="/c/a">a</a></p><ul><li><a href="/c/b">b</a></li>'
+            '<li><a href="/p/1">p</a></li></ul></div><a href="/c/a">again</a></body></html>')
+    result = run(page, rules=Rules(RULES.sites, anchors=True))
+    assert result.list_xpaths == ["/html/body/div/p/a", "/html/body/div/ul/li[1]/a"]
+    assert result.detail_xpaths == ["/html/body/div/ul/li[2]/a"]
+    tree = etree.fromstring(page, etree.HTMLParser()).getroottree()
+    for url, path in zip(result.lists + result.details, result.list_xpaths + result.detail_xpaths):
+        assert url.endswith(tree.xpath(path)[0].get("href"))
+    assert (run(page).list_xpaths, run(page).detail_xpaths) == ([], [])
+
+
+def test_a_link_path_too_long_is_left_out() -> None:
+    """A link nested deeper than a path of MAX_XPATH characters keeps its place with an empty path."""
+    deep = "<div>" * 200 + '<a href="/c/deep">x</a>' + "</div>" * 200 + '<a href="/c/flat">y</a>'
+    result = run(deep, rules=Rules(RULES.sites, anchors=True))
+    assert result.lists == ["https://shop.example.com/c/deep", "https://shop.example.com/c/flat"]
+    assert result.list_xpaths[0] == "" and result.list_xpaths[1].endswith("/a")
 
 
 def test_max_links_cap_counts_the_rest_as_skipped() -> None:
@@ -374,6 +397,26 @@ def test_fuzz_random_bytes(body: bytes, content_type: str | None, kind: str) -> 
 def test_fuzz_html_ish_markup(body: bytes, content_type: str | None, kind: str, url: str) -> None:
     """Random markup with random hrefs never raises and gives only canonical http(s) URLs."""
     assert_sane(run(body, url=url, kind=kind, content_type=content_type))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=markup())
+def test_fuzz_link_paths_are_getpaths(body: bytes) -> None:
+    """The linear-time paths of large pages are the ones lxml's getpath gives (small pages use getpath)."""
+    from spiderd.extract import _hrefs, _parse, _Paths
+
+    root = _parse(body + b"<!-- x --><p>1</p><p>2</p><!-- y -->", "text/html")
+    if root is not None:
+        paths, getpath = _Paths(), root.getroottree().getpath
+        for element in _hrefs(root)[1] + list(root.iter(etree.Element)):
+            assert paths(element) == getpath(element)
+
+
+def test_large_pages_take_linear_time_paths() -> None:
+    """A page of 20,000 sibling links, past the budget of lxml's getpath (quadratic there), gets the paths
+    getpath would give, from the linear-time _Paths."""
+    result = run(links(*(f"/c/{i}" for i in range(20_000))), rules=Rules(RULES.sites, anchors=True))
+    assert len(result.list_xpaths) == 10_000 and result.list_xpaths[-1] == "/html/body/a[10000]"
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,7 +1,11 @@
-"""Seed 004's linkbase end to end: anchors from extraction, through the parse workers, into the pool, out of why()."""
+"""Seed 004's linkbase end to end: anchors and link paths from extraction, through the parse workers, into the
+pool, out of why()."""
 
 from __future__ import annotations
 
+import argparse
+import io
+import marshal
 import shutil
 import tempfile
 from pathlib import Path
@@ -44,17 +48,41 @@ def test_anchors_are_parallel_to_the_links() -> None:
     assert result.detail_anchors == ["", "Red hat", "Area link"]
 
 
+def test_xpaths_are_parallel_to_the_links() -> None:
+    """Each kept link has the path of its element (the first one, for a URL linked twice), as seed 004's
+    linkinfo keeps the xpath."""
+    result = run(anchors=True)
+    assert result.list_xpaths == ["/html/head/link", "/html/body/a[1]", "/html/body/a[5]"]
+    assert result.detail_xpaths == ["/html/body/a[2]", "/html/body/a[3]", "/html/body/map/area"]
+
+
 def test_no_anchors_unless_asked() -> None:
-    """Without the linkbase, extraction collects no anchors (and costs nothing more)."""
+    """Without the linkbase, extraction collects no anchors or paths (and costs nothing more)."""
     result = run(anchors=False)
     assert (result.list_anchors, result.detail_anchors) == ([], [])
+    assert (result.list_xpaths, result.detail_xpaths) == ([], [])
     assert result.details == run(anchors=True).details
 
 
 def test_anchors_cross_the_parse_worker_pipe() -> None:
-    """A parse worker's answer carries the anchors; the parent rebuilds the same Extracted."""
+    """A parse worker's answer carries the anchors and the paths; the parent rebuilds the same Extracted."""
     request = (7, "http://a.example/c/", PAGE, "text/html", "list", 0.0, 200, None)
-    assert extracted_from(answer(Rules(SITES, anchors=True), 100, request)) == run(anchors=True)
+    rebuilt = extracted_from(marshal.loads(marshal.dumps(answer(Rules(SITES, anchors=True), 100, request))))
+    assert rebuilt == run(anchors=True) and rebuilt.detail_xpaths[2] == "/html/body/map/area"
+
+
+def test_spiderctl_why_shows_the_linkbase_entry() -> None:
+    """spiderctl why prints where a URL was first linked: parent, anchor and xpath."""
+    from spiderd import ctl
+
+    class Client:
+        def call(self, method: str, path: str) -> dict[str, Any]:
+            return {"url": "http://a.example/item/1", "state": "done", "reason": "fetched", "parent":
+                    "http://a.example/c/", "anchor": "Red hat", "xpath": "/html/body/a[3]"}
+
+    out = io.StringIO()
+    ctl.cmd_why(Client(), argparse.Namespace(target="http://a.example/item/1", json=False), out)  # type: ignore[arg-type]
+    assert "first linked from http://a.example/c/ by 'Red hat' at /html/body/a[3]" in out.getvalue()
 
 
 class LinkbaseCrawlTests(unittest.TestCase):
@@ -72,7 +100,7 @@ class LinkbaseCrawlTests(unittest.TestCase):
 
     @defer.inlineCallbacks
     def test_why_tells_parent_and_anchor(self) -> Any:
-        """Every item page has a linkbase entry: a list page as parent, "Item N" as anchor."""
+        """Every item page has a linkbase entry: a list page as parent, "Item N" as anchor, the link's xpath."""
         settings = node_settings(str(self.data), self.root, pool={"linkbase": True}, parse={"workers": 1},
                                  sites=DEMO["sites"])
         cfg.check_data_dir(settings)
@@ -88,4 +116,5 @@ class LinkbaseCrawlTests(unittest.TestCase):
         self.assertEqual(why["state"], "done")
         self.assertRegex(why["parent"], r"/list/\d\.html$")
         self.assertEqual(why["anchor"], "Item 7")
+        self.assertRegex(why["xpath"], r"^/html/body/.*a(\[\d+\])?$")
         self.assertEqual((root_why["parent"], root_why["anchor"]), (self.root, "Catalogue page 1"))

@@ -97,6 +97,80 @@ class PoolContract:
         assert (stats["done"], stats["waiting"]) == (0, 1)
 
     @defer.inlineCallbacks
+    def test_always_on_a_leased_url_queues_it_when_the_lease_ends(self) -> Gen:
+        """add(always=True) on a pending URL queues it again (seed 000) once its lease ends, whatever the
+        outcome: never handed out twice at once, and queued once however often it is added meanwhile."""
+        pool = yield self.make_pool(concurrency=10)
+        url = "http://a.example/1"
+        yield pool.add(url)
+        assert (yield self.drain(pool)) == {url: False}
+        assert (yield pool.add(url, always=True, detail=True)) is True
+        assert (yield pool.addmany([url, url], always=True)) == 0
+        assert (yield self.drain(pool)) == {}
+        why = yield pool.why(url)
+        assert (why["state"], why.get("queued_again")) == ("pending", True)
+        yield pool.set_status(url, 200)
+        stats = yield pool.stats()
+        assert (stats["waiting"], stats["pending"], stats["done"]) == (1, 0, 0)
+        why = yield pool.why(url)
+        assert (why["state"], why["kind"], why["failures"], "queued_again" in why) == ("waiting", "detail", 0, False)
+        assert (yield self.drain(pool)) == {url: False}
+        yield pool.set_status(url, 200)
+        assert (yield self.drain(pool)) == {}
+        stats = yield pool.stats()
+        assert (stats["waiting"], stats["pending"], stats["done"]) == (0, 0, 1)
+
+    @defer.inlineCallbacks
+    def test_always_on_a_leased_url_whose_lease_runs_out(self) -> Gen:
+        """A leased URL added again whose lease runs out (its fetch died) is handed out once more, not twice."""
+        pool = yield self.make_pool(concurrency=10, pending_threshold=30)
+        url = "http://a.example/1"
+        yield pool.add(url)
+        yield self.drain(pool)
+        assert (yield pool.add(url, always=True)) is True
+        self.clock.advance(31)
+        assert (yield self.drain(pool)) == {url: False}
+        yield pool.set_status(url, 200)
+        assert (yield self.drain(pool)) == {}
+        assert (yield pool.stats())["done"] == 1
+
+    @defer.inlineCallbacks
+    def test_always_on_a_leased_url_that_fails(self) -> Gen:
+        """A leased URL added again is a new request: a failed fetch of the old one neither fails it for good
+        nor counts against the new one."""
+        pool = yield self.make_pool(failure_threshold=1)
+        url = "http://a.example/1"
+        yield pool.add(url)
+        yield self.drain(pool)
+        yield pool.set_status(url, 500)  # one failure: the next one is final
+        yield self.drain(pool)
+        assert (yield pool.add(url, always=True)) is True
+        yield pool.set_status(url, 500)
+        stats = yield pool.stats()
+        assert (stats["failed"], stats["waiting"], (yield pool.why(url))["failures"]) == (0, 1, 0)
+
+    @defer.inlineCallbacks
+    def test_always_on_a_failed_url_resets_its_failures(self) -> Gen:
+        """add(always=True) on a URL that failed for good queues it again with no failures counted."""
+        pool = yield self.make_pool(failure_threshold=1)
+        url = "http://a.example/1"
+        yield pool.add(url)
+        for _ in range(2):
+            yield self.drain(pool)
+            yield pool.set_status(url, 503)
+        assert (yield pool.stats())["failed"] == 1
+        assert (yield pool.add(url, always=True)) is True
+        why = yield pool.why(url)
+        assert (why["state"], why["failures"]) == ("waiting", 0)
+        yield self.drain(pool)
+        yield pool.set_status(url, 503)  # retried again: the count started over
+        stats = yield pool.stats()
+        assert (stats["failed"], stats["waiting"]) == (0, 1)
+        yield self.drain(pool)
+        yield pool.set_status(url, 503)
+        assert (yield pool.stats())["failed"] == 1
+
+    @defer.inlineCallbacks
     def _final_failure(self, code: int) -> Gen:
         pool = yield self.make_pool()
         yield pool.add("http://a.example/1")
@@ -218,6 +292,52 @@ class PoolContract:
         yield pool.addmany([f"http://a.example/d{i}" for i in range(3)], detail=True)
         yield pool.addmany([f"http://a.example/l{i}" for i in range(2)])
         assert list((yield self.drain(pool, 2))) == ["http://a.example/l0", "http://a.example/l1"]
+
+    @staticmethod
+    def kinds(popped: Any) -> tuple[int, int]:
+        """(list URLs, detail URLs) of a pop whose detail URLs have a path starting with /d."""
+        details = sum("/d" in url.split("example", 1)[1][:2] for url in popped)
+        return len(popped) - details, details
+
+    @defer.inlineCallbacks
+    def test_split_between_kinds(self) -> Gen:
+        """With list_ratio and detail_ratio (seed 004's get_list, get_detail), a pop with enough waiting of both
+        kinds hands them out in that split, though list URLs come first in a host."""
+        pool = yield self.make_pool(concurrency=100, list_ratio=0.25, detail_ratio=0.75)
+        yield pool.addmany([f"http://one.example/l{i}" for i in range(20)])
+        yield pool.addmany([f"http://one.example/d{i}" for i in range(20)], detail=True)
+        assert self.kinds((yield self.drain(pool, 8))) == (2, 6)
+        assert self.kinds((yield self.drain(pool, 4))) == (1, 3)
+
+    @defer.inlineCallbacks
+    def test_split_over_hosts_of_one_kind(self) -> Gen:
+        """The split holds when each kind lives on hosts of its own (list pages on one host, detail pages on
+        another: seed 004's item.tmall.com), even with many list hosts taking turns before the detail one."""
+        pool = yield self.make_pool(concurrency=10, list_ratio=0.5, detail_ratio=0.5)
+        yield pool.addmany([f"http://list{i}.shop.example/l{j}" for i in range(20) for j in range(5)])
+        yield pool.addmany([f"http://item.shop.example/d{i}" for i in range(20)], detail=True)
+        assert self.kinds((yield self.drain(pool, 10))) == (5, 5)
+
+    @defer.inlineCallbacks
+    def test_split_left_to_the_other_kind(self) -> Gen:
+        """A kind with none waiting leaves its share to the other: the pop is as large as without a split."""
+        pool = yield self.make_pool(concurrency=100, list_ratio=0.5, detail_ratio=0.5)
+        yield pool.addmany([f"http://one.example/l{i}" for i in range(20)])
+        assert self.kinds((yield self.drain(pool, 6))) == (6, 0)
+        yield pool.addmany([f"http://one.example/d{i}" for i in range(3)], detail=True)
+        assert self.kinds((yield self.drain(pool, 10))) == (7, 3)
+        assert self.kinds((yield self.drain(pool, 4))) == (4, 0)
+
+    @defer.inlineCallbacks
+    def test_split_over_small_pops(self) -> Gen:
+        """Pops of one URL (the fetch loop's usual pop) add up to the split."""
+        pool = yield self.make_pool(concurrency=100, list_ratio=0.7, detail_ratio=0.3)
+        yield pool.addmany([f"http://one.example/l{i}" for i in range(20)])
+        yield pool.addmany([f"http://one.example/d{i}" for i in range(20)], detail=True)
+        popped: dict[str, bool] = {}
+        for _ in range(10):
+            popped.update((yield self.drain(pool, 1)))
+        assert self.kinds(popped) == (7, 3)
 
     @defer.inlineCallbacks
     def test_delay_and_turns(self) -> Gen:
@@ -701,3 +821,14 @@ def test_prefix_end_carries() -> None:
     assert prefix_end(b"Qa") == b"Qb"
     assert prefix_end(b"Q\x01\xff\xff") == b"Q\x02"
     assert prefix_end(b"\xff\xff") is None
+
+
+def test_split_ratios_checked() -> None:
+    """Kind ratios outside 0..1, or adding up to more than 1, are refused."""
+    import pytest
+
+    from spiderd.pool.split import KindSplit
+
+    for ratios in ((-0.1, 0.0), (0.0, 1.5), (0.6, 0.5)):
+        with pytest.raises(ValueError):
+            KindSplit(*ratios)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from typing import Any, Generator
 
@@ -150,6 +151,40 @@ class Seed004Contract:
         assert "parent" not in (yield pool.why("http://a.example/3"))
 
     @defer.inlineCallbacks
+    def test_linkbase_keeps_the_link_xpath(self) -> Gen:
+        """add_links keeps each link's xpath (seed 004's linkinfo); why() shows it; a link given none, or a
+        path that is not one line, has ""."""
+        pool = yield self.make_pool(linkbase=True)
+        parent = "http://a.example/list"
+        links = [f"http://a.example/{i}" for i in range(4)]
+        xpaths = ["/html/body/a[1]", "/html/body/ul/li[2]/a", "/bad\npath"]
+        assert (yield pool.add_links(parent, links, ["one", "two"], xpaths)) == 4
+        found = []
+        for url in links:
+            found.append((yield pool.why(url)))
+        assert [w["xpath"] for w in found] == ["/html/body/a[1]", "/html/body/ul/li[2]/a", "", ""]
+        assert [w["anchor"] for w in found] == ["one", "two", "", ""]
+
+    @defer.inlineCallbacks
+    def test_linkbase_entries_without_xpath_still_load(self) -> Gen:
+        """An entry written before spiderd kept the xpath (URL, parent, anchor) reads with an empty xpath, and
+        stays the first discovery."""
+        pool = yield self.make_pool(linkbase=True)
+        yield self.write_old_link(pool, "http://a.example/old", "http://a.example/list", "Old one")
+        answer = yield pool.why("http://a.example/old")
+        assert (answer["parent"], answer["anchor"], answer["xpath"]) == ("http://a.example/list", "Old one", "")
+        assert (yield pool.add_links("http://a.example/new", ["http://a.example/old"], ["new"], ["/html/a"])) == 0
+        assert (yield pool.why("http://a.example/old"))["parent"] == "http://a.example/list"
+
+    def write_old_link(self, pool: Any, url: str, parent: str, anchor: str) -> defer.Deferred[Any]:
+        """Store a linkbase entry as spiderd wrote it before the xpath: URL, parent, anchor."""
+        from spiderd.pool import keys
+        from spiderd.urls import fingerprint
+
+        pool._kv.put(keys.link_key(fingerprint(url)), "\n".join((url, parent, anchor)).encode())
+        return defer.succeed(None)
+
+    @defer.inlineCallbacks
     def test_linkbase_off_or_full(self) -> Gen:
         """With the linkbase off nothing is recorded; with linkbase_max it stops adding (nothing is evicted)."""
         off = yield self.make_pool()
@@ -232,6 +267,11 @@ class RedisSeed004Tests(RedisKeys, Seed004Contract, TestCase):
     def open_pool(self, options: dict[str, Any]) -> Generator[Any, Any, Any]:
         politeness = options.pop("politeness")
         return (yield self.open_redis(self.clock, politeness, options))
+
+    def write_old_link(self, pool: Any, url: str, parent: str, anchor: str) -> defer.Deferred[Any]:
+        """Store a linkbase entry as spiderd wrote it before the xpath, in its ``P l:<bucket>`` hash."""
+        fp = hashlib.sha1(url.encode()).hexdigest()[:16]
+        return self.admin.execute("HSET", f"{self.prefix}l:{int(fp[:3], 16)}", fp, "\n".join((url, parent, anchor)))
 
     @defer.inlineCallbacks
     def test_crawled_set_is_a_sorted_set_by_fetch_time(self) -> Gen:

@@ -294,17 +294,20 @@ class RecrawlerTests(TestCase):
 
 
 def test_wired_by_tap(tmp_path: Any) -> None:
-    """seed_cron adds the seed timer, a site's recrawl interval the recrawler and the pool's crawled sets."""
+    """seed_cron adds the seed timer, a site's recrawl interval the recrawler and the pool's crawled sets; the
+    kinds' shares of a pop (list_ratio, detail_ratio) reach the pool."""
     from twisted.internet import reactor
 
     from spiderd import tap
 
     raw = {"spiderd": {"data_dir": str(tmp_path)}, "parse": {"workers": 0}, "batch": {"targets": []},
-           "pool": {"backend": "memory", "seed_cron": "0 10 1 * * ?"}, "store": {"url": "none"},
+           "pool": {"backend": "memory", "seed_cron": "0 10 1 * * ?", "list_ratio": 0.3, "detail_ratio": 0.6},
+           "store": {"url": "none"},
            "sites": [{"allowed_hosts": ["www.a.example"], "recrawl_list": 60}]}
     named = tap.build(cfg.from_dict(raw), reactor).namedServices
     assert isinstance(named["seed-timer"], SeedTimer) and isinstance(named["recrawler"], Recrawler)
     assert named["pool"].pool._recrawl == {"a.example": frozenset({0})}
+    assert named["pool"].pool.split.ratios == (0.3, 0.6)
     raw["pool"] = {"backend": "memory"}
     raw["sites"] = [{"allowed_hosts": ["www.a.example"]}]
     named = tap.build(cfg.from_dict(raw), reactor).namedServices

@@ -137,6 +137,8 @@ def test_unwritable_data_dir(tmp_path: Path) -> None:
         ({"pool": {"recrawl_list_ratio": 1.5}}, "pool.recrawl_list_ratio", "between 0 and 1"),
         ({"pool": {"recrawl_list_ratio": 0.7, "recrawl_detail_ratio": 0.6}}, "pool.recrawl_detail_ratio",
          "must not exceed 1"),
+        ({"pool": {"list_ratio": 1.5}}, "pool.list_ratio", "between 0 and 1"),
+        ({"pool": {"list_ratio": 0.5, "detail_ratio": 0.6}}, "pool.detail_ratio", "must not exceed 1"),
         ({"pool": {"recrawl_batch": 0}}, "pool.recrawl_batch", "1 or more"),
         ({"pool": {"recrawl_every": 0}}, "pool.recrawl_every", "greater than 0"),
         ({"pool": {"linkbase": "yes"}}, "pool.linkbase", "true or false"),
@@ -167,13 +169,15 @@ def test_bad_cluster_values(raw: dict[str, Any], key: str, words: str) -> None:
 def test_cluster_values() -> None:
     """Shards are a tuple of URLs (one URL stays a string); the seed-002 cron and the recrawl keys load."""
     settings = cfg.from_dict({
-        "pool": {"seed_cron": "0 10 1 * * ?", "recrawl_detail_ratio": 0.3, "linkbase": True, "redis_namespace": "t:"},
+        "pool": {"seed_cron": "0 10 1 * * ?", "recrawl_detail_ratio": 0.3, "linkbase": True, "redis_namespace": "t:",
+                 "list_ratio": 0.25, "detail_ratio": 0.75},
         "store": {"url": ["mysql://u@h/a", "mysql://u@h/b"]},
         "sites": [{"allowed_hosts": ["a.example"], "recrawl_list": 3600}],
     })
     assert settings.store_url == ("mysql://u@h/a", "mysql://u@h/b")
     assert (settings.seed_cron, settings.recrawl_detail_ratio, settings.linkbase) == ("0 10 1 * * ?", 0.3, True)
     assert (settings.sites[0].recrawl_list, settings.sites[0].recrawl_detail) == (3600.0, 0.0)
+    assert (settings.list_ratio, settings.detail_ratio) == (0.25, 0.75)
     assert cfg.from_dict({}).store_url == "sqlite:///pages.sqlite3"
 
 

@@ -199,7 +199,7 @@ class OpenApiTests(ApiCase):
 
     @defer.inlineCallbacks
     def test_why_done_pending_failed(self) -> Gen:
-        """why() of a done, a failed and a leased URL."""
+        """why() of a done, a failed and a leased URL, and of a leased one added again."""
         pool = self.node.pool
         yield pool.addmany(["http://a.example/done", "http://b.example/gone", "http://c.example/now"])
         yield pool.pop(10)
@@ -209,6 +209,9 @@ class OpenApiTests(ApiCase):
         assert "failed for good" in (yield self.call("GET", "/api/why?url=http://b.example/gone")).json["reason"]
         now = (yield self.call("GET", "/api/why?url=http://c.example/now")).json
         assert now["state"] == "pending" and now["reason"].startswith("being fetched now")
+        yield pool.add("http://c.example/now", always=True)
+        now = (yield self.call("GET", "/api/why?url=http://c.example/now")).json
+        assert now["queued_again"] is True and "queued again when the lease ends" in now["reason"]
 
     @defer.inlineCallbacks
     def test_history_and_rates(self) -> Gen:

@@ -12,8 +12,10 @@ keep nothing more.  ``recrawl`` walks each (domain, kind) range from its
 oldest entry up to the cut-off time and puts those pages back in their queues,
 like ``add(always=True)``.
 
-Linkbase.  ``K`` fp -> URL, parent URL and anchor text of the page that
-linked to it first; off unless ``linkbase``; with ``linkbase_max`` it stops
+Linkbase.  ``K`` fp -> URL, parent URL, anchor text and the link element's
+path in the parent (``xpath``, seed 004's linkinfo) of the page that linked to
+it first (see :func:`link_value`; entries written before the path was kept
+have none, and read with ``xpath`` ""); off unless ``linkbase``; with ``linkbase_max`` it stops
 adding once that many entries exist (first discoveries are kept, nothing is
 evicted).  Claims (``claim_once``) live in memory: one process owns the store.
 """
@@ -29,11 +31,33 @@ from . import keys as k
 
 KINDS = {"list": 0, "detail": 1}
 MAX_ANCHOR = 200
+MAX_XPATH = 500
+LINK_FIELDS = ("parent", "anchor", "xpath")
 
 
 def clean_anchor(text: str | None) -> str:
     """Anchor text on one line, whitespace collapsed, at most MAX_ANCHOR characters."""
     return " ".join((text or "").split())[:MAX_ANCHOR].rstrip()
+
+
+def link_value(url: str, parent: str, anchor: str | None, xpath: str | None) -> str:
+    """A linkbase entry (both backends): URL, parent, anchor and xpath, one per line; a path that is not one
+    line of at most MAX_XPATH characters is left out ("")."""
+    path = xpath or ""
+    if len(path) > MAX_XPATH or "\n" in path or "\r" in path:
+        path = ""
+    return "\n".join((url, parent, clean_anchor(anchor), path))
+
+
+def link_info(value: str) -> dict[str, str]:
+    """``parent``, ``anchor`` and ``xpath`` of a linkbase entry; one written without an xpath has ""."""
+    fields = value.split("\n", 3)[1:]
+    return dict(zip(LINK_FIELDS, fields + [""] * (len(LINK_FIELDS) - len(fields))))
+
+
+def parallel(values: Sequence[str], count: int) -> list[str]:
+    """``values`` for ``count`` links: cut, or padded with ""."""
+    return [*values[:count], *[""] * (count - len(values))]
 
 
 def recrawl_pairs(pairs: Iterable[tuple[str, str]]) -> dict[str, frozenset[int]]:
@@ -116,17 +140,18 @@ class CrawledSets:
 
     # -- linkbase ---------------------------------------------------------------------
 
-    def add_links(self, parent: str, urls: Sequence[str], anchors: Sequence[str] = ()) -> defer.Deferred[int]:
-        """Record how ``urls`` were first found (``parent``, anchor text); fires with the number recorded."""
+    def add_links(self, parent: str, urls: Sequence[str], anchors: Sequence[str] = (),
+                  xpaths: Sequence[str] = ()) -> defer.Deferred[int]:
+        """Record how ``urls`` were first found (``parent``, anchor text, link path); fires with the number recorded."""
         if not self._linkbase or self._links >= self._linkbase_max:
             return defer.succeed(0)
         batch = self._kv.write_batch()
         added = 0
-        for url, anchor in zip(urls, [*anchors, *[""] * (len(urls) - len(anchors))]):
+        for url, anchor, xpath in zip(urls, parallel(anchors, len(urls)), parallel(xpaths, len(urls))):
             u = _parsed(url)
             if u is None or self._kv.get(k.link_key(u.fingerprint)) is not None:
                 continue
-            batch.put(k.link_key(u.fingerprint), "\n".join((u.url, parent, clean_anchor(anchor))).encode())
+            batch.put(k.link_key(u.fingerprint), link_value(u.url, parent, anchor, xpath).encode())
             added += 1
             if self._links + added >= self._linkbase_max:
                 break
@@ -138,10 +163,7 @@ class CrawledSets:
 
     def _link_of(self, fp: int) -> dict[str, str]:
         value = self._kv.get(k.link_key(fp))
-        if value is None:
-            return {}
-        _, parent, anchor = value.decode().split("\n", 2)
-        return {"parent": parent, "anchor": anchor}
+        return {} if value is None else link_info(value.decode())
 
     # -- claims -----------------------------------------------------------------------
 

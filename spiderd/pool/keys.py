@@ -14,7 +14,7 @@ key                                         value
 ``G``                                       waiting pending done failed seq batched
 ``N``                                       the last batch number handed out
 ``R`` domain-id prio fetch-ms fp            the URL (a crawled set: done pages to recrawl)
-``K`` fp                                    linkbase: URL, parent URL, anchor (``\n``-separated)
+``K`` fp                                    linkbase: URL, parent URL, anchor, xpath (``\n``-separated)
 ``J``                                       linkbase entries
 ``M`` name                                  a checkpoint (``set_statuses``): a count
 ==========================================  =========================================

@@ -4,7 +4,8 @@ Every change of a URL's state is one atomic write batch that also carries the
 counters, so a ``kill -9`` between two batches leaves a consistent pool.  Only
 the host table, the hubs and a lease bound live in memory; all of them are
 rebuilt at open from the small ``C``, ``H`` and ``L`` ranges, never by a scan
-of the URLs.
+of the URLs.  So do the marks of leased URLs added again (``always``), which
+need no rebuilding: at open every lease goes back to its queue.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from . import keys as k
 from .crawled import CrawledSets
 from . import records as rec
 from .kvexport import FINGERPRINT, KVExport
+from .split import RESERVE_SCAN, KindSplit
 
 log = Logger()
 
@@ -70,6 +72,8 @@ class KVPool(CrawledSets):
         recrawl: Iterable[tuple[str, str]] = (),
         linkbase: bool = False,
         linkbase_max: int = 0,
+        list_ratio: float = 0.0,
+        detail_ratio: float = 0.0,
     ) -> None:
         self._kv = kv
         self._clock = clock
@@ -80,12 +84,16 @@ class KVPool(CrawledSets):
         self._final_codes = final_codes
         self._max_url_length = max_url_length
         self._max_per_host = max_urls_per_host
+        self.split = KindSplit(list_ratio, detail_ratio)
         self.rejected: Counter[str] = Counter()
         self._counters = k.unpack_counters(kv.get(k.COUNTERS))
         self._hubs: dict[int, list[Any]] = {}  # fp -> [url, host, next_due]
         self._hub_heap: list[tuple[float, int]] = []
         # url -> [fp, host, holds a host slot] of the URLs and hubs this process handed out
         self._leased: dict[str, list[Any]] = {}
+        # fp -> prio of leased URLs added again (always=True): queued when the lease ends (a restart returns every
+        # lease to its queue, so this needs no place in the store)
+        self._again: dict[int, int] = {}
         self._hub_span = 0.0
         self._seeds: list[str] = []  # the configured seeds, as last given to set_seeds
         self._lease_bound = float("inf")
@@ -142,7 +150,12 @@ class KVPool(CrawledSets):
             skey = k.state_key(u.fingerprint)
             state = kv_get(skey)
             if state is not None:
-                if not always or state[0] in (k.WAITING, k.PENDING):
+                if not always or state[0] == k.WAITING:
+                    continue
+                if state[0] == k.PENDING:  # leased: queued again when its lease ends, never fetched twice at once
+                    if u.fingerprint not in self._again:
+                        self._again[u.fingerprint] = prio
+                        added += 1
                     continue
                 counters[{k.DONE: 2, k.FAILED: 3, k.BATCHED: 5}[state[:1]]] -= 1
                 self._forget_crawled(batch, u.host, u.fingerprint, state)
@@ -200,38 +213,72 @@ class KVPool(CrawledSets):
         return defer.succeed(result)
 
     def _pop_urls(self, batch: Any, now: float, wanted: int, result: dict[str, bool]) -> list[HostSlot]:
-        politeness = self.politeness
+        """Lease up to ``wanted`` waiting URLs: the kinds' reserved shares first (see split.py), then any."""
         deadline_ms = int((now + self.pending_threshold) * 1000)
-        touched = []
-        while wanted > 0:
-            slot = politeness.ready(now)
-            if slot is None:
-                break
-            quota = politeness.quota(slot, now, wanted)
-            taken = self._take(batch, slot, quota, deadline_ms, result)
-            if taken < quota:  # the count said more: trust the store
-                slot.waiting = taken
-            politeness.taken(slot, taken, now)
-            touched.append(slot)
-            wanted -= taken
-            self._counters[0] -= taken
-            self._counters[1] += taken
+        touched: list[HostSlot] = []
+        taken = [0, 0]
+        reserved = self.split.reserve(wanted)
+        left = wanted
+        if any(reserved):
+            left -= self._turns(batch, now, reserved, True, deadline_ms, result, touched, taken)
+        self._turns(batch, now, [left, left], False, deadline_ms, result, touched, taken)
+        self.split.settle(wanted, taken)
         if touched and self._lease_bound == float("inf"):
             self._lease_bound = deadline_ms / 1000.0
         return touched
 
-    def _take(self, batch: Any, slot: HostSlot, quota: int, deadline_ms: int, result: dict[str, bool]) -> int:
-        """Lease up to ``quota`` URLs of one host, list URLs first."""
+    def _turns(self, batch: Any, now: float, caps: list[int], strict: bool, deadline_ms: int,
+               result: dict[str, bool], touched: list[HostSlot], taken: list[int]) -> int:
+        """Hosts in turn give up to ``caps[prio]`` URLs of each kind, ``sum(caps)`` in all if ``strict``, else
+        ``max(caps)`` of any kind (``caps`` of one number each); returns the number leased.
+
+        When ``strict``, a host with none of the kinds still wanted keeps its
+        turn (is passed over), up to RESERVE_SCAN hosts a call.
+        """
+        politeness = self.politeness
+        wanted = sum(caps) if strict else max(caps)
+        passed: list[HostSlot] = []
+        got = 0
+        while wanted > 0 and len(passed) < RESERVE_SCAN:
+            slot = politeness.ready(now)
+            if slot is None:
+                break
+            quota = politeness.quota(slot, now, wanted)
+            if passed:  # hosts passed over are ready too: one URL a turn
+                quota = min(quota, 1)
+            counts = self._take(batch, slot, quota, caps, deadline_ms, result)
+            took = counts[0] + counts[1]
+            if strict and not took:
+                passed.append(slot)
+                continue
+            if took < quota and not strict:  # the count said more: trust the store
+                slot.waiting = took
+            politeness.taken(slot, took, now)
+            touched.append(slot)
+            taken[0] += counts[0]
+            taken[1] += counts[1]
+            wanted -= took
+            got += took
+            self._counters[0] -= took
+            self._counters[1] += took
+        for slot in passed:
+            politeness.requeue(slot)
+        return got
+
+    def _take(self, batch: Any, slot: HostSlot, quota: int, caps: list[int], deadline_ms: int,
+              result: dict[str, bool]) -> list[int]:
+        """Lease up to ``quota`` URLs of one host, list URLs first, at most ``caps[prio]`` of each kind (the caps
+        go down by what is taken); returns the counts per kind."""
         queues = slot.cursor or _Queues()
         slot.cursor = queues
-        taken = 0
+        counts = [0, 0]
         for prio in (0, 1):
             buffered = queues.buffered[prio]
-            while taken < quota:
+            while counts[0] + counts[1] < quota and caps[prio] > 0:
                 if not buffered:
                     if not queues.maybe[prio]:
                         break
-                    self._refill(slot, queues, prio, max(quota - taken, self._prefetch()))
+                    self._refill(slot, queues, prio, max(quota - counts[0] - counts[1], self._prefetch()))
                     if not buffered:
                         break
                 key, value = buffered.popleft()
@@ -242,10 +289,9 @@ class KVPool(CrawledSets):
                 batch.put(k.state_key(fp), k.active(k.PENDING, value[0], prio, deadline_ms))
                 result[url] = False
                 self._leased[url] = [fp, slot.host, True]
-                taken += 1
-            if taken >= quota:
-                break
-        return taken
+                counts[prio] += 1
+                caps[prio] -= 1
+        return counts
 
     def _refill(self, slot: HostSlot, queues: "_Queues", prio: int, count: int) -> None:
         """Read the next ``count`` keys of one host queue into its buffer, from just past the last key read.
@@ -446,6 +492,10 @@ class KVPool(CrawledSets):
             failures, prio, deadline = k.parse_active(state)
             batch.delete(k.lease_key(deadline, u.fingerprint))
             counters[1] -= 1
+            again = self._again.pop(u.fingerprint, None)
+            if again is not None:  # added again while leased: this fetch's outcome makes way for a new one
+                self._enqueue(batch, u.url, u.fingerprint, slot, again, 0)
+                return slot
         elif state is not None and state[0] == k.WAITING:
             failures, prio = self._dequeue(batch, slot, state)
         elif state is not None:
@@ -546,6 +596,8 @@ class KVPool(CrawledSets):
         state = self._kv.get(k.state_key(u.fingerprint))
         answer: dict[str, Any] = {"url": u.url, "urlhash": u.fingerprint, "host": u.host, "hub": u.fingerprint in self._hubs}
         answer.update(_describe_state(state))
+        if u.fingerprint in self._again:
+            answer["queued_again"] = True
         answer.update(self._link_of(u.fingerprint))
         slot = self.politeness.hosts.get(u.host)
         if slot is not None:
@@ -641,7 +693,9 @@ class KVPool(CrawledSets):
                 batch.delete(key)
                 self._release(self._leased.pop(url, None))
                 self._counters[1] -= 1
-                self._enqueue(batch, url, fp, slot, value[1], value[0])
+                again = self._again.pop(fp, None)  # added again while leased: a new request, no failures
+                prio, failures = (value[1], value[0]) if again is None else (again, 0)
+                self._enqueue(batch, url, fp, slot, prio, failures)
             self._commit(batch, slots.values())
         following = next(self._kv.iterator(prefix=k.LEASE, include_value=False), None)
         self._lease_bound = k.from_u64(following, 1)[0] / 1000.0 if following else float("inf")

@@ -184,7 +184,8 @@ def explain(info: dict[str, Any], paused: bool = False) -> str:
     if state == "batched":
         return "a detail page sent to a worker in a batch: the worker fetches it, not this crawler."
     if state == "pending":
-        return f"being fetched now: leased for {info.get('lease_remaining', 0):.0f}s more.{robots}"
+        again = " Added again meanwhile: it is queued again when the lease ends." if info.get("queued_again") else ""
+        return f"being fetched now: leased for {info.get('lease_remaining', 0):.0f}s more.{again}{robots}"
     return _waiting(info, paused, robots)
 
 

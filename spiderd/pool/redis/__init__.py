@@ -17,12 +17,13 @@ key                                    type    holds
 ``P leases``                           zset    fingerprint (``h`` + fingerprint for a hub) -> lease deadline
 ``P lease``                            hash    same key -> kind, holds-a-host-slot, domain, URL
 ``P fails``                            hash    fingerprint -> failures, for active URLs that failed before
+``P again``                            hash    fingerprint -> prio of a pending URL added again (``always``)
 ``P hubs`` / ``P hub``                 zset    fingerprint -> next due time / hash: fingerprint -> domain, URL
 ``P counters`` / ``P meta``            hash    waiting pending done failed batched / bucket bits, hub span, sweep
 ``P adopting``                         zset    ``prio url`` of a tool's list entry a node is adding -> deadline
 ``P batch``                            string  the last batch number handed out (``next_batch``)
 ``P crawled:<kind>:<domain>``          zset    URL -> fetch time of done pages to recrawl (seed 004)
-``P l:<bucket>``                       hash    linkbase: fingerprint -> URL, parent URL, anchor (seed 004)
+``P l:<bucket>``                       hash    linkbase: fingerprint -> URL, parent URL, anchor, xpath (seed 004)
 ``P cron:<epoch>``                     string  a seed timer firing claimed by one node (``claim_once``)
 =====================================  ======  ==================================================
 
@@ -57,6 +58,10 @@ whose head host is slow makes its other hosts wait.  ``P ready`` orders the
 domains by the time their turn may come; pop checks each candidate again, so a
 score may be early but never late.  Domains take turns round robin, and a host
 gets more than one URL in a turn only with no delay and no other domain ready.
+With ``list_ratio`` / ``detail_ratio`` (seed 004's get_list, get_detail), a pop
+first takes each kind's reserved share, a domain's turn then taking from that
+kind's list only, and passes over up to 100 ready domains that have none of it
+(see :mod:`spiderd.pool.split`); the node keeps the credit between pops.
 
 Leases.  A popped URL leaves its list and gets a lease until now +
 ``pending_threshold``; a hub hand-out gets a hold with the same deadline, so a

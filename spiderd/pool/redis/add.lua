@@ -1,4 +1,4 @@
--- add: queue URLs unless known (or, with always, unless waiting or pending).
+-- add: queue URLs unless known (or, with always, unless waiting; a pending one is queued when its lease ends).
 -- ARGV[7..9]: always (1/0), prio, new URLs a host may take in all (its budget: link traps); then url, host,
 -- domain per URL.  Returns {added, host-full}.  Re-adds (always) do not count against the budget.
 local ALWAYS, PRIO, MAX = ARGV[7] == '1', tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -7,7 +7,9 @@ local added, full = 0, 0
 for i = 10, #ARGV, 3 do
   local url, host, domain = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local fp, bucket, base = locate(url)
-  if redis.call('HEXISTS', LEASE, fp) == 0 then
+  if redis.call('HEXISTS', LEASE, fp) == 1 then
+    if ALWAYS then added = added + redis.call('HSETNX', AGAIN, fp, PRIO) end
+  else
     local code = known(bucket, base)
     if not code or (ALWAYS and code < WAITING_LIST) then
       if not code and LIMITED and tonumber(redis.call('HGET', HOSTS_SEEN, host) or '0') >= MAX then

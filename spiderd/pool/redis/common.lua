@@ -14,6 +14,7 @@ local CLAIMS = P .. 'claims'  -- fingerprint of a claimed redirect target -> fin
 local CHECKPOINTS = P .. 'checkpoints'  -- name -> count, recorded with statuses (set_statuses)
 local HOSTS_SEEN = P .. 'hostseen'  -- host -> new URLs it took in all (the max_urls_per_host budget)
 local ADOPTING = P .. 'adopting'  -- "prio url" of another tool's list entries a node is adding -> its deadline
+local AGAIN = P .. 'again'  -- fingerprint of a pending URL added again (always) -> prio: queued when the lease ends
 local DOMAINS = NS .. 'spider.website.domains'
 local SUFFIX = {[0] = '.higher', [1] = '.lower'}
 local FINAL_NAME = {'done', 'failed', 'batched'}
@@ -159,6 +160,16 @@ local function end_lease(key)
   if holds == 'c' then redis.call('HDEL', CLAIMS, key) end
   if kind ~= 'h' then redis.call('HINCRBY', COUNTERS, 'pending', -1) end
   return kind, domain, url
+end
+
+-- The prio of a pending URL added again (always) while leased, forgetting that mark and its failures (it is a
+-- new request); nil if it was not added again.
+local function take_again(fp)
+  local prio = redis.call('HGET', AGAIN, fp)
+  if not prio then return nil end
+  redis.call('HDEL', AGAIN, fp)
+  redis.call('HDEL', FAILS, fp)
+  return tonumber(prio)
 end
 
 -- The crawled set of a domain and kind (seed 004): URL -> fetch time.

@@ -15,8 +15,9 @@ from ... import status as st
 from ...interfaces import IURLPool
 from ...politeness import Politeness, hub_quota
 from ...urls import MAX_URL_LENGTH, BadURL, URL, parse, registered_domain
-from ..crawled import KINDS, clean_anchor, recrawl_pairs
+from ..crawled import KINDS, link_info, link_value, parallel, recrawl_pairs
 from ..records import counts, sort_records
+from ..split import RESERVE_SCAN, KindSplit
 from .export import FINGERPRINT, RedisExport
 from .link import RedisLink, Script
 
@@ -50,6 +51,8 @@ class RedisPool:
         recrawl: Iterable[tuple[str, str]] = (),
         linkbase: bool = False,
         linkbase_max: int = 0,
+        list_ratio: float = 0.0,
+        detail_ratio: float = 0.0,
     ) -> None:
         self._link = link
         self._scripts = scripts
@@ -63,6 +66,7 @@ class RedisPool:
         self._final_codes = final_codes
         self._max_url_length = max_url_length
         self._max_per_host = max_urls_per_host  # 0: no budget (add.lua then leaves the hostseen counts alone)
+        self.split = KindSplit(list_ratio, detail_ratio)
         self._bits = seen_bucket_bits
         self.rejected: Counter[str] = Counter()
         self._statuses: list[tuple[list[str], defer.Deferred[None]]] = []  # waiting to go out together
@@ -113,12 +117,15 @@ class RedisPool:
 
     def pop(self, count: int, hub_percent: int = 50) -> defer.Deferred[dict[str, bool]]:
         now = self._clock.seconds()
+        split = self.split
         args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent)),
+                *map(repr, split.ratios), *map(repr, split.credit), str(RESERVE_SCAN),
                 repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT)]
         return self._run("pop", args, now).addCallback(self._popped)
 
     def _popped(self, answer: list[Any]) -> Any:
-        flat, foreign = answer
+        flat, foreign, (wanted, lists, details) = answer
+        self.split.settle(int(wanted), (int(lists), int(details)))
         result = _pairs(flat)
         if not foreign:
             return result
@@ -289,18 +296,19 @@ class RedisPool:
         return self._run("why", [u.url, u.host]).addCallback(self._why, u)
 
     def _why(self, answer: list[Any], u: URL) -> dict[str, Any]:
-        state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed, link = answer
+        state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed, link, again = answer
         info: dict[str, Any] = {"url": u.url, "urlhash": u.fingerprint, "host": u.host, "hub": bool(int(hub)),
                                 "domain": registered_domain(u.host), "state": state}
         if state in ("waiting", "pending"):
             info.update(failures=int(failures), kind=STATES[kind])
         if state == "pending":
             info["lease_until"] = float(lease_until)
+            if int(again):
+                info["queued_again"] = True
         info.update(host_waiting=int(float(waiting)), host_inflight=int(inflight), host_delay=float(delay),
                     host_next_allowed=float(next_allowed))
         if link:
-            _, parent, anchor = link.split("\n", 2)
-            info.update(parent=parent, anchor=anchor)
+            info.update(link_info(link))
         return info
 
     # -- seed 004: crawled sets, linkbase; one node per cron firing -----------------
@@ -312,16 +320,17 @@ class RedisPool:
             args += (domain, str(KINDS[kind]), repr(float(cutoff)))
         return self._run("recrawl", args).addCallback(int)
 
-    def add_links(self, parent: str, urls: Sequence[str], anchors: Sequence[str] = ()) -> defer.Deferred[int]:
-        """Record how ``urls`` were first found (``parent``, anchor text); fires with the number recorded."""
+    def add_links(self, parent: str, urls: Sequence[str], anchors: Sequence[str] = (),
+                  xpaths: Sequence[str] = ()) -> defer.Deferred[int]:
+        """Record how ``urls`` were first found (``parent``, anchor text, link path); fires with the number recorded."""
         if not self._linkbase:
             return defer.succeed(0)
-        args = [str(self._linkbase_max), parent]
-        for i, url in enumerate(urls):
+        args = [str(self._linkbase_max)]
+        for url, anchor, xpath in zip(urls, parallel(anchors, len(urls)), parallel(xpaths, len(urls))):
             canonical = _canonical(url, self._max_url_length)
             if canonical is not None:
-                args += (canonical, clean_anchor(anchors[i] if i < len(anchors) else ""))
-        return self._run("links", args).addCallback(int) if len(args) > 2 else defer.succeed(0)
+                args += (canonical, link_value(canonical, parent, anchor, xpath))
+        return self._run("links", args).addCallback(int) if len(args) > 1 else defer.succeed(0)
 
     def claim_once(self, name: str, ttl: float) -> defer.Deferred[bool]:
         """True for the one caller, over all nodes, that first claims ``name`` within ``ttl`` seconds (SET NX PX)."""

@@ -1,8 +1,15 @@
 -- pop: expire due leases, sweep the registered domains, hand out due hubs, then waiting URLs, one domain turn
--- at a time.  ARGV[7..11]: lease deadline, count, hubs wanted, seconds between domain sweeps, domains per sweep step.
--- Returns {url, is_hub, url, is_hub, ...} and {url, prio, ...} of list entries the pool did not queue (to add).
+-- at a time.  ARGV[7..9]: lease deadline, count, hubs wanted; ARGV[10..14]: list and detail ratios, their credits
+-- (seed 004's get_list and get_detail, see spiderd/pool/split.py) and RESERVE_SCAN; ARGV[15..16]: seconds
+-- between domain sweeps, domains per sweep step.
+-- Returns {url, is_hub, url, is_hub, ...}, {url, prio, ...} of list entries the pool did not queue (to add), and
+-- {waiting URLs wanted, list URLs leased, detail URLs leased}.
 local DEADLINE, COUNT, HUBS_WANTED = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-local SWEEP_EVERY, SWEEP_COUNT = tonumber(ARGV[10]), ARGV[11]
+local RATIOS = {[0] = tonumber(ARGV[10]), [1] = tonumber(ARGV[11])}
+local CREDIT = {[0] = tonumber(ARGV[12]), [1] = tonumber(ARGV[13])}
+local RESERVE_SCAN = tonumber(ARGV[14])
+local SWEEP_EVERY, SWEEP_COUNT = tonumber(ARGV[15]), ARGV[16]
+local leased_kind = {[0] = 0, [1] = 0}
 local EXPIRE_BATCH, HUB_SCAN, ADOPT_BATCH = 1000, 1000, 1000
 local out, foreign = {}, {}
 
@@ -21,7 +28,7 @@ local function expire()
       redis.call('ZREM', LEASES, key)
     elseif kind ~= 'h' then
       local _, bucket, base = locate(url)
-      enqueue(url, host_of(url), domain, tonumber(kind), bucket, base)
+      enqueue(url, host_of(url), domain, take_again(key) or tonumber(kind), bucket, base)
     end
   end
   for _, entry in ipairs(redis.call('ZRANGEBYSCORE', ADOPTING, '-inf', '(' .. NOW_S, 'LIMIT', 0, ADOPT_BATCH)) do
@@ -42,6 +49,7 @@ local function sweep()
   redis.call('HSET', META, 'sweep_cursor', answer[1])
   for _, domain in ipairs(answer[2]) do wake(domain) end
 end
+
 
 local function pop_hubs()
   if HUBS_WANTED <= 0 then return 0 end
@@ -84,27 +92,44 @@ local function take(url, domain, prio)
   return queued
 end
 
--- One turn of a domain: URLs of its head host, one unless that host has no delay and no other domain is ready.
-local function turn(domain, wanted, alone)
-  local prio, url = head(domain)
-  local s = url and slot(host_of(url))
-  if not s or s.busy >= s.conc or s.next > NOW then
+-- The first queue of a domain, list URLs first, that holds URLs and whose cap is left: prio, head URL.
+local function head_within(domain, caps)
+  for prio = 0, 1 do
+    if caps[prio] > 0 then
+      local url = redis.call('LINDEX', queue(domain, prio), 0)
+      if url then return prio, url end
+    end
+  end
+  return nil, nil
+end
+
+-- One turn of a domain: URLs of its head host, one unless that host has no delay and no other domain is ready,
+-- at most caps[prio] of each kind (caps go down by what is taken). nil: the domain has none of those kinds.
+local function turn(domain, caps, wanted, alone)
+  local prio, url = head_within(domain, caps)
+  if not url then
+    if not head(domain) then requeue(domain) end  -- empty: it leaves the ready set
+    return nil
+  end
+  local s = slot(host_of(url))
+  if s.busy >= s.conc or s.next > NOW then
     requeue(domain)
     return 0
   end
   local quota = math.min(s.conc - s.busy, wanted)
   if s.delay > 0 or not alone then quota = math.min(quota, 1) end
   local taken = 0
-  while taken < quota do
-    url = redis.call('LPOP', queue(domain, prio))
+  while taken < quota and prio <= 1 do
+    url = caps[prio] > 0 and redis.call('LPOP', queue(domain, prio))
     if not url then
-      if prio == 1 then break end
-      prio = 1
+      prio = prio + 1
     elseif host_of(url) ~= s.host or #foreign >= 2 * ADOPT_BATCH then
       redis.call('LPUSH', queue(domain, prio), url)
       break
     elseif take(url, domain, prio) then
       taken = taken + 1
+      caps[prio] = caps[prio] - 1
+      leased_kind[prio] = leased_kind[prio] + 1
     end
   end
   if taken > 0 then
@@ -115,16 +140,26 @@ local function turn(domain, wanted, alone)
   return taken
 end
 
-local function pop_urls(wanted)
-  local leased = 0
+-- Domains in turn give up to caps[prio] URLs of each kind, caps[0] + caps[1] in all when strict (a domain with
+-- none of the kinds still wanted keeps its turn, up to RESERVE_SCAN of them), else caps[0] (= caps[1]) of any.
+local function pop_urls(caps, strict)
+  local wanted = strict and caps[0] + caps[1] or caps[0]
+  local leased, passed, skipped = 0, {}, 0
   while wanted > 0 do
-    local domains = redis.call('ZRANGEBYSCORE', READY, '-inf', NOW_S, 'LIMIT', 0, wanted)
-    local got = 0
+    local domains = redis.call('ZRANGEBYSCORE', READY, '-inf', NOW_S, 'LIMIT', 0, wanted + skipped)
+    local got, passing = 0, skipped
     for _, domain in ipairs(domains) do
       if got >= wanted then break end
-      got = got + turn(domain, wanted - got, #domains == 1)
+      if not passed[domain] then
+        local n = turn(domain, caps, wanted - got, #domains == 1)
+        if n then
+          got = got + n
+        elseif strict then
+          passed[domain], skipped = true, skipped + 1
+        end
+      end
     end
-    if got == 0 then break end
+    if (got == 0 and skipped == passing) or skipped >= RESERVE_SCAN then break end
     wanted = wanted - got
     leased = leased + got
   end
@@ -133,7 +168,20 @@ end
 
 redis.call('ZREMRANGEBYSCORE', NEXT, '-inf', NOW_S)
 expire()
+-- The URLs of each kind a pop of `wanted` reserves: KindSplit.reserve in spiderd/pool/split.py.
+local function reserve(wanted)
+  if RATIOS[0] + RATIOS[1] <= 0 or wanted <= 0 then return {[0] = 0, [1] = 0} end
+  local lists = math.min(wanted, math.floor(CREDIT[0] + wanted * RATIOS[0] + 1e-9))
+  return {[0] = lists, [1] = math.min(wanted - lists, math.floor(CREDIT[1] + wanted * RATIOS[1] + 1e-9))}
+end
+
+redis.call('ZREMRANGEBYSCORE', NEXT, '-inf', NOW_S)
+expire()
 sweep()
-local leased = pop_urls(COUNT - pop_hubs())
+local wanted = COUNT - pop_hubs()
+local reserved = reserve(wanted)
+local leased = 0
+if reserved[0] + reserved[1] > 0 then leased = pop_urls(reserved, true) end
+leased = leased + pop_urls({[0] = wanted - leased, [1] = wanted - leased}, false)
 if leased > 0 then redis.call('HINCRBY', COUNTERS, 'pending', leased) end
-return {out, foreign}
+return {out, foreign, {wanted, leased_kind[0], leased_kind[1]}}

@@ -2,6 +2,7 @@
 -- failed, or queue a retry.  ARGV[7]: failure threshold; then outcome (done, final or retry), url, host, domain,
 -- and the kinds kept in crawled sets for that domain ('0' list, '1' detail, '-' none).
 -- A done URL whose kind is known (it was leased or waiting; not a hub) and kept goes into its crawled set.
+-- A leased URL added again (always) meanwhile is queued again instead, whatever the outcome.
 -- An entry whose outcome is 'checkpoint' records a count instead: name in the url's place, count in the host's.
 local THRESHOLD = tonumber(ARGV[7])
 
@@ -10,7 +11,11 @@ local function set_status(outcome, url, host, domain, kept)
   end_lease('h' .. fp)
   local prio, was_known = 0, true
   local kind = end_lease(fp)
-  if kind then
+  local again = kind and take_again(fp)
+  if again then  -- added again while leased: this fetch's outcome makes way for a new one
+    enqueue(url, host, domain, again, bucket, base)
+    return
+  elseif kind then
     prio = tonumber(kind)
   else
     local code = known(bucket, base)

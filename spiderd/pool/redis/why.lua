@@ -16,4 +16,4 @@ end
 local s = slot(host)
 return {state, kind, lease_until, redis.call('HGET', FAILS, fp) or '0', redis.call('HEXISTS', HUB, fp),
   redis.call('ZSCORE', WAITING, host) or '0', tostring(s.busy), string.format('%.17g', s.delay),
-  string.format('%.17g', s.next), redis.call('HGET', link_bucket(fp), fp) or ''}
+  string.format('%.17g', s.next), redis.call('HGET', link_bucket(fp), fp) or '', redis.call('HEXISTS', AGAIN, fp)}
