@@ -13,6 +13,7 @@ local COUNTERS, META = P .. 'counters', P .. 'meta'
 local CLAIMS = P .. 'claims'  -- fingerprint of a claimed redirect target -> fingerprint of the URL that claimed it
 local CHECKPOINTS = P .. 'checkpoints'  -- name -> count, recorded with statuses (set_statuses)
 local HOSTS_SEEN = P .. 'hostseen'  -- host -> new URLs it took in all (the max_urls_per_host budget)
+local WHY = P .. 'why'  -- fingerprint -> "at failures reason": a URL's last failure, kept once final (status.lua)
 local DOMAINS = NS .. 'spider.website.domains'
 local SUFFIX = {[0] = '.higher', [1] = '.lower'}
 local FINAL_NAME = {'done', 'failed', 'batched'}
