@@ -20,6 +20,7 @@ import json
 import os
 import socket
 import sys
+import time
 import urllib.error
 import urllib.request
 from typing import IO, Any, Iterable, Iterator, Sequence
@@ -157,6 +158,10 @@ def cmd_why(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
         details.append(f"rule: {info['rule'].get('kind') or 'none'} (site {info['rule'].get('site') or 'none'})")
     if details:
         out.write("  " + "; ".join(details) + "\n")
+    last = info.get("last_failure")
+    if last:
+        at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(last["at"]))
+        out.write(f"  last failure: {last['reason']} (failure {last['failures']}, at {at})\n")
     return OK
 
 
