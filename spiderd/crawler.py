@@ -22,6 +22,7 @@ from twisted.logger import Logger
 
 from . import status as st
 from .fetcher import FetchResult
+from .items import Status
 from .lifecycle import InFlight
 from .stats import CrawlStats
 from .urls import fingerprint
@@ -215,7 +216,8 @@ class CrawlService(Service):
             return None  # abandoned at stop: the lease brings it back
         log.failure("Processing {url} failed", failure, url=url)
         self.stats.errors[st.name(st.PROCESSING_ERROR)] += 1
-        return self.pool.set_status(url, st.PROCESSING_ERROR)
+        why = st.reason(st.PROCESSING_ERROR, f"{failure.type.__name__}: {failure.getErrorMessage()}")
+        return self.pool.set_status(url, st.PROCESSING_ERROR, why)
 
     def _processed(self, _: Any) -> None:
         self.processing -= 1
@@ -229,7 +231,7 @@ class CrawlService(Service):
         with the item's line (see spiderd.items): a URL is done only once its
         links, its page and its item are safe, and then exactly once.
         """
-        statuses = [(result.url, result.status)]
+        statuses: list[Status] = [(result.url, result.status, result.reason)]  # reason: None for a page
         if result.status == 200 and (yield self._is_new(result)):
             if result.final_url != result.url:
                 statuses.append((result.final_url, result.status))

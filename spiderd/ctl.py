@@ -20,6 +20,7 @@ import json
 import os
 import socket
 import sys
+import time
 import urllib.error
 import urllib.request
 from typing import IO, Any, Iterable, Iterator, Sequence
@@ -160,6 +161,10 @@ def cmd_why(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
     if "parent" in info:  # the linkbase entry (seed 004)
         out.write(f"  first linked from {info['parent']} by {info.get('anchor', '')!r}"
                   f" at {info.get('xpath') or '(no xpath)'}\n")
+    last = info.get("last_failure")
+    if last:
+        at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(last["at"]))
+        out.write(f"  last failure: {last['reason']} (failure {last['failures']}, at {at})\n")
     return OK
 
 

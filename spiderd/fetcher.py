@@ -33,6 +33,7 @@ from twisted.web.http_headers import Headers
 from . import status as st
 from .connections import CachedEndpoints, ConnectionPool
 from .dns import caching_reactor
+from .robots import robots_url
 from .urls import BadURL, canonicalize
 
 log = Logger()
@@ -54,6 +55,7 @@ class FetchResult:
     wire_bytes: int = 0
     elapsed: float = 0.0
     error: str | None = None
+    reason: str | None = None  # why it failed, when the status says less (spiderd.status.reason); for the pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,18 +152,27 @@ class Fetcher:
                 robots: bool, user_agent: str | None) -> Any:
         while True:
             if robots and self.robots is not None and not (yield self.robots.allowed(url, user_agent)):
-                return FetchResult(original, st.ROBOTS_DENIED, url, redirects=redirects, error="robots")
+                return FetchResult(original, st.ROBOTS_DENIED, url, redirects=redirects, error="robots",
+                                   reason=st.reason(st.ROBOTS_DENIED, f"disallowed by {robots_url(url)}"))
             response, body = yield self._get(url, self._config.max_body_size, headers=headers)
             location = response.headers.getRawHeaders(b"location", [None])[0]
             if response.code not in REDIRECT_CODES or location is None:
                 return _finish((response, body), original, url, redirects, self._reactor.seconds() - started)
             target = _resolve(url, location)
             if target is None:
-                return FetchResult(original, st.BAD_REDIRECT, url, redirects=redirects, error="bad-redirect")
+                return FetchResult(original, st.BAD_REDIRECT, url, redirects=redirects, error="bad-redirect",
+                                   reason=st.reason(st.BAD_REDIRECT, f"Location {location.decode('latin-1')[:100]!r} from {url}"))
             if len(redirects) >= self._config.max_redirects or target == original or target in redirects:
-                return FetchResult(original, st.TOO_MANY_REDIRECTS, url, redirects=redirects, error="redirects")
+                return FetchResult(original, st.TOO_MANY_REDIRECTS, url, redirects=redirects, error="redirects",
+                                   reason=self._redirect_reason(target, target == original or target in redirects))
             redirects.append(target)
             url = target
+
+    def _redirect_reason(self, target: str, loop: bool) -> str:
+        """``redirect loop: back to URL`` or ``too many redirects: more than N, the last to URL``."""
+        if loop:
+            return st.clean(f"redirect loop: back to {target}")
+        return st.reason(st.TOO_MANY_REDIRECTS, f"more than {self._config.max_redirects}, the last to {target}")
 
     def _get(self, url: str, max_size: int, truncate: bool = False,
              headers: Headers | None = None) -> Deferred[tuple[Any, bytes]]:
@@ -174,7 +185,7 @@ class Fetcher:
         length = response.length
         if isinstance(length, int) and length > max_size and not encoding and not truncate:
             response.deliverBody(_Discard())
-            return defer.fail(TooLarge(f"Content-Length {length}"))
+            return defer.fail(TooLarge(f"Content-Length {length}, over the limit of {max_size} bytes"))
         reader = _BodyReader(max_size, encoding, truncate)
         response.deliverBody(reader)
         return reader.finished.addCallback(lambda body: (response, body))
@@ -183,7 +194,8 @@ class Fetcher:
         code, kind = classify_failure(failure)
         if code == st.NETWORK_ERROR:
             log.failure("Unexpected error fetching {url}", failure, url=url)
-        return FetchResult(url, code, url, elapsed=self._reactor.seconds() - started, error=kind)
+        return FetchResult(url, code, url, elapsed=self._reactor.seconds() - started, error=kind,
+                           reason=st.reason(code, failure_detail(failure, self._config.timeout)))
 
     def close(self) -> Deferred[Any]:
         """Close idle pooled connections."""
@@ -217,7 +229,7 @@ class _BodyReader(Protocol):
             return
         self._take(chunk)
         if not self._done and self._inflater.unconsumed_tail:
-            self._over_limit(TooLarge("inflated body"))
+            self._over_limit(TooLarge(f"inflated body of more than {self._limit} bytes"))
 
     def _take(self, chunk: bytes) -> None:
         room = self._limit - self._size
@@ -355,6 +367,21 @@ _FAILURES: list[tuple[tuple[type, ...], int, str]] = [
         "reset",
     ),
 ]
+
+
+def failure_detail(failure: Failure, timeout: float) -> str:
+    """The exception behind a failed fetch, as ``Class: message`` (the first inner reason of a ``ResponseFailed``);
+    a fetch cancelled by its ``timeout`` says so."""
+    if isinstance(failure.value, (client.ResponseFailed, client.ResponseNeverReceived)):
+        inner = list(getattr(failure.value, "reasons", []))
+        if inner:
+            failure = inner[0]
+    if failure.check(TooLarge):
+        return failure.getErrorMessage()
+    if failure.check(CancelledError):
+        return f"no whole answer within {timeout:g} s"
+    message = failure.getErrorMessage()
+    return f"{failure.type.__name__}: {message}" if message else failure.type.__name__
 
 
 def classify_failure(failure: Failure) -> tuple[int, str]:

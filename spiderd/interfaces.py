@@ -54,12 +54,16 @@ class IURLPool(Interface):
     def fetched(url: str):  # type: ignore[no-untyped-def]
         """The request for a handed-out URL is over: its host slot is free, its lease stays until set_status."""
 
-    def set_status(url: str, status_code: int):  # type: ignore[no-untyped-def]
-        """Record a fetch outcome: done, final failure, or a retry."""
+    def set_status(url: str, status_code: int, reason: str | None = None):  # type: ignore[no-untyped-def]
+        """Record a fetch outcome: done, final failure, or a retry.
+
+        A failure's ``reason`` (short text, see spiderd.status.reason; without one, the code's words) is kept
+        as the URL's last failure, shown by ``why`` and carried in the export, until the URL is done."""
 
     def set_statuses(statuses, checkpoint=None):  # type: ignore[no-untyped-def]
-        """Record ``(url, status_code)`` outcomes and, if given, ``checkpoint`` (a name, a count) in one atomic
-        write: either all of them are recorded or none (a writer's commit point, see spiderd.items)."""
+        """Record ``(url, status_code)`` or ``(url, status_code, reason)`` outcomes and, if given, ``checkpoint``
+        (a name, a count) in one atomic write: either all of them are recorded or none (a writer's commit
+        point, see spiderd.items)."""
 
     def checkpoint(name: str):  # type: ignore[no-untyped-def]
         """Fires with the count last recorded under ``name`` by ``set_statuses``, or None."""
@@ -95,7 +99,8 @@ class IURLPool(Interface):
         """Fires with a dict: waiting, pending, done, failed, hosts, max_host, rejected."""
 
     def why(url: str):  # type: ignore[no-untyped-def]
-        """Fires with a dict describing the URL's state, failures, lease and host."""
+        """Fires with a dict describing the URL's state, failures, lease and host; a URL that failed has
+        ``last_failure``: ``{"reason": text, "at": time, "failures": n}``."""
 
     def export(chunk: int = 1000):  # type: ignore[no-untyped-def]
         """A reader of every entry (spiderd.pool.records): its ``next()`` fires with a list, or None at the end."""

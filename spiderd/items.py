@@ -42,7 +42,7 @@ from .fsutil import fsync_dir, unlink_quietly
 log = Logger()
 
 PART = ".part"
-Status = tuple[str, int]
+Status = tuple[str, int] | tuple[str, int, str | None]  # (url, code[, reason]): as IURLPool.set_statuses takes
 _Pending = tuple[dict[str, Any], list[Status], "Deferred[None]"]
 
 

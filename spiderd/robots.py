@@ -160,6 +160,11 @@ def _why(result: Any) -> str:
     return f"{result.error or st.name(result.status)} ({result.status})"
 
 
+def robots_url(url: str) -> str:
+    """The robots.txt that rules ``url`` (for messages: the API, the pool's failure reasons)."""
+    return _origin(url) + "/robots.txt"
+
+
 def _origin(url: str) -> str:
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"

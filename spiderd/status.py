@@ -6,6 +6,8 @@ which are retried; the names are for stats, logs and the API.
 
 from __future__ import annotations
 
+from .core.secrets import redact_text
+
 # Retried, like any HTTP code that is neither done nor final.
 DNS_ERROR = -1
 CONNECT_REFUSED = -2
@@ -43,3 +45,35 @@ NAMES = {
 def name(code: int) -> str:
     """A short name for a status code: ``"404"``, ``"timeout"``."""
     return NAMES.get(code, str(code))
+
+
+# -- why a URL failed -------------------------------------------------------------------------------------
+
+REASON_LENGTH = 200  # a recorded reason is cut here (the pool keeps one per URL that failed)
+
+WORDS = {
+    PROCESSING_ERROR: "processing error",
+    ROBOTS_DENIED: "robots",
+    TOO_LARGE: "too large",
+    TOO_MANY_REDIRECTS: "too many redirects",
+    BAD_REDIRECT: "bad redirect",
+}
+
+
+def reason(code: int, detail: str | None = None) -> str:
+    """Why a fetch failed, in a few words: ``http 503``, ``refused: ConnectionRefusedError: ...``,
+    ``too large: more than 10485760 bytes``; cut and redacted as :func:`clean` does."""
+    kind = f"http {code}" if code > 0 else WORDS.get(code, name(code))
+    return clean(f"{kind}: {detail}" if detail else kind)
+
+
+def recorded(code: int, given: str | None = None) -> str:
+    """The reason a pool keeps for a failure with ``code``: ``given`` (cleaned), else the code's words."""
+    return clean(given) if given else reason(code)
+
+
+def clean(text: str) -> str:
+    """A reason as the pool records it: on one line, passwords of URIs in it masked, at most REASON_LENGTH
+    characters."""
+    text = " ".join(redact_text(text).split())
+    return text if len(text) <= REASON_LENGTH else text[: REASON_LENGTH - 3] + "..."

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import lzma
 import shutil
+import socket
 import tempfile
 import sqlite3
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 from twisted.internet import defer, reactor
 from twisted.trial import unittest
+from twisted.web import resource, server
 
 from spiderd import settings as cfg
 from spiderd import tap
@@ -160,3 +162,73 @@ class CrawlTests(unittest.TestCase):
         crawler, stats = yield self.crawl()
         self.assertEqual(crawler.stats.counts["requests"], 0)
         self.assertEqual(len(self.stored()), len(self.spec.expected().details_ok))
+
+
+FAILING_PAGES = {b"/robots.txt": b"User-agent: *\nDisallow: /private\n", b"/big": b"<html>" + b"x" * 5000 + b"</html>",
+                 b"/broken": b"<html>a page its parser chokes on</html>"}
+
+
+class FailingSite(resource.Resource):
+    """A robots.txt that disallows /private, a page of 5 KB at /big, one at /broken, 404 for every other path."""
+
+    isLeaf = True
+
+    def render_GET(self, request: Any) -> bytes:
+        page = FAILING_PAGES.get(request.path)
+        if page is None:
+            request.setResponseCode(404)
+            return b"not here"
+        return page
+
+
+class FailureReasonTests(unittest.TestCase):
+    """Each way a fetch fails leaves its own reason in the pool's why (a real site and a closed port on 127.0.0.1)."""
+
+    timeout = 60
+
+    def setUp(self) -> None:
+        self.port = reactor.listenTCP(0, server.Site(FailingSite()), interface="127.0.0.1")
+        self.addCleanup(self.port.stopListening)
+        self.root = f"http://127.0.0.1:{self.port.getHost().port}/"
+        with socket.socket() as s:  # a port nothing listens on: connections are refused at once
+            s.bind(("127.0.0.1", 0))
+            self.refused = f"http://127.0.0.1:{s.getsockname()[1]}/page"
+        self.data = Path(tempfile.mkdtemp(prefix="spiderd-why-"))
+        self.addCleanup(shutil.rmtree, self.data, True)
+
+    @defer.inlineCallbacks
+    def test_why_tells_each_failure(self) -> Any:
+        """A 404, a refused connection, a page over max_body_size, a robots.txt denial and a page whose
+        parsing fails: five reasons."""
+        urls = {"missing": self.root + "missing", "refused": self.refused, "big": self.root + "big",
+                "private": self.root + "private/x", "broken": self.root + "broken"}
+        settings = node_settings(str(self.data), self.root, pool={"seeds": list(urls.values())},
+                                 fetch={"max_body_size": 1000})
+        cfg.check_data_dir(settings)
+        top = tap.build(settings, reactor)
+        crawler = top.getServiceNamed("crawler")
+        parse = crawler._parser.parse
+
+        def choke(url: str, *args: Any, **kwargs: Any) -> Any:
+            if url.endswith("/broken"):
+                return defer.fail(KeyError("no title"))
+            return parse(url, *args, **kwargs)
+
+        crawler._parser.parse = choke
+        top.startService()
+        try:
+            yield crawler.finished
+            answers = {}
+            for name, url in urls.items():
+                answers[name] = yield crawler.pool.why(url)
+        finally:
+            yield top.stopService()
+        self.assertEqual({name: a["state"] for name, a in answers.items()}, dict.fromkeys(urls, "failed"))
+        reasons = {name: a["last_failure"]["reason"] for name, a in answers.items()}
+        self.assertEqual(reasons["missing"], "http 404")
+        self.assertTrue(reasons["refused"].startswith("refused: ConnectionRefusedError: "), reasons["refused"])
+        self.assertEqual(answers["refused"]["last_failure"]["failures"], 2)  # failure_threshold 1: two tries
+        self.assertEqual(reasons["big"], "too large: Content-Length 5013, over the limit of 1000 bytes")
+        self.assertEqual(reasons["private"], f"robots: disallowed by {self.root}robots.txt")
+        self.assertEqual(reasons["broken"], "processing error: KeyError: 'no title'")
+        self.assertEqual(len(self.flushLoggedErrors(KeyError)), 2)  # "Processing ... failed", at each try

@@ -20,6 +20,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
 from spiderd import ctl
+from spiderd import status as st
 from spiderd.web import Auth
 
 from .test_twistd import ROOT, TWISTD
@@ -244,6 +245,26 @@ class InProcessTests(TestCase):
         assert code == ctl.REFUSED
         assert "the export stopped after 1 entries: the export failed: the disk is gone" in sys.stderr.getvalue()
         assert len(self.flushLoggedErrors(RuntimeError)) == 1
+
+    @defer.inlineCallbacks
+    def test_why_tells_the_last_failure(self) -> Gen:
+        """why of a URL retried after a 503 and of one failed for good names the last failure, its count and time."""
+        pool = self.node.pool
+        yield pool.addmany(["http://a.example/retry", "http://b.example/gone"])
+        yield pool.pop(10)
+        self.clock.advance(90)
+        yield pool.set_status("http://a.example/retry", 503)
+        yield pool.set_status("http://b.example/gone", st.TOO_LARGE,
+                              "too large: Content-Length 20000, over the limit of 1000 bytes")
+        code, out = yield self.ctl("why", "http://a.example/retry")
+        assert code == 0 and ": waiting\n" in out and "and is retried (the last: http 503)" in out, out
+        assert "  last failure: http 503 (failure 1, at 1970-01-01 00:01:30 UTC)\n" in out, out
+        code, out = yield self.ctl("why", "http://b.example/gone")
+        assert code == 0 and out.startswith("http://b.example/gone: failed\n"), out
+        assert "failed for good after 1 failure(s), the last: too large: Content-Length 20000, over the" in out, out
+        code, out = yield self.ctl("why", "--json", "http://b.example/gone")
+        assert json.loads(out)["last_failure"] == {
+            "reason": "too large: Content-Length 20000, over the limit of 1000 bytes", "at": 90.0, "failures": 1}
 
     @defer.inlineCallbacks
     def test_basic_auth_needed(self) -> Gen:

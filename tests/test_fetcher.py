@@ -188,17 +188,20 @@ class FetcherTests(unittest.TestCase):
 
     @defer.inlineCallbacks
     def test_redirect_loop_and_limit(self) -> Any:
-        """A redirect loop, or more hops than allowed, is a final TOO_MANY_REDIRECTS."""
+        """A redirect loop, or more hops than allowed, is a final TOO_MANY_REDIRECTS; the reason tells which."""
         looped = yield self.fetcher.fetch(self.base + "/loop")
         self.assertEqual(looped.status, st.TOO_MANY_REDIRECTS)
+        self.assertTrue(looped.reason.startswith("redirect loop: back to " + self.base), looped.reason)
         limited = yield self.make_fetcher(max_redirects=1).fetch(self.base + "/moved")
         self.assertEqual(limited.status, st.TOO_MANY_REDIRECTS)
+        self.assertEqual(limited.reason, f"too many redirects: more than 1, the last to {self.base}/index")
 
     @defer.inlineCallbacks
     def test_bad_redirect(self) -> Any:
         """A redirect to a URL spiderd will not fetch is a final BAD_REDIRECT."""
         result = yield self.fetcher.fetch(self.base + "/badredirect")
         self.assertEqual(result.status, st.BAD_REDIRECT)
+        self.assertTrue(result.reason.startswith("bad redirect: Location '"), result.reason)
 
     @defer.inlineCallbacks
     def test_too_large(self) -> Any:
@@ -209,6 +212,8 @@ class FetcherTests(unittest.TestCase):
         announced = yield small.fetch(self.base + "/big")
         chunked = yield self.fetcher.fetch(self.base + "/bigchunked")
         self.assertEqual((announced.status, chunked.status), (st.TOO_LARGE, st.TOO_LARGE))
+        self.assertRegex(announced.reason, r"^too large: Content-Length \d+, over the limit of 4000 bytes$")
+        self.assertRegex(chunked.reason, r"^too large: more than \d+ bytes$")
 
     @defer.inlineCallbacks
     def test_gzip_and_deflate(self) -> Any:
@@ -225,6 +230,7 @@ class FetcherTests(unittest.TestCase):
         result = yield self.fetcher.fetch(self.base + "/bomb")
         self.assertEqual(result.status, st.TOO_LARGE)
         self.assertEqual(result.body, b"")
+        self.assertRegex(result.reason, r"^too large: (inflated body of )?more than \d+ bytes$")
 
     @defer.inlineCallbacks
     def test_corrupt_gzip(self) -> Any:
@@ -242,6 +248,7 @@ class FetcherTests(unittest.TestCase):
             self.assertEqual(got, [])
             self.clock.advance(30)
             self.assertEqual(got[0].status, st.TIMEOUT)
+            self.assertEqual(got[0].reason, "timeout: no whole answer within 30 s")
 
         return _when(lambda: self.site.hanging).addCallback(lambda _: advance())
 
@@ -250,6 +257,7 @@ class FetcherTests(unittest.TestCase):
         """A connection dropped mid-body is CONNECTION_LOST (retried), not a crash."""
         result = yield self.fetcher.fetch(self.base + "/reset")
         self.assertEqual(result.status, st.CONNECTION_LOST)
+        self.assertTrue(result.reason.startswith("reset: "), result.reason)
 
     @defer.inlineCallbacks
     def test_refused(self) -> Any:

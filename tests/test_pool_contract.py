@@ -7,6 +7,7 @@ from typing import Any, Generator
 
 from twisted.internet import defer
 from twisted.internet.task import Clock
+from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.trial.unittest import TestCase
 from zope.interface.verify import verifyObject
 
@@ -474,6 +475,37 @@ class PoolContract:
         assert (answer["state"], answer["failures"], answer["host"]) == ("waiting", 1, "a.example")
         assert (yield pool.why("ftp://x"))["state"] == "rejected"
         assert (yield pool.why("http://never.example/"))["state"] == "unknown"
+
+    @defer.inlineCallbacks
+    def test_last_failure_in_why_and_export(self) -> Gen:
+        """A 503 then a final failure: why() tells the last one's reason, time and count, the export carries it
+        on the failed record; reasons are redacted and cut; a URL done after failing has none."""
+        pool = yield self.make_pool(failure_threshold=3)
+        yield pool.addmany(["http://a.example/1", "http://b.example/ok"])
+        yield self.drain(pool)
+        first = self.clock.seconds()
+        yield pool.set_status("http://a.example/1", 503)  # no reason given: the code's words
+        yield pool.set_statuses([("http://b.example/ok", 503, "x" * 500)])
+        answer = yield pool.why("http://a.example/1")
+        assert answer["state"] == "waiting"
+        assert answer["last_failure"] == {"reason": "http 503", "at": first, "failures": 1}
+        assert len((yield pool.why("http://b.example/ok"))["last_failure"]["reason"]) == status.REASON_LENGTH
+        self.clock.advance(5)
+        yield self.drain(pool)
+        with capturedLogs() as events:
+            yield pool.set_statuses([("http://a.example/1", 404, "http 404: see http://ops:secret@x.example/\nnow"),
+                                     ("http://b.example/ok", 200)])
+        lines = [formatEvent(e) for e in events if e["log_level"] == LogLevel.debug]
+        assert lines == ["http://a.example/1 failed for good: http 404: see http://ops:***@x.example/ now"]
+        answer = yield pool.why("http://a.example/1")
+        assert answer["state"] == "failed"
+        assert answer["last_failure"] == {"reason": "http 404: see http://ops:***@x.example/ now", "at": first + 5,
+                                          "failures": 2}
+        assert "last_failure" not in (yield pool.why("http://b.example/ok"))
+        records = yield self.export_all(pool)
+        failed = [r for r in records if r.get("state") == "failed"]
+        assert [r["last_failure"] for r in failed] == [answer["last_failure"]]
+        assert all("last_failure" not in r for r in records if r.get("state") != "failed")
 
     @defer.inlineCallbacks
     def test_reopen_keeps_everything(self) -> Gen:

@@ -199,14 +199,16 @@ class OpenApiTests(ApiCase):
 
     @defer.inlineCallbacks
     def test_why_done_pending_failed(self) -> Gen:
-        """why() of a done, a failed and a leased URL, and of a leased one added again."""
+        """why() of a done, a failed (with its last failure) and a leased URL, and of a leased one added again."""
         pool = self.node.pool
         yield pool.addmany(["http://a.example/done", "http://b.example/gone", "http://c.example/now"])
         yield pool.pop(10)
         yield pool.set_status("http://a.example/done", 200)
         yield pool.set_status("http://b.example/gone", 404)
         assert "crawled already" in (yield self.call("GET", "/api/why?url=http://a.example/done")).json["reason"]
-        assert "failed for good" in (yield self.call("GET", "/api/why?url=http://b.example/gone")).json["reason"]
+        gone = (yield self.call("GET", "/api/why?url=http://b.example/gone")).json
+        assert gone["reason"] == "failed for good after 1 failure(s), the last: http 404."
+        assert gone["last_failure"] == {"reason": "http 404", "at": self.clock.seconds(), "failures": 1}
         now = (yield self.call("GET", "/api/why?url=http://c.example/now")).json
         assert now["state"] == "pending" and now["reason"].startswith("being fetched now")
         yield pool.add("http://c.example/now", always=True)

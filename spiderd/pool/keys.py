@@ -17,13 +17,18 @@ key                                         value
 ``K`` fp                                    linkbase: URL, parent URL, anchor, xpath (``\n``-separated)
 ``J``                                       linkbase entries
 ``M`` name                                  a checkpoint (``set_statuses``): a count
+``E`` fp                                    the last failure: at-ms, failures (1 byte), reason (UTF-8)
 ==========================================  =========================================
 
 ``fp`` is the 64-bit fingerprint of the canonical URL, ``host-id`` the one of
 its host, so a host's waiting URLs sit together and list URLs (prio 0) come
 before detail URLs (prio 1).  A done URL costs one 9-byte key and a 1-byte value;
 one whose (domain, kind) is recrawled costs a 10-byte state value and a 26-byte
-``R`` key holding its URL besides (see :mod:`spiderd.pool.crawled`).
+``R`` key holding its URL besides (see :mod:`spiderd.pool.crawled`).  A URL
+whose last fetch failed (retried, or failed for good) has an ``E`` entry: 9 bytes
+of key and 9 of value plus its reason (at most 200 characters, about 60 for a
+network error), until it is done (a URL added again after failing for good keeps
+its entry until it fails again or is done after a failure).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ CRAWLED = b"R"
 LINK = b"K"
 LINK_COUNT = b"J"
 CHECKPOINT = b"M"
+FAILURE = b"E"
 
 DONE = b"D"
 FAILED = b"F"
@@ -88,6 +94,20 @@ def done_in_crawled_set(prio: int, fetched_ms: int) -> bytes:
 
 def checkpoint_key(name: str) -> bytes:
     return CHECKPOINT + name.encode()
+
+
+def failure_key(fp: int) -> bytes:
+    return FAILURE + fp.to_bytes(8, "big")
+
+
+def pack_failure(at: float, failures: int, reason: str) -> bytes:
+    """The ``E`` value: when the URL last failed, its failures so far, and why."""
+    return int(at * 1000).to_bytes(8, "big") + bytes((min(failures, 255),)) + reason.encode()
+
+
+def unpack_failure(value: bytes) -> tuple[str, float, int]:
+    """(reason, at, failures) of an ``E`` value."""
+    return value[9:].decode(errors="replace"), int.from_bytes(value[:8], "big") / 1000.0, value[8]
 
 
 def link_key(fp: int) -> bytes:

@@ -39,7 +39,7 @@ class KVExport:
         start = self._after + b"\x00" if self._after is not None else prefix
         for key, value in self._kv.iterator(start=start, stop=k.prefix_end(prefix)):
             self._after = key
-            entry = _entry(prefix, key, value)
+            entry = _entry(self._kv, prefix, key, value)
             if entry is not None:
                 out.append(entry)
             scanned += 1
@@ -50,10 +50,17 @@ class KVExport:
         return defer.succeed(out)
 
 
-def _entry(prefix: bytes, key: bytes, value: bytes) -> dict[str, Any] | None:
+def _entry(kv: Any, prefix: bytes, key: bytes, value: bytes) -> dict[str, Any] | None:
     if prefix == k.QUEUE:  # Q host-id prio seq -> failures, url
         return rec.url_record(value[1:].decode(), "waiting", key[9], value[0])
     if prefix == k.LEASE:  # L deadline fp -> failures, prio, url
         return rec.url_record(value[2:].decode(), "pending", value[1], value[0])
     state = _FINAL_STATES.get(value[:1])  # a done URL in a crawled set has more bytes after its D
-    return rec.final_record(int.from_bytes(key[1:9], "big"), state, FINGERPRINT) if state else None
+    if state is None:
+        return None
+    fp = int.from_bytes(key[1:9], "big")
+    record = rec.final_record(fp, state, FINGERPRINT)
+    failed = kv.get(k.failure_key(fp)) if state == "failed" else None
+    if failed is not None:
+        record["last_failure"] = rec.last_failure(*k.unpack_failure(failed))
+    return record

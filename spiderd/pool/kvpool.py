@@ -435,17 +435,18 @@ class KVPool(CrawledSets):
             leased[2] = False
             self.politeness.release(self._slot(leased[1]))
 
-    def set_status(self, url: str, status_code: int) -> defer.Deferred[None]:
+    def set_status(self, url: str, status_code: int, reason: str | None = None) -> defer.Deferred[None]:
         batch = self._kv.write_batch()
-        slot = self._status_into(batch, url, status_code, None)
+        slot = self._status_into(batch, url, status_code, None, reason)
         if slot is not None:
             self._commit(batch, (slot,))
         return defer.succeed(None)
 
     def set_statuses(
-        self, statuses: Iterable[tuple[str, int]], checkpoint: tuple[str, int] | None = None
+        self, statuses: Iterable[tuple[Any, ...]], checkpoint: tuple[str, int] | None = None
     ) -> defer.Deferred[None]:
-        """Record several outcomes and ``checkpoint`` (a name and a count) in one atomic write.
+        """Record several outcomes (``(url, code)`` or ``(url, code, reason)``) and ``checkpoint`` (a name and
+        a count) in one atomic write.
 
         A write with a checkpoint is synced (LevelDB's log fsynced): the writer
         that sets it made its data durable first and counts on the pool to keep
@@ -454,8 +455,8 @@ class KVPool(CrawledSets):
         batch = self._kv.write_batch(sync=checkpoint is not None)
         slots: dict[str, HostSlot] = {}
         done: set[int] = set()
-        for url, code in statuses:
-            slot = self._status_into(batch, url, code, done)
+        for url, code, *reason in statuses:
+            slot = self._status_into(batch, url, code, done, *reason)
             if slot is not None:
                 slots[slot.host] = slot
         if checkpoint is not None:
@@ -465,7 +466,8 @@ class KVPool(CrawledSets):
             self._commit(batch, slots.values())
         return defer.succeed(None)
 
-    def _status_into(self, batch: Any, url: str, code: int, done: set[int] | None) -> HostSlot | None:
+    def _status_into(self, batch: Any, url: str, code: int, done: set[int] | None,
+                     reason: str | None = None) -> HostSlot | None:
         """End ``url``'s lease (this process's record of it) and put its new state in ``batch``, unless its
         fingerprint is in ``done`` (given twice in one write); the host slot touched, or None."""
         self._touched += 1
@@ -478,9 +480,9 @@ class KVPool(CrawledSets):
             return None
         if done is not None:
             done.add(u.fingerprint)
-        return self._set_status(batch, u, code)
+        return self._set_status(batch, u, code, reason)
 
-    def _set_status(self, batch: Any, u: URL, code: int) -> HostSlot | None:
+    def _set_status(self, batch: Any, u: URL, code: int, reason: str | None = None) -> HostSlot | None:
         """Put the change of one URL's state in ``batch``; the host slot it touched, or None (already final)."""
         skey = k.state_key(u.fingerprint)
         state = self._kv.get(skey)
@@ -503,12 +505,23 @@ class KVPool(CrawledSets):
         if code in self._done_codes:
             batch.put(skey, self._done_state(batch, u.url, u.host, u.fingerprint, prio) if known else k.DONE)
             counters[2] += 1
+            if failures:
+                batch.delete(k.failure_key(u.fingerprint))
         elif code in self._final_codes or failures >= self.failure_threshold:
             batch.put(skey, k.FAILED)
             counters[3] += 1
+            self._note_failure(batch, u, code, reason, failures + 1, final=True)
         else:
             self._enqueue(batch, u.url, u.fingerprint, slot, prio, failures + 1)
+            self._note_failure(batch, u, code, reason, failures + 1, final=False)
         return slot
+
+    def _note_failure(self, batch: Any, u: URL, code: int, reason: str | None, failures: int, final: bool) -> None:
+        """Keep why ``u`` failed (its last failure) in its ``E`` entry; a final failure is logged (debug)."""
+        why = st.recorded(code, reason)
+        batch.put(k.failure_key(u.fingerprint), k.pack_failure(self._clock.seconds(), failures, why))
+        if final:
+            log.debug("{url} failed for good: {reason}", url=u.url, reason=why)
 
     def checkpoint(self, name: str) -> defer.Deferred[int | None]:
         """The count last recorded under ``name`` by ``set_statuses``, or None."""
@@ -598,6 +611,9 @@ class KVPool(CrawledSets):
         answer.update(_describe_state(state))
         if u.fingerprint in self._again:
             answer["queued_again"] = True
+        failed = self._kv.get(k.failure_key(u.fingerprint))
+        if failed is not None:
+            answer["last_failure"] = rec.last_failure(*k.unpack_failure(failed))
         answer.update(self._link_of(u.fingerprint))
         slot = self.politeness.hosts.get(u.host)
         if slot is not None:
@@ -645,7 +661,7 @@ class KVPool(CrawledSets):
         """
         compact = getattr(self._kv, "compact_range", None)
         if compact is not None:
-            for prefix in (k.QUEUE, k.LEASE, k.STATE, k.HOST, k.HUB, k.CRAWLED):
+            for prefix in (k.QUEUE, k.LEASE, k.STATE, k.HOST, k.HUB, k.CRAWLED, k.FAILURE):
                 compact(start=prefix, stop=k.prefix_end(prefix))
 
     def close(self) -> defer.Deferred[None]:

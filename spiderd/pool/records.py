@@ -3,7 +3,8 @@
 ``{"url": U, "state": "waiting" | "pending", "kind": "list" | "detail", "failures": N}``
     a URL still to crawl, with its text (a pending one is leased now; imported, it waits again);
 ``{"fp": "16 hex digits", "state": "done" | "failed" | "batched", "hash": H}``
-    a finished URL.  Neither backend keeps the text of finished URLs, only a
+    a finished URL (a failed one with ``"last_failure": {"reason": R, "at": T, "failures": N}``, as ``why``
+    gives it, where the pool kept it).  Neither backend keeps the text of finished URLs, only a
     64-bit fingerprint, and the two compute it differently (``H`` is
     ``farmhash64`` for LevelDB and memory, ``sha1-64`` for Redis), so finished
     entries move only between pools of the same fingerprint.
@@ -11,7 +12,8 @@
 An export is not a snapshot: entries that change state while it runs may show
 up twice or not at all (pause the crawl first for an exact copy).  Not carried:
 the hubs (they come from the configuration), failure counts (an imported URL
-starts afresh), lease deadlines, crawled sets and the linkbase.
+starts afresh), lease deadlines, crawled sets and the linkbase; an import reads
+no ``last_failure`` (it is for people and tools to read).
 """
 
 from __future__ import annotations
@@ -85,6 +87,11 @@ def url_record(url: str, state: str, prio: int, failures: int) -> dict[str, Any]
 def final_record(fp: int, state: str, hash_kind: str) -> dict[str, Any]:
     """The export entry of a finished URL (its fingerprint only)."""
     return {"fp": f"{fp:016x}", "state": state, "hash": hash_kind}
+
+
+def last_failure(reason: str, at: float, failures: int) -> dict[str, Any]:
+    """A URL's last failure as ``why`` and the export give it."""
+    return {"reason": reason, "at": at, "failures": failures}
 
 
 def counts(queued: int, offered: int, restored: int, finals: int, rejected: list[tuple[int, str]]) -> dict[str, Any]:

@@ -180,6 +180,9 @@ def explain(info: dict[str, Any], paused: bool = False) -> str:
     if state == "done":
         return "crawled already (done): it is not fetched again unless added again with recrawl."
     if state == "failed":
+        last = info.get("last_failure")
+        if last:
+            return f"failed for good after {last['failures']} failure(s), the last: {last['reason']}."
         return "failed for good (a final answer such as 404/410 or robots.txt, or too many failed attempts)."
     if state == "batched":
         return "a detail page sent to a worker in a batch: the worker fetches it, not this crawler."
@@ -190,7 +193,9 @@ def explain(info: dict[str, Any], paused: bool = False) -> str:
 
 
 def _waiting(info: dict[str, Any], paused: bool, robots: str) -> str:
-    retried = f" It failed {info['failures']} time(s) and is retried." if info.get("failures") else ""
+    last = info.get("last_failure")
+    because = f" (the last: {last['reason']})" if last else ""
+    retried = f" It failed {info['failures']} time(s) and is retried{because}." if info.get("failures") else ""
     queued = info.get("host_waiting", 0)
     host = info.get("host", "?")
     if paused:

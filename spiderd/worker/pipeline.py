@@ -337,4 +337,4 @@ def _why(result: Any) -> str:
         return f"HTTP {result.status}"
     if result.status == st.ROBOTS_DENIED:
         return "denied by robots.txt"
-    return st.name(result.status) + (f" ({result.error})" if result.error and result.error != st.name(result.status) else "")
+    return getattr(result, "reason", None) or st.reason(result.status)  # the fetcher's words, as the pool keeps them

@@ -18,6 +18,8 @@ key                                    type    holds
 ``P lease``                            hash    same key -> kind, holds-a-host-slot, domain, URL
 ``P fails``                            hash    fingerprint -> failures, for active URLs that failed before
 ``P again``                            hash    fingerprint -> prio of a pending URL added again (``always``)
+``P why``                              hash    fingerprint -> "at failures reason": the last failure of a URL
+                                               that failed (retried or for good), until it is done
 ``P hubs`` / ``P hub``                 zset    fingerprint -> next due time / hash: fingerprint -> domain, URL
 ``P counters`` / ``P meta``            hash    waiting pending done failed batched / bucket bits, hub span, sweep
 ``P adopting``                         zset    ``prio url`` of a tool's list entry a node is adding -> deadline
@@ -36,7 +38,14 @@ the member, an integer that keeps each bucket an intset (8 bytes a URL) while
 it holds at most ``set-max-intset-entries`` (512) members: up to about 25
 million URLs with 16 bits; raise the bits for more.  Pending URLs are the only
 ones with richer records (``lease``); failure counts exist only for URLs that
-failed and are not final.
+failed and are not final.  ``P why`` keeps a URL's last failure (when, its
+failures so far, the reason, at most 200 characters) for ``why`` and the
+export, also once it failed for good; a URL done after failing drops it.  It
+costs about 100 bytes plus the reason per failed URL (``MEMORY USAGE`` of a hash
+of 20,000: 108 bytes for ``http 404``, 204 for a refused connection's 95
+characters, 300 at most), the one cost that grows with failed URLs besides the
+seen bucket's 8 bytes.  Only ``why`` and the export read it: ``DEL P why`` frees
+it at any time.
 
 Crawled sets (seed 004) exist only for the (domain, kind) pairs a node is told
 to recrawl: an entry costs about 180 bytes for a 70-character URL (``MEMORY

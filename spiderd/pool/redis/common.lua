@@ -15,6 +15,7 @@ local CHECKPOINTS = P .. 'checkpoints'  -- name -> count, recorded with statuses
 local HOSTS_SEEN = P .. 'hostseen'  -- host -> new URLs it took in all (the max_urls_per_host budget)
 local ADOPTING = P .. 'adopting'  -- "prio url" of another tool's list entries a node is adding -> its deadline
 local AGAIN = P .. 'again'  -- fingerprint of a pending URL added again (always) -> prio: queued when the lease ends
+local WHY = P .. 'why'  -- fingerprint -> "at failures reason": a URL's last failure, kept once final (status.lua)
 local DOMAINS = NS .. 'spider.website.domains'
 local SUFFIX = {[0] = '.higher', [1] = '.lower'}
 local FINAL_NAME = {'done', 'failed', 'batched'}

@@ -15,11 +15,17 @@ from typing import Any, Callable
 
 from twisted.internet import defer
 
-from ..records import final_record, url_record
+from ..records import final_record, last_failure, url_record
 
 FINGERPRINT = "sha1-64"  # the first 64 bits of the SHA-1 of the canonical URL (the Lua scripts compute it)
 _FINAL = {1: "done", 2: "failed", 3: "batched"}
 _SUFFIXES = ((0, ".higher"), (1, ".lower"))
+
+
+def parse_failure(value: str) -> dict[str, Any]:
+    """A ``P why`` value (``at failures reason``) as ``why`` and the export give it."""
+    at, failures, reason = (value.split(" ", 2) + ["", ""])[:3]
+    return last_failure(reason, float(at), int(failures))
 
 
 def fingerprint_hex(url: str) -> str:
@@ -123,6 +129,12 @@ class RedisExport:
             state = _FINAL.get(member & 7)
             if state is not None:
                 out.append(final_record(high | (member >> 3), state, FINGERPRINT))
+        failed = [record for record in out if record["state"] == "failed"]
+        if failed:
+            reasons = yield self._execute("HMGET", self._prefix + "why", *(record["fp"] for record in failed))
+            for record, value in zip(failed, reasons):
+                if value:
+                    record["last_failure"] = parse_failure(value)
         return out
 
 

@@ -18,7 +18,7 @@ from ...urls import MAX_URL_LENGTH, BadURL, URL, parse, registered_domain
 from ..crawled import KINDS, link_info, link_value, parallel, recrawl_pairs
 from ..records import counts, sort_records
 from ..split import RESERVE_SCAN, KindSplit
-from .export import FINGERPRINT, RedisExport
+from .export import FINGERPRINT, RedisExport, parse_failure
 from .link import RedisLink, Script
 
 log = Logger()
@@ -162,22 +162,25 @@ class RedisPool:
         """The request for a handed-out URL is over: free its host slot (the lease stays until set_status)."""
         return self._run("fetched", [url]).addCallback(lambda _: None)
 
-    def set_status(self, url: str, status_code: int) -> defer.Deferred[None]:
+    def set_status(self, url: str, status_code: int, reason: str | None = None) -> defer.Deferred[None]:
         """Record a fetch outcome; statuses given while one is on its way go out together, in one script call."""
-        return self.set_statuses(((url, status_code),))
+        return self.set_statuses(((url, status_code, reason),))
 
     def set_statuses(
-        self, statuses: Iterable[tuple[str, int]], checkpoint: tuple[str, int] | None = None
+        self, statuses: Iterable[tuple[Any, ...]], checkpoint: tuple[str, int] | None = None
     ) -> defer.Deferred[None]:
-        """Record several outcomes and ``checkpoint`` (a name and a count) in one script call (atomic)."""
+        """Record several outcomes (``(url, code)`` or ``(url, code, reason)``) and ``checkpoint`` (a name and
+        a count) in one script call (atomic)."""
         args: list[str] = []
-        for url, code in statuses:
+        for url, code, *reason in statuses:
             u = self._parse(url)
             if u is not None:
                 url, host, domain = self._located(u)
-                args += (self._outcome(code), url, host, domain, self._kept.get(domain, "-"))
+                outcome = self._outcome(code)
+                why = "" if outcome == "done" else st.recorded(code, *reason)
+                args += (outcome, url, host, domain, self._kept.get(domain, "-"), why)
         if checkpoint is not None:
-            args += ("checkpoint", checkpoint[0], str(int(checkpoint[1])), "", "")
+            args += ("checkpoint", checkpoint[0], str(int(checkpoint[1])), "", "", "")
         if not args:
             return defer.succeed(None)
         d: defer.Deferred[None] = defer.Deferred()
@@ -209,6 +212,9 @@ class RedisPool:
             self._script("status", args).addBoth(self._statuses_sent, batch)
 
     def _statuses_sent(self, result: Any, batch: list[tuple[list[str], defer.Deferred[None]]]) -> None:
+        if not isinstance(result, Failure):
+            for url, why in zip(result[::2], result[1::2]):
+                log.debug("{url} failed for good: {reason}", url=url, reason=why)
         self._statuses_in_flight -= 1
         if not self._statuses_in_flight:
             self._send_statuses()
@@ -296,7 +302,7 @@ class RedisPool:
         return self._run("why", [u.url, u.host]).addCallback(self._why, u)
 
     def _why(self, answer: list[Any], u: URL) -> dict[str, Any]:
-        state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed, link, again = answer
+        state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed, link, again, failed = answer
         info: dict[str, Any] = {"url": u.url, "urlhash": u.fingerprint, "host": u.host, "hub": bool(int(hub)),
                                 "domain": registered_domain(u.host), "state": state}
         if state in ("waiting", "pending"):
@@ -309,6 +315,8 @@ class RedisPool:
                     host_next_allowed=float(next_allowed))
         if link:
             info.update(link_info(link))
+        if failed:
+            info["last_failure"] = parse_failure(failed)
         return info
 
     # -- seed 004: crawled sets, linkbase; one node per cron firing -----------------
