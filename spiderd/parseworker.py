@@ -14,7 +14,8 @@ To keep the parent's share of a page small, the child grows its input pipe to
 1 MiB (the parent writes pages in few system calls) and flushes answers in
 batches: when no request is waiting, or every FLUSH_INTERVAL while busy.  It
 runs at a lower priority so the reactor process wins the CPU when every core
-is parsing, and it ignores SIGINT and SIGTERM: the parent ends it by closing
+is parsing, keeps freed memory in its heap for the next page (glibc's mallopt:
+lzma's buffers were otherwise faulted in afresh for every page), and it ignores SIGINT and SIGTERM: the parent ends it by closing
 its stdin (or, at a deadline, with SIGKILL).
 
 Nothing here imports Twisted: the child stays small and starts fast.
@@ -34,6 +35,7 @@ from collections import deque
 from typing import IO, Any
 
 from .compression import compress
+from .core.memory import keep_heap
 from .extract import MAX_LINKS, Extracted, Rules, extract
 from .settings import Field, Site
 
@@ -170,6 +172,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop: EOF on stdin
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _lower_priority()
+    keep_heap()  # lzma's buffers reused, not faulted in afresh for every page
     _grow_pipe(0)
     out = os.fdopen(os.dup(1), "wb", buffering=WRITE_BUFFER)
     os.dup2(2, 1)
