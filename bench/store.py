@@ -5,7 +5,9 @@
 
 Each step is timed alone on the same pages, in this process (CPU time, ``time.process_time``):
 
-- ``lzma``: :func:`spiderd.compression.compress` at the store's preset, what ``html_lzma`` costs;
+- ``lzma``: :func:`spiderd.compression.compress` at the store's preset, what ``html_lzma`` costs, with the
+  heap kept as a parser process keeps it (:func:`spiderd.core.memory.keep_heap`; ``--no-keep-heap`` shows
+  the cost without);
 - ``wire``: a parse request carrying the page and its answer carrying the compressed page, framed and
   unframed as :mod:`spiderd.parseworker` does (both ends, the parent's share and the child's);
 - ``sqlite``: the store's upsert of the compressed rows in batches of ``batch_size`` (100), WAL mode, each
@@ -31,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from spiderd.compression import compress
+from spiderd.core.memory import keep_heap
 from spiderd.demo.site import SiteSpec, write_static
 from spiderd.parseworker import FrameDecoder, frame
 from spiderd.store.sqlite import SCHEMA
@@ -73,7 +76,10 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=400)
     parser.add_argument("--preset", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--no-keep-heap", action="store_true")
     args = parser.parse_args()
+    if not args.no_keep_heap:
+        keep_heap()
     with tempfile.TemporaryDirectory(prefix="spiderd-bench-store-") as work:
         spec = SiteSpec(lists=max(1, args.pages // 50), details=args.pages, detail_size=(20000, 60000), faults=False, seed=7)
         write_static(spec, work)
