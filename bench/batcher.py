@@ -76,9 +76,9 @@ def run(work: Path, total: int, kill_one: bool) -> tuple[float, int, int, int]:
     """Push ``total`` URLs; (URLs acknowledged per second, batches sent, batches lost, URLs lost)."""
     from twisted.internet import defer, reactor, task
 
-    from spiderd.batcher import BatchConfig, Batcher
-    from spiderd.lifecycle import wait_until
-    from spiderd.pool import open_leveldb_pool
+    from spiderd.frontier.batcher import BatchConfig, Batcher
+    from spiderd.core.lifecycle import wait_until
+    from spiderd.frontier.pool import open_leveldb_pool
 
     tag = "killed" if kill_one else "normal"
     targets = [start_target(work, f"{tag}-a"), start_target(work, f"{tag}-b")]

@@ -35,9 +35,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from twisted.internet import defer, task, threads  # noqa: E402
 
-from spiderd.politeness import Politeness  # noqa: E402
-from spiderd.pool.redis import open_redis_pool  # noqa: E402
-from spiderd.pool.redis.link import RedisLink, parse_redis_url  # noqa: E402
+from spiderd.frontier.politeness import Politeness  # noqa: E402
+from spiderd.frontier.pool.redis import open_redis_pool  # noqa: E402
+from spiderd.frontier.pool.redis.link import RedisLink, parse_redis_url  # noqa: E402
 
 HOSTS = 1000
 BATCH = 2000

@@ -222,8 +222,8 @@ class Scenario:
             return 0
         from twisted.internet.task import Clock
 
-        from spiderd.pool import open_leveldb_pool
-        from spiderd.urls import fingerprint
+        from spiderd.frontier.pool import open_leveldb_pool
+        from spiderd.core.urls import fingerprint
 
         pool = open_leveldb_pool(str(self.dir / self.frontier_role / "pool"), Clock())
         try:

@@ -22,9 +22,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from twisted.internet import defer, reactor, task  # noqa: E402
 
-from spiderd.extract import Rules, extract  # noqa: E402
-from spiderd.parsepool import ParsePool  # noqa: E402
-from spiderd.settings import from_dict  # noqa: E402
+from spiderd.fetch.extract import Rules, extract  # noqa: E402
+from spiderd.fetch.parsepool import ParsePool  # noqa: E402
+from spiderd.config.settings import from_dict  # noqa: E402
 
 SITE_RAW = {
     "parse": {"workers": 0},

@@ -19,7 +19,7 @@ Slow (a minute or two; the first run also builds a venv).  Steps:
    of the jobs is printed.  Then the same URLs go through the batcher in one batch, which splits it
    under ``max_setting_bytes``, to the first Scrapyd;
 7. every detail URL sent by the batcher must be exactly one item in the feeds, equal to what
-   ``spiderd.extract`` makes of the same page (``fetched_at`` aside).
+   ``spiderd.fetch.extract`` makes of the same page (``fetched_at`` aside).
 
 Prints a summary and ends with one ``RESULT`` line; exits 1 when a check fails.
 """
@@ -209,7 +209,7 @@ class RecordingClient:
         self.setting_bytes: list[int] = []
 
     def post(self, url: str, data: list[tuple[str, str]], **kwargs: Any) -> Any:
-        from spiderd.batcher import SETTING_PREFIX
+        from spiderd.frontier.batcher import SETTING_PREFIX
 
         self.setting_bytes += [len(v.encode()) for k, v in data if k == "setting" and v.startswith(SETTING_PREFIX)]
         return self._client.post(url, data=data, **kwargs)
@@ -220,8 +220,8 @@ def run_batcher(reactor: Any, pool: Any, spool: Path, target: str, feed_uri: str
     """Fires with the batcher's status once every URL was accepted by Scrapyd (sealed, split, POSTed)."""
     from twisted.internet import defer
 
-    from spiderd.batcher import BatchConfig, Batcher, _make_client
-    from spiderd.lifecycle import wait_until
+    from spiderd.frontier.batcher import BatchConfig, Batcher, _make_client
+    from spiderd.core.lifecycle import wait_until
 
     config = BatchConfig((target,), project=PROJECT, spider=SPIDER, feed_uri=feed_uri, batch_size=batch_size,
                          flush_interval=1.0, timeout=30.0, retry_first=1.0, retry_max=5.0)
@@ -258,8 +258,8 @@ def read_feeds(feeds: Path) -> dict[str, list[dict[str, Any]]]:
 def check_items(items: list[dict[str, Any]], expected_urls: list[str], spec: Any, base_url: str) -> list[str]:
     """Problems: URLs without exactly one item, unexpected items, items that differ from spiderd's extraction."""
     from spiderd.demo.site import render
-    from spiderd.extract import Rules, extract
-    from spiderd.settings import load
+    from spiderd.fetch.extract import Rules, extract
+    from spiderd.config.settings import load
 
     rules = Rules(tuple(s for s in load(str(EXAMPLE / "spiderd.toml")).sites if s.name == SPIDER))
     problems: list[str] = []
@@ -377,8 +377,8 @@ def run_phases(args: argparse.Namespace, python: Path, base: str, work: Path, si
     """The reactor part: batches, the hand-made oversize job, the split batch; blocking calls in threads."""
     from twisted.internet import defer, reactor, threads
 
-    from spiderd.batcher import BatchConfig
-    from spiderd.pool import open_memory_pool
+    from spiderd.frontier.batcher import BatchConfig
+    from spiderd.frontier.pool import open_memory_pool
 
     pool = open_memory_pool(reactor)
     target = base.removeprefix("http://")
@@ -435,7 +435,7 @@ def oversize_by_hand(python: Path, work: Path, site_url: str, urls: list[str]) -
     state, error lines in scrapyd.log, and what ``reactor.spawnProcess`` (which Scrapyd's launcher calls)
     does with such an argument.
     """
-    from spiderd.batcher import SETTING_PREFIX
+    from spiderd.frontier.batcher import SETTING_PREFIX
 
     work.mkdir()
     feeds = work / "feeds"

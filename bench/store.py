@@ -5,11 +5,11 @@
 
 Each step is timed alone on the same pages, in this process (CPU time, ``time.process_time``):
 
-- ``lzma``: :func:`spiderd.compression.compress` at the store's preset, what ``html_lzma`` costs, with the
+- ``lzma``: :func:`spiderd.core.compression.compress` at the store's preset, what ``html_lzma`` costs, with the
   heap kept as a parser process keeps it (:func:`spiderd.core.memory.keep_heap`; ``--no-keep-heap`` shows
   the cost without);
 - ``wire``: a parse request carrying the page and its answer carrying the compressed page, framed and
-  unframed as :mod:`spiderd.parseworker` does (both ends, the parent's share and the child's);
+  unframed as :mod:`spiderd.fetch.parseworker` does (both ends, the parent's share and the child's);
 - ``sqlite``: the store's upsert of the compressed rows in batches of ``batch_size`` (100), WAL mode, each
   batch one transaction (the writer thread's work).
 
@@ -32,10 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from spiderd.compression import compress
+from spiderd.core.compression import compress
 from spiderd.core.memory import keep_heap
 from spiderd.demo.site import SiteSpec, write_static
-from spiderd.parseworker import FrameDecoder, frame
+from spiderd.fetch.parseworker import FrameDecoder, frame
 from spiderd.store.sqlite import SCHEMA
 
 

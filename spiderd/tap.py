@@ -9,7 +9,7 @@ from typing import Any
 from twisted.application.service import IService
 from twisted.python import usage
 
-from . import settings as cfg
+from spiderd.config import settings as cfg
 
 
 class Options(usage.Options):
@@ -73,7 +73,7 @@ def _settings(options: Options) -> cfg.Settings:
     if options["exit-when-done"]:
         overrides["spiderd.exit_when_done"] = True
     if options["demo"]:
-        from .demo import config as demo_config
+        from spiderd.demo import config as demo_config
 
         settings = demo_config.settings(overrides)
         demo_config.clean(settings.data_dir)
@@ -85,11 +85,11 @@ def build(settings: cfg.Settings, reactor: Any, demo: bool = False, signals: boo
     """Wire the services of one node: they start in this order (after the pool is ready) and stop in reverse.
 
     ``signals``: handle SIGHUP (twistd's makeService asks; tests building services directly do not)."""
-    from .core.blocking import Blocking
-    from .lifecycle import Closer, OrderedMultiService
-    from .parsepool import ParsePool
-    from .stats import CrawlStats
-    from .systemd import SystemdNotifier
+    from spiderd.core.blocking import Blocking
+    from spiderd.core.lifecycle import Closer, OrderedMultiService
+    from spiderd.fetch.parsepool import ParsePool
+    from spiderd.core.stats import CrawlStats
+    from spiderd.ops.systemd import SystemdNotifier
 
     top = OrderedMultiService()
     blocking = Blocking(reactor)  # first to start, last to stop: every lane of blocking work
@@ -117,10 +117,10 @@ def build(settings: cfg.Settings, reactor: Any, demo: bool = False, signals: boo
 def _crawl(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, fetcher: Any, parser: Any, store: Any,
            stats: Any, worker: Any, demo: bool) -> None:
     """The frontier: items, batcher, seeds, (demo site), progress, and the fetch loop last."""
-    from .crawler import CrawlService
-    from .items import ItemWriter
-    from .seeds import SeedService
-    from .stats import ProgressLogger
+    from spiderd.frontier.crawler import CrawlService
+    from spiderd.feed.items import ItemWriter
+    from spiderd.frontier.seeds import SeedService
+    from spiderd.core.stats import ProgressLogger
 
     items = ItemWriter(reactor, settings.path(settings.items_dir), settings.items_rotate_count, pool=pool)
     items.setServiceParent(top)
@@ -130,7 +130,7 @@ def _crawl(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, fetcher: A
     seeds.setServiceParent(top)
     _scheduler(settings, reactor, top, pool, stats)
     if demo:
-        from .demo.config import DemoSiteService
+        from spiderd.demo.config import DemoSiteService
 
         DemoSiteService(reactor, pool, settings).setServiceParent(top)
     extra = {"batches": batcher.status} if batcher is not None else {}
@@ -152,8 +152,8 @@ def _crawl(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, fetcher: A
 
 def _scheduler(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, stats: Any) -> None:
     """The seed timer (``pool.seed_cron``) and the recrawler (sites with recrawl intervals), when configured."""
-    from .cron import parse
-    from .scheduler import RecrawlPolicy, Recrawler, SeedTimer
+    from spiderd.frontier.cron import parse
+    from spiderd.frontier.scheduler import RecrawlPolicy, Recrawler, SeedTimer
 
     if settings.seed_cron:
         SeedTimer(reactor, pool, parse(settings.seed_cron)).setServiceParent(top)
@@ -166,7 +166,7 @@ def _scheduler(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, stats:
 
 def _when_idle(batcher: Any, worker: Any, reactor: Any) -> Any:
     """Stop once the crawl is done and, with batches, once every batch was accepted and (here) its job ran."""
-    from .lifecycle import wait_until
+    from spiderd.core.lifecycle import wait_until
 
     if batcher is None:
         return reactor.stop()
@@ -180,10 +180,10 @@ def _when_idle(batcher: Any, worker: Any, reactor: Any) -> Any:
 
 
 def _pool_service(settings: cfg.Settings, reactor: Any, top: Any) -> Any:
-    from .politeness import Politeness
-    from .pool import open_leveldb_pool, open_memory_pool
-    from .pool.service import PoolService
-    from .scheduler import RecrawlPolicy
+    from spiderd.frontier.politeness import Politeness
+    from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
+    from spiderd.frontier.pool.service import PoolService
+    from spiderd.frontier.scheduler import RecrawlPolicy
 
     overrides = {host: (rule.delay, rule.concurrency) for host, rule in settings.host_rules.items()}
     options = dict(
@@ -199,8 +199,8 @@ def _pool_service(settings: cfg.Settings, reactor: Any, top: Any) -> Any:
         detail_ratio=settings.detail_ratio,
     )
     if settings.pool_backend == "redis":
-        from .core.secrets import redact
-        from .pool.redis import make_redis_pool
+        from spiderd.core.secrets import redact
+        from spiderd.frontier.pool.redis import make_redis_pool
 
         pool, opener = make_redis_pool(settings.redis_url, reactor, prefix=settings.redis_prefix,
                                        namespace=settings.redis_namespace,
@@ -219,7 +219,7 @@ def _pool_service(settings: cfg.Settings, reactor: Any, top: Any) -> Any:
 
 
 def _store(settings: cfg.Settings, reactor: Any, top: Any) -> Any:
-    from .store import open_store
+    from spiderd.store import open_store
 
     if settings.store_url == "none":
         return None
@@ -233,8 +233,8 @@ def _worker(settings: cfg.Settings, reactor: Any, fetcher: Any, parser: Any, sto
     """The Scrapyd-compatible worker and its feed shipper: in the worker role, and in "all" with a local target."""
     if settings.role != "worker" and not (settings.role == "all" and "local" in settings.batch_targets):
         return None
-    from .feed import FeedShipper
-    from .worker import WorkerConfigError, build_worker
+    from spiderd.feed.shipper import FeedShipper
+    from spiderd.worker import WorkerConfigError, build_worker
 
     shipper = FeedShipper(reactor, settings.path("spool"), retry_max=settings.feed_retry_max,
                           stop_timeout=settings.feed_stop_timeout, lane=top.blocking.lane("feed", 3))
@@ -253,7 +253,7 @@ def _batcher(settings: cfg.Settings, reactor: Any, pool: Any, worker: Any, top: 
     """Detail URLs to workers in batches; none (details fetched here) when batch.targets is empty."""
     if not settings.batch_targets:
         return None
-    from .batcher import BatchConfig, Batcher
+    from spiderd.frontier.batcher import BatchConfig, Batcher
 
     if "local" in settings.batch_targets and worker is None:
         raise cfg.ConfigError(f"{settings.source}: batch.targets: \"local\" needs the all role (this node's worker)")
@@ -276,8 +276,8 @@ def _batcher(settings: cfg.Settings, reactor: Any, pool: Any, worker: Any, top: 
 def _api(settings: cfg.Settings, reactor: Any, top: Any, stats: Any, pool: Any, fetcher: Any, parser: Any,
          signals: bool) -> None:
     """The HTTP API (status, metrics, status page, admin) over what this role has; SIGHUP reloads under twistd."""
-    from .reload import ReloadService
-    from .web import ApiService, Auth, Node
+    from spiderd.ops.reload import ReloadService
+    from spiderd.ops.web import ApiService, Auth, Node
 
     named = top.namedServices
     worker = named.get("worker")
@@ -288,15 +288,15 @@ def _api(settings: cfg.Settings, reactor: Any, top: Any, stats: Any, pool: Any, 
     auth = Auth(settings.api_token, settings.api_username, settings.api_password)
     ApiService(reactor, node, bind=settings.api_bind, port=settings.api_port, auth=auth).setServiceParent(top)
     if signals:
-        from .lifecycle import calm_repeated_stop_signals
+        from spiderd.core.lifecycle import calm_repeated_stop_signals
 
         ReloadService(reactor, settings, named.get("seeds")).setServiceParent(top)
         calm_repeated_stop_signals(reactor)
 
 
 def _fetcher(settings: cfg.Settings, reactor: Any, pool: Any) -> Any:
-    from .fetcher import FetchConfig, Fetcher
-    from .robots import ROBOTS_REDIRECTS, Robots
+    from spiderd.fetch.fetcher import FetchConfig, Fetcher
+    from spiderd.fetch.robots import ROBOTS_REDIRECTS, Robots
 
     config = FetchConfig(
         user_agent=settings.user_agent, connect_timeout=settings.connect_timeout, timeout=settings.timeout,

@@ -12,8 +12,8 @@ import sys
 
 from twisted.internet.task import Clock
 
-from spiderd.politeness import Politeness
-from spiderd.pool import open_leveldb_pool
+from spiderd.frontier.politeness import Politeness
+from spiderd.frontier.pool import open_leveldb_pool
 
 
 def universe(size: int = 200_000) -> list[str]:

@@ -14,8 +14,8 @@ from twisted.internet.task import Clock
 from twisted.trial import unittest
 from twisted.web import resource, server
 
-from spiderd.batcher import SETTING_PREFIX, BatchConfig, Batcher, split, target_url
-from spiderd.pool import open_leveldb_pool, open_memory_pool
+from spiderd.frontier.batcher import SETTING_PREFIX, BatchConfig, Batcher, split, target_url
+from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 
 
 
@@ -147,7 +147,7 @@ class BatcherTests(unittest.TestCase):
 
     def test_default_batch_size_is_seed_003s(self) -> None:
         """Seed 003's DISTRIBUTED_BATCH_SIZE default, 1000 URLs, is the batcher's and the configuration's."""
-        from spiderd import settings as cfg
+        from spiderd.config import settings as cfg
 
         self.assertEqual(BatchConfig(("h:1",)).batch_size, 1000)
         self.assertEqual(cfg.from_dict({}, "<test>").batch_size, 1000)

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from spiderd.demo.site import SiteSpec, render
-from spiderd.extract import Rules, extract
-from spiderd.settings import load
+from spiderd.fetch.extract import Rules, extract
+from spiderd.config.settings import load
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "scrapyd-project"
@@ -47,7 +47,7 @@ fields = { heading = "//h1/text()" }
 
 def test_importing_spiderd_never_imports_scrapy() -> None:
     code = (
-        "import sys, spiderd, spiderd.contrib, spiderd.tap, spiderd.batcher, spiderd.extract\n"
+        "import sys, spiderd, spiderd.contrib, spiderd.tap, spiderd.frontier.batcher, spiderd.fetch.extract\n"
         "loaded = sorted(m for m in sys.modules if m == 'scrapy' or m.startswith('scrapy.'))\n"
         "assert not loaded, loaded\n"
     )

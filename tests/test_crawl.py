@@ -15,11 +15,11 @@ from twisted.internet import defer, reactor
 from twisted.trial import unittest
 from twisted.web import resource, server
 
-from spiderd import settings as cfg
+from spiderd.config import settings as cfg
 from spiderd import tap
 from spiderd.demo.config import DEMO
 from spiderd.demo.site import SiteSpec, listen, render
-from spiderd.lifecycle import wait_until
+from spiderd.core.lifecycle import wait_until
 
 
 def node_settings(data_dir: str, root: str, **sections: Any) -> cfg.Settings:

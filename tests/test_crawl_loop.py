@@ -9,10 +9,10 @@ from twisted.internet.task import Clock
 from twisted.logger import capturedLogs
 from twisted.trial import unittest
 
-from spiderd.crawler import FAILING_PULLS, CrawlService
-from spiderd.pool import open_memory_pool
-from spiderd.stats import CrawlStats
-from spiderd.web.node import _crawler
+from spiderd.frontier.crawler import FAILING_PULLS, CrawlService
+from spiderd.frontier.pool import open_memory_pool
+from spiderd.core.stats import CrawlStats
+from spiderd.ops.web.node import _crawler
 
 
 class BrokenPops:

@@ -12,16 +12,16 @@ from twisted.internet import defer, reactor
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from spiderd import settings as cfg
-from spiderd.crawler import CrawlService
+from spiderd.config import settings as cfg
+from spiderd.frontier.crawler import CrawlService
 from spiderd.demo.config import DEMO
-from spiderd.fetcher import FetchResult
-from spiderd.items import ItemWriter
-from spiderd.lifecycle import wait_until
-from spiderd.parsepool import ParsePool
-from spiderd.politeness import Politeness
-from spiderd.pool import open_memory_pool
-from spiderd.stats import CrawlStats
+from spiderd.fetch.fetcher import FetchResult
+from spiderd.feed.items import ItemWriter
+from spiderd.core.lifecycle import wait_until
+from spiderd.fetch.parsepool import ParsePool
+from spiderd.frontier.politeness import Politeness
+from spiderd.frontier.pool import open_memory_pool
+from spiderd.core.stats import CrawlStats
 
 from .helpers import result
 

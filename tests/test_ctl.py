@@ -19,9 +19,9 @@ from twisted.internet import defer, reactor, threads
 from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
-from spiderd import ctl
-from spiderd import status as st
-from spiderd.web import Auth
+from spiderd.ops import ctl
+from spiderd.core import status as st
+from spiderd.ops.web import Auth
 
 from .test_twistd import ROOT, TWISTD
 from .webnode import make_node, start_api
@@ -150,7 +150,7 @@ class RealDaemonTests(TestCase):
                                                "be a number of seconds, more than 0 and at most 1e+09, got 0.0\n")
         assert run("add", "seeds")[0] == ctl.USAGE
 
-        script = subprocess.run([sys.executable, "-m", "spiderd.ctl", "--url", daemon.url, "status", "--json"],
+        script = subprocess.run([sys.executable, "-m", "spiderd.ops.ctl", "--url", daemon.url, "status", "--json"],
                                 capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT),
                                                                          SPIDERD_TOKEN=TOKEN), timeout=60)
         assert script.returncode == 0 and json.loads(script.stdout)["role"] == "all"

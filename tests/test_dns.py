@@ -16,8 +16,8 @@ from twisted.trial import unittest
 from zope.interface import implementer
 
 from spiderd.demo.site import SiteSpec, static_paths, write_static
-from spiderd.dns import CachingResolver, caching_reactor
-from spiderd.fetcher import FetchConfig, Fetcher
+from spiderd.fetch.dns import CachingResolver, caching_reactor
+from spiderd.fetch.fetcher import FetchConfig, Fetcher
 
 from .httpservers import HTTP10Handler, ThreadedServer
 from .test_servers import fetch_all

@@ -1,4 +1,4 @@
-"""Tests for spiderd.extract: link resolution and filtering, classification, item fields, charsets, hostile input."""
+"""Tests for spiderd.fetch.extract: link resolution and filtering, classification, item fields, charsets, hostile input."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as s
 from lxml import etree
 
-from spiderd.extract import Extracted, Rules, extract
-from spiderd.settings import from_dict
-from spiderd.urls import canonicalize, fingerprint, to_signed64
+from spiderd.fetch.extract import Extracted, Rules, extract
+from spiderd.config.settings import from_dict
+from spiderd.core.urls import canonicalize, fingerprint, to_signed64
 
 SHOP = {
     "name": "shop",
@@ -403,7 +403,7 @@ def test_fuzz_html_ish_markup(body: bytes, content_type: str | None, kind: str, 
 @given(body=markup())
 def test_fuzz_link_paths_are_getpaths(body: bytes) -> None:
     """The linear-time paths of large pages are the ones lxml's getpath gives (small pages use getpath)."""
-    from spiderd.extract import _hrefs, _parse, _Paths
+    from spiderd.fetch.extract import _hrefs, _parse, _Paths
 
     root = _parse(body + b"<!-- x --><p>1</p><p>2</p><!-- y -->", "text/html")
     if root is not None:

@@ -24,7 +24,7 @@ from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 from twisted.trial import unittest
 
 from spiderd.core.retry import Backoff
-from spiderd.feed import (
+from spiderd.feed.shipper import (
     BadFeedError,
     FeedExistsError,
     FeedShipper,
@@ -35,7 +35,7 @@ from spiderd.feed import (
     uri_time,
     validate_jsonl,
 )
-from spiderd.items import ItemWriter, json_line
+from spiderd.feed.items import ItemWriter, json_line
 
 logging.getLogger("pyftpdlib").addHandler(logging.NullHandler())  # keeps pyftpdlib from configuring logging
 logging.getLogger("pyftpdlib").setLevel(logging.WARNING)

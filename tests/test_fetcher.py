@@ -13,9 +13,9 @@ from twisted.python.failure import Failure
 from twisted.trial import unittest
 from twisted.web import resource, server
 
-from spiderd import status as st
-from spiderd.fetcher import FetchConfig, Fetcher, classify_failure
-from spiderd.robots import Robots
+from spiderd.core import status as st
+from spiderd.fetch.fetcher import FetchConfig, Fetcher, classify_failure
+from spiderd.fetch.robots import Robots
 
 from .helpers import ClockedReactor
 
@@ -298,7 +298,7 @@ class FetcherTests(unittest.TestCase):
         """fetch_raw(truncate=True) gives the first 512 KiB of a larger body; parsed, its early rule holds."""
         raw = yield self.fetcher.fetch_raw(self.base + "/huge/robots.txt", 512 * 1024, truncate=True)
         self.assertEqual((raw.status, raw.error, len(raw.body)), (200, "truncated", 512 * 1024))
-        from spiderd.robots import _parse, _whole_lines
+        from spiderd.fetch.robots import _parse, _whole_lines
 
         rules = _parse(_whole_lines(raw.body), self.base)
         self.assertFalse(rules.can_fetch(self.base + "/private", "spiderd"))

@@ -13,7 +13,7 @@ from twisted.internet import defer, reactor
 from twisted.trial import unittest
 from twisted.web import resource, server
 
-from spiderd import settings as cfg
+from spiderd.config import settings as cfg
 
 from .test_crawl import run_crawl
 

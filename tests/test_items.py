@@ -13,9 +13,9 @@ from twisted.internet import defer, reactor
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from spiderd.items import ItemWriter, checkpoint_name
-from spiderd.politeness import Politeness
-from spiderd.pool import open_leveldb_pool, open_memory_pool
+from spiderd.feed.items import ItemWriter, checkpoint_name
+from spiderd.frontier.politeness import Politeness
+from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 
 from .helpers import result
 

@@ -175,7 +175,7 @@ def check(node: Node, root: str) -> None:
 
     from twisted.internet.task import Clock
 
-    from spiderd.pool import keys, open_leveldb_pool
+    from spiderd.frontier.pool import keys, open_leveldb_pool
 
     expected = sorted(root.rstrip("/") + path for path in SPEC.expected().details_ok)
     assert node.item_files("*.part") == []

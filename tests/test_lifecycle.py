@@ -7,7 +7,7 @@ from typing import Any
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 
-from spiderd.lifecycle import InFlight, OrderedMultiService
+from spiderd.core.lifecycle import InFlight, OrderedMultiService
 
 
 class Recorder(Service):

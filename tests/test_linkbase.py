@@ -14,12 +14,12 @@ from typing import Any
 from twisted.internet import defer, reactor
 from twisted.trial import unittest
 
-from spiderd import settings as cfg
+from spiderd.config import settings as cfg
 from spiderd import tap
 from spiderd.demo.config import DEMO
 from spiderd.demo.site import SiteSpec, listen
-from spiderd.extract import Rules, extract
-from spiderd.parseworker import answer, extracted_from
+from spiderd.fetch.extract import Rules, extract
+from spiderd.fetch.parseworker import answer, extracted_from
 
 from .test_crawl import node_settings
 
@@ -73,7 +73,7 @@ def test_anchors_cross_the_parse_worker_pipe() -> None:
 
 def test_spiderctl_why_shows_the_linkbase_entry() -> None:
     """spiderctl why prints where a URL was first linked: parent, anchor and xpath."""
-    from spiderd import ctl
+    from spiderd.ops import ctl
 
     class Client:
         def call(self, method: str, path: str) -> dict[str, Any]:

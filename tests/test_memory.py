@@ -11,7 +11,7 @@ from spiderd.core.memory import keep_heap, release_memory, rss_of
 
 CHILD = """
 import resource, sys
-from spiderd.compression import compress
+from spiderd.core.compression import compress
 from spiderd.core.memory import keep_heap
 if sys.argv[1] == "keep" and not keep_heap():
     print("unsupported"); sys.exit()

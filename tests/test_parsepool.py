@@ -1,4 +1,4 @@
-"""Tests for spiderd.parsepool and spiderd.parseworker: framing, dispatch, crashes, restarts and shutdown.
+"""Tests for spiderd.fetch.parsepool and spiderd.fetch.parseworker: framing, dispatch, crashes, restarts and shutdown.
 
 Dispatch, backoff and deadlines run against a fake process reactor (a Clock whose children answer in memory);
 the rest spawns real children on the global reactor, because real processes need a real reactor.
@@ -19,10 +19,10 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from spiderd.extract import Extracted, extract
-from spiderd.parsepool import ParsePool, ParsePoolUnavailable, ParseWorkerDied
+from spiderd.fetch.extract import Extracted, extract
+from spiderd.fetch.parsepool import ParsePool, ParsePoolUnavailable, ParseWorkerDied
 from .helpers import ClockedReactor
-from spiderd.parseworker import FrameDecoder, FrameError, Input, answer, frame, init_message, rules_from, serve
+from spiderd.fetch.parseworker import FrameDecoder, FrameError, Input, answer, frame, init_message, rules_from, serve
 
 RAW = {
     "sites": [

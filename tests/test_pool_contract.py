@@ -11,12 +11,12 @@ from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.trial.unittest import TestCase
 from zope.interface.verify import verifyObject
 
-from spiderd import status
-from spiderd.interfaces import IURLPool
-from spiderd.politeness import Politeness
-from spiderd.pool import open_leveldb_pool, open_memory_pool
-from spiderd.pool.redis import open_redis_pool
-from spiderd.pool.redis.link import RedisLink, parse_redis_url
+from spiderd.core import status
+from spiderd.frontier.interfaces import IURLPool
+from spiderd.frontier.politeness import Politeness
+from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
+from spiderd.frontier.pool.redis import open_redis_pool
+from spiderd.frontier.pool.redis.link import RedisLink, parse_redis_url
 
 from . import services
 
@@ -544,7 +544,7 @@ class PoolContract:
     @defer.inlineCallbacks
     def test_host_whose_id_ends_in_ff(self) -> Gen:
         """A host whose 8-byte id ends in 0xff is popped like any other."""
-        from spiderd.pool.keys import host_id
+        from spiderd.frontier.pool.keys import host_id
 
         host = next(f"h{i}.example" for i in range(100000) if host_id(f"h{i}.example").endswith(b"\xff"))
         pool = yield self.make_pool()
@@ -848,7 +848,7 @@ class RedisPoolTests(RedisKeys, PoolContract, TestCase):
 
 def test_prefix_end_carries() -> None:
     """The end of a key range carries over 0xff bytes (a host id may end in them)."""
-    from spiderd.pool.keys import prefix_end
+    from spiderd.frontier.pool.keys import prefix_end
 
     assert prefix_end(b"Qa") == b"Qb"
     assert prefix_end(b"Q\x01\xff\xff") == b"Q\x02"
@@ -859,7 +859,7 @@ def test_split_ratios_checked() -> None:
     """Kind ratios outside 0..1, or adding up to more than 1, are refused."""
     import pytest
 
-    from spiderd.pool.split import KindSplit
+    from spiderd.frontier.pool.split import KindSplit
 
     for ratios in ((-0.1, 0.0), (0.0, 1.5), (0.6, 0.5)):
         with pytest.raises(ValueError):

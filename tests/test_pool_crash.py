@@ -12,8 +12,8 @@ from pathlib import Path
 
 from twisted.internet.task import Clock
 
-from spiderd.pool import open_leveldb_pool
-from spiderd.pool.fsck import check
+from spiderd.frontier.pool import open_leveldb_pool
+from spiderd.frontier.pool.fsck import check
 
 from .helpers import result
 
@@ -86,8 +86,8 @@ def test_kill_9_loses_nothing(tmp_path: Path) -> None:
 
 def test_fsck_finds_damage() -> None:
     """The consistency check reports a queue entry removed behind the pool's back, and a wrong counter."""
-    from spiderd.pool import keys as k
-    from spiderd.pool import open_memory_pool
+    from spiderd.frontier.pool import keys as k
+    from spiderd.frontier.pool import open_memory_pool
 
     pool = open_memory_pool(Clock())
     pool.addmany([f"http://a.example/{i}" for i in range(3)])

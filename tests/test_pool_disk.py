@@ -7,8 +7,8 @@ from pathlib import Path
 
 from twisted.internet.task import Clock
 
-from spiderd.politeness import Politeness
-from spiderd.pool import open_leveldb_pool
+from spiderd.frontier.politeness import Politeness
+from spiderd.frontier.pool import open_leveldb_pool
 
 DONE = 20_000
 BUDGET = 24  # bytes per done URL (the README's figure is about 15 at a million URLs)

@@ -11,9 +11,9 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
-from spiderd.politeness import Politeness
-from spiderd.pool.redis import RedisPoolError, open_redis_pool
-from spiderd.pool.redis.link import RedisLink, Script, parse_redis_url
+from spiderd.frontier.politeness import Politeness
+from spiderd.frontier.pool.redis import RedisPoolError, open_redis_pool
+from spiderd.frontier.pool.redis.link import RedisLink, Script, parse_redis_url
 
 from .test_pool_contract import RedisKeys
 

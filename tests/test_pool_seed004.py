@@ -10,8 +10,8 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
-from spiderd.politeness import Politeness
-from spiderd.pool import open_leveldb_pool, open_memory_pool
+from spiderd.frontier.politeness import Politeness
+from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 
 from .test_pool_contract import RedisKeys
 
@@ -178,8 +178,8 @@ class Seed004Contract:
 
     def write_old_link(self, pool: Any, url: str, parent: str, anchor: str) -> defer.Deferred[Any]:
         """Store a linkbase entry as spiderd wrote it before the xpath: URL, parent, anchor."""
-        from spiderd.pool import keys
-        from spiderd.urls import fingerprint
+        from spiderd.frontier.pool import keys
+        from spiderd.core.urls import fingerprint
 
         pool._kv.put(keys.link_key(fingerprint(url)), "\n".join((url, parent, anchor)).encode())
         return defer.succeed(None)
@@ -246,7 +246,7 @@ class LevelDBSeed004Tests(Seed004Contract, TestCase):
     @defer.inlineCallbacks
     def test_store_stays_consistent(self) -> Gen:
         """fsck finds nothing wrong after pages go through crawled sets and back."""
-        from spiderd.pool.fsck import check
+        from spiderd.frontier.pool.fsck import check
 
         pool = yield self.make_pool(recrawl=[("a.example", "list"), ("a.example", "detail")])
         yield self.crawl(pool, [f"http://a.example/l{i}" for i in range(3)])

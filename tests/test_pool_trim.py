@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from twisted.internet.task import Clock
 
-from spiderd.pool import open_leveldb_pool
-from spiderd.pool.trim import mapped_tables, trim
+from spiderd.frontier.pool import open_leveldb_pool
+from spiderd.frontier.pool.trim import mapped_tables, trim
 
 from .helpers import result
 

@@ -11,11 +11,11 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
-from spiderd import settings as cfg
-from spiderd.cron import CronError, parse
-from spiderd.politeness import Politeness
-from spiderd.pool import open_memory_pool
-from spiderd.scheduler import RecrawlPolicy, Recrawler, SeedTimer, budget
+from spiderd.config import settings as cfg
+from spiderd.frontier.cron import CronError, parse
+from spiderd.frontier.politeness import Politeness
+from spiderd.frontier.pool import open_memory_pool
+from spiderd.frontier.scheduler import RecrawlPolicy, Recrawler, SeedTimer, budget
 
 from .test_pool_contract import RedisKeys
 

@@ -13,14 +13,14 @@ import pytest
 from twisted.internet import defer, reactor
 from twisted.trial import unittest
 
-from spiderd import schema
-from spiderd import settings as cfg
+from spiderd.feed import schema
+from spiderd.config import settings as cfg
 from spiderd import tap
 from spiderd.demo.config import DEMO
 from spiderd.demo.site import SiteSpec, listen
-from spiderd.extract import Rules, extract
-from spiderd.items import json_line
-from spiderd.urls import fingerprint, to_signed64
+from spiderd.fetch.extract import Rules, extract
+from spiderd.feed.items import json_line
+from spiderd.core.urls import fingerprint, to_signed64
 
 from .test_crawl import node_settings
 from .test_worker import WorkerTestBase, items

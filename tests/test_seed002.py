@@ -10,12 +10,12 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
-from spiderd.cron import parse
-from spiderd.politeness import Politeness
-from spiderd.pool.redis.link import parse_redis_url
-from spiderd.pool.redis.pool import DOMAIN_SWEEP_EVERY
-from spiderd.scheduler import SeedTimer
-from spiderd.seeds import SeedService
+from spiderd.frontier.cron import parse
+from spiderd.frontier.politeness import Politeness
+from spiderd.frontier.pool.redis.link import parse_redis_url
+from spiderd.frontier.pool.redis.pool import DOMAIN_SWEEP_EVERY
+from spiderd.frontier.scheduler import SeedTimer
+from spiderd.frontier.seeds import SeedService
 
 from .test_pool_contract import RedisKeys
 

@@ -10,8 +10,8 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from spiderd.pool import open_memory_pool
-from spiderd.seeds import SeedService
+from spiderd.frontier.pool import open_memory_pool
+from spiderd.frontier.seeds import SeedService
 
 CONFIGURED = ["http://h.example/news"]
 

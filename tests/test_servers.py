@@ -16,9 +16,9 @@ from twisted.protocols import policies
 from twisted.trial import unittest
 from twisted.web import resource, server
 
-from spiderd import status as st
+from spiderd.core import status as st
 from spiderd.demo.site import SiteSpec, static_paths, write_static
-from spiderd.fetcher import FetchConfig, Fetcher
+from spiderd.fetch.fetcher import FetchConfig, Fetcher
 
 from . import test_worker
 from .helpers import ClockedReactor

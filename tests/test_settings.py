@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from spiderd import settings as cfg
+from spiderd.config import settings as cfg
 
 ROOT = Path(__file__).resolve().parent.parent
 

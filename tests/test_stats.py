@@ -1,4 +1,4 @@
-"""The progress and summary lines (spiderd.stats.ProgressLogger) on an injected clock."""
+"""The progress and summary lines (spiderd.core.stats.ProgressLogger) on an injected clock."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from twisted.internet.task import Clock
 from twisted.logger import capturedLogs, formatEvent
 from twisted.trial import unittest
 
-from spiderd.pool import open_memory_pool
-from spiderd.stats import CrawlStats, ProgressLogger
+from spiderd.frontier.pool import open_memory_pool
+from spiderd.core.stats import CrawlStats, ProgressLogger
 
 
 class ProgressTests(unittest.TestCase):
@@ -29,7 +29,7 @@ class ProgressTests(unittest.TestCase):
                 self.successResultOf(logger.stopService())
             elif logger.running:
                 logger.stopService()
-        return [formatEvent(e) for e in events if e.get("log_namespace") == "spiderd.stats"]
+        return [formatEvent(e) for e in events if e.get("log_namespace") == "spiderd.core.stats"]
 
     def test_no_host_waiting(self) -> None:
         """With nothing queued the largest queue is "none", not ['', 0]."""

@@ -14,7 +14,7 @@ from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.web.http_headers import Headers
 
-from spiderd.web import Auth
+from spiderd.ops.web import Auth
 
 from . import services
 from .webnode import make_node, start_api

@@ -18,7 +18,7 @@ from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface.verify import verifyObject
 
-from spiderd.interfaces import IPageStore
+from spiderd.store.interfaces import IPageStore
 from spiderd.store import NullStore, StoreNotRunning, StoreUnavailable, base, open_store
 from spiderd.store import mysql as mysql_backend
 from spiderd.store import sqlite as sqlite_backend
@@ -353,8 +353,8 @@ class SQLiteStoreTests(StoreContract, TestCase):
     @inlineCallbacks
     def test_seed_service_records_hubs(self) -> Any:
         """Configured hubs, and hubs added at run time, go to crawler_hub as well as to the pool."""
-        from spiderd.pool import open_memory_pool
-        from spiderd.seeds import SeedService
+        from spiderd.frontier.pool import open_memory_pool
+        from spiderd.frontier.seeds import SeedService
 
         store = self.started()
         pool = open_memory_pool(self.clock)

@@ -11,9 +11,9 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.trial.unittest import TestCase
 from zope.interface.verify import verifyObject
 
-from spiderd.interfaces import IPageStore
+from spiderd.store.interfaces import IPageStore
 from spiderd.store import ShardedStore, open_store
-from spiderd.urls import fingerprint
+from spiderd.core.urls import fingerprint
 
 from . import services
 

@@ -15,8 +15,8 @@ from twisted.internet.task import Clock
 from twisted.logger import LogLevel
 from twisted.python.failure import Failure
 
-from spiderd.logs import journal_line
-from spiderd.systemd import SystemdNotifier, notify
+from spiderd.ops.logs import journal_line
+from spiderd.ops.systemd import SystemdNotifier, notify
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -108,7 +108,7 @@ def test_log_level_filter() -> None:
     import io
     import json as json_module
 
-    from spiderd import logs
+    from spiderd.ops import logs
 
     def written(factory: Any, environ: dict[str, str]) -> str:
         stream = io.StringIO()

@@ -1,4 +1,4 @@
-"""Tests for spiderd.urls: the canonical form, fingerprints, hosts and rejections."""
+"""Tests for spiderd.core.urls: the canonical form, fingerprints, hosts and rejections."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as s
 
-from spiderd import urls
-from spiderd.urls import BadURL, canonicalize
+from spiderd.core import urls
+from spiderd.core.urls import BadURL, canonicalize
 
 
 @pytest.mark.parametrize(

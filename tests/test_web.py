@@ -16,8 +16,8 @@ from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, FileBodyProducer, HTTPConnectionPool
 from twisted.web.http_headers import Headers
 
-from spiderd.web import Auth
-from spiderd.web.api import ADD_CHUNK, MAX_URLS
+from spiderd.ops.web import Auth
+from spiderd.ops.web.api import ADD_CHUNK, MAX_URLS
 
 from .webnode import make_node, start_api
 
@@ -379,7 +379,7 @@ class OpenApiTests(ApiCase):
         self.addCleanup(globalLogPublisher.removeObserver, events.append)
         yield self.call("GET", "/api/status")
         yield self.call("POST", "/api/pause")
-        api = [e for e in events if e.get("log_namespace", "").startswith(("spiderd.web", "spiderd.core.net"))]
+        api = [e for e in events if e.get("log_namespace", "").startswith(("spiderd.ops.web", "spiderd.core.net"))]
         assert {e["log_level"].name for e in api if "GET /api/status" in formatEvent(e)} == {"debug"}
         assert [formatEvent(e) for e in api if e["log_level"].name == "info"] == ["API: the crawl is paused"]
 

@@ -23,15 +23,15 @@ from twisted.trial import unittest
 from twisted.web.client import Agent, HTTPConnectionPool
 from treq.client import HTTPClient
 
-from spiderd import settings as cfg
+from spiderd.config import settings as cfg
 from spiderd.demo.config import DEMO
 from spiderd.demo.site import PRIVATE, SiteSpec, listen, port_of, render
-from spiderd.feed import FeedShipper
-from spiderd.fetcher import FetchConfig, Fetcher
-from spiderd.parsepool import ParsePool
-from spiderd.robots import Robots
+from spiderd.feed.shipper import FeedShipper
+from spiderd.fetch.fetcher import FetchConfig, Fetcher
+from spiderd.fetch.parsepool import ParsePool
+from spiderd.fetch.robots import Robots
 from spiderd.store import open_store
-from spiderd.urls import fingerprint, to_signed64
+from spiderd.core.urls import fingerprint, to_signed64
 from spiderd.worker import WorkerConfig, WorkerConfigError, WorkerService, build_worker, worker_config
 from spiderd.core.secrets import is_loopback
 from spiderd.worker.files import HostSlots
@@ -620,7 +620,7 @@ class SecurityTests(WorkerTestBase):
 
     def test_upload_never_writes_through_a_planted_link(self) -> None:
         """A symbolic link planted at the temporary name of a local feed delivery is replaced, not followed."""
-        from spiderd.feed import parse_target, upload
+        from spiderd.feed.shipper import parse_target, upload
 
         outside = os.path.join(self.tmp, "victim.txt")
         with open(outside, "w") as f:

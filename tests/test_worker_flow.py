@@ -15,10 +15,10 @@ from twisted.web.server import NOT_DONE_YET, Request, Site
 from zope.interface import directlyProvides, providedBy
 
 from spiderd.demo.site import render
-from spiderd.feed import FeedShipper
-from spiderd.fetcher import FetchConfig, Fetcher
+from spiderd.feed.shipper import FeedShipper
+from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.store import open_store
-from spiderd.urls import fingerprint
+from spiderd.core.urls import fingerprint
 from spiderd.worker import WorkerService
 from spiderd.worker.itemized import Itemized
 

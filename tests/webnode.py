@@ -8,12 +8,12 @@ from typing import Any
 from twisted.internet import defer
 from twisted.internet.task import Clock
 
-from spiderd import settings as cfg
-from spiderd.extract import Rules
-from spiderd.pool import open_memory_pool
-from spiderd.seeds import SeedService
-from spiderd.stats import CrawlStats
-from spiderd.web import ApiService, Auth, Node
+from spiderd.config import settings as cfg
+from spiderd.fetch.extract import Rules
+from spiderd.frontier.pool import open_memory_pool
+from spiderd.frontier.seeds import SeedService
+from spiderd.core.stats import CrawlStats
+from spiderd.ops.web import ApiService, Auth, Node
 
 SITES = [{"name": "shop", "allowed_hosts": ["shop.example"], "list_urls": [r"/list/\d+$"],
           "detail_urls": [r"/item/\d+$"]}]

@@ -37,9 +37,9 @@ from typing import Any, AsyncIterator, Iterator
 import scrapy
 from scrapy.http import Response
 
-from .. import settings as cfg
-from ..extract import Rules, extract
-from ..urls import BadURL, canonicalize
+from spiderd.config import settings as cfg
+from spiderd.fetch.extract import Rules, extract
+from spiderd.core.urls import BadURL, canonicalize
 
 __all__ = ["DistributedSpider", "DistributedSpiderError", "parse_start_urls"]
 

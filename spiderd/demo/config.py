@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from twisted.application.service import Service
 from twisted.logger import Logger
 
-from .. import settings as cfg
+from spiderd.config import settings as cfg
 
 log = Logger()
 
@@ -58,7 +58,7 @@ class DemoSiteService(Service):
 
     def startService(self) -> None:
         super().startService()
-        from .site import SiteSpec, listen
+        from spiderd.demo.site import SiteSpec, listen
 
         self._port = listen(SiteSpec(slow_delay=1.0), self._reactor)
         root = f"http://127.0.0.1:{self._port.getHost().port}/"

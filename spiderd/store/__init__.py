@@ -18,7 +18,7 @@ updates its row.  Compression happens on the writer's thread; nothing blocks
 the reactor.  ``stopService`` writes everything queued, waits for the writes
 in flight and closes; later calls fail with :class:`StoreNotRunning`.
 
-Compression: XZ at ``preset`` 1 (:func:`spiderd.compression.compress`, with a
+Compression: XZ at ``preset`` 1 (:func:`spiderd.core.compression.compress`, with a
 dictionary sized to the page), which plain ``lzma.decompress`` reads whatever
 the preset.  With parser processes the crawler has them compress the page and
 hands the store the result.  Measured here (Python 3.11,
@@ -43,10 +43,10 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from .base import NullStore, PageStore, StoreNotRunning, StoreUnavailable
-from .mysql import MySQLStore, parse_mysql_url, redact
-from .shards import ShardedStore
-from .sqlite import SQLiteStore
+from spiderd.store.base import NullStore, PageStore, StoreNotRunning, StoreUnavailable
+from spiderd.store.mysql import MySQLStore, parse_mysql_url, redact
+from spiderd.store.shards import ShardedStore
+from spiderd.store.sqlite import SQLiteStore
 
 __all__ = [
     "DEFAULT_PRESET",

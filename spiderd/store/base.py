@@ -19,8 +19,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ..compression import compress, decompress
-from ..interfaces import IPageStore
+from spiderd.core.compression import compress, decompress
+from spiderd.store.interfaces import IPageStore
 
 log = Logger()
 T = TypeVar("T")

@@ -39,8 +39,8 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ..core.secrets import redact
-from .base import Batch, Outcome, PageStore, Statements, StoreUnavailable, decompress, plural, write_rows
+from spiderd.core.secrets import redact
+from spiderd.store.base import Batch, Outcome, PageStore, Statements, StoreUnavailable, decompress, plural, write_rows
 
 log = Logger()
 T = TypeVar("T")

@@ -17,9 +17,9 @@ from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred, gatherResults
 from zope.interface import implementer
 
-from ..interfaces import IPageStore
-from ..urls import fingerprint
-from .base import PageStore, check_page
+from spiderd.store.interfaces import IPageStore
+from spiderd.core.urls import fingerprint
+from spiderd.store.base import PageStore, check_page
 
 
 @implementer(IPageStore)

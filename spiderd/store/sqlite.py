@@ -23,7 +23,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
-from .base import Batch, Outcome, PageStore, Statements, decompress, write_rows
+from spiderd.store.base import Batch, Outcome, PageStore, Statements, decompress, write_rows
 
 log = Logger()
 T = TypeVar("T")

@@ -9,7 +9,7 @@
 - :mod:`.service`: :class:`WorkerService` and :func:`build_worker`, for ``tap.build``.
 """
 
-from .config import WorkerConfig, WorkerConfigError
-from .service import WorkerService, build_worker, worker_config
+from spiderd.worker.config import WorkerConfig, WorkerConfigError
+from spiderd.worker.service import WorkerService, build_worker, worker_config
 
 __all__ = ["WorkerConfig", "WorkerConfigError", "WorkerService", "build_worker", "worker_config"]

@@ -15,8 +15,8 @@ import os
 from typing import Any
 
 
-from ..core import leveldb
-from .jobs import Job
+from spiderd.core import leveldb
+from spiderd.worker.jobs import Job
 
 
 def digest(job: Job, urls: list[str]) -> str:

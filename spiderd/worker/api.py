@@ -23,15 +23,15 @@ from twisted.python.failure import Failure
 from twisted.web import http
 from twisted.web.server import Request
 
-from ..core.net.guard import foreign_request
-from ..core.secrets import redact_text, redact_value
-from ..core.net.auth import Auth
-from ..core.net.resource import JsonResource, send
-from ..core.net.serving import ApiError, json_body
-from .jobs import ENDED, FINISHED, PENDING, RUNNING, Job
-from .pages import Pages, log_path
-from .runner import JobExists, JobRunner, WorkerStopping
-from .validate import Validator
+from spiderd.core.net.guard import foreign_request
+from spiderd.core.secrets import redact_text, redact_value
+from spiderd.core.net.auth import Auth
+from spiderd.core.net.resource import JsonResource, send
+from spiderd.core.net.serving import ApiError, json_body
+from spiderd.worker.jobs import ENDED, FINISHED, PENDING, RUNNING, Job
+from spiderd.worker.pages import Pages, log_path
+from spiderd.worker.runner import JobExists, JobRunner, WorkerStopping
+from spiderd.worker.validate import Validator
 
 log = Logger()
 MAX_NAMES = 20  # spiders named in a refusal

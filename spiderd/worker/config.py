@@ -7,7 +7,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ..core.secrets import is_loopback
+from spiderd.core.secrets import is_loopback
 
 MiB = 1024 * 1024
 DEFAULT_FEED_TEMPLATE = "%(batch)s_%(name)s_%(time)s.jl"
@@ -77,7 +77,7 @@ class WorkerConfig:
     def feed_roots(self) -> tuple[str, ...]:
         """The local directories that a job's file:// feed may be written under: the fixed part of the
         default feed's directory, and ``feed_dirs``."""
-        from ..feed import parse_target
+        from spiderd.feed.shipper import parse_target
 
         roots = [os.path.normpath(d) for d in self.feed_dirs]
         target = parse_target(self.default_feed_uri)

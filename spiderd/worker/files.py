@@ -8,9 +8,9 @@ from typing import Any, Mapping
 from twisted.internet import defer, task
 from twisted.internet.defer import Deferred, DeferredLock, DeferredSemaphore
 
-from ..fsutil import fsync_dir, unlink_quietly
-from ..items import json_line
-from .jobs import Runner
+from spiderd.core.fsutil import fsync_dir, unlink_quietly
+from spiderd.feed.items import json_line
+from spiderd.worker.jobs import Runner
 
 FLUSH_AT = 256 * 1024
 

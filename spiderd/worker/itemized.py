@@ -19,7 +19,7 @@ import struct
 from typing import Any
 
 
-from ..core import leveldb
+from spiderd.core import leveldb
 
 _RECORD = struct.Struct(">d?")  # when the item was made, and whether through a redirect
 

@@ -22,9 +22,9 @@ from typing import Any, Iterable
 
 from twisted.logger import Logger, LogLevel, formatEvent
 
-from ..core.secrets import redact_text
-from ..fsutil import unlink_quietly
-from .jobs import Runner, safe_name
+from spiderd.core.secrets import redact_text
+from spiderd.core.fsutil import unlink_quietly
+from spiderd.worker.jobs import Runner, safe_name
 
 log = Logger()
 

@@ -23,7 +23,7 @@ from twisted.web.server import NOT_DONE_YET, Request
 
 import spiderd
 
-from .jobs import ENDED, RUNNING, Job
+from spiderd.worker.jobs import ENDED, RUNNING, Job
 
 Error = Callable[[Request, str, int], bytes]
 

@@ -36,12 +36,12 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
-from .. import status as st
-from ..core.retry import Backoff
-from ..urls import fingerprint, host_of
-from .config import WorkerConfig
-from .files import HostSlots, ItemsFile, JobHosts
-from .jobs import Job
+from spiderd.core import status as st
+from spiderd.core.retry import Backoff
+from spiderd.core.urls import fingerprint, host_of
+from spiderd.worker.config import WorkerConfig
+from spiderd.worker.files import HostSlots, ItemsFile, JobHosts
+from spiderd.worker.jobs import Job
 
 log = Logger()
 

@@ -30,18 +30,18 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
-from ..core.memory import release_memory
-from ..core.secrets import redact
-from ..fsutil import unlink_quietly
-from ..lifecycle import InFlight
-from .config import WorkerConfig
-from .files import ItemsFile, JobHosts
-from .jobs import CANCELLED, ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
-from .accepted import Accepted, digest
-from .itemized import Itemized
-from .joblog import JobLogs
-from .jobsettings import HONOURED, JobOptions, SettingError, job_options
-from .pipeline import Pipeline, Run
+from spiderd.core.memory import release_memory
+from spiderd.core.secrets import redact
+from spiderd.core.fsutil import unlink_quietly
+from spiderd.core.lifecycle import InFlight
+from spiderd.worker.config import WorkerConfig
+from spiderd.worker.files import ItemsFile, JobHosts
+from spiderd.worker.jobs import CANCELLED, ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
+from spiderd.worker.accepted import Accepted, digest
+from spiderd.worker.itemized import Itemized
+from spiderd.worker.joblog import JobLogs
+from spiderd.worker.jobsettings import HONOURED, JobOptions, SettingError, job_options
+from spiderd.worker.pipeline import Pipeline, Run
 
 log = Logger()
 

@@ -21,14 +21,14 @@ from twisted.logger import Logger
 
 import spiderd
 
-from .api import WorkerAPI
-from .config import WorkerConfig
-from ..core.blocking import Lane
-from ..core.net.auth import Auth
-from ..core.net.serving import JsonSite
-from .jobs import JobStore
-from .runner import JobRunner
-from .validate import Validator
+from spiderd.worker.api import WorkerAPI
+from spiderd.worker.config import WorkerConfig
+from spiderd.core.blocking import Lane
+from spiderd.core.net.auth import Auth
+from spiderd.core.net.serving import JsonSite
+from spiderd.worker.jobs import JobStore
+from spiderd.worker.runner import JobRunner
+from spiderd.worker.validate import Validator
 
 log = Logger()
 
@@ -54,13 +54,13 @@ class WorkerService(Service):
         """Raises :class:`~.config.WorkerConfigError` for settings that cannot (or must not) run.
 
         ``rules`` defaults to ``parser.rules`` (the spiders are its sites); ``render_uri`` to
-        :mod:`spiderd.feed`'s; ``incoming_dir`` to the shipper's spool ``incoming/`` directory; ``clock`` (the
+        :mod:`spiderd.feed.shipper`'s; ``incoming_dir`` to the shipper's spool ``incoming/`` directory; ``clock`` (the
         job pipeline's timers: retries, per-host delays) to the reactor.
         """
         config.check()
         self.setName("worker")
         if render_uri is None:
-            from ..feed import render_uri
+            from spiderd.feed.shipper import render_uri
         self.config = config
         self.shipper = shipper
         self._reactor = reactor

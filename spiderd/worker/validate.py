@@ -16,14 +16,14 @@ import math
 import os
 from typing import Any, Callable
 
-from ..feed import check_param, parse_target
-from ..settings import Site
-from ..urls import BadURL, canonicalize
-from .config import FEED_SCHEMES, WorkerConfig
-from ..core.secrets import redact, redact_text
-from ..core.net.serving import ApiError
-from .jobs import Job, safe_name
-from .jobsettings import SettingError, job_options, split
+from spiderd.feed.shipper import check_param, parse_target
+from spiderd.config.settings import Site
+from spiderd.core.urls import BadURL, canonicalize
+from spiderd.worker.config import FEED_SCHEMES, WorkerConfig
+from spiderd.core.secrets import redact, redact_text
+from spiderd.core.net.serving import ApiError
+from spiderd.worker.jobs import Job, safe_name
+from spiderd.worker.jobsettings import SettingError, job_options, split
 
 _NAME_RULE = "letters, digits, '.', '_' and '-', at most 128, not starting with '.'"
 

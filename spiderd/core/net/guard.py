@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from twisted.web.server import Request
 
-from ..secrets import is_loopback_host_header
+from spiderd.core.secrets import is_loopback_host_header
 
 SAFE_METHODS = (b"GET", b"HEAD", b"OPTIONS")
 

@@ -17,7 +17,7 @@ from twisted.web import http
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
-from .serving import ApiError
+from spiderd.core.net.serving import ApiError
 
 log = Logger()
 Route = tuple[bytes, Callable[[Any], Any]]

@@ -1,0 +1,1 @@
+"""The configuration: TOML validated into frozen settings."""

@@ -1,0 +1,173 @@
+"""Service helpers: ordered start/stop, and tracking of in-flight Deferreds."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from twisted.application.service import MultiService, Service
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.internet.error import CannotListenError
+from twisted.logger import Logger
+
+log = Logger()
+
+
+EXPECTED_START_ERRORS = (OSError, CannotListenError, ValueError)  # a port in use, a directory that cannot open
+
+
+class OrderedMultiService(MultiService):
+    """Starts children in the order added and stops them one at a time, in reverse.
+
+    Twisted's MultiService stops children concurrently; spiderd's shutdown
+    contract needs the crawler drained before the stores it writes to close.
+    A child with a ``ready`` Deferred (the Redis pool, connecting) holds back
+    the children after it until it fires; children never started are not stopped.
+    """
+
+    on_start_failure: Any = None  # called with (service, exception) when a child cannot start
+    _failed = False
+
+    def privilegedStartService(self) -> None:
+        """Children that bind their ports early (twistd calls this first) fail the same way as at start."""
+        Service.privilegedStartService(self)
+        for child in self:
+            try:
+                child.privilegedStartService()
+            except Exception as e:
+                self._start_failed(child, e)
+                return
+
+    def startService(self) -> None:
+        Service.startService(self)
+        if not self._failed:
+            self._start_from(0)
+
+    def _start_failed(self, child: Any, error: Exception) -> None:
+        self._failed = True
+        if isinstance(error, EXPECTED_START_ERRORS) and self.on_start_failure is not None:
+            log.debug("{service} could not start: {error}", service=child.name or child, error=error)
+        else:  # a bug, or no one to say it in one line: the whole traceback
+            log.failure("{service} could not start", service=child.name or child)
+        if self.on_start_failure is not None:
+            self.on_start_failure(child, error)
+
+    def _ready(self, _: object, index: int) -> None:
+        """Service ``index`` is ready: start the ones after it."""
+        self._start_from(index + 1)
+
+    def _start_from(self, first: int) -> None:
+        children = list(self)
+        for index in range(first, len(children)):
+            if not self.running:
+                return
+            child = children[index]
+            try:
+                child.startService()
+            except Exception as e:  # a port in use, a store that cannot open: nothing more starts
+                self._start_failed(child, e)
+                return
+            ready = getattr(child, "ready", None)
+            if isinstance(ready, Deferred) and not ready.called:
+                ready.addCallback(self._ready, index)
+                ready.addErrback(lambda f: log.failure("Starting services", f))
+                return
+
+    @defer.inlineCallbacks
+    def stopService(self) -> Any:
+        self.running = 0
+        for service in reversed(list(self)):
+            if not service.running:
+                continue
+            try:
+                yield defer.maybeDeferred(service.stopService)
+            except Exception:
+                log.failure("Error stopping {service}", service=service)
+
+
+class InFlight:
+    """Tracks Deferreds so a stop can wait for every one of them (buildbot's DeferWaiter)."""
+
+    def __init__(self) -> None:
+        self._waiting: set[Deferred[Any]] = set()
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def track(self, d: Deferred[Any]) -> Deferred[Any]:
+        """Remember ``d`` until it fires; returns ``d``."""
+        self._waiting.add(d)
+
+        def forget(result: Any) -> Any:
+            self._waiting.discard(d)
+            return result
+
+        d.addBoth(forget)
+        return d
+
+    def wait(self) -> Deferred[None]:
+        """Fires when everything tracked now (and added meanwhile) has fired."""
+        if not self._waiting:
+            return defer.succeed(None)
+        d = defer.DeferredList([_shadow(x) for x in self._waiting])
+        return d.addCallback(lambda _: self.wait())
+
+    def cancel_all(self) -> None:
+        """Cancel everything still in flight."""
+        for d in list(self._waiting):
+            d.cancel()
+
+
+def _shadow(d: Deferred[Any]) -> Deferred[None]:
+    """A Deferred that fires when ``d`` does, without touching ``d``'s result."""
+    shadow: Deferred[None] = Deferred()
+
+    def fire(result: Any) -> Any:
+        if not shadow.called:
+            shadow.callback(None)
+        return result
+
+    d.addBoth(fire)
+    return shadow
+
+
+def calm_repeated_stop_signals(reactor: Any) -> None:
+    """Once the shutdown began, a second SIGTERM or Ctrl-C says so in one line instead of a CRITICAL
+    ``ReactorNotRunning`` traceback (the reactor's own handler calls ``stop`` again)."""
+
+    def again(signum: int, frame: Any) -> None:
+        reactor.callFromThread(log.info, "Signal {signal} again: already stopping, waiting for the drain to finish",
+                               signal=signal.Signals(signum).name)
+
+    def install() -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, again)
+
+    reactor.addSystemEventTrigger("before", "shutdown", install)
+
+
+def wait_until(clock: Any, predicate: Any, interval: float = 0.5) -> Deferred[None]:
+    """Fires once ``predicate()`` is true, checking every ``interval`` seconds on ``clock``."""
+    d: Deferred[None] = Deferred()
+
+    def check() -> None:
+        if predicate():
+            d.callback(None)
+        else:
+            clock.callLater(interval, check)
+
+    check()
+    return d
+
+
+class Closer(Service):
+    """Calls ``close()`` (which may return a Deferred) when stopped: for things opened by the wiring."""
+
+    def __init__(self, name: str, close: Any) -> None:
+        self.setName(name)
+        self._close = close
+
+    def stopService(self) -> Any:
+        super().stopService()
+        return defer.maybeDeferred(self._close)

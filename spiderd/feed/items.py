@@ -1,0 +1,317 @@
+"""Items as JSON-lines files in the data directory, committed together with the pool, rotated by count.
+
+A file is written as ``<name>.jl.part`` and renamed to ``<name>.jl`` when it
+holds ``rotate_count`` items or the service stops, so whatever picks up
+``*.jl`` files (the FTP shipper, a Spark job) never sees half a file.  Lines
+are UTF-8 JSON objects, one per line, written on a thread of the writer's own.
+
+Exactly once, with the pool as the source of truth.  Items go out in groups:
+a group's lines are appended and fsynced, then the statuses that depend on
+them (the URLs whose pages gave the items) and the file's new length are
+recorded in the pool in one atomic write, ``set_statuses(statuses,
+checkpoint)``; only then do the items' Deferreds fire.  So the pool counts a
+URL done only once its line is on disk, and its checkpoint says which prefix
+of each file is committed.  A ``kill -9`` (or a power cut) at any moment
+leaves a ``.part`` file whose lines past the checkpoint belong to URLs the pool
+does not count done, which will be fetched again: the next start cuts the file
+to its checkpoint and completes it.  A file's checkpoint is set to 0 before
+its first line and dropped just before its rename, so a ``.part`` file the pool
+has no checkpoint for is empty, or complete, or was left by a spiderd without
+checkpoints: it keeps its whole lines.  Any error while a group is written or
+recorded abandons the file as it is (the next start settles it the same way).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any, Callable, Iterable
+
+from twisted.application.service import Service
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+
+from spiderd.core.fsutil import fsync_dir, unlink_quietly
+
+log = Logger()
+
+PART = ".part"
+Status = tuple[str, int] | tuple[str, int, str | None]  # (url, code[, reason]): as IURLPool.set_statuses takes
+_Pending = tuple[dict[str, Any], list[Status], "Deferred[None]"]
+
+
+class ItemWriter(Service):
+    """``write(item, statuses)`` fires once the item's line is on disk and ``statuses`` are recorded with it.
+
+    ``pool`` (an IURLPool) records the statuses and the checkpoints; without
+    one, lines are only made durable and nothing is recorded.  ``ready`` fires
+    once the files of a previous run are settled (the crawl starts after it).
+    """
+
+    name = "items"
+
+    def __init__(
+        self,
+        reactor: Any,
+        directory: str,
+        rotate_count: int = 10000,
+        flush_interval: float = 0.5,
+        batch_size: int = 500,
+        on_rotate: Callable[[str], Any] | None = None,
+        pool: Any = None,
+    ) -> None:
+        self._reactor = reactor
+        self.directory = directory
+        self._rotate_count = rotate_count
+        self._flush_interval = flush_interval
+        self._batch_size = batch_size
+        self._on_rotate = on_rotate
+        self._pool = pool
+        self.ready: Deferred[None] = Deferred()
+        self._queue: list[_Pending] = []
+        self._timer: Any = None
+        self._threads = ThreadPool(1, 1, name="spiderd-items")
+        self._writing: Deferred[None] = defer.succeed(None)
+        self._file: Any = None  # the open .part file (used on the writer's thread only)
+        self._path = ""  # its final name
+        self._in_file = 0  # committed lines in it
+        self._serial = 0
+        self._token = os.urandom(4).hex()  # this process's file names are unique across nodes and restarts
+        self.written = 0
+        self.files: list[str] = []
+
+    def startService(self) -> None:
+        super().startService()
+        os.makedirs(self.directory, exist_ok=True)
+        self._threads.start()
+        self._settle_previous().addBoth(self._settled)
+
+    def _settled(self, result: Any) -> None:
+        if isinstance(result, Failure):
+            log.failure("Settling the items files of a previous run failed; they stay as they are", result)
+        self.ready.callback(None)  # the crawl may start: those files' URLs are not done, or their lines are kept
+
+    def write(self, item: dict[str, Any], statuses: Iterable[Status] = ()) -> Deferred[None]:
+        """Queue one item and the statuses to record with its line."""
+        if not self.running:
+            return defer.fail(RuntimeError("the item writer is stopped"))
+        d: Deferred[None] = Deferred()
+        self._queue.append((item, list(statuses), d))
+        if len(self._queue) >= self._batch_size:
+            self._flush()
+        elif self._timer is None:
+            self._timer = self._reactor.callLater(self._flush_interval, self._flush)
+        return d
+
+    def _flush(self) -> Deferred[None]:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        group, self._queue = self._queue, []
+        if group:
+            self._writing.addCallback(lambda _: self._commit(group))
+            self._writing.addErrback(lambda f: log.failure("Writing items failed", f))
+        return self._writing
+
+    # -- one group ----------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def _commit(self, group: list[_Pending]) -> Any:
+        """Write ``group`` (into as many files as rotation asks) and record it; each item's Deferred fires."""
+        while group:
+            if self._file is None and not (yield self._open(group)):
+                return
+            room = self._rotate_count - self._in_file
+            yield self._commit_part(group[:room])
+            group = group[room:]
+            if self._file is not None and self._in_file >= self._rotate_count:
+                yield self._rotate()
+
+    @defer.inlineCallbacks
+    def _open(self, group: list[_Pending]) -> Any:
+        """A new file, with its checkpoint at 0; False (the group failed) if that cannot be done."""
+        try:
+            yield self._in_thread(self._create)
+            if self._pool is not None:
+                yield self._pool.set_statuses((), checkpoint=(self._checkpoint, 0))
+        except Exception:
+            failure = Failure()
+            yield self._abandon()
+            yield self._in_thread(unlink_quietly, self._path + PART)  # still empty: nothing to settle
+            _fail(group, failure, "Opening an items file failed")
+            return False
+        return True
+
+    @defer.inlineCallbacks
+    def _commit_part(self, group: list[_Pending]) -> Any:
+        try:
+            length = yield self._in_thread(self._append, [item for item, _, _ in group])
+            if self._pool is not None:
+                statuses = [status for _, some, _ in group for status in some]
+                yield self._pool.set_statuses(statuses, checkpoint=(self._checkpoint, length))
+        except Exception:
+            failure = Failure()
+            yield self._abandon()
+            _fail(group, failure, "Writing {count} items failed; the file is left for the next start to settle")
+            return
+        self._in_file += len(group)
+        self.written += len(group)
+        for _, _, d in group:
+            d.callback(None)
+
+    @defer.inlineCallbacks
+    def _rotate(self) -> Any:
+        """Complete the open file: close it, drop its checkpoint, rename it."""
+        yield self._in_thread(self._close)
+        if self._pool is not None:
+            yield self._drop_checkpoint(self._checkpoint)
+        final = yield self._in_thread(finish_part, self._path + PART)
+        if final is not None:
+            self._rotated(final)
+
+    @defer.inlineCallbacks
+    def _abandon(self) -> Any:
+        """Leave the open file as it is (its checkpoint says what counts) and go on with a new one."""
+        try:
+            yield self._in_thread(self._close)
+        except Exception:
+            log.failure("Closing items file {path} failed", path=self._path + PART)
+        self._file = None
+
+    @property
+    def _checkpoint(self) -> str:
+        return checkpoint_name(self._path)
+
+    def _drop_checkpoint(self, name: str) -> Deferred[None]:
+        d = self._pool.drop_checkpoint(name)
+        return d.addErrback(lambda f: log.failure("Dropping checkpoint {name} failed (harmless)", f, name=name))
+
+    def _rotated(self, path: str) -> None:
+        self.files.append(path)
+        log.info("Items file complete: {path}", path=path)
+        if self._on_rotate is not None:
+            self._on_rotate(path)
+
+    def _in_thread(self, work: Callable[..., Any], *args: Any) -> Deferred[Any]:
+        return deferToThreadPool(self._reactor, self._threads, work, *args)
+
+    # -- the writer thread ------------------------------------------------------------
+
+    def _create(self) -> None:
+        self._serial += 1
+        stamp = time.strftime("%Y-%m-%dT%H-%M-%S", time.gmtime())
+        self._path = os.path.join(self.directory, f"items-{stamp}-{self._token}-{self._serial:05d}.jl")
+        self._file = open(self._path + PART, "xb")
+        self._in_file = 0
+        fsync_dir(self.directory)  # the file exists before any checkpoint names it
+
+    def _append(self, items: list[dict[str, Any]]) -> int:
+        """Append the lines, make them durable; the file's length."""
+        self._file.write("".join(map(json_line, items)).encode("utf-8"))
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        return int(self._file.tell())
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    # -- starting and stopping ----------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def _settle_previous(self) -> Any:
+        """Cut each ``.part`` file of a previous run to its checkpoint, then complete it."""
+        for name in sorted(os.listdir(self.directory)):
+            path = os.path.join(self.directory, name)
+            if not name.endswith(".jl" + PART) or path == self._path + PART:
+                continue
+            checkpoint = checkpoint_name(path[: -len(PART)])
+            committed = (yield self._pool.checkpoint(checkpoint)) if self._pool is not None else None
+            yield self._in_thread(cut_part, path, committed)
+            if committed is not None:
+                yield self._drop_checkpoint(checkpoint)
+            final = yield self._in_thread(finish_part, path)
+            if final is not None:
+                log.info("Recovered items file {path} from a previous run", path=final)
+                self._rotated(final)
+
+    @defer.inlineCallbacks
+    def stopService(self) -> Any:
+        yield self.ready
+        yield self._flush()
+        super().stopService()
+        try:
+            if self._file is not None:
+                yield self._rotate()
+            yield self._settle_previous()  # files abandoned on errors, if the pool answers now
+        finally:
+            self._threads.stop()
+
+
+def _fail(group: list[_Pending], failure: Failure, message: str) -> None:
+    log.failure(message, failure, count=len(group))
+    for _, _, d in group:
+        d.errback(failure)
+
+
+def checkpoint_name(path: str) -> str:
+    """The pool checkpoint of the items file ``path`` (its final name)."""
+    return "items:" + os.path.basename(path)
+
+
+def cut_part(part: str, committed: int | None) -> None:
+    """Cut ``part`` to ``committed`` bytes (None: just after its last whole line), durably."""
+    with open(part, "rb+") as f:
+        data = f.read()
+        end = data.rfind(b"\n") + 1 if committed is None else committed
+        if end > len(data):
+            log.warn("Items file {path} is shorter ({size} bytes) than its checkpoint ({end})", path=part,
+                     size=len(data), end=end)
+        elif end < len(data):
+            log.info("Items file {path}: {dropped} bytes past the last commit dropped (their URLs are fetched again)",
+                     path=part, dropped=len(data) - end)
+            f.truncate(end)
+        os.fsync(f.fileno())
+
+
+def finish_part(part: str) -> str | None:
+    """Rename a settled ``part`` to its final name (removed instead if empty); the final name, or None."""
+    final = part[: -len(PART)]
+    if os.path.getsize(part):
+        os.replace(part, final)
+        fsync_dir(os.path.dirname(part) or ".")
+        return final
+    unlink_quietly(part)
+    return None
+
+
+def json_line(item: dict[str, Any]) -> str:
+    """One JSON line; NaN and Infinity (not JSON: Spark marks the record corrupt) become null."""
+    try:
+        return _dumps(item)
+    except ValueError as e:
+        if "Out of range float" not in str(e):
+            raise
+        return _dumps(_finite(item))
+
+
+def _dumps(item: Any) -> str:
+    return json.dumps(item, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with non-finite floats replaced: null as values, their name as dict keys."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {(str(k) if isinstance(k, float) and not math.isfinite(k) else k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -1,0 +1,565 @@
+"""Links and items from fetched pages: pure functions of (page, rules), no Twisted.
+
+:class:`Rules` compiles the per-site settings once (regular expressions,
+``lxml.etree.XPath`` objects, a host table) and caches link classification;
+:func:`extract` turns one page into an :class:`Extracted`.  Hostile input
+(binary junk, lying charsets, NUL bytes, deep nesting, millions of links)
+never raises: the worst outcome is an ``error`` word on the result.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+from lxml import etree
+from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding, read_bom
+
+from spiderd.config.settings import Site
+from spiderd.core.urls import MAX_URL_LENGTH, BadURL, canonicalize, fingerprint, host_of, to_signed64
+
+Kind = Literal["list", "detail"]
+MAX_LINKS = 10000
+MAX_ANCHOR = 200
+MAX_XPATH = 500
+GETPATH_BUDGET = 1_000_000  # links x elements below which lxml's getpath costs at most a few milliseconds
+_COUNT_ELEMENTS = etree.XPath("count(//*)")
+_TEXT = functools.partial(etree.tostring, method="text", encoding=str, with_tail=False)  # 6x itertext's speed
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", "application/vnd.wap.xhtml+xml"})
+_BINARY_MAGIC = (b"%PDF", b"\x89PNG", b"GIF8", b"\xff\xd8\xff", b"PK\x03\x04", b"\x1f\x8b", b"RIFF")
+_SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*):")
+_TAB_NEWLINE = {9: None, 10: None, 13: None}
+_STRING_VALUE = etree.XPath("string()", smart_strings=False)
+_CACHE_SIZE = 16384
+_CACHEABLE_URL = 300
+_BAD: tuple[str, None] = ("", None)
+
+
+@dataclass(slots=True)
+class Extracted:
+    """What one page gave: canonical list and detail links, the item, and what was dropped.
+
+    ``list_anchors`` and ``detail_anchors`` are the anchor texts of ``lists`` and ``details``, item for item,
+    when the rules ask for them (else empty): whitespace collapsed, at most MAX_ANCHOR characters, the
+    ``title`` or ``alt`` when there is no text.  ``list_xpaths`` and ``detail_xpaths`` are, likewise, the
+    paths of the link elements in the document (seed 004's linkinfo ``xpath``), as lxml's ``getpath``
+    gives them (``/html/body/div[2]/a[3]``), or "" for a path over MAX_XPATH characters.
+    ``skipped`` counts links dropped as bad, non-HTTP, fragment-only, off-site, unclassified or beyond
+    ``max_links`` (duplicates and links to the page itself are not counted).  ``error`` is None or one
+    word: ``not-html``, ``unparseable``, ``bad-url``, ``bad-kind``, ``off-site`` (a detail page no site
+    allows) or ``internal-error``.
+    """
+
+    lists: list[str] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)
+    item: dict[str, Any] | None = None
+    skipped: int = 0
+    error: str | None = None
+    list_anchors: list[str] = field(default_factory=list)
+    detail_anchors: list[str] = field(default_factory=list)
+    list_xpaths: list[str] = field(default_factory=list)
+    detail_xpaths: list[str] = field(default_factory=list)
+    compressed: bytes | None = None  # the page XZ-compressed for the store, when a parse worker was asked to
+
+
+@dataclass(frozen=True, slots=True)
+class _CompiledSite:
+    site: Site
+    list_res: tuple[re.Pattern[str], ...]
+    detail_res: tuple[re.Pattern[str], ...]
+    fields: tuple[tuple[str, etree.XPath, bool], ...]
+
+
+class Rules:
+    """The sites' rules, compiled once; classifications are cached (bounded)."""
+
+    def __init__(
+        self, sites: tuple[Site, ...], max_url_length: int = MAX_URL_LENGTH, max_path_depth: int = 32,
+        anchors: bool = False,
+    ) -> None:
+        self.sites = tuple(sites)
+        self.anchors = anchors  # collect anchor texts and paths (for the linkbase): ~1.7x the time of a list page
+        self.max_url_length = max_url_length
+        self.max_path_depth = max_path_depth
+        self._hosts: dict[str, _CompiledSite] = {}
+        for site in self.sites:
+            compiled = _compile_site(site)
+            for host in site.allowed_hosts:
+                self._hosts.setdefault(_normalize_host(host), compiled)
+        self._host_cache: dict[str, _CompiledSite | None] = {}
+        self._link_cache: dict[str, tuple[str, str | None]] = {}
+
+    def site_for(self, url: str) -> Site | None:
+        """The site allowing ``url``'s host (exact or a subdomain of an entry), or None."""
+        try:
+            canonical = canonicalize(url, self.max_url_length)
+        except BadURL:
+            return None
+        compiled = self._compiled_for(canonical)
+        return compiled.site if compiled is not None else None
+
+    def classify(self, url: str) -> Kind | None:
+        """``"detail"``, ``"list"`` or None (off-site, unmatched, bad or too deep)."""
+        return self._lookup(url)[1]  # type: ignore[return-value]
+
+    def _lookup(self, absolute: str) -> tuple[str, str | None]:
+        """(canonical, kind) of an absolute URL; ``("", None)`` when it is bad."""
+        hit = self._link_cache.get(absolute)
+        if hit is not None:
+            return hit
+        try:
+            canonical = canonicalize(absolute, self.max_url_length)
+        except BadURL:
+            hit = _BAD
+        else:
+            hit = (canonical, self._classify_canonical(canonical))
+        if len(absolute) <= _CACHEABLE_URL:
+            if len(self._link_cache) >= _CACHE_SIZE:
+                self._link_cache.clear()
+            self._link_cache[absolute] = hit
+        return hit
+
+    def _classify_canonical(self, canonical: str) -> str | None:
+        compiled = self._compiled_for(canonical)
+        if compiled is None or _path_depth(canonical) > self.max_path_depth:
+            return None
+        if any(r.search(canonical) for r in compiled.detail_res):
+            return "detail"
+        if not compiled.list_res or any(r.search(canonical) for r in compiled.list_res):
+            return "list"
+        return None
+
+    def _compiled_for(self, canonical: str) -> _CompiledSite | None:
+        host = host_of(canonical)
+        if not host.endswith("]") and ":" in host:
+            host = host.rpartition(":")[0]
+        try:
+            return self._host_cache[host]
+        except KeyError:
+            pass
+        compiled = self._match_host(host)
+        if len(self._host_cache) >= _CACHE_SIZE:
+            self._host_cache.clear()
+        self._host_cache[host] = compiled
+        return compiled
+
+    def _match_host(self, hostname: str) -> _CompiledSite | None:
+        while True:
+            compiled = self._hosts.get(hostname)
+            if compiled is not None:
+                return compiled
+            dot = hostname.find(".")
+            if dot < 0:
+                return None
+            hostname = hostname[dot + 1 :]
+
+
+def extract(
+    url: str,
+    body: bytes,
+    content_type: str | None,
+    kind: str,
+    fetched_at: float,
+    status: int,
+    rules: Rules,
+    max_links: int = MAX_LINKS,
+) -> Extracted:
+    """Links (list pages, and detail pages whose site follows them) and the item (detail pages) of one page."""
+    try:
+        return _extract(url, body, content_type, kind, fetched_at, status, rules, max_links)
+    except Exception:  # never let a page take the caller down
+        return Extracted(error="internal-error")
+
+
+def _extract(
+    url: str,
+    body: bytes,
+    content_type: str | None,
+    kind: str,
+    fetched_at: float,
+    status: int,
+    rules: Rules,
+    max_links: int,
+) -> Extracted:
+    if kind not in ("list", "detail"):
+        return Extracted(error="bad-kind")
+    if not _is_html(content_type, body):
+        return Extracted(error="not-html")
+    try:
+        page = canonicalize(url, rules.max_url_length)
+    except BadURL:
+        return Extracted(error="bad-url")
+    root = _parse(body, content_type)
+    if root is None:
+        return Extracted(error="unparseable")
+    result = Extracted()
+    compiled = rules._compiled_for(page)
+    if kind == "detail":
+        if compiled is None:
+            result.error = "off-site"
+            return result
+        result.item = _item(root, compiled, page, status, fetched_at)
+        if not compiled.site.follow_detail_links:
+            return result
+    _links(root, page, rules, max_links, result)
+    return result
+
+
+# -- decoding and parsing ---------------------------------------------------------------------------------
+
+
+def _is_html(content_type: str | None, body: bytes) -> bool:
+    if content_type:
+        mime = content_type.partition(";")[0].strip().lower()
+        if mime:
+            return mime in HTML_TYPES
+    return not body.startswith(_BINARY_MAGIC)
+
+
+def _parse(body: bytes, content_type: str | None) -> etree._Element | None:
+    """The document's root element, or None when there is nothing lxml can make a tree of."""
+    if not body or not isinstance(body, bytes):
+        return None
+    data = _utf8(body, content_type)
+    try:
+        return etree.fromstring(data, _parser())
+    except (etree.ParserError, etree.XMLSyntaxError, ValueError):
+        return None
+
+
+def _utf8(body: bytes, content_type: str | None) -> bytes:
+    """The body as UTF-8 without NUL bytes: header charset, then BOM/meta, then UTF-8, then a guess."""
+    encoding, bom = read_bom(body)
+    if encoding is not None:
+        return _recode(body[len(bom) :], [encoding])
+    header = http_content_type_encoding(content_type) if content_type else None
+    meta = None if header else html_body_declared_encoding(body)
+    if (header or meta or "utf-8") == "utf-8" or body.isascii():
+        if _is_utf8(body):  # ASCII reads the same in every charset a page can declare
+            return body.replace(b"\x00", b"") if b"\x00" in body else body
+    if header:
+        meta = html_body_declared_encoding(body)
+    return _recode(body, [e for e in dict.fromkeys((header, meta)) if e])
+
+
+def _is_utf8(body: bytes) -> bool:
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _recode(body: bytes, candidates: list[str]) -> bytes:
+    """Decode with the first candidate that fits strictly, else the best lenient guess; encode UTF-8."""
+    for encoding in [*candidates, "utf-8"]:
+        try:
+            text = body.decode(encoding)
+            break
+        except (UnicodeDecodeError, LookupError):
+            continue
+    else:
+        text = _lenient(body, candidates)
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    return text.encode("utf-8", "replace")
+
+
+def _lenient(body: bytes, candidates: list[str]) -> str:
+    """A declared non-UTF-8 charset with replacements, else UTF-8 if mostly valid, else cp1252."""
+    for encoding in candidates:
+        if encoding != "utf-8":
+            try:
+                return body.decode(encoding, "replace")
+            except LookupError:
+                continue
+    text = body.decode("utf-8", "replace")
+    bad = text.count("\ufffd")
+    non_ascii = len(text) - len(text.encode("ascii", "ignore"))
+    return text if non_ascii - bad >= bad else body.decode("cp1252", "replace")
+
+
+_PARSERS: dict[str, etree.HTMLParser] = {}
+
+
+def _parser() -> etree.HTMLParser:
+    """One UTF-8 HTML parser, made on first use (parsers are cheap to reuse, costly to build)."""
+    parser = _PARSERS.get("utf-8")
+    if parser is None:
+        parser = etree.HTMLParser(encoding="utf-8", no_network=True, collect_ids=False, default_doctype=False)
+        _PARSERS["utf-8"] = parser
+    return parser
+
+
+# -- links --------------------------------------------------------------------------------------------------
+
+
+HREFS_PER_LINK = 10
+
+
+def _links(root: etree._Element, page: str, rules: Rules, max_links: int, result: Extracted) -> None:
+    hrefs, elements, base_href = _hrefs(root)
+    examined = max_links * HREFS_PER_LINK  # junk hrefs (javascript:, mailto:) cannot hide the links after them
+    if len(hrefs) > examined:
+        result.skipped += len(hrefs) - examined
+        del hrefs[examined:]
+    resolve = _Resolver(_base(page, base_href, rules)).resolve
+    lookup = rules._lookup
+    seen = {page}
+    lists, details = result.lists, result.details
+    metadata = _LinkMetadata(root, len(hrefs), result) if rules.anchors else None
+    skipped = 0
+    for index, href in enumerate(hrefs):
+        if len(lists) + len(details) >= max_links:
+            skipped += len(hrefs) - index
+            break
+        absolute = resolve(href)
+        if absolute is None:
+            skipped += 1
+            continue
+        canonical, kind = lookup(absolute)
+        if kind is None:
+            skipped += 1
+        elif canonical not in seen:
+            seen.add(canonical)
+            (details if kind == "detail" else lists).append(canonical)
+            if metadata is not None:
+                metadata.add(kind, elements[index])
+    result.skipped += skipped
+
+
+def _hrefs(root: etree._Element) -> tuple[list[str], list[etree._Element], str | None]:
+    """The hrefs of ``<a>``, ``<area>`` and ``<link rel=next|prev>`` in document order, their elements,
+    and the first base href."""
+    hrefs: list[str] = []
+    elements: list[etree._Element] = []
+    base: str | None = None
+    for element in root.iter("a", "area", "link", "base"):
+        href = element.get("href")
+        if href is None:
+            continue
+        tag = element.tag
+        if tag == "base":
+            if base is None:
+                base = href
+        elif tag != "link" or _is_pagination(element):
+            hrefs.append(href)
+            elements.append(element)
+    return hrefs, elements, base
+
+
+class _LinkMetadata:
+    """Collects the anchor text and the path of each kept link into an Extracted (for the linkbase)."""
+
+    __slots__ = ("anchors", "path", "xpaths")
+
+    def __init__(self, root: etree._Element, links: int, result: Extracted) -> None:
+        self.path = _path_function(root, links)
+        self.anchors = {"list": result.list_anchors, "detail": result.detail_anchors}
+        self.xpaths = {"list": result.list_xpaths, "detail": result.detail_xpaths}
+
+    def add(self, kind: str, element: etree._Element) -> None:
+        self.anchors[kind].append(_anchor(element))
+        path = self.path(element)
+        self.xpaths[kind].append(path if len(path) <= MAX_XPATH else "")
+
+
+def _path_function(root: etree._Element, links: int) -> Callable[[etree._Element], str]:
+    """lxml's ``getpath`` (fast, in C), unless the page is large enough for its cost to matter: then _Paths.
+
+    ``getpath`` counts an element's siblings again for every element (libxml2's
+    xmlGetNodePath), so its cost grows with links x elements: a page of 10,000
+    sibling links would cost 100 million steps (a quarter of a second).
+    """
+    if links * _COUNT_ELEMENTS(root) <= GETPATH_BUDGET:
+        return root.getroottree().getpath  # type: ignore[no-any-return]
+    return _Paths()
+
+
+class _Paths:
+    """Element paths as ``getpath`` writes them (``/html/body/div[2]/a``), in time linear in the page: each
+    parent's children are numbered once and each ancestor's path is kept (slower than ``getpath`` per link)."""
+
+    __slots__ = ("_paths", "_steps")
+
+    def __init__(self) -> None:
+        self._paths: dict[etree._Element, str] = {}
+        self._steps: dict[etree._Element, str] = {}
+
+    def __call__(self, element: etree._Element) -> str:
+        parent = element.getparent()
+        if parent is None:
+            return f"/{element.tag}"
+        base = self._paths.get(parent)
+        if base is None:
+            base = self._paths[parent] = self(parent)
+        step = self._steps.get(element)
+        if step is None:
+            self._number(parent)
+            step = self._steps[element]
+        return f"{base}/{step}"
+
+    def _number(self, parent: etree._Element) -> None:
+        """The steps of ``parent``'s children: the tag, and the position among siblings of that tag if any."""
+        children = list(parent)
+        steps = self._steps
+        if len(children) == 1:  # an only child (the usual ancestor of a link)
+            steps[children[0]] = str(children[0].tag)
+            return
+        tags = [child.tag for child in children]
+        if len(set(tags)) == len(tags):
+            steps.update(zip(children, map(str, tags)))
+            return
+        counts = Counter(tags)
+        seen: dict[Any, int] = {}
+        for child, tag in zip(children, tags):
+            if counts[tag] > 1:
+                seen[tag] = position = seen.get(tag, 0) + 1
+                steps[child] = f"{tag}[{position}]"
+            else:
+                steps[child] = str(tag)
+
+
+def _anchor(element: etree._Element) -> str:
+    """The anchor text of a link element: its text (or title, or alt), on one line, cut at MAX_ANCHOR."""
+    text = _TEXT(element) if len(element) else element.text
+    if not text or text.isspace():
+        text = element.get("title") or element.get("alt") or ""
+    return " ".join(text.split())[:MAX_ANCHOR].rstrip()
+
+
+def _is_pagination(element: etree._Element) -> bool:
+    rel = (element.get("rel") or "").lower().split()
+    return "next" in rel or "prev" in rel
+
+
+def _base(page: str, base_href: str | None, rules: Rules) -> str:
+    """The canonical base URL: ``<base href>`` resolved against the page, or the page."""
+    if base_href is None:
+        return page
+    absolute = _Resolver(page).resolve(base_href)
+    if absolute is None:
+        return page
+    try:
+        return canonicalize(absolute, rules.max_url_length)
+    except BadURL:
+        return page
+
+
+class _Resolver:
+    """Resolves hrefs against a canonical base; most take a string-concatenation fast path."""
+
+    __slots__ = ("base", "scheme", "origin", "no_query", "directory")
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.scheme, _, rest = base.partition("://")
+        slash = rest.find("/")
+        self.origin = base if slash < 0 else f"{self.scheme}://{rest[:slash]}"
+        self.no_query = base.partition("?")[0]
+        self.directory = self.no_query[: self.no_query.rfind("/") + 1]
+
+    def resolve(self, href: str) -> str | None:
+        """The absolute URL of ``href``, or None for fragments and non-HTTP schemes (a skipped link)."""
+        href = href.strip()
+        if "\n" in href or "\t" in href or "\r" in href:
+            href = href.translate(_TAB_NEWLINE)
+        if href.startswith(("http://", "https://")):
+            return href
+        first = href[:1]
+        if first == "/":
+            return f"{self.scheme}:{href}" if href[1:2] == "/" else self.origin + href
+        if not href:
+            return self.base
+        if first == "#":
+            return None
+        if first == "?":
+            return self.no_query + href
+        scheme = _SCHEME.match(href)
+        if scheme is not None:
+            return href if scheme.group(1).lower() in ("http", "https") else None
+        return self.directory + href
+
+
+def _path_depth(canonical: str) -> int:
+    """The number of path segments of a canonical URL (``/`` is 0, ``/a/b/`` is 2)."""
+    start = canonical.find("/", canonical.index("//") + 2)
+    if start < 0:
+        return 0
+    end = canonical.find("?", start)
+    if end < 0:
+        end = len(canonical)
+    return canonical.count("/", start, end) - (canonical[end - 1] == "/")
+
+
+# -- items --------------------------------------------------------------------------------------------------
+
+
+def _item(root: etree._Element, compiled: _CompiledSite, page: str, status: int, fetched_at: float) -> dict[str, Any]:
+    """The site's fields, then url, urlhash, status and fetched_at (which win over fields of those names).
+
+    ``urlhash`` is the fingerprint as a signed 64-bit integer, so Spark reads it as a BIGINT (see spiderd.feed.schema).
+    """
+    item: dict[str, Any] = {name: _field(root, xpath, every) for name, xpath, every in compiled.fields}
+    item.update(url=page, urlhash=to_signed64(fingerprint(page)), status=status, fetched_at=fetched_at)
+    return item
+
+
+def _field(root: etree._Element, xpath: etree.XPath, every: bool) -> str | list[str] | None:
+    """All non-blank values (``all``), else the first non-blank value or None."""
+    try:
+        found = xpath(root)
+    except (etree.XPathError, RecursionError, ValueError):
+        return [] if every else None
+    values = (v for v in map(_text, found if isinstance(found, list) else [found]) if v)
+    if every:
+        return list(values)
+    return next(values, None)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, etree._Element):
+        return str(_STRING_VALUE(value)).strip()
+    return str(value).strip()
+
+
+# -- compiling ----------------------------------------------------------------------------------------------
+
+
+def _compile_site(site: Site) -> _CompiledSite:
+    return _CompiledSite(
+        site=site,
+        list_res=tuple(re.compile(p) for p in site.list_urls),
+        detail_res=tuple(re.compile(p) for p in site.detail_urls),
+        fields=tuple((f.name, _compile_xpath(f.xpath), f.all) for f in site.fields),
+    )
+
+
+def _compile_xpath(xpath: str) -> etree.XPath:
+    if "has-class(" in xpath:
+        from parsel import xpathfuncs  # parsel's CSS translation can emit has-class()
+
+        xpathfuncs.setup()
+    return etree.XPath(xpath, smart_strings=False)
+
+
+def _normalize_host(host: str) -> str:
+    """An allowed_hosts entry as it appears in canonical URLs: lower-case, IDNA, no port, no leading dot."""
+    host = host.strip().lower().lstrip("*").strip(".")
+    if host.startswith("["):
+        return host.partition("]")[0] + "]"
+    host = host.partition(":")[0]
+    try:
+        return host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return host
+

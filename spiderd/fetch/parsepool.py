@@ -1,0 +1,409 @@
+"""The parse pool: :func:`spiderd.fetch.extract.extract` in child processes, so parsing never stalls the reactor.
+
+``ParsePool(reactor, settings_raw, workers)`` is a Service.  ``workers=0`` parses
+inline (tests, tiny crawls), ``-1`` starts one child per CPU.  Each child holds
+at most ``queue_size`` requests; the rest wait in the parent (at most
+``max_waiting``).  A child that dies fails the requests it held with
+:class:`ParseWorkerDied` and is restarted after a capped, growing delay; while
+no child is up, requests fail at once with :class:`ParsePoolUnavailable`.
+A child that holds requests but answers none for ``request_timeout`` seconds
+(a pathological page or rule) is killed the same way.  A child whose resident
+memory passes ``max_rss`` bytes (pages with a million links leave CPython's
+heap large for good) is retired: a new child takes its place at once, and the
+old one gets no new page, answers those it holds and exits.  ``stopService`` hands
+waiting requests to the children, closes their input so they finish what they
+hold and exit, and kills them at the deadline.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+from collections import deque
+from typing import Any, Callable, Mapping
+
+from twisted.application.service import Service
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.internet.protocol import ProcessProtocol
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+import spiderd
+
+from spiderd.core.memory import rss_of
+from spiderd.fetch.extract import MAX_LINKS, Extracted, Rules, extract
+from spiderd.fetch.parseworker import MAX_MESSAGE, FrameDecoder, FrameError, extracted_from, frame, init_message
+from spiderd.config.settings import Settings, from_dict
+
+log = Logger()
+_Request = tuple[int, bytes, "Deferred[Extracted]"]
+
+
+class ParseError(Exception):
+    """A page could not be parsed by the pool (not a problem of the page itself)."""
+
+
+class ParseWorkerDied(ParseError):
+    """The child holding the request exited before answering it."""
+
+
+class ParsePoolUnavailable(ParseError):
+    """No child is running (all are restarting), or the pool is stopped, or its queue is full."""
+
+
+class ParsePool(Service):
+    """Parses pages in ``workers`` child processes (or inline when 0)."""
+
+    def __init__(
+        self,
+        reactor: Any,
+        settings_raw: Mapping[str, Any] | Settings,
+        workers: int = -1,
+        *,
+        queue_size: int = 16,
+        max_waiting: int = 4096,
+        max_links: int = MAX_LINKS,
+        stop_timeout: float = 5.0,
+        request_timeout: float = 30.0,
+        restart_delay: float = 0.1,
+        max_restart_delay: float = 30.0,
+        max_rss: int = 512 * 1024 * 1024,
+        rss: Callable[[int], int | None] = rss_of,
+    ) -> None:
+        settings = settings_raw if isinstance(settings_raw, Settings) else from_dict(settings_raw)
+        self._reactor = reactor
+        self.rules = Rules(settings.sites, settings.max_url_length, settings.max_path_depth, settings.linkbase)
+        self.workers = (os.cpu_count() or 1) if workers < 0 else workers
+        self.queue_size = queue_size
+        self.max_waiting = max_waiting
+        self.max_links = max_links
+        self.stop_timeout = stop_timeout
+        self.request_timeout = request_timeout
+        self.restart_delay = restart_delay
+        self.max_restart_delay = max_restart_delay
+        self.max_rss = max_rss
+        self._rss = rss
+        self.retired = 0
+        self._retiring: set[_Child] = set()
+        self._init = frame(init_message(self.rules, max_links))
+        self._children: list[_Child | None] = [None] * self.workers
+        self._failures = [0] * self.workers
+        self._restarts: dict[int, Any] = {}
+        self._waiting: deque[_Request] = deque()
+        self._ready_waiters: list[Deferred[None]] = []
+        self._next_id = 0
+        self._stopped: Deferred[None] | None = None
+        self._deadline: Any = None
+        self._watchdog = LoopingCall(self._check_progress)
+        self._watchdog.clock = reactor
+
+    # -- the service ----------------------------------------------------------------------------------------
+
+    def startService(self) -> None:
+        """Start the children (nothing to start inline)."""
+        super().startService()
+        self._stopped = None
+        for slot in range(self.workers):
+            self._spawn(slot)
+        if self.workers:
+            self._watchdog.start(min(1.0, self.request_timeout / 4), now=False)
+
+    def stopService(self) -> Deferred[None]:
+        """Refuse new pages, let the children finish what they hold, and fire when they have all exited."""
+        super().stopService()
+        if self._stopped is not None:
+            return self._when_stopped()
+        self._stopped = Deferred()
+        if self._watchdog.running:
+            self._watchdog.stop()
+        for call in self._restarts.values():
+            call.cancel()
+        self._restarts.clear()
+        waiters, self._ready_waiters = self._ready_waiters, []
+        for d in waiters:
+            d.errback(ParsePoolUnavailable("the parse pool stopped before its workers were ready"))
+        self._flush_waiting()
+        for child in self._live():
+            child.transport.closeStdin()
+        if self._all():
+            self._deadline = self._reactor.callLater(self.stop_timeout, self._kill_all)
+        else:
+            self._stopped.callback(None)
+        return self._when_stopped()
+
+    # -- parsing --------------------------------------------------------------------------------------------
+
+    def parse(
+        self,
+        url: str,
+        body: bytes,
+        content_type: str | None,
+        kind: str,
+        fetched_at: float,
+        status: int,
+        compress: int | None = None,
+    ) -> Deferred[Extracted]:
+        """The links and item of one page; fails with a :class:`ParseError` when the pool cannot parse it.
+
+        With ``compress`` (an lzma preset), a worker also compresses the page for the store; inline
+        parsing leaves that to the store's thread (``Extracted.compressed`` stays None).
+        """
+        if not self.running:
+            return defer.fail(ParsePoolUnavailable("the parse pool is not running"))
+        if self.workers == 0:
+            return defer.succeed(extract(url, body, content_type, kind, fetched_at, status, self.rules, self.max_links))
+        self._next_id += 1
+        try:
+            payload = frame((self._next_id, url, body, content_type, kind, fetched_at, status, compress))
+        except ValueError as e:
+            return defer.fail(ParseError(f"cannot send {url!r} to a parse worker: {e}"))
+        if len(payload) > MAX_MESSAGE:
+            return defer.fail(ParseError(f"page {url!r} is too large for a parse worker ({len(body)} bytes)"))
+        return self._dispatch(self._next_id, payload)
+
+    def ready(self) -> Deferred[None]:
+        """Fires once every child has started and loaded the rules (at once inline)."""
+        if self.workers == 0 or all(c is not None and c.ready for c in self._children):
+            return defer.succeed(None)
+        d: Deferred[None] = Deferred()
+        self._ready_waiters.append(d)
+        return d
+
+    @property
+    def in_flight(self) -> int:
+        """Requests held by children or waiting for one."""
+        return len(self._waiting) + sum(len(c.pending) for c in self._live())
+
+    def needs_backout(self) -> bool:
+        """True when every child's queue is full (callers should stop feeding pages)."""
+        return bool(self._waiting) or (self.workers > 0 and self._pick() is None)
+
+    def pids(self) -> list[int]:
+        """The process ids of the running children (not of those retiring)."""
+        return [c.transport.pid for c in self._live() if c.transport is not None]
+
+    # -- dispatching ----------------------------------------------------------------------------------------
+
+    def _dispatch(self, request_id: int, payload: bytes) -> Deferred[Extracted]:
+        d: Deferred[Extracted] = Deferred()
+        child = self._pick()
+        if child is not None:
+            child.send(request_id, payload, d)
+        elif not self._live():
+            restarting = len(self._restarts)
+            d.errback(ParsePoolUnavailable(f"no parse worker is running ({restarting} restarting)"))
+        elif len(self._waiting) >= self.max_waiting:
+            d.errback(ParsePoolUnavailable(f"the parse queue is full ({len(self._waiting)} pages waiting)"))
+        else:
+            self._waiting.append((request_id, payload, d))
+        return d
+
+    def _pick(self) -> _Child | None:
+        """The least-loaded running child with room in its queue."""
+        best = None
+        for child in self._children:
+            if child is not None and len(child.pending) < self.queue_size:
+                if best is None or len(child.pending) < len(best.pending):
+                    best = child
+        return best
+
+    def _drain(self, child: _Child) -> None:
+        while self._waiting and len(child.pending) < self.queue_size:
+            child.send(*self._waiting.popleft())
+
+    def _flush_waiting(self) -> None:
+        """At stop: hand every waiting request to a child, ignoring the queue bound."""
+        while self._waiting:
+            live = self._live()
+            request_id, payload, d = self._waiting.popleft()
+            if not live:
+                d.errback(ParsePoolUnavailable("the parse pool stopped with no worker running"))
+                continue
+            min(live, key=lambda c: len(c.pending)).send(request_id, payload, d)
+
+    def _live(self) -> list[_Child]:
+        return [c for c in self._children if c is not None]
+
+    def _all(self) -> list[_Child]:
+        """Running children, those retiring included (they still answer what they hold)."""
+        return self._live() + list(self._retiring)
+
+    # -- children -------------------------------------------------------------------------------------------
+
+    def _spawn(self, slot: int) -> None:
+        self._restarts.pop(slot, None)
+        child = _Child(self, slot)
+        env = dict(os.environ)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(spiderd.__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        args = [sys.executable, "-m", "spiderd.fetch.parseworker"]
+        self._children[slot] = child
+        try:
+            self._reactor.spawnProcess(child, sys.executable, args, env=env)
+        except Exception:
+            log.failure("Cannot start parse worker {slot}", slot=slot)
+            self._children[slot] = None
+            self._schedule_restart(slot)
+            return
+        child.transport.write(self._init)
+        self._drain(child)
+
+    def _child_ready(self, child: _Child) -> None:
+        log.debug("Parse worker {slot} (pid {pid}) is ready", slot=child.slot, pid=child.transport.pid)
+        if all(c is not None and c.ready for c in self._children):
+            waiters, self._ready_waiters = self._ready_waiters, []
+            for d in waiters:
+                d.callback(None)
+
+    def _child_answered(self, child: _Child) -> None:
+        if child in self._retiring:
+            return
+        self._failures[child.slot] = 0
+        self._drain(child)
+
+    def _retire(self, child: _Child, rss: int) -> None:
+        """Replace ``child`` by a new one; it answers what it holds, then exits at the end of its input."""
+        log.info("Parse worker {slot} (pid {pid}) holds {mb:.0f} MB (limit {limit:.0f} MB): replacing it",
+                 slot=child.slot, pid=child.pid, mb=rss / 2**20, limit=self.max_rss / 2**20)
+        self.retired += 1
+        self._retiring.add(child)
+        self._children[child.slot] = None
+        child.transport.closeStdin()
+        self._spawn(child.slot)
+
+    def _child_ended(self, child: _Child, reason: Failure) -> None:
+        if child in self._retiring:
+            self._retiring.discard(child)
+            if not child.pending and not child.killed_because:
+                log.debug("Parse worker {slot} (pid {pid}) retired", slot=child.slot, pid=child.pid)
+                self._check_stopped()
+                return
+        if self._children[child.slot] is child:
+            self._children[child.slot] = None
+        why = f"{child.killed_because}: " if child.killed_because else ""
+        error = ParseWorkerDied(f"parse worker {child.slot} (pid {child.pid}) exited: {why}{reason.getErrorMessage()}")
+        pending, child.pending = child.pending, deque()
+        if self._stopped is None and self._children[child.slot] is None:
+            log.warn("{error} with {count} pages in hand", error=str(error), count=len(pending))
+            self._schedule_restart(child.slot)
+            if not self._live():
+                self._fail_waiting(ParsePoolUnavailable(f"no parse worker is running: {error}"))
+        for _, d in pending:
+            d.errback(error)
+        self._check_stopped()
+
+    def _schedule_restart(self, slot: int) -> None:
+        if not self.running or slot in self._restarts:
+            return
+        self._failures[slot] += 1
+        delay = min(self.max_restart_delay, self.restart_delay * 2 ** min(self._failures[slot] - 1, 30))
+        log.info("Restarting parse worker {slot} in {delay:.1f}s", slot=slot, delay=delay)
+        self._restarts[slot] = self._reactor.callLater(delay, self._spawn, slot)
+
+    def _fail_waiting(self, error: Exception) -> None:
+        waiting, self._waiting = self._waiting, deque()
+        for _, _, d in waiting:
+            d.errback(error)
+
+    def _kill_all(self) -> None:
+        self._deadline = None
+        for child in self._all():
+            child.kill(f"still busy {self.stop_timeout}s after stop")
+
+    def _check_progress(self) -> None:
+        """The watchdog: kill children that hold requests but answered nothing for request_timeout, and
+        retire those whose memory passed max_rss."""
+        try:
+            now = self._reactor.seconds()
+            for child in self._all():
+                if child.pending and now - child.progress >= self.request_timeout:
+                    child.kill(f"no answer in {self.request_timeout}s")
+            for child in self._live():
+                rss = self._rss(child.pid) if child.ready and child.pid is not None else None
+                if rss is not None and rss > self.max_rss:
+                    self._retire(child, rss)
+        except Exception:  # a periodic call must not die of its own error
+            log.failure("Parse watchdog failed")
+
+    def _check_stopped(self) -> None:
+        if self._all() or self._stopped is None or self._stopped.called:
+            return
+        if self._deadline is not None and self._deadline.active():
+            self._deadline.cancel()
+        self._deadline = None
+        self._stopped.callback(None)
+
+    def _when_stopped(self) -> Deferred[None]:
+        d: Deferred[None] = Deferred()
+        assert self._stopped is not None
+        self._stopped.addCallback(lambda _: d.callback(None))
+        return d
+
+
+class _Child(ProcessProtocol):
+    """One child process: frames out on stdin, frames in on stdout, a FIFO of pending requests."""
+
+    def __init__(self, pool: ParsePool, slot: int) -> None:
+        self.pool = pool
+        self.slot = slot
+        self.pending: deque[tuple[int, Deferred[Extracted]]] = deque()
+        self.ready = False
+        self.pid: int | None = None
+        self.progress = 0.0
+        self.killed_because = ""
+        self._frames = FrameDecoder()
+
+    def connectionMade(self) -> None:
+        self.pid = self.transport.pid
+        log.info("Parse worker {slot} started (pid {pid})", slot=self.slot, pid=self.pid)
+
+    def send(self, request_id: int, payload: bytes, d: Deferred[Extracted]) -> None:
+        if not self.pending:
+            self.progress = self.pool._reactor.seconds()
+        self.pending.append((request_id, d))
+        self.transport.write(payload)
+
+    def kill(self, because: str) -> None:
+        """SIGKILL the child; its requests fail in processEnded, naming ``because``."""
+        log.warn("Killing parse worker {slot} (pid {pid}): {because}", slot=self.slot, pid=self.pid, because=because)
+        self.killed_because = self.killed_because or because
+        try:
+            self.transport.signalProcess("KILL")
+        except Exception:  # already gone: processEnded follows
+            pass
+
+    def childDataReceived(self, childFD: int, data: bytes) -> None:
+        if childFD != 1:
+            self._stderr(data)
+            return
+        try:
+            for payload in self._frames.feed(data):
+                self._message(marshal.loads(payload))
+        except (FrameError, ValueError, EOFError, TypeError) as e:
+            self.kill(f"protocol error ({e})")
+
+    def _message(self, message: tuple[Any, ...]) -> None:
+        if message[0] == "ready":
+            self.ready = True
+            self.pool._child_ready(self)
+            return
+        if not self.pending or self.pending[0][0] != message[0]:
+            raise ValueError(f"answer {message[0]!r} matches no pending request")
+        _, d = self.pending.popleft()
+        self.progress = self.pool._reactor.seconds()
+        d.callback(extracted_from(message))
+        self.pool._child_answered(self)
+
+    def _stderr(self, data: bytes) -> None:
+        text = data.decode("utf-8", "replace").rstrip()
+        if text:
+            log.warn("Parse worker {slot} says: {text}", slot=self.slot, text=text[:2000])
+
+    def processEnded(self, reason: Failure) -> None:
+        self.pool._child_ended(self, reason)
+
+
+__all__ = ["ParseError", "ParsePool", "ParsePoolUnavailable", "ParseWorkerDied"]

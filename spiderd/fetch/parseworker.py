@@ -1,0 +1,202 @@
+"""A parse worker: a child process that runs :func:`spiderd.fetch.extract.extract` for the parse pool.
+
+The wire is a pipe each way carrying frames: a 4-byte big-endian length, then a
+``marshal`` payload (the same interpreter is on both ends).  The parent first
+sends ``("init", sites, max_url_length, max_path_depth, max_links, anchors)``; the child
+answers ``("ready", pid)``, then answers each request
+``(id, url, body, content_type, kind, fetched_at, status, preset)`` in order with
+``(id, lists, details, item, skipped, error, list_anchors, detail_anchors, list_xpaths, detail_xpaths,
+compressed)`` (the fields of :class:`~spiderd.fetch.extract.Extracted`, in order): when ``preset`` is
+not None the child also XZ-compresses the body for the page store, so that
+CPU work runs in the parse processes too.  The child exits at end of input.
+
+To keep the parent's share of a page small, the child grows its input pipe to
+1 MiB (the parent writes pages in few system calls) and flushes answers in
+batches: when no request is waiting, or every FLUSH_INTERVAL while busy.  It
+runs at a lower priority so the reactor process wins the CPU when every core
+is parsing, keeps freed memory in its heap for the next page (glibc's mallopt:
+lzma's buffers were otherwise faulted in afresh for every page), and it ignores SIGINT and SIGTERM: the parent ends it by closing
+its stdin (or, at a deadline, with SIGKILL).
+
+Nothing here imports Twisted: the child stays small and starts fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import marshal
+import os
+import select
+import signal
+import struct
+import sys
+import time
+from collections import deque
+from typing import IO, Any
+
+from spiderd.core.compression import compress
+from spiderd.core.memory import keep_heap
+from spiderd.fetch.extract import MAX_LINKS, Extracted, Rules, extract
+from spiderd.config.settings import Field, Site
+
+HEADER = struct.Struct(">I")
+MAX_MESSAGE = 64 * 1024 * 1024
+PIPE_SIZE = 1024 * 1024
+READ_SIZE = 1024 * 1024
+WRITE_BUFFER = 256 * 1024
+FLUSH_INTERVAL = 0.002
+NICE = 10
+
+
+class FrameError(ValueError):
+    """A frame longer than the limit: the stream cannot be trusted any more."""
+
+
+def frame(message: Any) -> bytes:
+    """One message as a length-prefixed marshal frame."""
+    payload = marshal.dumps(message)
+    return HEADER.pack(len(payload)) + payload
+
+
+class FrameDecoder:
+    """Splits a byte stream into frames (the parent side, fed from ``childDataReceived``)."""
+
+    def __init__(self, max_length: int = MAX_MESSAGE) -> None:
+        self.max_length = max_length
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The payloads completed by ``data``; raises :class:`FrameError` on an oversized frame."""
+        buffer = self._buffer
+        buffer += data
+        payloads = []
+        offset = 0
+        while len(buffer) - offset >= HEADER.size:
+            (length,) = HEADER.unpack_from(buffer, offset)
+            if length > self.max_length:
+                raise FrameError(f"frame of {length} bytes exceeds {self.max_length}")
+            end = offset + HEADER.size + length
+            if end > len(buffer):
+                break
+            payloads.append(bytes(buffer[offset + HEADER.size : end]))
+            offset = end
+        del buffer[:offset]
+        return payloads
+
+
+def init_message(rules: Rules, max_links: int = MAX_LINKS) -> tuple[Any, ...]:
+    """The first message to a worker: the compiled sites as plain data, and the limits."""
+    sites = [dataclasses.asdict(site) for site in rules.sites]
+    return ("init", sites, rules.max_url_length, rules.max_path_depth, max_links, rules.anchors)
+
+
+def rules_from(message: tuple[Any, ...]) -> tuple[Rules, int]:
+    """The Rules and max_links of an init message."""
+    tag, sites, max_url_length, max_path_depth, max_links, anchors = message
+    if tag != "init":
+        raise ValueError(f"expected an init message, got {tag!r}")
+    built = tuple(Site(**{**site, "fields": tuple(Field(**f) for f in site["fields"])}) for site in sites)
+    return Rules(built, max_url_length, max_path_depth, anchors), max_links
+
+
+def answer(rules: Rules, max_links: int, request: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The answer tuple to one request."""
+    request_id, url, body, content_type, kind, fetched_at, status, preset = request
+    result = extract(url, body, content_type, kind, fetched_at, status, rules, max_links)
+    compressed = compress(body, preset) if preset is not None else None
+    return (request_id, result.lists, result.details, result.item, result.skipped, result.error,
+            result.list_anchors, result.detail_anchors, result.list_xpaths, result.detail_xpaths, compressed)
+
+
+def extracted_from(message: tuple[Any, ...]) -> Extracted:
+    """The Extracted of an answer tuple (without its id)."""
+    return Extracted(*message[1:])  # the answer's fields are Extracted's, in order
+
+
+class Input:
+    """Blocking frame reader on a file descriptor, with big reads and a look at whether more is waiting."""
+
+    def __init__(self, fd: int, max_length: int = MAX_MESSAGE) -> None:
+        self.fd = fd
+        self._decoder = FrameDecoder(max_length)
+        self._payloads: deque[bytes] = deque()
+
+    def next(self) -> Any:
+        """The next message, or None at end of input (a partial last frame is dropped)."""
+        while not self._payloads:
+            data = os.read(self.fd, READ_SIZE)
+            if not data:
+                return None
+            self._payloads.extend(self._decoder.feed(data))
+        return marshal.loads(self._payloads.popleft())
+
+    def waiting(self) -> bool:
+        """True when another request can be read without blocking."""
+        return bool(self._payloads) or bool(select.select([self.fd], [], [], 0)[0])
+
+
+def write_message(stream: IO[bytes], message: Any) -> None:
+    """Write one frame (unflushed); an unmarshallable answer is replaced by an error answer."""
+    try:
+        data = frame(message)
+    except ValueError:
+        data = frame((message[0], [], [], None, 0, "internal-error", [], [], [], [], None))
+    stream.write(data)
+
+
+def serve(stdin: Input, stdout: IO[bytes]) -> int:
+    """Answer requests until end of input; the exit status.
+
+    Answers are flushed when no request is waiting, or every FLUSH_INTERVAL while busy, so the
+    parent wakes up once per batch of answers rather than once per page.
+    """
+    init = stdin.next()
+    if init is None:
+        return 0
+    rules, max_links = rules_from(init)
+    write_message(stdout, ("ready", os.getpid()))
+    stdout.flush()
+    flushed = time.monotonic()
+    while (request := stdin.next()) is not None:
+        write_message(stdout, answer(rules, max_links, request))
+        now = time.monotonic()
+        if now - flushed >= FLUSH_INTERVAL or not stdin.waiting():
+            stdout.flush()
+            flushed = now
+    stdout.flush()
+    return 0
+
+
+def main() -> int:
+    """The child's entry point: frames go to the real stdout; stray prints go to stderr."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop: EOF on stdin
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _lower_priority()
+    keep_heap()  # lzma's buffers reused, not faulted in afresh for every page
+    _grow_pipe(0)
+    out = os.fdopen(os.dup(1), "wb", buffering=WRITE_BUFFER)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return serve(Input(0), out)
+
+
+def _lower_priority() -> None:
+    """Let the reactor process win the CPU when it wakes up, even with every core parsing."""
+    try:
+        os.nice(NICE)
+    except OSError:
+        pass
+
+
+def _grow_pipe(fd: int, size: int = PIPE_SIZE) -> None:
+    """Make the pipe on ``fd`` hold many pages, so the parent writes them in few system calls (Linux only)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)  # type: ignore[attr-defined]
+    except (ImportError, AttributeError, OSError):  # not Linux, not a pipe, or above pipe-max-size
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""robots.txt: fetched once per origin, parsed with protego, cached with a TTL.
+
+Rules (RFC 9309 where it is clear, Scrapy where it is kinder): a 2xx body is
+parsed; 4xx means everything is allowed; a 5xx or a network error also allows
+everything, but is cached for ten minutes only, so the file is asked for again
+soon.  A Crawl-delay, when given (at most 300 s is honoured), raises the host's
+delay in the pool and in the worker's per-host slots.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from protego import Protego
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from spiderd.core.urls import host_of
+
+log = Logger()
+
+MAX_ROBOTS_SIZE = 512 * 1024
+TTL = 24 * 3600.0
+ERROR_TTL = 600.0
+ROBOTS_REDIRECTS = 5  # RFC 9309 2.3.1.2: follow at least five consecutive redirects
+MAX_CRAWL_DELAY = 300.0  # as Heritrix's respectCrawlDelayUpToSeconds: a hostile Crawl-delay cannot park a host
+
+
+class _Entry:
+    __slots__ = ("parser", "expires", "waiters")
+
+    def __init__(self) -> None:
+        self.parser: Any = None
+        self.expires = 0.0
+        self.waiters: list[Deferred[None]] | None = []
+
+
+class Robots:
+    """``allowed(url)`` for a user agent, fetching each origin's robots.txt at most once per TTL."""
+
+    def __init__(
+        self,
+        fetch_raw: Callable[[str, int], Deferred[Any]],
+        clock: Any,
+        user_agent: str,
+        on_delay: Callable[[str, float], Any] | None = None,
+        max_entries: int = 20000,
+    ) -> None:
+        self._fetch_raw = fetch_raw
+        self._clock = clock
+        self._agent = agent_token(user_agent)
+        self._on_delay: list[Callable[[str, float], Any]] = [on_delay] if on_delay is not None else []
+        self._max = max_entries
+        self._cache: OrderedDict[str, _Entry] = OrderedDict()
+
+    def add_delay_listener(self, listener: Callable[[str, float], Any]) -> None:
+        """Call ``listener(host, seconds)`` too when a robots.txt gives a Crawl-delay."""
+        self._on_delay.append(listener)
+
+    def allowed(self, url: str, user_agent: str | None = None) -> Deferred[bool]:
+        """Fires with True if ``url`` may be fetched (by ``user_agent``, if given, else the configured one)."""
+        agent = self._agent if user_agent is None else agent_token(user_agent)
+        origin = _origin(url)
+        entry = self._cache.get(origin)
+        if entry is not None and entry.waiters is None and entry.expires > self._clock.seconds():
+            self._cache.move_to_end(origin)
+            return defer.succeed(self._check(entry, url, agent))
+        if entry is None or entry.waiters is None:
+            entry = self._start(origin)
+            if entry.waiters is None:  # answered at once (a fetch_raw that answers synchronously)
+                return defer.succeed(self._check(entry, url, agent))
+        waiter: Deferred[None] = Deferred()
+        assert entry.waiters is not None
+        entry.waiters.append(waiter)
+        return waiter.addCallback(lambda _: self._check(entry, url, agent))
+
+    def cached(self, url: str) -> bool | None:
+        """What the cache knows now, fetching nothing: True (allowed), False (disallowed), None (not known)."""
+        entry = self._cache.get(_origin(url))
+        if entry is None or entry.waiters is not None or entry.expires <= self._clock.seconds():
+            return None
+        return self._check(entry, url, self._agent)
+
+    def _check(self, entry: _Entry, url: str, agent: str) -> bool:
+        return entry.parser is None or entry.parser.can_fetch(url, agent)
+
+    def _start(self, origin: str) -> _Entry:
+        entry = self._cache[origin] = _Entry()
+        self._cache.move_to_end(origin)
+        while len(self._cache) > self._max:
+            self._cache.popitem(last=False)
+        d = self._fetch_raw(origin + "/robots.txt", MAX_ROBOTS_SIZE, truncate=True)
+        d.addCallback(self._got, origin, entry)
+        d.addErrback(lambda f: log.failure("robots.txt of {origin}", f, origin=origin))
+        d.addBoth(lambda _: self._release(entry))
+        return entry
+
+    def _got(self, result: Any, origin: str, entry: _Entry) -> None:
+        now = self._clock.seconds()
+        if 200 <= result.status < 300:
+            if result.error == "truncated":
+                log.info("robots.txt of {origin} is larger than {size} KiB: its first {size} KiB are used (as "
+                         "RFC 9309 and Google do)", origin=origin, size=MAX_ROBOTS_SIZE // 1024)
+            entry.parser = _parse(_whole_lines(result.body) if result.error == "truncated" else result.body,
+                                  origin)
+            entry.expires = now + TTL
+            delay = entry.parser.crawl_delay(self._agent) if entry.parser is not None else None
+            if delay:
+                self._delay(host_of(origin + "/"), float(delay))
+        elif 400 <= result.status < 500:
+            entry.expires = now + TTL
+        else:
+            entry.expires = now + ERROR_TTL
+            log.info("robots.txt of {origin}: {why}, allowing all for {minutes:.0f} minutes", origin=origin,
+                     why=_why(result), minutes=ERROR_TTL / 60)
+
+    def _delay(self, host: str, delay: float) -> None:
+        if delay > MAX_CRAWL_DELAY:
+            log.info("robots.txt of {host}: Crawl-delay {delay} s, honoured as {cap} s", host=host, delay=delay,
+                     cap=MAX_CRAWL_DELAY)
+            delay = MAX_CRAWL_DELAY
+        for listener in self._on_delay:
+            listener(host, delay)
+
+    def _release(self, entry: _Entry) -> None:
+        waiters, entry.waiters = entry.waiters or [], None
+        for waiter in waiters:
+            waiter.callback(None)
+
+
+def agent_token(user_agent: str) -> str:
+    """The name robots.txt groups are matched against: the user agent's product token (``spiderd`` of
+    ``spiderd/1.0 (+https://...)``)."""
+    return user_agent.split("/")[0]
+
+
+def _parse(body: bytes, origin: str) -> Any:
+    try:
+        return Protego.parse(body.decode("utf-8", "replace"))
+    except Exception:  # protego can raise on hostile input; treat it as no rules
+        log.failure("Unparseable robots.txt of {origin}", origin=origin)
+        return None
+
+
+def _whole_lines(body: bytes) -> bytes:
+    """A truncated body up to its last complete line (a rule cut in half is no rule)."""
+    end = body.rfind(b"\n")
+    return body[: end + 1] if end >= 0 else b""
+
+
+def _why(result: Any) -> str:
+    """What went wrong with a robots.txt fetch, in words."""
+    from spiderd.core import status as st
+
+    if result.status >= 500:
+        return f"the server answered {result.status}"
+    return f"{result.error or st.name(result.status)} ({result.status})"
+
+
+def robots_url(url: str) -> str:
+    """The robots.txt that rules ``url`` (for messages: the API, the pool's failure reasons)."""
+    return _origin(url) + "/robots.txt"
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"

@@ -1,0 +1,400 @@
+"""Detail URLs in fixed-size batches to Scrapyd-compatible workers (seed 003's middleware as a service).
+
+``add(urls)`` is the crawler's detail sink.  New URLs (checked against the
+pool's persistent seen set, so a restart forgets nothing) are appended to the
+open batch file in the spool, then marked seen.  A batch is sealed when it
+holds ``batch_size`` URLs or ``flush_interval`` seconds after its first URL:
+it gets a number from the pool (unique across restarts and nodes), is split
+so that no ``DISTRIBUTED_START_URLS`` setting exceeds ``max_setting_bytes``
+(Scrapyd passes each setting as one command-line argument, and Linux caps one
+at 128 KiB: a larger batch is answered "ok", then lost), and is written to the
+spool as ``batch-<n>.json`` before it is POSTed to ``schedule.json``, with a job id
+of its own (``jobid``): a batch sent again after a crash names the same job,
+which a spiderd worker runs once.
+
+Targets take turns by batch number.  A refused connection, a timeout, an
+HTTP error or a ``"status": "error"`` answer sends the batch to the next
+target after a backoff; it leaves the spool only once a target accepted it.
+``startService`` resends whatever the spool holds.  ``stopService`` seals the
+open batch and returns the ``DeferredList`` of every POST in flight (bounded
+by ``stop_timeout``); unsent batches stay spooled for the next start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+from urllib.parse import urlsplit
+
+from twisted.application.service import Service
+from twisted.internet import defer
+from twisted.internet.defer import Deferred, DeferredLock
+from twisted.logger import Logger
+
+from spiderd.core.blocking import Lane
+from spiderd.core.retry import Backoff
+from spiderd.core.secrets import redact
+from spiderd.core.fsutil import unlink_quietly, write_many_atomically
+from spiderd.core.lifecycle import InFlight
+
+log = Logger()
+
+SETTING_PREFIX = "DISTRIBUTED_START_URLS="
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """What the batcher sends, where, and how often."""
+
+    targets: tuple[str, ...]
+    project: str = "spiderd"
+    spider: str = "default"
+    feed_uri: str | None = None
+    batch_size: int = 1000
+    flush_interval: float = 30.0
+    timeout: float = 10.0
+    max_setting_bytes: int = 100_000
+    retry_first: float = 1.0
+    retry_max: float = 300.0
+    stop_timeout: float = 30.0
+    max_posts: int = 8  # POSTs in flight at once (the rest wait in order, spooled)
+
+
+@dataclass
+class _Batch:
+    number: int
+    urls: list[str]
+    spider: str = ""
+    job_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # the same at every resend: run once
+    attempts: int = 0
+    path: str = ""
+    timer: Any = field(default=None, repr=False)
+
+
+def split(urls: list[str], max_bytes: int) -> list[list[str]]:
+    """Consecutive chunks of ``urls`` whose ``DISTRIBUTED_START_URLS=<json>`` fits in ``max_bytes``."""
+    chunks: list[list[str]] = []
+    current: list[str] = []
+    size = len(SETTING_PREFIX) + 2  # the brackets
+    for url in urls:
+        cost = len(json.dumps(url).encode()) + (2 if current else 0)  # ", " between items
+        if current and size + cost > max_bytes:
+            chunks.append(current)
+            current, size, cost = [], len(SETTING_PREFIX) + 2, cost - 2
+        current.append(url)
+        size += cost
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def target_url(target: str) -> tuple[str, tuple[str, str] | None]:
+    """``host:port`` or ``http://[user:pass@]host:port`` -> (schedule.json URL, basic auth or None)."""
+    if "://" not in target:
+        target = "http://" + target
+    parts = urlsplit(target)
+    auth = (parts.username or "", parts.password or "") if parts.username else None
+    netloc = parts.hostname + (f":{parts.port}" if parts.port else "") if parts.hostname else ""
+    base = f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}"
+    return base + "/schedule.json", auth
+
+
+class Batcher(Service):
+    """The detail path to remote workers: ``add(urls)`` batches, spools and sends them."""
+
+    name = "batcher"
+
+    def __init__(
+        self, reactor: Any, pool: Any, spool_dir: str, config: BatchConfig, http: Any = None, clock: Any = None,
+        local: Any = None, spider_of: Callable[[str], str] | None = None, lane: Lane | None = None,
+    ) -> None:
+        """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the flush, retry and timeout timers;
+        ``local()`` gives the target that ``"local"`` stands for (this node's worker), asked at start;
+        ``spider_of(url)`` names the spider (site) of a URL: a batch holds one spider's URLs; ``lane``
+        (default: one of its own) writes the spool."""
+        if not config.targets:
+            raise ValueError("the batcher needs at least one target")
+        self._reactor = reactor
+        self._clock = clock or reactor
+        self._pool = pool
+        self._dir = spool_dir
+        self._config = config
+        self._http = http
+        self._local = local
+        self._spider_of = spider_of or (lambda url: config.spider)
+        self._targets: list[tuple[str, tuple[str, str] | None]] = []
+        self._open: list[str] = []
+        self._open_set: set[str] = set()
+        self._lock = DeferredLock()
+        self._timer: Any = None
+        self._lane = lane or Lane(reactor, "batcher")
+        self._posts = InFlight()
+        self._ready: deque[_Batch] = deque()  # sealed, waiting for a POST slot
+        self._cut_off = False  # the stop deadline passed: start no more POSTs
+        self._spooled: dict[int, _Batch] = {}
+        self.sent = self.urls_sent = self.failures = 0
+        self.last_error = ""
+
+    # -- service --------------------------------------------------------------------
+
+    def startService(self) -> None:
+        super().startService()
+        self._cut_off = False
+        os.makedirs(self._dir, exist_ok=True)
+        self._targets = [target_url(self._local() if t == "local" else t) for t in self._config.targets]
+        self._lane.start()
+        if self._http is None:
+            self._http = _make_client(self._reactor)
+        self._lock.run(self._recover).addErrback(lambda f: log.failure("Recovering the batch spool", f))
+
+    @defer.inlineCallbacks
+    def stopService(self) -> Any:
+        super().stopService()
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        yield self._lock.run(self._seal)
+        deadline = self._clock.callLater(self._config.stop_timeout, self._cut)
+        yield self._posts.wait()
+        if deadline.active():
+            deadline.cancel()
+        for batch in self._spooled.values():
+            if batch.timer is not None and batch.timer.active():
+                batch.timer.cancel()
+        if self._spooled:
+            log.info("{count} batches stay in the spool for the next start", count=len(self._spooled))
+        self._lane.stop()
+
+    # -- adding ---------------------------------------------------------------------
+
+    def add(self, urls: Iterable[str]) -> Deferred[int]:
+        """Queue detail URLs not seen before; fires with the number queued, once they are in the spool."""
+        urls = list(urls)
+        if not self.running:
+            return defer.fail(RuntimeError("the batcher is stopped"))
+        return self._lock.run(self._add, urls)
+
+    @defer.inlineCallbacks
+    def _add(self, urls: list[str]) -> Any:
+        fresh = yield self._pool.seen_filter(urls)
+        fresh = [u for u in fresh if u not in self._open_set]
+        if not fresh:
+            return 0
+        yield self._in_thread(_append_lines, self._open_path(), fresh)
+        yield self._pool.seen_add(fresh)
+        self._open.extend(fresh)
+        self._open_set.update(fresh)
+        if len(self._open) >= self._config.batch_size:
+            yield self._seal(everything=False)
+        self._arm_timer()
+        return len(fresh)
+
+    def _arm_timer(self) -> None:
+        """Have the open batch sent ``flush_interval`` after now, unless it is empty or a timer is set."""
+        if self._open and self.running and (self._timer is None or not self._timer.active()):
+            self._timer = self._clock.callLater(self._config.flush_interval, self._flush_timer)
+
+    def flush(self) -> Deferred[None]:
+        """Seal every open URL now (the crawl is over: no reason to wait for the timer)."""
+        return self._lock.run(self._seal)
+
+    def idle(self) -> bool:
+        """True when nothing is open, spooled or in flight."""
+        return not self._open and not self._spooled and not len(self._posts) and not self._lock.locked
+
+    def _flush_timer(self) -> None:
+        self._lock.run(self._seal).addErrback(lambda f: log.failure("Sealing a batch", f))
+
+    @defer.inlineCallbacks
+    def _seal(self, everything: bool = True) -> Any:
+        """Cut the open URLs into batches (all of them, or only full batches), number them (split by the
+        byte limit), spool them in one write and send them: work per call, never a chain per batch."""
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        size = self._config.batch_size
+        count = len(self._open) if everything else len(self._open) // size * size
+        if not count:
+            return
+        cut, rest = self._open[:count], self._open[count:]
+        chunks = [(spider, chunk) for start in range(0, count, size)
+                  for spider, same in _by_spider(cut[start:start + size], self._spider_of).items()
+                  for chunk in split(same, self._config.max_setting_bytes)]
+        first = yield self._pool.next_batch(len(chunks))
+        batches = [_Batch(first + i, chunk, spider) for i, (spider, chunk) in enumerate(chunks)]
+        yield self._in_thread(self._write_sealed, batches, rest)
+        self._open = rest
+        self._open_set = set(rest)
+        for batch in batches:
+            self._spooled[batch.number] = batch
+            self._send(batch)
+
+    # -- sending --------------------------------------------------------------------
+
+    def _send(self, batch: _Batch) -> None:
+        """POST ``batch`` when a slot is free (at most ``max_posts`` at once, in order)."""
+        if not self.running and batch.attempts:
+            return
+        self._ready.append(batch)
+        self._pump()
+
+    def _pump(self) -> None:
+        while self._ready and len(self._posts) < self._config.max_posts and not self._cut_off:
+            batch = self._ready.popleft()
+            url, auth = self._targets[(batch.number - 1 + batch.attempts) % len(self._targets)]
+            d = self._post(url, auth, batch)
+            d.addCallbacks(lambda _, b=batch, u=url: self._accepted(b, u),
+                           lambda f, b=batch, u=url: self._refused(b, u, f))
+            d.addErrback(lambda f, b=batch: log.failure("Batch {n}", f, n=b.number))
+            self._posts.track(d).addBoth(self._posted)
+
+    def _posted(self, _: Any) -> None:
+        self._pump()  # the finished POST has left the in-flight set: its slot is free
+
+    def _cut(self) -> None:
+        """The stop deadline: cancel the POSTs in flight, start no more (the rest stay spooled)."""
+        self._cut_off = True
+        self._posts.cancel_all()
+
+    def _post(self, url: str, auth: tuple[str, str] | None, batch: _Batch) -> Deferred[Any]:
+        data = [
+            ("project", self._config.project),
+            ("spider", batch.spider or self._config.spider),
+            ("batch", str(batch.number)),
+            ("jobid", batch.job_id),
+            ("setting", SETTING_PREFIX + json.dumps(batch.urls)),
+        ]
+        if self._config.feed_uri:
+            data.insert(2, ("setting", f"FEED_URI={self._config.feed_uri}"))
+        d = self._http.post(url, data=data, auth=auth, timeout=self._config.timeout, reactor=self._clock)
+        return d.addCallback(_check_answer)
+
+    def _accepted(self, batch: _Batch, url: str) -> Deferred[None]:
+        self._spooled.pop(batch.number, None)
+        self.sent += 1
+        self.urls_sent += len(batch.urls)
+        log.debug("Batch {n} ({count} URLs) accepted by {url}", n=batch.number, count=len(batch.urls), url=url)
+        return self._in_thread(_remove, batch.path)
+
+    def _refused(self, batch: _Batch, url: str, failure: Any) -> None:
+        batch.attempts += 1
+        self.failures += 1
+        self.last_error = f"{redact(url)}: {failure.getErrorMessage()}"
+        delay = Backoff(self._config.retry_first, self._config.retry_max).delay(batch.attempts)
+        log.warn("Batch {n} not accepted by {url} ({why}); next target in {delay:.0f}s",
+                 n=batch.number, url=url, why=failure.getErrorMessage(), delay=delay)
+        if self.running:
+            batch.timer = self._clock.callLater(delay, self._send, batch)
+
+    # -- the spool ------------------------------------------------------------------
+
+    def _open_path(self) -> str:
+        return os.path.join(self._dir, "open.jl")
+
+    def _write_sealed(self, batches: list[_Batch], rest: list[str]) -> None:
+        files = []
+        for batch in batches:
+            batch.path = os.path.join(self._dir, f"batch-{batch.number}.json")
+            data = {"batch": batch.number, "spider": batch.spider, "job_id": batch.job_id, "urls": batch.urls}
+            files.append((batch.path, json.dumps(data).encode()))
+        files.append((self._open_path(), "".join(u + "\n" for u in rest).encode()))
+        write_many_atomically(files)
+
+    @defer.inlineCallbacks
+    def _recover(self) -> Any:
+        """Resend the spooled batches; reopen the open batch (minus URLs already spooled)."""
+        spooled, open_urls = yield self._in_thread(_read_spool, self._dir, self._open_path())
+        for number, path, urls, spider, job_id in spooled:
+            batch = _Batch(number, urls, spider, path=path, **({"job_id": job_id} if job_id else {}))
+            self._spooled[number] = batch
+            self._send(batch)
+        if spooled or open_urls:
+            log.info("Spool: resending {batches} batches, {urls} URLs in the open batch",
+                     batches=len(spooled), urls=len(open_urls))
+        self._open = open_urls + self._open
+        self._open_set.update(open_urls)
+        if open_urls:
+            yield self._pool.seen_add(open_urls)
+            self._arm_timer()
+
+    def _in_thread(self, function: Any, *args: Any) -> Deferred[Any]:
+        return self._lane.run(function, *args)
+
+    def status(self) -> dict[str, Any]:
+        """Counters for the status API."""
+        return {
+            "open": len(self._open),
+            "in_flight": len(self._posts),
+            "queued": len(self._ready),
+            "spooled": len(self._spooled),
+            "sent": self.sent,
+            "urls_sent": self.urls_sent,
+            "failures": self.failures,
+            "last_error": self.last_error,
+        }
+
+
+class BatchRefused(Exception):
+    """A target answered, but not with Scrapyd's ``"status": "ok"``."""
+
+
+@defer.inlineCallbacks
+def _check_answer(response: Any) -> Any:
+    body = yield response.content()
+    if response.code != 200:
+        raise BatchRefused(f"HTTP {response.code}: {body[:200]!r}")
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        raise BatchRefused(f"not JSON: {body[:200]!r}") from None
+    if not isinstance(answer, dict) or answer.get("status") != "ok":
+        message = answer.get("message", answer) if isinstance(answer, dict) else answer
+        raise BatchRefused(f"status {answer.get('status') if isinstance(answer, dict) else '?'}: {message}")
+    return answer
+
+
+def _make_client(reactor: Any) -> Any:
+    """A treq client without persistent connections (Scrapyd handles them badly, says seed 003)."""
+    from treq.client import HTTPClient
+    from twisted.web.client import Agent, HTTPConnectionPool
+
+    return HTTPClient(Agent(reactor, pool=HTTPConnectionPool(reactor, persistent=False)))
+
+
+def _append_lines(path: str, lines: list[str]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+
+
+def _remove(path: str) -> None:
+    if path:
+        unlink_quietly(path)
+
+
+def _by_spider(urls: list[str], spider_of: Callable[[str], str]) -> dict[str, list[str]]:
+    """``urls`` grouped by spider, in order."""
+    groups: dict[str, list[str]] = {}
+    for url in urls:
+        groups.setdefault(spider_of(url), []).append(url)
+    return groups
+
+
+def _read_spool(directory: str, open_path: str) -> tuple[list[tuple[int, str, list[str], str, str]], list[str]]:
+    spooled = []
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("batch-") and name.endswith(".json"):
+            path = os.path.join(directory, name)
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            spooled.append((int(data["batch"]), path, list(data["urls"]), str(data.get("spider", "")),
+                            str(data.get("job_id", ""))))
+    in_batches = {url for _, _, urls, _, _ in spooled for url in urls}
+    open_urls: list[str] = []
+    if os.path.exists(open_path):
+        with open(open_path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        # the last line is torn if the process died while appending: keep only complete lines
+        open_urls = [u for u in lines[:-1] if u and u not in in_batches]
+    return spooled, list(dict.fromkeys(open_urls))

@@ -1,0 +1,289 @@
+"""The fetch loop: pop from the pool, fetch, extract, feed links back, store pages and items.
+
+A deduplicated "kick" (a ``callLater(0)`` that is scheduled at most once)
+pulls work whenever a slot frees, plus a slow heartbeat in case anything was
+missed.  A fetch slot is freed as soon as the response is in; processing
+(parsing, storing) runs beside it, bounded by ``max_processing``, which is
+large because a page waits there for its batch of writes to be committed.  A URL's
+status is recorded only after its links and page are safely handed on, and
+with its item's line (the item writer records it), so a crash in between
+hands the URL out again rather than losing what it linked to: nothing is
+counted done that was not done, and no item is written twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from twisted.application.service import Service
+from twisted.internet import defer, task
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from spiderd.core import status as st
+from spiderd.fetch.fetcher import FetchResult
+from spiderd.feed.items import Status
+from spiderd.core.lifecycle import InFlight
+from spiderd.core.stats import CrawlStats
+from spiderd.core.urls import fingerprint
+
+log = Logger()
+FAILING_PULLS = 12  # pulls failed in a row (each heartbeat, every 5 s, tries again): the loop is failing
+
+
+class CrawlService(Service):
+    """Drives the pool, the fetcher, the parse pool and the sinks."""
+
+    def __init__(
+        self,
+        reactor: Any,
+        pool: Any,
+        fetcher: Any,
+        parser: Any,
+        rules: Any,
+        stats: CrawlStats,
+        *,
+        detail_sink: Callable[[list[str]], Deferred[Any]] | None = None,
+        store: Any = None,
+        items: Any = None,
+        concurrency: int = 64,
+        max_processing: int | None = None,
+        hub_percent: int = 50,
+        exit_when_done: bool = False,
+        stop_timeout: float = 60.0,
+        linkbase: bool = False,
+    ) -> None:
+        self._reactor = reactor
+        self.pool = pool
+        self._fetcher = fetcher
+        self._parser = parser
+        self._rules = rules
+        self.stats = stats
+        self._detail_sink = detail_sink or (lambda urls: pool.addmany(urls, detail=True))
+        self._store = store
+        self._items = items
+        self.concurrency = concurrency
+        self._max_processing = max_processing or max(512, 4 * concurrency)
+        self._hub_percent = hub_percent
+        self._exit_when_done = exit_when_done
+        self._stop_timeout = stop_timeout
+        self._linkbase = linkbase
+        self.fetching = 0
+        self.processing = 0
+        self.paused = False
+        self.finished: Deferred[None] = Deferred()
+        self._work = InFlight()
+        self._kick_call: Any = None
+        self._wake_call: Any = None
+        self._popping = False
+        self.pull_failures = 0  # in a row
+        self.last_error = ""
+        self._heartbeat = task.LoopingCall(self.kick)
+        self._heartbeat.clock = reactor
+
+    # -- service -------------------------------------------------------------------
+
+    def startService(self) -> None:
+        super().startService()
+        self._heartbeat.start(5.0, now=False).addErrback(lambda f: log.failure("heartbeat", f))
+        self.kick()
+
+    def stopService(self) -> Deferred[None]:
+        """Stop popping, let fetches and processing finish (cancelled after ``stop_timeout``)."""
+        super().stopService()
+        if self._heartbeat.running:
+            self._heartbeat.stop()
+        for call in (self._kick_call, self._wake_call):
+            if call is not None and call.active():
+                call.cancel()
+        log.info("Stopping: waiting for {fetching} fetches and {processing} pages in processing",
+                 fetching=self.fetching, processing=self.processing)
+        deadline = self._reactor.callLater(self._stop_timeout, self._work.cancel_all)
+        d = self._work.wait()
+        d.addBoth(lambda _: deadline.cancel() if deadline.active() else None)
+        return d
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def add_details(self, urls: list[str]) -> Deferred[Any]:
+        """Send detail URLs where the crawler sends those it finds (the batcher, or the pool's detail queue)."""
+        return self._detail_sink(urls)
+
+    def resume(self) -> None:
+        self.paused = False
+        self.kick()
+
+    # -- the loop ------------------------------------------------------------------
+
+    def kick(self) -> None:
+        """Pull more work soon (at most one pull is scheduled at a time)."""
+        if self._kick_call is None and self.running:
+            self._kick_call = self._reactor.callLater(0, self._pull)
+
+    def needs_backout(self) -> bool:
+        """True when no more work should be pulled now."""
+        return (
+            not self.running
+            or self.paused
+            or self.fetching >= self.concurrency
+            or self.processing >= self._max_processing
+        )
+
+    def _pull(self) -> None:
+        self._kick_call = None
+        if self._popping or self.needs_backout():
+            return
+        self._popping = True
+        d = self.pool.pop(self.concurrency - self.fetching, self._hub_percent)
+        d.addCallback(self._popped)
+        d.addCallbacks(self._pulled, self._pull_failed)
+
+    def _pulled(self, _: Any) -> None:
+        self._popping = False
+        self.pull_failures = 0
+
+    def _pull_failed(self, failure: Any) -> None:
+        """A pull that failed is logged and counted; the heartbeat tries again. A loop failing again and
+        again makes the node unhealthy (the status says "failing", systemd's watchdog stops being fed)."""
+        self._popping = False
+        self.pull_failures += 1
+        self.last_error = f"{failure.type.__name__}: {failure.getErrorMessage()}"[:300]
+        self.stats.errors["pull"] += 1
+        if self.pull_failures == 1 or self.pull_failures % 60 == 0:
+            log.failure("Taking URLs from the pool failed ({count} times in a row); trying again", failure,
+                        count=self.pull_failures)
+        else:
+            log.debug("Taking URLs from the pool failed again: {error}", error=self.last_error)
+
+    @property
+    def healthy(self) -> bool:
+        """False once pulls failed FAILING_PULLS times in a row (a minute of heartbeats at least)."""
+        return self.pull_failures < FAILING_PULLS
+
+    def _popped(self, urls: dict[str, bool]) -> Any:
+        for url, hub in urls.items():
+            self._start(url, hub)
+        if urls:
+            self.kick()
+            return None
+        return self.pool.next_due().addCallback(self._idle)
+
+    def _idle(self, due: float | None) -> Any:
+        """Nothing to pop now: wake when the pool says, or finish if all is done."""
+        if due is not None:
+            self._wake_at(due)
+            return None
+        if self.fetching or self.processing:
+            return None
+        return self.pool.stats().addCallback(self._maybe_finished)
+
+    def _wake_at(self, delay: float) -> None:
+        if self._wake_call is not None and self._wake_call.active():
+            if self._wake_call.getTime() <= self._reactor.seconds() + delay:
+                return
+            self._wake_call.cancel()
+        self._wake_call = self._reactor.callLater(min(delay, 5.0), self.kick)
+
+    def _maybe_finished(self, pool: dict[str, Any]) -> None:
+        if pool["waiting"] == 0 and pool["pending"] == 0 and not self.finished.called:
+            log.info("Nothing left to crawl")
+            self.finished.callback(None)
+
+    # -- one URL -------------------------------------------------------------------
+
+    def _start(self, url: str, hub: bool) -> None:
+        self.fetching += 1
+        d = self._fetcher.fetch(url)
+        d.addBoth(self._fetched)
+        d.addCallback(self._process, hub)
+        d.addErrback(self._process_failed, url)
+        d.addErrback(lambda f: log.failure("Recording the status of {url} failed", f, url=url))
+        d.addBoth(self._processed)
+        self._work.track(d)
+
+    def _fetched(self, result: FetchResult) -> FetchResult:
+        self.pool.fetched(result.url)
+        self.fetching -= 1
+        self.processing += 1
+        self.stats.fetched(result.status, result.wire_bytes, result.elapsed)
+        self.kick()
+        return result
+
+    def _process_failed(self, failure: Any, url: str) -> Any:
+        """Parsing or storing failed: count it as a failure of the URL (retried, then final)."""
+        if failure.check(defer.CancelledError) and not self.running:
+            return None  # abandoned at stop: the lease brings it back
+        log.failure("Processing {url} failed", failure, url=url)
+        self.stats.errors[st.name(st.PROCESSING_ERROR)] += 1
+        why = st.reason(st.PROCESSING_ERROR, f"{failure.type.__name__}: {failure.getErrorMessage()}")
+        return self.pool.set_status(url, st.PROCESSING_ERROR, why)
+
+    def _processed(self, _: Any) -> None:
+        self.processing -= 1
+        self.kick()
+
+    @defer.inlineCallbacks
+    def _process(self, result: FetchResult, hub: bool) -> Any:
+        """Handle the page, then record its status (and its redirect target's, when claimed).
+
+        With an item, the statuses are recorded by the item writer together
+        with the item's line (see spiderd.feed.items): a URL is done only once its
+        links, its page and its item are safe, and then exactly once.
+        """
+        statuses: list[Status] = [(result.url, result.status, result.reason)]  # reason: None for a page
+        if result.status == 200 and (yield self._is_new(result)):
+            if result.final_url != result.url:
+                statuses.append((result.final_url, result.status))
+            item = yield self._handle_page(result, hub)
+            if item is not None and self._items is not None:
+                yield self._items.write(item, statuses)
+                self.stats.incr("items")
+                return
+        yield self.pool.set_statuses(statuses)
+
+    @defer.inlineCallbacks
+    def _is_new(self, result: FetchResult) -> Any:
+        """False if a redirect led to a page that is done or being fetched already (no duplicate item).
+
+        The claim names the redirecting URL, so that URL's next fetch takes the
+        target again if this processing dies; an unclaimed target's status is
+        not this fetch's to record.
+        """
+        if result.final_url == result.url:
+            return True
+        claimed = yield self.pool.claim(result.final_url, by=result.url)
+        if not claimed:
+            self.stats.incr("redirect_duplicates")
+        return claimed
+
+    @defer.inlineCallbacks
+    def _handle_page(self, result: FetchResult, hub: bool) -> Any:
+        """Links into the pool, the page into the store; fires with the item to write (or None)."""
+        url = result.final_url
+        kind = "list" if hub else (self._rules.classify(url) or self._rules.classify(result.url) or "list")
+        fetched_at = self._reactor.seconds()
+        preset = self._store.preset if kind == "detail" and self._store is not None else None
+        extracted = yield self._parser.parse(
+            url, result.body, result.content_type, kind, fetched_at, result.status, compress=preset
+        )
+        if extracted.error:
+            self.stats.incr(f"parse_{extracted.error}")
+        waits = []
+        if extracted.lists:
+            waits.append(self.pool.addmany(extracted.lists))
+        if extracted.details:
+            waits.append(self._detail_sink(extracted.details))
+        if self._linkbase and (extracted.lists or extracted.details):
+            waits.append(self.pool.add_links(url, extracted.lists + extracted.details,
+                                             extracted.list_anchors + extracted.detail_anchors,
+                                             extracted.list_xpaths + extracted.detail_xpaths))
+        if kind == "detail" and self._store is not None:
+            saved = self._store.save(url, fingerprint(url), result.body, compressed=extracted.compressed)
+            waits.append(saved.addCallback(lambda _: self.stats.incr("stored")))
+        self.stats.incr("links_list", len(extracted.lists))
+        self.stats.incr("links_detail", len(extracted.details))
+        if extracted.skipped:
+            self.stats.incr("links_skipped", extracted.skipped)
+        yield defer.gatherResults(waits, consumeErrors=True)
+        return extracted.item

@@ -1,0 +1,184 @@
+"""The embedded pool's crawled sets, linkbase and one-shot claims (seed 004), mixed into KVPool.
+
+Crawled sets.  A page whose (registered domain, kind) is recrawled (the
+``recrawl`` pairs) keeps, once done, an ``R`` domain-id prio fetch-ms fp key
+holding its URL, so the keys of one domain and kind sort by fetch time; its
+state becomes ``D`` prio fetch-ms so that the entry can be found and dropped
+when the URL is queued again.  That costs a 26-byte key, the URL and 9 more
+bytes of state per such page (about 110 bytes for a 70-character URL before
+LevelDB's compression; 38 more bytes on disk than a done URL's 16 after it, for
+100,000 shop URLs) on top of any done URL's; pages of other domains and kinds
+keep nothing more.  ``recrawl`` walks each (domain, kind) range from its
+oldest entry up to the cut-off time and puts those pages back in their queues,
+like ``add(always=True)``.
+
+Linkbase.  ``K`` fp -> URL, parent URL, anchor text and the link element's
+path in the parent (``xpath``, seed 004's linkinfo) of the page that linked to
+it first (see :func:`link_value`; entries written before the path was kept
+have none, and read with ``xpath`` ""); off unless ``linkbase``; with ``linkbase_max`` it stops
+adding once that many entries exist (first discoveries are kept, nothing is
+evicted).  Claims (``claim_once``) live in memory: one process owns the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from twisted.internet import defer
+
+from spiderd.core.urls import URL, BadURL, host_of, parse, registered_domain
+from spiderd.frontier.pool import keys as k
+
+KINDS = {"list": 0, "detail": 1}
+MAX_ANCHOR = 200
+MAX_XPATH = 500
+LINK_FIELDS = ("parent", "anchor", "xpath")
+
+
+def clean_anchor(text: str | None) -> str:
+    """Anchor text on one line, whitespace collapsed, at most MAX_ANCHOR characters."""
+    return " ".join((text or "").split())[:MAX_ANCHOR].rstrip()
+
+
+def link_value(url: str, parent: str, anchor: str | None, xpath: str | None) -> str:
+    """A linkbase entry (both backends): URL, parent, anchor and xpath, one per line; a path that is not one
+    line of at most MAX_XPATH characters is left out ("")."""
+    path = xpath or ""
+    if len(path) > MAX_XPATH or "\n" in path or "\r" in path:
+        path = ""
+    return "\n".join((url, parent, clean_anchor(anchor), path))
+
+
+def link_info(value: str) -> dict[str, str]:
+    """``parent``, ``anchor`` and ``xpath`` of a linkbase entry; one written without an xpath has ""."""
+    fields = value.split("\n", 3)[1:]
+    return dict(zip(LINK_FIELDS, fields + [""] * (len(LINK_FIELDS) - len(fields))))
+
+
+def parallel(values: Sequence[str], count: int) -> list[str]:
+    """``values`` for ``count`` links: cut, or padded with ""."""
+    return [*values[:count], *[""] * (count - len(values))]
+
+
+def recrawl_pairs(pairs: Iterable[tuple[str, str]]) -> dict[str, frozenset[int]]:
+    """``{domain: prios}`` from (registered domain, kind) pairs."""
+    found: dict[str, set[int]] = {}
+    for domain, kind in pairs:
+        found.setdefault(domain, set()).add(KINDS[kind])
+    return {domain: frozenset(prios) for domain, prios in found.items()}
+
+
+class CrawledSets:
+    """KVPool's part for seed 004: crawled sets scored by fetch time, recrawl, linkbase, claim_once."""
+
+    _kv: Any
+    _clock: Any
+    _counters: list[int]
+
+    def _init_crawled(self, recrawl: Iterable[tuple[str, str]], linkbase: bool, linkbase_max: int) -> None:
+        self._recrawl = recrawl_pairs(recrawl)
+        self._cursors: dict[bytes, bytes] = {}  # (domain, kind) prefix -> just past the last entry taken
+        self._linkbase = linkbase
+        self._linkbase_max = linkbase_max or 2**62
+        self._links = k.from_u64(self._kv.get(k.LINK_COUNT, k.u64(0)))[0]
+        self._claims: dict[str, float] = {}
+
+    # -- crawled sets ----------------------------------------------------------------
+
+    def _done_state(self, batch: Any, url: str, host: str, fp: int, prio: int) -> bytes:
+        """The done state of a URL, with an ``R`` entry when its domain and kind are recrawled."""
+        domain = registered_domain(host) if self._recrawl else ""
+        if prio not in self._recrawl.get(domain, ()):
+            return k.DONE
+        fetched_ms = int(self._clock.seconds() * 1000)
+        key = k.crawled_key(k.host_id(domain), prio, fetched_ms, fp)
+        batch.put(key, url.encode())
+        prefix = key[:10]
+        if self._cursors.get(prefix, key) > key:  # the clock went back: walk from here next time
+            self._cursors[prefix] = key
+        return k.done_in_crawled_set(prio, fetched_ms)
+
+    def _forget_crawled(self, batch: Any, host: str, fp: int, state: bytes) -> None:
+        """Drop the ``R`` entry of a done URL being queued again."""
+        if len(state) > 1:
+            prio, fetched_ms = state[1], int.from_bytes(state[2:], "big")
+            batch.delete(k.crawled_key(k.host_id(registered_domain(host)), prio, fetched_ms, fp))
+
+    def recrawl(self, cutoffs: Sequence[tuple[str, str, float]], limit: int) -> defer.Deferred[int]:
+        """Queue again up to ``limit`` pages of each (domain, kind) set fetched at or before its cut-off time."""
+        batch = self._kv.write_batch()
+        slots: dict[str, Any] = {}
+        queued = 0
+        for domain, kind, cutoff in cutoffs:
+            if queued >= limit:
+                break
+            queued += self._recrawl_range(batch, domain, KINDS[kind], cutoff, limit - queued, slots)
+        self._commit(batch, slots.values())  # type: ignore[attr-defined]
+        return defer.succeed(queued)
+
+    def _recrawl_range(self, batch: Any, domain: str, prio: int, cutoff: float, limit: int,
+                       slots: dict[str, Any]) -> int:
+        prefix = k.CRAWLED + k.host_id(domain) + bytes((prio,))
+        stop = prefix + k.u64(max(0, int(cutoff * 1000) + 1))
+        queued = 0
+        for key, value in self._kv.iterator(start=max(prefix, self._cursors.get(prefix, prefix)), stop=stop):
+            self._cursors[prefix] = key + b"\x00"
+            batch.delete(key)
+            fp = int.from_bytes(key[18:], "big")
+            if self._kv.get(k.state_key(fp)) != k.done_in_crawled_set(prio, int.from_bytes(key[10:18], "big")):
+                continue  # stale: never left by this pool, but harmless
+            url = value.decode()
+            host = host_of(url)
+            slot = slots.get(host) or self._slot(host)  # type: ignore[attr-defined]
+            slots[host] = slot
+            self._counters[2] -= 1
+            self._enqueue(batch, url, fp, slot, prio, 0)  # type: ignore[attr-defined]
+            queued += 1
+            if queued >= limit:
+                break
+        return queued
+
+    # -- linkbase ---------------------------------------------------------------------
+
+    def add_links(self, parent: str, urls: Sequence[str], anchors: Sequence[str] = (),
+                  xpaths: Sequence[str] = ()) -> defer.Deferred[int]:
+        """Record how ``urls`` were first found (``parent``, anchor text, link path); fires with the number recorded."""
+        if not self._linkbase or self._links >= self._linkbase_max:
+            return defer.succeed(0)
+        batch = self._kv.write_batch()
+        added = 0
+        for url, anchor, xpath in zip(urls, parallel(anchors, len(urls)), parallel(xpaths, len(urls))):
+            u = _parsed(url)
+            if u is None or self._kv.get(k.link_key(u.fingerprint)) is not None:
+                continue
+            batch.put(k.link_key(u.fingerprint), link_value(u.url, parent, anchor, xpath).encode())
+            added += 1
+            if self._links + added >= self._linkbase_max:
+                break
+        if added:
+            self._links += added
+            batch.put(k.LINK_COUNT, k.u64(self._links))
+            batch.write()
+        return defer.succeed(added)
+
+    def _link_of(self, fp: int) -> dict[str, str]:
+        value = self._kv.get(k.link_key(fp))
+        return {} if value is None else link_info(value.decode())
+
+    # -- claims -----------------------------------------------------------------------
+
+    def claim_once(self, name: str, ttl: float) -> defer.Deferred[bool]:
+        """True for the first claim of ``name`` within ``ttl`` seconds (one process: no lock to take)."""
+        now = self._clock.seconds()
+        self._claims = {n: until for n, until in self._claims.items() if until > now}
+        if name in self._claims:
+            return defer.succeed(False)
+        self._claims[name] = now + ttl
+        return defer.succeed(True)
+
+
+def _parsed(url: str) -> URL | None:
+    try:
+        return parse(url)
+    except BadURL:
+        return None

@@ -1,0 +1,183 @@
+"""The shared frontier on Redis: the IURLPool contract for many nodes, every racy step one Lua script.
+
+Layout (``NS`` is empty by default; tests set it so the seed-002 names are unique):
+
+=====================================  ======  ==================================================
+key                                    type    holds
+=====================================  ======  ==================================================
+``NS spider.website.domains``          set     domains to poll, registered by the pool or by tools; kept (seed 002)
+``NS <domain>.higher`` / ``.lower``    list    waiting list (hub) / detail URLs, head first (seed 002)
+``NS spider.seed.urls``                set     the seeds: every node's ``set_seeds`` adds, tools add (seed 002)
+``P s:<bucket>``                       set     URL states: ``(fingerprint bits below the bucket) * 8 + code``
+``P ready``                            zset    domain -> time its head URL's host may go (a lower bound)
+``P next``                             zset    host -> next allowed time (only future times are kept)
+``P inflight``                         hash    host -> requests in flight (all nodes)
+``P waiting``                          zset    host -> waiting URLs (the largest host, max_urls_per_host)
+``P conf`` / ``P robots``              hash    host -> "delay concurrency" overrides / Crawl-delay
+``P leases``                           zset    fingerprint (``h`` + fingerprint for a hub) -> lease deadline
+``P lease``                            hash    same key -> kind, holds-a-host-slot, domain, URL
+``P fails``                            hash    fingerprint -> failures, for active URLs that failed before
+``P again``                            hash    fingerprint -> prio of a pending URL added again (``always``)
+``P why``                              hash    fingerprint -> "at failures reason": the last failure of a URL
+                                               that failed (retried or for good), until it is done
+``P hubs`` / ``P hub``                 zset    fingerprint -> next due time / hash: fingerprint -> domain, URL
+``P counters`` / ``P meta``            hash    waiting pending done failed batched / bucket bits, hub span, sweep
+``P adopting``                         zset    ``prio url`` of a tool's list entry a node is adding -> deadline
+``P batch``                            string  the last batch number handed out (``next_batch``)
+``P crawled:<kind>:<domain>``          zset    URL -> fetch time of done pages to recrawl (seed 004)
+``P l:<bucket>``                       hash    linkbase: fingerprint -> URL, parent URL, anchor, xpath (seed 004)
+``P cron:<epoch>``                     string  a seed timer firing claimed by one node (``claim_once``)
+=====================================  ======  ==================================================
+
+``P`` is the prefix (``spiderd:``).  A URL's fingerprint is the first 64 bits
+of the SHA-1 of its canonical form, so the scripts compute it themselves
+(``redis.sha1hex``) from the URLs they pop out of the seed-002 lists.  The top
+``seen_bucket_bits`` bits (16) pick the bucket; the other bits times 8 plus a
+state code (1 done, 2 failed, 3 batched, 4 waiting list, 5 waiting detail) are
+the member, an integer that keeps each bucket an intset (8 bytes a URL) while
+it holds at most ``set-max-intset-entries`` (512) members: up to about 25
+million URLs with 16 bits; raise the bits for more.  Pending URLs are the only
+ones with richer records (``lease``); failure counts exist only for URLs that
+failed and are not final.  ``P why`` keeps a URL's last failure (when, its
+failures so far, the reason, at most 200 characters) for ``why`` and the
+export, also once it failed for good; a URL done after failing drops it.  It
+costs about 100 bytes plus the reason per failed URL (``MEMORY USAGE`` of a hash
+of 20,000: 108 bytes for ``http 404``, 204 for a refused connection's 95
+characters, 300 at most), the one cost that grows with failed URLs besides the
+seen bucket's 8 bytes.  Only ``why`` and the export read it: ``DEL P why`` frees
+it at any time.
+
+Crawled sets (seed 004) exist only for the (domain, kind) pairs a node is told
+to recrawl: an entry costs about 180 bytes for a 70-character URL (``MEMORY
+USAGE`` of a set of 20,000), a linkbase entry about 220.  ``recrawl`` takes members fetched before a cut-off and queues them
+again (one script, so nodes never queue one twice).  The linkbase (off by
+default) spreads its entries over 4096 hashes by the top 12 fingerprint bits;
+the first page found linking to a URL is kept (``HSETNX``).  A ``cron:<epoch>``
+key is set with ``SET NX PX``: the node whose SET succeeds injects the seeds,
+every member of ``spider.seed.urls`` (``seed_urls``).
+
+Queues and politeness.  The seed-002 lists are the queues themselves (no
+second copy), one pair per registered domain, and politeness is per host, as in
+KVPool: a domain's turn hands out URLs from the head of its lists (list URLs
+first) while they belong to the head URL's host, and only when that host's
+next allowed time has come and it has a free slot, counted over all nodes in
+``P next`` and ``P inflight``.  Hosts of one domain therefore queue behind one
+another (head-of-line), which is never less polite than KVPool, but a domain
+whose head host is slow makes its other hosts wait.  ``P ready`` orders the
+domains by the time their turn may come; pop checks each candidate again, so a
+score may be early but never late.  Domains take turns round robin, and a host
+gets more than one URL in a turn only with no delay and no other domain ready.
+With ``list_ratio`` / ``detail_ratio`` (seed 004's get_list, get_detail), a pop
+first takes each kind's reserved share, a domain's turn then taking from that
+kind's list only, and passes over up to 100 ready domains that have none of it
+(see :mod:`spiderd.frontier.pool.split`); the node keeps the credit between pops.
+
+Leases.  A popped URL leaves its list and gets a lease until now +
+``pending_threshold``; a hub hand-out gets a hold with the same deadline, so a
+dead node's host slots come back too.  Every pop first expires due leases (up
+to 1000 a call) and puts their URLs back at the tail of their lists, whoever
+leased them.  Unlike LevelDB, where one process owns the store and reopening
+returns its leases at once, a restarted node cannot tell its own leases from
+those of a live node: they come back when they expire.
+
+Other tools (seed 002's keys are an interface).  A tool may register a domain
+(``SADD spider.website.domains``), push URLs onto its lists (``RPUSH`` or, as
+seed 002's ``offerUrl``, ``LPUSH``; in any order, any time), read the lists,
+and add seeds (``SADD spider.seed.urls``: the next seed-timer firing injects
+them with the nodes' own, and ``set_seeds`` only adds).  The pool never removes
+a domain from the set (a drained domain only leaves ``P ready``: seed 002's
+tools register a domain once and push to it later; the cost is one member per
+domain ever queued), so every pop first takes one step of a sweep over the set:
+``SSCAN`` of ``DOMAIN_SWEEP_COUNT`` (100) domains, each one not in ``P ready``
+scored again (a few reads: its list heads and its head host's slot), the cursor
+in ``P meta`` shared by every node; a new sweep starts at most every
+``DOMAIN_SWEEP_EVERY`` (10) seconds of the clock.  A pop therefore costs two
+``HGET`` and one ``ZRANGEBYSCORE`` (held entries) between sweeps and about 100
+domains during one, whatever the size of the set, and a tool's domain is polled
+within 10 seconds plus one pop per 100 registered domains (``SCARD`` against
+``ZCARD`` would not tell: domains whose head host is full, or drained, are
+rightly out of ``P ready``).  An entry a tool pushed is recognised when it
+reaches the head of its list: one the pool queued (its waiting state is in the
+seen bucket) is handed out; one already done, failed, batched, leased or
+waiting in the other list is dropped; one the pool never saw goes, within the
+same script, into ``P adopting`` (deadline: now + ``pending_threshold``) and
+back to the node, which adds it as any URL (``addmany``: canonical form,
+deduplicated, rejected with a reason if bad, the host budget applies) and then
+removes it from ``P adopting``.  So a tool's URL is handed out from its next
+turn, recorded like the pool's own, and a node that dies in between loses none:
+a later pop hands the held entries, once their deadline passed, to its node
+(adding twice is harmless).  At most 1000 entries are adopted per pop.  A
+tool's URL counts as waiting (``size``, ``stats``) only once adopted, and goes
+to the lists of its registered domain (a tool's list named after a subdomain is
+polled too).
+
+Time is the injected clock's, passed to every script; nodes should keep their
+clocks in step (NTP), since a node running ahead may hand out a host early by
+the skew.  Start-up deletes nothing (a host override dropped from the config
+stays in ``P conf`` until deleted by hand; a seed dropped from the config stays
+in ``spider.seed.urls``: ``SREM`` it).  Statuses given while one is on its way
+go out together in one script call, before any later call.  All nodes should
+share the politeness settings (each sends its defaults).  One Redis (with
+replicas if wanted), not Redis Cluster: the scripts use keys they compute.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
+
+from spiderd.frontier.pool.redis.link import RedisLink, RedisPoolError, load_scripts, parse_redis_url
+from spiderd.frontier.pool.redis.pool import RedisPool
+
+__all__ = ["RedisPool", "RedisPoolError", "open_redis_pool"]
+
+
+def open_redis_pool(
+    url: str,
+    clock: IReactorTime,
+    *,
+    prefix: str = "spiderd:",
+    namespace: str = "",
+    seen_bucket_bits: int = 16,
+    connect_timeout: float = 10.0,
+    reply_timeout: float = 30.0,
+    **options: Any,
+) -> defer.Deferred[RedisPool]:
+    """Connect to ``redis://[:password@]host:port/db`` and open the pool; fails with RedisPoolError naming host:port.
+
+    ``options`` are KVPool's: politeness, failure_threshold, pending_threshold,
+    done_codes, final_codes, max_url_length, max_urls_per_host.
+    """
+    if not 14 <= seen_bucket_bits <= 24:
+        return defer.fail(ValueError(f"seen_bucket_bits must be between 14 and 24, not {seen_bucket_bits!r}"))
+    try:
+        address = parse_redis_url(url)
+    except ValueError as e:
+        return defer.fail(e)
+    pool, opener = make_redis_pool(address, clock, prefix=prefix, namespace=namespace,
+                                   seen_bucket_bits=seen_bucket_bits, connect_timeout=connect_timeout,
+                                   reply_timeout=reply_timeout, **options)
+    return opener().addCallback(lambda _: pool)
+
+
+def make_redis_pool(
+    address: Any, clock: IReactorTime, *, prefix: str, namespace: str = "", seen_bucket_bits: int = 16,
+    connect_timeout: float = 10.0, reply_timeout: float = 30.0, **options: Any,
+) -> tuple[RedisPool, Callable[[], defer.Deferred[RedisPool]]]:
+    """A pool not connected yet, and the call that connects it (and may be called again after a failure)."""
+    if isinstance(address, str):
+        address = parse_redis_url(address)
+    scripts = load_scripts()
+    link = RedisLink(address, scripts.values(), connect_timeout=connect_timeout, reply_timeout=reply_timeout)
+    pool = RedisPool(link, scripts, clock, prefix=prefix, namespace=namespace, seen_bucket_bits=seen_bucket_bits, **options)
+
+    def opener() -> defer.Deferred[RedisPool]:
+        def failed(failure: Any) -> Any:
+            link.close()
+            return failure
+
+        return link.open().addCallback(lambda _: pool.start()).addErrback(failed)
+
+    return pool, opener

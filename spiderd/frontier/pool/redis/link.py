@@ -1,0 +1,240 @@
+"""The connection to Redis: ``redis://`` URLs, connecting, Lua scripts (EVALSHA, EVAL on NOSCRIPT), clear errors.
+
+txredisapi is imported only when a connection is opened: importing it
+installs the default reactor, so no module that the twistd plugin or
+``spiderd.tap`` imports at import time may import it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Sequence
+from urllib.parse import unquote, urlsplit
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from spiderd.core.secrets import redact
+
+log = Logger()
+
+SCRIPTS = ("add", "pop", "status", "fetched", "claim", "seen", "hubs", "next_due", "stats", "why", "seeds",
+           "restore", "recrawl", "links")
+
+
+class RedisPoolError(Exception):
+    """Redis could not be reached or answered with an error; the message names host:port, never the password."""
+
+
+@dataclass(frozen=True, slots=True)
+class RedisAddress:
+    """Where Redis is: ``redis://[:password@]host:port/db``."""
+
+    host: str
+    port: int
+    db: int
+    password: str | None = field(default=None, repr=False)
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_redis_url(url: str) -> RedisAddress:
+    """Parse ``redis://[[user]:password@]host[:port][/db]``; a bad URL raises ValueError without the password."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 6379
+        db = int(parts.path.strip("/") or 0)
+    except ValueError:
+        raise ValueError(f"not a valid Redis URL: {redact(url)!r}") from None
+    if parts.scheme != "redis":
+        raise ValueError(f"not a redis:// URL: {redact(url)!r}")
+    password = unquote(parts.password) if parts.password else None
+    return RedisAddress(host, port, db, password)
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A Lua script with the shared prelude; ``sha`` is what EVALSHA takes."""
+
+    name: str
+    source: str
+    sha: str
+
+
+def load_scripts() -> dict[str, Script]:
+    """The pool's scripts, each prefixed with ``common.lua``."""
+    folder = resources.files(__package__)
+    common = folder.joinpath("common.lua").read_text()
+    scripts = {}
+    for name in SCRIPTS:
+        source = common + "\n" + folder.joinpath(f"{name}.lua").read_text()
+        scripts[name] = Script(name, source, hashlib.sha1(source.encode()).hexdigest())
+    return scripts
+
+
+class RedisLink:
+    """One pipelined connection: fails fast with a clear error when Redis is gone, reconnects on the next call.
+
+    A command that was never sent (the connection was already gone) is sent
+    again once reconnected; one that was in flight when the connection broke
+    fails, because Redis may have run it.
+    """
+
+    def __init__(
+        self,
+        address: RedisAddress,
+        scripts: Sequence[Script] = (),
+        *,
+        connect_timeout: float = 10.0,
+        reply_timeout: float = 30.0,
+    ) -> None:
+        self.address = address
+        self._scripts = tuple(scripts)
+        self._connect_timeout = connect_timeout
+        self._reply_timeout = reply_timeout
+        self._conn: Any = None
+        self._waiters: list[defer.Deferred[Any]] = []
+        self._inflight: set[defer.Deferred[Any]] = set()
+        self._closers: list[defer.Deferred[None]] = []
+        self._closed = False
+
+    def open(self) -> defer.Deferred[None]:
+        """Connect (loading the scripts, so EVALSHA finds them); fails with RedisPoolError."""
+        return self._connection().addCallback(lambda _: None)
+
+    def run(self, script: Script, args: Sequence[Any]) -> defer.Deferred[Any]:
+        """Run ``script`` with ``args`` (no KEYS) by EVALSHA, falling back to EVAL when Redis lost it."""
+        d = self._send("EVALSHA", script.sha, 0, *args)
+        d.addErrback(self._noscript, script, args)
+        return self._track(d.addErrback(self._wrap))
+
+    def execute(self, *args: Any) -> defer.Deferred[Any]:
+        """Run one Redis command."""
+        return self._track(self._send(*args).addErrback(self._wrap))
+
+    def close(self) -> defer.Deferred[None]:
+        """Let the commands on their way finish, then disconnect; later calls fail."""
+        self._closed = True
+        closed: defer.Deferred[None] = defer.Deferred()
+        self._closers.append(closed)
+        if not self._inflight:
+            self._disconnect()
+        return closed
+
+    def _disconnect(self) -> None:
+        conn, self._conn = self._conn, None
+        closers, self._closers = self._closers, []
+        d = conn.disconnect() if conn is not None else defer.succeed(None)
+        d.addBoth(lambda _: [closed.callback(None) for closed in closers])
+
+    def _track(self, d: defer.Deferred[Any]) -> defer.Deferred[Any]:
+        self._inflight.add(d)
+        return d.addBoth(self._untrack, d)
+
+    def _untrack(self, result: Any, d: defer.Deferred[Any]) -> Any:
+        self._inflight.discard(d)
+        if not self._inflight and self._closers:
+            self._disconnect()
+        return result
+
+    # -- internals ------------------------------------------------------------------
+
+    def _send(self, *args: Any) -> defer.Deferred[Any]:
+        if self._conn is None:
+            return self._connection().addCallback(lambda conn: conn.execute_command(*args))
+        d = self._conn.execute_command(*args)
+        d.addErrback(self._unsent, args)
+        return d
+
+    def _unsent(self, failure: Failure, args: tuple[Any, ...]) -> Any:
+        """A command that found the connection gone was not sent: reconnect and send it once."""
+        import txredisapi
+
+        if failure.check(txredisapi.ConnectionError) and str(failure.value) == "Not connected":
+            self._forget()
+            return self._connection().addCallback(lambda conn: conn.execute_command(*args))
+        return failure
+
+    def _noscript(self, failure: Failure, script: Script, args: Sequence[Any]) -> Any:
+        import txredisapi
+
+        if failure.check(txredisapi.ResponseError) and str(failure.value).startswith("NOSCRIPT"):
+            log.info("Redis at {address} lost script {name}: sending it again", address=str(self.address), name=script.name)
+            return self._send("EVAL", script.source, 0, *args)
+        return failure
+
+    def _wrap(self, failure: Failure) -> Failure:
+        import txredisapi
+
+        if failure.check(RedisPoolError):
+            return failure
+        if failure.check(txredisapi.ConnectionError):
+            self._forget()
+            what = "timed out" if failure.check(txredisapi.TimeoutError) else "connection lost"
+            raise RedisPoolError(f"Redis at {self.address}: {what}: {self._scrub(failure)}")
+        raise RedisPoolError(f"Redis at {self.address}: {self._scrub(failure)}")
+
+    def _forget(self) -> None:
+        """Drop the connection once it is gone (with reconnect=False, txredisapi has stopped it already).
+
+        A reply timeout fails its command before aborting the connection: the
+        connection stays until the abort, and the next command reconnects.
+        """
+        if self._conn is not None and not self._conn._factory.size:  # txredisapi 1.6: live connections
+            self._conn = None
+
+    def _connection(self) -> defer.Deferred[Any]:
+        if self._closed:
+            return defer.fail(RedisPoolError(f"Redis at {self.address}: the pool is closed"))
+        if self._conn is not None:
+            return defer.succeed(self._conn)
+        waiter: defer.Deferred[Any] = defer.Deferred()
+        self._waiters.append(waiter)
+        if len(self._waiters) == 1:
+            self._connect().addBoth(self._connected)
+        return waiter
+
+    def _connect(self) -> defer.Deferred[Any]:
+        import txredisapi
+
+        a = self.address
+        d = txredisapi.Connection(
+            a.host, a.port, dbid=a.db, password=a.password, reconnect=False, convertNumbers=False,
+            connectTimeout=self._connect_timeout, replyTimeout=self._reply_timeout,
+        )
+
+        def failed(failure: Failure) -> None:
+            raise RedisPoolError(f"Redis at {a}: cannot connect: {self._scrub(failure)}")
+
+        return d.addCallbacks(self._load_scripts, failed)
+
+    def _load_scripts(self, conn: Any) -> defer.Deferred[Any]:
+        """SCRIPT LOAD every script on a new connection (Redis may have restarted); fires with the connection."""
+        loads = [conn.execute_command("SCRIPT", "LOAD", script.source) for script in self._scripts]
+        d = defer.gatherResults(loads, consumeErrors=True).addCallback(lambda _: conn)
+
+        def failed(failure: Failure) -> Failure:
+            conn.disconnect()
+            return failure.value.subFailure if isinstance(failure.value, defer.FirstError) else failure
+
+        return d.addErrback(failed).addErrback(self._wrap)
+
+    def _connected(self, result: Any) -> None:
+        if not isinstance(result, Failure):
+            if self._closed:
+                result.disconnect()
+                result = Failure(RedisPoolError(f"Redis at {self.address}: the pool is closed"))
+            else:
+                self._conn = result
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.callback(result) if not isinstance(result, Failure) else waiter.errback(result)
+
+    def _scrub(self, failure: Failure) -> str:
+        message = failure.getErrorMessage()
+        password = self.address.password
+        return message.replace(password, "***") if password else message

@@ -1,0 +1,418 @@
+"""RedisPool: the IURLPool contract over the shared Redis layout (see the package docstring)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable, Sequence
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from spiderd.core import status as st
+from spiderd.frontier.interfaces import IURLPool
+from spiderd.frontier.politeness import Politeness, hub_quota
+from spiderd.core.urls import MAX_URL_LENGTH, BadURL, URL, parse, registered_domain
+from spiderd.frontier.pool.crawled import KINDS, link_info, link_value, parallel, recrawl_pairs
+from spiderd.frontier.pool.records import counts, sort_records
+from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
+from spiderd.frontier.pool.redis.export import FINGERPRINT, RedisExport, parse_failure
+from spiderd.frontier.pool.redis.link import RedisLink, Script
+
+log = Logger()
+
+STATES = {"0": "list", "1": "detail"}
+DOMAIN_SWEEP_EVERY = 10.0  # seconds between sweeps of spider.website.domains for domains other tools registered
+DOMAIN_SWEEP_COUNT = 100  # domains a pop looks at while a sweep is under way (SSCAN's COUNT)
+
+
+@implementer(IURLPool)
+class RedisPool:
+    """A polite URL pool shared by every node that opens the same Redis keys; every step is one Lua script."""
+
+    def __init__(
+        self,
+        link: RedisLink,
+        scripts: dict[str, Script],
+        clock: IReactorTime,
+        *,
+        prefix: str = "spiderd:",
+        namespace: str = "",
+        seen_bucket_bits: int = 16,
+        politeness: Politeness | None = None,
+        failure_threshold: int = st.FAILURE_THRESHOLD,
+        pending_threshold: float = 300.0,
+        done_codes: frozenset[int] = st.DONE_CODES,
+        final_codes: frozenset[int] = st.FINAL_CODES,
+        max_url_length: int = MAX_URL_LENGTH,
+        max_urls_per_host: int = 0,
+        recrawl: Iterable[tuple[str, str]] = (),
+        linkbase: bool = False,
+        linkbase_max: int = 0,
+        list_ratio: float = 0.0,
+        detail_ratio: float = 0.0,
+    ) -> None:
+        self._link = link
+        self._scripts = scripts
+        self._clock = clock
+        self.prefix = prefix
+        self.namespace = namespace
+        self.politeness = politeness or Politeness()
+        self.failure_threshold = failure_threshold
+        self.pending_threshold = pending_threshold
+        self._done_codes = done_codes
+        self._final_codes = final_codes
+        self._max_url_length = max_url_length
+        self._max_per_host = max_urls_per_host  # 0: no budget (add.lua then leaves the hostseen counts alone)
+        self.split = KindSplit(list_ratio, detail_ratio)
+        self._bits = seen_bucket_bits
+        self.rejected: Counter[str] = Counter()
+        self._statuses: list[tuple[list[str], defer.Deferred[None]]] = []  # waiting to go out together
+        self._statuses_in_flight = 0
+        self._kept = {domain: "".join(str(p) for p in sorted(prios)) for domain, prios in recrawl_pairs(recrawl).items()}
+        self._linkbase = linkbase
+        self._linkbase_max = linkbase_max
+
+    def start(self) -> defer.Deferred[RedisPool]:
+        """Record the bucket layout (or adopt the one already there) and this node's host overrides; deletes nothing."""
+        meta = self.prefix + "meta"
+        d = self._link.execute("HSETNX", meta, "seen_bucket_bits", str(self._bits))
+        d.addCallback(lambda _: self._link.execute("HGET", meta, "seen_bucket_bits"))
+        d.addCallback(self._adopt_bits)
+        for host, (delay, concurrency) in self.politeness.overrides.items():
+            d.addCallback(lambda _, h=host, v=f"{delay!r} {concurrency}": self._link.execute("HSET", self.prefix + "conf", h, v))
+        return d.addCallback(lambda _: self)
+
+    def _adopt_bits(self, stored: str) -> None:
+        if int(stored) != self._bits:
+            log.info("Redis pool {prefix} uses {bits}-bit seen buckets (asked for {asked})", prefix=self.prefix,
+                     bits=stored, asked=self._bits)
+        self._bits = int(stored)
+
+    # -- adding ---------------------------------------------------------------------
+
+    def add(self, url: str, always: bool = False, detail: bool = False) -> defer.Deferred[bool]:
+        return self.addmany((url,), always, detail).addCallback(lambda added: added == 1)
+
+    def addmany(self, urls: Iterable[str], always: bool = False, detail: bool = False) -> defer.Deferred[int]:
+        if isinstance(urls, str):
+            urls = (urls,)
+        fresh = {u.url: u for u in map(self._parse, urls) if u is not None}
+        if not fresh:
+            return defer.succeed(0)
+        args = ["1" if always else "0", "1" if detail else "0", str(self._max_per_host)]
+        for u in fresh.values():
+            args += (u.url, u.host, registered_domain(u.host))
+        return self._run("add", args).addCallback(self._added)
+
+    def _added(self, answer: list[int]) -> int:
+        added, full = answer
+        if full:
+            self.rejected["host-full"] += full
+        return added
+
+    # -- popping and statuses -------------------------------------------------------
+
+    def pop(self, count: int, hub_percent: int = 50) -> defer.Deferred[dict[str, bool]]:
+        now = self._clock.seconds()
+        split = self.split
+        args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent)),
+                *map(repr, split.ratios), *map(repr, split.credit), str(RESERVE_SCAN),
+                repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT)]
+        return self._run("pop", args, now).addCallback(self._popped)
+
+    def _popped(self, answer: list[Any]) -> Any:
+        flat, foreign, (wanted, lists, details) = answer
+        self.split.settle(int(wanted), (int(lists), int(details)))
+        result = _pairs(flat)
+        if not foreign:
+            return result
+        return self._adopt(foreign).addCallback(lambda _: result)
+
+    def _adopt(self, foreign: list[Any]) -> defer.Deferred[None]:
+        """Add the entries another tool pushed onto the lists (``url, prio, ...``, taken by a pop) as waiting
+        URLs, then drop them from ``P adopting`` (adding twice is harmless: a known URL is not queued again)."""
+        log.info("Adding {count} URLs another tool pushed onto the queues", count=len(foreign) // 2)
+        by_prio: dict[int, list[str]] = {0: [], 1: []}
+        for url, prio in zip(foreign[::2], foreign[1::2]):
+            by_prio[int(prio)].append(url)
+        adds = [self.addmany(urls, detail=bool(prio)) for prio, urls in by_prio.items() if urls]
+        held = [f"{prio} {url}" for prio, urls in by_prio.items() for url in urls]
+        d = defer.gatherResults(adds, consumeErrors=True)
+        d.addCallback(lambda _: self._execute("ZREM", self.prefix + "adopting", *held))
+        return d.addCallback(lambda _: None)
+
+    def claim(self, url: str, by: str | None = None) -> defer.Deferred[bool]:
+        """Lease ``url`` (a redirect target) unless it is done, failed or leased already; fires True if leased.
+
+        A claim that ``by`` (the redirecting URL) holds already is renewed: its
+        next fetch, after a crash or a failed processing, takes the target again.
+        """
+        u = self._parse(url)
+        if u is None:
+            return defer.succeed(False)
+        owner = _canonical(by, self._max_url_length) if by is not None else None
+        now = self._clock.seconds()
+        args = [repr(now + self.pending_threshold), *self._located(u), owner or ""]
+        return self._run("claim", args, now).addCallback(bool)
+
+    def fetched(self, url: str) -> defer.Deferred[None]:
+        """The request for a handed-out URL is over: free its host slot (the lease stays until set_status)."""
+        return self._run("fetched", [url]).addCallback(lambda _: None)
+
+    def set_status(self, url: str, status_code: int, reason: str | None = None) -> defer.Deferred[None]:
+        """Record a fetch outcome; statuses given while one is on its way go out together, in one script call."""
+        return self.set_statuses(((url, status_code, reason),))
+
+    def set_statuses(
+        self, statuses: Iterable[tuple[Any, ...]], checkpoint: tuple[str, int] | None = None
+    ) -> defer.Deferred[None]:
+        """Record several outcomes (``(url, code)`` or ``(url, code, reason)``) and ``checkpoint`` (a name and
+        a count) in one script call (atomic)."""
+        args: list[str] = []
+        for url, code, *reason in statuses:
+            u = self._parse(url)
+            if u is not None:
+                url, host, domain = self._located(u)
+                outcome = self._outcome(code)
+                why = "" if outcome == "done" else st.recorded(code, *reason)
+                args += (outcome, url, host, domain, self._kept.get(domain, "-"), why)
+        if checkpoint is not None:
+            args += ("checkpoint", checkpoint[0], str(int(checkpoint[1])), "", "", "")
+        if not args:
+            return defer.succeed(None)
+        d: defer.Deferred[None] = defer.Deferred()
+        self._statuses.append((args, d))
+        if not self._statuses_in_flight:
+            self._send_statuses()
+        return d
+
+    def _outcome(self, status_code: int) -> str:
+        if status_code in self._done_codes:
+            return "done"
+        if status_code in self._final_codes:
+            return "final"
+        return "retry"
+
+    def checkpoint(self, name: str) -> defer.Deferred[int | None]:
+        """The count last recorded under ``name`` by ``set_statuses``, or None."""
+        d = self._execute("HGET", self.prefix + "checkpoints", name)
+        return d.addCallback(lambda value: None if value is None else int(value))
+
+    def drop_checkpoint(self, name: str) -> defer.Deferred[None]:
+        return self._execute("HDEL", self.prefix + "checkpoints", name).addCallback(lambda _: None)
+
+    def _send_statuses(self) -> None:
+        batch, self._statuses = self._statuses, []
+        if batch:
+            self._statuses_in_flight += 1
+            args = [str(self.failure_threshold)] + [arg for entry, _ in batch for arg in entry]
+            self._script("status", args).addBoth(self._statuses_sent, batch)
+
+    def _statuses_sent(self, result: Any, batch: list[tuple[list[str], defer.Deferred[None]]]) -> None:
+        if not isinstance(result, Failure):
+            for url, why in zip(result[::2], result[1::2]):
+                log.debug("{url} failed for good: {reason}", url=url, reason=why)
+        self._statuses_in_flight -= 1
+        if not self._statuses_in_flight:
+            self._send_statuses()
+        for _, d in batch:
+            d.errback(result) if isinstance(result, Failure) else d.callback(None)
+
+    # -- the seen set ---------------------------------------------------------------
+
+    def seen_filter(self, urls: Iterable[str]) -> defer.Deferred[list[str]]:
+        """The canonical forms of ``urls`` the pool has never seen (in any state), without duplicates."""
+        return self._seen(urls, mark=False)
+
+    def seen_add(self, urls: Iterable[str]) -> defer.Deferred[int]:
+        """Record ``urls`` as sent in a batch (a final state here); fires with the number newly recorded."""
+        return self._seen(urls, mark=True).addCallback(len)
+
+    def _seen(self, urls: Iterable[str], mark: bool) -> defer.Deferred[list[str]]:
+        canonical = list(dict.fromkeys(u.url for u in map(self._parse, urls) if u is not None))
+        if not canonical:
+            return defer.succeed([])
+        d = self._run("seen", ["1" if mark else "0", *canonical])
+        return d.addCallback(lambda flags: [url for url, fresh in zip(canonical, flags) if fresh])
+
+    def next_batch(self, count: int = 1) -> defer.Deferred[int]:
+        """Reserve ``count`` batch numbers, unique across nodes and restarts; fires with the first."""
+        d = self._execute("INCRBY", self.prefix + "batch", str(count))
+        return d.addCallback(lambda last: int(last) - count + 1)
+
+    # -- hubs, hosts, seeds ---------------------------------------------------------
+
+    def set_hubs(self, urls: Iterable[str], refresh_span: float) -> defer.Deferred[None]:
+        args = [repr(float(refresh_span))]
+        for u in {u.url: u for u in map(self._parse, urls) if u is not None}.values():
+            args += (u.url, registered_domain(u.host))
+        return self._run("hubs", args).addCallback(lambda _: None)
+
+    def set_host_delay(self, host: str, delay: float) -> defer.Deferred[None]:
+        """Raise a host's delay to its robots.txt Crawl-delay, for every node."""
+        return self._execute("HSET", self.prefix + "robots", host, repr(float(delay))).addCallback(lambda _: None)
+
+    def set_seeds(self, urls: Iterable[str]) -> defer.Deferred[int]:
+        """Add the canonical ``urls`` to the seed-002 set ``spider.seed.urls`` (deleting nothing: other tools
+        and other nodes add to it too); fires with its size."""
+        canonical = list(dict.fromkeys(u.url for u in map(self._parse, urls) if u is not None))
+        return self._run("seeds", canonical).addCallback(int)
+
+    def seed_urls(self) -> defer.Deferred[list[str]]:
+        """Every member of ``spider.seed.urls`` (whoever added it), sorted: what the seed timer injects."""
+        return self._execute("SMEMBERS", self.namespace + "spider.seed.urls").addCallback(sorted)
+
+    # -- questions ------------------------------------------------------------------
+
+    def size(self) -> defer.Deferred[int]:
+        d = self._execute("HGET", self.prefix + "counters", "waiting")
+        return d.addCallback(lambda waiting: int(waiting or 0))
+
+    def empty(self) -> defer.Deferred[bool]:
+        return self.size().addCallback(lambda waiting: waiting == 0)
+
+    def next_due(self) -> defer.Deferred[float | None]:
+        now = self._clock.seconds()
+        return self._run("next_due", [], now).addCallback(lambda t: None if t is None else max(0.0, float(t) - now))
+
+    def stats(self) -> defer.Deferred[dict[str, Any]]:
+        return self._run("stats", []).addCallback(self._stats)
+
+    def _stats(self, answer: list[Any]) -> dict[str, Any]:
+        flat, hosts, top, hubs = answer
+        counters = {name: int(value) for name, value in zip(flat[::2], flat[1::2])}
+        largest = [[host, int(float(count))] for host, count in zip(top[::2], top[1::2]) if int(float(count))]
+        return {
+            **{name: counters.get(name, 0) for name in ("waiting", "pending", "done", "failed", "batched")},
+            "hosts": int(hosts),
+            "max_host": largest[0] if largest else ["", 0],
+            "largest": largest,
+            "hubs": int(hubs),
+            "rejected": dict(self.rejected),
+        }
+
+    def why(self, url: str) -> defer.Deferred[dict[str, Any]]:
+        try:
+            u = parse(url, self._max_url_length)
+        except BadURL as e:
+            return defer.succeed({"url": url, "state": "rejected", "reason": e.reason})
+        return self._run("why", [u.url, u.host]).addCallback(self._why, u)
+
+    def _why(self, answer: list[Any], u: URL) -> dict[str, Any]:
+        state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed, link, again, failed = answer
+        info: dict[str, Any] = {"url": u.url, "urlhash": u.fingerprint, "host": u.host, "hub": bool(int(hub)),
+                                "domain": registered_domain(u.host), "state": state}
+        if state in ("waiting", "pending"):
+            info.update(failures=int(failures), kind=STATES[kind])
+        if state == "pending":
+            info["lease_until"] = float(lease_until)
+            if int(again):
+                info["queued_again"] = True
+        info.update(host_waiting=int(float(waiting)), host_inflight=int(inflight), host_delay=float(delay),
+                    host_next_allowed=float(next_allowed))
+        if link:
+            info.update(link_info(link))
+        if failed:
+            info["last_failure"] = parse_failure(failed)
+        return info
+
+    # -- seed 004: crawled sets, linkbase; one node per cron firing -----------------
+
+    def recrawl(self, cutoffs: Iterable[tuple[str, str, float]], limit: int) -> defer.Deferred[int]:
+        """Queue again up to ``limit`` pages of each (domain, kind) crawled set fetched at or before its cut-off."""
+        args = [str(limit)]
+        for domain, kind, cutoff in cutoffs:
+            args += (domain, str(KINDS[kind]), repr(float(cutoff)))
+        return self._run("recrawl", args).addCallback(int)
+
+    def add_links(self, parent: str, urls: Sequence[str], anchors: Sequence[str] = (),
+                  xpaths: Sequence[str] = ()) -> defer.Deferred[int]:
+        """Record how ``urls`` were first found (``parent``, anchor text, link path); fires with the number recorded."""
+        if not self._linkbase:
+            return defer.succeed(0)
+        args = [str(self._linkbase_max)]
+        for url, anchor, xpath in zip(urls, parallel(anchors, len(urls)), parallel(xpaths, len(urls))):
+            canonical = _canonical(url, self._max_url_length)
+            if canonical is not None:
+                args += (canonical, link_value(canonical, parent, anchor, xpath))
+        return self._run("links", args).addCallback(int) if len(args) > 1 else defer.succeed(0)
+
+    def claim_once(self, name: str, ttl: float) -> defer.Deferred[bool]:
+        """True for the one caller, over all nodes, that first claims ``name`` within ``ttl`` seconds (SET NX PX)."""
+        d = self._execute("SET", self.prefix + name, "1", "NX", "PX", str(max(1, int(ttl * 1000))))
+        return d.addCallback(lambda answer: answer is not None)
+
+    # -- export and import -----------------------------------------------------------
+
+    def export(self, chunk: int = 1000) -> RedisExport:
+        """A reader of every entry (see :mod:`..records`): waiting and pending URLs, then finished fingerprints."""
+        return RedisExport(self._execute, self.prefix, self.namespace, self._bits, chunk)
+
+    def import_states(self, records: Iterable[Any]) -> defer.Deferred[dict[str, Any]]:
+        """Re-add exported URLs (waiting again) and restore finished fingerprints the pool has never seen.
+
+        Fires with ``queued``, ``restored``, ``known`` and ``rejected`` (``[index, reason]``).
+        """
+        found = sort_records(records, FINGERPRINT, self._max_url_length)
+        codes = {"done": "1", "failed": "2", "batched": "3"}
+        args = [arg for fp, state in found.finals for arg in (f"{fp:016x}", codes[state])]
+        restoring = self._run("restore", args).addCallback(int) if args else defer.succeed(0)
+        adds = [restoring, self.addmany(found.urls[0]), self.addmany(found.urls[1], detail=True)]
+
+        def answer(results: list[int]) -> dict[str, Any]:
+            restored, lists, details = results
+            offered = len(found.urls[0]) + len(found.urls[1])
+            return counts(lists + details, offered, restored, len(found.finals), found.rejected)
+
+        d = defer.gatherResults(adds, consumeErrors=True).addCallback(answer)
+        return d.addErrback(lambda f: f.value.subFailure if isinstance(f.value, defer.FirstError) else f)
+
+    def close(self) -> defer.Deferred[None]:
+        self._send_statuses()
+        return self._link.close()
+
+    # -- internals ------------------------------------------------------------------
+
+    def _parse(self, url: str) -> URL | None:
+        try:
+            return parse(url, self._max_url_length)
+        except BadURL as e:
+            self.rejected[e.reason] += 1
+            log.info("Rejected URL ({reason}): {url!r}", reason=e.reason, url=e.url[:200])
+            return None
+
+    @staticmethod
+    def _located(u: URL) -> tuple[str, str, str]:
+        return u.url, u.host, registered_domain(u.host)
+
+    def _run(self, name: str, args: list[str], now: float | None = None) -> defer.Deferred[Any]:
+        """Run a script after the statuses given before it (so the pool sees calls in the order they were made)."""
+        self._send_statuses()
+        return self._script(name, args, now)
+
+    def _execute(self, *args: str) -> defer.Deferred[Any]:
+        self._send_statuses()
+        return self._link.execute(*args)
+
+    def _script(self, name: str, args: list[str], now: float | None = None) -> defer.Deferred[Any]:
+        """Run a script with the common arguments: prefix, namespace, bucket bits, default delay and concurrency, now."""
+        if now is None:
+            now = self._clock.seconds()
+        politeness = self.politeness
+        common = [self.prefix, self.namespace, str(self._bits), repr(float(politeness.delay)),
+                  str(politeness.concurrency), repr(float(now))]
+        return self._link.run(self._scripts[name], common + args)
+
+
+def _canonical(url: str, max_length: int) -> str | None:
+    try:
+        return parse(url, max_length).url
+    except BadURL:
+        return None
+
+
+def _pairs(flat: list[Any]) -> dict[str, bool]:
+    return {url: bool(int(hub)) for url, hub in zip(flat[::2], flat[1::2])}

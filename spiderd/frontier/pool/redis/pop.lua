@@ -1,0 +1,187 @@
+-- pop: expire due leases, sweep the registered domains, hand out due hubs, then waiting URLs, one domain turn
+-- at a time.  ARGV[7..9]: lease deadline, count, hubs wanted; ARGV[10..14]: list and detail ratios, their credits
+-- (seed 004's get_list and get_detail, see spiderd/frontier/pool/split.py) and RESERVE_SCAN; ARGV[15..16]: seconds
+-- between domain sweeps, domains per sweep step.
+-- Returns {url, is_hub, url, is_hub, ...}, {url, prio, ...} of list entries the pool did not queue (to add), and
+-- {waiting URLs wanted, list URLs leased, detail URLs leased}.
+local DEADLINE, COUNT, HUBS_WANTED = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local RATIOS = {[0] = tonumber(ARGV[10]), [1] = tonumber(ARGV[11])}
+local CREDIT = {[0] = tonumber(ARGV[12]), [1] = tonumber(ARGV[13])}
+local RESERVE_SCAN = tonumber(ARGV[14])
+local SWEEP_EVERY, SWEEP_COUNT = tonumber(ARGV[15]), ARGV[16]
+local leased_kind = {[0] = 0, [1] = 0}
+local EXPIRE_BATCH, HUB_SCAN, ADOPT_BATCH = 1000, 1000, 1000
+local out, foreign = {}, {}
+
+-- Another tool's entry (not queued by the pool) for the node to add: held in ADOPTING until that node added it,
+-- so a node dying in between loses nothing (the entry is handed to a pop again after the deadline).
+local function adopt(url, prio)
+  redis.call('ZADD', ADOPTING, DEADLINE, prio .. ' ' .. url)
+  foreign[#foreign + 1] = url
+  foreign[#foreign + 1] = prio
+end
+
+local function expire()
+  for _, key in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', '(' .. NOW_S, 'LIMIT', 0, EXPIRE_BATCH)) do
+    local kind, domain, url = end_lease(key)
+    if not kind then
+      redis.call('ZREM', LEASES, key)
+    elseif kind ~= 'h' then
+      local _, bucket, base = locate(url)
+      enqueue(url, host_of(url), domain, take_again(key) or tonumber(kind), bucket, base)
+    end
+  end
+  for _, entry in ipairs(redis.call('ZRANGEBYSCORE', ADOPTING, '-inf', '(' .. NOW_S, 'LIMIT', 0, ADOPT_BATCH)) do
+    local prio, url = string.match(entry, '^(%d) (.*)$')
+    adopt(url, tonumber(prio))
+  end
+end
+
+-- Wake the domains another tool registered: one SSCAN step of spider.website.domains per pop while a sweep is
+-- under way (the cursor is shared by every node), a new sweep at most every SWEEP_EVERY seconds.
+local function sweep()
+  local cursor = redis.call('HGET', META, 'sweep_cursor') or '0'
+  if cursor == '0' then
+    if NOW < tonumber(redis.call('HGET', META, 'sweep_due') or '0') then return end
+    redis.call('HSET', META, 'sweep_due', string.format('%.17g', NOW + SWEEP_EVERY))
+  end
+  local answer = redis.call('SSCAN', DOMAINS, cursor, 'COUNT', SWEEP_COUNT)
+  redis.call('HSET', META, 'sweep_cursor', answer[1])
+  for _, domain in ipairs(answer[2]) do wake(domain) end
+end
+
+
+local function pop_hubs()
+  if HUBS_WANTED <= 0 then return 0 end
+  local span = tonumber(redis.call('HGET', META, 'hub_span') or '0')
+  local taken = 0
+  for _, fp in ipairs(redis.call('ZRANGEBYSCORE', HUBS, '-inf', NOW_S, 'LIMIT', 0, HUB_SCAN)) do
+    local rec = redis.call('HGET', HUB, fp)
+    if not rec then
+      redis.call('ZREM', HUBS, fp)
+    elseif redis.call('HEXISTS', LEASE, 'h' .. fp) == 0 then  -- not still held by an earlier hand-out
+      local url = string.match(rec, '^%S+ (.*)$')
+      local s = slot(host_of(url))
+      if s.next <= NOW and s.busy < s.conc then
+        redis.call('ZADD', HUBS, NOW + span, fp)
+        occupy(s, 1)
+        lease('h' .. fp, 'h1 ' .. rec, DEADLINE)
+        out[#out + 1] = url
+        out[#out + 1] = 1
+        taken = taken + 1
+        if taken >= HUBS_WANTED then break end
+      end
+    end
+  end
+  return taken
+end
+
+-- Lease a URL just taken from the head of a queue; nil for an entry the pool did not queue (dropped, or to add).
+local function take(url, domain, prio)
+  local fp, bucket, base = locate(url)
+  local queued = redis.call('SREM', bucket, member(base, WAITING_LIST + prio))
+  if queued == 0 then
+    if redis.call('HEXISTS', LEASE, fp) == 0 and not known(bucket, base) then
+      adopt(url, prio)  -- pushed by another tool: the node adds it (canonical, deduplicated) as waiting
+    end
+    return nil
+  end
+  lease(fp, prio .. '1 ' .. domain .. ' ' .. url, DEADLINE)
+  out[#out + 1] = url
+  out[#out + 1] = 0
+  return queued
+end
+
+-- The first queue of a domain, list URLs first, that holds URLs and whose cap is left: prio, head URL.
+local function head_within(domain, caps)
+  for prio = 0, 1 do
+    if caps[prio] > 0 then
+      local url = redis.call('LINDEX', queue(domain, prio), 0)
+      if url then return prio, url end
+    end
+  end
+  return nil, nil
+end
+
+-- One turn of a domain: URLs of its head host, one unless that host has no delay and no other domain is ready,
+-- at most caps[prio] of each kind (caps go down by what is taken). nil: the domain has none of those kinds.
+local function turn(domain, caps, wanted, alone)
+  local prio, url = head_within(domain, caps)
+  if not url then
+    if not head(domain) then requeue(domain) end  -- empty: it leaves the ready set
+    return nil
+  end
+  local s = slot(host_of(url))
+  if s.busy >= s.conc or s.next > NOW then
+    requeue(domain)
+    return 0
+  end
+  local quota = math.min(s.conc - s.busy, wanted)
+  if s.delay > 0 or not alone then quota = math.min(quota, 1) end
+  local taken = 0
+  while taken < quota and prio <= 1 do
+    url = caps[prio] > 0 and redis.call('LPOP', queue(domain, prio))
+    if not url then
+      prio = prio + 1
+    elseif host_of(url) ~= s.host or #foreign >= 2 * ADOPT_BATCH then
+      redis.call('LPUSH', queue(domain, prio), url)
+      break
+    elseif take(url, domain, prio) then
+      taken = taken + 1
+      caps[prio] = caps[prio] - 1
+      leased_kind[prio] = leased_kind[prio] + 1
+    end
+  end
+  if taken > 0 then
+    occupy(s, taken)
+    host_waiting(s.host, -taken)
+  end
+  requeue(domain)
+  return taken
+end
+
+-- Domains in turn give up to caps[prio] URLs of each kind, caps[0] + caps[1] in all when strict (a domain with
+-- none of the kinds still wanted keeps its turn, up to RESERVE_SCAN of them), else caps[0] (= caps[1]) of any.
+local function pop_urls(caps, strict)
+  local wanted = strict and caps[0] + caps[1] or caps[0]
+  local leased, passed, skipped = 0, {}, 0
+  while wanted > 0 do
+    local domains = redis.call('ZRANGEBYSCORE', READY, '-inf', NOW_S, 'LIMIT', 0, wanted + skipped)
+    local got, passing = 0, skipped
+    for _, domain in ipairs(domains) do
+      if got >= wanted then break end
+      if not passed[domain] then
+        local n = turn(domain, caps, wanted - got, #domains == 1)
+        if n then
+          got = got + n
+        elseif strict then
+          passed[domain], skipped = true, skipped + 1
+        end
+      end
+    end
+    if (got == 0 and skipped == passing) or skipped >= RESERVE_SCAN then break end
+    wanted = wanted - got
+    leased = leased + got
+  end
+  return leased
+end
+
+redis.call('ZREMRANGEBYSCORE', NEXT, '-inf', NOW_S)
+expire()
+-- The URLs of each kind a pop of `wanted` reserves: KindSplit.reserve in spiderd/frontier/pool/split.py.
+local function reserve(wanted)
+  if RATIOS[0] + RATIOS[1] <= 0 or wanted <= 0 then return {[0] = 0, [1] = 0} end
+  local lists = math.min(wanted, math.floor(CREDIT[0] + wanted * RATIOS[0] + 1e-9))
+  return {[0] = lists, [1] = math.min(wanted - lists, math.floor(CREDIT[1] + wanted * RATIOS[1] + 1e-9))}
+end
+
+redis.call('ZREMRANGEBYSCORE', NEXT, '-inf', NOW_S)
+expire()
+sweep()
+local wanted = COUNT - pop_hubs()
+local reserved = reserve(wanted)
+local leased = 0
+if reserved[0] + reserved[1] > 0 then leased = pop_urls(reserved, true) end
+leased = leased + pop_urls({[0] = wanted - leased, [1] = wanted - leased}, false)
+if leased > 0 then redis.call('HINCRBY', COUNTERS, 'pending', leased) end
+return {out, foreign, {wanted, leased_kind[0], leased_kind[1]}}

@@ -1,0 +1,1 @@
+"""Operating a node: the HTTP API, metrics and status page, spiderctl, systemd, logs and reload."""

@@ -1,0 +1,101 @@
+"""SIGHUP (``systemctl reload spiderd``): seeds and hubs again from the configuration file, and log files reopened.
+
+The file is read and validated again as at the start; a bad one is one error
+line, and the running configuration stays.  Only ``pool.seeds``, ``pool.hubs``
+and ``pool.hub_refresh_span`` take effect: every other change needs a restart.
+twistd's own log file (``--logfile``), if one is in use, is reopened, so that
+logrotate can move it away first (twistd's SIGUSR1 *rotates* it instead).
+The handler is installed only when asked (``twistd`` runs; tests building
+services directly do not), once the reactor runs, and removed at stop.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet import defer
+from twisted.logger import Logger, globalLogPublisher
+from twisted.python.logfile import BaseLogFile
+
+from spiderd.config import settings as cfg
+
+log = Logger()
+
+
+class ReloadService(Service):
+    """Reloads on SIGHUP; ``reload()`` does the same when called (tests, or another trigger)."""
+
+    name = "reload"
+
+    def __init__(self, reactor: Any, settings: cfg.Settings, seeds: Any = None, install: bool = True) -> None:
+        self._reactor = reactor
+        self._settings = settings
+        self._seeds = seeds
+        self._install = install
+        self._previous: Any = None
+        self._installed = False
+
+    def startService(self) -> None:
+        super().startService()
+        if self._install:
+            self._reactor.callWhenRunning(self._install_handler)
+
+    def stopService(self) -> None:
+        super().stopService()
+        if self._installed:
+            signal.signal(signal.SIGHUP, self._previous or signal.SIG_DFL)
+            self._installed = False
+
+    def _install_handler(self) -> None:
+        if self.running:
+            self._previous = signal.signal(signal.SIGHUP, self._on_signal)
+            self._installed = True
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._reactor.callFromThread(self._reload_logged)
+
+    def _reload_logged(self) -> None:
+        self.reload().addErrback(lambda f: log.failure("Reload (SIGHUP) failed", f))
+
+    def reload(self) -> defer.Deferred[bool]:
+        """Reopen the log files, then load seeds and hubs from the file; fires with False if the file was bad."""
+        reopened = reopen_log_files()
+        source = self._settings.source
+        if not os.path.isfile(source):
+            log.info("Reload (SIGHUP): {reopened} log files reopened; no configuration file to read ({source})",
+                     reopened=reopened, source=source)
+            return defer.succeed(True)
+        try:
+            fresh = cfg.load(source, self._overrides())
+        except cfg.ConfigError as e:
+            log.error("Reload (SIGHUP) refused: configuration error: {error}; the running configuration is kept",
+                      error=str(e))
+            return defer.succeed(False)
+        if self._seeds is None:
+            log.info("Reload (SIGHUP): {source} is valid; no seeds in the {role} role; {reopened} log files reopened",
+                     source=source, role=self._settings.role, reopened=reopened)
+            return defer.succeed(True)
+        log.info("Reload (SIGHUP): {seeds} seeds and {hubs} hubs from {source}; {reopened} log files reopened "
+                 "(other changes need a restart)", seeds=len(fresh.seeds), hubs=len(fresh.hubs), source=source,
+                 reopened=reopened)
+        d = defer.maybeDeferred(self._seeds.load, fresh.seeds, fresh.hubs, fresh.hub_refresh_span)
+        return d.addCallback(lambda _: True)
+
+    def _overrides(self) -> dict[str, Any]:
+        """What the command line set (and a reload cannot change): taken from the running settings."""
+        s = self._settings
+        return {"spiderd.role": s.role, "spiderd.data_dir": s.data_dir, "spiderd.exit_when_done": s.exit_when_done}
+
+
+def reopen_log_files() -> int:
+    """Reopen every log file a twisted.logger observer writes to (twistd's ``--logfile``); the number reopened."""
+    count = 0
+    for observer in list(getattr(globalLogPublisher, "_observers", ())):
+        out = getattr(observer, "_outFile", None)
+        if isinstance(out, BaseLogFile):
+            out.reopen()
+            count += 1
+    return count

@@ -1,0 +1,326 @@
+"""The HTTP API's endpoints: routing, auth, method checks, JSON answers and JSON errors.
+
+Every answer is JSON (``{"status": "ok", ...}``) but the status page (``/``),
+the metrics (``/metrics``) and the export (JSON lines).  Errors are
+``{"status": "error", "message": ...}`` with a 4xx code: 400 for a bad or
+missing field, 401 for wrong or missing credentials, 404 for an unknown path
+(or one this role has not: the worker role has no pool), 405 for a wrong
+method, 413 for a body over the cap; 503 while stopping, 500 for a bug.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import IO, Any, Callable, Iterator
+
+from twisted.internet import task
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web import http
+from twisted.web.server import NOT_DONE_YET, Request
+
+from spiderd.config import settings as cfg
+from spiderd.core.net.guard import foreign_request
+from spiderd.frontier.pool.redis.link import RedisPoolError
+from spiderd.core.urls import BadURL, canonicalize
+from spiderd.ops.web import node as nodes
+from spiderd.core.net.auth import Auth
+from spiderd.core.net.resource import JsonResource, send
+from spiderd.core.net.serving import ApiError
+from spiderd.ops.web.metrics import CONTENT_TYPE as METRICS_TYPE
+from spiderd.ops.web.streams import ExportStream, import_lines
+
+log = Logger()
+
+MAX_JSON_BODY = 1024 * 1024  # bytes, for the JSON endpoints (the import's cap is the site's)
+MAX_URLS = 10_000  # per request
+ADD_CHUNK = 500  # URLs checked and added per turn of the reactor (about 5 ms of work)
+_NO_POOL = "not available in the {role} role: this node has no URL pool"
+
+
+class Raw:
+    """A non-JSON answer."""
+
+    def __init__(self, body: bytes, content_type: bytes) -> None:
+        self.body = body
+        self.content_type = content_type
+
+
+class ApiResource(JsonResource):
+    """Every endpoint as one leaf resource."""
+
+    isLeaf = True
+
+    def __init__(self, node: nodes.Node, history: Any, metrics: Any, auth: Auth, cooperator: task.Cooperator,
+                 page: bytes) -> None:
+        super().__init__()
+        self._node = node
+        self._history = history
+        self._metrics = metrics
+        self._auth = auth
+        self._cooperator = cooperator
+        self._page = page
+        self.routes = {
+            b"/": (b"GET", self.page),
+            b"/metrics": (b"GET", self.metrics),
+            b"/api/status": (b"GET", self.status),
+            b"/api/history": (b"GET", self.history),
+            b"/api/why": (b"GET", self.why),
+            b"/api/export": (b"GET", self.export),
+            b"/api/import": (b"POST", self.import_),
+            b"/api/seeds": (b"POST", self.seeds),
+            b"/api/hubs": (b"POST", self.hubs),
+            b"/api/urls": (b"POST", self.urls),
+            b"/api/pause": (b"POST", self.pause),
+            b"/api/resume": (b"POST", self.resume),
+        }
+        self._needs_pool = {b"/api/why", b"/api/export", b"/api/import", b"/api/seeds", b"/api/hubs", b"/api/urls",
+                            b"/api/pause", b"/api/resume"}
+
+    # -- dispatch ---------------------------------------------------------------------------------
+
+    def admit(self, request: Request) -> bytes | None:
+        refused = foreign_request(request, self._auth.required)
+        if refused is not None:
+            return self.error(request, refused, http.FORBIDDEN)
+        path = self.path_of(request)
+        allowed = self._auth.allows_page(request) if path == b"/" else self._auth.allows(request)
+        if not allowed:
+            request.setHeader(b"WWW-Authenticate", self._auth.challenge(request))
+            return self.error(request, "wrong or missing credentials (api.token or api.username)", http.UNAUTHORIZED)
+        if path in self._needs_pool and self._node.pool is None:
+            return self.error(request, f"{path.decode()}: {_NO_POOL.format(role=self._node.role)}", http.NOT_FOUND)
+        return None
+
+    def ok(self, request: Request, data: Any) -> bytes | int:
+        if isinstance(data, int):  # NOT_DONE_YET: the handler writes the answer itself
+            return data
+        if isinstance(data, Raw):
+            return send(request, http.OK, data.content_type, data.body)
+        return self._json(request, {"status": "ok", **data}, http.OK)
+
+    def unexpected(self, failure: Failure, request: Request) -> bytes:
+        if not getattr(self._node.crawler, "running", True) or failure.check(RuntimeError, RedisPoolError):
+            log.warn("API: {path}: {error}", path=request.path.decode("latin-1"), error=failure.getErrorMessage())
+            return self.error(request, f"unavailable: {failure.getErrorMessage()}", http.SERVICE_UNAVAILABLE)
+        return super().unexpected(failure, request)
+
+    def error(self, request: Request, message: str, code: int) -> bytes:
+        return self._json(request, {"status": "error", "message": message}, code)
+
+    def _json(self, request: Request, data: dict[str, Any], code: int) -> bytes:
+        try:
+            body = json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n"
+        except UnicodeEncodeError:  # a lone surrogate (from a client's JSON): \u escapes stay valid UTF-8
+            body = json.dumps(data).encode("ascii") + b"\n"
+        return send(request, code, b"application/json; charset=utf-8", body)
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def page(self, request: Request) -> Raw:
+        """The status page: static HTML and JS that polls /api/status and /api/history."""
+        request.setHeader(b"Content-Security-Policy",
+                          b"default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                          b"connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'")
+        request.setHeader(b"Referrer-Policy", b"no-referrer")
+        return Raw(self._page, b"text/html; charset=utf-8")
+
+    def metrics(self, request: Request) -> Deferred[Raw]:
+        return self._metrics.render().addCallback(lambda text: Raw(text, METRICS_TYPE))
+
+    def status(self, request: Request) -> Deferred[dict[str, Any]]:
+        return nodes.status(self._node, self._history)
+
+    def history(self, request: Request) -> dict[str, Any]:
+        return self._history.series()
+
+    def why(self, request: Request) -> Deferred[dict[str, Any]]:
+        url = _query(request, "url")
+        if not url:
+            raise ApiError("the 'url' query parameter is required: GET /api/why?url=...")
+        return nodes.why(self._node, url)
+
+    def export(self, request: Request) -> int:
+        ExportStream(self._node.pool.export(1000), request, self._cooperator).start()
+        log.info("API: exporting the pool")
+        return NOT_DONE_YET
+
+    def import_(self, request: Request) -> Deferred[dict[str, Any]]:
+        d = import_lines(self._node.pool, _content(request), self._cooperator)
+        return d.addCallback(_log_import)
+
+    # -- changing -----------------------------------------------------------------------------------
+
+    def seeds(self, request: Request) -> Deferred[dict[str, Any]]:
+        """``{"urls": [...], "recrawl": false}``: list URLs into the pool (known ones only with recrawl)."""
+        body = _body(request, {"urls", "recrawl"})
+        recrawl = _flag(body, "recrawl")
+        return self._add(body, lambda urls: self._node.pool.addmany(urls, always=recrawl), "seeds")
+
+    def hubs(self, request: Request) -> Deferred[dict[str, Any]]:
+        """``{"urls": [...], "refresh_span": 600}``: hubs beside the configured ones, kept across restarts."""
+        body = _body(request, {"urls", "refresh_span"})
+        good, rejected = self._urls(body)
+        span = _seconds(body, "refresh_span")
+        seeds = self._node.seeds
+        if seeds is None:
+            raise ApiError(_NO_POOL.format(role=self._node.role), http.NOT_FOUND)
+        d = seeds.add_hubs(good, float(span) if span is not None else None)
+        return d.addCallback(_added, good, rejected, "hubs")
+
+    def urls(self, request: Request) -> Deferred[dict[str, Any]]:
+        """``{"urls": [...], "kind": "list" | "detail", "recrawl": false}``: details go where the crawler sends them."""
+        body = _body(request, {"urls", "kind", "recrawl"})
+        kind = body.get("kind", "list")
+        if kind not in ("list", "detail"):
+            raise ApiError(f"'kind' must be \"list\" or \"detail\", got {kind!r}")
+        recrawl = _flag(body, "recrawl")
+        pool, crawler = self._node.pool, self._node.crawler
+        add: Callable[[list[str]], Deferred[int]]
+        if kind == "list":
+            add = lambda urls: pool.addmany(urls, always=recrawl)
+        elif recrawl and self._node.batcher is not None:
+            raise ApiError("'recrawl' is not possible for detail URLs sent in batches: a batched URL stays final")
+        elif recrawl or crawler is None:
+            add = lambda urls: pool.addmany(urls, always=recrawl, detail=True)
+        else:
+            add = crawler.add_details
+        d = self._add(body, add, f"{kind} URLs")
+        return d.addCallback(lambda a: {**a, "kind": kind})
+
+    def pause(self, request: Request) -> dict[str, Any]:
+        return self._pause(True)
+
+    def resume(self, request: Request) -> dict[str, Any]:
+        return self._pause(False)
+
+    def _pause(self, paused: bool) -> dict[str, Any]:
+        crawler = self._node.crawler
+        if crawler is None:
+            raise ApiError(f"not available in the {self._node.role} role: no crawler here", http.NOT_FOUND)
+        if crawler.paused != paused:
+            crawler.pause() if paused else crawler.resume()
+            log.info("API: the crawl is {state}", state="paused" if paused else "resumed")
+        return {"paused": crawler.paused}
+
+    def _urls(self, body: dict[str, Any]) -> tuple[list[str], list[dict[str, str]]]:
+        """The canonical forms of ``body["urls"]`` (no repeats), and the rejected ones with their reason."""
+        good: dict[str, None] = {}
+        rejected: list[dict[str, str]] = []
+        self._check(_url_list(body), good, rejected)
+        return list(good), rejected
+
+    def _check(self, urls: list[Any], good: dict[str, None], rejected: list[dict[str, str]]) -> list[str]:
+        """Canonicalize ``urls`` into ``good`` (no repeats) and ``rejected``; the new good ones, in order."""
+        new = []
+        for url in urls:
+            try:
+                canonical = canonicalize(url, self._node.max_url_length)
+            except BadURL as e:
+                rejected.append({"url": e.url[:200], "reason": e.reason})
+                continue
+            if canonical not in good:
+                good[canonical] = None
+                new.append(canonical)
+        return new
+
+    def _add(self, body: dict[str, Any], add: Callable[[list[str]], Deferred[int]], what: str) -> Deferred[Any]:
+        """Check and add ``body["urls"]`` ADD_CHUNK at a time, through the cooperator: a request of 10,000
+        URLs never holds the reactor for more than one chunk's canonicalization and pool write."""
+        urls = _url_list(body)
+        good: dict[str, None] = {}
+        rejected: list[dict[str, str]] = []
+        added = [0]
+
+        def chunks() -> Iterator[Deferred[None]]:
+            for start in range(0, len(urls), ADD_CHUNK):
+                new = self._check(urls[start:start + ADD_CHUNK], good, rejected)
+                if new:
+                    yield add(new).addCallback(lambda n: added.__setitem__(0, added[0] + n))
+
+        d = self._cooperator.coiterate(chunks())
+        return d.addCallback(lambda _: _added(added[0], list(good), rejected, what))
+
+
+def _url_list(body: dict[str, Any]) -> list[Any]:
+    """``body["urls"]``: a non-empty list of at most MAX_URLS."""
+    urls = body.get("urls")
+    if not isinstance(urls, list) or not urls:
+        raise ApiError("'urls' is required: a non-empty list of URL strings")
+    if len(urls) > MAX_URLS:
+        raise ApiError(f"at most {MAX_URLS} URLs per request, got {len(urls)}: send them in several requests")
+    return urls
+
+
+def _added(added: int, good: list[str], rejected: list[dict[str, str]], what: str) -> dict[str, Any]:
+    if added:
+        log.info("API: {added} {what} added ({known} known, {rejected} rejected)", added=added, what=what,
+                 known=len(good) - added, rejected=len(rejected))
+    return {"added": added, "known": len(good) - added, "rejected": rejected}
+
+
+def _log_import(totals: dict[str, Any]) -> dict[str, Any]:
+    log.info("API: import of {lines} lines: {queued} URLs queued, {restored} finished entries restored, "
+             "{known} known, {rejected} rejected", lines=totals["lines"], queued=totals["queued"],
+             restored=totals["restored"], known=totals["known"], rejected=totals["rejected_count"])
+    return totals
+
+
+def _query(request: Request, name: str) -> str | None:
+    values = (request.args or {}).get(name.encode())
+    if not values:
+        return None
+    try:
+        return values[0].decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(f"the {name!r} query parameter is not UTF-8") from None
+
+
+def _body(request: Request, known: set[str]) -> dict[str, Any]:
+    """The JSON object in the request body (at most MAX_JSON_BODY bytes), with only ``known`` fields."""
+    raw = _content(request).read(MAX_JSON_BODY + 1)
+    if len(raw) > MAX_JSON_BODY:
+        raise ApiError(f"request body too large: the limit is {MAX_JSON_BODY} bytes", http.REQUEST_ENTITY_TOO_LARGE)
+    try:
+        data = json.loads(raw) if raw.strip() else None
+    except ValueError as e:
+        raise ApiError(f"the body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ApiError("the body is not valid JSON: nested too deeply") from None
+    if not isinstance(data, dict):
+        raise ApiError(f"the body must be a JSON object with the fields {', '.join(sorted(known))}")
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ApiError(f"unknown field {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    return data
+
+
+def _content(request: Request) -> IO[bytes]:
+    """The request body (Twisted keeps it in memory or, when large, in a temporary file), from its start."""
+    body = request.content
+    assert body is not None
+    body.seek(0)
+    return body
+
+
+def _flag(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise ApiError(f"{name!r} must be true or false, got {value!r}")
+    return value
+
+
+def _seconds(body: dict[str, Any], key: str) -> float | None:
+    """``body[key]`` as a number of seconds (more than 0, finite, at most MAX_SECONDS), or None when absent."""
+    value = body.get(key)
+    if value is None:
+        return None
+    try:
+        seconds = cfg.finite_number(value)
+    except (TypeError, ValueError):
+        seconds = 0.0
+    if not seconds > 0:
+        raise ApiError(f"{key!r} must be a number of seconds, more than 0 and at most {cfg.MAX_SECONDS:.0e}, "
+                       f"got {value!r}")
+    return seconds

@@ -1,0 +1,94 @@
+"""The API as a Service: listens (in ``privilegedStartService`` under twistd, so a taken port stops the start before
+anything else runs), samples the history, and stops listening first when the node stops."""
+
+from __future__ import annotations
+
+import socket
+from importlib import resources
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet import task
+from twisted.internet.error import CannotListenError
+from twisted.logger import Logger
+
+from spiderd.core.net.auth import Auth
+from spiderd.core.net.serving import JsonSite
+from spiderd.ops.web.api import ApiResource
+from spiderd.ops.web.history import History
+from spiderd.ops.web.metrics import Metrics
+from spiderd.ops.web.node import Node
+
+log = Logger()
+
+MAX_BODY = 32 * 1024 * 1024  # bytes: an import's chunk (spiderctl sends 5,000 lines per request)
+
+
+def page_html() -> bytes:
+    """The status page (one self-contained file)."""
+    return resources.files(__package__).joinpath("status.html").read_bytes()
+
+
+class ApiService(Service):
+    """The HTTP API of one node (its name: ``api``); ``clock`` (default: the reactor) drives the history sampler."""
+
+    name = "api"
+
+    def __init__(self, reactor: Any, node: Node, *, bind: str = "127.0.0.1", port: int = 6810,
+                 auth: Auth | None = None, clock: Any = None, interval: float = 10.0) -> None:
+        self._reactor = reactor
+        self._bind = bind
+        self._port_number = port
+        self.auth = auth or Auth()
+        self.node = node
+        self.history = History(clock or reactor, node.pages, node.queue, interval)
+        self.metrics = Metrics(node, self.history)
+        self._cooperator = task.Cooperator(scheduler=lambda work: reactor.callLater(0, work), started=False)
+        self.resource = ApiResource(node, self.history, self.metrics, self.auth, self._cooperator, page_html())
+        self.site = JsonSite(self.resource, MAX_BODY, socket.gethostname(), "API", reactor=reactor)
+        self.port: Any = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) listened on (known after the start, even when port 0 was asked)."""
+        host = self.port.getHost()
+        return host.host, host.port
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+
+    def privilegedStartService(self) -> None:
+        super().privilegedStartService()
+        self._listen()
+
+    def _listen(self) -> None:
+        if self.port is not None:
+            return
+        try:
+            self.port = self._reactor.listenTCP(self._port_number, self.site, interface=self._bind)
+        except CannotListenError as e:
+            log.error("API: cannot listen on {bind}:{port} (api.bind, api.port): {error}", bind=self._bind,
+                      port=self._port_number, error=e.socketError)
+            raise
+
+    def startService(self) -> None:
+        self._listen()
+        super().startService()
+        self._cooperator.start()
+        self.history.start()
+        log.info("API on {url} (status page {url}, metrics {url}metrics; auth: {auth})", url=self.url,
+                 auth=_describe(self.auth))
+
+    def stopService(self) -> Any:
+        super().stopService()
+        self.history.stop()
+        self._cooperator.stop()
+        port, self.port = self.port, None
+        return port.stopListening() if port is not None else None
+
+
+def _describe(auth: Auth) -> str:
+    kinds = [name for name, on in (("bearer token", auth.token), ("basic", auth.username)) if on]
+    return " or ".join(kinds) or "none (loopback only)"
