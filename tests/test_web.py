@@ -290,6 +290,7 @@ class OpenApiTests(ApiCase):
         self.node.stats.fetched(200, 500, 0.3)
         self.node.stats.fetched(404, 100, 0.1)
         self.node.stats.fetched(-4, 0, 30.0)
+        self.clock.advance(0.3)  # the lag sampler's first timer (due after 0.05 s) runs 0.25 s late
         answer = yield self.call("GET", "/metrics")
         assert answer.code == 200 and answer.header("Content-Type").startswith("text/plain")
         families = {f.name: f for f in text_string_to_metric_families(answer.body.decode())}
@@ -299,7 +300,7 @@ class OpenApiTests(ApiCase):
             "spiderd_crawler_fetching", "spiderd_crawler_paused", "spiderd_batches_sent", "spiderd_batches_spooled",
             "spiderd_batches_in_flight", "spiderd_feed_uploads", "spiderd_feed_files_waiting",
             "spiderd_feed_upload_failures", "spiderd_worker_jobs", "spiderd_store_pending_writes",
-            "spiderd_fetch_duration_seconds", "spiderd_pages_per_minute",
+            "spiderd_fetch_duration_seconds", "spiderd_pages_per_minute", "spiderd_reactor_lag_seconds",
         }
         assert expected <= set(families), expected - set(families)
 
@@ -314,6 +315,10 @@ class OpenApiTests(ApiCase):
         assert value("spiderd_worker_jobs", "spiderd_worker_jobs", state="pending") == 2
         assert value("spiderd_fetch_duration_seconds", "spiderd_fetch_duration_seconds_count") == 3
         assert value("spiderd_fetch_duration_seconds", "spiderd_fetch_duration_seconds_bucket", le="0.5") == 2
+        assert value("spiderd_reactor_lag_seconds", "spiderd_reactor_lag_seconds_count") == 1
+        assert value("spiderd_reactor_lag_seconds", "spiderd_reactor_lag_seconds_bucket", le="0.1") == 0
+        status = (yield self.call("GET", "/api/status")).json
+        assert status["reactor"]["lag"] == {"p50_ms": 250.0, "p99_ms": 250.0, "max_ms": 250.0, "samples": 1}
 
     def test_registries_are_per_daemon(self) -> None:
         """Two APIs in one process have registries of their own (nothing in the global registry)."""

@@ -53,9 +53,10 @@ class ApiResource(JsonResource):
     isLeaf = True
 
     def __init__(self, node: nodes.Node, history: Any, metrics: Any, auth: Auth, cooperator: task.Cooperator,
-                 page: bytes) -> None:
+                 page: bytes, lag: Any = None) -> None:
         super().__init__()
         self._node = node
+        self._lag = lag
         self._history = history
         self._metrics = metrics
         self._auth = auth
@@ -130,7 +131,10 @@ class ApiResource(JsonResource):
         return self._metrics.render().addCallback(lambda text: Raw(text, METRICS_TYPE))
 
     def status(self, request: Request) -> Deferred[dict[str, Any]]:
-        return nodes.status(self._node, self._history)
+        d = nodes.status(self._node, self._history)
+        if self._lag is not None:
+            d.addCallback(lambda out: {**out, "reactor": {"lag": self._lag.summary()}})
+        return d
 
     def history(self, request: Request) -> dict[str, Any]:
         return self._history.series()

@@ -17,6 +17,7 @@ import spiderd
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 
 
 class Metrics:
@@ -28,6 +29,10 @@ class Metrics:
         self.fetch_seconds = Histogram(
             "spiderd_fetch_duration_seconds", "Seconds the crawler's fetches took (errors and timeouts too).",
             buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.reactor_lag = Histogram(
+            "spiderd_reactor_lag_seconds", "How late the reactor ran a timer, sampled every 50 ms (spiderd.ops.lag).",
+            buckets=LAG_BUCKETS, registry=self.registry,
         )
         self._collector = NodeCollector(node, history)
         self.registry.register(self._collector)

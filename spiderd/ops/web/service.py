@@ -14,6 +14,7 @@ from twisted.logger import Logger
 
 from spiderd.core.net.auth import Auth
 from spiderd.core.net.serving import JsonSite
+from spiderd.ops.lag import ReactorLag
 from spiderd.ops.web.api import ApiResource
 from spiderd.ops.web.history import History
 from spiderd.ops.web.metrics import Metrics
@@ -43,8 +44,10 @@ class ApiService(Service):
         self.node = node
         self.history = History(clock or reactor, node.pages, node.queue, interval)
         self.metrics = Metrics(node, self.history)
+        self.lag = ReactorLag(clock or reactor, observe=self.metrics.reactor_lag.observe)
         self._cooperator = task.Cooperator(scheduler=lambda work: reactor.callLater(0, work), started=False)
-        self.resource = ApiResource(node, self.history, self.metrics, self.auth, self._cooperator, page_html())
+        self.resource = ApiResource(node, self.history, self.metrics, self.auth, self._cooperator, page_html(),
+                                    self.lag)
         self.site = JsonSite(self.resource, MAX_BODY, socket.gethostname(), "API", reactor=reactor)
         self.port: Any = None
 
@@ -78,12 +81,14 @@ class ApiService(Service):
         super().startService()
         self._cooperator.start()
         self.history.start()
+        self.lag.start()
         log.info("API on {url} (status page {url}, metrics {url}metrics; auth: {auth})", url=self.url,
                  auth=_describe(self.auth))
 
     def stopService(self) -> Any:
         super().stopService()
         self.history.stop()
+        self.lag.stop()
         self._cooperator.stop()
         port, self.port = self.port, None
         return port.stopListening() if port is not None else None
