@@ -259,7 +259,7 @@ def main() -> None:
 
 def reactor_lag(api: str) -> dict[str, float]:
     """The node's own reactor lag over its last 10 s (``/api/status``'s ``reactor.lag``)."""
-    code, body = call("GET", api + "/api/status", timeout=10)
+    _, body = call("GET", api + "/api/status", timeout=10)
     try:
         return json.loads(body)["reactor"]["lag"]
     except (ValueError, KeyError, TypeError):
