@@ -38,7 +38,7 @@ from spiderd.core.blocking import Lane
 from spiderd.core.fsutil import fsync_dir, fsync_file, unlink_quietly, write_atomically
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.retry import Backoff
-from spiderd.core.secrets import redact
+from spiderd.core.secrets import mask_secret, redact
 from spiderd.feed.errors import BadFeedError, FeedExistsError
 from spiderd.feed.jsonl import validate_jsonl
 from spiderd.feed.targets import parse_target
@@ -332,10 +332,7 @@ class FeedShipper(Service):
         """The error as text with no password in it."""
         message = failure.getErrorMessage()
         text = f"{failure.type.__name__}: {message}" if message else f"{failure.type.__name__} (connection closed?)"
-        secret = parse_target(entry.target).password
-        if secret:
-            text = text.replace(secret, "***")
-        return redact(text)
+        return redact(mask_secret(text, parse_target(entry.target).password))
 
     # -- spool paths ------------------------------------------------------------------------------
 
