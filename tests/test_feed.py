@@ -24,18 +24,14 @@ from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 from twisted.trial import unittest
 
 from spiderd.core.retry import Backoff
-from spiderd.feed.shipper import (
-    BadFeedError,
-    FeedExistsError,
-    FeedShipper,
-    parse_target,
-    redact,
-    render_uri,
-    upload,
-    uri_time,
-    validate_jsonl,
-)
+from spiderd.core.secrets import redact
+from spiderd.feed.errors import BadFeedError, FeedExistsError
 from spiderd.feed.items import ItemWriter, json_line
+from spiderd.feed.jsonl import validate_jsonl
+from spiderd.feed.shipper import FeedShipper
+from spiderd.feed.targets import parse_target
+from spiderd.feed.template import render_uri, uri_time
+from spiderd.feed.upload import upload
 
 logging.getLogger("pyftpdlib").addHandler(logging.NullHandler())  # keeps pyftpdlib from configuring logging
 logging.getLogger("pyftpdlib").setLevel(logging.WARNING)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from spiderd.core.secrets import is_loopback, is_loopback_host_header, redact, redact_text, redact_value
+from spiderd.core.secrets import (
+    is_loopback,
+    is_loopback_host_header,
+    mask_secret,
+    redact,
+    redact_text,
+    redact_value,
+)
 
 PASSWORDS = ["s3cret", "pa ssLEAK2", "it's", 'say"hi', "back\\slash", "<tag>", "p@ss", "pa/ss", "p#ss?x", "p%40ss"]
 
@@ -53,3 +60,10 @@ def test_loopback() -> None:
         assert not is_loopback(address), address
     assert is_loopback_host_header("127.0.0.1:6810") and is_loopback_host_header("[::1]:6800")
     assert is_loopback_host_header("localhost") and not is_loopback_host_header("evil.example:6810")
+
+
+def test_a_known_secret_is_masked_wherever_it_stands() -> None:
+    """A known password is *** wherever the text quotes it, inside a URI or not; no password changes nothing."""
+    text = "530 login refused for s3cret (ftp://u:s3cret@h/x)"
+    assert mask_secret(text, "s3cret") == "530 login refused for *** (ftp://u:***@h/x)"
+    assert mask_secret(text, "") == text

@@ -620,7 +620,8 @@ class SecurityTests(WorkerTestBase):
 
     def test_upload_never_writes_through_a_planted_link(self) -> None:
         """A symbolic link planted at the temporary name of a local feed delivery is replaced, not followed."""
-        from spiderd.feed.shipper import parse_target, upload
+        from spiderd.feed.targets import parse_target
+        from spiderd.feed.upload import upload
 
         outside = os.path.join(self.tmp, "victim.txt")
         with open(outside, "w") as f:

@@ -1,7 +1,8 @@
 """Secrets: the one redaction of passwords in URIs and text, and the one loopback rule.
 
 Every place that shows a URI (logs, errors, ``listjobs.json``, the status API,
-configuration errors) goes through :func:`redact` or :func:`redact_text`.
+configuration errors) goes through :func:`redact` or :func:`redact_text`; a known password that an
+error may quote on its own goes through :func:`mask_secret`.
 A URI's password is whatever sits between the ``:`` after the user name and
 the last ``@`` of the authority, whatever characters it holds (spaces,
 quotes, ``@``, ``/``, ``#``): it becomes ``***``.
@@ -87,6 +88,12 @@ def _mask(head: str, rest: str, end: int) -> str:
     if any(c in user for c in "/?#@ \"'"):  # not a plain user name: hide the whole userinfo
         return f"{head}{MASK}{rest[end:]}"
     return f"{head}{user}:{MASK}{rest[end:]}"
+
+
+def mask_secret(text: str, secret: str | None) -> str:
+    """``text`` with every copy of a known ``secret`` (a password an error message may quote outside any URI)
+    replaced by ``***``; ``text`` as it is when there is no secret (empty or None)."""
+    return text.replace(secret, MASK) if secret else text
 
 
 def is_loopback(address: str) -> bool:

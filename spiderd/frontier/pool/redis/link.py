@@ -17,7 +17,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from spiderd.core.secrets import redact
+from spiderd.core.secrets import mask_secret, redact
 
 log = Logger()
 
@@ -236,5 +236,4 @@ class RedisLink:
 
     def _scrub(self, failure: Failure) -> str:
         message = failure.getErrorMessage()
-        password = self.address.password
-        return message.replace(password, "***") if password else message
+        return mask_secret(message, self.address.password)
