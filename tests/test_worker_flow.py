@@ -246,6 +246,29 @@ class FlowTests(WorkerTestBase):
         self.assertFalse(os.path.exists(urls_file))
 
     @defer.inlineCallbacks
+    def test_a_long_url_list_is_checked_in_chunks(self) -> Any:
+        """5,000 start URLs are checked CHUNK at a time (each chunk a turn of the reactor), not in one go, and the
+        job gets all of them, repeats dropped."""
+        from spiderd.worker import validate
+
+        service = self.worker(max_jobs=1, max_job_urls=10_000)
+        sizes: list[int] = []
+        check = service.validator._check_urls
+        service.validator._check_urls = lambda urls, site: (sizes.append(len(urls)), check(urls, site))[1]
+        held = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.held_urls(0, 1)))
+        yield self.holding.holding(1)  # the one job slot is taken: the big job stays pending
+        sizes.clear()
+        urls = [f"{self.root}/item/{i}.html" for i in range(4999)] + [f"{self.root}/item/0.html"]
+        big = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"),
+                                  ("setting", "DISTRIBUTED_START_URLS=" + json.dumps(urls)))
+        self.assertEqual(sizes, [validate.CHUNK, validate.CHUNK, 5000 - 2 * validate.CHUNK])
+        self.assertEqual(service.runner.jobs[big].url_count, 4999)
+        code, answer, _ = yield self.call("POST", "/cancel.json", [("project", "spiderd"), ("job", big)])
+        self.assertEqual(answer["prevstate"], "pending")
+        self.holding.release()
+        yield service.runner.when_done(held)
+
+    @defer.inlineCallbacks
     def test_an_empty_job_ships_an_empty_file(self) -> Any:
         """A job whose URLs make no item (404s only) ships an empty feed file: done, with nothing in it."""
         service = self.worker()

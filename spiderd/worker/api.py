@@ -169,7 +169,11 @@ class WorkerAPI(JsonResource):
         self._validator.check_version(version)
         self._validator.check_spider(spider)
         jobid = uuid.uuid1().hex if jobid is None else jobid  # Scrapyd's default job id
-        job, urls = self._validator.job(project, spider, version, jobid, priority, settings, p.rest())
+        checked = self._validator.job(project, spider, version, jobid, priority, settings, p.rest())
+        return checked.addCallback(self._submit)
+
+    def _submit(self, checked: tuple[Job, list[str]]) -> Deferred[dict[str, Any]]:
+        job, urls = checked
         d: Deferred[Any] = self._runner.submit(job, urls)
         d.addCallbacks(self._scheduled, _refused, errbackArgs=(job.id,))
         return d

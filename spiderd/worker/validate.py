@@ -14,7 +14,10 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+
+from twisted.internet import defer, task
+from twisted.internet.defer import Deferred
 
 from spiderd.feed.targets import parse_target
 from spiderd.feed.template import check_param
@@ -25,6 +28,8 @@ from spiderd.core.secrets import redact, redact_text
 from spiderd.core.net.serving import ApiError
 from spiderd.worker.jobs import Job, safe_name
 from spiderd.worker.jobsettings import SettingError, job_options, split
+
+CHUNK = 2000  # start URLs checked per turn of the reactor (about 10 ms of work)
 
 _NAME_RULE = "letters, digits, '.', '_' and '-', at most 128, not starting with '.'"
 
@@ -52,6 +57,7 @@ class Validator:
         self._render_uri = render_uri
         self._clock = clock
         self._robots = robots
+        self._cooperator = task.Cooperator(scheduler=lambda work: clock.callLater(0, work))
 
     def check_project(self, project: str) -> None:
         if project != self.project:
@@ -74,8 +80,10 @@ class Validator:
         priority: str | None,
         settings: list[str],
         args: dict[str, str],
-    ) -> tuple[Job, list[str]]:
-        """A new pending job and its start URLs, or an :class:`ApiError` naming what is wrong."""
+    ) -> Deferred[tuple[Job, list[str]]]:
+        """Fires with a new pending job and its start URLs, or fails with an :class:`ApiError` naming what is
+        wrong (the checks that cost nothing raise it at once).  A long URL list is checked CHUNK URLs per turn
+        of the reactor, so a job of 50,000 URLs never holds it for more than a few milliseconds at a time."""
         if not safe_name(jobid):
             raise ApiError(f"jobid is invalid: {jobid!r} is not a plain name ({_NAME_RULE})")
         if "batch" in args:
@@ -86,8 +94,13 @@ class Validator:
         honoured, ignored = split(self._settings(settings))
         job = Job(jobid, project, spider, honoured, args, _priority(priority), version)
         raw = job.settings.pop("DISTRIBUTED_START_URLS", None)
-        urls = self._urls(raw, self.spiders[spider]) if raw is not None else []
-        job.url_count = len(urls)
+        listed = self._url_list(raw) if raw is not None else []
+        d = self._canonical(listed, self.spiders[spider])
+        return d.addCallback(lambda urls: (self._finish(job, ignored, len(urls)), urls))
+
+    def _finish(self, job: Job, ignored: list[str], url_count: int) -> Job:
+        """The checks after the URLs: the job's options and its feed."""
+        job.url_count = url_count
         try:
             options = job_options(job.settings)
         except SettingError as e:
@@ -96,7 +109,7 @@ class Validator:
             ignored.append("ROBOTSTXT_OBEY")  # this worker checks no robots.txt (fetch.robots = false)
         job.ignored_settings = sorted(ignored + list(options.ignored))
         self._check_feed(job, options.feed_uri)
-        return job, urls
+        return job
 
     def _settings(self, raw: list[str]) -> dict[str, str]:
         """``NAME=VALUE`` parameters as Scrapyd reads them (a name given twice: its last value)."""
@@ -108,8 +121,8 @@ class Validator:
             settings[name] = value
         return settings
 
-    def _urls(self, raw: str, site: Site) -> list[str]:
-        """The canonical start URLs (in order, without duplicates), all of the spider's site."""
+    def _url_list(self, raw: str) -> list[str]:
+        """The start URLs as sent: a JSON list of at most max_job_urls strings."""
         try:
             value = json.loads(raw)
         except ValueError as e:
@@ -119,6 +132,25 @@ class Validator:
         if len(value) > self._max_urls:
             raise ApiError(f"DISTRIBUTED_START_URLS is invalid: {len(value)} URLs, at most {self._max_urls} in one "
                            "job (worker.max_job_urls): send smaller batches")
+        return value
+
+    def _canonical(self, listed: list[str], site: Site) -> Deferred[list[str]]:
+        """The canonical start URLs (in order, without duplicates), all of the spider's site: at once for a
+        short list, else CHUNK at a time through the cooperator."""
+        if len(listed) <= CHUNK:
+            return defer.maybeDeferred(self._check_urls, listed, site)
+        checked: list[str] = []
+
+        def chunks() -> Iterator[None]:
+            for start in range(0, len(listed), CHUNK):
+                checked.extend(self._check_urls(listed[start:start + CHUNK], site))
+                yield None
+
+        d = self._cooperator.coiterate(chunks())
+        return d.addCallback(lambda _: list(dict.fromkeys(checked)))
+
+    def _check_urls(self, value: list[str], site: Site) -> list[str]:
+        """Canonical forms of ``value`` (without duplicates), or an ApiError for the first bad one."""
         urls = []
         for url in value:
             try:
