@@ -20,7 +20,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from spiderd.core import status as st
-from spiderd.frontier.interfaces import IURLPool
+from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.frontier.politeness import HostSlot, Politeness, hub_quota
 from spiderd.core.urls import MAX_URL_LENGTH, BadURL, URL, fingerprint, host_of, parse
 from spiderd.frontier.pool import keys as k
@@ -48,7 +48,7 @@ class _Queues:
         self.maybe = [True, True]
 
 
-@implementer(IURLPool)
+@implementer(IURLPool, IURLPoolAdmin)
 class KVPool(CrawledSets):
     """A crash-safe, polite URL pool over a plyvel-like store (``get``, ``write_batch``, ``iterator``).
 

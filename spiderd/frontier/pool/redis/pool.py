@@ -12,7 +12,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from spiderd.core import status as st
-from spiderd.frontier.interfaces import IURLPool
+from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.frontier.politeness import Politeness, hub_quota
 from spiderd.core.urls import MAX_URL_LENGTH, BadURL, URL, parse, registered_domain
 from spiderd.frontier.pool.crawled import KINDS, link_info, link_value, parallel, recrawl_pairs
@@ -28,7 +28,7 @@ DOMAIN_SWEEP_EVERY = 10.0  # seconds between sweeps of spider.website.domains fo
 DOMAIN_SWEEP_COUNT = 100  # domains a pop looks at while a sweep is under way (SSCAN's COUNT)
 
 
-@implementer(IURLPool)
+@implementer(IURLPool, IURLPoolAdmin)
 class RedisPool:
     """A polite URL pool shared by every node that opens the same Redis keys; every step is one Lua script."""
 
