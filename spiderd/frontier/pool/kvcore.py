@@ -148,7 +148,7 @@ class KVCore(CrawledSets, URLParsing):
         expired = list(self._kv.iterator(start=k.LEASE, stop=stop))
         if expired:
             batch = self._kv.write_batch()
-            slots = {}
+            slots: dict[str, HostSlot] = {}
             for key, value in expired:
                 url = value[2:].decode()
                 fp = int.from_bytes(key[9:], "big")
