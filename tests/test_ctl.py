@@ -24,7 +24,7 @@ from spiderd.core import status as st
 from spiderd.ops.web import Auth
 
 from .test_twistd import ROOT, TWISTD
-from .webnode import make_node, start_api
+from .webnode import CoreOnlyPool, make_node, start_api
 
 Gen = Generator[Any, Any, Any]
 TOKEN = "ctl-token"
@@ -265,6 +265,20 @@ class InProcessTests(TestCase):
         code, out = yield self.ctl("why", "--json", "http://b.example/gone")
         assert json.loads(out)["last_failure"] == {
             "reason": "too large: Content-Length 20000, over the limit of 1000 bytes", "at": 90.0, "failures": 1}
+
+    @defer.inlineCallbacks
+    def test_admin_commands_on_a_pool_without_them(self) -> Gen:
+        """why, export and import on a pool with the core contract only: status 1 and the server's reason."""
+        self.node.pool = CoreOnlyPool(self.node.pool)
+        dump = self.tmp / "in.jl"
+        dump.write_text('{"url": "http://b.example/1", "state": "waiting"}\n')
+        for argv, path in [(("why", "http://a.example/"), "why"), (("export", "-o", str(self.tmp / "x.jl")), "export"),
+                           (("import", str(dump)), "import")]:
+            self.patch(sys, "stderr", io.StringIO())
+            code, _ = yield self.ctl(*argv)
+            assert code == ctl.REFUSED, argv
+            assert (f"refused the request (404): /api/{path}: not available for this pool: its backend has no "
+                    "admin interface (why, export, import)") in sys.stderr.getvalue(), sys.stderr.getvalue()
 
     @defer.inlineCallbacks
     def test_basic_auth_needed(self) -> Gen:

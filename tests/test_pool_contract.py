@@ -12,7 +12,7 @@ from twisted.trial.unittest import TestCase
 from zope.interface.verify import verifyObject
 
 from spiderd.core import status
-from spiderd.frontier.interfaces import IURLPool
+from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 from spiderd.frontier.pool.redis import open_redis_pool
@@ -72,6 +72,12 @@ class PoolContract:
     def test_provides_interface(self) -> Gen:
         """Every backend provides IURLPool."""
         assert verifyObject(IURLPool, (yield self.make_pool()))
+
+    @defer.inlineCallbacks
+    def test_provides_admin_interface(self) -> Gen:
+        """Every backend here also provides the admin part (why, export, import), which a backend may lack."""
+        pool = yield self.make_pool()
+        assert IURLPoolAdmin.providedBy(pool) and verifyObject(IURLPoolAdmin, pool)
 
     @defer.inlineCallbacks
     def test_add_dedups_and_pop_leases(self) -> Gen:

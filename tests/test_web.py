@@ -19,7 +19,7 @@ from twisted.web.http_headers import Headers
 from spiderd.ops.web import Auth
 from spiderd.ops.web.api import ADD_CHUNK, MAX_URLS
 
-from .webnode import make_node, start_api
+from .webnode import CoreOnlyPool, make_node, start_api
 
 Gen = Generator[Any, Any, Any]
 
@@ -412,6 +412,27 @@ class WorkerRoleApiTests(ApiCase):
         self.clock.advance(10)
         history = (yield self.call("GET", "/api/history")).json
         assert history["samples"][0]["queue"] == 2  # pending jobs
+
+
+class CoreOnlyPoolApiTests(ApiCase):
+    """A pool whose backend has the core contract only (no IURLPoolAdmin): why, export and import answer 404."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.node.pool = CoreOnlyPool(self.node.pool)
+
+    @defer.inlineCallbacks
+    def test_admin_endpoints_not_available(self) -> Gen:
+        """why, export and import say the pool lacks them; status and adding URLs work as ever."""
+        for method, path, raw in [("GET", "/api/why?url=http://a.example/", None), ("GET", "/api/export", None),
+                                  ("POST", "/api/import", b'{"url": "http://a.example/", "state": "waiting"}\n')]:
+            answer = yield self.call(method, path, raw=raw, headers={"Content-Type": "application/x-ndjson"})
+            assert answer.code == 404, (path, answer.code, answer.body)
+            assert answer.json["message"] == (f"{path.split('?')[0]}: not available for this pool: its backend has "
+                                              "no admin interface (why, export, import)"), answer.json
+        added = yield self.call("POST", "/api/urls", {"urls": ["http://a.example/1"]})
+        assert (added.code, added.json["added"]) == (200, 1)
+        assert (yield self.call("GET", "/api/status")).json["pool"]["waiting"] == 1
 
 
 class TokenAuthTests(ApiCase):

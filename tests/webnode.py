@@ -7,9 +7,11 @@ from typing import Any
 
 from twisted.internet import defer
 from twisted.internet.task import Clock
+from zope.interface import implementer
 
 from spiderd.config import settings as cfg
 from spiderd.fetch.extract import Rules
+from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.frontier.seeds import SeedService
 from spiderd.core.stats import CrawlStats
@@ -64,6 +66,19 @@ class FakeRobots:
         if "unknown-robots" in url:
             return None
         return "/private/" not in url
+
+
+@implementer(IURLPool)
+class CoreOnlyPool:
+    """A real pool seen through its core contract only: a backend without IURLPoolAdmin (why, export, import)."""
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+
+    def __getattr__(self, name: str) -> Any:
+        if name in IURLPoolAdmin.names():
+            raise AttributeError(name)
+        return getattr(self._pool, name)
 
 
 def make_node(clock: Clock, worker_role: bool = False) -> Node:

@@ -6,7 +6,18 @@ from zope.interface import Attribute, Interface
 
 
 class IURLPool(Interface):
-    """The URL pool of seed 000: waiting, pending (leased), done and failed URLs.
+    """The URL pool of seed 000: waiting, pending (leased), done and failed URLs; the core contract.
+
+    Every backend provides all of it: it is what the running node calls.  The
+    crawler (add, addmany, pop, claim, fetched, set_status, set_statuses,
+    add_links, next_due, stats), the batcher (seen_filter, seen_add,
+    next_batch), the items writer (set_statuses with a checkpoint, checkpoint,
+    drop_checkpoint), the seeds (addmany, set_seeds, set_hubs), the seed timer
+    (claim_once, seed_urls), the recrawler (size, recrawl), robots.txt
+    (set_host_delay), the progress log and the status (stats) and the pool
+    service (close); ``size`` and ``empty`` are seed 000's questions.  What
+    only operators and tools use (why, export, import) is
+    :class:`IURLPoolAdmin`, which a backend may lack.
 
     Every method returns a Deferred: the LevelDB backend answers at once, the
     Redis backend over the network.  Bad URLs are rejected with a logged reason
@@ -98,16 +109,6 @@ class IURLPool(Interface):
     def stats():  # type: ignore[no-untyped-def]
         """Fires with a dict: waiting, pending, done, failed, hosts, max_host, rejected."""
 
-    def why(url: str):  # type: ignore[no-untyped-def]
-        """Fires with a dict describing the URL's state, failures, lease and host; a URL that failed has
-        ``last_failure``: ``{"reason": text, "at": time, "failures": n}``."""
-
-    def export(chunk: int = 1000):  # type: ignore[no-untyped-def]
-        """A reader of every entry (spiderd.frontier.pool.records): its ``next()`` fires with a list, or None at the end."""
-
-    def import_states(records):  # type: ignore[no-untyped-def]
-        """Re-add exported URLs, restore unknown finished fingerprints; fires with queued/restored/known/rejected."""
-
     def add_links(parent: str, urls, anchors=(), xpaths=()):  # type: ignore[no-untyped-def]
         """Linkbase (seed 004): record that ``parent`` first linked ``urls`` (with ``anchors`` and the link elements'
         ``xpaths``, item for item); fires with the number recorded.  ``why`` shows parent, anchor and xpath."""
@@ -120,3 +121,25 @@ class IURLPool(Interface):
 
     def close():  # type: ignore[no-untyped-def]
         """Release the storage; fires when closed."""
+
+
+class IURLPoolAdmin(Interface):
+    """What operators and tools ask of a pool, beside its core contract (:class:`IURLPool`).
+
+    ``GET /api/why`` (and spiderctl why), ``GET /api/export`` and ``POST
+    /api/import`` (spiderctl export and import) are its only callers in the
+    node: no part of the crawl needs it.  A backend may lack it; those
+    endpoints then answer 404, "not available for this pool".  The LevelDB,
+    memory and Redis pools provide it.  Like the core's, every method but
+    ``export`` returns a Deferred.
+    """
+
+    def why(url: str):  # type: ignore[no-untyped-def]
+        """Fires with a dict describing the URL's state, failures, lease and host; a URL that failed has
+        ``last_failure``: ``{"reason": text, "at": time, "failures": n}``."""
+
+    def export(chunk: int = 1000):  # type: ignore[no-untyped-def]
+        """A reader of every entry (spiderd.frontier.pool.records): its ``next()`` fires with a list, or None at the end."""
+
+    def import_states(records):  # type: ignore[no-untyped-def]
+        """Re-add exported URLs, restore unknown finished fingerprints; fires with queued/restored/known/rejected."""

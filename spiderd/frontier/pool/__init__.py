@@ -1,4 +1,5 @@
-"""The URL pool (frontier): one contract, an embedded LevelDB backend and an in-memory one."""
+"""The URL pool (frontier): one contract (IURLPool, with the admin part IURLPoolAdmin), an embedded LevelDB
+backend and an in-memory one (KVPool; Redis: :mod:`.redis`)."""
 
 from __future__ import annotations
 

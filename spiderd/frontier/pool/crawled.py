@@ -26,8 +26,9 @@ from typing import Any, Iterable, Sequence
 
 from twisted.internet import defer
 
-from spiderd.core.urls import URL, BadURL, host_of, parse, registered_domain
+from spiderd.core.urls import host_of, registered_domain
 from spiderd.frontier.pool import keys as k
+from spiderd.frontier.pool.shared import parsed
 
 KINDS = {"list": 0, "detail": 1}
 MAX_ANCHOR = 200
@@ -148,7 +149,7 @@ class CrawledSets:
         batch = self._kv.write_batch()
         added = 0
         for url, anchor, xpath in zip(urls, parallel(anchors, len(urls)), parallel(xpaths, len(urls))):
-            u = _parsed(url)
+            u = parsed(url)
             if u is None or self._kv.get(k.link_key(u.fingerprint)) is not None:
                 continue
             batch.put(k.link_key(u.fingerprint), link_value(u.url, parent, anchor, xpath).encode())
@@ -175,10 +176,3 @@ class CrawledSets:
             return defer.succeed(False)
         self._claims[name] = now + ttl
         return defer.succeed(True)
-
-
-def _parsed(url: str) -> URL | None:
-    try:
-        return parse(url)
-    except BadURL:
-        return None

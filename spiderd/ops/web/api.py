@@ -4,7 +4,8 @@ Every answer is JSON (``{"status": "ok", ...}``) but the status page (``/``),
 the metrics (``/metrics``) and the export (JSON lines).  Errors are
 ``{"status": "error", "message": ...}`` with a 4xx code: 400 for a bad or
 missing field, 401 for wrong or missing credentials, 404 for an unknown path
-(or one this role has not: the worker role has no pool), 405 for a wrong
+(or one this role has not: the worker role has no pool; or one this pool has not: why, export and
+import need a backend with the admin interface, IURLPoolAdmin), 405 for a wrong
 method, 413 for a body over the cap; 503 while stopping, 500 for a bug.
 """
 
@@ -24,6 +25,7 @@ from spiderd.config import settings as cfg
 from spiderd.core.net.guard import foreign_request
 from spiderd.frontier.pool.redis.link import RedisPoolError
 from spiderd.core.urls import BadURL, canonicalize
+from spiderd.frontier.interfaces import IURLPoolAdmin
 from spiderd.ops.web import node as nodes
 from spiderd.core.net.auth import Auth
 from spiderd.core.net.resource import JsonResource, send
@@ -37,6 +39,7 @@ MAX_JSON_BODY = 1024 * 1024  # bytes, for the JSON endpoints (the import's cap i
 MAX_URLS = 10_000  # per request
 ADD_CHUNK = 500  # URLs checked and added per turn of the reactor (about 5 ms of work)
 _NO_POOL = "not available in the {role} role: this node has no URL pool"
+_NO_ADMIN = "not available for this pool: its backend has no admin interface (why, export, import)"
 
 
 class Raw:
@@ -78,6 +81,7 @@ class ApiResource(JsonResource):
         }
         self._needs_pool = {b"/api/why", b"/api/export", b"/api/import", b"/api/seeds", b"/api/hubs", b"/api/urls",
                             b"/api/pause", b"/api/resume"}
+        self._needs_admin = {b"/api/why", b"/api/export", b"/api/import"}  # IURLPoolAdmin, which a pool may lack
 
     # -- dispatch ---------------------------------------------------------------------------------
 
@@ -92,6 +96,8 @@ class ApiResource(JsonResource):
             return self.error(request, "wrong or missing credentials (api.token or api.username)", http.UNAUTHORIZED)
         if path in self._needs_pool and self._node.pool is None:
             return self.error(request, f"{path.decode()}: {_NO_POOL.format(role=self._node.role)}", http.NOT_FOUND)
+        if path in self._needs_admin and not IURLPoolAdmin.providedBy(self._node.pool):
+            return self.error(request, f"{path.decode()}: {_NO_ADMIN}", http.NOT_FOUND)
         return None
 
     def ok(self, request: Request, data: Any) -> bytes | int:

@@ -1,9 +1,11 @@
-"""RedisPool: the IURLPool contract over the shared Redis layout (see the package docstring)."""
+"""RedisPool: the IURLPool contract over the shared Redis layout (see the package docstring); the admin part
+(IURLPoolAdmin: why, export, import) is :mod:`.admin`'s."""
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
@@ -12,24 +14,23 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from spiderd.core import status as st
-from spiderd.frontier.interfaces import IURLPool
+from spiderd.core.urls import MAX_URL_LENGTH, URL, registered_domain
+from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.frontier.politeness import Politeness, hub_quota
-from spiderd.core.urls import MAX_URL_LENGTH, BadURL, URL, parse, registered_domain
-from spiderd.frontier.pool.crawled import KINDS, link_info, link_value, parallel, recrawl_pairs
-from spiderd.frontier.pool.records import counts, sort_records
-from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
-from spiderd.frontier.pool.redis.export import FINGERPRINT, RedisExport, parse_failure
+from spiderd.frontier.pool.crawled import KINDS, link_value, parallel, recrawl_pairs
+from spiderd.frontier.pool.redis.admin import RedisAdmin
 from spiderd.frontier.pool.redis.link import RedisLink, Script
+from spiderd.frontier.pool.shared import URLParsing, parsed, stats_answer
+from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
 
 log = Logger()
 
-STATES = {"0": "list", "1": "detail"}
 DOMAIN_SWEEP_EVERY = 10.0  # seconds between sweeps of spider.website.domains for domains other tools registered
 DOMAIN_SWEEP_COUNT = 100  # domains a pop looks at while a sweep is under way (SSCAN's COUNT)
 
 
-@implementer(IURLPool)
-class RedisPool:
+@implementer(IURLPool, IURLPoolAdmin)
+class RedisPool(RedisAdmin, URLParsing):
     """A polite URL pool shared by every node that opens the same Redis keys; every step is one Lua script."""
 
     def __init__(
@@ -153,9 +154,9 @@ class RedisPool:
         u = self._parse(url)
         if u is None:
             return defer.succeed(False)
-        owner = _canonical(by, self._max_url_length) if by is not None else None
+        owner = parsed(by, self._max_url_length)
         now = self._clock.seconds()
-        args = [repr(now + self.pending_threshold), *self._located(u), owner or ""]
+        args = [repr(now + self.pending_threshold), *self._located(u), owner.url if owner is not None else ""]
         return self._run("claim", args, now).addCallback(bool)
 
     def fetched(self, url: str) -> defer.Deferred[None]:
@@ -285,39 +286,7 @@ class RedisPool:
         flat, hosts, top, hubs = answer
         counters = {name: int(value) for name, value in zip(flat[::2], flat[1::2])}
         largest = [[host, int(float(count))] for host, count in zip(top[::2], top[1::2]) if int(float(count))]
-        return {
-            **{name: counters.get(name, 0) for name in ("waiting", "pending", "done", "failed", "batched")},
-            "hosts": int(hosts),
-            "max_host": largest[0] if largest else ["", 0],
-            "largest": largest,
-            "hubs": int(hubs),
-            "rejected": dict(self.rejected),
-        }
-
-    def why(self, url: str) -> defer.Deferred[dict[str, Any]]:
-        try:
-            u = parse(url, self._max_url_length)
-        except BadURL as e:
-            return defer.succeed({"url": url, "state": "rejected", "reason": e.reason})
-        return self._run("why", [u.url, u.host]).addCallback(self._why, u)
-
-    def _why(self, answer: list[Any], u: URL) -> dict[str, Any]:
-        state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed, link, again, failed = answer
-        info: dict[str, Any] = {"url": u.url, "urlhash": u.fingerprint, "host": u.host, "hub": bool(int(hub)),
-                                "domain": registered_domain(u.host), "state": state}
-        if state in ("waiting", "pending"):
-            info.update(failures=int(failures), kind=STATES[kind])
-        if state == "pending":
-            info["lease_until"] = float(lease_until)
-            if int(again):
-                info["queued_again"] = True
-        info.update(host_waiting=int(float(waiting)), host_inflight=int(inflight), host_delay=float(delay),
-                    host_next_allowed=float(next_allowed))
-        if link:
-            info.update(link_info(link))
-        if failed:
-            info["last_failure"] = parse_failure(failed)
-        return info
+        return stats_answer(counters, int(hosts), largest, int(hubs), self.rejected)
 
     # -- seed 004: crawled sets, linkbase; one node per cron firing -----------------
 
@@ -335,9 +304,9 @@ class RedisPool:
             return defer.succeed(0)
         args = [str(self._linkbase_max)]
         for url, anchor, xpath in zip(urls, parallel(anchors, len(urls)), parallel(xpaths, len(urls))):
-            canonical = _canonical(url, self._max_url_length)
-            if canonical is not None:
-                args += (canonical, link_value(canonical, parent, anchor, xpath))
+            u = parsed(url, self._max_url_length)
+            if u is not None:
+                args += (u.url, link_value(u.url, parent, anchor, xpath))
         return self._run("links", args).addCallback(int) if len(args) > 1 else defer.succeed(0)
 
     def claim_once(self, name: str, ttl: float) -> defer.Deferred[bool]:
@@ -345,44 +314,13 @@ class RedisPool:
         d = self._execute("SET", self.prefix + name, "1", "NX", "PX", str(max(1, int(ttl * 1000))))
         return d.addCallback(lambda answer: answer is not None)
 
-    # -- export and import -----------------------------------------------------------
-
-    def export(self, chunk: int = 1000) -> RedisExport:
-        """A reader of every entry (see :mod:`..records`): waiting and pending URLs, then finished fingerprints."""
-        return RedisExport(self._execute, self.prefix, self.namespace, self._bits, chunk)
-
-    def import_states(self, records: Iterable[Any]) -> defer.Deferred[dict[str, Any]]:
-        """Re-add exported URLs (waiting again) and restore finished fingerprints the pool has never seen.
-
-        Fires with ``queued``, ``restored``, ``known`` and ``rejected`` (``[index, reason]``).
-        """
-        found = sort_records(records, FINGERPRINT, self._max_url_length)
-        codes = {"done": "1", "failed": "2", "batched": "3"}
-        args = [arg for fp, state in found.finals for arg in (f"{fp:016x}", codes[state])]
-        restoring = self._run("restore", args).addCallback(int) if args else defer.succeed(0)
-        adds = [restoring, self.addmany(found.urls[0]), self.addmany(found.urls[1], detail=True)]
-
-        def answer(results: list[int]) -> dict[str, Any]:
-            restored, lists, details = results
-            offered = len(found.urls[0]) + len(found.urls[1])
-            return counts(lists + details, offered, restored, len(found.finals), found.rejected)
-
-        d = defer.gatherResults(adds, consumeErrors=True).addCallback(answer)
-        return d.addErrback(lambda f: f.value.subFailure if isinstance(f.value, defer.FirstError) else f)
+    # -- closing --------------------------------------------------------------------
 
     def close(self) -> defer.Deferred[None]:
         self._send_statuses()
         return self._link.close()
 
     # -- internals ------------------------------------------------------------------
-
-    def _parse(self, url: str) -> URL | None:
-        try:
-            return parse(url, self._max_url_length)
-        except BadURL as e:
-            self.rejected[e.reason] += 1
-            log.info("Rejected URL ({reason}): {url!r}", reason=e.reason, url=e.url[:200])
-            return None
 
     @staticmethod
     def _located(u: URL) -> tuple[str, str, str]:
@@ -405,13 +343,6 @@ class RedisPool:
         common = [self.prefix, self.namespace, str(self._bits), repr(float(politeness.delay)),
                   str(politeness.concurrency), repr(float(now))]
         return self._link.run(self._scripts[name], common + args)
-
-
-def _canonical(url: str, max_length: int) -> str | None:
-    try:
-        return parse(url, max_length).url
-    except BadURL:
-        return None
 
 
 def _pairs(flat: list[Any]) -> dict[str, bool]:

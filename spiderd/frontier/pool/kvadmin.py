@@ -1,0 +1,97 @@
+"""The embedded pool's admin part (IURLPoolAdmin): why, export and import; and compaction, for maintenance."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from twisted.internet import defer
+
+from spiderd.frontier.pool import keys as k
+from spiderd.frontier.pool import records as rec
+from spiderd.frontier.pool.kvexport import FINGERPRINT, KVExport
+from spiderd.frontier.pool.kvqueues import KVQueues
+from spiderd.frontier.pool.shared import why_head, why_host, why_parse
+
+
+class KVAdmin(KVQueues):
+    """KVPool's answers for operators and tools: why, export, import_states; compact."""
+
+    # -- why ------------------------------------------------------------------------
+
+    def why(self, url: str) -> defer.Deferred[dict[str, Any]]:
+        """The URL's state (kind, failures, lease), its last failure, linkbase entry and host (see IURLPoolAdmin)."""
+        u = why_parse(url, self._max_url_length)
+        if isinstance(u, dict):
+            return defer.succeed(u)
+        answer = why_head(u, u.fingerprint in self._hubs)
+        answer.update(_describe_state(self._kv.get(k.state_key(u.fingerprint))))
+        if u.fingerprint in self._again:
+            answer["queued_again"] = True
+        failed = self._kv.get(k.failure_key(u.fingerprint))
+        if failed is not None:
+            answer["last_failure"] = rec.last_failure(*k.unpack_failure(failed))
+        answer.update(self._link_of(u.fingerprint))
+        slot = self.politeness.hosts.get(u.host)
+        if slot is not None:
+            answer.update(why_host(slot.waiting, slot.inflight, slot.delay, slot.next_allowed))
+        return defer.succeed(answer)
+
+    # -- export and import -----------------------------------------------------------
+
+    def export(self, chunk: int = 1000) -> KVExport:
+        """A reader of every entry (see :mod:`.records`): waiting and pending URLs, then finished fingerprints."""
+        return KVExport(self._kv, chunk)
+
+    def import_states(self, records: Iterable[Any]) -> defer.Deferred[dict[str, Any]]:
+        """Re-add exported URLs (waiting again) and restore finished fingerprints the pool has never seen.
+
+        Fires with ``queued``, ``restored``, ``known`` (already in the pool) and
+        ``rejected`` (``[index, reason]`` of each bad record).
+        """
+        found = rec.sort_records(records, FINGERPRINT, self._max_url_length)
+        codes = {"done": (k.DONE, 2), "failed": (k.FAILED, 3), "batched": (k.BATCHED, 5)}
+        batch = self._kv.write_batch()
+        restored: set[int] = set()
+        for fp, state in found.finals:
+            skey = k.state_key(fp)
+            if fp not in restored and self._kv.get(skey) is None:
+                value, counter = codes[state]
+                batch.put(skey, value)
+                self._counters[counter] += 1
+                restored.add(fp)
+        if restored:
+            self._commit(batch, ())
+        queued = self._addmany(found.urls[0], False, False) + self._addmany(found.urls[1], False, True)
+        offered = len(found.urls[0]) + len(found.urls[1])
+        return defer.succeed(rec.counts(queued, offered, len(restored), len(found.finals), found.rejected))
+
+    def compact(self) -> None:
+        """Compact the store range by range (a blocking call: for maintenance and benchmarks).
+
+        LevelDB keeps deleted queue and lease keys until a compaction reaches
+        them; a whole-store ``compact_range()`` leaves many behind, one range at
+        a time does not.
+        """
+        compact = getattr(self._kv, "compact_range", None)
+        if compact is not None:
+            for prefix in (k.QUEUE, k.LEASE, k.STATE, k.HOST, k.HUB, k.CRAWLED, k.FAILURE):
+                compact(start=prefix, stop=k.prefix_end(prefix))
+
+
+def _describe_state(state: bytes | None) -> dict[str, Any]:
+    """``why``'s state part, from a URL's state value (None: never seen)."""
+    if state is None:
+        return {"state": "unknown"}
+    if state[:1] == k.DONE:
+        return {"state": "done", **({"fetched_at": int.from_bytes(state[2:], "big") / 1000.0} if len(state) > 1 else {})}
+    if state == k.FAILED:
+        return {"state": "failed"}
+    if state == k.BATCHED:
+        return {"state": "batched"}
+    failures, prio, number = k.parse_active(state)
+    kind = "detail" if prio else "list"
+    if state[0] == k.WAITING:
+        return {"state": "waiting", "failures": failures, "kind": kind}
+    return {"state": "pending", "failures": failures, "kind": kind, "lease_until": number / 1000.0}
+

@@ -1,0 +1,179 @@
+"""The embedded pool's core: its state, opening, and the store primitives every part writes through.
+
+A URL's queue entry and state key are written by ``_enqueue``; every batch is
+written by ``_commit`` with the host counts and the counters, so each change
+is one atomic write; leases that ran out go back to their queues in
+``_expire``.  The parts built on it: :mod:`.kvqueues` (adding, popping, hubs),
+:mod:`.kvstatus` (outcomes, redirect claims, checkpoints, the seen set),
+:mod:`.kvadmin` (why, export, import) and :mod:`.crawled` (seed 004); they
+make :class:`~spiderd.frontier.pool.kvpool.KVPool`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from spiderd.core import status as st
+from spiderd.core.urls import MAX_URL_LENGTH, host_of
+from spiderd.frontier.politeness import HostSlot, Politeness
+from spiderd.frontier.pool import keys as k
+from spiderd.frontier.pool.crawled import CrawledSets
+from spiderd.frontier.pool.shared import URLParsing
+from spiderd.frontier.pool.split import KindSplit
+
+log = Logger()
+
+TRIM_EVERY = 4096
+
+
+class KVCore(CrawledSets, URLParsing):
+    """KVPool's state over a plyvel-like store (``get``, ``write_batch``, ``iterator``) and its primitives.
+
+    ``recrawl`` names the (registered domain, kind) pairs whose done pages are
+    kept in crawled sets; ``linkbase`` turns the linkbase on (see crawled.py).
+    """
+
+    def __init__(
+        self,
+        kv: Any,
+        clock: IReactorTime,
+        *,
+        politeness: Politeness | None = None,
+        failure_threshold: int = st.FAILURE_THRESHOLD,
+        pending_threshold: float = 300.0,
+        done_codes: frozenset[int] = st.DONE_CODES,
+        final_codes: frozenset[int] = st.FINAL_CODES,
+        max_url_length: int = MAX_URL_LENGTH,
+        max_urls_per_host: int = 0,
+        trim: Callable[[], Any] | None = None,
+        recrawl: Iterable[tuple[str, str]] = (),
+        linkbase: bool = False,
+        linkbase_max: int = 0,
+        list_ratio: float = 0.0,
+        detail_ratio: float = 0.0,
+    ) -> None:
+        self._kv = kv
+        self._clock = clock
+        self.politeness = politeness or Politeness()
+        self.failure_threshold = failure_threshold
+        self.pending_threshold = pending_threshold
+        self._done_codes = done_codes
+        self._final_codes = final_codes
+        self._max_url_length = max_url_length
+        self._max_per_host = max_urls_per_host
+        self.split = KindSplit(list_ratio, detail_ratio)
+        self.rejected: Counter[str] = Counter()
+        self._counters = k.unpack_counters(kv.get(k.COUNTERS))
+        self._hubs: dict[int, list[Any]] = {}  # fp -> [url, host, next_due]
+        self._hub_heap: list[tuple[float, int]] = []
+        # url -> [fp, host, holds a host slot] of the URLs and hubs this process handed out
+        self._leased: dict[str, list[Any]] = {}
+        # fp -> prio of leased URLs added again (always=True): queued when the lease ends (a restart returns every
+        # lease to its queue, so this needs no place in the store)
+        self._again: dict[int, int] = {}
+        self._hub_span = 0.0
+        self._seeds: list[str] = []  # the configured seeds, as last given to set_seeds
+        self._lease_bound = float("inf")
+        self._ops = 0
+        self._trim = trim
+        self._touched = 0
+        self._init_crawled(recrawl, linkbase, linkbase_max)
+        self._load()
+
+    # -- opening --------------------------------------------------------------------
+
+    def _load(self) -> None:
+        """Rebuild the host table and the hubs; put leases from a previous run back in the queues."""
+        politeness = self.politeness
+        for key, value in self._kv.iterator(prefix=k.HOST):
+            host = value[8:].decode()
+            slot = politeness.slot(host, key[1:])
+            slot.waiting = k.from_u64(value)[0]
+            politeness.requeue(slot)
+        for key, value in self._kv.iterator(prefix=k.HUB):
+            fp = int.from_bytes(key[1:], "big")
+            url = value[8:].decode()
+            self._hubs[fp] = [url, host_of(url), k.from_u64(value)[0] / 1000.0]
+        self._hub_heap = [(entry[2], fp) for fp, entry in self._hubs.items()]
+        heapq.heapify(self._hub_heap)
+        recovered = self._expire(float("inf"))
+        if recovered:
+            log.info("Recovered {count} leased URLs from the previous run", count=recovered)
+
+    # -- the primitives -------------------------------------------------------------
+
+    def _enqueue(self, batch: Any, url: str, fp: int, slot: HostSlot, prio: int, failures: int) -> None:
+        """Queue ``url`` (waiting) at the tail of its host's ``prio`` queue, in ``batch``."""
+        counters = self._counters
+        counters[4] += 1
+        seq = counters[4]
+        batch.put(k.queue_key(slot.hid, prio, seq), bytes((min(failures, 255),)) + url.encode())
+        if slot.cursor is not None:
+            slot.cursor.maybe[prio] = True
+        batch.put(k.state_key(fp), k.active(k.WAITING, failures, prio, seq))
+        counters[0] += 1
+        slot.waiting += 1
+
+    def _release(self, leased: list[Any] | None) -> None:
+        """Free the host slot a hand-out (its ``_leased`` record) holds, once."""
+        if leased is not None and leased[2]:
+            leased[2] = False
+            self.politeness.release(self._slot(leased[1]))
+
+    def _slot(self, host: str) -> HostSlot:
+        """The politeness slot of ``host`` (made on first use)."""
+        return self.politeness.slot(host, k.host_id(host))
+
+    def _commit(self, batch: Any, slots: Iterable[HostSlot]) -> None:
+        """Write ``batch`` with the host counts of ``slots`` and the counters, atomically."""
+        for slot in slots:
+            hkey = k.HOST + slot.hid
+            if slot.waiting > 0:
+                batch.put(hkey, k.u64(slot.waiting) + slot.host.encode())
+            else:
+                batch.delete(hkey)
+            self.politeness.requeue(slot)
+        batch.put(k.COUNTERS, k.pack_counters(self._counters))
+        batch.write()
+
+    def _expire(self, now: float) -> int:
+        """Put URLs whose lease ended before ``now`` back in their host queues."""
+        stop = k.lease_key(min(int(now * 1000), 2**63), 0) if now != float("inf") else k.prefix_end(k.LEASE)
+        expired = list(self._kv.iterator(start=k.LEASE, stop=stop))
+        if expired:
+            batch = self._kv.write_batch()
+            slots: dict[str, HostSlot] = {}
+            for key, value in expired:
+                url = value[2:].decode()
+                fp = int.from_bytes(key[9:], "big")
+                slot = slots.get(host_of(url)) or self._slot(host_of(url))
+                slots[slot.host] = slot
+                batch.delete(key)
+                self._release(self._leased.pop(url, None))
+                self._counters[1] -= 1
+                again = self._again.pop(fp, None)  # added again while leased: a new request, no failures
+                prio, failures = (value[1], value[0]) if again is None else (again, 0)
+                self._enqueue(batch, url, fp, slot, prio, failures)
+            self._commit(batch, slots.values())
+        following = next(self._kv.iterator(prefix=k.LEASE, include_value=False), None)
+        self._lease_bound = k.from_u64(following, 1)[0] / 1000.0 if following else float("inf")
+        return len(expired)
+
+    def _maybe_trim(self) -> None:
+        """Every TRIM_EVERY URLs touched, drop the mapped table pages from the resident set (see trim.py)."""
+        if self._trim is not None and self._touched >= TRIM_EVERY:
+            self._touched = 0
+            self._trim()
+
+    def _maybe_collect(self, now: float) -> None:
+        """Every 10,000 pops, let politeness forget idle hosts."""
+        self._ops += 1
+        if self._ops % 10000 == 0:
+            self.politeness.collect(now)
+

@@ -1,0 +1,290 @@
+"""The embedded pool's queues: adding URLs, leasing them host by host (pop), and the hubs.
+
+A host's queues (list, detail) are read a few keys ahead (``PREFETCH``) from
+just past the last key read, so a pop seeks once per host and never walks
+over deleted keys; a key deleted outside a pop (a status, a claim) leaves the
+read-ahead too (``_dequeue``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from twisted.internet import defer
+
+from spiderd.core.urls import fingerprint
+from spiderd.frontier.politeness import HostSlot, hub_quota
+from spiderd.frontier.pool import keys as k
+from spiderd.frontier.pool.kvcore import KVCore
+from spiderd.frontier.pool.split import RESERVE_SCAN
+
+PREFETCH = 8
+PREFETCH_HOSTS = 5000
+
+
+class _Queues:
+    """A host's read state in its two queues (list, detail): position past the last key read, keys read
+    ahead and not taken yet, and whether the queue may hold more."""
+
+    __slots__ = ("buffered", "maybe", "position")
+
+    def __init__(self) -> None:
+        self.position: list[bytes | None] = [None, None]
+        self.buffered: list[deque[tuple[bytes, bytes]]] = [deque(), deque()]
+        self.maybe = [True, True]
+
+
+class KVQueues(KVCore):
+    """KVPool's queues: add and addmany (with the host budget), pop (hubs first, then the kinds' shares, then
+    host by host), set_hubs."""
+
+    # -- adding ---------------------------------------------------------------------
+
+    def add(self, url: str, always: bool = False, detail: bool = False) -> defer.Deferred[bool]:
+        return defer.succeed(self._addmany((url,), always, detail) == 1)
+
+    def addmany(self, urls: Iterable[str], always: bool = False, detail: bool = False) -> defer.Deferred[int]:
+        if isinstance(urls, str):
+            urls = (urls,)
+        return defer.succeed(self._addmany(urls, always, detail))
+
+    def _addmany(self, urls: Iterable[str], always: bool, detail: bool) -> int:
+        prio = 1 if detail else 0
+        kv_get = self._kv.get
+        batch = self._kv.write_batch()
+        counters = self._counters
+        touched: dict[str, HostSlot] = {}
+        seen: set[int] = set()
+        added = 0
+        for raw in urls:
+            self._touched += 1
+            u = self._parse(raw)
+            if u is None or u.fingerprint in seen:
+                continue
+            seen.add(u.fingerprint)
+            skey = k.state_key(u.fingerprint)
+            state = kv_get(skey)
+            if state is not None:
+                if not always or state[0] == k.WAITING:
+                    continue
+                if state[0] == k.PENDING:  # leased: queued again when its lease ends, never fetched twice at once
+                    if u.fingerprint not in self._again:
+                        self._again[u.fingerprint] = prio
+                        added += 1
+                    continue
+                counters[{k.DONE: 2, k.FAILED: 3, k.BATCHED: 5}[state[:1]]] -= 1
+                self._forget_crawled(batch, u.host, u.fingerprint, state)
+            slot = touched.get(u.host) or self._slot(u.host)
+            if state is None and self._max_per_host and not self._take_budget(slot):
+                self.rejected["host-full"] += 1
+                continue
+            touched[u.host] = slot
+            self._enqueue(batch, u.url, u.fingerprint, slot, prio, 0)
+            added += 1
+        if added:
+            for slot in touched.values():  # the budgets spent here (the only place they change)
+                if slot.seen is not None:
+                    batch.put(k.HOST_SEEN + slot.hid, k.u64(slot.seen))
+            self._commit(batch, touched.values())
+        self._maybe_trim()
+        return added
+
+    def _take_budget(self, slot: HostSlot) -> bool:
+        """Count one new URL against the host's budget (max_urls_per_host); False when it is spent."""
+        if slot.seen is None:
+            stored = self._kv.get(k.HOST_SEEN + slot.hid)
+            slot.seen = k.from_u64(stored)[0] if stored else 0
+        if slot.seen >= self._max_per_host:
+            return False
+        slot.seen += 1
+        return True
+
+    # -- popping --------------------------------------------------------------------
+
+    def pop(self, count: int, hub_percent: int = 50) -> defer.Deferred[dict[str, bool]]:
+        now = self._clock.seconds()
+        if now >= self._lease_bound:
+            self._expire(now)
+        batch = self._kv.write_batch()
+        hubs = self._pop_hubs(batch, now, hub_quota(count, hub_percent))
+        result: dict[str, bool] = dict.fromkeys(hubs, True)
+        touched = self._pop_urls(batch, now, count - len(hubs), result)
+        if result:
+            self._commit(batch, touched)
+        self._touched += len(result)
+        self._maybe_collect(now)
+        self._maybe_trim()
+        return defer.succeed(result)
+
+    def _pop_urls(self, batch: Any, now: float, wanted: int, result: dict[str, bool]) -> list[HostSlot]:
+        """Lease up to ``wanted`` waiting URLs: the kinds' reserved shares first (see split.py), then any."""
+        deadline_ms = int((now + self.pending_threshold) * 1000)
+        touched: list[HostSlot] = []
+        taken = [0, 0]
+        reserved = self.split.reserve(wanted)
+        left = wanted
+        if any(reserved):
+            left -= self._turns(batch, now, reserved, True, deadline_ms, result, touched, taken)
+        self._turns(batch, now, [left, left], False, deadline_ms, result, touched, taken)
+        self.split.settle(wanted, taken)
+        if touched and self._lease_bound == float("inf"):
+            self._lease_bound = deadline_ms / 1000.0
+        return touched
+
+    def _turns(self, batch: Any, now: float, caps: list[int], strict: bool, deadline_ms: int,
+               result: dict[str, bool], touched: list[HostSlot], taken: list[int]) -> int:
+        """Hosts in turn give up to ``caps[prio]`` URLs of each kind, ``sum(caps)`` in all if ``strict``, else
+        ``max(caps)`` of any kind (``caps`` of one number each); returns the number leased.
+
+        When ``strict``, a host with none of the kinds still wanted keeps its
+        turn (is passed over), up to RESERVE_SCAN hosts a call.
+        """
+        politeness = self.politeness
+        wanted = sum(caps) if strict else max(caps)
+        passed: list[HostSlot] = []
+        got = 0
+        while wanted > 0 and len(passed) < RESERVE_SCAN:
+            slot = politeness.ready(now)
+            if slot is None:
+                break
+            quota = politeness.quota(slot, now, wanted)
+            if passed:  # hosts passed over are ready too: one URL a turn
+                quota = min(quota, 1)
+            counts = self._take(batch, slot, quota, caps, deadline_ms, result)
+            took = counts[0] + counts[1]
+            if strict and not took:
+                passed.append(slot)
+                continue
+            if took < quota and not strict:  # the count said more: trust the store
+                slot.waiting = took
+            politeness.taken(slot, took, now)
+            touched.append(slot)
+            taken[0] += counts[0]
+            taken[1] += counts[1]
+            wanted -= took
+            got += took
+            self._counters[0] -= took
+            self._counters[1] += took
+        for slot in passed:
+            politeness.requeue(slot)
+        return got
+
+    def _take(self, batch: Any, slot: HostSlot, quota: int, caps: list[int], deadline_ms: int,
+              result: dict[str, bool]) -> list[int]:
+        """Lease up to ``quota`` URLs of one host, list URLs first, at most ``caps[prio]`` of each kind (the caps
+        go down by what is taken); returns the counts per kind."""
+        queues = slot.cursor or _Queues()
+        slot.cursor = queues
+        counts = [0, 0]
+        for prio in (0, 1):
+            buffered = queues.buffered[prio]
+            while counts[0] + counts[1] < quota and caps[prio] > 0:
+                if not buffered:
+                    if not queues.maybe[prio]:
+                        break
+                    self._refill(slot, queues, prio, max(quota - counts[0] - counts[1], self._prefetch()))
+                    if not buffered:
+                        break
+                key, value = buffered.popleft()
+                url = value[1:].decode()
+                fp = fingerprint(url)
+                batch.delete(key)
+                batch.put(k.lease_key(deadline_ms, fp), value[:1] + key[9:10] + value[1:])
+                batch.put(k.state_key(fp), k.active(k.PENDING, value[0], prio, deadline_ms))
+                result[url] = False
+                self._leased[url] = [fp, slot.host, True]
+                counts[prio] += 1
+                caps[prio] -= 1
+        return counts
+
+    def _refill(self, slot: HostSlot, queues: _Queues, prio: int, count: int) -> None:
+        """Read the next ``count`` keys of one host queue into its buffer, from just past the last key read.
+
+        A seek from the start of the queue would walk over every deleted key
+        (LevelDB keeps them until a compaction); new keys always sort after the
+        read position because their sequence numbers grow.  One seek serves
+        several pops of the host: iterators are the cost of a pop.
+        """
+        lowest = k.QUEUE + slot.hid + bytes((prio,))
+        buffered = queues.buffered[prio]
+        for key, value in self._kv.iterator(start=queues.position[prio] or lowest, stop=k.prefix_end(lowest)):
+            queues.position[prio] = key + b"\x00"
+            buffered.append((key, value))
+            if len(buffered) >= count:
+                return
+        queues.maybe[prio] = False  # read to the end: empty, once the buffer is taken, until something is queued
+
+    def _prefetch(self) -> int:
+        """Keys read ahead per seek: a few, unless there are so many hosts that buffers would add up."""
+        return PREFETCH if len(self.politeness.hosts) <= PREFETCH_HOSTS else 1
+
+    def _dequeue(self, batch: Any, slot: HostSlot, state: bytes) -> tuple[int, int]:
+        """Take a waiting URL (its ``state``) out of its host queue and the read-ahead; (failures, prio)."""
+        failures, prio, seq = k.parse_active(state)
+        key = k.queue_key(slot.hid, prio, seq)
+        batch.delete(key)
+        self._unbuffer(slot, prio, key)
+        self._counters[0] -= 1
+        slot.waiting -= 1
+        return failures, prio
+
+    def _unbuffer(self, slot: HostSlot, prio: int, key: bytes) -> None:
+        """A queued key deleted outside a pop (a status or a claim for a waiting URL) leaves the read-ahead too."""
+        queues = slot.cursor
+        if queues is not None:
+            buffered = queues.buffered[prio]
+            for index, (buffered_key, _) in enumerate(buffered):
+                if buffered_key == key:
+                    del buffered[index]
+                    return
+
+    # -- hubs -----------------------------------------------------------------------
+
+    def set_hubs(self, urls: Iterable[str], refresh_span: float) -> defer.Deferred[None]:
+        self._hub_span = float(refresh_span)
+        batch = self._kv.write_batch()
+        wanted = {u.fingerprint: u for u in map(self._parse, urls) if u is not None}
+        for fp in list(self._hubs):
+            if fp not in wanted:
+                del self._hubs[fp]
+                batch.delete(k.HUB + fp.to_bytes(8, "big"))
+        for fp, u in wanted.items():
+            if fp not in self._hubs:
+                self._hubs[fp] = [u.url, u.host, 0.0]
+                batch.put(k.HUB + fp.to_bytes(8, "big"), k.u64(0) + u.url.encode())
+            else:
+                due = self._hubs[fp][2]
+                self._hubs[fp][2] = min(due, self._clock.seconds() + self._hub_span)
+        batch.write()
+        self._hub_heap = [(entry[2], fp) for fp, entry in self._hubs.items()]
+        heapq.heapify(self._hub_heap)
+        return defer.succeed(None)
+
+    def _pop_hubs(self, batch: Any, now: float, wanted: int) -> list[str]:
+        """Lease up to ``wanted`` due hubs whose host may go now; each is due again a refresh span later."""
+        out: list[str] = []
+        heap = self._hub_heap
+        later = []
+        while heap and heap[0][0] <= now and len(out) < wanted:
+            due, fp = heapq.heappop(heap)
+            entry = self._hubs.get(fp)
+            if entry is None or entry[2] != due:
+                continue
+            url, host, _ = entry
+            slot = self._slot(host)
+            if slot.next_allowed > now or slot.inflight >= slot.concurrency:
+                later.append((due, fp))
+                continue
+            entry[2] = now + self._hub_span
+            later.append((entry[2], fp))
+            batch.put(k.HUB + fp.to_bytes(8, "big"), k.u64(int(entry[2] * 1000)) + url.encode())
+            slot.inflight += 1
+            slot.next_allowed = now + slot.delay
+            self._leased[url] = [fp, host, True]
+            out.append(url)
+        for item in later:
+            heapq.heappush(heap, item)
+        return out

@@ -1,0 +1,203 @@
+"""The embedded pool's outcomes: statuses (the end of a lease), redirect claims, checkpoints, the seen set.
+
+A status or a claim of a waiting URL takes it out of its queue; a status of a
+leased one ends the lease, and if it was added again meanwhile (``always``),
+queues it afresh instead of recording the outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from spiderd.core import status as st
+from spiderd.core.urls import URL
+from spiderd.frontier.politeness import HostSlot
+from spiderd.frontier.pool import keys as k
+from spiderd.frontier.pool.kvqueues import KVQueues
+from spiderd.frontier.pool.shared import parsed
+
+log = Logger()
+
+
+class KVStatuses(KVQueues):
+    """KVPool's outcomes: claim, fetched, set_status(es), checkpoints; seen_filter, seen_add, next_batch."""
+
+    # -- redirect claims ------------------------------------------------------------
+
+    def claim(self, url: str, by: str | None = None) -> defer.Deferred[bool]:
+        """Lease ``url`` (a redirect target) unless it is done, failed or leased already; fires True if leased.
+
+        A waiting URL leaves its queue, so no other fetch takes it while the
+        page that redirected to it is processed; ``set_status`` ends the lease.
+        A claim that ``by`` (the redirecting URL) holds already is renewed, so
+        that URL's next fetch takes it again when the first one's processing
+        died.  Claims do not outlive the process: at open every lease returns.
+        """
+        u = self._parse(url)
+        if u is None:
+            return defer.succeed(False)
+        state = self._kv.get(k.state_key(u.fingerprint))
+        claimant = parsed(by, self._max_url_length)
+        owner = [claimant.fingerprint] if claimant is not None else []
+        held = self._leased.get(u.url)
+        retake = state is not None and state[0] == k.PENDING and held is not None and owner and held[3:] == owner
+        if state is not None and state[0] != k.WAITING and not retake:
+            return defer.succeed(False)
+        slot = self._slot(u.host)
+        batch = self._kv.write_batch()
+        failures = prio = 0
+        if retake:
+            failures, prio, deadline = k.parse_active(state)
+            batch.delete(k.lease_key(deadline, u.fingerprint))
+            self._counters[1] -= 1
+        elif state is not None:
+            failures, prio = self._dequeue(batch, slot, state)
+        deadline_ms = int((self._clock.seconds() + self.pending_threshold) * 1000)
+        batch.put(k.lease_key(deadline_ms, u.fingerprint), bytes((failures, prio)) + u.url.encode())
+        batch.put(k.state_key(u.fingerprint), k.active(k.PENDING, failures, prio, deadline_ms))
+        self._counters[1] += 1
+        self._leased[u.url] = [u.fingerprint, u.host, False] + owner
+        self._lease_bound = min(self._lease_bound, deadline_ms / 1000.0)
+        self._commit(batch, (slot,))
+        return defer.succeed(True)
+
+    # -- the seen set and batch numbers ---------------------------------------------
+
+    def seen_filter(self, urls: Iterable[str]) -> defer.Deferred[list[str]]:
+        """The canonical forms of ``urls`` the pool has never seen (in any state), without duplicates."""
+        kv_get = self._kv.get
+        fresh: dict[int, str] = {}
+        for u in map(self._parse, urls):
+            if u is not None and u.fingerprint not in fresh and kv_get(k.state_key(u.fingerprint)) is None:
+                fresh[u.fingerprint] = u.url
+        return defer.succeed(list(fresh.values()))
+
+    def seen_add(self, urls: Iterable[str]) -> defer.Deferred[int]:
+        """Record ``urls`` as sent in a batch (a final state here); fires with the number newly recorded."""
+        batch = self._kv.write_batch()
+        marked: set[int] = set()
+        for u in map(self._parse, urls):
+            if u is not None and u.fingerprint not in marked and self._kv.get(k.state_key(u.fingerprint)) is None:
+                marked.add(u.fingerprint)
+                batch.put(k.state_key(u.fingerprint), k.BATCHED)
+        if marked:
+            self._counters[5] += len(marked)
+            self._commit(batch, ())
+        return defer.succeed(len(marked))
+
+    def next_batch(self, count: int = 1) -> defer.Deferred[int]:
+        """Reserve ``count`` batch numbers, unique for the life of the store; fires with the first."""
+        last = k.from_u64(self._kv.get(k.BATCH_NUMBER, k.u64(0)))[0]
+        self._kv.put(k.BATCH_NUMBER, k.u64(last + count))
+        return defer.succeed(last + 1)
+
+    # -- statuses -------------------------------------------------------------------
+
+    def fetched(self, url: str) -> defer.Deferred[None]:
+        """The request for a handed-out URL is over: free its host slot (the lease stays until set_status)."""
+        self._release(self._leased.get(url))
+        return defer.succeed(None)
+
+    def set_status(self, url: str, status_code: int, reason: str | None = None) -> defer.Deferred[None]:
+        batch = self._kv.write_batch()
+        slot = self._status_into(batch, url, status_code, None, reason)
+        if slot is not None:
+            self._commit(batch, (slot,))
+        return defer.succeed(None)
+
+    def set_statuses(
+        self, statuses: Iterable[tuple[Any, ...]], checkpoint: tuple[str, int] | None = None
+    ) -> defer.Deferred[None]:
+        """Record several outcomes (``(url, code)`` or ``(url, code, reason)``) and ``checkpoint`` (a name and
+        a count) in one atomic write.
+
+        A write with a checkpoint is synced (LevelDB's log fsynced): the writer
+        that sets it made its data durable first and counts on the pool to keep
+        the checkpoint through a power cut; the writes before it are synced with it.
+        """
+        batch = self._kv.write_batch(sync=checkpoint is not None)
+        slots: dict[str, HostSlot] = {}
+        done: set[int] = set()
+        for url, code, *reason in statuses:
+            slot = self._status_into(batch, url, code, done, *reason)
+            if slot is not None:
+                slots[slot.host] = slot
+        if checkpoint is not None:
+            name, value = checkpoint
+            batch.put(k.checkpoint_key(name), k.u64(value))
+        if slots or checkpoint is not None:
+            self._commit(batch, slots.values())
+        return defer.succeed(None)
+
+    def _status_into(self, batch: Any, url: str, code: int, done: set[int] | None,
+                     reason: str | None = None) -> HostSlot | None:
+        """End ``url``'s lease (this process's record of it) and put its new state in ``batch``, unless its
+        fingerprint is in ``done`` (given twice in one write); the host slot touched, or None."""
+        self._touched += 1
+        leased = self._leased.pop(url, None)
+        u = URL(url, leased[1], leased[0]) if leased is not None else self._parse(url)
+        if leased is None and u is not None:  # a redirect target's URL, maybe not in canonical form
+            leased = self._leased.pop(u.url, None)
+        self._release(leased)
+        if u is None or (done is not None and u.fingerprint in done):
+            return None
+        if done is not None:
+            done.add(u.fingerprint)
+        return self._set_status(batch, u, code, reason)
+
+    def _set_status(self, batch: Any, u: URL, code: int, reason: str | None = None) -> HostSlot | None:
+        """Put the change of one URL's state in ``batch``; the host slot it touched, or None (already final)."""
+        skey = k.state_key(u.fingerprint)
+        state = self._kv.get(skey)
+        counters = self._counters
+        slot = self._slot(u.host)
+        failures = prio = 0
+        known = state is not None  # a hub or a redirect target with no state of its own has no kind
+        if state is not None and state[0] == k.PENDING:
+            failures, prio, deadline = k.parse_active(state)
+            batch.delete(k.lease_key(deadline, u.fingerprint))
+            counters[1] -= 1
+            again = self._again.pop(u.fingerprint, None)
+            if again is not None:  # added again while leased: this fetch's outcome makes way for a new one
+                self._enqueue(batch, u.url, u.fingerprint, slot, again, 0)
+                return slot
+        elif state is not None and state[0] == k.WAITING:
+            failures, prio = self._dequeue(batch, slot, state)
+        elif state is not None:
+            return None  # already final
+        if code in self._done_codes:
+            batch.put(skey, self._done_state(batch, u.url, u.host, u.fingerprint, prio) if known else k.DONE)
+            counters[2] += 1
+            if failures:
+                batch.delete(k.failure_key(u.fingerprint))
+        elif code in self._final_codes or failures >= self.failure_threshold:
+            batch.put(skey, k.FAILED)
+            counters[3] += 1
+            self._note_failure(batch, u, code, reason, failures + 1, final=True)
+        else:
+            self._enqueue(batch, u.url, u.fingerprint, slot, prio, failures + 1)
+            self._note_failure(batch, u, code, reason, failures + 1, final=False)
+        return slot
+
+    def _note_failure(self, batch: Any, u: URL, code: int, reason: str | None, failures: int, final: bool) -> None:
+        """Keep why ``u`` failed (its last failure) in its ``E`` entry; a final failure is logged (debug)."""
+        why = st.recorded(code, reason)
+        batch.put(k.failure_key(u.fingerprint), k.pack_failure(self._clock.seconds(), failures, why))
+        if final:
+            log.debug("{url} failed for good: {reason}", url=u.url, reason=why)
+
+    # -- checkpoints ----------------------------------------------------------------
+
+    def checkpoint(self, name: str) -> defer.Deferred[int | None]:
+        """The count last recorded under ``name`` by ``set_statuses``, or None."""
+        value = self._kv.get(k.checkpoint_key(name))
+        return defer.succeed(None if value is None else k.from_u64(value)[0])
+
+    def drop_checkpoint(self, name: str) -> defer.Deferred[None]:
+        self._kv.delete(k.checkpoint_key(name))
+        return defer.succeed(None)
+

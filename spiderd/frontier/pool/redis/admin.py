@@ -1,0 +1,80 @@
+"""RedisPool's admin part (IURLPoolAdmin): why, export and import, over the shared Redis layout."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from twisted.internet import defer
+
+from spiderd.core.urls import URL, registered_domain
+from spiderd.frontier.pool.crawled import link_info
+from spiderd.frontier.pool.records import counts, sort_records
+from spiderd.frontier.pool.redis.export import FINGERPRINT, RedisExport, parse_failure
+from spiderd.frontier.pool.shared import why_head, why_host, why_parse
+
+STATES = {"0": "list", "1": "detail"}
+
+
+class RedisAdmin:
+    """RedisPool's answers for operators and tools: why (one script), export (a reader), import_states."""
+
+    prefix: str
+    namespace: str
+    _bits: int
+    _max_url_length: int
+    _run: Callable[..., defer.Deferred[Any]]  # RedisPool's: a script, after the statuses given before
+    _execute: Callable[..., defer.Deferred[Any]]  # RedisPool's: a command, after the statuses given before
+    addmany: Callable[..., defer.Deferred[int]]
+
+    # -- why ------------------------------------------------------------------------
+
+    def why(self, url: str) -> defer.Deferred[dict[str, Any]]:
+        """The URL's state (kind, failures, lease), its host, last failure and linkbase entry (see IURLPoolAdmin)."""
+        u = why_parse(url, self._max_url_length)
+        if isinstance(u, dict):
+            return defer.succeed(u)
+        return self._run("why", [u.url, u.host]).addCallback(self._why, u)
+
+    def _why(self, answer: list[Any], u: URL) -> dict[str, Any]:
+        state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed, link, again, failed = answer
+        info = why_head(u, bool(int(hub)))
+        info.update(domain=registered_domain(u.host), state=state)
+        if state in ("waiting", "pending"):
+            info.update(failures=int(failures), kind=STATES[kind])
+        if state == "pending":
+            info["lease_until"] = float(lease_until)
+            if int(again):
+                info["queued_again"] = True
+        info.update(why_host(int(float(waiting)), int(inflight), float(delay), float(next_allowed)))
+        if link:
+            info.update(link_info(link))
+        if failed:
+            info["last_failure"] = parse_failure(failed)
+        return info
+
+    # -- export and import -----------------------------------------------------------
+
+    def export(self, chunk: int = 1000) -> RedisExport:
+        """A reader of every entry (see :mod:`..records`): waiting and pending URLs, then finished fingerprints."""
+        return RedisExport(self._execute, self.prefix, self.namespace, self._bits, chunk)
+
+    def import_states(self, records: Iterable[Any]) -> defer.Deferred[dict[str, Any]]:
+        """Re-add exported URLs (waiting again) and restore finished fingerprints the pool has never seen.
+
+        Fires with ``queued``, ``restored``, ``known`` and ``rejected`` (``[index, reason]``).
+        """
+        found = sort_records(records, FINGERPRINT, self._max_url_length)
+        codes = {"done": "1", "failed": "2", "batched": "3"}
+        args = [arg for fp, state in found.finals for arg in (f"{fp:016x}", codes[state])]
+        restoring = self._run("restore", args).addCallback(int) if args else defer.succeed(0)
+        adds = [restoring, self.addmany(found.urls[0]), self.addmany(found.urls[1], detail=True)]
+
+        def answer(results: list[int]) -> dict[str, Any]:
+            restored, lists, details = results
+            offered = len(found.urls[0]) + len(found.urls[1])
+            return counts(lists + details, offered, restored, len(found.finals), found.rejected)
+
+        d = defer.gatherResults(adds, consumeErrors=True).addCallback(answer)
+        return d.addErrback(lambda f: f.value.subFailure if isinstance(f.value, defer.FirstError) else f)
+
