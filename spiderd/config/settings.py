@@ -421,7 +421,7 @@ def _strings(value: Any) -> tuple[str, ...]:
 
 def _feed_template(value: Any) -> str:
     """"" (the worker's default) or a file:// / ftp:// template that renders with batch, name and time."""
-    from spiderd.feed.template import render_uri  # its errors show the template with the password redacted
+    from spiderd.core.feeduri import render_uri  # its errors show the template with the password redacted
 
     template = _expect(value, str, "a string")
     if template:
@@ -510,7 +510,7 @@ def _shards(value: list[Any]) -> tuple[str, ...]:
 
 
 def _cron(value: Any) -> str:
-    from spiderd.frontier.cron import parse
+    from spiderd.core.cron import parse
 
     text = _expect(value, str, "a string")
     if text:

@@ -16,8 +16,7 @@ import math
 import os
 from typing import Any, Callable
 
-from spiderd.feed.targets import parse_target
-from spiderd.feed.template import check_param
+from spiderd.core.feeduri import check_param, parse_target
 from spiderd.config.settings import Site
 from spiderd.core.urls import BadURL, canonicalize
 from spiderd.worker.config import FEED_SCHEMES, WorkerConfig
