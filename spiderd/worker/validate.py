@@ -17,7 +17,7 @@ import os
 from typing import Any, Callable
 
 from spiderd.core.feeduri import check_param, parse_target
-from spiderd.config.settings import Site
+from spiderd.core.rules import Site
 from spiderd.core.urls import BadURL, canonicalize
 from spiderd.worker.config import FEED_SCHEMES, WorkerConfig
 from spiderd.core.secrets import redact, redact_text
