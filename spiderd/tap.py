@@ -152,7 +152,7 @@ def _crawl(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, fetcher: A
 
 def _scheduler(settings: cfg.Settings, reactor: Any, top: Any, pool: Any, stats: Any) -> None:
     """The seed timer (``pool.seed_cron``) and the recrawler (sites with recrawl intervals), when configured."""
-    from spiderd.frontier.cron import parse
+    from spiderd.core.cron import parse
     from spiderd.frontier.scheduler import RecrawlPolicy, Recrawler, SeedTimer
 
     if settings.seed_cron:

@@ -23,14 +23,13 @@ from twisted.internet.task import Clock
 from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 from twisted.trial import unittest
 
+from spiderd.core.feeduri import parse_target, render_uri, uri_time
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import redact
 from spiderd.feed.errors import BadFeedError, FeedExistsError
 from spiderd.feed.items import ItemWriter, json_line
 from spiderd.feed.jsonl import validate_jsonl
 from spiderd.feed.shipper import FeedShipper
-from spiderd.feed.targets import parse_target
-from spiderd.feed.template import render_uri, uri_time
 from spiderd.feed.upload import upload
 
 logging.getLogger("pyftpdlib").addHandler(logging.NullHandler())  # keeps pyftpdlib from configuring logging

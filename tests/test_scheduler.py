@@ -12,7 +12,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
 from spiderd.config import settings as cfg
-from spiderd.frontier.cron import CronError, parse
+from spiderd.core.cron import CronError, parse
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.frontier.scheduler import RecrawlPolicy, Recrawler, SeedTimer, budget

@@ -15,6 +15,7 @@ from twisted.trial import unittest
 
 from spiderd.feed import schema
 from spiderd.config import settings as cfg
+from spiderd.core.rules import Site
 from spiderd import tap
 from spiderd.demo.config import DEMO
 from spiderd.demo.site import SiteSpec, listen
@@ -30,11 +31,11 @@ HIGH, LOW = "http://shop.example/item/11.html", "http://shop.example/item/1.html
 PAGE = b"<html><h1 class='title'>A</h1><a rel='tag'>x</a><a rel='tag'>y</a></html>"
 
 
-def demo_sites(**changes: Any) -> tuple[cfg.Site, ...]:
+def demo_sites(**changes: Any) -> tuple[Site, ...]:
     return cfg.from_dict({"sites": [dict(DEMO["sites"][0], **changes)]}, "<test>").sites
 
 
-def check_lines(lines: list[str], sites: tuple[cfg.Site, ...]) -> list[dict[str, Any]]:
+def check_lines(lines: list[str], sites: tuple[Site, ...]) -> list[dict[str, Any]]:
     """Decode the lines and assert each fits the declared columns, with urlhash the signed fingerprint of url."""
     declared = schema.columns(sites)
     decoded = [json.loads(line) for line in lines]

@@ -10,7 +10,7 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
-from spiderd.frontier.cron import parse
+from spiderd.core.cron import parse
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool.redis.link import parse_redis_url
 from spiderd.frontier.pool.redis.pool import DOMAIN_SWEEP_EVERY

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from spiderd.config import settings as cfg
+from spiderd.config.schema import SCHEMA
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -187,7 +188,7 @@ def _wrong_value(kind: str) -> object:
 
 
 def _every_key() -> list[tuple[str, str, str]]:
-    return [(section, key, kind) for section, keys in cfg._SCHEMA.items() for key, (_, kind) in keys.items()]
+    return [(section, key, kind) for section, keys in SCHEMA.items() for key, (_, kind) in keys.items()]
 
 
 @pytest.mark.parametrize("section, key, kind", _every_key(), ids=[f"{s}.{k}" for s, k, _ in _every_key()])

@@ -620,7 +620,7 @@ class SecurityTests(WorkerTestBase):
 
     def test_upload_never_writes_through_a_planted_link(self) -> None:
         """A symbolic link planted at the temporary name of a local feed delivery is replaced, not followed."""
-        from spiderd.feed.targets import parse_target
+        from spiderd.core.feeduri import parse_target
         from spiderd.feed.upload import upload
 
         outside = os.path.join(self.tmp, "victim.txt")

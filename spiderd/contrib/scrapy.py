@@ -38,6 +38,7 @@ import scrapy
 from scrapy.http import Response
 
 from spiderd.config import settings as cfg
+from spiderd.core.rules import Site
 from spiderd.fetch.extract import Rules, extract
 from spiderd.core.urls import BadURL, canonicalize
 
@@ -79,7 +80,7 @@ def parse_start_urls(value: Any) -> list[str]:
     return list(value)
 
 
-def load_site(path: Any, name: str) -> tuple[cfg.Settings, cfg.Site]:
+def load_site(path: Any, name: str) -> tuple[cfg.Settings, Site]:
     """spiderd's settings at ``path`` and their site called ``name``."""
     if not path:
         raise DistributedSpiderError(
@@ -113,7 +114,7 @@ class DistributedSpider(scrapy.Spider):
 
     start_urls_given: list[str]
     spiderd_settings: cfg.Settings
-    spiderd_site: cfg.Site
+    spiderd_site: Site
     spiderd_rules: Rules
 
     @classmethod

@@ -22,7 +22,7 @@ import re
 import sys
 from typing import Any, Iterable
 
-from spiderd.config.settings import Field, Site
+from spiderd.core.rules import Field, Site
 
 FIXED = (("url", "STRING"), ("urlhash", "BIGINT"), ("status", "INT"), ("fetched_at", "DOUBLE"))
 _BOUNDS = {"BIGINT": 2**63, "INT": 2**31}

@@ -2,8 +2,8 @@
 (FTP, or a local directory) in the background, retrying until they go through.
 
 A file is checked (:mod:`spiderd.feed.jsonl`) and uploaded (:mod:`spiderd.feed.upload`) to the target its URI names
-(:mod:`spiderd.feed.targets`; templates are rendered by :mod:`spiderd.feed.template`).  A refused file (bad JSON
-lines, or its final name taken) is quarantined with a clear error.
+(:mod:`spiderd.core.feeduri`, which also renders the templates).  A refused file (bad JSON lines, or its final name
+taken) is quarantined with a clear error.
 
 The spool (``spool_dir``)::
 
@@ -35,13 +35,13 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from spiderd.core.blocking import Lane
+from spiderd.core.feeduri import parse_target
 from spiderd.core.fsutil import fsync_dir, fsync_file, unlink_quietly, write_atomically
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import mask_secret, redact
 from spiderd.feed.errors import BadFeedError, FeedExistsError
 from spiderd.feed.jsonl import validate_jsonl
-from spiderd.feed.targets import parse_target
 from spiderd.feed.upload import Abort, upload
 
 log = Logger()

@@ -1,4 +1,4 @@
-"""Blocking uploads of one feed file to its :class:`~spiderd.feed.targets.Target`: over FTP, or into a local
+"""Blocking uploads of one feed file to its :class:`~spiderd.core.feeduri.Target`: over FTP, or into a local
 directory (run them in a thread).
 
 Uploads go to ``.<name>.part`` in the target directory (hidden, and not ``*.jl``, so neither a Spark glob nor
@@ -18,9 +18,9 @@ import socket
 import threading
 from typing import Any, BinaryIO, Callable
 
+from spiderd.core.feeduri import Target
 from spiderd.core.fsutil import fsync_dir, unlink_quietly
 from spiderd.feed.errors import FeedError, FeedExistsError
-from spiderd.feed.targets import Target
 
 
 class Abort:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal
 from lxml import etree
 from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding, read_bom
 
-from spiderd.config.settings import Site
+from spiderd.core.rules import Site
 from spiderd.core.urls import MAX_URL_LENGTH, BadURL, canonicalize, fingerprint, host_of, to_signed64
 
 Kind = Literal["list", "detail"]

@@ -37,7 +37,7 @@ from typing import IO, Any
 from spiderd.core.compression import compress
 from spiderd.core.memory import keep_heap
 from spiderd.fetch.extract import MAX_LINKS, Extracted, Rules, extract
-from spiderd.config.settings import Field, Site
+from spiderd.core.rules import Field, Site
 
 HEADER = struct.Struct(">I")
 MAX_MESSAGE = 64 * 1024 * 1024

@@ -1,7 +1,7 @@
 """Clock-driven jobs on the pool: the seed timer (seed 002) and recrawl (seed 004).
 
 Seed timer.  ``[pool] seed_cron`` (cron, or Quartz with seconds first such as
-seed 002's ``0 10 1 * * ?``; see :mod:`spiderd.frontier.cron`) queues the seeds again
+seed 002's ``0 10 1 * * ?``; see :mod:`spiderd.core.cron`) queues the seeds again
 with ``always=True`` (a done seed is fetched again) at every firing.  The seeds
 are the pool's ``seed_urls()``, read at the firing: on Redis every member of
 seed 002's ``spider.seed.urls`` (the nodes' configured seeds, added at start
@@ -51,7 +51,7 @@ from twisted.application.service import Service
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
-from spiderd.frontier.cron import Cron, CronError
+from spiderd.core.cron import Cron, CronError
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.urls import registered_domain
 

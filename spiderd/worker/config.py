@@ -77,7 +77,7 @@ class WorkerConfig:
     def feed_roots(self) -> tuple[str, ...]:
         """The local directories that a job's file:// feed may be written under: the fixed part of the
         default feed's directory, and ``feed_dirs``."""
-        from spiderd.feed.targets import parse_target
+        from spiderd.core.feeduri import parse_target
 
         roots = [os.path.normpath(d) for d in self.feed_dirs]
         target = parse_target(self.default_feed_uri)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from spiderd.feed.template import uri_time
+from spiderd.core.feeduri import uri_time
 from spiderd.core.fsutil import fsync_dir, unlink_quietly, write_atomically, write_many_atomically
 
 log = Logger()

@@ -54,13 +54,13 @@ class WorkerService(Service):
         """Raises :class:`~.config.WorkerConfigError` for settings that cannot (or must not) run.
 
         ``rules`` defaults to ``parser.rules`` (the spiders are its sites); ``render_uri`` to
-        :mod:`spiderd.feed.template`'s; ``incoming_dir`` to the shipper's spool ``incoming/`` directory; ``clock`` (the
+        :mod:`spiderd.core.feeduri`'s; ``incoming_dir`` to the shipper's spool ``incoming/`` directory; ``clock`` (the
         job pipeline's timers: retries, per-host delays) to the reactor.
         """
         config.check()
         self.setName("worker")
         if render_uri is None:
-            from spiderd.feed.template import render_uri
+            from spiderd.core.feeduri import render_uri
         self.config = config
         self.shipper = shipper
         self._reactor = reactor

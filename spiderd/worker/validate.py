@@ -19,9 +19,8 @@ from typing import Any, Callable, Iterator
 from twisted.internet import defer, task
 from twisted.internet.defer import Deferred
 
-from spiderd.feed.targets import parse_target
-from spiderd.feed.template import check_param
-from spiderd.config.settings import Site
+from spiderd.core.feeduri import check_param, parse_target
+from spiderd.core.rules import Site
 from spiderd.core.urls import BadURL, canonicalize
 from spiderd.worker.config import FEED_SCHEMES, WorkerConfig
 from spiderd.core.secrets import redact, redact_text

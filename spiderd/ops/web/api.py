@@ -21,7 +21,7 @@ from twisted.python.failure import Failure
 from twisted.web import http
 from twisted.web.server import NOT_DONE_YET, Request
 
-from spiderd.config import settings as cfg
+from spiderd.config.convert import MAX_SECONDS, finite_number
 from spiderd.core.net.guard import foreign_request
 from spiderd.frontier.pool.redis.link import RedisPoolError
 from spiderd.core.urls import BadURL, canonicalize
@@ -327,10 +327,10 @@ def _seconds(body: dict[str, Any], key: str) -> float | None:
     if value is None:
         return None
     try:
-        seconds = cfg.finite_number(value)
+        seconds = finite_number(value)
     except (TypeError, ValueError):
         seconds = 0.0
     if not seconds > 0:
-        raise ApiError(f"{key!r} must be a number of seconds, more than 0 and at most {cfg.MAX_SECONDS:.0e}, "
+        raise ApiError(f"{key!r} must be a number of seconds, more than 0 and at most {MAX_SECONDS:.0e}, "
                        f"got {value!r}")
     return seconds

@@ -13,7 +13,7 @@ value", allowed in one of the two day fields) stands for ``*``, and Quartz's
 day-of-week numbers 1-7 (Sunday = 1) become cron's 0-6, also in ``6#3`` (the
 third Friday) and ``6L`` (the last Friday).  Names (``MON-FRI``) are the same
 in both.  Times are the host's local time zone (as cron and Quartz use) unless
-another one is given.  No Twisted here: settings validates with it.
+another one is given.  No Twisted here: the configuration validates with it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,336 @@
+"""The value converters of the configuration: one per kind of key, each a type and range check.
+
+A converter takes the TOML value and returns the setting's value, or raises TypeError or ValueError saying why;
+:func:`convert` turns that into the one-line :class:`ConfigError` naming the file and the key, with any password
+redacted.  The schema (:mod:`spiderd.config.schema`) names each key's kind.  Nothing here knows a component: the
+domain checks use the pure helpers of :mod:`spiderd.core` (feed URI templates, cron expressions, URLs).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any
+
+from spiderd.core.cron import parse as parse_cron
+from spiderd.core.feeduri import render_uri
+from spiderd.core.rules import HostRule
+from spiderd.core.secrets import redact_text
+
+ROLES = ("all", "frontier", "worker")
+POOL_BACKENDS = ("leveldb", "memory", "redis")
+
+
+class ConfigError(ValueError):
+    """A bad configuration: the message names the file and the key."""
+
+
+def convert(kind: str, value: Any, where: str) -> Any:
+    """``value`` converted as ``kind`` (a key of CONVERTERS), or ConfigError: ``where``, then why, passwords redacted."""
+    converter = CONVERTERS[kind]
+    try:
+        return converter(value)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {_redacted(str(e))}") from None
+
+
+def _redacted(message: str) -> str:
+    """``message`` with the password of every URI in it replaced by ``***`` (errors go to logs); the
+    placeholders of a usage hint (``USER:PASS@``) stay as they are."""
+    protected = _HINT.sub(lambda m: f"\0{m.group(1)}\0", message)
+    return re.sub("\0(PASS|PASSWORD)\0", r":\1@", redact_text(protected))
+
+
+_HINT = re.compile(r":(PASS|PASSWORD)@")
+
+
+def expect(value: Any, types: type | tuple[type, ...], what: str) -> Any:
+    """``value`` if it is of ``types`` (a boolean only where ``bool`` is asked for); TypeError naming ``what``."""
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise TypeError(f"expected {what}, got {value!r}")
+    if not isinstance(value, types):
+        raise TypeError(f"expected {what}, got {value!r}")
+    return value
+
+
+MAX_SECONDS = 1e9  # about 31 years: the largest duration (or number) a setting or a request may give
+
+
+def finite_number(value: Any) -> float:
+    """``value`` as a float; refuses booleans, non-numbers, NaN, infinities and magnitudes over MAX_SECONDS."""
+    number = float(expect(value, (int, float), "a number"))
+    if not math.isfinite(number) or abs(number) > MAX_SECONDS:
+        raise ValueError(f"must be a finite number of at most {MAX_SECONDS:.0e}, got {value!r}")
+    return number
+
+
+_number = finite_number
+
+
+def _positive(value: Any) -> float:
+    number = _number(value)
+    if not number > 0:
+        raise ValueError(f"must be greater than 0, got {value!r}")
+    return number
+
+
+def _non_negative(value: Any) -> float:
+    number = _number(value)
+    if not number >= 0:
+        raise ValueError(f"must be 0 or more, got {value!r}")
+    return number
+
+
+def _count(value: Any) -> int:
+    number = expect(value, int, "an integer")
+    if number < 0:
+        raise ValueError(f"must be 0 or more, got {value!r}")
+    return number
+
+
+def _percent(value: Any) -> int:
+    number = _count(value)
+    if not 1 <= number <= 100:
+        raise ValueError(f"must be 1..100 (a percentage), got {value!r}")
+    return number
+
+
+def _positive_int(value: Any) -> int:
+    number = _count(value)
+    if number == 0:
+        raise ValueError("must be 1 or more, got 0")
+    return number
+
+
+def _choice(options: tuple[str, ...]) -> Any:
+    def check(value: Any) -> str:
+        if expect(value, str, "a string") not in options:
+            raise ValueError(f"must be one of {', '.join(options)}, got {value!r}")
+        return value
+
+    return check
+
+
+def strings(value: Any) -> tuple[str, ...]:
+    """A list of strings, as a tuple."""
+    items = expect(value, list, "a list of strings")
+    for item in items:
+        expect(item, str, "a list of strings")
+    return tuple(items)
+
+
+def _feed_template(value: Any) -> str:
+    """"" (the worker's default) or a file:// / ftp:// template that renders with batch, name and time (the errors
+    of render_uri show the template with its password redacted)."""
+    template = expect(value, str, "a string")
+    if template:
+        render_uri(template, {"batch": "1", "name": "spider", "time": "2026-01-01T00-00-00+00-00"})
+    return template
+
+
+def _abs_dirs(value: Any) -> tuple[str, ...]:
+    dirs = strings(value)
+    for d in dirs:
+        if not d.startswith("/"):
+            raise ValueError(f"expected absolute directories, got {d!r}")
+    return tuple(os.path.normpath(d) for d in dirs)
+
+
+def _urls(value: Any) -> tuple[str, ...]:
+    from spiderd.core.urls import BadURL, canonicalize
+
+    items = strings(value)
+    for item in items:
+        try:
+            canonicalize(item)
+        except BadURL as e:
+            raise ValueError(f"bad URL {item!r} ({e.reason})") from None
+    return items
+
+
+def _header(value: Any) -> str:
+    text = expect(value, str, "a string")
+    if not text or any(c in text for c in "\r\n\0"):
+        raise ValueError("must be a non-empty single line")
+    return text
+
+
+def _addresses(value: Any) -> tuple[str, ...]:
+    import ipaddress
+
+    items = strings(value)
+    for item in items:
+        ipaddress.ip_address(item)
+    return items
+
+
+def _workers(value: Any) -> int:
+    number = expect(value, int, "an integer")
+    if number < -1 or number > 64:
+        raise ValueError(f"must be -1 (one per CPU), 0 (in the main process) or 1..64, got {value!r}")
+    return number
+
+
+def _store_url(value: Any) -> str | tuple[str, ...]:
+    if isinstance(value, list):
+        return _shards(value)
+    text = expect(value, str, "a string or a list of mysql:// URLs")
+    if text != "none" and not re.match(r"^(sqlite:///.+|mysql://.+)$", text):
+        raise ValueError(f"expected sqlite:///PATH, mysql://USER:PASS@HOST:PORT/DB or none, got {text!r}")
+    if text.startswith("mysql://"):
+        _network_port(text)
+    return text
+
+
+def _network_port(url: str) -> None:
+    """Refuse a URL whose port is not a number in 1..65535 (urllib would raise later, with a traceback)."""
+    from urllib.parse import urlsplit
+
+    try:
+        port = urlsplit(url).port
+    except ValueError:
+        port = 0
+    if port == 0:  # None (no port: the default) is fine
+        raise ValueError(f"the port of {url!r} must be a number in 1..65535")
+
+
+def _shards(value: list[Any]) -> tuple[str, ...]:
+    """MySQL shards: one or more distinct mysql:// URLs (a page goes to shard urlhash % count)."""
+    urls = strings(value)
+    if not urls:
+        raise ValueError("a list of shards needs at least one mysql:// URL")
+    for url in urls:
+        if not url.startswith("mysql://"):
+            raise ValueError(f"shards must be mysql:// URLs, got {url.partition('://')[0] + '://...'!r}")
+        _network_port(url)
+    if len(set(urls)) != len(urls):
+        raise ValueError("the same shard is listed twice")
+    return urls
+
+
+def _cron(value: Any) -> str:
+    text = expect(value, str, "a string")
+    if text:
+        parse_cron(text)  # CronError is a ValueError: one line naming pool.seed_cron
+    return text
+
+
+def _ratio(value: Any) -> float:
+    number = _number(value)
+    if not 0 <= number <= 1:
+        raise ValueError(f"must be between 0 and 1, got {value!r}")
+    return number
+
+
+def _preset(value: Any) -> int:
+    number = expect(value, int, "an integer")
+    if not 0 <= number <= 9:
+        raise ValueError(f"must be 0..9, got {value!r}")
+    return number
+
+
+def _hosts(value: Any) -> dict[str, HostRule]:
+    table = expect(value, dict, "a table of host tables")
+    rules = {}
+    for host, rule in table.items():
+        rule = expect(rule, dict, f"a table for host {host!r}")
+        unknown = set(rule) - {"delay", "concurrency"}
+        if unknown:
+            raise ValueError(f"host {host!r}: unknown key {sorted(unknown)[0]!r} (known: delay, concurrency)")
+        rules[host.lower()] = HostRule(
+            _non_negative(rule.get("delay", 0.0)), _positive_int(rule.get("concurrency", 1))
+        )
+    return rules
+
+
+def _redis_url(value: Any) -> str:
+    text = expect(value, str, "a string")
+    if not re.match(r"^redis://([^@/]*@)?[^/:@]+(:\d+)?(/\d+)?$", text):
+        raise ValueError("expected redis://[:PASSWORD@]HOST[:PORT][/DB]")
+    _network_port(text)
+    return text
+
+
+def _targets(value: Any) -> tuple[str, ...]:
+    items = strings(value)
+    for item in items:
+        if item != "local" and not re.match(r"^(https?://([^@/]*@)?)?[^/:@\s]+:\d+/?$", item):
+            raise ValueError(f"expected \"local\", HOST:PORT or http://[USER:PASS@]HOST:PORT, got {item!r}")
+        if item != "local":
+            _network_port(item if "://" in item else "http://" + item)
+    return items
+
+
+def _name(value: Any) -> str:
+    text = expect(value, str, "a string")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", text):
+        raise ValueError(f"expected letters, digits, '_', '.' or '-', got {text!r}")
+    return text
+
+
+def _port(value: Any) -> int:
+    number = expect(value, int, "an integer")
+    if not -1 <= number <= 65535:
+        raise ValueError(f"must be 0..65535 (or -1: 6800 for the worker role, any free port otherwise), got {value!r}")
+    return number
+
+
+def _bucket_bits(value: Any) -> int:
+    number = expect(value, int, "an integer")
+    if not 14 <= number <= 24:
+        raise ValueError(f"must be 14..24 (2**bits seen buckets of about 512 URLs each), got {value!r}")
+    return number
+
+
+def _api_port(value: Any) -> int:
+    number = expect(value, int, "an integer")
+    if not 0 <= number <= 65535:
+        raise ValueError(f"must be 0..65535 (0: any free port, logged at start), got {value!r}")
+    return number
+
+
+def _token(value: Any) -> str:
+    text = expect(value, str, "a string")
+    if text and not re.fullmatch(r"[\x21-\x7e]+", text):
+        raise ValueError("must be printable ASCII without spaces (it is sent as 'Authorization: Bearer TOKEN')")
+    return text
+
+
+def _setting_bytes(value: Any) -> int:
+    number = expect(value, int, "an integer")
+    if not 4096 <= number <= 131000:
+        raise ValueError(f"must be 4096..131000 (Linux caps one argument at 128 KiB), got {value!r}")
+    return number
+
+
+CONVERTERS: dict[str, Any] = {
+    "str": lambda v: expect(v, str, "a string"),
+    "bool": lambda v: expect(v, bool, "true or false"),
+    "role": _choice(ROLES),
+    "backend": _choice(POOL_BACKENDS),
+    "positive": _positive,
+    "non_negative": _non_negative,
+    "count": _count,
+    "percent": _percent,
+    "positive_int": _positive_int,
+    "urls": _urls,
+    "header": _header,
+    "addresses": _addresses,
+    "workers": _workers,
+    "store_url": _store_url,
+    "preset": _preset,
+    "hosts": _hosts,
+    "redis_url": _redis_url,
+    "targets": _targets,
+    "name": _name,
+    "port": _port,
+    "setting_bytes": _setting_bytes,
+    "cron": _cron,
+    "ratio": _ratio,
+    "api_port": _api_port,
+    "token": _token,
+    "abs_dirs": _abs_dirs,
+    "bucket_bits": _bucket_bits,
+    "feed_template": _feed_template,
+}

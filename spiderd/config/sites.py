@@ -1,0 +1,101 @@
+"""The ``[[sites]]`` tables of the configuration, validated into :class:`~spiderd.core.rules.Site` rules.
+
+Hosts are lowercased, URL patterns compiled once to prove them, and each field's selector compiled to an XPath
+(``css:`` selectors translated) and evaluated once against a probe page, so a bad rule is one line at load.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from lxml import etree
+
+from spiderd.config.convert import ConfigError, convert, strings
+from spiderd.config.schema import SITE_KEYS
+from spiderd.core.rules import Field, Site
+
+
+def load_sites(value: Any, source: str) -> tuple[Site, ...]:
+    """The ``[[sites]]`` array of tables as Sites; ConfigError naming ``sites[i].key`` otherwise."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{source}: sites: expected an array of tables ([[sites]])")
+    return tuple(_site(table, f"{source}: sites[{i}]") for i, table in enumerate(value))
+
+
+def _site(table: Any, where: str) -> Site:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table")
+    for key in table:
+        if key not in SITE_KEYS:
+            raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(sorted(SITE_KEYS))})")
+    name = convert("str", table.get("name", ""), f"{where}.name") or where
+    try:
+        hosts = tuple(h.lower() for h in strings(table.get("allowed_hosts", [])))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}.allowed_hosts: {e}") from None
+    if not hosts:
+        raise ConfigError(f"{where}.allowed_hosts: at least one host is needed")
+    return Site(
+        name=name,
+        allowed_hosts=hosts,
+        list_urls=_regexes(table.get("list_urls", []), f"{where}.list_urls"),
+        detail_urls=_regexes(table.get("detail_urls", []), f"{where}.detail_urls"),
+        fields=_fields(table.get("fields", {}), f"{where}.fields"),
+        follow_detail_links=convert("bool", table.get("follow_detail_links", False), f"{where}.follow_detail_links"),
+        recrawl_list=convert("non_negative", table.get("recrawl_list", 0), f"{where}.recrawl_list"),
+        recrawl_detail=convert("non_negative", table.get("recrawl_detail", 0), f"{where}.recrawl_detail"),
+    )
+
+
+def _regexes(value: Any, where: str) -> tuple[str, ...]:
+    try:
+        patterns = strings(value)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {e}") from None
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise ConfigError(f"{where}: bad regular expression {pattern!r}: {e}") from None
+    return patterns
+
+
+def _fields(value: Any, where: str) -> tuple[Field, ...]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a table of name = selector")
+    result = []
+    for name, spec in value.items():
+        here = f"{where}.{name}"
+        every = False
+        if isinstance(spec, dict):
+            unknown = set(spec) - {"xpath", "css", "all"}
+            if unknown or len({"xpath", "css"} & set(spec)) != 1:
+                raise ConfigError(f"{here}: expected {{xpath = ...}} or {{css = ...}}, optionally all = true")
+            every = convert("bool", spec.get("all", False), f"{here}.all")
+            spec = spec.get("xpath") or ("css:" + str(spec.get("css")))
+        if not isinstance(spec, str) or not spec.strip():
+            raise ConfigError(f"{here}: expected an XPath, 'css:SELECTOR' or a table, got {spec!r}")
+        result.append(Field(name, _compile_selector(spec, here), every))
+    return tuple(result)
+
+
+def _compile_selector(spec: str, where: str) -> str:
+    """The XPath of a selector: XPath as given, ``css:`` selectors translated (``::text``, ``::attr(x)`` work)."""
+    if spec.startswith("css:"):
+        from parsel.csstranslator import HTMLTranslator
+
+        try:
+            xpath = HTMLTranslator().css_to_xpath(spec[4:].strip())
+        except Exception as e:  # cssselect raises several unrelated types
+            raise ConfigError(f"{where}: bad CSS selector {spec[4:]!r}: {e}") from None
+    else:
+        xpath = spec
+    try:
+        etree.XPath(xpath)(_PROBE)  # evaluated once: an unknown function, prefix or variable fails only here
+    except etree.XPathError as e:
+        raise ConfigError(f"{where}: bad XPath {spec!r}: {e}") from None
+    return xpath
+
+
+_PROBE = etree.fromstring("<html><body><a href='x'>probe</a></body></html>")
