@@ -56,7 +56,8 @@ class Cron:
             return self.tz  # type: ignore[no-any-return]
         from dateutil.tz import tzlocal
 
-        return tzlocal()
+        zone: tzinfo = tzlocal()
+        return zone
 
 
 def parse(expression: str, tz: tzinfo | None = None) -> Cron:
