@@ -102,9 +102,7 @@ def build(settings: cfg.Settings, reactor: Any, demo: bool = False, signals: boo
     parser.setServiceParent(top)
     fetcher = _fetcher(settings, reactor, pool)
     Closer("fetcher", fetcher.close).setServiceParent(top)
-    worker = _worker(settings, reactor, fetcher, parser, store, top)
-    if worker is not None:
-        worker.count_fetches(stats)
+    worker = _worker(settings, reactor, fetcher, parser, store, top, stats)
     if pool is not None:
         _crawl(settings, reactor, top, pool, fetcher, parser, store, stats, worker, demo)
     _api(settings, reactor, top, stats, pool, fetcher, parser, signals)
@@ -229,7 +227,8 @@ def _store(settings: cfg.Settings, reactor: Any, top: Any) -> Any:
     return store
 
 
-def _worker(settings: cfg.Settings, reactor: Any, fetcher: Any, parser: Any, store: Any, top: Any) -> Any:
+def _worker(settings: cfg.Settings, reactor: Any, fetcher: Any, parser: Any, store: Any, top: Any,
+            stats: Any) -> Any:
     """The Scrapyd-compatible worker and its feed shipper: in the worker role, and in "all" with a local target."""
     if settings.role != "worker" and not (settings.role == "all" and "local" in settings.batch_targets):
         return None
@@ -240,7 +239,8 @@ def _worker(settings: cfg.Settings, reactor: Any, fetcher: Any, parser: Any, sto
                           stop_timeout=settings.feed_stop_timeout, lane=top.blocking.lane("feed", 3))
     shipper.setServiceParent(top)
     try:
-        worker = build_worker(settings, reactor, fetcher, parser, store, shipper, top.blocking.lane("worker-io"))
+        worker = build_worker(settings, reactor, fetcher, parser, store, shipper, top.blocking.lane("worker-io"),
+                              stats)
     except WorkerConfigError as e:
         raise cfg.ConfigError(f"{settings.source}: {e}") from None
     worker.setServiceParent(top)
