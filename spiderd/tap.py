@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 from typing import Any
 
@@ -295,18 +294,6 @@ def _api(settings: cfg.Settings, reactor: Any, top: Any, stats: Any, pool: Any, 
 
 
 def _fetcher(settings: cfg.Settings, reactor: Any, pool: Any) -> Any:
-    from spiderd.fetch.fetcher import FetchConfig, Fetcher
-    from spiderd.fetch.robots import ROBOTS_REDIRECTS, Robots
+    from spiderd.fetch.fetcher import Fetcher, fetch_config
 
-    config = FetchConfig(
-        user_agent=settings.user_agent, connect_timeout=settings.connect_timeout, timeout=settings.timeout,
-        max_body_size=settings.max_body_size, max_redirects=settings.max_redirects,
-        per_host_connections=settings.per_host_concurrency, keepalive_timeout=settings.keepalive_timeout,
-        dns_cache_ttl=settings.dns_cache_ttl, source_addresses=settings.source_addresses,
-    )
-    fetcher = Fetcher(reactor, config)
-    if settings.robots:
-        on_delay = pool.set_host_delay if pool is not None else None
-        fetch_robots = functools.partial(fetcher.fetch_raw, redirects=ROBOTS_REDIRECTS)
-        fetcher.robots = Robots(fetch_robots, reactor, settings.user_agent, on_delay=on_delay)
-    return fetcher
+    return Fetcher(reactor, fetch_config(settings), on_crawl_delay=pool.set_host_delay if pool is not None else None)
