@@ -177,40 +177,9 @@ def _when_idle(batcher: Any, worker: Any, reactor: Any) -> Any:
 
 
 def _pool_service(settings: cfg.Settings, reactor: Any, top: Any) -> Any:
-    from spiderd.frontier.politeness import Politeness
-    from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
-    from spiderd.frontier.pool.service import PoolService
-    from spiderd.frontier.scheduler import RecrawlPolicy
+    from spiderd.frontier.pool.service import pool_service
 
-    overrides = {host: (rule.delay, rule.concurrency) for host, rule in settings.host_rules.items()}
-    options = dict(
-        politeness=Politeness(settings.per_host_delay, settings.per_host_concurrency, overrides),
-        failure_threshold=settings.failure_threshold,
-        pending_threshold=settings.pending_threshold,
-        max_url_length=settings.max_url_length,
-        max_urls_per_host=settings.max_urls_per_host,
-        recrawl=RecrawlPolicy.from_sites(settings.sites).pairs(),
-        linkbase=settings.linkbase,
-        linkbase_max=settings.linkbase_max,
-        list_ratio=settings.list_ratio,
-        detail_ratio=settings.detail_ratio,
-    )
-    if settings.pool_backend == "redis":
-        from spiderd.core.secrets import redact
-        from spiderd.frontier.pool.redis import make_redis_pool
-
-        pool, opener = make_redis_pool(settings.redis_url, reactor, prefix=settings.redis_prefix,
-                                       namespace=settings.redis_namespace,
-                                       seen_bucket_bits=settings.redis_seen_bucket_bits, **options)
-        service = PoolService(pool, reactor, opener, where=redact(settings.redis_url))
-    elif settings.pool_backend == "memory":
-        service = PoolService(open_memory_pool(reactor, **options), reactor, where="memory")
-    else:
-        try:
-            service = PoolService(open_leveldb_pool(settings.path("pool"), reactor, **options), reactor,
-                                  where=settings.path("pool"))
-        except Exception as e:  # leveldb.IOError when another spiderd holds the lock
-            raise cfg.ConfigError(f"{settings.source}: spiderd.data_dir: cannot open the pool: {e}") from None
+    service = pool_service(settings, reactor)
     service.setServiceParent(top)
     return service.pool
 
