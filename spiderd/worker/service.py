@@ -171,5 +171,10 @@ def worker_config(settings: Any) -> WorkerConfig:
 
 def build_worker(settings: Any, reactor: Any, fetcher: Any, parser: Any, store: Any, shipper: Any,
                  lane: Lane | None = None, stats: Any = None) -> WorkerService:
-    """The worker role's service for ``tap.build`` (raises WorkerConfigError, a ValueError, on bad settings)."""
-    return WorkerService(reactor, worker_config(settings), fetcher, parser, store, shipper, lane=lane, stats=stats)
+    """The worker role's service for ``tap.build`` (raises WorkerConfigError, a ValueError, on bad settings).
+
+    The robots.txt Crawl-delays that the fetcher's ``robots`` (if any) finds raise the jobs' per-host delays."""
+    worker = WorkerService(reactor, worker_config(settings), fetcher, parser, store, shipper, lane=lane, stats=stats)
+    if getattr(fetcher, "robots", None) is not None:
+        fetcher.robots.add_delay_listener(worker.set_host_delay)
+    return worker
