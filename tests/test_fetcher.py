@@ -280,6 +280,18 @@ class FetcherTests(unittest.TestCase):
         self.assertEqual(len(self.site.clients), 2)  # robots.txt once, /index once
 
     @defer.inlineCallbacks
+    def test_robots_from_the_config(self) -> Any:
+        """FetchConfig(robots=True): the fetcher checks robots.txt itself and reports Crawl-delay; by default not."""
+        delays: list[Any] = []
+        fetcher = Fetcher(ClockedReactor(reactor, self.clock), FetchConfig(user_agent="spiderd/1.0", robots=True),
+                          on_crawl_delay=lambda h, d: delays.append((h, d)))
+        self.addCleanup(fetcher.close)
+        denied = yield fetcher.fetch(self.base + "/private")
+        self.assertEqual((denied.status, self.fetcher.robots), (st.ROBOTS_DENIED, None))
+        self.assertEqual(fetcher.robots._fetch_raw.keywords, {"redirects": 5})
+        self.assertEqual(delays, [(f"127.0.0.1:{self.port.getHost().port}", 3.0)])
+
+    @defer.inlineCallbacks
     def test_per_request_user_agent_and_robots(self) -> Any:
         """A request's own user agent is sent and its robots.txt group applies; robots=False skips the check."""
         self.fetcher.robots = Robots(self.fetcher.fetch_raw, self.clock, "spiderd/1.0")

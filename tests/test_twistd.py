@@ -43,6 +43,16 @@ def test_installed_plugin_found_outside_the_source_tree(tmp_path: Path) -> None:
     assert "spiderd" in out.stdout, out.stdout + out.stderr
 
 
+def test_importing_the_tap_installs_no_reactor() -> None:
+    """twistd imports spiderd.tap (for its Options) before it installs the reactor asked for: that import, with
+    every module the tap imports, installs none (nor imports txredisapi, which would)."""
+    code = ("import sys, spiderd.tap\n"
+            "print(sorted(m for m in ('twisted.internet.reactor', 'txredisapi') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
 def test_demo_crawls_to_completion(tmp_path: Path) -> None:
     """--demo goes pool -> batch -> worker -> feed file, exits 0 by itself, and says where items and pages are."""
     child = twistd("--demo", "--data-dir", str(tmp_path / "demo"), cwd=tmp_path)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from twisted.application.service import MultiService, Service
@@ -26,8 +29,12 @@ class OrderedMultiService(MultiService):
     the children after it until it fires; children never started are not stopped.
     """
 
-    on_start_failure: Any = None  # called with (service, exception) when a child cannot start
+    on_start_failure: Callable[[Any, Exception], object] | None = None  # (service, exception): a child cannot start
     _failed = False
+
+    def __init__(self, on_start_failure: Callable[[Any, Exception], object] | None = None) -> None:
+        super().__init__()
+        self.on_start_failure = on_start_failure
 
     def privilegedStartService(self) -> None:
         """Children that bind their ports early (twistd calls this first) fail the same way as at start."""
@@ -145,6 +152,23 @@ def calm_repeated_stop_signals(reactor: Any) -> None:
             signal.signal(signum, again)
 
     reactor.addSystemEventTrigger("before", "shutdown", install)
+
+
+def exit_on_start_failure(reactor: Any) -> Callable[[Any, Exception], None]:
+    """An ``on_start_failure`` for a daemon: one critical line naming the service, stop what started, exit 1."""
+
+    def fatal(service: Any, error: Exception) -> None:
+        log.critical("spiderd cannot start: {service}: {error}; stopping", service=service.name, error=error)
+        reactor.addSystemEventTrigger("after", "shutdown", _exit_1)
+        reactor.callLater(0, reactor.stop)
+
+    return fatal
+
+
+def _exit_1() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def wait_until(clock: Any, predicate: Any, interval: float = 0.5) -> Deferred[None]:

@@ -17,8 +17,10 @@ server closed is never a failed fetch.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,10 +33,10 @@ from twisted.web import client
 from twisted.web.http_headers import Headers
 
 from spiderd.core import status as st
+from spiderd.core.urls import BadURL, canonicalize
 from spiderd.fetch.connections import CachedEndpoints, ConnectionPool
 from spiderd.fetch.dns import caching_reactor
-from spiderd.fetch.robots import robots_url
-from spiderd.core.urls import BadURL, canonicalize
+from spiderd.fetch.robots import ROBOTS_REDIRECTS, Robots, robots_url
 
 log = Logger()
 
@@ -71,6 +73,17 @@ class FetchConfig:
     keepalive_timeout: float = 10.0
     dns_cache_ttl: float = 300.0
     source_addresses: tuple[str, ...] = ()
+    robots: bool = False  # obey robots.txt: the fetcher checks every URL against its own Robots
+
+
+def fetch_config(settings: Any) -> FetchConfig:
+    """The FetchConfig of spiderd settings (``[fetch]``; per-host connections are ``per_host_concurrency``)."""
+    return FetchConfig(
+        user_agent=settings.user_agent, connect_timeout=settings.connect_timeout, timeout=settings.timeout,
+        max_body_size=settings.max_body_size, max_redirects=settings.max_redirects,
+        per_host_connections=settings.per_host_concurrency, keepalive_timeout=settings.keepalive_timeout,
+        dns_cache_ttl=settings.dns_cache_ttl, source_addresses=settings.source_addresses, robots=settings.robots,
+    )
 
 
 class TooLarge(Exception):
@@ -80,9 +93,15 @@ class TooLarge(Exception):
 class Fetcher:
     """Fetches URLs over pooled connections; ``robots`` (optional) vetoes disallowed URLs."""
 
-    def __init__(self, reactor: Any, config: FetchConfig, robots: Any = None) -> None:
+    def __init__(self, reactor: Any, config: FetchConfig, robots: Any = None,
+                 on_crawl_delay: Callable[[str, float], Any] | None = None) -> None:
+        """Without ``robots``, ``config.robots`` makes one that fetches robots.txt through this fetcher
+        (following up to ROBOTS_REDIRECTS redirects) and tells ``on_crawl_delay(host, seconds)`` a Crawl-delay."""
         self._reactor = reactor
         self._config = config
+        if robots is None and config.robots:
+            fetch_robots = functools.partial(self.fetch_raw, redirects=ROBOTS_REDIRECTS)
+            robots = Robots(fetch_robots, reactor, config.user_agent, on_delay=on_crawl_delay)
         self.robots = robots
         self._pools: list[ConnectionPool] = []
         self._connecting = caching_reactor(reactor, config.dns_cache_ttl)  # endpoints resolve through its cache

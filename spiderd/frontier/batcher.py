@@ -35,11 +35,12 @@ from twisted.internet import defer
 from twisted.internet.defer import Deferred, DeferredLock
 from twisted.logger import Logger
 
+from spiderd.config.settings import ConfigError
 from spiderd.core.blocking import Lane
-from spiderd.core.retry import Backoff
-from spiderd.core.secrets import redact
 from spiderd.core.fsutil import unlink_quietly, write_many_atomically
 from spiderd.core.lifecycle import InFlight
+from spiderd.core.retry import Backoff
+from spiderd.core.secrets import redact
 
 log = Logger()
 
@@ -398,3 +399,28 @@ def _read_spool(directory: str, open_path: str) -> tuple[list[tuple[int, str, li
         # the last line is torn if the process died while appending: keep only complete lines
         open_urls = [u for u in lines[:-1] if u and u not in in_batches]
     return spooled, list(dict.fromkeys(open_urls))
+
+
+def build_batcher(settings: Any, reactor: Any, pool: Any, worker: Any, rules: Any, lane: Lane) -> Batcher | None:
+    """Detail URLs to workers in batches; none (details fetched here) when batch.targets is empty.
+
+    ``worker``: this node's own (``"local"`` needs it), else None; ``rules`` name the site of a URL."""
+    if not settings.batch_targets:
+        return None
+    if "local" in settings.batch_targets and worker is None:
+        raise ConfigError(f"{settings.source}: batch.targets: \"local\" needs the all role (this node's worker)")
+    config = BatchConfig(
+        settings.batch_targets, project=settings.worker_project if worker else settings.batch_project,
+        spider=settings.batch_spider or (settings.sites[0].name if settings.sites else "default"),
+        feed_uri=settings.batch_feed_uri or None, batch_size=settings.batch_size,
+        flush_interval=settings.batch_flush_interval, timeout=settings.batch_timeout,
+        max_setting_bytes=settings.batch_max_setting_bytes,
+    )
+    spider_of = None if settings.batch_spider else _site_name(rules, config.spider)
+    return Batcher(reactor, pool, settings.path("batches"), config, local=worker.local_target if worker else None,
+                   spider_of=spider_of, lane=lane)
+
+
+def _site_name(rules: Any, default: str) -> Callable[[str], str]:
+    """One spider per site: each batch names the site of its URLs (``default`` for a URL of no site)."""
+    return lambda url: getattr(rules.site_for(url), "name", default)

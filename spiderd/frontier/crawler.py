@@ -34,6 +34,8 @@ FAILING_PULLS = 12  # pulls failed in a row (each heartbeat, every 5 s, tries ag
 class CrawlService(Service):
     """Drives the pool, the fetcher, the parse pool and the sinks."""
 
+    name = "crawler"
+
     def __init__(
         self,
         reactor: Any,

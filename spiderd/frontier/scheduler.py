@@ -51,7 +51,7 @@ from twisted.application.service import Service
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
-from spiderd.core.cron import Cron, CronError
+from spiderd.core.cron import Cron, CronError, parse
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.urls import registered_domain
 
@@ -229,3 +229,15 @@ class Recrawler(Service):
             log.info("Recrawl: {count} pages queued again ({lists} list, {details} detail)", count=total,
                      lists=counts.get("list", 0), details=counts.get("detail", 0))
         return total
+
+
+def schedulers(settings: Any, clock: Any, pool: Any,
+               fetches: Callable[[], int]) -> tuple[SeedTimer | None, Recrawler | None]:
+    """The seed timer (``pool.seed_cron``) and the recrawler (sites with recrawl intervals), each when configured."""
+    timer = SeedTimer(clock, pool, parse(settings.seed_cron)) if settings.seed_cron else None
+    policy = RecrawlPolicy.from_sites(settings.sites)
+    if not policy.intervals:
+        return timer, None
+    ratios = {"list": settings.recrawl_list_ratio, "detail": settings.recrawl_detail_ratio}
+    return timer, Recrawler(clock, pool, policy, fetches, every=settings.recrawl_every, batch=settings.recrawl_batch,
+                            ratios=ratios)

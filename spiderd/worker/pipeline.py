@@ -132,8 +132,9 @@ class Pipeline:
     """Works the running jobs' URLs with the shared fetcher, parser and page store."""
 
     def __init__(self, reactor: Any, config: WorkerConfig, fetcher: Any, parser: Any, pages: Any,
-                 itemized: Any = None, clock: Any = None) -> None:
-        """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the retry and per-host timers."""
+                 itemized: Any = None, clock: Any = None, stats: Any = None) -> None:
+        """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the retry and per-host timers;
+        ``stats`` (the node's CrawlStats, if given) counts every fetch, for its status and metrics."""
         self._reactor = reactor
         self._clock = self.clock = clock or reactor
         self._config = config
@@ -144,7 +145,7 @@ class Pipeline:
                                config.host_overrides)
         self.itemized = itemized
         self.totals: Counter[str] = Counter()  # over every job since the start
-        self.stats: Any = None  # the node's CrawlStats, when its status and metrics count the worker's fetches
+        self.stats = stats
         self.in_flight = 0  # URLs holding one of the worker's slots
         self._runs: deque[Run] = deque()  # the runs with URLs to fetch, in turn
 

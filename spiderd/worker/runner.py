@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections import Counter
 from typing import Any, Callable
 
 from twisted.internet import defer
@@ -30,16 +31,16 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
-from spiderd.core.memory import release_memory
-from spiderd.core.secrets import redact
 from spiderd.core.fsutil import unlink_quietly
 from spiderd.core.lifecycle import InFlight
+from spiderd.core.memory import release_memory
+from spiderd.core.secrets import redact
+from spiderd.worker.accepted import Accepted, digest
 from spiderd.worker.config import WorkerConfig
 from spiderd.worker.files import ItemsFile, JobHosts
-from spiderd.worker.jobs import CANCELLED, ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
-from spiderd.worker.accepted import Accepted, digest
 from spiderd.worker.itemized import Itemized
 from spiderd.worker.joblog import JobLogs
+from spiderd.worker.jobs import CANCELLED, ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
 from spiderd.worker.jobsettings import HONOURED, JobOptions, SettingError, job_options
 from spiderd.worker.pipeline import Pipeline, Run
 
@@ -73,14 +74,16 @@ class JobRunner:
         render_uri: Callable[[str, dict[str, str]], str],
         incoming_dir: str,
         clock: Any = None,
+        stats: Any = None,
     ) -> None:
-        """``clock`` (default: the reactor) runs the job pipeline's timers: retries, per-host delays."""
+        """``clock`` (default: the reactor) runs the job pipeline's timers: retries, per-host delays;
+        ``stats`` (the node's CrawlStats, if given) counts every fetch of every job."""
         self._reactor = reactor
         self._config = config
         self._store = store
         self._io = io
         itemized = Itemized(config.itemized_dir, reactor, config.redirect_window)
-        self._pipeline = Pipeline(reactor, config, fetcher, parser, pages, itemized, clock)
+        self._pipeline = Pipeline(reactor, config, fetcher, parser, pages, itemized, clock, stats)
         self.accepted = Accepted(config.accepted_dir)
         self.logs = JobLogs(config.logs_dir, io, reactor)
         self._shipper = shipper
@@ -96,6 +99,16 @@ class JobRunner:
         self.stopping = False
 
     # -- lifecycle --------------------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Open the files of what was itemized and accepted (before ``start``)."""
+        self._pipeline.itemized.open()
+        self.accepted.open()
+
+    def close(self) -> None:
+        """Close them (after ``stop`` and the last job file written)."""
+        self._pipeline.itemized.close()
+        self.accepted.close()
 
     def start(self, jobs: list[Job]) -> None:
         """Take the jobs found on disk: running ones (cut short last time) are pending again."""
@@ -238,6 +251,15 @@ class JobRunner:
         d: Deferred[Job] = Deferred()
         self._waiters.setdefault(job_id, []).append(d)
         return d
+
+    @property
+    def totals(self) -> Counter[str]:
+        """Counters over every job since the start: pages, items, failed, requests..."""
+        return self._pipeline.totals
+
+    def set_host_delay(self, host: str, delay: float) -> None:
+        """Raise ``host``'s delay between request starts for every job."""
+        self._pipeline.hosts.set_delay(host, delay)
 
     def now(self) -> float:
         return float(self._reactor.seconds())

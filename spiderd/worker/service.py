@@ -20,12 +20,11 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 import spiderd
-
-from spiderd.worker.api import WorkerAPI
-from spiderd.worker.config import WorkerConfig
 from spiderd.core.blocking import Lane
 from spiderd.core.net.auth import Auth
 from spiderd.core.net.serving import JsonSite
+from spiderd.worker.api import WorkerAPI
+from spiderd.worker.config import WorkerConfig
 from spiderd.worker.jobs import JobStore
 from spiderd.worker.runner import JobRunner
 from spiderd.worker.validate import Validator
@@ -50,12 +49,14 @@ class WorkerService(Service):
         incoming_dir: str | None = None,
         lane: Lane | None = None,
         clock: Any = None,
+        stats: Any = None,
     ) -> None:
         """Raises :class:`~.config.WorkerConfigError` for settings that cannot (or must not) run.
 
         ``rules`` defaults to ``parser.rules`` (the spiders are its sites); ``render_uri`` to
         :mod:`spiderd.core.feeduri`'s; ``incoming_dir`` to the shipper's spool ``incoming/`` directory; ``clock`` (the
-        job pipeline's timers: retries, per-host delays) to the reactor.
+        job pipeline's timers: retries, per-host delays) to the reactor; ``stats`` (the node's CrawlStats, if
+        given: status API, metrics, progress) counts every fetch of every job.
         """
         config.check()
         self.setName("worker")
@@ -68,7 +69,7 @@ class WorkerService(Service):
         self.job_store = JobStore(config.jobs_dir, self._io)
         incoming = incoming_dir or default_incoming_dir(shipper)
         self.runner = JobRunner(reactor, config, self.job_store, self._io, fetcher, parser, store, shipper,
-                                render_uri, incoming, clock)
+                                render_uri, incoming, clock, stats)
         self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor,
                                    robots=getattr(fetcher, "robots", None) is not None)
         auth = Auth(username=config.username, password=config.password)
@@ -95,17 +96,13 @@ class WorkerService(Service):
 
     def status(self) -> dict[str, Any]:
         """Counters for progress lines and the status API."""
-        totals = self.runner._pipeline.totals
+        totals = self.runner.totals
         return {"jobs_running": len(self.runner.runs), "jobs_pending": len(self.runner.pending()),
                 "pages": totals["pages"], "items": totals["items"], "failed": totals["failed"]}
 
-    def count_fetches(self, stats: Any) -> None:
-        """Count every fetch of every job in ``stats`` (the node's CrawlStats: status API, metrics, progress)."""
-        self.runner._pipeline.stats = stats
-
     def set_host_delay(self, host: str, delay: float) -> None:
         """Raise ``host``'s delay between request starts (its robots.txt Crawl-delay) for every job."""
-        self.runner._pipeline.hosts.set_delay(host, delay)
+        self.runner.set_host_delay(host, delay)
 
     def idle(self) -> bool:
         """True when no job is pending or running and the shipper has nothing waiting."""
@@ -117,8 +114,7 @@ class WorkerService(Service):
     def startService(self) -> None:
         """Load the persisted jobs, start running them, then listen."""
         jobs = self.job_store.load()
-        self.runner._pipeline.itemized.open()
-        self.runner.accepted.open()
+        self.runner.open()
         self.port = self._reactor.listenTCP(self.config.port, self.site, interface=self.config.bind)
         super().startService()
         self._lane.start()
@@ -140,8 +136,7 @@ class WorkerService(Service):
         if self._lane.running:
             yield self._io(lambda: None)  # every job file queued before this point is written
         self._lane.stop()
-        self.runner._pipeline.itemized.close()
-        self.runner.accepted.close()
+        self.runner.close()
 
 
 def default_incoming_dir(shipper: Any) -> str:
@@ -175,6 +170,11 @@ def worker_config(settings: Any) -> WorkerConfig:
 
 
 def build_worker(settings: Any, reactor: Any, fetcher: Any, parser: Any, store: Any, shipper: Any,
-                 lane: Lane | None = None) -> WorkerService:
-    """The worker role's service for ``tap.build`` (raises WorkerConfigError, a ValueError, on bad settings)."""
-    return WorkerService(reactor, worker_config(settings), fetcher, parser, store, shipper, lane=lane)
+                 lane: Lane | None = None, stats: Any = None) -> WorkerService:
+    """The worker role's service for ``tap.build`` (raises WorkerConfigError, a ValueError, on bad settings).
+
+    The robots.txt Crawl-delays that the fetcher's ``robots`` (if any) finds raise the jobs' per-host delays."""
+    worker = WorkerService(reactor, worker_config(settings), fetcher, parser, store, shipper, lane=lane, stats=stats)
+    if getattr(fetcher, "robots", None) is not None:
+        fetcher.robots.add_delay_listener(worker.set_host_delay)
+    return worker

@@ -1,13 +1,26 @@
-"""The pool as a service: opened before the rest starts (connecting, for Redis, with retries), closed last."""
+"""The pool as a service: opened before the rest starts (connecting, for Redis, with retries), closed last.
+
+:func:`pool_service` opens the backend that the settings name (``pool.backend``). The Redis backend's
+package is imported here at import time: it imports txredisapi (which installs the default reactor) only
+when a connection is opened (see :mod:`spiderd.frontier.pool.redis.link`).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
+
+from spiderd.config.settings import ConfigError, Settings
+from spiderd.core.secrets import redact
+from spiderd.frontier.politeness import Politeness
+from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
+from spiderd.frontier.pool.redis import make_redis_pool
+from spiderd.frontier.scheduler import RecrawlPolicy
 
 log = Logger()
 
@@ -57,3 +70,37 @@ class PoolService(Service):
         if self._retry is not None and self._retry.active():
             self._retry.cancel()
         return defer.maybeDeferred(self.pool.close)
+
+
+def pool_service(settings: Settings, reactor: Any) -> PoolService:
+    """The pool that ``pool.backend`` names, as a service (a LevelDB pool that cannot open is a ConfigError)."""
+    options = pool_options(settings)
+    if settings.pool_backend == "redis":
+        pool, opener = make_redis_pool(settings.redis_url, reactor, prefix=settings.redis_prefix,
+                                       namespace=settings.redis_namespace,
+                                       seen_bucket_bits=settings.redis_seen_bucket_bits, **options)
+        return PoolService(pool, reactor, opener, where=redact(settings.redis_url))
+    if settings.pool_backend == "memory":
+        return PoolService(open_memory_pool(reactor, **options), reactor, where="memory")
+    try:
+        return PoolService(open_leveldb_pool(settings.path("pool"), reactor, **options), reactor,
+                           where=settings.path("pool"))
+    except Exception as e:  # noqa: BLE001  # leveldb.IOError when another spiderd holds the lock
+        raise ConfigError(f"{settings.source}: spiderd.data_dir: cannot open the pool: {e}") from None
+
+
+def pool_options(settings: Settings) -> dict[str, Any]:
+    """Every backend's options (KVPool's): politeness, thresholds, limits, recrawl intervals, the linkbase, splits."""
+    overrides = {host: (rule.delay, rule.concurrency) for host, rule in settings.host_rules.items()}
+    return {
+        "politeness": Politeness(settings.per_host_delay, settings.per_host_concurrency, overrides),
+        "failure_threshold": settings.failure_threshold,
+        "pending_threshold": settings.pending_threshold,
+        "max_url_length": settings.max_url_length,
+        "max_urls_per_host": settings.max_urls_per_host,
+        "recrawl": RecrawlPolicy.from_sites(settings.sites).pairs(),
+        "linkbase": settings.linkbase,
+        "linkbase_max": settings.linkbase_max,
+        "list_ratio": settings.list_ratio,
+        "detail_ratio": settings.detail_ratio,
+    }
