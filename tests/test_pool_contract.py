@@ -471,7 +471,7 @@ class PoolContract:
 
     @defer.inlineCallbacks
     def test_why(self) -> Gen:
-        """why() tells a URL's state, failures and host."""
+        """why() tells a URL's state, failures and host; a rejected URL comes back without its password."""
         pool = yield self.make_pool()
         yield pool.add("http://a.example/1")
         assert (yield pool.why("http://a.example/1"))["state"] == "waiting"
@@ -481,6 +481,8 @@ class PoolContract:
         assert (answer["state"], answer["failures"], answer["host"]) == ("waiting", 1, "a.example")
         assert (yield pool.why("ftp://x"))["state"] == "rejected"
         assert (yield pool.why("http://never.example/"))["state"] == "unknown"
+        answer = yield pool.why("http://user:secretpw@a.example/")  # a rejected URL is shown without its password
+        assert answer == {"url": "http://user:***@a.example/", "state": "rejected", "reason": "credentials"}
 
     @defer.inlineCallbacks
     def test_last_failure_in_why_and_export(self) -> Gen:

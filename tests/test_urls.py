@@ -8,6 +8,7 @@ from hypothesis import strategies as s
 
 from spiderd.core import urls
 from spiderd.core.urls import BadURL, canonicalize
+from spiderd.core.secrets import redact
 
 
 @pytest.mark.parametrize(
@@ -60,6 +61,7 @@ def test_rejections(raw: str, reason: str) -> None:
     with pytest.raises(BadURL) as info:
         canonicalize(raw)
     assert info.value.reason == reason
+    assert info.value.url == redact(raw)  # the URL as given (not the part found wrong), without its password
     assert "secretpw" not in str(info.value)
 
 

@@ -69,7 +69,10 @@ def canonicalize(url: str, max_length: int = MAX_URL_LENGTH) -> str:
     url = url.strip()
     match = _FAST.fullmatch(url)
     if match is not None and "/." not in (match.group(4) or ""):
-        result = _from_parts(match.group(1), match.group(2), match.group(3), match.group(4), match.group(5))
+        try:
+            result = _from_parts(match.group(1), match.group(2), match.group(3), match.group(4), match.group(5))
+        except BadURL as e:  # it names the part (a port of 99999): show the URL
+            raise BadURL(e.reason, url) from None
     else:
         result = _canonicalize_slow(url)
     if len(result) > max_length:

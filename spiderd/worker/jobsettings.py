@@ -18,10 +18,11 @@ warning.  A bad value is refused with a message naming the setting, as Scrapy wo
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from spiderd.core import jsontext
 
 HONOURED = ("DISTRIBUTED_START_URLS", "FEED_URI", "FEEDS", "FEED_FORMAT", "DOWNLOAD_DELAY", "CONCURRENT_REQUESTS",
             "CONCURRENT_REQUESTS_PER_DOMAIN", "USER_AGENT", "ROBOTSTXT_OBEY")
@@ -168,7 +169,7 @@ def _feed(settings: Mapping[str, str]) -> tuple[str | None, tuple[str, ...]]:
 def _feeds(raw: str) -> dict[str, Any]:
     """FEEDS as Scrapy's ``getdict`` reads a string: a JSON object of URI -> options."""
     try:
-        feeds = json.loads(raw)
+        feeds = jsontext.loads(raw)
     except ValueError as e:
         raise SettingError(f"FEEDS is invalid: not JSON ({e})") from None
     if not isinstance(feeds, dict):

@@ -11,7 +11,6 @@ directory) is refused here, not when the job ends.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from typing import Any, Callable, Iterator
@@ -23,6 +22,7 @@ from spiderd.core.feeduri import check_param, parse_target
 from spiderd.core.rules import Site
 from spiderd.core.urls import BadURL, canonicalize
 from spiderd.worker.config import FEED_SCHEMES, WorkerConfig
+from spiderd.core import jsontext
 from spiderd.core.secrets import redact, redact_text
 from spiderd.core.net.serving import ApiError
 from spiderd.worker.jobs import Job, safe_name
@@ -123,7 +123,7 @@ class Validator:
     def _url_list(self, raw: str) -> list[str]:
         """The start URLs as sent: a JSON list of at most max_job_urls strings."""
         try:
-            value = json.loads(raw)
+            value = jsontext.loads(raw)
         except ValueError as e:
             raise ApiError(f"DISTRIBUTED_START_URLS is invalid: not JSON ({e})") from None
         if not isinstance(value, list) or not all(isinstance(u, str) for u in value):

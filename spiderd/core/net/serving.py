@@ -4,6 +4,8 @@
 - a header deadline: a connection that has not finished a request's headers
   ``header_timeout`` seconds after it began is closed (slowloris), and an idle
   connection after ``idle_timeout`` seconds;
+- a request line or header line over 16 KiB answered 414 or 431, in JSON
+  (Twisted would close the connection without a word);
 - requests logged at debug level, without query strings; no tracebacks shown.
 """
 
@@ -67,10 +69,12 @@ class JsonSite(server.Site):
 
 
 class _DeadlineChannel(http.HTTPChannel):
-    """An HTTPChannel that closes a connection whose request headers do not arrive in time."""
+    """An HTTPChannel that closes a connection whose request headers do not arrive in time, and says so when a
+    line of them is too long."""
 
     _deadline: Any = None
     _in_body = False
+    _head_lines = 0  # lines of the current request's head received so far
 
     def connectionMade(self) -> None:
         super().connectionMade()
@@ -81,9 +85,25 @@ class _DeadlineChannel(http.HTTPChannel):
             self._headers_due()
         super().dataReceived(data)
 
+    def lineReceived(self, line: bytes) -> None:
+        self._head_lines += 1
+        super().lineReceived(line)
+
+    def lineLengthExceeded(self, line: bytes) -> None:
+        """A request line (414) or header line (431) over ``MAX_LENGTH`` bytes: answer in JSON, then close."""
+        status, what = (b"414 URI Too Long", "request line") if not self._head_lines else (
+            b"431 Request Header Fields Too Large", "header line")
+        site = getattr(self, "site", None)
+        message = f"{what} too long: the limit is {self.MAX_LENGTH} bytes"
+        transport = self.transport
+        if transport is not None:
+            transport.write(raw_answer(status, message, str(getattr(site, "node_name", ""))))
+        self.loseConnection()
+
     def allHeadersReceived(self) -> None:
         self._cancel_deadline()
         self._in_body = True
+        self._head_lines = 0
         super().allHeadersReceived()
 
     def allContentReceived(self) -> None:
@@ -170,10 +190,15 @@ class CappedRequest(server.Request):
 
     def _raw_answer(self, status: bytes, message: str) -> None:
         """An error answer written straight to the connection (the request was never parsed)."""
-        body = error_body(message, str(getattr(self._site(), "node_name", "")))
-        head = b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
         channel: Any = self.channel
-        channel.transport.write(head % (status, len(body)) + body)
+        channel.transport.write(raw_answer(status, message, str(getattr(self._site(), "node_name", ""))))
+
+
+def raw_answer(status: bytes, message: str, node_name: str) -> bytes:
+    """The bytes of a whole error answer (status line, headers, JSON body) for a request never parsed."""
+    body = error_body(message, node_name)
+    head = b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+    return head % (status, len(body)) + body
 
 
 def _bad_multipart(request: server.Request) -> bool:

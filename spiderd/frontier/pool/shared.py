@@ -60,7 +60,7 @@ def why_parse(url: str, max_length: int) -> URL | dict[str, Any]:
     try:
         return parse(url, max_length)
     except BadURL as e:
-        return {"url": url, "state": "rejected", "reason": e.reason}
+        return {"url": e.url, "state": "rejected", "reason": e.reason}  # no password: BadURL redacts
 
 
 def why_head(u: URL, hub: bool) -> dict[str, Any]:

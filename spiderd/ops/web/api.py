@@ -6,7 +6,8 @@ the metrics (``/metrics``) and the export (JSON lines).  Errors are
 missing field, 401 for wrong or missing credentials, 404 for an unknown path
 (or one this role has not: the worker role has no pool; or one this pool has not: why, export and
 import need a backend with the admin interface, IURLPoolAdmin), 405 for a wrong
-method, 413 for a body over the cap; 503 while stopping, 500 for a bug.
+method, 413 for a body over the cap, 414 or 431 for a request line or header
+line over 16 KiB; 503 while stopping, 500 for a bug.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from twisted.web import http
 from twisted.web.server import NOT_DONE_YET, Request
 
 from spiderd.config.convert import MAX_SECONDS, finite_number
+from spiderd.core import jsontext
 from spiderd.core.net.guard import foreign_request
 from spiderd.frontier.pool.redis.link import RedisPoolError
 from spiderd.core.urls import BadURL, canonicalize
@@ -293,11 +295,9 @@ def _body(request: Request, known: set[str]) -> dict[str, Any]:
     if len(raw) > MAX_JSON_BODY:
         raise ApiError(f"request body too large: the limit is {MAX_JSON_BODY} bytes", http.REQUEST_ENTITY_TOO_LARGE)
     try:
-        data = json.loads(raw) if raw.strip() else None
+        data = jsontext.loads(raw) if raw.strip() else None
     except ValueError as e:
         raise ApiError(f"the body is not valid JSON: {e}") from None
-    except RecursionError:
-        raise ApiError("the body is not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise ApiError(f"the body must be a JSON object with the fields {', '.join(sorted(known))}")
     unknown = sorted(set(data) - known)

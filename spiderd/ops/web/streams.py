@@ -18,6 +18,8 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.web.server import Request
 
+from spiderd.core import jsontext
+
 log = Logger()
 
 CHUNK = 1000
@@ -122,7 +124,7 @@ def import_lines(pool: Any, body: IO[bytes], cooperator: task.Cooperator) -> def
                 if not raw.strip():
                     continue
                 try:
-                    records.append(json.loads(raw))
+                    records.append(jsontext.loads(raw))
                     numbers.append(number)
                 except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
                     reject(number, f"not JSON: {e}")
