@@ -9,7 +9,7 @@ items as JSON lines.
 The runs, each ``twistd -n spiderd --exit-when-done`` (or Scrapy) to the end of the crawl:
 
 - ``fast``: the all role fetching detail pages itself (``[batch] targets = []``), page store off;
-  ``fast_store``: the same with the SQLite store on (lzma preset 1);
+  ``fast_store``: the same with the SQLite store on (lzma, the store's default "fast" preset);
 - ``mission``: the all role as it is deployed by default: list pages in the crawler, detail pages in
   batches over ``schedule.json`` to the node's own worker (``targets = ["local"]``), items in the
   worker's feed files; store off; ``mission_store``: the same with the store on;

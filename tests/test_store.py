@@ -11,6 +11,7 @@ import uuid
 from typing import Any, Callable
 
 import pymysql
+import pytest
 from twisted.internet import defer, reactor
 from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.internet.task import Clock, deferLater
@@ -18,11 +19,17 @@ from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface.verify import verifyObject
 
-from spiderd.store.interfaces import IPageStore
 from spiderd.store import NullStore, StoreNotRunning, StoreUnavailable, base, open_store
 from spiderd.store import mysql as mysql_backend
 from spiderd.store import sqlite as sqlite_backend
-from spiderd.store.mysql import MySQLStore, Reconnector, backoff, parse_mysql_url, redact
+from spiderd.store.interfaces import IPageStore
+from spiderd.store.mysql import (
+    MySQLStore,
+    Reconnector,
+    backoff,
+    parse_mysql_url,
+    redact,
+)
 from spiderd.store.sqlite import SQLiteStore, to_signed, to_unsigned
 
 from . import services
@@ -302,10 +309,11 @@ class StoreContract:
     def test_compresses_on_the_writer_thread(self) -> Any:
         """Compression never runs on the reactor thread; the blob is plain XZ."""
         threads = []
+        real = base.compress
 
         def spy(html: bytes, preset: int) -> bytes:
             threads.append(threading.current_thread())
-            return lzma.compress(html, format=lzma.FORMAT_XZ, preset=preset)
+            return real(html, preset)
 
         self.patch(base, "compress", spy)
         store = self.started()
@@ -612,3 +620,19 @@ class HelpersTests(SynchronousTestCase):
         self.assertIsNone(self.successResultOf(store.get(1)))
         self.successResultOf(store.stopService())
         self.failureResultOf(store.save("http://a.example/1", 1, HTML), StoreNotRunning)
+
+
+def test_the_fast_preset_is_plain_xz_and_the_default() -> None:
+    """The default "fast" preset writes XZ that lzma.decompress reads, smaller than the page, and a bad
+    preset name is refused at load."""
+    from spiderd.config import settings as cfg
+    from spiderd.core.compression import FAST, compress
+
+    page = b"".join(b"<li><a href='/item/%d.html'>Item %d</a></li>\n" % (i, i) for i in range(2000))
+    blob = compress(page, FAST)
+    assert lzma.decompress(blob) == page and blob.startswith(b"\xfd7zXZ") and len(blob) < len(page) / 4
+    assert cfg.from_dict({}).store_preset == FAST
+    assert cfg.from_dict({"store": {"compression_preset": "fast"}}).store_preset == FAST
+    assert cfg.from_dict({"store": {"compression_preset": 6}}).store_preset == 6
+    with pytest.raises(cfg.ConfigError, match="fast"):
+        cfg.from_dict({"store": {"compression_preset": "quick"}})

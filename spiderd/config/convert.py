@@ -17,6 +17,7 @@ from spiderd.core.cron import parse as parse_cron
 from spiderd.core.feeduri import render_uri
 from spiderd.core.rules import HostRule
 from spiderd.core.secrets import redact_text
+from spiderd.core.compression import FAST
 
 ROLES = ("all", "frontier", "worker")
 POOL_BACKENDS = ("leveldb", "memory", "redis")
@@ -224,9 +225,13 @@ def _ratio(value: Any) -> float:
 
 
 def _preset(value: Any) -> int:
+    if value == "fast":
+        return FAST
+    if isinstance(value, str):
+        raise ValueError(f'must be "fast" or an XZ preset 0..9, got {value!r}')
     number = expect(value, int, "an integer")
     if not 0 <= number <= 9:
-        raise ValueError(f"must be 0..9, got {value!r}")
+        raise ValueError(f'must be "fast" or an XZ preset 0..9, got {value!r}')
     return number
 
 

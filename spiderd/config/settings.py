@@ -23,6 +23,7 @@ from spiderd.config.schema import SCHEMA
 from spiderd.config.sites import load_sites
 from spiderd.core.rules import HostRule, Site
 from spiderd.core.secrets import is_loopback
+from spiderd.core.compression import FAST
 
 __all__ = ["ConfigError", "Settings", "check_data_dir", "from_dict", "load", "with_overrides"]
 
@@ -81,7 +82,7 @@ class Settings:
     parse_max_rss_mb: int = 512  # a parser process holding more is replaced (it answers what it holds first)
     # [store]
     store_url: str | tuple[str, ...] = "sqlite:///pages.sqlite3"  # a tuple: MySQL shards
-    store_preset: int = 1
+    store_preset: int = FAST  # "fast" (XZ preset 0, short match search), or an XZ preset 0..9
     store_batch_size: int = 100
     # [items]
     items_dir: str = "items"

@@ -20,7 +20,7 @@ DEMO: dict[str, Any] = {
     "pool": {"failure_threshold": 2, "pending_threshold": 60},
     "fetch": {"concurrency": 16, "per_host_concurrency": 16, "timeout": 10, "connect_timeout": 5},
     "parse": {"workers": 1},
-    "store": {"url": "sqlite:///pages.sqlite3", "compression_preset": 1},
+    "store": {"url": "sqlite:///pages.sqlite3", "compression_preset": "fast"},
     "items": {"rotate_count": 500},
     "api": {"port": 0},  # any free port (logged): a demo must not collide with a running spiderd
     "sites": [

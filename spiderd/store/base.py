@@ -19,7 +19,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from spiderd.core.compression import compress, decompress
+from spiderd.core.compression import FAST, compress, decompress
 from spiderd.store.interfaces import IPageStore
 
 log = Logger()
@@ -159,7 +159,7 @@ class PageStore(Service):
     def __init__(
         self, reactor: IReactorTime, *, preset: int = 1, batch_size: int = 100, flush_interval: float = 1.0
     ) -> None:
-        if not 0 <= preset <= 9 or batch_size < 1 or not flush_interval > 0:
+        if not FAST <= preset <= 9 or batch_size < 1 or not flush_interval > 0:
             raise ValueError(f"bad store options: {preset=} {batch_size=} {flush_interval=}")
         self._reactor = reactor
         self.preset = preset
