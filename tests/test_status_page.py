@@ -127,6 +127,39 @@ class StatusPageTests(TestCase):
         points = self.browser.find_element("id", "rate-line").get_attribute("points").split()
         assert len(points) == 3 and len(self.browser.find_elements("id", "queue-line")) == 1
         assert self.browser.find_element("id", "resume").is_displayed()
+        # The axis zooms to the data: 30 s of it fill a minute's axis (a fixed hour drew them in 4 px at the edge).
+        assert self.browser.find_element("id", "chart").get_attribute("data-span") == "60"
+        xs = [float(p.split(",")[0]) for p in points]
+        assert max(xs) - min(xs) > 200, xs
+        day = yield self.in_browser(self.browser.find_element, "id", "range-day")
+        yield self.in_browser(day.click)
+        yield self.wait(lambda: self.browser.find_element("id", "chart-title").text == "Last 24 hours", "the 24 h view")
+        yield self.wait(lambda: self.browser.find_element("id", "chart").get_attribute("data-samples") == "0",
+                        "no 5-minute sample yet")
+
+    @defer.inlineCallbacks
+    def test_no_horizontal_scroll_on_a_laptop_or_a_phone(self) -> Gen:
+        """At 1280x900 and 390x844 the page fits its width (a long page store path wraps), every panel is there
+        and the chart is drawn; a screenshot of each goes to a temporary directory."""
+        self.node.store.where = "mysql://crawler@db-shard-01.internal.example:3306/" + "very_long_database_name_" * 4
+        for _ in range(3):
+            self.node.stats.counts["pages"] += 100
+            self.clock.advance(10)
+        shots = tempfile.mkdtemp(prefix="spiderd-screens-")
+        yield self.open_browser()
+        for width, height in ((1280, 900), (390, 844)):
+            yield self.in_browser(self.browser.set_window_size, width, height)
+            yield self.in_browser(self.browser.get, f"{self.api.url}?token={TOKEN}")
+            yield self.wait(lambda: self.browser.find_element("id", "chart").get_attribute("data-samples") == "3",
+                            "the chart drawn")
+            scroll = self.browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+            assert scroll[0] <= scroll[1], (width, scroll)
+            panels = self.browser.find_elements("css selector", "section.panel, div.panel")
+            assert len(panels) >= 5 and all(p.size["width"] <= scroll[1] for p in panels)
+            path = f"{shots}/status-{width}x{height}.png"
+            yield self.in_browser(self.browser.save_screenshot, path)
+            with open(path, "rb") as f:
+                assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
     @defer.inlineCallbacks
     def test_token_in_the_address(self) -> Gen:

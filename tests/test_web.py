@@ -234,6 +234,8 @@ class OpenApiTests(ApiCase):
             self.clock.advance(10)
         history = (yield self.call("GET", "/api/history")).json
         assert len(history["samples"]) == 360
+        assert history["day_interval"] == 300 and len(history["day"]) == 406 // 30  # a sample every 5 min
+        assert history["day"][0]["t"] == history["started"] + 300 and history["day"][0]["pages_per_min"] == 24.0
         assert (yield self.call("GET", "/api/status")).json["rates"]["pages_per_min_last_minute"] == 0.0
 
     @defer.inlineCallbacks

@@ -1,4 +1,5 @@
-"""The last hour in memory: a sample every 10 s of pages fetched, pages/min and the queue size (for the chart)."""
+"""The last hour in memory, a sample every 10 s of pages fetched, pages/min and the queue size, and the last
+24 hours at a coarser step (a sample every 5 min): what the status page's chart draws."""
 
 from __future__ import annotations
 
@@ -19,12 +20,15 @@ class History:
     """
 
     def __init__(self, clock: Any, pages: Callable[[], int], queue: Callable[[], defer.Deferred[int]],
-                 interval: float = 10.0, size: int = 360) -> None:
+                 interval: float = 10.0, size: int = 360, day_every: int = 30, day_size: int = 288) -> None:
         self._clock = clock
         self._pages = pages
         self._queue = queue
         self.interval = interval
         self.samples: deque[dict[str, Any]] = deque(maxlen=size)
+        self.day: deque[dict[str, Any]] = deque(maxlen=day_size)  # every day_every-th sample: 24 h at 5 min
+        self.day_every = day_every
+        self._taken = 0
         self._start = (clock.seconds(), 0)
         self._sampling = False
         self._loop = task.LoopingCall(self.sample)
@@ -55,6 +59,11 @@ class History:
         now, pages = self._clock.seconds(), self._pages()
         rate = self.rate(60.0, now, pages)
         self.samples.append({"t": now, "pages": pages, "pages_per_min": round(rate, 2), "queue": queue})
+        self._taken += 1
+        if self._taken % self.day_every == 0:
+            step = self.interval * self.day_every
+            self.day.append({"t": now, "pages": pages, "pages_per_min": round(self.rate(step, now, pages), 2),
+                             "queue": queue})
 
     def rate(self, window: float, now: float | None = None, pages: int | None = None) -> float:
         """Pages per minute over the last ``window`` seconds (since the start if that is later)."""
@@ -71,4 +80,5 @@ class History:
 
     def series(self) -> dict[str, Any]:
         """``GET /api/history``."""
-        return {"interval": self.interval, "now": self._clock.seconds(), "samples": list(self.samples)}
+        return {"interval": self.interval, "now": self._clock.seconds(), "started": self._start[0],
+                "samples": list(self.samples), "day_interval": self.interval * self.day_every, "day": list(self.day)}
