@@ -269,6 +269,49 @@ class FlowTests(WorkerTestBase):
         yield service.runner.when_done(held)
 
     @defer.inlineCallbacks
+    def test_the_jobs_table_in_the_api_and_spiderctl(self) -> Any:
+        """GET /api/jobs and `spiderctl jobs`: the running job first with URLs done of total, then the pending one,
+        then the ended ones newest first, each with its feed's state and where it goes (password redacted)."""
+        from twisted.internet import threads
+
+        from spiderd.ops import ctl
+        from spiderd.ops.web.node import Node
+
+        from .webnode import start_api
+
+        service = self.worker(max_jobs=1)
+        done = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                   ("batch", "7"), ("setting", self.urls(*self.good(0, 2))))
+        yield service.runner.when_done(done)
+        held = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"),
+                                   ("setting", self.held_urls(0, 3)), ("jobid", "held"))
+        yield self.holding.holding(3)
+        waiting = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"),
+                                      ("setting", "FEED_URI=ftp://feeds:s3cret@127.0.0.1:2121/in/%(batch)s.jl"),
+                                      ("setting", self.urls(*self.good(2, 1))), ("jobid", "waiting"))
+        api = start_api(reactor, Node("worker", Clock(), worker=service), Clock())
+        self.addCleanup(api.stopService)
+        code, out = yield threads.deferToThread(_ctl, ctl, ["--url", api.url, "jobs", "--json"])
+        rows = json.loads(out)["jobs"]
+        self.assertEqual(code, 0)
+        self.assertEqual([(r["id"], r["state"]) for r in rows],
+                         [(held, "running"), (waiting, "pending"), (done, "finished")])
+        self.assertEqual((rows[0]["done"], rows[0]["urls"], rows[0]["feed"]["state"]), (0, 3, "writing"))
+        self.assertEqual((rows[2]["done"], rows[2]["urls"], rows[2]["batch"], rows[2]["feed"]["state"]),
+                         (2, 2, "7", "shipped"))
+        self.assertEqual(rows[2]["items"], len(self.ok_finals(self.good(0, 2))))
+        self.assertNotIn("s3cret", out)
+        code, text = yield threads.deferToThread(_ctl, ctl, ["--url", api.url, "jobs", "--limit", "2"])
+        self.assertEqual(text.splitlines()[0].split(), ["STATE", "JOB", "SPIDER", "BATCH", "URLS", "ITEMS", "FAILED",
+                                                        "FEED"])
+        self.assertEqual([line.split()[0] for line in text.splitlines()[1:]], ["running", "pending"])
+        self.assertIn("0/3", text.splitlines()[1])
+        code, _ = yield threads.deferToThread(_ctl, ctl, ["--url", api.url, "jobs", "--limit", "0"])
+        self.assertEqual(code, 1)  # refused by the API: 'limit' must be 1..1000
+        self.holding.release()
+        yield service.runner.when_done(held)
+
+    @defer.inlineCallbacks
     def test_an_empty_job_ships_an_empty_file(self) -> Any:
         """A job whose URLs make no item (404s only) ships an empty feed file: done, with nothing in it."""
         service = self.worker()
@@ -314,3 +357,10 @@ class ItemizedTests(unittest.SynchronousTestCase):
         self.assertTrue(record.claim(7, "a"))
         record.release("a")
         self.assertTrue(record.claim(7, "b"))
+
+
+def _ctl(ctl: Any, argv: list[str]) -> tuple[int, str]:
+    import io
+
+    out = io.StringIO()
+    return ctl.main(argv, out), out.getvalue()

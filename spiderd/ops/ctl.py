@@ -113,6 +113,25 @@ def cmd_status(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
     return OK
 
 
+def cmd_jobs(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
+    answer = client.call("GET", f"/api/jobs?limit={args.limit}")
+    if args.json:
+        out.write(json.dumps(answer, indent=2) + "\n")
+        return OK
+    rows = answer.get("jobs", [])
+    if not rows:
+        out.write("no jobs\n")
+        return OK
+    head = ("STATE", "JOB", "SPIDER", "BATCH", "URLS", "ITEMS", "FAILED", "FEED")
+    table = [head] + [(r["state"], r["id"], r["spider"], r["batch"], f"{r['done']}/{r['urls']}", str(r["items"]),
+                       str(r["failed"]), f"{r['feed']['state']}" + (f" -> {r['feed']['uri']}" if r["feed"]["uri"] else ""))
+                      for r in rows]
+    widths = [max(len(str(line[i])) for line in table) for i in range(len(head) - 1)]
+    for line in table:
+        out.write("  ".join(str(v).ljust(w) for v, w in zip(line, widths)) + "  " + line[-1] + "\n")
+    return OK
+
+
 def cmd_add(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
     urls = list(_urls(args.urls, args.file))
     if not urls:
@@ -347,6 +366,9 @@ def parser() -> argparse.ArgumentParser:
     add.add_argument("--detail", action="store_true", help="urls: detail pages (to the batcher or the detail queue)")
     add.add_argument("--refresh-span", type=float, help="hubs: seconds between two fetches of every hub")
     add.add_argument("--recrawl", action="store_true", help="seeds, urls: queue done URLs again")
+    jobs = sub.add_parser("jobs", help="the worker's jobs: running, pending, then ended (newest first)")
+    jobs.add_argument("--limit", type=int, default=50, help="at most this many (1-1000, default 50)")
+    jobs.add_argument("--json", action="store_true")
     sub.add_parser("pause", help="stop fetching new URLs (fetches in flight finish)")
     sub.add_parser("resume", help="fetch again")
     why = sub.add_parser("why", help="why is this URL (not) crawled?")
@@ -369,7 +391,7 @@ def _parse(p: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.N
     return args
 
 
-COMMANDS = {"status": cmd_status, "add": cmd_add, "pause": cmd_pause, "resume": cmd_pause, "why": cmd_why,
+COMMANDS = {"status": cmd_status, "jobs": cmd_jobs, "add": cmd_add, "pause": cmd_pause, "resume": cmd_pause, "why": cmd_why,
             "export": cmd_export, "import": cmd_import}
 
 

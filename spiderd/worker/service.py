@@ -28,6 +28,7 @@ from spiderd.worker.config import WorkerConfig
 from spiderd.worker.jobs import JobStore
 from spiderd.worker.runner import JobRunner
 from spiderd.worker.validate import Validator
+from spiderd.worker.table import job_rows
 
 log = Logger()
 
@@ -99,6 +100,10 @@ class WorkerService(Service):
         totals = self.runner.totals
         return {"jobs_running": len(self.runner.runs), "jobs_pending": len(self.runner.pending()),
                 "pages": totals["pages"], "items": totals["items"], "failed": totals["failed"]}
+
+    def jobs_table(self, limit: int = 50) -> list[dict[str, Any]]:
+        """The jobs as the operator sees them (spiderd.worker.table): running, pending, then ended."""
+        return job_rows(self.runner, limit)
 
     def set_host_delay(self, host: str, delay: float) -> None:
         """Raise ``host``'s delay between request starts (its robots.txt Crawl-delay) for every job."""

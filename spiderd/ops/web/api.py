@@ -78,6 +78,7 @@ class ApiResource(JsonResource):
             b"/api/seeds": (b"POST", self.seeds),
             b"/api/hubs": (b"POST", self.hubs),
             b"/api/urls": (b"POST", self.urls),
+            b"/api/jobs": (b"GET", self.jobs),
             b"/api/pause": (b"POST", self.pause),
             b"/api/resume": (b"POST", self.resume),
         }
@@ -143,6 +144,13 @@ class ApiResource(JsonResource):
         if self._lag is not None:
             d.addCallback(lambda out: {**out, "reactor": {"lag": self._lag.summary()}})
         return d
+
+    def jobs(self, request: Request) -> dict[str, Any]:
+        """``GET /api/jobs?limit=50``: the worker's jobs, running, then pending, then ended (newest first)."""
+        worker = self._node.worker
+        if worker is None or not hasattr(worker, "jobs_table"):
+            raise ApiError(f"not available in the {self._node.role} role: this node runs no worker", http.NOT_FOUND)
+        return {"jobs": worker.jobs_table(_limit(request))}
 
     def history(self, request: Request) -> dict[str, Any]:
         return self._history.series()
@@ -277,6 +285,16 @@ def _log_import(totals: dict[str, Any]) -> dict[str, Any]:
              "{known} known, {rejected} rejected", lines=totals["lines"], queued=totals["queued"],
              restored=totals["restored"], known=totals["known"], rejected=totals["rejected_count"])
     return totals
+
+
+def _limit(request: Request, default: int = 50, most: int = 1000) -> int:
+    """The ``limit`` query parameter: 1..most (default ``default``)."""
+    raw = _query(request, "limit")
+    if raw is None:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= most:
+        raise ApiError(f"'limit' must be a whole number from 1 to {most}, got {raw[:40]!r}")
+    return int(raw)
 
 
 def _query(request: Request, name: str) -> str | None:

@@ -1,0 +1,47 @@
+"""The worker's jobs as the operator sees them (``GET /api/jobs``, ``spiderctl jobs``, the status page).
+
+One row a job: spider, batch, state, URLs done of total, items, failed URLs, and the
+feed (where it goes, with any password redacted, and how far it got).  Rows are
+sorted by what needs attention: running jobs first (the oldest first), then pending
+ones in the order they will run, then ended ones, newest first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spiderd.core.secrets import redact
+from spiderd.worker.jobs import CANCELLED, ENDED, PENDING, RUNNING, Job
+
+
+def job_rows(runner: Any, limit: int = 50) -> list[dict[str, Any]]:
+    """At most ``limit`` rows, running, then pending, then ended jobs (newest first)."""
+    jobs = runner.jobs.values()
+    running = sorted((j for j in jobs if j.state == RUNNING), key=lambda j: j.start_time or 0.0)
+    pending = list(runner.pending())
+    ended = sorted((j for j in jobs if j.state in ENDED), key=lambda j: j.end_time or 0.0, reverse=True)
+    return [row(job, runner.runs.get(job.id)) for job in (running + pending + ended)[:max(0, limit)]]
+
+
+def row(job: Job, run: Any = None) -> dict[str, Any]:
+    """One job's row; ``run`` (its execution, while it runs) has the live counters."""
+    stats = run.stats if run is not None else job.stats
+    done = int(stats.get("pages", 0)) + int(stats.get("failed", 0)) + int(stats.get("duplicates", 0))
+    return {
+        "id": job.id, "spider": job.spider, "batch": job.batch, "state": job.state,
+        "urls": job.url_count, "done": min(done, job.url_count) if job.url_count else done,
+        "items": int(stats.get("items", 0)), "failed": int(stats.get("failed", 0)),
+        "feed": {"uri": redact(job.feed_uri) if job.feed_uri else None, "state": _feed_state(job, run)},
+        "start_time": job.start_time, "end_time": job.end_time, "error": job.error,
+    }
+
+
+def _feed_state(job: Job, run: Any) -> str:
+    """How far the job's feed got: none yet, being written, being shipped, shipped (handed to the shipper)."""
+    if job.state == PENDING:
+        return "not started"
+    if job.state == CANCELLED:
+        return "none (cancelled)"
+    if job.state == RUNNING:
+        return "shipping" if (job.shipping or (run is not None and run.shipping)) else "writing"
+    return "shipped"
