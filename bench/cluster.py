@@ -9,6 +9,11 @@ flight, as fast as it can, over URLs spread over 1000 hosts with no delay and a
 high per-host concurrency.  Both nodes start at the same instant; the rate is
 all URLs acked over the time until the last node finds the pool empty.
 
+Redis CPU per crawled page is measured on a crawl-shaped mix, for the whole life of a page: one node
+pops 64 at a time; a list page (1 in 51) adds the 50 detail links found on it; every page's status is
+set as the crawler sets it (``set_statuses`` per page); the Redis server's CPU (``INFO cpu``, user+sys)
+before and after, over the pages crawled (issue 17's figure; its target is 10 us a page).
+
 Memory per seen URL is the growth of Redis's ``used_memory`` while one million
 URLs are recorded with seen_add (``MEMORY USAGE`` of the bucket keys is shown
 too).  scrapy-redis's dupefilter keeps each request fingerprint, the 40-hex
@@ -122,6 +127,42 @@ def pop_ack_rate(args: argparse.Namespace, reactor: Any, admin: RedisLink, nodes
     return rate
 
 
+def detail_links(list_id: int) -> list[str]:
+    """The 50 detail URLs a list page links to (hosts spread as ``url`` spreads them)."""
+    return [url(list_id * 50 + j) for j in range(50)]
+
+
+@defer.inlineCallbacks
+def crawl_mix(args: argparse.Namespace, reactor: Any, admin: RedisLink) -> Gen:
+    """Redis CPU (and the node's) per page over a crawl-shaped mix: lists add 50 links each, every page acked."""
+    prefix = f"{args.prefix}mix:"
+    pool = yield open_pool(args, reactor, prefix)
+    lists = max(1, args.mix_pages // 51)
+    for base in range(0, lists, BATCH):
+        yield pool.addmany([f"http://www.shop{i % HOSTS}.example.com/list/{i}.html"
+                            for i in range(base, min(lists, base + BATCH))])
+    cpu, node_cpu, started = (yield redis_cpu(admin)), process_cpu(), time.time()
+    pages = 0
+    while True:
+        urls = yield pool.pop(64, 0)
+        if not urls:
+            if (yield pool.size()) == 0:
+                break
+            continue
+        adds = [pool.addmany(detail_links(int(u.rsplit("/", 1)[1].split(".")[0])), detail=True)
+                for u in urls if "/list/" in u]
+        yield defer.gatherResults(adds)
+        yield defer.gatherResults([pool.set_statuses([(u, 200)]) for u in urls])
+        pages += len(urls)
+    seconds, node_cpu = time.time() - started, process_cpu() - node_cpu
+    cpu = (yield redis_cpu(admin)) - cpu
+    yield pool.close()
+    print(f"crawl mix: {pages} pages ({lists} lists of 50 links) in {seconds:.1f} s, {pages / seconds:,.0f} pages/s; "
+          f"CPU per page: Redis {cpu / pages * 1e6:.1f} us, node {node_cpu / pages * 1e6:.1f} us", flush=True)
+    yield delete_keys(admin, prefix)
+    return cpu / pages * 1e6, pages / seconds
+
+
 @defer.inlineCallbacks
 def seen_memory(args: argparse.Namespace, reactor: Any, admin: RedisLink) -> Gen:
     """Bytes of Redis memory per URL in spiderd's seen set and in a scrapy-redis-style fingerprint set."""
@@ -185,13 +226,15 @@ def delete_keys(admin: RedisLink, prefix: str) -> Gen:
 def driver(reactor: Any, args: argparse.Namespace) -> Gen:
     admin = RedisLink(parse_redis_url(args.redis))
     try:
+        mix_us, mix_rate = yield crawl_mix(args, reactor, admin)
         one = yield pop_ack_rate(args, reactor, admin, 1)
         two = yield pop_ack_rate(args, reactor, admin, 2)
         ours, theirs = yield seen_memory(args, reactor, admin)
     finally:
         yield delete_keys(admin, args.prefix)
         yield admin.close()
-    print(f"RESULT pop_ack_1node={one:.0f} pop_ack_2node={two:.0f} redis_bytes_per_url={ours:.1f} "
+    print(f"RESULT redis_us_per_page={mix_us:.1f} mix_pages_per_s={mix_rate:.0f} "
+          f"pop_ack_1node={one:.0f} pop_ack_2node={two:.0f} redis_bytes_per_url={ours:.1f} "
           f"scrapy_redis_bytes_per_url={theirs:.1f}", flush=True)
 
 
@@ -200,6 +243,7 @@ def main() -> None:
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--urls", type=int, default=200_000, help="URLs per pop+ack run")
     parser.add_argument("--seen", type=int, default=1_000_000, help="URLs in the memory measurement")
+    parser.add_argument("--mix-pages", type=int, default=51_000, help="pages in the crawl-shaped mix")
     parser.add_argument("--loops", type=int, default=4, help="pop+ack loops in flight per node")
     parser.add_argument("--prefix", default=f"bcl{os.getpid() % 100000}:")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
