@@ -92,8 +92,11 @@ def pool_service(settings: Settings, reactor: Any) -> PoolService:
 def pool_options(settings: Settings) -> dict[str, Any]:
     """Every backend's options (KVPool's): politeness, thresholds, limits, recrawl intervals, the linkbase, splits."""
     overrides = {host: (rule.delay, rule.concurrency) for host, rule in settings.host_rules.items()}
+    adaptive = {host: rule.adaptive(settings.adaptive) for host, rule in settings.host_rules.items()
+                if (rule.delay_factor, rule.min_delay, rule.max_delay) != (None, None, None)}
     return {
-        "politeness": Politeness(settings.per_host_delay, settings.per_host_concurrency, overrides),
+        "politeness": Politeness(settings.per_host_delay, settings.per_host_concurrency, overrides,
+                                 settings.adaptive, adaptive),
         "failure_threshold": settings.failure_threshold,
         "pending_threshold": settings.pending_threshold,
         "max_url_length": settings.max_url_length,
