@@ -9,6 +9,7 @@ every role, so they live here, below all of them and below the configuration.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -81,3 +82,9 @@ class HostRule:
             default.min_delay if self.min_delay is None else self.min_delay,
             default.max_delay if self.max_delay is None else self.max_delay,
         )
+
+
+def host_adaptive(rules: Mapping[str, HostRule], default: AdaptiveDelay) -> dict[str, AdaptiveDelay]:
+    """The adaptive rule of each host of ``rules`` that sets one of its keys (the others take ``default``'s)."""
+    return {host: rule.adaptive(default) for host, rule in rules.items()
+            if (rule.delay_factor, rule.min_delay, rule.max_delay) != (None, None, None)}
