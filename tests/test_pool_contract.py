@@ -12,6 +12,7 @@ from twisted.trial.unittest import TestCase
 from zope.interface.verify import verifyObject
 
 from spiderd.core import status
+from spiderd.core.rules import AdaptiveDelay
 from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
@@ -53,7 +54,9 @@ class PoolContract:
     def make_pool(self, delay: float = 0.0, concurrency: int = 1, **options: Any) -> Generator[Any, Any, Any]:
         """A pool of this backend; called again, it reopens the same storage where the backend can."""
         options.setdefault("pending_threshold", 60.0)
-        politeness = Politeness(delay=delay, concurrency=concurrency, overrides=options.pop("overrides", {}))
+        politeness = Politeness(delay=delay, concurrency=concurrency, overrides=options.pop("overrides", {}),
+                                adaptive=options.pop("adaptive", AdaptiveDelay()),
+                                adaptive_overrides=options.pop("adaptive_overrides", {}))
         pool = yield self.open_pool(politeness, options)
         self.pools.append(pool)
         return pool
@@ -417,6 +420,91 @@ class PoolContract:
         popped = yield self.drain(pool)
         assert sum(u.startswith("http://fast") for u in popped) == 3
         assert sum(u.startswith("http://slow") for u in popped) == 1
+
+    # -- adaptive politeness (delay_factor) ----------------------------------------
+
+    @defer.inlineCallbacks
+    def finish(self, pool: Any, url: str, took: float) -> Gen:
+        """``took`` seconds pass, then the fetch of ``url`` is reported over, with its duration."""
+        self.clock.advance(took)
+        yield pool.fetched(url, took)
+
+    @defer.inlineCallbacks
+    def after(self, pool: Any, wait: float) -> Generator[Any, Any, str]:
+        """The host's next URL comes out ``wait`` seconds from now, not before; it is popped and returned."""
+        due = yield pool.next_due()
+        assert due is not None and due <= wait + 1e-6, (due, wait)
+        self.clock.advance(wait - 0.01)
+        assert (yield self.drain(pool)) == {}
+        self.clock.advance(0.01)
+        popped = yield self.drain(pool)
+        assert len(popped) == 1, popped
+        return next(iter(popped))
+
+    @defer.inlineCallbacks
+    def test_adaptive_delay_follows_fetch_duration(self) -> Gen:
+        """With delay_factor 3, a fetch that took 2 s holds its host's next URL for 6 s from the fetch's end; the
+        wait is at least min_delay (1 s) and at most max_delay (10 s)."""
+        pool = yield self.make_pool(concurrency=1, adaptive=AdaptiveDelay(3.0, 1.0, 10.0))
+        yield pool.addmany([f"http://a.example/{i}" for i in range(4)])
+        url = next(iter((yield self.drain(pool))))
+        yield self.finish(pool, url, 2.0)
+        url = yield self.after(pool, 6.0)
+        yield self.finish(pool, url, 0.1)  # 0.3 s: min_delay
+        url = yield self.after(pool, 1.0)
+        yield self.finish(pool, url, 5.0)  # 15 s: max_delay
+        yield self.after(pool, 10.0)
+
+    @defer.inlineCallbacks
+    def test_adaptive_delay_keeps_the_configured_delay(self) -> Gen:
+        """The configured delay (start to start) stays a lower bound: the later of the two times applies."""
+        pool = yield self.make_pool(delay=5.0, concurrency=1, adaptive=AdaptiveDelay(1.0, 0.0, 30.0))
+        yield pool.addmany([f"http://a.example/{i}" for i in range(3)])
+        url = next(iter((yield self.drain(pool))))
+        yield self.finish(pool, url, 0.5)  # adaptive: 0.5 s from the end; configured: 5 s from the start
+        url = yield self.after(pool, 4.5)
+        yield self.finish(pool, url, 7.0)  # adaptive: 7 s from the end, past the configured 5 s from the start
+        yield self.after(pool, 7.0)
+
+    @defer.inlineCallbacks
+    def test_adaptive_delay_per_host(self) -> Gen:
+        """A host's own rule ([fetch.hosts]) replaces the default one for that host only."""
+        pool = yield self.make_pool(concurrency=1, adaptive=AdaptiveDelay(3.0, 0.0, 30.0),
+                                    adaptive_overrides={"fast.example": AdaptiveDelay(0.0)})
+        yield pool.addmany([f"http://fast.example/{i}" for i in range(3)] + [f"http://slow.example/{i}" for i in range(3)])
+        popped = yield self.drain(pool)
+        assert len(popped) == 2
+        self.clock.advance(1.0)
+        for url in popped:
+            yield pool.fetched(url, 1.0)
+        assert [u.split("/")[2] for u in (yield self.drain(pool))] == ["fast.example"]
+        self.clock.advance(2.99)
+        assert (yield self.drain(pool)) == {}
+        self.clock.advance(0.01)
+        assert [u.split("/")[2] for u in (yield self.drain(pool))] == ["slow.example"]
+
+    @defer.inlineCallbacks
+    def test_adaptive_delay_off_by_default(self) -> Gen:
+        """Without a delay_factor a fetch's duration changes nothing: the next URL goes as soon as the slot is free;
+        with one, a fetch reported without its duration adds no wait either."""
+        pool = yield self.make_pool(concurrency=1)
+        yield pool.addmany([f"http://a.example/{i}" for i in range(3)])
+        url = next(iter((yield self.drain(pool))))
+        yield self.finish(pool, url, 2.0)
+        assert (yield pool.next_due()) == 0.0
+        assert len((yield self.drain(pool))) == 1
+        other = yield self.make_other_adaptive()
+        yield other.add("http://b.example/1")
+        yield other.add("http://b.example/2")
+        url = next(iter((yield self.drain(other))))
+        yield other.fetched(url)
+        assert len((yield self.drain(other))) == 1
+
+    @defer.inlineCallbacks
+    def make_other_adaptive(self) -> Generator[Any, Any, Any]:
+        pool = yield self.open_other(Politeness(concurrency=1, adaptive=AdaptiveDelay(3.0, 1.0, 10.0)))
+        self.pools.append(pool)
+        return pool
 
     @defer.inlineCallbacks
     def test_bad_input_rejected_and_counted(self) -> Gen:

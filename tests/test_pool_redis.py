@@ -11,6 +11,7 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
+from spiderd.core.rules import AdaptiveDelay
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool.redis import RedisPoolError, open_redis_pool
 from spiderd.frontier.pool.redis.link import RedisLink, Script, parse_redis_url
@@ -33,7 +34,9 @@ class TwoNodeTests(RedisKeys, TestCase):
     @defer.inlineCallbacks
     def node(self, delay: float = 0.0, concurrency: int = 1, **options: Any) -> Generator[Any, Any, Any]:
         options.setdefault("pending_threshold", 60.0)
-        politeness = Politeness(delay, concurrency, overrides=options.pop("overrides", {}))
+        politeness = Politeness(delay, concurrency, overrides=options.pop("overrides", {}),
+                                adaptive=options.pop("adaptive", AdaptiveDelay()),
+                                adaptive_overrides=options.pop("adaptive_overrides", {}))
         pool = yield self.open_redis(self.clock, politeness, options)
         self.pools.append(pool)
         return pool
@@ -72,6 +75,32 @@ class TwoNodeTests(RedisKeys, TestCase):
         assert len((yield b.pop(10))) == 1
         assert (yield a.pop(10)) == {}
         assert abs((yield a.next_due()) - 2.0) < 1e-6
+
+    @defer.inlineCallbacks
+    def test_adaptive_delay_holds_across_nodes(self) -> Gen:
+        """A fetch's adaptive delay, reported by one node, holds the host on every node; a host's own rule (in
+        ``P conf``, from the node that has it configured) applies to fetches any node reports."""
+        a = yield self.node(adaptive=AdaptiveDelay(3.0, 0.0, 30.0),
+                            adaptive_overrides={"slow.example": AdaptiveDelay(2.0, 0.0, 30.0)})
+        b = yield self.node()  # adaptive politeness off by default on this node
+        yield a.addmany([f"http://a.example/{i}" for i in range(3)])
+        url = next(iter((yield a.pop(10))))
+        self.clock.advance(2)
+        yield a.fetched(url, 2.0)
+        self.clock.advance(5.99)
+        assert (yield b.pop(10)) == {}
+        self.clock.advance(0.01)
+        url = next(iter((yield b.pop(10))))
+        yield b.set_status(url, 200)
+        yield b.fetched(url, 2.0)  # b's own rule: off, and the host has none of its own
+        assert len((yield a.pop(10))) == 1
+        yield a.addmany([f"http://slow.example/{i}" for i in range(2)])
+        url = next(iter((yield b.pop(10))))
+        yield b.fetched(url, 1.5)  # the host's own rule: 2 x 1.5 s
+        self.clock.advance(2.99)
+        assert (yield a.pop(10)) == {}
+        self.clock.advance(0.01)
+        assert [u.split("/")[2] for u in (yield a.pop(10))] == ["slow.example"]
 
     @defer.inlineCallbacks
     def test_concurrency_holds_across_nodes(self) -> Gen:

@@ -41,6 +41,20 @@ def test_api_defaults_and_credentials() -> None:
     assert "t0k" not in repr(cfg.from_dict({"api": {"token": "t0k"}}))
 
 
+def test_adaptive_politeness_settings() -> None:
+    """Adaptive politeness is off by default; a host's table takes its own keys and [fetch]'s for the others."""
+    from spiderd.core.rules import AdaptiveDelay
+
+    assert cfg.from_dict({}).adaptive == AdaptiveDelay(0.0, 0.0, 30.0)
+    assert not cfg.from_dict({}).adaptive.on
+    settings = cfg.from_dict({"fetch": {"delay_factor": 3, "min_delay": 1, "max_delay": 20,
+                                        "hosts": {"A.example": {"delay_factor": 0.5, "max_delay": 4}}}})
+    assert settings.adaptive == AdaptiveDelay(3.0, 1.0, 20.0)
+    assert settings.host_rules["a.example"].adaptive(settings.adaptive) == AdaptiveDelay(0.5, 1.0, 4.0)
+    rule = settings.adaptive
+    assert (rule.wait(0.1), rule.wait(2.0), rule.wait(60.0)) == (1.0, 6.0, 20.0)
+
+
 def test_overrides() -> None:
     """section.key overrides (from the command line) win over the file."""
     settings = cfg.from_dict({"spiderd": {"role": "all"}}, overrides={"spiderd.role": "worker"})
@@ -65,6 +79,16 @@ def test_overrides() -> None:
         ({"fetch": {"source_addresses": ["300.1.1.1"]}}, "fetch.source_addresses", "does not appear"),
         ({"fetch": {"hosts": {"a.example": {"speed": 1}}}}, "fetch.hosts", "unknown key"),
         ({"fetch": {"tiemout": 3}}, "fetch.tiemout", "unknown key"),
+        ({"fetch": {"delay_factor": -1}}, "fetch.delay_factor", "0 or more"),
+        ({"fetch": {"delay_factor": 1e6}}, "fetch.delay_factor", "0 (off) to 1000"),
+        ({"fetch": {"delay_factor": float("nan")}}, "fetch.delay_factor", "finite number"),
+        ({"fetch": {"max_delay": float("inf")}}, "fetch.max_delay", "finite number"),
+        ({"fetch": {"min_delay": -0.5}}, "fetch.min_delay", "0 or more"),
+        ({"fetch": {"min_delay": 40}}, "fetch.min_delay", "must not exceed max_delay (40 > 30)"),
+        ({"fetch": {"hosts": {"a.example": {"delay_factor": "x"}}}}, "fetch.hosts", "'a.example': delay_factor"),
+        ({"fetch": {"hosts": {"a.example": {"max_delay": -1}}}}, "fetch.hosts", "'a.example': max_delay"),
+        ({"fetch": {"min_delay": 5, "hosts": {"a.example": {"max_delay": 2}}}}, 'fetch.hosts."a.example".min_delay',
+         "must not exceed max_delay"),
         ({"fetchh": {}}, "fetchh", "unknown section"),
         ({"spiderd": {"role": "boss"}}, "spiderd.role", "must be one of"),
         ({"pool": {"seeds": ["ftp://example.com/"]}}, "pool.seeds", "bad URL"),

@@ -34,6 +34,7 @@ from spiderd.store import open_store
 from spiderd.core.urls import fingerprint, to_signed64
 from spiderd.worker import WorkerConfig, WorkerConfigError, WorkerService, build_worker, worker_config
 from spiderd.core.secrets import is_loopback
+from spiderd.core.rules import AdaptiveDelay
 from spiderd.worker.files import HostSlots
 from spiderd.worker.jobs import Job, JobStore, safe_name, write_atomically
 from spiderd.worker.pipeline import retryable
@@ -857,6 +858,32 @@ class PartsTests(unittest.SynchronousTestCase):
         clock.advance(0.1)
         self.successResultOf(later)
 
+    def test_host_slots_adaptive_delay(self) -> None:
+        """With adaptive politeness, a request released with its duration holds the host's next start for
+        delay_factor x that duration from the release, within min_delay and max_delay; a host's own rule
+        applies to it; a release without a duration, or with the rule off, holds nothing."""
+        clock = Clock()
+        slots = HostSlots(1, clock=clock, adaptive=AdaptiveDelay(3.0, 1.0, 10.0),
+                          adaptive_overrides={"off.example": AdaptiveDelay()})
+        for took, wait in ((2.0, 6.0), (0.1, 1.0), (60.0, 10.0)):
+            self.successResultOf(slots.acquire("h"))
+            later = slots.acquire("h")
+            clock.advance(took)
+            slots.release("h", took)
+            clock.advance(wait - 0.01)
+            self.assertNoResult(later)
+            clock.advance(0.01)
+            self.successResultOf(later)
+            slots.release("h")
+            clock.advance(10)
+        self.successResultOf(slots.acquire("h"))
+        slots.release("h")  # no duration: no wait
+        self.successResultOf(slots.acquire("h"))
+        slots.release("h")
+        self.successResultOf(slots.acquire("off.example"))
+        slots.release("off.example", 5.0)
+        self.successResultOf(slots.acquire("off.example"))
+
     def test_worker_config_from_settings(self) -> None:
         """build_worker's mapping: worker_* attributes when present, else defaults; pool/fetch values reused."""
         settings = cfg.from_dict({"spiderd": {"data_dir": "/d", "role": "worker"}, "pool": {"failure_threshold": 5}})
@@ -868,6 +895,10 @@ class PartsTests(unittest.SynchronousTestCase):
         paced = worker_config(cfg.from_dict({"spiderd": {"data_dir": "/d"}, "fetch": {
             "per_host_delay": 1.5, "hosts": {"slow.example": {"delay": 10, "concurrency": 1}}}}))
         self.assertEqual((paced.per_host_delay, dict(paced.host_overrides)), (1.5, {"slow.example": (10.0, 1)}))
+        adaptive = worker_config(cfg.from_dict({"spiderd": {"data_dir": "/d"}, "fetch": {
+            "delay_factor": 2, "hosts": {"slow.example": {"delay": 1}, "fast.example": {"delay_factor": 0}}}}))
+        self.assertEqual((adaptive.adaptive, dict(adaptive.adaptive_overrides)),
+                         (AdaptiveDelay(2.0, 0.0, 30.0), {"fast.example": AdaptiveDelay(0.0, 0.0, 30.0)}))
 
         class Extended:
             data_dir, failure_threshold, per_host_concurrency = "/d", 3, 2

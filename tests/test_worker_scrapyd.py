@@ -17,6 +17,7 @@ from typing import Any
 
 from twisted.internet import defer, reactor
 from twisted.internet.defer import Deferred
+from twisted.internet import task
 from twisted.internet.task import Clock
 from twisted.internet.threads import deferToThread
 from twisted.internet.utils import getProcessOutputAndValue
@@ -24,6 +25,7 @@ from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.trial import unittest
 from twisted.web import resource, server
 
+from spiderd.core.rules import AdaptiveDelay
 from spiderd.demo.site import PRIVATE
 from spiderd.worker import WorkerService, joblog
 from spiderd.worker.files import JobHosts
@@ -508,6 +510,30 @@ class JobSettingsTests(WorkerTestBase):
         self.assertEqual(job.stats["pages"], 2)
 
     @defer.inlineCallbacks
+    def test_adaptive_delay(self) -> Any:
+        """With [fetch] delay_factor, the pipeline holds a host's next request after each fetch by the rule (a
+        loopback fetch takes milliseconds, so min_delay, 4 s from the fetch's end, applies); a host whose own rule
+        is off is not held."""
+        clock = Clock()
+        clock.advance(1000)
+        off_host = f"127.0.0.1:{self.ports[1]}"
+        service = self.clocked(clock, per_host_concurrency=1, adaptive=AdaptiveDelay(3.0, 4.0, 10.0),
+                               adaptive_overrides={off_host: AdaptiveDelay()})
+        yield self.run_job("adaptive", [self.url(0, n) for n in (10, 11)])
+        yield self.site.arrival(1)
+        yield booked(clock)
+        self.assertEqual((len(self.site.seen), [c.getTime() for c in clock.getDelayedCalls()]), (1, [1004.0]))
+        clock.advance(3.99)
+        self.assertEqual(len(self.site.seen), 1)
+        clock.advance(0.01)
+        yield self.site.arrival(2)
+        job = yield service.runner.when_done("adaptive")
+        self.assertEqual(job.stats["pages"], 2)
+        yield self.run_job("not-held", [self.url(1, n) for n in (10, 11)])
+        job = yield service.runner.when_done("not-held")
+        self.assertEqual((job.stats["pages"], len(self.site.seen), clock.getDelayedCalls()), (2, 4, []))
+
+    @defer.inlineCallbacks
     def test_user_agent_and_robots(self) -> Any:
         """USER_AGENT is sent with the job's requests and picks their robots.txt group; ROBOTSTXT_OBEY=False
         skips the check; a job that sets neither is as before."""
@@ -667,3 +693,14 @@ class JobHostsTests(unittest.SynchronousTestCase):
         hosts.release("h")
         self.assertEqual((hosts._slots, hosts._gates), ({}, {}))
         self.successResultOf(hosts.acquire("other"))
+
+
+@defer.inlineCallbacks
+def booked(clock: Clock, turns: int = 5000) -> Any:
+    """Fires once a timer is booked on ``clock`` (the worker answered a page over real loopback I/O, which the
+    test cannot wait on otherwise): the real reactor turns meanwhile, no timer of the test's is waited for."""
+    for _ in range(turns):
+        if clock.getDelayedCalls():
+            return
+        yield task.deferLater(reactor, 0, lambda: None)
+    raise AssertionError("no timer booked on the clock")

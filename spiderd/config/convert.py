@@ -83,6 +83,16 @@ def _non_negative(value: Any) -> float:
     return number
 
 
+MAX_DELAY_FACTOR = 1000.0  # a host's next request waits at most this many times the last fetch's duration
+
+
+def _delay_factor(value: Any) -> float:
+    number = _non_negative(value)
+    if number > MAX_DELAY_FACTOR:
+        raise ValueError(f"must be 0 (off) to {MAX_DELAY_FACTOR:g}, got {value!r}")
+    return number
+
+
 def _count(value: Any) -> int:
     number = expect(value, int, "an integer")
     if number < 0:
@@ -240,13 +250,25 @@ def _hosts(value: Any) -> dict[str, HostRule]:
     rules = {}
     for host, rule in table.items():
         rule = expect(rule, dict, f"a table for host {host!r}")
-        unknown = set(rule) - {"delay", "concurrency"}
+        unknown = set(rule) - set(HOST_KEYS)
         if unknown:
-            raise ValueError(f"host {host!r}: unknown key {sorted(unknown)[0]!r} (known: delay, concurrency)")
+            raise ValueError(f"host {host!r}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(HOST_KEYS)})")
+        adaptive = {key: _host_value(host, key, rule[key]) for key in HOST_KEYS[2:] if key in rule}
         rules[host.lower()] = HostRule(
-            _non_negative(rule.get("delay", 0.0)), _positive_int(rule.get("concurrency", 1))
+            _non_negative(rule.get("delay", 0.0)), _positive_int(rule.get("concurrency", 1)), **adaptive
         )
     return rules
+
+
+HOST_KEYS = ("delay", "concurrency", "delay_factor", "min_delay", "max_delay")  # of a [fetch.hosts."name"] table
+
+
+def _host_value(host: str, key: str, value: Any) -> float:
+    """One adaptive key of a host table, checked as its ``[fetch]`` namesake; the error names the host and key."""
+    try:
+        return _delay_factor(value) if key == "delay_factor" else _non_negative(value)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"host {host!r}: {key}: {e}") from None
 
 
 def _redis_url(value: Any) -> str:
@@ -316,6 +338,7 @@ CONVERTERS: dict[str, Any] = {
     "backend": _choice(POOL_BACKENDS),
     "positive": _positive,
     "non_negative": _non_negative,
+    "delay_factor": _delay_factor,
     "count": _count,
     "percent": _percent,
     "positive_int": _positive_int,

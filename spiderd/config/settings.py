@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from spiderd.config.convert import ConfigError, convert
 from spiderd.config.schema import SCHEMA
 from spiderd.config.sites import load_sites
-from spiderd.core.rules import HostRule, Site
+from spiderd.core.rules import AdaptiveDelay, HostRule, Site
 from spiderd.core.secrets import is_loopback
 from spiderd.core.compression import FAST
 
@@ -67,6 +67,9 @@ class Settings:
     concurrency: int = 64
     per_host_concurrency: int = 8
     per_host_delay: float = 0.0
+    delay_factor: float = 0.0  # adaptive politeness: a host's next request waits this many times the last fetch's duration; 0: off
+    min_delay: float = 0.0  # ... at least this long (seconds, from the fetch's end), when delay_factor > 0
+    max_delay: float = 30.0  # ... at most this long
     host_rules: Mapping[str, HostRule] = field(default_factory=dict)
     connect_timeout: float = 10.0
     timeout: float = 30.0
@@ -123,6 +126,11 @@ class Settings:
     api_password: str = field(default="", repr=False)
     # [[sites]]
     sites: tuple[Site, ...] = ()
+
+    @property
+    def adaptive(self) -> AdaptiveDelay:
+        """The ``[fetch]`` adaptive politeness rule (off with ``delay_factor = 0``)."""
+        return AdaptiveDelay(self.delay_factor, self.min_delay, self.max_delay)
 
     def path(self, relative: str) -> str:
         """A path under the data directory (absolute paths are kept)."""
@@ -200,6 +208,17 @@ def _check_together(settings: Settings) -> None:
     if settings.connect_timeout > settings.timeout:
         raise ConfigError(f"{settings.source}: fetch.connect_timeout: must not exceed fetch.timeout")
     _check_api(settings)
+    _check_adaptive(settings)
+
+
+def _check_adaptive(settings: Settings) -> None:
+    """``min_delay`` does not exceed ``max_delay``, in ``[fetch]`` and for each host (its keys with ``[fetch]``'s)."""
+    rules = {"fetch": settings.adaptive}
+    rules.update({f'fetch.hosts."{host}"': rule.adaptive(settings.adaptive) for host, rule in settings.host_rules.items()})
+    for where, rule in rules.items():
+        if rule.min_delay > rule.max_delay:
+            raise ConfigError(f"{settings.source}: {where}.min_delay: must not exceed max_delay "
+                              f"({rule.min_delay:g} > {rule.max_delay:g})")
 
 
 def _check_recrawl(settings: Settings) -> None:

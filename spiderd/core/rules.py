@@ -9,6 +9,7 @@ every role, so they live here, below all of them and below the configuration.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -36,8 +37,54 @@ class Site:
 
 
 @dataclass(frozen=True)
+class AdaptiveDelay:
+    """Adaptive politeness (Heritrix's rule): after a fetch that took ``elapsed`` seconds, the host's next
+    request waits ``factor x elapsed`` from the fetch's end, at least ``min_delay`` and at most ``max_delay``.
+
+    A factor of 0 turns it off (no wait, whatever the bounds).  The configured delay (start to start) and a
+    robots.txt Crawl-delay are lower bounds it never lowers: the next request starts no sooner than either.
+    """
+
+    factor: float = 0.0
+    min_delay: float = 0.0
+    max_delay: float = 30.0
+
+    @property
+    def on(self) -> bool:
+        """True if fetch durations pace the host."""
+        return self.factor > 0
+
+    def wait(self, elapsed: float) -> float:
+        """Seconds the host's next request waits after the end of a fetch that took ``elapsed`` seconds."""
+        if not self.on:
+            return 0.0
+        return min(self.max_delay, max(self.min_delay, self.factor * max(0.0, elapsed)))
+
+    def args(self) -> list[str]:
+        """The factor and bounds as text (the Redis pool's script arguments and ``P conf`` fields)."""
+        return [repr(float(self.factor)), repr(float(self.min_delay)), repr(float(self.max_delay))]
+
+
+@dataclass(frozen=True)
 class HostRule:
-    """A per-host override of the politeness defaults."""
+    """A per-host override of the politeness defaults; the adaptive keys left out (None) take ``[fetch]``'s."""
 
     delay: float
     concurrency: int
+    delay_factor: float | None = None
+    min_delay: float | None = None
+    max_delay: float | None = None
+
+    def adaptive(self, default: AdaptiveDelay) -> AdaptiveDelay:
+        """This host's adaptive rule: its own keys, the others from ``default``."""
+        return AdaptiveDelay(
+            default.factor if self.delay_factor is None else self.delay_factor,
+            default.min_delay if self.min_delay is None else self.min_delay,
+            default.max_delay if self.max_delay is None else self.max_delay,
+        )
+
+
+def host_adaptive(rules: Mapping[str, HostRule], default: AdaptiveDelay) -> dict[str, AdaptiveDelay]:
+    """The adaptive rule of each host of ``rules`` that sets one of its keys (the others take ``default``'s)."""
+    return {host: rule.adaptive(default) for host, rule in rules.items()
+            if (rule.delay_factor, rule.min_delay, rule.max_delay) != (None, None, None)}

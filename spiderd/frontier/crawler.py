@@ -205,7 +205,7 @@ class CrawlService(Service):
         self._work.track(d)
 
     def _fetched(self, result: FetchResult) -> FetchResult:
-        self.pool.fetched(result.url)
+        self.pool.fetched(result.url, result.elapsed)
         self.fetching -= 1
         self.processing += 1
         self.stats.fetched(result.status, result.wire_bytes, result.elapsed)

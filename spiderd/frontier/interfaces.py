@@ -62,8 +62,11 @@ class IURLPool(Interface):
     def next_batch(count: int = 1):  # type: ignore[no-untyped-def]
         """Reserves ``count`` batch numbers, unique across restarts (and nodes); fires with the first."""
 
-    def fetched(url: str):  # type: ignore[no-untyped-def]
-        """The request for a handed-out URL is over: its host slot is free, its lease stays until set_status."""
+    def fetched(url: str, elapsed: float | None = None):  # type: ignore[no-untyped-def]
+        """The request for a handed-out URL is over: its host slot is free, its lease stays until set_status.
+
+        ``elapsed`` (optional) is the fetch's duration in seconds: with adaptive politeness (``delay_factor``),
+        the host's next URL waits ``delay_factor x elapsed`` from now, within ``min_delay`` and ``max_delay``."""
 
     def set_status(url: str, status_code: int, reason: str | None = None):  # type: ignore[no-untyped-def]
         """Record a fetch outcome: done, final failure, or a retry.

@@ -5,6 +5,12 @@ and a free slot, keyed by the time it may be fetched from next, so a host with
 a million URLs never starves one with ten.  Delays count from one request's
 start to the next (as Scrapy's ``DOWNLOAD_DELAY``); concurrency caps the
 requests in flight per host.
+
+Adaptive politeness (optional, :class:`~spiderd.core.rules.AdaptiveDelay`):
+when a fetch ends, the host's next request waits ``delay_factor x`` that
+fetch's duration from its end, within ``min_delay`` and ``max_delay``.  It
+only ever pushes the next-allowed time later, so the configured delay and a
+robots.txt Crawl-delay (start to start) stay lower bounds.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
+
+from spiderd.core.rules import AdaptiveDelay
 
 
 @dataclass(slots=True)
@@ -38,6 +46,8 @@ class Politeness:
     delay: float = 0.0
     concurrency: int = 1
     overrides: dict[str, tuple[float, int]] = field(default_factory=dict)
+    adaptive: AdaptiveDelay = field(default_factory=AdaptiveDelay)  # off unless its factor is above 0
+    adaptive_overrides: dict[str, AdaptiveDelay] = field(default_factory=dict)  # host -> its own rule
     hosts: dict[str, HostSlot] = field(default_factory=dict)
     _heap: list[tuple[float, int, HostSlot]] = field(default_factory=list)
     _tiebreak: itertools.count = field(default_factory=itertools.count)
@@ -87,6 +97,17 @@ class Politeness:
         if slot.inflight > 0:
             slot.inflight -= 1
         self.requeue(slot)
+
+    def fetched(self, slot: HostSlot, elapsed: float, now: float) -> None:
+        """A request to ``slot``'s host that took ``elapsed`` seconds ended at ``now``: with adaptive politeness,
+        its next request waits the adaptive delay from now (never sooner than the configured delay allows)."""
+        wait = self.adaptive_of(slot.host).wait(elapsed)
+        if wait > 0:
+            slot.next_allowed = max(slot.next_allowed, now + wait)
+
+    def adaptive_of(self, host: str) -> AdaptiveDelay:
+        """The adaptive rule of ``host``: its own (``[fetch.hosts]``), else the default."""
+        return self.adaptive_overrides.get(host, self.adaptive)
 
     def requeue(self, slot: HostSlot) -> None:
         """Put ``slot`` in the heap if it has work and a free slot."""

@@ -7,6 +7,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from spiderd.core.rules import AdaptiveDelay
 from spiderd.core.secrets import is_loopback
 
 MiB = 1024 * 1024
@@ -37,6 +38,8 @@ class WorkerConfig:
     per_host_concurrency: int = 8
     per_host_delay: float = 0.0  # seconds between request starts to one host, over all jobs
     host_overrides: Mapping[str, tuple[float, int]] = field(default_factory=dict)  # host -> (delay, concurrency)
+    adaptive: AdaptiveDelay = field(default_factory=AdaptiveDelay)  # [fetch] delay_factor, min_delay, max_delay
+    adaptive_overrides: Mapping[str, AdaptiveDelay] = field(default_factory=dict)  # host -> its own rule
     failure_threshold: int = 3
     retry_delay: float = 1.0
     feed_template: str = ""  # "" = file://<data_dir>/feeds/%(batch)s_%(name)s_%(time)s.jl

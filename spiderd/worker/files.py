@@ -9,6 +9,7 @@ from twisted.internet import defer, task
 from twisted.internet.defer import Deferred, DeferredLock, DeferredSemaphore
 
 from spiderd.core.fsutil import fsync_dir, unlink_quietly
+from spiderd.core.rules import AdaptiveDelay
 from spiderd.feed.items import json_line
 from spiderd.worker.jobs import Runner
 
@@ -93,15 +94,22 @@ class ItemsFile:
 class HostSlots:
     """Per-host politeness of the worker, over all jobs: at most ``limit`` requests at once per host, and
     request starts at least ``delay`` seconds apart (raised by a robots.txt Crawl-delay; ``overrides`` maps a
-    host to its own (delay, limit), as ``[fetch.hosts]``).  Idle hosts whose next start is due are forgotten.
+    host to its own (delay, limit), as ``[fetch.hosts]``).  With adaptive politeness (``adaptive``, per host
+    ``adaptive_overrides``), a request released with its duration also holds the host's next start until
+    ``delay_factor x`` that duration after the release, within the rule's bounds.  Idle hosts whose next start
+    is due are forgotten.
     """
 
     def __init__(self, limit: int, delay: float = 0.0, clock: Any = None,
-                 overrides: Mapping[str, tuple[float, int]] | None = None) -> None:
+                 overrides: Mapping[str, tuple[float, int]] | None = None,
+                 adaptive: AdaptiveDelay | None = None,
+                 adaptive_overrides: Mapping[str, AdaptiveDelay] | None = None) -> None:
         self.limit = limit
         self.delay = delay
         self._clock = clock
         self._overrides = dict(overrides or {})
+        self._adaptive = adaptive or AdaptiveDelay()
+        self._adaptive_overrides = dict(adaptive_overrides or {})
         self._robots: dict[str, float] = {}
         self._slots: dict[str, DeferredSemaphore] = {}
         self._next: dict[str, float] = {}  # host -> earliest start of its next request
@@ -122,9 +130,13 @@ class HostSlots:
             slot = self._slots[host] = DeferredSemaphore(self._overrides.get(host, (0.0, self.limit))[1])
         d = slot.acquire()
         delay = self.delay_of(host)
-        if delay > 0 and self._clock is not None:
+        if (delay > 0 or self.adaptive_of(host).on) and self._clock is not None:
             d.addCallback(self._pace, host, delay)
         return d
+
+    def adaptive_of(self, host: str) -> AdaptiveDelay:
+        """The adaptive rule of ``host``: its own, else the worker's."""
+        return self._adaptive_overrides.get(host, self._adaptive)
 
     def _pace(self, _: Any, host: str, delay: float) -> Any:
         """Book the host's next start; wait for this one's (a cancelled wait gives its slot back)."""
@@ -140,14 +152,22 @@ class HostSlots:
         self.release(host)
         return failure
 
-    def release(self, host: str) -> None:
-        """Give back a slot taken with ``acquire``."""
+    def release(self, host: str, elapsed: float | None = None) -> None:
+        """Give back a slot taken with ``acquire``; ``elapsed``: the request's duration (adaptive politeness)."""
+        if elapsed is not None and self._clock is not None:
+            self._hold(host, self.adaptive_of(host).wait(elapsed))
         slot = self._slots[host]
         slot.release()
         if slot.tokens == slot.limit and not slot.waiting:
             del self._slots[host]
             if self._next.get(host, 0.0) <= (self._clock.seconds() if self._clock is not None else 0.0):
                 self._next.pop(host, None)
+
+    def _hold(self, host: str, wait: float) -> None:
+        """No request to ``host`` starts within ``wait`` seconds from now (an earlier booked start moves later)."""
+        if wait > 0:
+            now = self._clock.seconds()
+            self._next[host] = max(self._next.get(host, now), now + wait)
 
     def __len__(self) -> int:
         return len(self._slots)

@@ -142,7 +142,7 @@ class Pipeline:
         self._parser = parser
         self._pages = pages
         self.hosts = HostSlots(config.per_host_concurrency, config.per_host_delay, self._clock,
-                               config.host_overrides)
+                               config.host_overrides, config.adaptive, config.adaptive_overrides)
         self.itemized = itemized
         self.totals: Counter[str] = Counter()  # over every job since the start
         self.stats = stats
@@ -244,10 +244,11 @@ class Pipeline:
             raise
         if own is not None:
             own.started(host)
+        result = None
         try:
             result = yield run.wait(self._fetcher.fetch(url, **run.fetch_options))
         finally:
-            self.hosts.release(host)
+            self.hosts.release(host, getattr(result, "elapsed", None))
             if own is not None:
                 own.release(host)
         return result

@@ -23,6 +23,7 @@ import spiderd
 from spiderd.core.blocking import Lane
 from spiderd.core.net.auth import Auth
 from spiderd.core.net.serving import JsonSite
+from spiderd.core.rules import AdaptiveDelay, host_adaptive
 from spiderd.worker.api import WorkerAPI
 from spiderd.worker.config import WorkerConfig
 from spiderd.worker.jobs import JobStore
@@ -155,8 +156,8 @@ def default_incoming_dir(shipper: Any) -> str:
 def worker_config(settings: Any) -> WorkerConfig:
     """The WorkerConfig of spiderd settings: ``worker_<key>`` attributes, with the defaults for absent ones.
 
-    ``failure_threshold`` comes from ``[pool]``; ``per_host_concurrency``, ``per_host_delay`` and the
-    per-host overrides from ``[fetch]``.
+    ``failure_threshold`` comes from ``[pool]``; ``per_host_concurrency``, ``per_host_delay``, the adaptive
+    politeness rule and the per-host overrides from ``[fetch]``.
     """
     values: dict[str, Any] = {"data_dir": settings.data_dir}
     for f in fields(WorkerConfig):
@@ -171,6 +172,9 @@ def worker_config(settings: Any) -> WorkerConfig:
     values.setdefault("per_host_delay", getattr(settings, "per_host_delay", 0.0))
     rules = getattr(settings, "host_rules", {})
     values.setdefault("host_overrides", {host: (rule.delay, rule.concurrency) for host, rule in rules.items()})
+    adaptive = getattr(settings, "adaptive", AdaptiveDelay())
+    values.setdefault("adaptive", adaptive)
+    values.setdefault("adaptive_overrides", host_adaptive(rules, adaptive))
     return WorkerConfig(**values)
 
 

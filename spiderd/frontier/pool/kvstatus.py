@@ -97,9 +97,13 @@ class KVStatuses(KVQueues):
 
     # -- statuses -------------------------------------------------------------------
 
-    def fetched(self, url: str) -> defer.Deferred[None]:
-        """The request for a handed-out URL is over: free its host slot (the lease stays until set_status)."""
-        self._release(self._leased.get(url))
+    def fetched(self, url: str, elapsed: float | None = None) -> defer.Deferred[None]:
+        """The request for a handed-out URL is over (it took ``elapsed`` seconds, if given: adaptive politeness
+        paces its host by it): free its host slot (the lease stays until set_status)."""
+        leased = self._leased.get(url)
+        if elapsed is not None and leased is not None and leased[2]:
+            self.politeness.fetched(self._slot(leased[1]), elapsed, self._clock.seconds())
+        self._release(leased)
         return defer.succeed(None)
 
     def set_status(self, url: str, status_code: int, reason: str | None = None) -> defer.Deferred[None]:

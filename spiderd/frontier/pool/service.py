@@ -16,6 +16,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from spiderd.config.settings import ConfigError, Settings
+from spiderd.core.rules import host_adaptive
 from spiderd.core.secrets import redact
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
@@ -92,8 +93,10 @@ def pool_service(settings: Settings, reactor: Any) -> PoolService:
 def pool_options(settings: Settings) -> dict[str, Any]:
     """Every backend's options (KVPool's): politeness, thresholds, limits, recrawl intervals, the linkbase, splits."""
     overrides = {host: (rule.delay, rule.concurrency) for host, rule in settings.host_rules.items()}
+    adaptive = host_adaptive(settings.host_rules, settings.adaptive)
     return {
-        "politeness": Politeness(settings.per_host_delay, settings.per_host_concurrency, overrides),
+        "politeness": Politeness(settings.per_host_delay, settings.per_host_concurrency, overrides,
+                                 settings.adaptive, adaptive),
         "failure_threshold": settings.failure_threshold,
         "pending_threshold": settings.pending_threshold,
         "max_url_length": settings.max_url_length,

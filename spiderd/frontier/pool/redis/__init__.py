@@ -10,10 +10,12 @@ key                                    type    holds
 ``NS spider.seed.urls``                set     the seeds: every node's ``set_seeds`` adds, tools add (seed 002)
 ``P s:<bucket>``                       set     URL states: ``(fingerprint bits below the bucket) * 8 + code``
 ``P ready``                            zset    domain -> time its head URL's host may go (a lower bound)
-``P next``                             zset    host -> next allowed time (only future times are kept)
+``P next``                             zset    host -> next allowed time (only future times are kept;
+                                               ``fetched`` raises it by the adaptive delay)
 ``P inflight``                         hash    host -> requests in flight (all nodes)
 ``P waiting``                          zset    host -> waiting URLs (the largest host, max_urls_per_host)
-``P conf`` / ``P robots``              hash    host -> "delay concurrency" overrides / Crawl-delay
+``P conf`` / ``P robots``              hash    host -> "delay concurrency [factor min max]" overrides (the
+                                               adaptive rule if the host has its own) / Crawl-delay
 ``P leases``                           zset    fingerprint (``h`` + fingerprint for a hub) -> lease deadline
 ``P lease``                            hash    same key -> kind, holds-a-host-slot, domain, URL
 ``P fails``                            hash    fingerprint -> failures, for active URLs that failed before

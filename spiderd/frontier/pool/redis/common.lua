@@ -59,21 +59,24 @@ local function parse_lease(rec)
   return string.match(rec, '^(.)(.) (%S+) (.*)$')  -- kind (0, 1 or h), holds a host slot (1, 0; c: a claim), domain, url
 end
 
--- A host's politeness slot, read once per script: delay, concurrency, requests in flight, next allowed time.
+-- A host's politeness slot, read once per script: delay, concurrency, requests in flight, next allowed time, and
+-- its own adaptive rule {factor, min delay, max delay} if its override has one ("delay concurrency [f min max]").
 local slots = {}
 local function slot(host)
   local s = slots[host]
   if s then return s end
-  local delay, conc = DELAY, CONC
+  local delay, conc, adaptive = DELAY, CONC, nil
   local override = redis.call('HGET', CONF, host)
   if override then
-    local d, c = string.match(override, '^(%S+) (%S+)$')
-    delay, conc = tonumber(d), tonumber(c)
+    local f = {}
+    for word in string.gmatch(override, '%S+') do f[#f + 1] = tonumber(word) end
+    delay, conc = f[1], f[2]
+    if f[5] then adaptive = {f[3], f[4], f[5]} end
   end
   local robots = redis.call('HGET', ROBOTS, host)
   if robots then delay = math.max(delay, tonumber(robots)) end
   s = {host = host, delay = delay, conc = conc, busy = tonumber(redis.call('HGET', INFLIGHT, host) or '0'),
-       next = tonumber(redis.call('ZSCORE', NEXT, host) or '0')}
+       next = tonumber(redis.call('ZSCORE', NEXT, host) or '0'), adaptive = adaptive}
   slots[host] = s
   return s
 end

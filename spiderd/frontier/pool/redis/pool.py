@@ -82,9 +82,21 @@ class RedisPool(RedisAdmin, URLParsing):
         d = self._link.execute("HSETNX", meta, "seen_bucket_bits", str(self._bits))
         d.addCallback(lambda _: self._link.execute("HGET", meta, "seen_bucket_bits"))
         d.addCallback(self._adopt_bits)
-        for host, (delay, concurrency) in self.politeness.overrides.items():
-            d.addCallback(lambda _, h=host, v=f"{delay!r} {concurrency}": self._link.execute("HSET", self.prefix + "conf", h, v))
+        for host, value in self._host_conf().items():
+            d.addCallback(lambda _, h=host, v=value: self._link.execute("HSET", self.prefix + "conf", h, v))
         return d.addCallback(lambda _: self)
+
+    def _host_conf(self) -> dict[str, str]:
+        """This node's ``P conf`` entries: host -> "delay concurrency", then its adaptive rule if it has its own."""
+        politeness = self.politeness
+        conf = {}
+        for host in {**politeness.overrides, **politeness.adaptive_overrides}:
+            delay, concurrency = politeness.overrides.get(host, (politeness.delay, politeness.concurrency))
+            words = [repr(float(delay)), str(concurrency)]
+            if host in politeness.adaptive_overrides:
+                words += politeness.adaptive_overrides[host].args()
+            conf[host] = " ".join(words)
+        return conf
 
     def _adopt_bits(self, stored: str) -> None:
         if int(stored) != self._bits:
@@ -159,9 +171,11 @@ class RedisPool(RedisAdmin, URLParsing):
         args = [repr(now + self.pending_threshold), *self._located(u), owner.url if owner is not None else ""]
         return self._run("claim", args, now).addCallback(bool)
 
-    def fetched(self, url: str) -> defer.Deferred[None]:
-        """The request for a handed-out URL is over: free its host slot (the lease stays until set_status)."""
-        return self._run("fetched", [url]).addCallback(lambda _: None)
+    def fetched(self, url: str, elapsed: float | None = None) -> defer.Deferred[None]:
+        """The request for a handed-out URL is over (it took ``elapsed`` seconds, if given: adaptive politeness
+        paces its host by it, for every node): free its host slot (the lease stays until set_status)."""
+        took = "" if elapsed is None else repr(float(elapsed))
+        return self._run("fetched", [url, took, *self.politeness.adaptive.args()]).addCallback(lambda _: None)
 
     def set_status(self, url: str, status_code: int, reason: str | None = None) -> defer.Deferred[None]:
         """Record a fetch outcome; statuses given while one is on its way go out together, in one script call."""
