@@ -524,6 +524,14 @@ def test_canonical_link_makes_the_item_url() -> None:
     assert result.item["urlhash"] == to_signed64(fingerprint(canonical))
 
 
+def test_links_to_the_canonical_url_are_links_to_the_page() -> None:
+    """A detail page that links to its canonical URL does not put that URL in its links (it is this page)."""
+    page = page_with('<link rel="canonical" href="/post/9">', '<a href="/post/9">c</a><a href="/post/2">n</a>')
+    result = run(page, url="http://blog.example.net/post/1", kind="detail")
+    assert result.canonical == "http://blog.example.net/post/9"
+    assert result.details == ["http://blog.example.net/post/2"]
+
+
 @pytest.mark.parametrize(
     "href",
     [

@@ -431,7 +431,7 @@ def _links(root: etree._Element, page: str, rules: Rules, max_links: int, result
         del hrefs[examined:]
     resolve = _Resolver(_base(page, base_href, rules)).resolve
     lookup = rules._lookup
-    seen = {page}
+    seen = {page} if result.canonical is None else {page, result.canonical}  # the canonical URL is this page
     lists, details = result.lists, result.details
     metadata = _LinkMetadata(root, len(hrefs), result) if rules.anchors else None
     skipped = 0
