@@ -15,7 +15,11 @@ from twisted.internet import defer, reactor
 from twisted.trial import unittest
 from twisted.web import resource, server
 
+from spiderd.config import settings as cfg
+from spiderd.fetch.parsepool import ParsePool
+
 from .test_crawl import node_settings, run_crawl
+from .test_worker import WorkerTestBase
 
 SITES = [{
     "name": "robots-shop",
@@ -143,3 +147,41 @@ class PageRobotsCrawlTests(unittest.TestCase):
         urls = sorted(i["url"] for i in self.items())
         self.assertEqual(urls, sorted(self.url(p) for p in PAGES if p.startswith("/p/") and p != "/p/11"))
         self.assertEqual(crawler.stats.counts["noindex"], 0)
+
+
+class PageRobotsWorkerTests(WorkerTestBase):
+    """A worker's job over the same site: the pipeline honours noindex and canonical for its detail pages."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.site = RobotsSite()
+        port = reactor.listenTCP(0, server.Site(self.site), interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        self.root = f"http://127.0.0.1:{port.getHost().port}"
+
+    def parser(self, spider: str = "demo-shop") -> ParsePool:
+        if spider not in self._parsers:
+            sites = [dict(SITES[0], name=spider)]
+            settings = cfg.from_dict({"parse": {"workers": 0}, "sites": sites}, "<test>")
+            parser = self._parsers[spider] = ParsePool(reactor, settings, 0)
+            parser.startService()
+            self.addCleanup(parser.stopService)
+        return self._parsers[spider]
+
+    @defer.inlineCallbacks
+    def test_noindex_and_canonical_in_a_job(self) -> Any:
+        """noindex pages (meta or X-Robots-Tag) give no item and no stored page; a canonical URL is the item's url
+        and the stored page's; the job still finishes with every URL done."""
+        service = self.worker()
+        paths = ["/p/1", "/p/4", "/p/5", "/p/7"]
+        jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                    ("setting", self.urls(*paths)), ("batch", "7"))
+        job = yield service.runner.when_done(jobid)
+        yield self.shipper.settled()
+        self.assertEqual(job.state, "finished")
+        found = self.feed_items("7")
+        self.assertEqual(sorted((i["url"], i["title"]) for i in found),
+                         [(self.root + "/p/1", "one"), (self.root + "/p/8", "seven, canonically eight")])
+        self.assertEqual(self.stored(), [self.root + "/p/1", self.root + "/p/8"])
+        self.assertEqual((job.stats["noindex"], job.stats["status_200"], job.stats.get("failed", 0)), (2, 4, 0))
+        self.assertEqual(self.site.requests["/p/8"], 0)
