@@ -174,6 +174,20 @@ def test_no_item_for_errors_off_site_pages_and_repeats(
     assert list(spider.parse(html_response(f"{BASE}/item/2.html", "/item/2.html"))) == []
 
 
+def test_no_item_for_a_noindex_page(contrib: Any, config: str, caplog: pytest.LogCaptureFixture) -> None:
+    """X-Robots-Tag: noindex (or the page's meta robots) means no item, logged as noindex."""
+    from scrapy.http import HtmlResponse
+
+    spider = make_spider(contrib, [f"{BASE}/item/1.html"], config)
+    _, _, body = render(SPEC, "/item/1.html")
+    headers = {"Content-Type": "text/html", "X-Robots-Tag": "noindex"}
+    with caplog.at_level(logging.WARNING):
+        assert list(spider.parse(HtmlResponse(f"{BASE}/item/1.html", headers=headers, body=body))) == []
+    assert any("noindex" in r.getMessage() for r in caplog.records)
+    headers = {"Content-Type": "text/html", "X-Robots-Tag": "googlebot: noindex"}
+    assert len(list(spider.parse(HtmlResponse(f"{BASE}/item/1.html", headers=headers, body=body)))) == 1
+
+
 def test_spiderd_site_setting_picks_another_site(contrib: Any, config: str) -> None:
     spider = make_spider(contrib, ["http://other.example/p/3", f"{BASE}/item/1.html"], config,
                          spider_name="anything", SPIDERD_SITE="other")

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as s
 from lxml import etree
 
-from spiderd.fetch.extract import Extracted, Rules, extract
+from spiderd.fetch.extract import Extracted, PageRobots, Rules, extract
 from spiderd.config.settings import from_dict
 from spiderd.core.urls import canonicalize, fingerprint, to_signed64
 
@@ -408,7 +408,7 @@ def test_fuzz_link_paths_are_getpaths(body: bytes) -> None:
     root = _parse(body + b"<!-- x --><p>1</p><p>2</p><!-- y -->", "text/html")
     if root is not None:
         paths, getpath = _Paths(), root.getroottree().getpath
-        for element in _hrefs(root)[1] + list(root.iter(etree.Element)):
+        for element in _hrefs(root, True)[1] + list(root.iter(etree.Element)):
             assert paths(element) == getpath(element)
 
 
@@ -424,3 +424,154 @@ def test_large_pages_take_linear_time_paths() -> None:
 def test_fuzz_text_bodies_and_page_urls(text: str, url: str) -> None:
     """Arbitrary text bodies and page URLs never raise."""
     assert_sane(run(text.encode("utf-8", "surrogatepass"), url=url))
+
+
+# -- robots directives in pages and the canonical URL -------------------------------------------------------
+
+
+def page_with(head: str = "", body: str = "") -> str:
+    """A page with ``head`` in its head and ``body`` in its body."""
+    return f"<html><head><title>t</title>{head}</head><body><h1 class='title'>T</h1>{body}</body></html>"
+
+
+ITEM_URL = "https://shop.example.com/p/1"
+
+
+def test_rel_nofollow_links_are_not_followed() -> None:
+    """A link marked rel="nofollow" (with other rel words too, any case) is skipped; the others are kept."""
+    body = '<a href="/p/1" rel="nofollow">a</a><a href="/p/2" rel="External NoFollow">b</a><a href="/p/3">c</a>'
+    result = run(page_with(body=body))
+    assert result.details == ["https://shop.example.com/p/3"] and result.skipped == 2
+    assert not result.nofollow
+
+
+def test_rel_nofollow_followed_when_turned_off() -> None:
+    """With obey_nofollow off, rel="nofollow" links are followed like the others."""
+    rules = Rules(RULES.sites, page_robots=PageRobots(nofollow=False))
+    result = run(page_with(body='<a href="/p/1" rel="nofollow">a</a>'), rules=rules)
+    assert result.details == ["https://shop.example.com/p/1"]
+
+
+@pytest.mark.parametrize("content", ["nofollow", "NOFOLLOW, noarchive", "none", "noindex nofollow"])
+def test_meta_robots_nofollow_drops_every_link(content: str) -> None:
+    """<meta name="robots" content="nofollow"> (or none): no link of the page is followed."""
+    result = run(page_with(f'<meta name="Robots" content="{content}">', '<a href="/p/1">a</a><a href="/c/x">b</a>'))
+    assert result.nofollow and result.lists == [] and result.details == []
+
+
+def test_meta_robots_noindex_gives_no_item_but_keeps_links() -> None:
+    """noindex on a detail page: no item (and noindex set, so nothing is stored); links still followed."""
+    page = page_with('<meta name="robots" content="noindex">', '<a href="/post/2">n</a>')
+    result = run(page, url="http://blog.example.net/post/1", kind="detail")
+    assert result.noindex and result.item is None and not result.nofollow and result.error is None
+    assert result.details == ["http://blog.example.net/post/2"]
+
+
+def test_meta_for_our_user_agent_counts_and_others_do_not() -> None:
+    """<meta name="spiderd"> speaks to us when our token is one of the rules' agents; googlebot's does not."""
+    rules = Rules(RULES.sites, page_robots=PageRobots(agents=("spiderd",)))
+    ours = run(page_with('<meta name="spiderd" content="noindex">'), url=ITEM_URL, kind="detail", rules=rules)
+    theirs = run(page_with('<meta name="googlebot" content="noindex">'), url=ITEM_URL, kind="detail", rules=rules)
+    assert ours.noindex and ours.item is None
+    assert not theirs.noindex and theirs.item is not None
+
+
+def test_meta_robots_ignored_when_turned_off() -> None:
+    """With obey_meta_robots off, noindex and nofollow in the page and the header change nothing."""
+    rules = Rules(RULES.sites, page_robots=PageRobots(meta=False))
+    page = page_with('<meta name="robots" content="none">', '<a href="/c/x">b</a>')
+    result = run(page, url=ITEM_URL, kind="detail", rules=rules, robots_tag="noindex")
+    assert not result.noindex and result.item is not None
+
+
+@pytest.mark.parametrize(
+    ("header", "noindex", "nofollow"),
+    [
+        ("noindex", True, False),
+        ("NoFollow", False, True),
+        ("none", True, True),
+        ("noindex, nofollow", True, True),
+        ("googlebot: noindex", False, False),
+        ("spiderd: noindex", True, False),
+        ("googlebot: nofollow\nnoindex", True, False),
+        ("googlebot: noindex, spiderd: nofollow", False, True),
+        ("unavailable_after: 25 Jun 2010 15:00:00 PST", False, False),
+        ("all", False, False),
+    ],
+)
+def test_x_robots_tag(header: str, noindex: bool, nofollow: bool) -> None:
+    """The X-Robots-Tag header's words, for every agent or for ours (one header per line)."""
+    rules = Rules(RULES.sites, page_robots=PageRobots(agents=("spiderd",)))
+    page = page_with(body='<a href="/c/x">b</a>')
+    result = run(page, url=ITEM_URL, kind="detail", rules=rules, robots_tag=header)
+    assert (result.noindex, result.nofollow) == (noindex, nofollow)
+    assert (result.item is None) == noindex
+
+
+def test_x_robots_tag_noindex_holds_for_pages_that_are_not_html() -> None:
+    """A PDF with X-Robots-Tag: noindex is noindex (so the crawler stores nothing of it)."""
+    result = run(b"%PDF-1.4", url=ITEM_URL, kind="detail", content_type="application/pdf", robots_tag="noindex")
+    assert result.noindex and result.error == "not-html"
+
+
+def test_canonical_link_makes_the_item_url() -> None:
+    """<link rel=canonical> of a detail page (relative, not canonical in form) is the item's url and urlhash."""
+    page = page_with('<link rel="canonical" href="//SHOP.example.com:443/p/9#top">')
+    result = run(page, url="https://shop.example.com/p/1?session=x", kind="detail")
+    canonical = canonicalize("https://shop.example.com/p/9")
+    assert result.canonical == canonical
+    assert result.item is not None and result.item["url"] == canonical
+    assert result.item["urlhash"] == to_signed64(fingerprint(canonical))
+
+
+def test_links_to_the_canonical_url_are_links_to_the_page() -> None:
+    """A detail page that links to its canonical URL does not put that URL in its links (it is this page)."""
+    page = page_with('<link rel="canonical" href="/post/9">', '<a href="/post/9">c</a><a href="/post/2">n</a>')
+    result = run(page, url="http://blog.example.net/post/1", kind="detail")
+    assert result.canonical == "http://blog.example.net/post/9"
+    assert result.details == ["http://blog.example.net/post/2"]
+
+
+@pytest.mark.parametrize(
+    "href",
+    [
+        "http://blog.example.net/post/1",  # another site
+        "https://elsewhere.example/p/1",  # off every site
+        "/c/shoes",  # a list page
+        "/p/1",  # the page itself
+        "javascript:void(0)",
+        "",
+    ],
+)
+def test_canonical_ignored_off_site_to_a_list_or_to_itself(href: str) -> None:
+    """A canonical URL of another site, of no site, of a list page or of the page itself changes nothing."""
+    result = run(page_with(f'<link rel="canonical" href="{href}">'), url=ITEM_URL, kind="detail")
+    assert result.canonical is None and result.item is not None and result.item["url"] == ITEM_URL
+
+
+def test_canonical_ignored_on_list_pages_and_when_turned_off() -> None:
+    """Only detail pages have a canonical URL, and only while the canonical setting is on."""
+    page = page_with('<link rel="canonical" href="/p/9">')
+    assert run(page).canonical is None
+    rules = Rules(RULES.sites, page_robots=PageRobots(canonical=False))
+    result = run(page, url=ITEM_URL, kind="detail", rules=rules)
+    assert result.canonical is None and result.item is not None and result.item["url"] == ITEM_URL
+
+
+def test_page_directives_cross_the_parse_worker_pipe() -> None:
+    """The init message carries the PageRobots; an answer carries noindex, nofollow and canonical."""
+    import marshal
+
+    from spiderd.fetch.parseworker import answer, extracted_from, init_message, rules_from
+
+    rules = Rules(RULES.sites, page_robots=PageRobots(canonical=False, agents=("spiderd",)))
+    rebuilt, max_links = rules_from(marshal.loads(marshal.dumps(init_message(rules))))
+    assert rebuilt.page_robots == rules.page_robots
+    page = page_with('<link rel="canonical" href="/p/9">').encode()
+    request = (1, ITEM_URL, page, "text/html", "detail", 0.0, 200, 0, "spiderd: nofollow")
+    got = extracted_from(marshal.loads(marshal.dumps(answer(rebuilt, max_links, request))))
+    assert (got.noindex, got.nofollow, got.canonical) == (False, True, None)  # canonical: off in these rules
+    assert got.compressed is not None
+    request = (2, ITEM_URL, page, "text/html", "detail", 0.0, 200, 0, "noindex")
+    got = extracted_from(answer(Rules(RULES.sites), max_links, request))
+    assert got.noindex and got.item is None and got.compressed is None  # nothing to store: nothing compressed

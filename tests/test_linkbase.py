@@ -66,7 +66,7 @@ def test_no_anchors_unless_asked() -> None:
 
 def test_anchors_cross_the_parse_worker_pipe() -> None:
     """A parse worker's answer carries the anchors and the paths; the parent rebuilds the same Extracted."""
-    request = (7, "http://a.example/c/", PAGE, "text/html", "list", 0.0, 200, None)
+    request = (7, "http://a.example/c/", PAGE, "text/html", "list", 0.0, 200, None, None)
     rebuilt = extracted_from(marshal.loads(marshal.dumps(answer(Rules(SITES, anchors=True), 100, request))))
     assert rebuilt == run(anchors=True) and rebuilt.detail_xpaths[2] == "/html/body/map/area"
 

@@ -80,8 +80,8 @@ class WorkerTests(SynchronousTestCase):
     def test_serve_answers_in_order_and_exits_at_eof(self) -> None:
         """serve() says ready, answers each request like extract, and returns at end of input."""
         pool = ParsePool(Clock(), RAW, 0)
-        requests = [(i, *page(i)[:2], "text/html", page(i)[2], 1000.0 + i, 200, None) for i in range(5)]
-        requests[3] = requests[3][:-1] + (1,)  # a request asking for the page compressed
+        requests = [(i, *page(i)[:2], "text/html", page(i)[2], 1000.0 + i, 200, None, None) for i in range(5)]
+        requests[3] = requests[3][:-2] + (1, None)  # a request asking for the page compressed
         read_end, write_end = os.pipe()
         self.addCleanup(os.close, read_end)
         with os.fdopen(write_end, "wb") as pipe:

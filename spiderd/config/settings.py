@@ -79,6 +79,9 @@ class Settings:
     dns_cache_ttl: float = 300.0  # seconds a host name's addresses are reused; 0: look up at every connection
     user_agent: str = "spiderd/0.1 (+https://github.com/spiderd/spiderd)"
     robots: bool = True
+    obey_nofollow: bool = True  # rel="nofollow" links are not followed
+    obey_meta_robots: bool = True  # <meta name="robots"> and X-Robots-Tag: noindex, nofollow, none
+    canonical: bool = True  # a detail page's <link rel="canonical">: the item's url, and that URL done
     source_addresses: tuple[str, ...] = ()
     # [parse]
     parse_workers: int = -1

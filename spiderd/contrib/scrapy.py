@@ -40,6 +40,7 @@ from scrapy.http import Response
 from spiderd.config import settings as cfg
 from spiderd.core.rules import Site
 from spiderd.fetch.extract import Rules, extract
+from spiderd.fetch.parsepool import page_robots
 from spiderd.core.urls import BadURL, canonicalize
 
 __all__ = ["DistributedSpider", "DistributedSpiderError", "parse_start_urls"]
@@ -133,7 +134,8 @@ class DistributedSpider(scrapy.Spider):
         site_name = settings.get(SITE_SETTING) or self.name
         self.spiderd_settings, self.spiderd_site = load_site(settings.get(CONFIG_SETTING), site_name)
         self.spiderd_rules = Rules(
-            (self.spiderd_site,), self.spiderd_settings.max_url_length, self.spiderd_settings.max_path_depth
+            (self.spiderd_site,), self.spiderd_settings.max_url_length, self.spiderd_settings.max_path_depth,
+            page_robots=page_robots(self.spiderd_settings),
         )
         self._made: set[str] = set()
         self.logger.info(
@@ -195,10 +197,12 @@ class DistributedSpider(scrapy.Spider):
             time.time(),
             response.status,
             self.spiderd_rules,
+            robots_tag="\n".join(v.decode("latin-1") for v in response.headers.getlist(b"X-Robots-Tag")) or None,
         )
         if result.item is None:
-            self.logger.warning("No item from %s: %s", response.url, result.error)
-            self._count(f"spiderd/no_item/{result.error}")
+            why = "noindex" if result.noindex else result.error
+            self.logger.warning("No item from %s: %s", response.url, why)
+            self._count(f"spiderd/no_item/{why}")
             return None
         if result.item["url"] in self._made:  # a redirect to a page this job already made an item of
             self._count("spiderd/duplicates")

@@ -47,10 +47,11 @@ class Extracted:
     ``title`` or ``alt`` when there is no text.  ``list_xpaths`` and ``detail_xpaths`` are, likewise, the
     paths of the link elements in the document (seed 004's linkinfo ``xpath``), as lxml's ``getpath``
     gives them (``/html/body/div[2]/a[3]``), or "" for a path over MAX_XPATH characters.
-    ``skipped`` counts links dropped as bad, non-HTTP, fragment-only, off-site, unclassified or beyond
-    ``max_links`` (duplicates and links to the page itself are not counted).  ``error`` is None or one
+    ``skipped`` counts links dropped as bad, non-HTTP, fragment-only, off-site, unclassified, marked
+    ``rel="nofollow"`` or beyond ``max_links`` (duplicates and links to the page itself are not counted).  ``error`` is None or one
     word: ``not-html``, ``unparseable``, ``bad-url``, ``bad-kind``, ``off-site`` (a detail page no site
-    allows) or ``internal-error``.
+    allows) or ``internal-error``.  ``noindex``, ``nofollow`` and ``canonical`` are the page's own robots
+    directives and canonical URL, as :class:`PageRobots` says to honour them (see :func:`extract`).
     """
 
     lists: list[str] = field(default_factory=list)
@@ -62,7 +63,28 @@ class Extracted:
     detail_anchors: list[str] = field(default_factory=list)
     list_xpaths: list[str] = field(default_factory=list)
     detail_xpaths: list[str] = field(default_factory=list)
+    noindex: bool = False  # the page's robots directives (meta or X-Robots-Tag) forbid its item and stored page
+    nofollow: bool = False  # ... or forbid following any of its links (lists and details are then empty)
+    canonical: str | None = None  # a detail page's <link rel=canonical> (the item's url), when another URL
     compressed: bytes | None = None  # the page XZ-compressed for the store, when a parse worker was asked to
+
+
+@dataclass(frozen=True, slots=True)
+class PageRobots:
+    """Which directives of a page are honoured (``[fetch]`` obey_nofollow, obey_meta_robots, canonical).
+
+    ``agents`` are the meta names and X-Robots-Tag prefixes that speak to us besides ``robots`` (the user
+    agent's product token, lower-case).
+    """
+
+    nofollow: bool = True  # rel="nofollow" on a link: that link is not followed
+    meta: bool = True  # <meta name="robots"> and X-Robots-Tag: noindex, nofollow, none
+    canonical: bool = True  # <link rel="canonical"> of a detail page: the item's url
+    agents: tuple[str, ...] = ()
+
+    def as_tuple(self) -> tuple[bool, bool, bool, tuple[str, ...]]:
+        """Plain data for the parse workers' init message."""
+        return (self.nofollow, self.meta, self.canonical, self.agents)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +100,11 @@ class Rules:
 
     def __init__(
         self, sites: tuple[Site, ...], max_url_length: int = MAX_URL_LENGTH, max_path_depth: int = 32,
-        anchors: bool = False,
+        anchors: bool = False, page_robots: PageRobots = PageRobots(),
     ) -> None:
         self.sites = tuple(sites)
+        self.page_robots = page_robots
+        self._robot_names = frozenset(("robots", *page_robots.agents))
         self.anchors = anchors  # collect anchor texts and paths (for the linkbase): ~1.7x the time of a list page
         self.max_url_length = max_url_length
         self.max_path_depth = max_path_depth
@@ -166,12 +190,24 @@ def extract(
     status: int,
     rules: Rules,
     max_links: int = MAX_LINKS,
+    robots_tag: str | None = None,
 ) -> Extracted:
-    """Links (list pages, and detail pages whose site follows them) and the item (detail pages) of one page."""
+    """Links (list pages, and detail pages whose site follows them) and the item (detail pages) of one page.
+
+    ``robots_tag`` is the response's X-Robots-Tag (several headers one per line).  With the page's
+    ``<meta name="robots">`` it can say ``noindex`` (no item: ``noindex`` set), ``nofollow`` (no links)
+    or ``none`` (both), when the rules honour them; a header's ``noindex`` holds for any content type.
+    """
     try:
-        return _extract(url, body, content_type, kind, fetched_at, status, rules, max_links)
+        header = _Directives.of_header(robots_tag, rules) if robots_tag and rules.page_robots.meta else None
+        if header is not None and header.noindex and header.nofollow:
+            return Extracted(noindex=True, nofollow=True)  # nothing of the page is used: no need to parse it
+        result = _extract(url, body, content_type, kind, fetched_at, status, rules, max_links, header)
     except Exception:  # never let a page take the caller down
         return Extracted(error="internal-error")
+    if header is not None and header.noindex and not result.noindex:
+        result.noindex, result.item, result.canonical = True, None, None
+    return result
 
 
 def _extract(
@@ -183,6 +219,7 @@ def _extract(
     status: int,
     rules: Rules,
     max_links: int,
+    header: _Directives | None = None,
 ) -> Extracted:
     if kind not in ("list", "detail"):
         return Extracted(error="bad-kind")
@@ -197,15 +234,100 @@ def _extract(
         return Extracted(error="unparseable")
     result = Extracted()
     compiled = rules._compiled_for(page)
+    head = _head(root, rules, page, kind)
+    if header is not None:
+        head.noindex, head.nofollow = head.noindex or header.noindex, head.nofollow or header.nofollow
+    result.noindex, result.nofollow = head.noindex, head.nofollow
     if kind == "detail":
         if compiled is None:
             result.error = "off-site"
             return result
-        result.item = _item(root, compiled, page, status, fetched_at)
+        if not head.noindex:
+            result.canonical = _canonical(head.canonical, page, rules, compiled)
+            result.item = _item(root, compiled, result.canonical or page, status, fetched_at)
         if not compiled.site.follow_detail_links:
             return result
-    _links(root, page, rules, max_links, result)
+    if not head.nofollow:
+        _links(root, page, rules, max_links, result)
     return result
+
+
+# -- robots directives and the canonical URL ----------------------------------------------------------------
+
+
+_VALUE_DIRECTIVES = frozenset(("unavailable_after", "max-snippet", "max-image-preview", "max-video-preview"))
+_WORDS = re.compile(r"[\s,]+")
+
+
+class _Directives:
+    """What a page's robots directives say: noindex, nofollow, and the canonical href of its head."""
+
+    __slots__ = ("noindex", "nofollow", "canonical")
+
+    def __init__(self) -> None:
+        self.noindex = self.nofollow = False
+        self.canonical: str | None = None
+
+    def add(self, words: str) -> None:
+        """Take the words of one meta content or header value (``noindex, nofollow``, ``none``, ``all``)."""
+        for word in _WORDS.split(words.lower()):
+            if word in ("noindex", "none"):
+                self.noindex = True
+            if word in ("nofollow", "none"):
+                self.nofollow = True
+
+    @classmethod
+    def of_header(cls, robots_tag: str, rules: Rules) -> _Directives:
+        """X-Robots-Tag lines: ``noindex``, or ``<agent>: noindex, nofollow`` (for us only when the agent is
+        one of ours), and several agents on one line (``a: noindex, b: nofollow``)."""
+        found = cls()
+        for line in robots_tag.splitlines():
+            ours = True
+            for part in line.split(","):
+                name, colon, rest = part.partition(":")
+                name = name.strip().lower()
+                if colon and name not in _VALUE_DIRECTIVES and " " not in name:
+                    ours, part = name in rules._robot_names, rest
+                if ours:
+                    found.add(part)
+        return found
+
+
+def _head(root: etree._Element, rules: Rules, page: str, kind: str) -> _Directives:
+    """The directives of the page's ``<head>`` that the rules honour (meta robots, link rel=canonical).
+
+    Only the head is read (where libxml2 puts a meta or link that comes before the body's content): reading
+    it costs a few microseconds, a walk of the whole tree would cost as much as the links do.
+    """
+    found = _Directives()
+    robots = rules.page_robots
+    want_canonical = robots.canonical and kind == "detail"
+    if not (robots.meta or want_canonical):
+        return found
+    head = root.find("head")
+    if head is None:
+        return found
+    for element in head.iter("meta", "link"):
+        if element.tag == "meta":
+            if robots.meta and (element.get("name") or "").strip().lower() in rules._robot_names:
+                found.add(element.get("content") or "")
+        elif want_canonical and found.canonical is None and "canonical" in (element.get("rel") or "").lower().split():
+            found.canonical = element.get("href")
+    return found
+
+
+def _canonical(href: str | None, page: str, rules: Rules, compiled: _CompiledSite | None) -> str | None:
+    """The canonical URL of a detail page's ``<link rel=canonical href>``: resolved against the page,
+    canonicalized, of the page's own site and a detail URL there; None otherwise, or when it is the page."""
+    if not href:
+        return None
+    absolute = _Resolver(page).resolve(href)
+    if absolute is None:
+        return None
+    canonical, kind = rules._lookup(absolute)
+    if kind != "detail" or canonical == page or rules._compiled_for(canonical) is not compiled:
+        return None
+    return canonical
 
 
 # -- decoding and parsing ---------------------------------------------------------------------------------
@@ -301,14 +423,15 @@ HREFS_PER_LINK = 10
 
 
 def _links(root: etree._Element, page: str, rules: Rules, max_links: int, result: Extracted) -> None:
-    hrefs, elements, base_href = _hrefs(root)
+    hrefs, elements, base_href, nofollow = _hrefs(root, rules.page_robots.nofollow)
+    result.skipped += nofollow
     examined = max_links * HREFS_PER_LINK  # junk hrefs (javascript:, mailto:) cannot hide the links after them
     if len(hrefs) > examined:
         result.skipped += len(hrefs) - examined
         del hrefs[examined:]
     resolve = _Resolver(_base(page, base_href, rules)).resolve
     lookup = rules._lookup
-    seen = {page}
+    seen = {page} if result.canonical is None else {page, result.canonical}  # the canonical URL is this page
     lists, details = result.lists, result.details
     metadata = _LinkMetadata(root, len(hrefs), result) if rules.anchors else None
     skipped = 0
@@ -331,12 +454,13 @@ def _links(root: etree._Element, page: str, rules: Rules, max_links: int, result
     result.skipped += skipped
 
 
-def _hrefs(root: etree._Element) -> tuple[list[str], list[etree._Element], str | None]:
+def _hrefs(root: etree._Element, obey_nofollow: bool) -> tuple[list[str], list[etree._Element], str | None, int]:
     """The hrefs of ``<a>``, ``<area>`` and ``<link rel=next|prev>`` in document order, their elements,
-    and the first base href."""
+    the first base href, and how many links were left out as ``rel="nofollow"`` (when ``obey_nofollow``)."""
     hrefs: list[str] = []
     elements: list[etree._Element] = []
     base: str | None = None
+    nofollow = 0
     for element in root.iter("a", "area", "link", "base"):
         href = element.get("href")
         if href is None:
@@ -346,9 +470,17 @@ def _hrefs(root: etree._Element) -> tuple[list[str], list[etree._Element], str |
             if base is None:
                 base = href
         elif tag != "link" or _is_pagination(element):
+            if obey_nofollow and _is_nofollow(element):
+                nofollow += 1
+                continue
             hrefs.append(href)
             elements.append(element)
-    return hrefs, elements, base
+    return hrefs, elements, base, nofollow
+
+
+def _is_nofollow(element: etree._Element) -> bool:
+    rel = element.get("rel")
+    return rel is not None and "nofollow" in rel.lower().split()
 
 
 class _LinkMetadata:

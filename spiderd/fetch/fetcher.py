@@ -58,6 +58,7 @@ class FetchResult:
     elapsed: float = 0.0
     error: str | None = None
     reason: str | None = None  # why it failed, when the status says less (spiderd.core.status.reason); for the pool
+    robots_tag: str | None = None  # the response's X-Robots-Tag headers, one per line (page directives)
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,7 +357,14 @@ def _finish(got: tuple[Any, bytes], original: str, url: str, redirects: list[str
         len(body),
         elapsed,
         "truncated" if isinstance(body, Truncated) else None,
+        robots_tag=_robots_tag(response.headers),
     )
+
+
+def _robots_tag(headers: Headers) -> str | None:
+    """The X-Robots-Tag header values, one per line (a value names its agent for itself), or None."""
+    values = headers.getRawHeaders(b"x-robots-tag")
+    return "\n".join(v.decode("latin-1") for v in values) if values else None
 
 
 def _resolve(base: str, location: bytes) -> str | None:

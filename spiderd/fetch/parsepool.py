@@ -34,12 +34,21 @@ from twisted.python.failure import Failure
 import spiderd
 
 from spiderd.core.memory import rss_of
-from spiderd.fetch.extract import MAX_LINKS, Extracted, Rules, extract
+from spiderd.fetch.extract import MAX_LINKS, Extracted, PageRobots, Rules, extract
+from spiderd.fetch.robots import agent_token
 from spiderd.fetch.parseworker import MAX_MESSAGE, FrameDecoder, FrameError, extracted_from, frame, init_message
 from spiderd.config.settings import Settings, from_dict
 
 log = Logger()
 _Request = tuple[int, bytes, "Deferred[Extracted]"]
+
+
+def page_robots(settings: Settings) -> PageRobots:
+    """The page directives honoured, from ``[fetch]`` (obey_nofollow, obey_meta_robots, canonical); the meta
+    name of our own user agent (``<meta name="spiderd">``) counts as ``robots``."""
+    token = agent_token(settings.user_agent).strip().lower()
+    return PageRobots(settings.obey_nofollow, settings.obey_meta_robots, settings.canonical,
+                      (token,) if token else ())
 
 
 class ParseError(Exception):
@@ -75,7 +84,8 @@ class ParsePool(Service):
     ) -> None:
         settings = settings_raw if isinstance(settings_raw, Settings) else from_dict(settings_raw)
         self._reactor = reactor
-        self.rules = Rules(settings.sites, settings.max_url_length, settings.max_path_depth, settings.linkbase)
+        self.rules = Rules(settings.sites, settings.max_url_length, settings.max_path_depth, settings.linkbase,
+                           page_robots(settings))
         self.workers = (os.cpu_count() or 1) if workers < 0 else workers
         self.queue_size = queue_size
         self.max_waiting = max_waiting
@@ -145,19 +155,22 @@ class ParsePool(Service):
         fetched_at: float,
         status: int,
         compress: int | None = None,
+        robots_tag: str | None = None,
     ) -> Deferred[Extracted]:
         """The links and item of one page; fails with a :class:`ParseError` when the pool cannot parse it.
 
         With ``compress`` (an lzma preset), a worker also compresses the page for the store; inline
-        parsing leaves that to the store's thread (``Extracted.compressed`` stays None).
+        parsing leaves that to the store's thread (``Extracted.compressed`` stays None).  ``robots_tag`` is
+        the response's X-Robots-Tag (:attr:`~spiderd.fetch.fetcher.FetchResult.robots_tag`).
         """
         if not self.running:
             return defer.fail(ParsePoolUnavailable("the parse pool is not running"))
         if self.workers == 0:
-            return defer.succeed(extract(url, body, content_type, kind, fetched_at, status, self.rules, self.max_links))
+            return defer.succeed(extract(url, body, content_type, kind, fetched_at, status, self.rules, self.max_links,
+                                         robots_tag))
         self._next_id += 1
         try:
-            payload = frame((self._next_id, url, body, content_type, kind, fetched_at, status, compress))
+            payload = frame((self._next_id, url, body, content_type, kind, fetched_at, status, compress, robots_tag))
         except ValueError as e:
             return defer.fail(ParseError(f"cannot send {url!r} to a parse worker: {e}"))
         if len(payload) > MAX_MESSAGE:

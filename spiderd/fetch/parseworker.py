@@ -2,12 +2,12 @@
 
 The wire is a pipe each way carrying frames: a 4-byte big-endian length, then a
 ``marshal`` payload (the same interpreter is on both ends).  The parent first
-sends ``("init", sites, max_url_length, max_path_depth, max_links, anchors)``; the child
+sends ``("init", sites, max_url_length, max_path_depth, max_links, anchors, page_robots)``; the child
 answers ``("ready", pid)``, then answers each request
-``(id, url, body, content_type, kind, fetched_at, status, preset)`` in order with
+``(id, url, body, content_type, kind, fetched_at, status, preset, robots_tag)`` in order with
 ``(id, lists, details, item, skipped, error, list_anchors, detail_anchors, list_xpaths, detail_xpaths,
-compressed)`` (the fields of :class:`~spiderd.fetch.extract.Extracted`, in order): when ``preset`` is
-not None the child also XZ-compresses the body for the page store, so that
+noindex, nofollow, canonical, compressed)`` (the fields of :class:`~spiderd.fetch.extract.Extracted`, in order): when ``preset`` is
+not None (and the page is not ``noindex``) the child also XZ-compresses the body for the page store, so that
 CPU work runs in the parse processes too.  The child exits at end of input.
 
 To keep the parent's share of a page small, the child grows its input pipe to
@@ -36,7 +36,7 @@ from typing import IO, Any
 
 from spiderd.core.compression import compress
 from spiderd.core.memory import keep_heap
-from spiderd.fetch.extract import MAX_LINKS, Extracted, Rules, extract
+from spiderd.fetch.extract import MAX_LINKS, Extracted, PageRobots, Rules, extract
 from spiderd.core.rules import Field, Site
 
 HEADER = struct.Struct(">I")
@@ -87,25 +87,28 @@ class FrameDecoder:
 def init_message(rules: Rules, max_links: int = MAX_LINKS) -> tuple[Any, ...]:
     """The first message to a worker: the compiled sites as plain data, and the limits."""
     sites = [dataclasses.asdict(site) for site in rules.sites]
-    return ("init", sites, rules.max_url_length, rules.max_path_depth, max_links, rules.anchors)
+    return ("init", sites, rules.max_url_length, rules.max_path_depth, max_links, rules.anchors,
+            rules.page_robots.as_tuple())
 
 
 def rules_from(message: tuple[Any, ...]) -> tuple[Rules, int]:
     """The Rules and max_links of an init message."""
-    tag, sites, max_url_length, max_path_depth, max_links, anchors = message
+    tag, sites, max_url_length, max_path_depth, max_links, anchors, (nofollow, meta, canonical, agents) = message
     if tag != "init":
         raise ValueError(f"expected an init message, got {tag!r}")
     built = tuple(Site(**{**site, "fields": tuple(Field(**f) for f in site["fields"])}) for site in sites)
-    return Rules(built, max_url_length, max_path_depth, anchors), max_links
+    page_robots = PageRobots(nofollow, meta, canonical, tuple(agents))
+    return Rules(built, max_url_length, max_path_depth, anchors, page_robots), max_links
 
 
 def answer(rules: Rules, max_links: int, request: tuple[Any, ...]) -> tuple[Any, ...]:
     """The answer tuple to one request."""
-    request_id, url, body, content_type, kind, fetched_at, status, preset = request
-    result = extract(url, body, content_type, kind, fetched_at, status, rules, max_links)
-    compressed = compress(body, preset) if preset is not None else None
+    request_id, url, body, content_type, kind, fetched_at, status, preset, robots_tag = request
+    result = extract(url, body, content_type, kind, fetched_at, status, rules, max_links, robots_tag)
+    compressed = compress(body, preset) if preset is not None and not result.noindex else None
     return (request_id, result.lists, result.details, result.item, result.skipped, result.error,
-            result.list_anchors, result.detail_anchors, result.list_xpaths, result.detail_xpaths, compressed)
+            result.list_anchors, result.detail_anchors, result.list_xpaths, result.detail_xpaths,
+            result.noindex, result.nofollow, result.canonical, compressed)
 
 
 def extracted_from(message: tuple[Any, ...]) -> Extracted:
@@ -140,7 +143,7 @@ def write_message(stream: IO[bytes], message: Any) -> None:
     try:
         data = frame(message)
     except ValueError:
-        data = frame((message[0], [], [], None, 0, "internal-error", [], [], [], [], None))
+        data = frame((message[0], [], [], None, 0, "internal-error", [], [], [], [], False, False, None, None))
     stream.write(data)
 
 

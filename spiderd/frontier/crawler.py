@@ -227,7 +227,8 @@ class CrawlService(Service):
 
     @defer.inlineCallbacks
     def _process(self, result: FetchResult, hub: bool) -> Any:
-        """Handle the page, then record its status (and its redirect target's, when claimed).
+        """Handle the page, then record its status (and its redirect target's, when claimed, and its canonical
+        URL's, when the page names one: that URL is then done too and not fetched again).
 
         With an item, the statuses are recorded by the item writer together
         with the item's line (see spiderd.feed.items): a URL is done only once its
@@ -237,7 +238,10 @@ class CrawlService(Service):
         if result.status == 200 and (yield self._is_new(result)):
             if result.final_url != result.url:
                 statuses.append((result.final_url, result.status))
-            item = yield self._handle_page(result, hub)
+            extracted = yield self._handle_page(result, hub)
+            if extracted.canonical is not None and all(extracted.canonical != s[0] for s in statuses):
+                statuses.append((extracted.canonical, result.status))
+            item = extracted.item
             if item is not None and self._items is not None:
                 yield self._items.write(item, statuses)
                 self.stats.incr("items")
@@ -261,13 +265,15 @@ class CrawlService(Service):
 
     @defer.inlineCallbacks
     def _handle_page(self, result: FetchResult, hub: bool) -> Any:
-        """Links into the pool, the page into the store; fires with the item to write (or None)."""
+        """Links into the pool, the page into the store (not a ``noindex`` one; a page with a canonical URL
+        under that URL, as its item); fires with the Extracted (its item to write, or None)."""
         url = result.final_url
         kind = "list" if hub else (self._rules.classify(url) or self._rules.classify(result.url) or "list")
         fetched_at = self._reactor.seconds()
         preset = self._store.preset if kind == "detail" and self._store is not None else None
         extracted = yield self._parser.parse(
-            url, result.body, result.content_type, kind, fetched_at, result.status, compress=preset
+            url, result.body, result.content_type, kind, fetched_at, result.status, compress=preset,
+            robots_tag=result.robots_tag,
         )
         if extracted.error:
             self.stats.incr(f"parse_{extracted.error}")
@@ -280,12 +286,15 @@ class CrawlService(Service):
             waits.append(self.pool.add_links(url, extracted.lists + extracted.details,
                                              extracted.list_anchors + extracted.detail_anchors,
                                              extracted.list_xpaths + extracted.detail_xpaths))
-        if kind == "detail" and self._store is not None:
-            saved = self._store.save(url, fingerprint(url), result.body, compressed=extracted.compressed)
+        if extracted.noindex:
+            self.stats.incr("noindex")
+        elif kind == "detail" and self._store is not None:
+            key = extracted.canonical or url
+            saved = self._store.save(key, fingerprint(key), result.body, compressed=extracted.compressed)
             waits.append(saved.addCallback(lambda _: self.stats.incr("stored")))
         self.stats.incr("links_list", len(extracted.lists))
         self.stats.incr("links_detail", len(extracted.details))
         if extracted.skipped:
             self.stats.incr("links_skipped", extracted.skipped)
         yield defer.gatherResults(waits, consumeErrors=True)
-        return extracted.item
+        return extracted

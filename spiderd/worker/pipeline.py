@@ -289,7 +289,8 @@ class Pipeline:
         preset = self._pages.preset if self._pages is not None else None
         try:
             extracted = yield self._parser.parse(url, result.body, result.content_type, "detail",
-                                                 self._clock.seconds(), result.status, compress=preset)
+                                                 self._clock.seconds(), result.status, compress=preset,
+                                                 robots_tag=result.robots_tag)
         except Exception:
             run.seen.discard(url)
             log.failure("Worker: job {id}: parsing {url} failed", id=run.job.id, url=url)
@@ -298,8 +299,14 @@ class Pipeline:
             return RETRY
         if run.halted:
             return DONE
+        if extracted.noindex:  # the page's robots directives: no item, no stored page; the URL is done
+            run.stats["noindex"] += 1
+            run.note(f"{url}: noindex (no item, not stored)")
+            return DONE
+        if extracted.canonical is not None:
+            run.seen.add(extracted.canonical)
         run.storing += 1
-        saved = self._store(url, result.body, extracted)
+        saved = self._store(extracted.canonical or url, result.body, extracted)
         saved.addCallbacks(lambda _: self._stored(run, extracted), lambda f: self._not_stored(run, url, f))
         saved.addBoth(lambda _: self._storing_over(run))
         return DONE
