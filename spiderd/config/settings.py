@@ -77,6 +77,8 @@ class Settings:
     user_agent: str = "spiderd/0.1 (+https://github.com/spiderd/spiderd)"
     robots: bool = True
     source_addresses: tuple[str, ...] = ()
+    max_retry_after: float = 3600.0  # a 429/503's Retry-After (or back-off) blocks its host this long at most
+    max_throttles: int = 10  # a URL's throttled fetches before the next one counts as its failure
     # [parse]
     parse_workers: int = -1
     parse_max_rss_mb: int = 512  # a parser process holding more is replaced (it answers what it holds first)
