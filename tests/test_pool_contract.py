@@ -238,6 +238,73 @@ class PoolContract:
         """A refused connection is retried failure_threshold times, then final."""
         return self._retried_until_threshold(status.CONNECT_REFUSED)
 
+    # -- throttling answers (429, 503) ---------------------------------------------
+
+    @defer.inlineCallbacks
+    def test_throttle_blocks_the_whole_host_until_then(self) -> Gen:
+        """A throttle blocks every URL of the host until the time given; other hosts go on; the throttled URL
+        is queued again without a failure, its reason kept."""
+        pool = yield self.make_pool(concurrency=2, failure_threshold=1)
+        yield pool.addmany(["http://a.example/1", "http://a.example/2", "http://b.example/1"])
+        popped = yield pool.pop(1)
+        assert popped == {"http://a.example/1": False}
+        now = self.clock.seconds()
+        yield pool.throttle("http://a.example/1", now + 30, 429, "throttled: http 429, retry after 30 s")
+        assert (yield pool.pop(10)) == {"http://b.example/1": False}
+        self.clock.advance(29.5)
+        assert (yield pool.pop(10)) == {}
+        assert 0 < (yield pool.next_due()) <= 0.5
+        self.clock.advance(0.5)
+        assert set((yield pool.pop(10))) == {"http://a.example/1", "http://a.example/2"}
+        why = yield pool.why("http://a.example/1")
+        assert why["failures"] == 0 and why["last_failure"]["reason"] == "throttled: http 429, retry after 30 s"
+        stats = yield pool.stats()
+        assert (stats["failed"], stats["pending"]) == (0, 3)
+
+    @defer.inlineCallbacks
+    def test_throttle_keeps_a_later_block(self) -> Gen:
+        """A shorter block does not shorten a longer one already set."""
+        pool = yield self.make_pool(concurrency=2)
+        yield pool.addmany(["http://a.example/1", "http://a.example/2"])
+        yield pool.pop(10)
+        now = self.clock.seconds()
+        yield pool.throttle("http://a.example/1", now + 60, 503)
+        yield pool.throttle("http://a.example/2", now + 5, 503)
+        self.clock.advance(30)
+        assert (yield pool.pop(10)) == {}
+        self.clock.advance(30)
+        assert len((yield pool.pop(10))) == 2
+
+    @defer.inlineCallbacks
+    def test_throttles_past_the_limit_count_as_failures(self) -> Gen:
+        """``max_throttles`` throttles of a URL are free; each one after counts as a failure, so a host that
+        throttles forever ends."""
+        pool = yield self.make_pool(failure_threshold=1, max_throttles=2)
+        yield pool.add("http://a.example/1")
+        for attempt in range(4):
+            assert (yield pool.pop(1)) == {"http://a.example/1": False}, attempt
+            yield pool.throttle("http://a.example/1", self.clock.seconds() + 1, 429)
+            self.clock.advance(1)
+        assert (yield pool.pop(1)) == {}
+        stats = yield pool.stats()
+        assert (stats["failed"], stats["waiting"], stats["pending"]) == (1, 0, 0)
+
+    @defer.inlineCallbacks
+    def test_done_forgets_the_throttles(self) -> Gen:
+        """A URL done after throttles starts from none when added again."""
+        pool = yield self.make_pool(failure_threshold=0, max_throttles=1)
+        yield pool.add("http://a.example/1")
+        yield pool.pop(1)
+        yield pool.throttle("http://a.example/1", self.clock.seconds() + 1, 429)
+        self.clock.advance(1)
+        yield pool.pop(1)
+        yield pool.set_status("http://a.example/1", 200)
+        yield pool.add("http://a.example/1", always=True)
+        yield pool.pop(1)
+        yield pool.throttle("http://a.example/1", self.clock.seconds() + 1, 429)
+        self.clock.advance(1)
+        assert (yield pool.pop(1)) == {"http://a.example/1": False}
+
     @defer.inlineCallbacks
     def test_expired_lease_handed_out_again(self) -> Gen:
         """A pending URL whose lease expired is handed out again without being re-added."""

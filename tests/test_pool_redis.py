@@ -103,6 +103,24 @@ class TwoNodeTests(RedisKeys, TestCase):
         assert [u.split("/")[2] for u in (yield a.pop(10))] == ["slow.example"]
 
     @defer.inlineCallbacks
+    def test_throttle_block_holds_across_nodes(self) -> Gen:
+        """A host blocked by one node's throttling answer (Retry-After) is handed out by no node before then;
+        the URL's throttle count is shared too (the other node's throttle past the limit is a failure)."""
+        a = yield self.node(concurrency=4, failure_threshold=0, max_throttles=1, pending_threshold=600.0)
+        b = yield self.node(concurrency=4, failure_threshold=0, max_throttles=1, pending_threshold=600.0)
+        yield a.addmany(["http://a.example.com/1", "http://a.example.com/2", "http://b.example.net/1"])
+        yield a.pop(1)
+        yield a.throttle("http://a.example.com/1", self.clock.seconds() + 120, 429, "throttled: http 429, retry after 120 s")
+        assert (yield b.pop(10)) == {"http://b.example.net/1": False}
+        self.clock.advance(119)
+        assert (yield b.pop(10)) == {} and (yield a.pop(10)) == {}
+        assert 0 < (yield b.next_due()) <= 1.0
+        self.clock.advance(1)
+        assert set((yield b.pop(10))) == {"http://a.example.com/1", "http://a.example.com/2"}
+        yield b.throttle("http://a.example.com/1", self.clock.seconds() + 5, 429)
+        assert (yield a.stats())["failed"] == 1
+
+    @defer.inlineCallbacks
     def test_concurrency_holds_across_nodes(self) -> Gen:
         """A host's concurrency counts the requests in flight on every node."""
         a = yield self.node(concurrency=2)

@@ -57,6 +57,8 @@ SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "obey_meta_robots": ("obey_meta_robots", "bool"),
         "canonical": ("canonical", "bool"),
         "source_addresses": ("source_addresses", "addresses"),
+        "max_retry_after": ("max_retry_after", "positive"),  # throttling answers (429, 503): the longest host block
+        "max_throttles": ("max_throttles", "count"),  # throttles of one URL that do not count as its failures
     },
     "parse": {"workers": ("parse_workers", "workers"), "max_rss_mb": ("parse_max_rss_mb", "positive_int")},
     "batch": {

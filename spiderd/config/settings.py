@@ -83,6 +83,8 @@ class Settings:
     obey_meta_robots: bool = True  # <meta name="robots"> and X-Robots-Tag: noindex, nofollow, none
     canonical: bool = True  # a detail page's <link rel="canonical">: the item's url, and that URL done
     source_addresses: tuple[str, ...] = ()
+    max_retry_after: float = 3600.0  # a 429/503's Retry-After (or back-off) blocks its host this long at most
+    max_throttles: int = 10  # a URL's throttled fetches before the next one counts as its failure
     # [parse]
     parse_workers: int = -1
     parse_max_rss_mb: int = 512  # a parser process holding more is replaced (it answers what it holds first)

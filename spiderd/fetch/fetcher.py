@@ -33,6 +33,7 @@ from twisted.web import client
 from twisted.web.http_headers import Headers
 
 from spiderd.core import status as st
+from spiderd.core.throttle import parse_retry_after, throttled
 from spiderd.core.urls import BadURL, canonicalize
 from spiderd.fetch.connections import CachedEndpoints, ConnectionPool
 from spiderd.fetch.dns import caching_reactor
@@ -59,6 +60,7 @@ class FetchResult:
     error: str | None = None
     reason: str | None = None  # why it failed, when the status says less (spiderd.core.status.reason); for the pool
     robots_tag: str | None = None  # the response's X-Robots-Tag headers, one per line (page directives)
+    retry_after: float | None = None  # a 429/503's Retry-After, in seconds from the answer (None: absent or bad)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +179,8 @@ class Fetcher:
             response, body = yield self._get(url, self._config.max_body_size, headers=headers)
             location = response.headers.getRawHeaders(b"location", [None])[0]
             if response.code not in REDIRECT_CODES or location is None:
-                return _finish((response, body), original, url, redirects, self._reactor.seconds() - started)
+                return _finish((response, body), original, url, redirects, self._reactor.seconds() - started,
+                               self._reactor.seconds())
             target = _resolve(url, location)
             if target is None:
                 return FetchResult(original, st.BAD_REDIRECT, url, redirects=redirects, error="bad-redirect",
@@ -344,9 +347,14 @@ class _Deflate:
         return self._inner.flush() if self._inner is not None else b""
 
 
-def _finish(got: tuple[Any, bytes], original: str, url: str, redirects: list[str], elapsed: float) -> FetchResult:
+def _finish(got: tuple[Any, bytes], original: str, url: str, redirects: list[str], elapsed: float,
+            now: float | None = None) -> FetchResult:
+    """The FetchResult of an answer; given ``now`` (clock time), a throttling answer's Retry-After is read."""
     response, body = got
     content_type = response.headers.getRawHeaders(b"content-type", [None])[0]
+    retry_after = None
+    if now is not None and throttled(response.code):
+        retry_after = parse_retry_after(response.headers.getRawHeaders(b"retry-after", [None])[0], now)
     return FetchResult(
         original,
         response.code,
@@ -358,6 +366,7 @@ def _finish(got: tuple[Any, bytes], original: str, url: str, redirects: list[str
         elapsed,
         "truncated" if isinstance(body, Truncated) else None,
         robots_tag=_robots_tag(response.headers),
+        retry_after=retry_after,
     )
 
 

@@ -25,7 +25,8 @@ from spiderd.fetch.fetcher import FetchResult
 from spiderd.feed.items import Status
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.stats import CrawlStats
-from spiderd.core.urls import fingerprint
+from spiderd.core import throttle as th
+from spiderd.core.urls import fingerprint, host_of
 
 log = Logger()
 FAILING_PULLS = 12  # pulls failed in a row (each heartbeat, every 5 s, tries again): the loop is failing
@@ -54,6 +55,7 @@ class CrawlService(Service):
         exit_when_done: bool = False,
         stop_timeout: float = 60.0,
         linkbase: bool = False,
+        max_retry_after: float = th.MAX_RETRY_AFTER,
     ) -> None:
         self._reactor = reactor
         self.pool = pool
@@ -70,6 +72,7 @@ class CrawlService(Service):
         self._exit_when_done = exit_when_done
         self._stop_timeout = stop_timeout
         self._linkbase = linkbase
+        self.throttles = th.HostThrottles(max_retry_after)  # consecutive 429/503 per host: the back-off
         self.fetching = 0
         self.processing = 0
         self.paused = False
@@ -234,6 +237,11 @@ class CrawlService(Service):
         with the item's line (see spiderd.feed.items): a URL is done only once its
         links, its page and its item are safe, and then exactly once.
         """
+        if th.throttled(result.status):
+            yield self._throttled(result)
+            return
+        if result.status > 0:
+            self.throttles.answered(host_of(result.url))
         statuses: list[Status] = [(result.url, result.status, result.reason)]  # reason: None for a page
         if result.status == 200 and (yield self._is_new(result)):
             if result.final_url != result.url:
@@ -247,6 +255,17 @@ class CrawlService(Service):
                 self.stats.incr("items")
                 return
         yield self.pool.set_statuses(statuses)
+
+    def _throttled(self, result: FetchResult) -> Deferred[None]:
+        """A 429 or 503: block the URL's host in the pool until its Retry-After, or for the back-off of its
+        consecutive throttles; the URL goes back to its queue (see IURLPool.throttle)."""
+        wait = self.throttles.wait(host_of(result.url), result.retry_after)
+        self.stats.errors["throttled"] += 1
+        reason = th.reason(result.status, wait)
+        log.info("{url}: {reason}", url=result.url, reason=reason)
+        until = self._reactor.seconds() + wait
+        d: Deferred[None] = self.pool.throttle(result.url, until, result.status, reason)
+        return d
 
     @defer.inlineCallbacks
     def _is_new(self, result: FetchResult) -> Any:

@@ -9,7 +9,7 @@ class IURLPool(Interface):
     """The URL pool of seed 000: waiting, pending (leased), done and failed URLs; the core contract.
 
     Every backend provides all of it: it is what the running node calls.  The
-    crawler (add, addmany, pop, claim, fetched, set_status, set_statuses,
+    crawler (add, addmany, pop, claim, fetched, set_status, set_statuses, throttle,
     add_links, next_due, stats), the batcher (seen_filter, seen_add,
     next_batch), the items writer (set_statuses with a checkpoint, checkpoint,
     drop_checkpoint), the seeds (addmany, set_seeds, set_hubs), the seed timer
@@ -25,6 +25,7 @@ class IURLPool(Interface):
     """
 
     failure_threshold = Attribute("Failures retried before a URL is final.")
+    max_throttles = Attribute("Throttles of a URL (see throttle) that do not count as its failures.")
     pending_threshold = Attribute("Seconds a popped URL stays leased.")
 
     def add(url: str, always: bool = False, detail: bool = False):  # type: ignore[no-untyped-def]
@@ -73,6 +74,12 @@ class IURLPool(Interface):
 
         A failure's ``reason`` (short text, see spiderd.core.status.reason; without one, the code's words) is kept
         as the URL's last failure, shown by ``why`` and carried in the export, until the URL is done."""
+
+    def throttle(url: str, until: float, status_code: int, reason: str | None = None):  # type: ignore[no-untyped-def]
+        """A throttling answer (429, 503 with or without Retry-After) for a handed-out ``url``: its host is handed
+        out by no node before ``until`` (clock time; a later block wins), and the URL is queued again without
+        counting a failure, up to ``max_throttles`` throttles of that URL; the next one is recorded as
+        ``set_status(url, status_code, reason)``.  ``reason`` is kept as its last failure (``why``)."""
 
     def set_statuses(statuses, checkpoint=None):  # type: ignore[no-untyped-def]
         """Record ``(url, status_code)`` or ``(url, status_code, reason)`` outcomes and, if given, ``checkpoint``

@@ -126,6 +126,11 @@ class Politeness:
         if slot is not None:
             slot.delay = max(slot.delay, delay)
 
+    def block(self, slot: HostSlot, until: float) -> None:
+        """Hand out nothing of ``slot`` before ``until`` (a throttling answer's Retry-After); an earlier
+        entry in the heap is put back at the new time when its turn comes (see ``ready``)."""
+        slot.next_allowed = max(slot.next_allowed, until)
+
     def collect(self, now: float) -> None:
         """Forget hosts with nothing waiting, nothing in flight and no pending delay."""
         idle = [h for h, s in self.hosts.items() if not s.waiting and not s.inflight and s.next_allowed <= now]

@@ -42,6 +42,8 @@ class WorkerConfig:
     adaptive_overrides: Mapping[str, AdaptiveDelay] = field(default_factory=dict)  # host -> its own rule
     failure_threshold: int = 3
     retry_delay: float = 1.0
+    max_retry_after: float = 3600.0  # a 429/503 blocks its host this long at most ([fetch] max_retry_after)
+    max_throttles: int = 10  # a URL's throttles that are not counted as its failures ([fetch] max_throttles)
     feed_template: str = ""  # "" = file://<data_dir>/feeds/%(batch)s_%(name)s_%(time)s.jl
     feed_dirs: tuple[str, ...] = ()  # local directories a client's file:// FEED_URI may write into, besides the template's
     max_body_size: int = 16 * MiB
@@ -122,7 +124,7 @@ def _check_numbers(config: WorkerConfig) -> None:
     for name in positive:
         if getattr(config, name) < 1:
             raise WorkerConfigError(f"worker.{name}: must be 1 or more, got {getattr(config, name)!r}")
-    for name in ("failure_threshold", "retry_delay", "stop_timeout", "finished_to_keep", "per_host_delay",
+    for name in ("failure_threshold", "retry_delay", "max_retry_after", "max_throttles", "stop_timeout", "finished_to_keep", "per_host_delay",
                  "job_concurrency", "redirect_window"):
         if getattr(config, name) < 0:
             raise WorkerConfigError(f"worker.{name}: must be 0 or more, got {getattr(config, name)!r}")

@@ -118,6 +118,14 @@ class HostSlots:
         """Raise ``host``'s delay to ``delay`` (its robots.txt Crawl-delay)."""
         self._robots[host] = float(delay)
 
+    def block(self, host: str, until: float) -> None:
+        """Start no request to ``host`` before ``until`` (clock time: a throttling answer's Retry-After)."""
+        self._next[host] = max(self._next.get(host, until), until)
+
+    def blocked_until(self, host: str) -> float:
+        """The earliest start of ``host``'s next request (0: none booked)."""
+        return self._next.get(host, 0.0)
+
     def delay_of(self, host: str) -> float:
         """Seconds between two request starts to ``host``."""
         configured = self._overrides.get(host, (self.delay, self.limit))[0]
@@ -129,18 +137,21 @@ class HostSlots:
         if slot is None:
             slot = self._slots[host] = DeferredSemaphore(self._overrides.get(host, (0.0, self.limit))[1])
         d = slot.acquire()
-        delay = self.delay_of(host)
-        if (delay > 0 or self.adaptive_of(host).on) and self._clock is not None:
-            d.addCallback(self._pace, host, delay)
+        if self._clock is not None:
+            d.addCallback(self._pace, host)
         return d
 
     def adaptive_of(self, host: str) -> AdaptiveDelay:
         """The adaptive rule of ``host``: its own, else the worker's."""
         return self._adaptive_overrides.get(host, self._adaptive)
 
-    def _pace(self, _: Any, host: str, delay: float) -> Any:
-        """Book the host's next start; wait for this one's (a cancelled wait gives its slot back)."""
+    def _pace(self, _: Any, host: str) -> Any:
+        """Book the host's next start; wait for this one's (a cancelled wait gives its slot back).  Read once
+        the slot is taken, so a block set meanwhile (``block``) or an adaptive wait holds."""
+        delay = self.delay_of(host)
         now = self._clock.seconds()
+        if delay <= 0 and self._next.get(host, now) <= now:
+            return None
         start = max(now, self._next.get(host, now))
         self._next[host] = start + delay
         if start <= now:

@@ -10,7 +10,10 @@ CONCURRENT_REQUESTS_PER_DOMAIN and DOWNLOAD_DELAY apply inside those (see
 :class:`~.files.JobHosts`), and its USER_AGENT and ROBOTSTXT_OBEY go to the
 fetcher with each of its requests.  Network errors and 5xx are retried ``failure_threshold``
 times (after ``retry_delay``, doubling): a URL waiting for its retry gives
-its slot back.  A URL's slot is free once its page is parsed: the page store
+its slot back.  A throttling answer (429, 503) blocks its host for every job
+until its Retry-After (capped by ``max_retry_after``; without one, a back-off
+of 1, 2, 4 ... seconds per consecutive throttle of the host) and queues the
+URL again then without counting an attempt, ``max_throttles`` times at most.  A URL's slot is free once its page is parsed: the page store
 commits in batches, and a job whose last URLs wait only for their commit asks
 the store to write now rather than waiting for its flush timer.  So no timer
 that the configuration did not ask for (a retry delay, a per-host delay) ever
@@ -37,6 +40,7 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from spiderd.core import status as st
+from spiderd.core import throttle as th
 from spiderd.core.retry import Backoff
 from spiderd.core.urls import fingerprint, host_of
 from spiderd.worker.config import WorkerConfig
@@ -45,7 +49,7 @@ from spiderd.worker.jobs import Job
 
 log = Logger()
 
-DONE, RETRY = "done", "retry"
+DONE, RETRY, THROTTLED = "done", "retry", "throttled"
 MAX_RETRY_DELAY = 60.0
 
 
@@ -84,6 +88,7 @@ class Run:
         self.halted: str | None = None  # "cancelled" or "interrupted"
         self.shipping = False
         self.seen: set[str] = set()
+        self.throttles: Counter[str] = Counter()  # URL -> its throttled fetches (429, 503)
         self.stats: Counter[str] = TeeCounter(totals)
         self.blocking: set[Deferred[Any]] = set()
         self.settled: Deferred[None] = Deferred()
@@ -143,6 +148,7 @@ class Pipeline:
         self._pages = pages
         self.hosts = HostSlots(config.per_host_concurrency, config.per_host_delay, self._clock,
                                config.host_overrides, config.adaptive, config.adaptive_overrides)
+        self.throttles = th.HostThrottles(config.max_retry_after)  # consecutive 429/503 per host: the back-off
         self.itemized = itemized
         self.totals: Counter[str] = Counter()  # over every job since the start
         self.stats = stats
@@ -209,8 +215,27 @@ class Pipeline:
         if run.halted:
             return
         outcome = yield self._outcome(run, result)
-        if outcome == RETRY and not run.halted:
+        if outcome == THROTTLED and not run.halted:
+            self._throttled(run, url, attempt, result)
+        elif outcome == RETRY and not run.halted:
             self._retry(run, url, attempt + 1, _why(result))
+
+    def _throttled(self, run: Run, url: str, attempt: int, result: Any) -> None:
+        """A 429 or 503 (its host blocked by ``_fetch`` until its Retry-After, or for the back-off of its
+        consecutive throttles): ``url`` is queued again then at the same attempt, up to ``max_throttles``
+        times; past them the throttle is a failure, retried as any other."""
+        wait = max(0.0, self.hosts.blocked_until(host_of(url)) - self._clock.seconds())  # as _fetch blocked it
+        run.stats["throttled"] += 1
+        if self.stats is not None:
+            self.stats.errors["throttled"] += 1
+        run.throttles[url] += 1
+        why = th.reason(result.status, wait)
+        if run.throttles[url] > self._config.max_throttles:
+            self._retry(run, url, attempt + 1, why)
+            return
+        run.note(f"{url}: {why}", LogLevel.info)
+        run.delayed += 1
+        run.wait(task.deferLater(self._clock, wait)).addBoth(self._retry_due, run, url, attempt)
 
     def _retry(self, run: Run, url: str, attempt: int, why: str) -> None:
         """Queue ``url`` again after its retry delay (its slot is free meanwhile), or count it failed."""
@@ -247,6 +272,9 @@ class Pipeline:
         result = None
         try:
             result = yield run.wait(self._fetcher.fetch(url, **run.fetch_options))
+            if th.throttled(result.status):  # blocked before the slot frees, so no waiting request slips in
+                wait = self.throttles.wait(host, result.retry_after)
+                self.hosts.block(host, self._clock.seconds() + wait)
         finally:
             self.hosts.release(host, getattr(result, "elapsed", None))
             if own is not None:
@@ -259,6 +287,10 @@ class Pipeline:
         run.stats[f"status_{st.name(result.status)}"] += 1
         if self.stats is not None:
             self.stats.fetched(result.status, result.wire_bytes, result.elapsed)
+        if th.throttled(result.status):
+            return THROTTLED
+        if result.status > 0:
+            self.throttles.answered(host_of(result.url))
         if result.status == 200:
             outcome = yield self._page(run, result)
             return outcome

@@ -157,7 +157,7 @@ def worker_config(settings: Any) -> WorkerConfig:
     """The WorkerConfig of spiderd settings: ``worker_<key>`` attributes, with the defaults for absent ones.
 
     ``failure_threshold`` comes from ``[pool]``; ``per_host_concurrency``, ``per_host_delay``, the adaptive
-    politeness rule and the per-host overrides from ``[fetch]``.
+    politeness rule, the per-host overrides, ``max_retry_after`` and ``max_throttles`` from ``[fetch]``.
     """
     values: dict[str, Any] = {"data_dir": settings.data_dir}
     for f in fields(WorkerConfig):
@@ -170,6 +170,8 @@ def worker_config(settings: Any) -> WorkerConfig:
     values.setdefault("failure_threshold", settings.failure_threshold)
     values.setdefault("per_host_concurrency", settings.per_host_concurrency)
     values.setdefault("per_host_delay", getattr(settings, "per_host_delay", 0.0))
+    values.setdefault("max_retry_after", getattr(settings, "max_retry_after", 3600.0))
+    values.setdefault("max_throttles", getattr(settings, "max_throttles", 10))
     rules = getattr(settings, "host_rules", {})
     values.setdefault("host_overrides", {host: (rule.delay, rule.concurrency) for host, rule in rules.items()})
     adaptive = getattr(settings, "adaptive", AdaptiveDelay())

@@ -18,6 +18,7 @@ key                                         value
 ``J``                                       linkbase entries
 ``M`` name                                  a checkpoint (``set_statuses``): a count
 ``E`` fp                                    the last failure: at-ms, failures (1 byte), reason (UTF-8)
+``Y`` fp                                    throttled fetches of an active URL (1 byte; ``throttle``)
 ==========================================  =========================================
 
 ``fp`` is the 64-bit fingerprint of the canonical URL, ``host-id`` the one of
@@ -50,6 +51,7 @@ LINK = b"K"
 LINK_COUNT = b"J"
 CHECKPOINT = b"M"
 FAILURE = b"E"
+THROTTLED = b"Y"
 
 DONE = b"D"
 FAILED = b"F"
@@ -108,6 +110,10 @@ def pack_failure(at: float, failures: int, reason: str) -> bytes:
 def unpack_failure(value: bytes) -> tuple[str, float, int]:
     """(reason, at, failures) of an ``E`` value."""
     return value[9:].decode(errors="replace"), int.from_bytes(value[:8], "big") / 1000.0, value[8]
+
+
+def throttle_key(fp: int) -> bytes:
+    return THROTTLED + fp.to_bytes(8, "big")
 
 
 def link_key(fp: int) -> bytes:

@@ -57,11 +57,14 @@ class KVCore(CrawledSets, URLParsing):
         linkbase_max: int = 0,
         list_ratio: float = 0.0,
         detail_ratio: float = 0.0,
+        max_throttles: int = 10,
     ) -> None:
         self._kv = kv
         self._clock = clock
         self.politeness = politeness or Politeness()
         self.failure_threshold = failure_threshold
+        self.max_throttles = max_throttles
+        self._throttles: dict[int, int] = {}  # fp -> throttled fetches of an active URL (its Y entry)
         self.pending_threshold = pending_threshold
         self._done_codes = done_codes
         self._final_codes = final_codes
@@ -100,6 +103,8 @@ class KVCore(CrawledSets, URLParsing):
             fp = int.from_bytes(key[1:], "big")
             url = value[8:].decode()
             self._hubs[fp] = [url, host_of(url), k.from_u64(value)[0] / 1000.0]
+        for key, value in self._kv.iterator(prefix=k.THROTTLED):
+            self._throttles[int.from_bytes(key[1:], "big")] = value[0]
         self._hub_heap = [(entry[2], fp) for fp, entry in self._hubs.items()]
         heapq.heapify(self._hub_heap)
         recovered = self._expire(float("inf"))

@@ -113,6 +113,15 @@ class KVStatuses(KVQueues):
             self._commit(batch, (slot,))
         return defer.succeed(None)
 
+    def throttle(self, url: str, until: float, status_code: int, reason: str | None = None) -> defer.Deferred[None]:
+        """A throttling answer (429, 503) for ``url``: its host gives nothing before ``until`` (clock time) and
+        the URL is queued again without a failure, up to ``max_throttles`` times; past them, as ``set_status``."""
+        batch = self._kv.write_batch()
+        slot = self._status_into(batch, url, status_code, None, reason, until)
+        if slot is not None:
+            self._commit(batch, (slot,))
+        return defer.succeed(None)
+
     def set_statuses(
         self, statuses: Iterable[tuple[Any, ...]], checkpoint: tuple[str, int] | None = None
     ) -> defer.Deferred[None]:
@@ -138,7 +147,7 @@ class KVStatuses(KVQueues):
         return defer.succeed(None)
 
     def _status_into(self, batch: Any, url: str, code: int, done: set[int] | None,
-                     reason: str | None = None) -> HostSlot | None:
+                     reason: str | None = None, until: float | None = None) -> HostSlot | None:
         """End ``url``'s lease (this process's record of it) and put its new state in ``batch``, unless its
         fingerprint is in ``done`` (given twice in one write); the host slot touched, or None."""
         self._touched += 1
@@ -151,9 +160,10 @@ class KVStatuses(KVQueues):
             return None
         if done is not None:
             done.add(u.fingerprint)
-        return self._set_status(batch, u, code, reason)
+        return self._set_status(batch, u, code, reason, until)
 
-    def _set_status(self, batch: Any, u: URL, code: int, reason: str | None = None) -> HostSlot | None:
+    def _set_status(self, batch: Any, u: URL, code: int, reason: str | None = None,
+                    until: float | None = None) -> HostSlot | None:
         """Put the change of one URL's state in ``batch``; the host slot it touched, or None (already final)."""
         skey = k.state_key(u.fingerprint)
         state = self._kv.get(skey)
@@ -173,7 +183,12 @@ class KVStatuses(KVQueues):
             failures, prio = self._dequeue(batch, slot, state)
         elif state is not None:
             return None  # already final
+        if until is not None and self._throttled(batch, u, slot, until):
+            self._enqueue(batch, u.url, u.fingerprint, slot, prio, failures)
+            self._note_failure(batch, u, code, reason, failures, final=False)
+            return slot
         if code in self._done_codes:
+            self._forget_throttles(batch, u.fingerprint)
             batch.put(skey, self._done_state(batch, u.url, u.host, u.fingerprint, prio) if known else k.DONE)
             counters[2] += 1
             if failures:
@@ -181,11 +196,28 @@ class KVStatuses(KVQueues):
         elif code in self._final_codes or failures >= self.failure_threshold:
             batch.put(skey, k.FAILED)
             counters[3] += 1
+            self._forget_throttles(batch, u.fingerprint)
             self._note_failure(batch, u, code, reason, failures + 1, final=True)
         else:
             self._enqueue(batch, u.url, u.fingerprint, slot, prio, failures + 1)
             self._note_failure(batch, u, code, reason, failures + 1, final=False)
         return slot
+
+    def _throttled(self, batch: Any, u: URL, slot: HostSlot, until: float) -> bool:
+        """Block ``u``'s host until ``until``; count a throttle of ``u``: True while it has had at most
+        ``max_throttles`` (queued again, no failure counted), False past them (a failure as any other)."""
+        self.politeness.block(slot, until)
+        count = self._throttles.get(u.fingerprint, 0) + 1
+        if count > self.max_throttles:
+            return False
+        self._throttles[u.fingerprint] = count
+        batch.put(k.throttle_key(u.fingerprint), bytes((min(count, 255),)))
+        return True
+
+    def _forget_throttles(self, batch: Any, fp: int) -> None:
+        """A URL done or failed for good: its throttles count no more."""
+        if self._throttles and self._throttles.pop(fp, None) is not None:
+            batch.delete(k.throttle_key(fp))
 
     def _note_failure(self, batch: Any, u: URL, code: int, reason: str | None, failures: int, final: bool) -> None:
         """Keep why ``u`` failed (its last failure) in its ``E`` entry; a final failure is logged (debug)."""

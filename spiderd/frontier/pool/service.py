@@ -106,4 +106,5 @@ def pool_options(settings: Settings) -> dict[str, Any]:
         "linkbase_max": settings.linkbase_max,
         "list_ratio": settings.list_ratio,
         "detail_ratio": settings.detail_ratio,
+        "max_throttles": settings.max_throttles,
     }

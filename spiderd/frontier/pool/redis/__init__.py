@@ -11,7 +11,8 @@ key                                    type    holds
 ``P s:<bucket>``                       set     URL states: ``(fingerprint bits below the bucket) * 8 + code``
 ``P ready``                            zset    domain -> time its head URL's host may go (a lower bound)
 ``P next``                             zset    host -> next allowed time (only future times are kept;
-                                               ``fetched`` raises it by the adaptive delay)
+                                               ``fetched`` raises it by the adaptive delay; a throttling
+                                               answer's block, Retry-After, is one such time)
 ``P inflight``                         hash    host -> requests in flight (all nodes)
 ``P waiting``                          zset    host -> waiting URLs (the largest host, max_urls_per_host)
 ``P conf`` / ``P robots``              hash    host -> "delay concurrency [factor min max]" overrides (the
@@ -20,6 +21,7 @@ key                                    type    holds
 ``P lease``                            hash    same key -> kind, holds-a-host-slot, domain, URL
 ``P fails``                            hash    fingerprint -> failures, for active URLs that failed before
 ``P again``                            hash    fingerprint -> prio of a pending URL added again (``always``)
+``P throttles``                        hash    fingerprint -> throttled fetches of an active URL (``throttle``)
 ``P why``                              hash    fingerprint -> "at failures reason": the last failure of a URL
                                                that failed (retried or for good), until it is done
 ``P hubs`` / ``P hub``                 zset    fingerprint -> next due time / hash: fingerprint -> domain, URL

@@ -54,6 +54,7 @@ class RedisPool(RedisAdmin, URLParsing):
         linkbase_max: int = 0,
         list_ratio: float = 0.0,
         detail_ratio: float = 0.0,
+        max_throttles: int = 10,
     ) -> None:
         self._link = link
         self._scripts = scripts
@@ -62,6 +63,7 @@ class RedisPool(RedisAdmin, URLParsing):
         self.namespace = namespace
         self.politeness = politeness or Politeness()
         self.failure_threshold = failure_threshold
+        self.max_throttles = max_throttles
         self.pending_threshold = pending_threshold
         self._done_codes = done_codes
         self._final_codes = final_codes
@@ -181,6 +183,17 @@ class RedisPool(RedisAdmin, URLParsing):
         """Record a fetch outcome; statuses given while one is on its way go out together, in one script call."""
         return self.set_statuses(((url, status_code, reason),))
 
+    def throttle(self, url: str, until: float, status_code: int, reason: str | None = None) -> defer.Deferred[None]:
+        """A throttling answer: the host's ``P next`` becomes ``until`` for every node, the URL queued again
+        without a failure up to ``max_throttles`` times (``P throttles``); in line with the other statuses."""
+        u = self._parse(url)
+        if u is None:
+            return defer.succeed(None)
+        url, host, domain = self._located(u)
+        outcome = f"throttle {self._outcome(status_code)} {float(until)!r}"
+        return self._queue_statuses([outcome, url, host, domain, self._kept.get(domain, "-"),
+                                     st.recorded(status_code, reason)])
+
     def set_statuses(
         self, statuses: Iterable[tuple[Any, ...]], checkpoint: tuple[str, int] | None = None
     ) -> defer.Deferred[None]:
@@ -196,6 +209,10 @@ class RedisPool(RedisAdmin, URLParsing):
                 args += (outcome, url, host, domain, self._kept.get(domain, "-"), why)
         if checkpoint is not None:
             args += ("checkpoint", checkpoint[0], str(int(checkpoint[1])), "", "", "")
+        return self._queue_statuses(args)
+
+    def _queue_statuses(self, args: list[str]) -> defer.Deferred[None]:
+        """Send status entries (six arguments each) with the others given meanwhile, in one script call."""
         if not args:
             return defer.succeed(None)
         d: defer.Deferred[None] = defer.Deferred()
@@ -223,7 +240,7 @@ class RedisPool(RedisAdmin, URLParsing):
         batch, self._statuses = self._statuses, []
         if batch:
             self._statuses_in_flight += 1
-            args = [str(self.failure_threshold)] + [arg for entry, _ in batch for arg in entry]
+            args = [str(self.failure_threshold), str(self.max_throttles)] + [arg for entry, _ in batch for arg in entry]
             self._script("status", args).addBoth(self._statuses_sent, batch)
 
     def _statuses_sent(self, result: Any, batch: list[tuple[list[str], defer.Deferred[None]]]) -> None:

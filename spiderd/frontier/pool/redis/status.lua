@@ -1,13 +1,28 @@
 -- set_status, for one or more URLs: end each URL's lease (or take it out of its queue), then record done,
--- failed, or queue a retry.  ARGV[7]: failure threshold; then outcome (done, final or retry), url, host, domain,
+-- failed, or queue a retry.  ARGV[7]: failure threshold, ARGV[8]: max throttles; then outcome (done, final or retry), url, host, domain,
 -- the kinds kept in crawled sets for that domain ('0' list, '1' detail, '-' none), and the reason of a failure.
 -- A done URL whose kind is known (it was leased or waiting; not a hub) and kept goes into its crawled set.
 -- A leased URL added again (always) meanwhile is queued again instead, whatever the outcome.
 -- A failure is kept as the URL's last one (WHY: "at failures reason") until the URL is done after it.
 -- An entry whose outcome is 'checkpoint' records a count instead: name in the url's place, count in the host's.
+-- An outcome 'throttle <outcome> <block_end>' (a 429 or 503: throttle) blocks the host in NEXT until then (a later
+-- block wins) and queues the URL again without a failure, up to ARGV[8] throttles of it (THROTTLES counts them);
+-- past them it is recorded as <outcome>.  A done or final URL drops its count.
 -- Returns url, reason of each URL that failed for good (for the log).
 local THRESHOLD = tonumber(ARGV[7])
+local MAX_THROTTLES = tonumber(ARGV[8])
+local THROTTLES = P .. 'throttles'  -- fingerprint -> throttled fetches of an active URL
 local finals = {}
+
+-- Block host until the time given; true if the URL's throttle is still within MAX_THROTTLES (counted).
+local function throttled(fp, host, block_end)
+  redis.call('ZADD', NEXT, 'GT', block_end, host)
+  local s = slot(host)
+  s.next = math.max(s.next, block_end)
+  if tonumber(redis.call('HGET', THROTTLES, fp) or '0') >= MAX_THROTTLES then return false end
+  redis.call('HINCRBY', THROTTLES, fp, 1)
+  return true
+end
 
 local function set_status(outcome, url, host, domain, kept, reason)
   local fp, bucket, base = locate(url)
@@ -31,6 +46,15 @@ local function set_status(outcome, url, host, domain, kept, reason)
     end
   end
   local failures = tonumber(redis.call('HGET', FAILS, fp) or '0')
+  local fallback, block_end = string.match(outcome, '^throttle (%S+) (%S+)$')
+  if fallback then
+    if throttled(fp, host, tonumber(block_end)) then
+      redis.call('HSET', WHY, fp, NOW_S .. ' ' .. failures .. ' ' .. reason)
+      enqueue(url, host, domain, prio, bucket, base)
+      return
+    end
+    outcome = fallback
+  end
   if outcome ~= 'done' then
     redis.call('HSET', WHY, fp, NOW_S .. ' ' .. (failures + 1) .. ' ' .. reason)
   end
@@ -39,6 +63,7 @@ local function set_status(outcome, url, host, domain, kept, reason)
     enqueue(url, host, domain, prio, bucket, base)
   else
     local code = outcome == 'done' and DONE or FAILED
+    redis.call('HDEL', THROTTLES, fp)
     if failures > 0 then
       redis.call('HDEL', FAILS, fp)
       if code == DONE then redis.call('HDEL', WHY, fp) end
@@ -55,7 +80,7 @@ local function set_status(outcome, url, host, domain, kept, reason)
   end
 end
 
-for i = 8, #ARGV, 6 do
+for i = 9, #ARGV, 6 do
   if ARGV[i] == 'checkpoint' then
     redis.call('HSET', CHECKPOINTS, ARGV[i + 1], ARGV[i + 2])
   else
