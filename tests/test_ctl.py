@@ -267,6 +267,28 @@ class InProcessTests(TestCase):
             "reason": "too large: Content-Length 20000, over the limit of 1000 bytes", "at": 90.0, "failures": 1}
 
     @defer.inlineCallbacks
+    def test_failures_newest_first_with_the_reason(self) -> Gen:
+        """GET /api/failures through `spiderctl failures`: URLs failed for good, newest first, each with its
+        reason; a URL still retried is not one of them; --limit and --json."""
+        pool = self.node.pool
+        yield pool.addmany(["http://a.example/retry", "http://b.example/gone", "http://c.example/big"])
+        yield pool.pop(10)
+        self.clock.advance(60)
+        yield pool.set_status("http://b.example/gone", 404)
+        self.clock.advance(30)
+        yield pool.set_status("http://c.example/big", st.TOO_LARGE, "too large: over the limit of 1000 bytes")
+        yield pool.set_status("http://a.example/retry", 503)
+        code, out = yield self.ctl("failures")
+        lines = out.splitlines()
+        assert code == 0 and lines[0] == "1970-01-01 00:01:30 UTC  http://c.example/big", out
+        assert lines[1].strip().startswith("too large: over the limit of 1000 bytes")
+        assert lines[2] == "1970-01-01 00:01:00 UTC  http://b.example/gone" and "http 404" in lines[3], out
+        assert "retry" not in out
+        code, out = yield self.ctl("failures", "--limit", "1", "--json")
+        assert json.loads(out)["failures"] == [
+            {"url": "http://c.example/big", "reason": "too large: over the limit of 1000 bytes", "at": 90.0}]
+
+    @defer.inlineCallbacks
     def test_admin_commands_on_a_pool_without_them(self) -> Gen:
         """why, export and import on a pool with the core contract only: status 1 and the server's reason."""
         self.node.pool = CoreOnlyPool(self.node.pool)

@@ -333,6 +333,23 @@ class PoolContract:
         assert (stats["waiting"], stats["pending"], stats["done"]) == (0, 0, 1)
 
     @defer.inlineCallbacks
+    def test_recent_failures_newest_first(self) -> Gen:
+        """The node remembers the URLs it recorded as failed for good, newest first, with the reason."""
+        pool = yield self.make_pool(failure_threshold=1)
+        yield pool.addmany(["http://a.example/1", "http://b.example/1"])
+        yield pool.pop(10)
+        yield pool.set_status("http://a.example/1", 404)
+        yield pool.set_status("http://b.example/1", 503)  # retried once first
+        assert [e["url"] for e in pool.recent_failures.latest()] == ["http://a.example/1"]
+        self.clock.advance(5)
+        yield pool.pop(10)
+        yield pool.set_status("http://b.example/1", 503)
+        latest = pool.recent_failures.latest()
+        assert [(e["url"], e["reason"]) for e in latest] == [("http://b.example/1", "http 503"),
+                                                            ("http://a.example/1", "http 404")]
+        assert pool.recent_failures.latest(1) == latest[:1]
+
+    @defer.inlineCallbacks
     def test_a_pop_of_one_takes_a_due_hub(self) -> Gen:
         """pop(1) hands out a due hub (seed 000: at least one), so a crawl at concurrency 1 does not spin while
         next_due says a hub is due now."""

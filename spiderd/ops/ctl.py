@@ -132,6 +132,20 @@ def cmd_jobs(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
     return OK
 
 
+def cmd_failures(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
+    answer = client.call("GET", f"/api/failures?limit={args.limit}")
+    if args.json:
+        out.write(json.dumps(answer, indent=2) + "\n")
+        return OK
+    rows = answer.get("failures", [])
+    if not rows:
+        out.write("no URL failed for good (since this node started)\n")
+    for r in rows:
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["at"]))
+        out.write(f"{at} UTC  {r['url']}\n    {r['reason']}  (spiderctl why URL tells more)\n")
+    return OK
+
+
 def cmd_add(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
     urls = list(_urls(args.urls, args.file))
     if not urls:
@@ -369,6 +383,9 @@ def parser() -> argparse.ArgumentParser:
     jobs = sub.add_parser("jobs", help="the worker's jobs: running, pending, then ended (newest first)")
     jobs.add_argument("--limit", type=int, default=50, help="at most this many (1-1000, default 50)")
     jobs.add_argument("--json", action="store_true")
+    failures = sub.add_parser("failures", help="the last URLs that failed for good here, newest first, with why")
+    failures.add_argument("--limit", type=int, default=20, help="at most this many (1-1000, default 20)")
+    failures.add_argument("--json", action="store_true")
     sub.add_parser("pause", help="stop fetching new URLs (fetches in flight finish)")
     sub.add_parser("resume", help="fetch again")
     why = sub.add_parser("why", help="why is this URL (not) crawled?")
@@ -391,7 +408,7 @@ def _parse(p: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.N
     return args
 
 
-COMMANDS = {"status": cmd_status, "jobs": cmd_jobs, "add": cmd_add, "pause": cmd_pause, "resume": cmd_pause, "why": cmd_why,
+COMMANDS = {"status": cmd_status, "jobs": cmd_jobs, "failures": cmd_failures, "add": cmd_add, "pause": cmd_pause, "resume": cmd_pause, "why": cmd_why,
             "export": cmd_export, "import": cmd_import}
 
 

@@ -225,6 +225,7 @@ class KVStatuses(KVQueues):
         batch.put(k.failure_key(u.fingerprint), k.pack_failure(self._clock.seconds(), failures, why))
         if final:
             log.debug("{url} failed for good: {reason}", url=u.url, reason=why)
+            self.recent_failures.add(u.url, why, self._clock.seconds())
 
     # -- checkpoints ----------------------------------------------------------------
 

@@ -3,7 +3,7 @@ the ``stats`` and ``why`` answers that do not depend on where the pool keeps its
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,6 +14,21 @@ from spiderd.core.urls import MAX_URL_LENGTH, URL, BadURL, parse
 log = Logger()
 
 STATE_COUNTS = ("waiting", "pending", "done", "failed", "batched")
+RECENT_FAILURES = 200  # final failures a node remembers for /api/failures
+
+
+class RecentFailures:
+    """The last final failures this node recorded (in memory: the pool keeps each URL's own in ``why``)."""
+
+    def __init__(self, size: int = RECENT_FAILURES) -> None:
+        self._entries: deque[dict[str, Any]] = deque(maxlen=size)
+
+    def add(self, url: str, reason: str, at: float) -> None:
+        self._entries.append({"url": url, "reason": reason, "at": at})
+
+    def latest(self, limit: int = 20) -> list[dict[str, Any]]:
+        """At most ``limit`` entries, newest first."""
+        return [dict(e) for e in list(self._entries)[::-1][:max(0, limit)]]
 
 
 class URLParsing:

@@ -79,6 +79,7 @@ class ApiResource(JsonResource):
             b"/api/hubs": (b"POST", self.hubs),
             b"/api/urls": (b"POST", self.urls),
             b"/api/jobs": (b"GET", self.jobs),
+            b"/api/failures": (b"GET", self.failures),
             b"/api/pause": (b"POST", self.pause),
             b"/api/resume": (b"POST", self.resume),
         }
@@ -151,6 +152,13 @@ class ApiResource(JsonResource):
         if worker is None or not hasattr(worker, "jobs_table"):
             raise ApiError(f"not available in the {self._node.role} role: this node runs no worker", http.NOT_FOUND)
         return {"jobs": worker.jobs_table(_limit(request))}
+
+    def failures(self, request: Request) -> dict[str, Any]:
+        """``GET /api/failures?limit=20``: the last URLs this node recorded as failed for good, with the reason."""
+        recent = getattr(self._node.pool, "recent_failures", None)
+        if recent is None:
+            raise ApiError(_NO_POOL.format(role=self._node.role), http.NOT_FOUND)
+        return {"failures": recent.latest(_limit(request, default=20))}
 
     def history(self, request: Request) -> dict[str, Any]:
         return self._history.series()

@@ -20,7 +20,7 @@ from spiderd.frontier.politeness import Politeness, hub_quota
 from spiderd.frontier.pool.crawled import KINDS, link_value, parallel, recrawl_pairs
 from spiderd.frontier.pool.redis.admin import RedisAdmin
 from spiderd.frontier.pool.redis.link import RedisLink, Script
-from spiderd.frontier.pool.shared import URLParsing, parsed, stats_answer
+from spiderd.frontier.pool.shared import RecentFailures, URLParsing, parsed, stats_answer
 from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
 
 log = Logger()
@@ -72,6 +72,7 @@ class RedisPool(RedisAdmin, URLParsing):
         self.split = KindSplit(list_ratio, detail_ratio)
         self._bits = seen_bucket_bits
         self.rejected: Counter[str] = Counter()
+        self.recent_failures = RecentFailures()
         self._statuses: list[tuple[list[str], defer.Deferred[None]]] = []  # waiting to go out together
         self._statuses_in_flight = 0
         self._kept = {domain: "".join(str(p) for p in sorted(prios)) for domain, prios in recrawl_pairs(recrawl).items()}
@@ -247,6 +248,7 @@ class RedisPool(RedisAdmin, URLParsing):
         if not isinstance(result, Failure):
             for url, why in zip(result[::2], result[1::2]):
                 log.debug("{url} failed for good: {reason}", url=url, reason=why)
+                self.recent_failures.add(url, why, self._clock.seconds())
         self._statuses_in_flight -= 1
         if not self._statuses_in_flight:
             self._send_statuses()
