@@ -142,6 +142,9 @@ class StatusPageTests(TestCase):
         """At 1280x900 and 390x844 the page fits its width (a long page store path wraps), every panel is there
         and the chart is drawn; a screenshot of each goes to a temporary directory."""
         self.node.store.where = "mysql://crawler@db-shard-01.internal.example:3306/" + "very_long_database_name_" * 4
+        yield self.node.pool.addmany(["http://gone.example/" + "long-path-segment/" * 12 + "page.html"])
+        yield self.node.pool.pop(10)
+        yield self.node.pool.set_status("http://gone.example/" + "long-path-segment/" * 12 + "page.html", 404)
         for _ in range(3):
             self.node.stats.counts["pages"] += 100
             self.clock.advance(10)
@@ -152,6 +155,8 @@ class StatusPageTests(TestCase):
             yield self.in_browser(self.browser.get, f"{self.api.url}?token={TOKEN}")
             yield self.wait(lambda: self.browser.find_element("id", "chart").get_attribute("data-samples") == "3",
                             "the chart drawn")
+            yield self.wait(lambda: "http 404" in self.browser.find_element("id", "failures").text,
+                            "the recent failures table")
             scroll = self.browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
             assert scroll[0] <= scroll[1], (width, scroll)
             panels = self.browser.find_elements("css selector", "section.panel, div.panel")
