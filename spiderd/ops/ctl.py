@@ -113,12 +113,19 @@ def cmd_status(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
     return OK
 
 
-def cmd_jobs(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
-    answer = client.call("GET", f"/api/jobs?limit={args.limit}")
+def _listing(client: Client, args: argparse.Namespace, out: IO[str], what: str) -> list[dict[str, Any]] | None:
+    """``GET /api/<what>?limit=``: the rows to print, or None once the whole answer went out as JSON (--json)."""
+    answer = client.call("GET", f"/api/{what}?limit={args.limit}")
     if args.json:
         out.write(json.dumps(answer, indent=2) + "\n")
+        return None
+    return list(answer.get(what, []))
+
+
+def cmd_jobs(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
+    rows = _listing(client, args, out, "jobs")
+    if rows is None:
         return OK
-    rows = answer.get("jobs", [])
     if not rows:
         out.write("no jobs\n")
         return OK
@@ -133,11 +140,9 @@ def cmd_jobs(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def cmd_failures(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
-    answer = client.call("GET", f"/api/failures?limit={args.limit}")
-    if args.json:
-        out.write(json.dumps(answer, indent=2) + "\n")
+    rows = _listing(client, args, out, "failures")
+    if rows is None:
         return OK
-    rows = answer.get("failures", [])
     if not rows:
         out.write("no URL failed for good (since this node started)\n")
     for r in rows:
