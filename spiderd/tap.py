@@ -184,7 +184,9 @@ def _when_idle(batcher: Batcher | None, worker: WorkerService | None, reactor: A
     if batcher is None:
         return reactor.stop()
     d = batcher.flush()
-    d.addCallback(lambda _: lifecycle.wait_until(reactor, lambda: batcher.idle() and (worker is None or worker.idle())))
+    activity = [batcher.settled] + ([worker.settled] if worker is not None else [])
+    d.addCallback(lambda _: lifecycle.wait_idle(
+        reactor, lambda: batcher.idle() and (worker is None or worker.idle()), *activity))
     return d.addCallback(lambda _: reactor.stop())
 
 

@@ -19,7 +19,7 @@ from spiderd.config import settings as cfg
 from spiderd import tap
 from spiderd.demo.config import DEMO
 from spiderd.demo.site import SiteSpec, listen, render
-from spiderd.core.lifecycle import wait_until
+from spiderd.core.lifecycle import wait_idle
 
 
 def node_settings(data_dir: str, root: str, **sections: Any) -> cfg.Settings:
@@ -138,7 +138,9 @@ class CrawlTests(unittest.TestCase):
         try:
             yield crawler.finished
             yield batcher.flush()
-            yield wait_until(reactor, lambda: batcher.idle() and worker.idle(), 0.05)
+            # Ends with the work, never by a timer: at an hour's interval, a missed wake-up fails the test.
+            yield wait_idle(reactor, lambda: batcher.idle() and worker.idle(), batcher.settled, worker.settled,
+                            interval=3600)
         finally:
             yield top.stopService()
         files = sorted(feeds.glob("*.jl"))

@@ -1,13 +1,15 @@
-"""OrderedMultiService: start in order (waiting for a child's ready), stop in reverse, one at a time."""
+"""OrderedMultiService: start in order (waiting for a child's ready), stop in reverse, one at a time; waiting
+for in-flight work and for idleness."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.task import Clock
 
-from spiderd.core.lifecycle import InFlight, OrderedMultiService
+from spiderd.core.lifecycle import InFlight, OrderedMultiService, wait_idle
 
 
 class Recorder(Service):
@@ -77,3 +79,43 @@ def test_inflight_waits_for_everything() -> None:
     assert not waited
     second.callback(None)
     assert waited and len(tracker) == 0
+
+
+class _Work:
+    """Pieces of work that end one at a time; idle once all have."""
+
+    def __init__(self, count: int) -> None:
+        self.tracker = InFlight()
+        self.pieces = [self.tracker.track(Deferred()) for _ in range(count)]
+
+    def idle(self) -> bool:
+        return len(self.tracker) == 0
+
+
+def test_wait_idle_ends_with_the_last_piece_of_work_not_a_timer() -> None:
+    """wait_idle fires as the last piece of work ends: no clock time passes and no timer is left behind."""
+    clock = Clock()
+    work = _Work(3)
+    done: list[Any] = []
+    wait_idle(clock, work.idle, work.tracker.wait, interval=0.5).addCallback(done.append)
+    for piece in work.pieces[:2]:
+        piece.callback(None)
+        assert not done
+    work.pieces[2].callback("a result the waiter must not take")
+    assert done and clock.seconds() == 0 and not clock.getDelayedCalls()
+    assert work.pieces[2].result == "a result the waiter must not take"
+
+
+def test_wait_idle_falls_back_to_the_interval_only_when_nothing_is_under_way() -> None:
+    """Not idle with nothing in flight (a retry timer pending): checked again after ``interval``, and never
+    by looping on Deferreds that fired long ago (that once spun the reactor)."""
+    clock = Clock()
+    busy = [True]
+    done: list[Any] = []
+    wait_idle(clock, lambda: not busy[0], lambda: succeed(None), interval=0.5).addCallback(done.append)
+    assert not done and len(clock.getDelayedCalls()) == 1
+    clock.advance(0.5)
+    assert not done
+    busy[0] = False
+    clock.advance(0.5)
+    assert done

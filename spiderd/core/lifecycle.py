@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.application.service import MultiService, Service
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.internet.defer import Deferred
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
@@ -183,6 +183,27 @@ def wait_until(clock: Any, predicate: Any, interval: float = 0.5) -> Deferred[No
 
     check()
     return d
+
+
+def settled(ds: list[Deferred[Any]]) -> Deferred[None]:
+    """Fires once every one of ``ds`` has fired, leaving their results alone."""
+    return defer.DeferredList([_shadow(d) for d in ds]).addCallback(lambda _: None)
+
+
+@defer.inlineCallbacks
+def wait_idle(clock: Any, idle: Callable[[], bool], *activity: Callable[[], Deferred[Any]],
+              interval: float = 0.5) -> Any:
+    """Fires once ``idle()`` is true, checked again each time the work under way settles.
+
+    Each of ``activity`` returns a Deferred that fires when the work it runs now
+    is over; ``idle()`` is checked as soon as all of them have, so the wait
+    ends with the last piece of work, not at the next tick of a timer.  Only
+    when nothing is under way and yet ``idle()`` is false (a retry timer is
+    pending) is it checked again after ``interval`` seconds.
+    """
+    while not idle():
+        waits = [d for d in (start() for start in activity) if not d.called]
+        yield settled(waits) if waits else task.deferLater(clock, interval, lambda: None)
 
 
 class Closer(Service):

@@ -38,7 +38,7 @@ from twisted.logger import Logger
 from spiderd.config.settings import ConfigError
 from spiderd.core.blocking import Lane
 from spiderd.core.fsutil import unlink_quietly, write_many_atomically
-from spiderd.core.lifecycle import InFlight
+from spiderd.core.lifecycle import InFlight, settled
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import redact
 
@@ -205,6 +205,10 @@ class Batcher(Service):
     def idle(self) -> bool:
         """True when nothing is open, spooled or in flight."""
         return not self._open and not self._spooled and not len(self._posts) and not self._lock.locked
+
+    def settled(self) -> Deferred[None]:
+        """Fires when the POSTs in flight now and the sealing under way are over (retry timers aside)."""
+        return settled([self._posts.wait(), self._lock.run(lambda: None)])
 
     def _flush_timer(self) -> None:
         self._lock.run(self._seal).addErrback(lambda f: log.failure("Sealing a batch", f))

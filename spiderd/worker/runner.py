@@ -300,6 +300,10 @@ class JobRunner:
             d.addBoth(self._execution_over, run)
             self._executions.track(d)
 
+    def settled(self) -> Deferred[None]:
+        """Fires when the jobs running now (their feeds shipped or spooled) are over."""
+        return self._executions.wait()
+
     def fetching(self) -> int:
         """Runs whose URLs are still being worked on (those shipping their feed do not count toward max_jobs)."""
         return sum(1 for run in self.runs.values() if not run.settled.called)

@@ -20,6 +20,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 import spiderd
+from spiderd.core import lifecycle
 from spiderd.core.blocking import Lane
 from spiderd.core.net.auth import Auth
 from spiderd.core.net.serving import JsonSite
@@ -113,6 +114,11 @@ class WorkerService(Service):
     def idle(self) -> bool:
         """True when no job is pending or running and the shipper has nothing waiting."""
         return not self.runner.runs and not self.runner.pending() and not self._shipper_waiting()
+
+    def settled(self) -> Deferred[None]:
+        """Fires when the jobs running now have ended and the shipper's attempts under way are over."""
+        shipper = getattr(self.shipper, "settled", None)
+        return lifecycle.settled([self.runner.settled()] + ([shipper()] if shipper is not None else []))
 
     def _shipper_waiting(self) -> int:
         return getattr(self.shipper, "waiting", 0)
