@@ -6,6 +6,7 @@ import gzip
 import zlib
 from typing import Any
 
+from twisted.internet.error import CannotListenError
 from twisted.internet import defer, error, reactor
 from twisted.internet.task import Clock
 from twisted.logger import capturedLogs, formatEvent
@@ -267,6 +268,25 @@ class FetcherTests(unittest.TestCase):
         yield closed.stopListening()
         result = yield self.make_fetcher(real_time=True).fetch(f"http://127.0.0.1:{port}/")
         self.assertEqual(result.status, st.CONNECT_REFUSED)
+
+    @defer.inlineCallbacks
+    def test_addresses_and_names(self) -> Any:
+        """An IPv4 or IPv6 address is connected to as it is (plain TCP endpoints), a name through the resolver:
+        each gives the page, and a refused IPv6 port is CONNECT_REFUSED like an IPv4 one."""
+        fetcher = self.make_fetcher(real_time=True)
+        port = self.port.getHost().port
+        by_name = yield fetcher.fetch(f"http://localhost:{port}/index")
+        self.assertEqual(by_name.status, 200)
+        try:
+            six = reactor.listenTCP(0, server.Site(self.site), interface="::1")
+        except CannotListenError:
+            raise unittest.SkipTest("no IPv6 loopback here")
+        six_port = six.getHost().port
+        result = yield fetcher.fetch(f"http://[::1]:{six_port}/index")
+        self.assertEqual((result.status, result.body[:6]), (200, b"<html>"))
+        yield six.stopListening()
+        refused = yield self.make_fetcher(real_time=True).fetch(f"http://[::1]:{six_port}/index")  # none pooled
+        self.assertEqual(refused.status, st.CONNECT_REFUSED)
 
     @defer.inlineCallbacks
     def test_robots_denied_and_crawl_delay(self) -> Any:
