@@ -4,7 +4,6 @@ and glibc's malloc keeps freed heap pages; ``malloc_trim`` returns what it can).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import os
 from functools import lru_cache
@@ -12,22 +11,23 @@ from typing import Any
 
 
 @lru_cache(maxsize=1)
-def _libc() -> Any:
-    name = ctypes.util.find_library("c")
+def libc() -> Any:
+    """The C library's functions as this process has them loaded (``CDLL(None)``: no ``ldconfig -p`` run, as
+    ``ctypes.util.find_library`` does), or None where ``malloc_trim`` is missing (not glibc)."""
     try:
-        libc = ctypes.CDLL(name) if name else None
-    except OSError:
+        lib = ctypes.CDLL(None, use_errno=True)
+    except (OSError, TypeError):
         return None
-    return libc if libc is not None and hasattr(libc, "malloc_trim") else None
+    return lib if hasattr(lib, "malloc_trim") else None
 
 
 def release_memory() -> bool:
     """Collect garbage and hand free heap pages back (glibc only); True if malloc_trim ran."""
     gc.collect()
-    libc = _libc()
-    if libc is None:
+    lib = libc()
+    if lib is None:
         return False
-    libc.malloc_trim(0)
+    lib.malloc_trim(0)
     return True
 
 
@@ -54,7 +54,7 @@ def keep_heap(mmap_threshold: int = 32 << 20, trim_threshold: int = 64 << 20) ->
     encoder: its match finder's tables, about 175 fresh pages per 40 KB page), this turns a page fault per
     page of each buffer into reused memory: measured 2.0 ms to 1.53 ms of CPU per page, system time 0.3 ms to 0.
     """
-    libc = _libc()
-    if libc is None or not hasattr(libc, "mallopt"):
+    lib = libc()
+    if lib is None or not hasattr(lib, "mallopt"):
         return False
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, mmap_threshold)) and bool(libc.mallopt(M_TRIM_THRESHOLD, trim_threshold))
+    return bool(lib.mallopt(M_MMAP_THRESHOLD, mmap_threshold)) and bool(lib.mallopt(M_TRIM_THRESHOLD, trim_threshold))

@@ -13,10 +13,11 @@ elsewhere it does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 from functools import lru_cache
+
+from spiderd.core.memory import libc
 
 MADV_DONTNEED = 4
 
@@ -25,8 +26,10 @@ MADV_DONTNEED = 4
 def _madvise():  # type: ignore[no-untyped-def]
     if not sys.platform.startswith("linux"):
         return None
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    madvise = libc.madvise
+    lib = libc()
+    if lib is None:
+        return None
+    madvise = lib.madvise
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     madvise.restype = ctypes.c_int
     return madvise
