@@ -15,6 +15,7 @@ from twisted.trial import unittest
 from twisted.web import resource, server
 
 from spiderd.core import status as st
+from spiderd.fetch.connections import CachedEndpoints
 from spiderd.fetch.fetcher import FetchConfig, Fetcher, classify_failure
 from spiderd.fetch.robots import Robots
 
@@ -415,6 +416,21 @@ def test_classify_failure() -> None:
     assert classify_failure(Failure(error.ConnectionRefusedError())) == (st.CONNECT_REFUSED, "refused")
     assert classify_failure(Failure(defer.CancelledError())) == (st.TIMEOUT, "timeout")
     assert classify_failure(Failure(KeyError("x")))[0] == st.NETWORK_ERROR
+
+
+def test_unsupported_scheme() -> None:
+    """An endpoint for a scheme other than http(s) is refused with the SchemeNotSupported the Agent turns into a
+    failed request (the Agent lets any other exception out of ``request`` unhandled)."""
+    from twisted.web.client import URI
+    from twisted.web.error import SchemeNotSupported
+
+    endpoints = CachedEndpoints(Clock(), 5.0, None)
+    try:
+        endpoints.endpointForURI(URI.fromBytes(b"ftp://127.0.0.1/x"))
+    except SchemeNotSupported:
+        pass
+    else:
+        raise AssertionError("an ftp:// endpoint was made")
 
 
 class DripTests(unittest.TestCase):

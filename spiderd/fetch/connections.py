@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet import error
 from twisted.internet.defer import Deferred
 from twisted.internet.abstract import isIPAddress, isIPv6Address
 from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint, wrapClientTLS
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.protocol import Factory
 from twisted.web import client
+from twisted.web.error import SchemeNotSupported
 from zope.interface import implementer
 
 
@@ -51,7 +51,7 @@ class CachedEndpoints:
         if uri.scheme == b"https":
             return _QuietEndpoint(wrapClientTLS(self._tls.creatorForNetloc(uri.host, uri.port), endpoint))
         if uri.scheme != b"http":
-            raise error.SchemeNotSupported(f"unsupported scheme {uri.scheme!r}")
+            raise SchemeNotSupported(f"unsupported scheme {uri.scheme!r}")
         return _QuietEndpoint(endpoint)
 
 
