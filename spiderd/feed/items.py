@@ -54,7 +54,7 @@ class ItemWriter(Service):
     once the files of a previous run are settled (the crawl starts after it).
     """
 
-    name = "items"
+    name = "items"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(
         self,

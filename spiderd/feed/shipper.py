@@ -200,7 +200,7 @@ class FeedShipper(Service):
             return defer.fail(e)
         entry = _Entry(self._new_id(), target_uri, os.path.basename(local_path), self._clock.seconds())
         inner = self._lane.run(self._spool, entry, local_path)
-        inner.addCallbacks(self._accepted, self._not_accepted, (entry,), None, (entry,))
+        inner.addCallbacks(self._accepted, self._not_accepted, callbackArgs=(entry,), errbackArgs=(entry,))
         self._inflight.track(inner)
         outer: Deferred[None] = Deferred()
         inner.chainDeferred(outer)
@@ -239,7 +239,7 @@ class FeedShipper(Service):
             return
         entry.busy = True
         d = self._one_at_a_time(entry)
-        d.addCallbacks(self._uploaded, self._upload_failed, (entry,), None, (entry,))
+        d.addCallbacks(self._uploaded, self._upload_failed, callbackArgs=(entry,), errbackArgs=(entry,))
         d.addErrback(lambda f: log.failure("Feed shipper bug with {name}", f, name=entry.name))
         self._inflight.track(d)
 

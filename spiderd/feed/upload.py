@@ -64,6 +64,7 @@ class _FTP(ftplib.FTP):
 
     def connect(self, *args: Any, **kwargs: Any) -> str:
         welcome = super().connect(*args, **kwargs)
+        assert self.sock is not None  # connect has made it
         self._abort.register(self.sock)
         return welcome
 
@@ -214,5 +215,5 @@ def _ftp_makedirs_cwd(ftp: ftplib.FTP, directory: str) -> None:
 def _quietly(call: Callable[[], Any]) -> None:
     try:
         call()
-    except (*ftplib.all_errors, AttributeError):
+    except ftplib.all_errors + (AttributeError,):
         pass

@@ -60,12 +60,11 @@ class CachedEndpoints:
         cost of a ``HostnameEndpoint``'s connect, which builds a resolution receiver class and a timer for
         every connection, what a server that closes after each answer makes the fetcher pay per page); a
         ``HostnameEndpoint`` (resolution, then attempts at each address) for a name."""
-        options = {"timeout": self._timeout, "bindAddress": self._bind}
         if isIPAddress(host):
-            return TCP4ClientEndpoint(self._reactor, host, port, **options)
+            return TCP4ClientEndpoint(self._reactor, host, port, timeout=self._timeout, bindAddress=self._bind)
         if isIPv6Address(host):
-            return TCP6ClientEndpoint(self._reactor, host, port, **options)
-        return HostnameEndpoint(self._reactor, host, port, **options)
+            return TCP6ClientEndpoint(self._reactor, host, port, timeout=self._timeout, bindAddress=self._bind)
+        return HostnameEndpoint(self._reactor, host, port, timeout=self._timeout, bindAddress=self._bind)
 
 
 @implementer(IStreamClientEndpoint)
@@ -109,9 +108,11 @@ class ConnectionPool(client.HTTPConnectionPool):
     def __init__(self, reactor: Any, per_host: int, keepalive_timeout: float) -> None:
         super().__init__(reactor, persistent=True)
         self.maxPersistentPerHost = per_host
-        self.cachedConnectionTimeout = keepalive_timeout
+        self.cachedConnectionTimeout = keepalive_timeout  # type: ignore[assignment]  # inferred int; seconds
 
-    def getConnection(self, key: Any, endpoint: Any) -> Deferred[_Connection]:
+    def getConnection(  # type: ignore[override]  # _Connection stands in for the protocol (request is all Agent calls)
+        self, key: Any, endpoint: Any
+    ) -> Deferred[_Connection]:
         return super().getConnection(key, endpoint).addCallback(_Connection)
 
 

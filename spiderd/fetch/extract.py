@@ -355,7 +355,7 @@ def _parse(body: bytes, content_type: str | None) -> etree._Element | None:
 def _utf8(body: bytes, content_type: str | None) -> bytes:
     """The body as UTF-8 without NUL bytes: header charset, then BOM/meta, then UTF-8, then a guess."""
     encoding, bom = read_bom(body)
-    if encoding is not None:
+    if encoding is not None and bom is not None:  # (both or neither)
         return _recode(body[len(bom) :], [encoding])
     header = http_content_type_encoding(content_type) if content_type else None
     meta = None if header else html_body_declared_encoding(body)

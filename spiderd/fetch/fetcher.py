@@ -22,10 +22,11 @@ import itertools
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet import defer, error
 from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -226,7 +227,9 @@ class Fetcher:
 
 
 class _BodyReader(Protocol):
-    """Collects a body up to ``limit`` bytes (raw and inflated), inflating gzip/deflate as it comes."""
+    """Collects a body up to ``limit`` bytes (raw and inflated), inflating gzip/deflate as it comes.
+
+    Its transport (from ``Response.deliverBody``) is a push producer, whatever ``Protocol`` declares."""
 
     def __init__(self, limit: int, encoding: bytes, truncate: bool = False) -> None:
         self.finished: Deferred[bytes] = Deferred(self._cancel)
@@ -270,20 +273,20 @@ class _BodyReader(Protocol):
             self._abort(reason)
             return
         self._done = True
-        self.transport.stopProducing()
+        cast(IPushProducer, self.transport).stopProducing()
         self.finished.callback(Truncated(b"".join(self._chunks)[: self._limit]))
 
     def _abort(self, reason: Exception) -> None:
         self._done = True
         self._chunks = []
-        self.transport.stopProducing()
+        cast(IPushProducer, self.transport).stopProducing()
         self.finished.errback(reason)
 
     def _cancel(self, _: Deferred[bytes]) -> None:
         self._done = True
         self._chunks = []
         if self.transport is not None:
-            self.transport.stopProducing()
+            cast(IPushProducer, self.transport).stopProducing()
 
     def connectionLost(self, reason: Failure = client.ResponseDone) -> None:  # type: ignore[assignment]
         if self._done:
@@ -309,7 +312,7 @@ class Truncated(bytes):
 
 class _Discard(Protocol):
     def connectionMade(self) -> None:
-        self.transport.stopProducing()
+        cast(IPushProducer, self.transport).stopProducing()
 
 
 def _headers(user_agent: str) -> Headers:

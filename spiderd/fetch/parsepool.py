@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IProcessTransport
 from twisted.internet.protocol import ProcessProtocol
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -358,6 +359,8 @@ class ParsePool(Service):
 
 class _Child(ProcessProtocol):
     """One child process: frames out on stdin, frames in on stdout, a FIFO of pending requests."""
+
+    transport: IProcessTransport  # set by spawnProcess, before anything here uses it
 
     def __init__(self, pool: ParsePool, slot: int) -> None:
         self.pool = pool

@@ -10,7 +10,7 @@ delay in the pool and in the worker's per-host slots.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 from urllib.parse import urlsplit
 
 from protego import Protego
@@ -19,6 +19,9 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from spiderd.core.urls import host_of
+
+if TYPE_CHECKING:
+    from spiderd.fetch.fetcher import FetchResult
 
 log = Logger()
 
@@ -38,12 +41,18 @@ class _Entry:
         self.waiters: list[Deferred[None]] | None = []
 
 
+class FetchRaw(Protocol):
+    """How robots.txt is fetched: ``Fetcher.fetch_raw`` (its redirects bound) or a test's stand-in."""
+
+    def __call__(self, url: str, max_size: int, *, truncate: bool = ...) -> Deferred[FetchResult]: ...
+
+
 class Robots:
     """``allowed(url)`` for a user agent, fetching each origin's robots.txt at most once per TTL."""
 
     def __init__(
         self,
-        fetch_raw: Callable[[str, int], Deferred[Any]],
+        fetch_raw: FetchRaw,
         clock: Any,
         user_agent: str,
         on_delay: Callable[[str, float], Any] | None = None,

@@ -107,7 +107,7 @@ def target_url(target: str) -> tuple[str, tuple[str, str] | None]:
 class Batcher(Service):
     """The detail path to remote workers: ``add(urls)`` batches, spools and sends them."""
 
-    name = "batcher"
+    name = "batcher"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(
         self, reactor: Any, pool: Any, spool_dir: str, config: BatchConfig, http: Any = None, clock: Any = None,
@@ -252,7 +252,7 @@ class Batcher(Service):
             d = self._post(url, auth, batch)
             d.addCallbacks(lambda _, b=batch, u=url: self._accepted(b, u),
                            lambda f, b=batch, u=url: self._refused(b, u, f))
-            d.addErrback(lambda f, b=batch: log.failure("Batch {n}", f, n=b.number))
+            d.addErrback(lambda f, b: log.failure("Batch {n}", f, n=b.number), batch)
             self._posts.track(d).addBoth(self._posted)
 
     def _posted(self, _: Any) -> None:

@@ -35,7 +35,7 @@ FAILING_PULLS = 12  # pulls failed in a row (each heartbeat, every 5 s, tries ag
 class CrawlService(Service):
     """Drives the pool, the fetcher, the parse pool and the sinks."""
 
-    name = "crawler"
+    name = "crawler"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(
         self,

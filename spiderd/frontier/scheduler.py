@@ -63,7 +63,7 @@ CLAIM_TTL = 3600.0  # a firing's claim outlives any clock skew between nodes
 class SeedTimer(Service):
     """Queues the pool's ``seed_urls()`` again (always=True) at each firing of ``cron``, on one node per firing."""
 
-    name = "seed-timer"
+    name = "seed-timer"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, clock: Any, pool: Any, cron: Cron, claim_ttl: float = CLAIM_TTL) -> None:
         self._clock = clock
@@ -160,7 +160,7 @@ def budget(waiting: int, fetches: int, batch: int, ratio: float) -> int:
 class Recrawler(Service):
     """Every ``every`` seconds, queues again the crawled pages whose interval has passed, within ``budget``."""
 
-    name = "recrawler"
+    name = "recrawler"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, clock: Any, pool: Any, policy: RecrawlPolicy, fetches: Callable[[], int], *,
                  every: float = 60.0, batch: int = 1000, ratios: Mapping[str, float] | None = None) -> None:

@@ -26,7 +26,7 @@ class SeedService(Service):
     ``crawler_hub`` table (seed 000).
     """
 
-    name = "seeds"
+    name = "seeds"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, pool: Any, seeds: Sequence[str], hubs: Sequence[str], hub_refresh_span: float,
                  store: Any = None, state_path: str | None = None) -> None:

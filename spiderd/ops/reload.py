@@ -28,7 +28,7 @@ log = Logger()
 class ReloadService(Service):
     """Reloads on SIGHUP; ``reload()`` does the same when called (tests, or another trigger)."""
 
-    name = "reload"
+    name = "reload"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, reactor: Any, settings: cfg.Settings, seeds: Any = None, install: bool = True) -> None:
         self._reactor = reactor

@@ -40,7 +40,7 @@ def notify(message: str, path: str | None = None) -> bool:
 class SystemdNotifier(Service):
     """READY=1 at start, WATCHDOG=1 from the reactor, STOPPING=1 at stop; STATUS= lines from ``status``."""
 
-    name = "systemd"
+    name = "systemd"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, clock: Any, environ: dict[str, str] | None = None,
                  status: Callable[[], str] | None = None, healthy: Callable[[], bool] | None = None) -> None:

@@ -43,7 +43,7 @@ larger (measured on the bench site's 20-60 KB pages, heap kept between pages).
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict
 
 from spiderd.core.compression import FAST
 from spiderd.store.base import NullStore, PageStore, StoreNotRunning, StoreUnavailable
@@ -66,6 +66,14 @@ __all__ = [
 DEFAULT_PRESET = FAST
 
 
+class _Options(TypedDict):
+    """What every backend passes on to :class:`PageStore`."""
+
+    preset: int
+    batch_size: int
+    flush_interval: float
+
+
 def open_store(
     url: str | Sequence[str],
     data_dir: str,
@@ -81,7 +89,7 @@ def open_store(
     ``stop_timeout`` bounds how long a MySQL store keeps retrying at stop
     while the server is unreachable.
     """
-    options = {"preset": preset, "batch_size": batch_size, "flush_interval": flush_interval}
+    options: _Options = {"preset": preset, "batch_size": batch_size, "flush_interval": flush_interval}
     if not isinstance(url, str):
         if not url or not all(u.startswith("mysql://") for u in url):
             raise ValueError("shards must be one or more mysql:// URLs")

@@ -153,7 +153,7 @@ def check_page(url: Any, urlhash: Any, html: Any) -> Exception | None:
 class PageStore(Service):
     """A page store: queues pages and writes them in batches through the backend's hooks."""
 
-    name = "page-store"
+    name = "page-store"  # type: ignore[assignment]  # Service declares it None
     max_hub_url_length: int | None = None  # a backend whose hub column is bounded sets it
 
     def __init__(
@@ -318,8 +318,7 @@ class PageStore(Service):
     def _write_queued(self, queued: list[tuple[Page, Deferred[None]]]) -> Deferred[None]:
         batch = Batch([page for page, _ in queued], self.preset)
         d = maybeDeferred(self._write, batch)
-        d.addCallbacks(self._settle, self._fail_all, callbackArgs=(queued,), errbackArgs=(queued,))
-        return d
+        return d.addCallbacks(self._settle, self._fail_all, callbackArgs=(queued,), errbackArgs=(queued,))
 
     def _settle(self, outcome: Outcome, queued: list[tuple[Page, Deferred[None]]]) -> None:
         self._writing -= len(queued)

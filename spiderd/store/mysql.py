@@ -200,6 +200,7 @@ class QuietConnection(adbapi.Connection):
 
     def rollback(self) -> None:
         try:
+            assert self._connection is not None  # (None after close: this except drops it either way)
             self._connection.rollback()
         except Exception:
             self._pool.disconnect(self._connection)  # the next interaction on this thread reconnects

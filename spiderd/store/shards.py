@@ -26,7 +26,7 @@ from spiderd.store.base import PageStore, check_page
 class ShardedStore(MultiService):
     """Pages spread over ``shards`` (started and stopped with this service) by ``urlhash % len(shards)``."""
 
-    name = "page-store"
+    name = "page-store"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, shards: Sequence[PageStore]) -> None:
         super().__init__()

@@ -23,6 +23,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
+from spiderd.core.reactors import IThreadedClock
 from spiderd.store.base import Batch, Outcome, PageStore, Statements, decompress, write_rows
 
 log = Logger()
@@ -132,7 +133,9 @@ class SQLiteDB:
 class SQLiteStore(PageStore):
     """Pages in a SQLite file, written by one thread of the store's own."""
 
-    def __init__(self, path: str, reactor: Any, **options: Any) -> None:
+    _reactor: IThreadedClock
+
+    def __init__(self, path: str, reactor: IThreadedClock, **options: Any) -> None:
         super().__init__(reactor, **options)
         self.path = path
         self._db = SQLiteDB(path)

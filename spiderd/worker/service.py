@@ -64,7 +64,9 @@ class WorkerService(Service):
         config.check()
         self.setName("worker")
         if render_uri is None:
-            from spiderd.core.feeduri import render_uri
+            from spiderd.core.feeduri import render_uri as default_render_uri
+
+            render_uri = default_render_uri
         self.config = config
         self.shipper = shipper
         self._reactor = reactor

@@ -29,7 +29,7 @@ log = Logger()
 class PoolService(Service):
     """Holds the pool; ``ready`` fires once it can be used (at once for LevelDB; when Redis answers)."""
 
-    name = "pool"
+    name = "pool"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, pool: Any, clock: Any, opener: Callable[[], Deferred[Any]] | None = None,
                  where: str = "", retry_max: float = 30.0) -> None:

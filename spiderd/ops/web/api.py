@@ -306,7 +306,8 @@ def _limit(request: Request, default: int = 50, most: int = 1000) -> int:
 
 
 def _query(request: Request, name: str) -> str | None:
-    values = (request.args or {}).get(name.encode())
+    args: dict[bytes, list[bytes]] = request.args or {}
+    values = args.get(name.encode())
     if not values:
         return None
     try:

@@ -33,7 +33,7 @@ def page_html() -> bytes:
 class ApiService(Service):
     """The HTTP API of one node (its name: ``api``); ``clock`` (default: the reactor) drives the history sampler."""
 
-    name = "api"
+    name = "api"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, reactor: Any, node: Node, *, bind: str = "127.0.0.1", port: int = 6810,
                  auth: Auth | None = None, clock: Any = None, interval: float = 10.0) -> None:

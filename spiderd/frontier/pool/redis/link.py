@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 from urllib.parse import unquote, urlsplit
 
 from twisted.internet import defer
@@ -87,7 +87,7 @@ class RedisLink:
     def __init__(
         self,
         address: RedisAddress,
-        scripts: Sequence[Script] = (),
+        scripts: Iterable[Script] = (),
         *,
         connect_timeout: float = 10.0,
         reply_timeout: float = 30.0,
@@ -129,7 +129,12 @@ class RedisLink:
         conn, self._conn = self._conn, None
         closers, self._closers = self._closers, []
         d = conn.disconnect() if conn is not None else defer.succeed(None)
-        d.addBoth(lambda _: [closed.callback(None) for closed in closers])
+
+        def disconnected(_: object) -> None:
+            for closed in closers:
+                closed.callback(None)
+
+        d.addBoth(disconnected)
 
     def _track(self, d: defer.Deferred[Any]) -> defer.Deferred[Any]:
         self._inflight.add(d)

@@ -86,7 +86,7 @@ class RedisPool(RedisAdmin, URLParsing):
         d.addCallback(lambda _: self._link.execute("HGET", meta, "seen_bucket_bits"))
         d.addCallback(self._adopt_bits)
         for host, value in self._host_conf().items():
-            d.addCallback(lambda _, h=host, v=value: self._link.execute("HSET", self.prefix + "conf", h, v))
+            d.addCallback(lambda _, h, v: self._link.execute("HSET", self.prefix + "conf", h, v), host, value)
         return d.addCallback(lambda _: self)
 
     def _host_conf(self) -> dict[str, str]:
