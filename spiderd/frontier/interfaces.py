@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
 from zope.interface import Attribute, Interface
+
+if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
+
+    from spiderd.frontier.pool.records import ExportReader
 
 
 class IURLPool(Interface):
@@ -28,7 +35,7 @@ class IURLPool(Interface):
     max_throttles = Attribute("Throttles of a URL (see throttle) that do not count as its failures.")
     pending_threshold = Attribute("Seconds a popped URL stays leased.")
 
-    def add(url: str, always: bool = False, detail: bool = False):  # type: ignore[no-untyped-def]
+    def add(url: str, always: bool = False, detail: bool = False) -> Deferred[bool]:
         """Queue ``url`` unless it is known; fires with True if it was queued.
 
         With ``always`` a known URL is queued too: a done or failed one at once,
@@ -38,98 +45,100 @@ class IURLPool(Interface):
         000 queues it at once, but then a pop could hand it out while it is
         being fetched, and a URL is never handed out twice at once."""
 
-    def addmany(urls, always: bool = False, detail: bool = False):  # type: ignore[no-untyped-def]
+    def addmany(urls: Iterable[str], always: bool = False, detail: bool = False) -> Deferred[int]:
         """Queue many URLs; fires with the number queued."""
 
-    def pop(count: int, hub_percent: int = 50):  # type: ignore[no-untyped-def]
+    def pop(count: int, hub_percent: int = 50) -> Deferred[dict[str, bool]]:
         """Lease up to ``count`` URLs that politeness allows now; fires with ``{url: is_hub}``.
 
         Due hubs take up to ``hub_percent`` of it (at least one); of the rest, the
         pool's ``list_ratio`` and ``detail_ratio`` are reserved for waiting list and
         detail URLs (see spiderd.frontier.pool.split), and what is left goes host by host."""
 
-    def claim(url: str, by: str | None = None):  # type: ignore[no-untyped-def]
+    def claim(url: str, by: str | None = None) -> Deferred[bool]:
         """Lease a URL that was not handed out (a redirect target) unless it is final or leased; fires True if leased.
 
         ``by`` is the URL whose fetch was redirected: a claim it holds already is
         taken again (its earlier processing died), and by no other URL."""
 
-    def seen_filter(urls):  # type: ignore[no-untyped-def]
+    def seen_filter(urls: Iterable[str]) -> Deferred[list[str]]:
         """Fires with the canonical forms of ``urls`` never seen in any state (no duplicates); marks nothing."""
 
-    def seen_add(urls):  # type: ignore[no-untyped-def]
+    def seen_add(urls: Iterable[str]) -> Deferred[int]:
         """Records ``urls`` as sent in a batch (final); fires with the number newly recorded."""
 
-    def next_batch(count: int = 1):  # type: ignore[no-untyped-def]
+    def next_batch(count: int = 1) -> Deferred[int]:
         """Reserves ``count`` batch numbers, unique across restarts (and nodes); fires with the first."""
 
-    def fetched(url: str, elapsed: float | None = None):  # type: ignore[no-untyped-def]
+    def fetched(url: str, elapsed: float | None = None) -> Deferred[None]:
         """The request for a handed-out URL is over: its host slot is free, its lease stays until set_status.
 
         ``elapsed`` (optional) is the fetch's duration in seconds: with adaptive politeness (``delay_factor``),
         the host's next URL waits ``delay_factor x elapsed`` from now, within ``min_delay`` and ``max_delay``."""
 
-    def set_status(url: str, status_code: int, reason: str | None = None):  # type: ignore[no-untyped-def]
+    def set_status(url: str, status_code: int, reason: str | None = None) -> Deferred[None]:
         """Record a fetch outcome: done, final failure, or a retry.
 
         A failure's ``reason`` (short text, see spiderd.core.status.reason; without one, the code's words) is kept
         as the URL's last failure, shown by ``why`` and carried in the export, until the URL is done."""
 
-    def throttle(url: str, until: float, status_code: int, reason: str | None = None):  # type: ignore[no-untyped-def]
+    def throttle(url: str, until: float, status_code: int, reason: str | None = None) -> Deferred[None]:
         """A throttling answer (429, 503 with or without Retry-After) for a handed-out ``url``: its host is handed
         out by no node before ``until`` (clock time; a later block wins), and the URL is queued again without
         counting a failure, up to ``max_throttles`` throttles of that URL; the next one is recorded as
         ``set_status(url, status_code, reason)``.  ``reason`` is kept as its last failure (``why``)."""
 
-    def set_statuses(statuses, checkpoint=None):  # type: ignore[no-untyped-def]
+    def set_statuses(statuses: Iterable[tuple[Any, ...]], checkpoint: tuple[str, int] | None = None) -> Deferred[None]:
         """Record ``(url, status_code)`` or ``(url, status_code, reason)`` outcomes and, if given, ``checkpoint``
         (a name, a count) in one atomic write: either all of them are recorded or none (a writer's commit
         point, see spiderd.feed.items)."""
 
-    def checkpoint(name: str):  # type: ignore[no-untyped-def]
+    def checkpoint(name: str) -> Deferred[int | None]:
         """Fires with the count last recorded under ``name`` by ``set_statuses``, or None."""
 
-    def drop_checkpoint(name: str):  # type: ignore[no-untyped-def]
+    def drop_checkpoint(name: str) -> Deferred[None]:
         """Forget the checkpoint ``name``."""
 
-    def set_hubs(urls, refresh_span: float):  # type: ignore[no-untyped-def]
+    def set_hubs(urls: Iterable[str], refresh_span: float) -> Deferred[None]:
         """Replace the hub set; each hub is handed out at most once per span."""
 
-    def set_seeds(urls):  # type: ignore[no-untyped-def]
+    def set_seeds(urls: Iterable[str]) -> Deferred[int]:
         """Record the configured seeds (the seeds themselves are queued with ``addmany``); fires with how many
         the pool keeps.  Redis: added to seed 002's ``spider.seed.urls``, deleting nothing (other tools and
         nodes add to it too); LevelDB and memory: they replace the seeds given before."""
 
-    def seed_urls():  # type: ignore[no-untyped-def]
+    def seed_urls() -> Deferred[list[str]]:
         """Fires with the seeds the seed timer injects: on Redis every member of ``spider.seed.urls`` (whoever
         added it), on LevelDB and memory the seeds last given to ``set_seeds``."""
 
-    def set_host_delay(host: str, delay: float):  # type: ignore[no-untyped-def]
+    def set_host_delay(host: str, delay: float) -> Deferred[None]:
         """Raise a host's minimum delay (robots.txt Crawl-delay)."""
 
-    def size():  # type: ignore[no-untyped-def]
+    def size() -> Deferred[int]:
         """Fires with the number of waiting URLs."""
 
-    def empty():  # type: ignore[no-untyped-def]
+    def empty() -> Deferred[bool]:
         """Fires with True when no URL is waiting."""
 
-    def next_due():  # type: ignore[no-untyped-def]
+    def next_due() -> Deferred[float | None]:
         """Fires with seconds until ``pop`` could hand out something, or None if nothing waits."""
 
-    def stats():  # type: ignore[no-untyped-def]
+    def stats() -> Deferred[dict[str, Any]]:
         """Fires with a dict: waiting, pending, done, failed, hosts, max_host, rejected."""
 
-    def add_links(parent: str, urls, anchors=(), xpaths=()):  # type: ignore[no-untyped-def]
+    def add_links(
+        parent: str, urls: Sequence[str], anchors: Sequence[str] = (), xpaths: Sequence[str] = ()
+    ) -> Deferred[int]:
         """Linkbase (seed 004): record that ``parent`` first linked ``urls`` (with ``anchors`` and the link elements'
         ``xpaths``, item for item); fires with the number recorded.  ``why`` shows parent, anchor and xpath."""
 
-    def recrawl(cutoffs, limit: int):  # type: ignore[no-untyped-def]
+    def recrawl(cutoffs: Sequence[tuple[str, str, float]], limit: int) -> Deferred[int]:
         """Queue again, as add(always=True), up to ``limit`` done pages of the crawled sets ``(domain, kind, cut-off time)`` fetched at or before the cut-off; fires with the number queued."""
 
-    def claim_once(name: str, ttl: float):  # type: ignore[no-untyped-def]
+    def claim_once(name: str, ttl: float) -> Deferred[bool]:
         """Fires True for the first claim of ``name`` within ``ttl`` seconds over every node sharing the pool, else False."""
 
-    def close():  # type: ignore[no-untyped-def]
+    def close() -> Deferred[None]:
         """Release the storage; fires when closed."""
 
 
@@ -144,12 +153,12 @@ class IURLPoolAdmin(Interface):
     ``export`` returns a Deferred.
     """
 
-    def why(url: str):  # type: ignore[no-untyped-def]
+    def why(url: str) -> Deferred[dict[str, Any]]:
         """Fires with a dict describing the URL's state, failures, lease and host; a URL that failed has
         ``last_failure``: ``{"reason": text, "at": time, "failures": n}``."""
 
-    def export(chunk: int = 1000):  # type: ignore[no-untyped-def]
+    def export(chunk: int = 1000) -> ExportReader:
         """A reader of every entry (spiderd.frontier.pool.records): its ``next()`` fires with a list, or None at the end."""
 
-    def import_states(records):  # type: ignore[no-untyped-def]
+    def import_states(records: Iterable[Any]) -> Deferred[dict[str, Any]]:
         """Re-add exported URLs, restore unknown finished fingerprints; fires with queued/restored/known/rejected."""

@@ -2,23 +2,38 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Iterable
+
 from zope.interface import Interface
+
+if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
 
 
 class IPageStore(Interface):
     """Where fetched pages go (seed 000's ``crawler_html`` and ``crawler_hub``)."""
 
-    def save(url: str, urlhash: int, html: bytes, hub: bool = False):  # type: ignore[no-untyped-def]
-        """Queue a page (and, if ``hub``, its URL as a hub) for a batched write; fires once it is committed."""
+    # Read by the crawler and the status API (annotations for type checkers; zope's verifyObject skips them).
+    preset: int  # the XZ preset pages are compressed with
+    pending: int  # pages accepted but not yet committed: a back-pressure signal
+    where: str  # where the pages go, fit for logs (never a password)
 
-    def save_hubs(urls):  # type: ignore[no-untyped-def]
+    def save(url: str, urlhash: int, html: bytes, hub: bool = False, compressed: bytes | None = None) -> Deferred[None]:
+        """Queue a page (and, if ``hub``, its URL as a hub) for a batched write; fires once it is committed.
+
+        ``compressed``, when given, is the page already XZ-compressed at ``preset`` (by a parse worker)."""
+
+    def save_hubs(urls: Iterable[str]) -> Deferred[int]:
         """Record hub URLs, ignoring those already stored; fires with the number added."""
 
-    def get(urlhash: int):  # type: ignore[no-untyped-def]
+    def get(urlhash: int) -> Deferred[tuple[str, bytes] | None]:
         """Fires with (url, html bytes) or None."""
 
-    def count():  # type: ignore[no-untyped-def]
+    def count() -> Deferred[int]:
         """Fires with the number of stored pages."""
 
-    def hubs():  # type: ignore[no-untyped-def]
+    def hubs() -> Deferred[list[str]]:
         """Fires with the stored hub URLs, oldest first."""
+
+    def flush() -> Deferred[Any]:
+        """Write the queued pages now; fires once each of them is committed or failed."""
