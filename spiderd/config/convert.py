@@ -11,13 +11,15 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Any
+from typing import Any, Callable, TypeVar, overload
 
 from spiderd.core.cron import parse as parse_cron
 from spiderd.core.feeduri import render_uri
 from spiderd.core.rules import HostRule
 from spiderd.core.secrets import redact_text
 from spiderd.core.compression import FAST
+
+T = TypeVar("T")
 
 ROLES = ("all", "frontier", "worker")
 POOL_BACKENDS = ("leveldb", "memory", "redis")
@@ -46,7 +48,13 @@ def _redacted(message: str) -> str:
 _HINT = re.compile(r":(PASS|PASSWORD)@")
 
 
-def expect(value: Any, types: type | tuple[type, ...], what: str) -> Any:
+@overload
+def expect(value: object, types: type[T], what: str) -> T: ...
+@overload
+def expect(value: object, types: tuple[type[T], ...], what: str) -> T: ...
+
+
+def expect(value: Any, types: type[Any] | tuple[type[Any], ...], what: str) -> Any:
     """``value`` if it is of ``types`` (a boolean only where ``bool`` is asked for); TypeError naming ``what``."""
     if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
         raise TypeError(f"expected {what}, got {value!r}")
@@ -114,11 +122,12 @@ def _positive_int(value: Any) -> int:
     return number
 
 
-def _choice(options: tuple[str, ...]) -> Any:
+def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
     def check(value: Any) -> str:
-        if expect(value, str, "a string") not in options:
+        text = expect(value, str, "a string")
+        if text not in options:
             raise ValueError(f"must be one of {', '.join(options)}, got {value!r}")
-        return value
+        return text
 
     return check
 
@@ -331,7 +340,7 @@ def _setting_bytes(value: Any) -> int:
     return number
 
 
-CONVERTERS: dict[str, Any] = {
+CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "str": lambda v: expect(v, str, "a string"),
     "bool": lambda v: expect(v, bool, "true or false"),
     "role": _choice(ROLES),

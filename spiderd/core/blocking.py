@@ -14,6 +14,7 @@ from typing import Any, Callable, TypeVar
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorFromThreads
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
@@ -29,7 +30,7 @@ class LaneStopped(RuntimeError):
 class Lane:
     """``width`` threads for blocking calls (1: in order); started and stopped by the components using it."""
 
-    def __init__(self, reactor: Any, name: str, width: int = 1) -> None:
+    def __init__(self, reactor: IReactorFromThreads, name: str, width: int = 1) -> None:
         self._reactor = reactor
         self.name = name
         self.width = width
@@ -72,7 +73,7 @@ class Blocking(Service):
 
     name = "blocking"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, reactor: Any) -> None:
+    def __init__(self, reactor: IReactorFromThreads) -> None:
         self._reactor = reactor
         self._lanes: dict[str, Lane] = {}
 

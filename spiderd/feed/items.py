@@ -27,17 +27,20 @@ import json
 import math
 import os
 import time
-from typing import Any, Callable, Iterable
+from typing import IO, Any, Callable, Iterable
 
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from spiderd.core.fsutil import fsync_dir, unlink_quietly
+from spiderd.core.reactors import IThreadedClock
+from spiderd.frontier.interfaces import IURLPool
 
 log = Logger()
 
@@ -58,13 +61,13 @@ class ItemWriter(Service):
 
     def __init__(
         self,
-        reactor: Any,
+        reactor: IThreadedClock,
         directory: str,
         rotate_count: int = 10000,
         flush_interval: float = 0.5,
         batch_size: int = 500,
         on_rotate: Callable[[str], Any] | None = None,
-        pool: Any = None,
+        pool: IURLPool | None = None,
     ) -> None:
         self._reactor = reactor
         self.directory = directory
@@ -75,10 +78,10 @@ class ItemWriter(Service):
         self._pool = pool
         self.ready: Deferred[None] = Deferred()
         self._queue: list[_Pending] = []
-        self._timer: Any = None
+        self._timer: IDelayedCall | None = None
         self._threads = ThreadPool(1, 1, name="spiderd-items")
         self._writing: Deferred[None] = defer.succeed(None)
-        self._file: Any = None  # the open .part file (used on the writer's thread only)
+        self._file: IO[bytes] | None = None  # the open .part file (used on the writer's thread only)
         self._path = ""  # its final name
         self._in_file = 0  # committed lines in it
         self._serial = 0
@@ -189,6 +192,7 @@ class ItemWriter(Service):
         return checkpoint_name(self._path)
 
     def _drop_checkpoint(self, name: str) -> Deferred[None]:
+        assert self._pool is not None  # (called only with one)
         d = self._pool.drop_checkpoint(name)
         return d.addErrback(lambda f: log.failure("Dropping checkpoint {name} failed (harmless)", f, name=name))
 
@@ -213,6 +217,7 @@ class ItemWriter(Service):
 
     def _append(self, items: list[dict[str, Any]]) -> int:
         """Append the lines, make them durable; the file's length."""
+        assert self._file is not None  # made by _create
         self._file.write("".join(map(json_line, items)).encode("utf-8"))
         self._file.flush()
         os.fsync(self._file.fileno())

@@ -31,6 +31,7 @@ from typing import Any
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -38,6 +39,7 @@ from spiderd.core.blocking import Lane
 from spiderd.core.feeduri import parse_target
 from spiderd.core.fsutil import fsync_dir, fsync_file, unlink_quietly, write_atomically
 from spiderd.core.lifecycle import InFlight
+from spiderd.core.reactors import IThreadedClock
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import mask_secret, redact
 from spiderd.feed.errors import BadFeedError, FeedExistsError
@@ -84,7 +86,7 @@ class _Entry:
     delay: float = 0.0
     warned: bool = False
     busy: bool = False
-    timer: Any = None
+    timer: IDelayedCall | None = None
     abort: Abort | None = None
 
     def record(self) -> dict[str, Any]:
@@ -102,8 +104,8 @@ class FeedShipper(Service):
     uploads; ``clock`` (default ``reactor``) drives the retry timers and the stop deadline.
     """
 
-    def __init__(self, reactor: Any, spool_dir: str, *, clock: Any = None, retry_first: float = 1.0,
-                 retry_max: float = 300.0, stop_timeout: float = 30.0, concurrency: int = 2,
+    def __init__(self, reactor: IThreadedClock, spool_dir: str, *, clock: IReactorTime | None = None,
+                 retry_first: float = 1.0, retry_max: float = 300.0, stop_timeout: float = 30.0, concurrency: int = 2,
                  ftp_timeout: float = 60.0, lane: Lane | None = None) -> None:
         self._reactor = reactor
         self._clock = reactor if clock is None else clock
@@ -368,7 +370,7 @@ class FeedShipper(Service):
         self._lane.stop()
 
 
-def _within(clock: Any, seconds: float, d: Deferred[Any]) -> Deferred[bool]:
+def _within(clock: IReactorTime, seconds: float, d: Deferred[Any]) -> Deferred[bool]:
     """Fires True when ``d`` fires, or False after ``seconds`` on ``clock`` (``d`` is left alone)."""
     result: Deferred[bool] = Deferred()
 

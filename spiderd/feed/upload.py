@@ -153,7 +153,7 @@ def _upload_ftp(local: str, target: Target, timeout: float, abort: Abort,
         if _ftp_already_there(ftp, target, size, renamed_before):
             return
         with open(local, "rb") as f:
-            ftp.storbinary("STOR " + target.temp_name, _Reader(f, abort))  # type: ignore[arg-type]
+            ftp.storbinary("STOR " + target.temp_name, _Reader(f, abort))
         stored = _ftp_size(ftp, target.temp_name)
         if stored not in (size, -1):
             raise FeedError(f"{target}: the server holds {stored} bytes of {size}")

@@ -46,6 +46,7 @@ import os
 from typing import Any, Sequence, TypedDict
 
 from spiderd.core.compression import FAST
+from spiderd.core.reactors import IThreadedClock
 from spiderd.store.base import NullStore, PageStore, StoreNotRunning, StoreUnavailable
 from spiderd.store.mysql import MySQLStore, parse_mysql_url, redact
 from spiderd.store.shards import ShardedStore
@@ -77,7 +78,7 @@ class _Options(TypedDict):
 def open_store(
     url: str | Sequence[str],
     data_dir: str,
-    reactor: Any,
+    reactor: IThreadedClock,
     *,
     preset: int = DEFAULT_PRESET,
     batch_size: int = 100,

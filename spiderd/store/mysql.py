@@ -211,7 +211,7 @@ class MySQLStore(PageStore):
 
     max_hub_url_length = HUB_URL_LENGTH
 
-    def __init__(self, address: MySQLAddress, reactor: Any, *, stop_timeout: float = 60.0, **options: Any) -> None:
+    def __init__(self, address: MySQLAddress, reactor: IReactorTime, *, stop_timeout: float = 60.0, **options: Any) -> None:
         super().__init__(reactor, **options)
         self.address = address
         self.stop_timeout = stop_timeout
@@ -247,7 +247,8 @@ class MySQLStore(PageStore):
 
     def _interact(self, interaction: Callable[..., T], *args: Any) -> Deferred[T]:
         assert self._pool is not None, "the store is not started"
-        return self._pool.runInteraction(interaction, *args)
+        d: Deferred[T] = self._pool.runInteraction(interaction, *args)  # (adbapi is untyped)
+        return d
 
     def _write(self, batch: Batch) -> Deferred[Outcome]:
         return self._retry.run(lambda: self._interact(self._write_txn, batch), plural(len(batch), "page"))

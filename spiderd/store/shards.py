@@ -11,7 +11,7 @@ start the new layout in fresh databases).  ``count`` sums the shards;
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred, gatherResults
@@ -81,5 +81,5 @@ class ShardedStore(MultiService):
         """Write every shard's queued pages now."""
         return self._all(lambda shard: shard.flush())
 
-    def _all(self, call: Any) -> Deferred[list[Any]]:
+    def _all(self, call: Callable[[PageStore], Deferred[Any]]) -> Deferred[list[Any]]:
         return gatherResults([call(shard) for shard in self.shards], consumeErrors=True)
