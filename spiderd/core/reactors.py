@@ -8,9 +8,17 @@ each of Twisted's interfaces, not these.
 
 from __future__ import annotations
 
-from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
+from twisted.internet.interfaces import IReactorFromThreads, IReactorProcess, IReactorTCP, IReactorTime
 
 
 class IThreadedClock(IReactorTime, IReactorFromThreads):
     """Timers, and results from threads (``deferToThreadPool``)."""
 
+
+
+class ITCPClock(IReactorTime, IReactorTCP):
+    """Timers, and TCP: connections out, ports to listen on."""
+
+
+class IProcessClock(IReactorTime, IReactorProcess):
+    """Timers, and child processes."""

@@ -554,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     port = listen(spec, reactor, args.port, args.interface, requests=requests)
     sys.stdout.write(f"LISTENING {port_of(port)}\n")
     sys.stdout.flush()
-    reactor.run()  # type: ignore[attr-defined]
+    reactor.run()
 
 
 if __name__ == "__main__":

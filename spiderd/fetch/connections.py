@@ -12,30 +12,35 @@ APIs: ``HTTPConnectionPool.getConnection``, ``Request.persistent``,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Hashable
 
 from twisted.internet.defer import Deferred
 from twisted.internet.abstract import isIPAddress, isIPv6Address
 from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint, wrapClientTLS
-from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.internet.interfaces import (
+    IAddress, IProtocol, IProtocolFactory, IReactorTCP, IReactorTime, IStreamClientEndpoint,
+)
 from twisted.internet.protocol import Factory
 from twisted.web import client
+from twisted.web.client import URI
 from twisted.web.error import SchemeNotSupported
+from twisted.web.iweb import IResponse
 from zope.interface import implementer
 
 
 class CachedEndpoints:
     """Endpoints per (scheme, host, port), made once: Agent builds one per request, IDNA-checking the host each time."""
 
-    def __init__(self, reactor: Any, connect_timeout: float, bind: tuple[str, int] | None, size: int = 4096) -> None:
+    def __init__(self, reactor: IReactorTCP, connect_timeout: float, bind: tuple[str, int] | None,
+                 size: int = 4096) -> None:
         self._reactor = reactor
         self._timeout = connect_timeout
         self._bind = bind
         self._size = size
         self._tls = client.BrowserLikePolicyForHTTPS()
-        self._cache: dict[tuple[bytes, bytes, int], Any] = {}
+        self._cache: dict[tuple[bytes, bytes, int], IStreamClientEndpoint] = {}
 
-    def endpointForURI(self, uri: Any) -> Any:
+    def endpointForURI(self, uri: URI) -> IStreamClientEndpoint:
         key = (uri.scheme, uri.host, uri.port)
         endpoint = self._cache.get(key)
         if endpoint is None:
@@ -45,7 +50,7 @@ class CachedEndpoints:
             self._cache[key] = endpoint
         return endpoint
 
-    def _make(self, uri: Any) -> Any:
+    def _make(self, uri: URI) -> IStreamClientEndpoint:
         host = uri.host.decode("ascii")
         endpoint = self._tcp(host, uri.port)
         if uri.scheme == b"https":
@@ -55,7 +60,7 @@ class CachedEndpoints:
         return _QuietEndpoint(endpoint)
 
 
-    def _tcp(self, host: str, port: int) -> Any:
+    def _tcp(self, host: str, port: int) -> IStreamClientEndpoint:
         """A plain TCP endpoint for an IP address (one connection attempt, nothing to resolve: a third of the
         cost of a ``HostnameEndpoint``'s connect, which builds a resolution receiver class and a timer for
         every connection, what a server that closes after each answer makes the fetcher pay per page); a
@@ -71,10 +76,10 @@ class CachedEndpoints:
 class _QuietEndpoint:
     """An endpoint whose connections log no "Starting factory" line: the pool's factory is wrapped in a quiet one."""
 
-    def __init__(self, endpoint: Any) -> None:
+    def __init__(self, endpoint: IStreamClientEndpoint) -> None:
         self._endpoint = endpoint
 
-    def connect(self, factory: Any) -> Deferred[Any]:
+    def connect(self, factory: IProtocolFactory) -> Deferred[IProtocol]:
         return self._endpoint.connect(_QuietFactory(factory))
 
     def __repr__(self) -> str:
@@ -86,10 +91,10 @@ class _QuietFactory(Factory):
 
     noisy = False
 
-    def __init__(self, factory: Any) -> None:
+    def __init__(self, factory: IProtocolFactory) -> None:
         self._factory = factory
 
-    def buildProtocol(self, addr: Any) -> Any:
+    def buildProtocol(self, addr: IAddress) -> IProtocol | None:  # type: ignore[override]  # the wrapped factory's
         return self._factory.buildProtocol(addr)
 
 
@@ -105,13 +110,13 @@ class ConnectionPool(client.HTTPConnectionPool):
 
     retryAutomatically = True
 
-    def __init__(self, reactor: Any, per_host: int, keepalive_timeout: float) -> None:
+    def __init__(self, reactor: IReactorTime, per_host: int, keepalive_timeout: float) -> None:
         super().__init__(reactor, persistent=True)
         self.maxPersistentPerHost = per_host
         self.cachedConnectionTimeout = keepalive_timeout  # type: ignore[assignment]  # inferred int; seconds
 
     def getConnection(  # type: ignore[override]  # _Connection stands in for the protocol (request is all Agent calls)
-        self, key: Any, endpoint: Any
+        self, key: Hashable, endpoint: IStreamClientEndpoint
     ) -> Deferred[_Connection]:
         return super().getConnection(key, endpoint).addCallback(_Connection)
 
@@ -122,10 +127,11 @@ class _Connection:
     def __init__(self, connection: Any) -> None:
         self._connection = connection  # an HTTP11ClientProtocol, or Twisted's retrying wrapper of a pooled one
 
-    def request(self, request: client.Request) -> Deferred[Any]:
-        return self._connection.request(request).addCallback(self._answered, request)
+    def request(self, request: client.Request) -> Deferred[IResponse]:
+        d: Deferred[IResponse] = self._connection.request(request)
+        return d.addCallback(self._answered, request)
 
-    def _answered(self, response: Any, request: client.Request) -> Any:
+    def _answered(self, response: IResponse, request: client.Request) -> IResponse:
         if not reusable(response):
             request.persistent = False  # read when the body has come: the connection is then closed, not pooled
             connection = self._connection
@@ -136,7 +142,7 @@ class _Connection:
         return response
 
 
-def reusable(response: Any) -> bool:
+def reusable(response: IResponse) -> bool:
     """Whether the connection of ``response`` may carry another request (``Connection: close`` aside).
 
     HTTP/1.0 closes after each answer unless it says ``Connection: keep-alive``;

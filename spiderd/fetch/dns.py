@@ -20,17 +20,20 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from twisted.internet.interfaces import (
+    IAddress,
     IHostnameResolver,
     IHostResolution,
     IReactorPluggableNameResolver,
+    IReactorTime,
     IResolutionReceiver,
 )
 from zope.interface import directlyProvides, implementer, providedBy
 
-_Key = tuple[str, int, Any, str]
+_Key = tuple[str, int, tuple[type[IAddress], ...] | None, str]
+R = TypeVar("R", bound=IReactorTime)  # a reactor: its timers are the cache's clock
 
 
 @implementer(IHostResolution)
@@ -46,17 +49,18 @@ class _Resolution:
 class CachingResolver:
     """Wraps an ``IHostnameResolver``: addresses of a name are kept ``ttl`` seconds (at most ``size`` names)."""
 
-    def __init__(self, resolver: Any, clock: Any, ttl: float = 300.0, size: int = 10_000) -> None:
+    def __init__(self, resolver: IHostnameResolver, clock: IReactorTime, ttl: float = 300.0, size: int = 10_000) -> None:
         self._resolver = resolver
         self._clock = clock
         self.ttl = ttl
         self._size = size
-        self._cache: OrderedDict[_Key, tuple[float, list[Any]]] = OrderedDict()
-        self._waiting: dict[_Key, list[Any]] = {}
+        self._cache: OrderedDict[_Key, tuple[float, list[IAddress]]] = OrderedDict()
+        self._waiting: dict[_Key, list[IResolutionReceiver]] = {}
         self.lookups = 0
 
-    def resolveHostName(self, resolutionReceiver: Any, hostName: str, portNumber: int = 0,
-                        addressTypes: Sequence[Any] | None = None, transportSemantics: str = "TCP") -> Any:
+    def resolveHostName(self, resolutionReceiver: IResolutionReceiver, hostName: str, portNumber: int = 0,
+                        addressTypes: Sequence[type[IAddress]] | None = None,
+                        transportSemantics: str = "TCP") -> IHostResolution:
         """Answer from the cache, or join (or start) the lookup of this name."""
         key = (hostName, portNumber, tuple(addressTypes) if addressTypes is not None else None, transportSemantics)
         resolution = _Resolution(hostName)
@@ -73,7 +77,7 @@ class CachingResolver:
                                            transportSemantics)
         return resolution
 
-    def _cached(self, key: _Key) -> list[Any] | None:
+    def _cached(self, key: _Key) -> list[IAddress] | None:
         entry = self._cache.get(key)
         if entry is None:
             return None
@@ -83,7 +87,7 @@ class CachingResolver:
             return None
         return addresses
 
-    def _done(self, key: _Key, addresses: list[Any]) -> None:
+    def _done(self, key: _Key, addresses: list[IAddress]) -> None:
         if addresses and self.ttl > 0:
             self._cache[key] = (self._clock.seconds() + self.ttl, addresses)
             self._cache.move_to_end(key)
@@ -100,19 +104,19 @@ class _Collector:
     def __init__(self, cache: CachingResolver, key: _Key) -> None:
         self._cache = cache
         self._key = key
-        self._addresses: list[Any] = []
+        self._addresses: list[IAddress] = []
 
-    def resolutionBegan(self, resolutionInProgress: Any) -> None:
+    def resolutionBegan(self, resolutionInProgress: IHostResolution) -> None:
         pass
 
-    def addressResolved(self, address: Any) -> None:
+    def addressResolved(self, address: IAddress) -> None:
         self._addresses.append(address)
 
     def resolutionComplete(self) -> None:
         self._cache._done(self._key, self._addresses)
 
 
-def _replay(receiver: Any, addresses: list[Any]) -> None:
+def _replay(receiver: IResolutionReceiver, addresses: list[IAddress]) -> None:
     for address in addresses:
         receiver.addressResolved(address)
     receiver.resolutionComplete()
@@ -121,7 +125,7 @@ def _replay(receiver: Any, addresses: list[Any]) -> None:
 class ResolvingReactor:
     """``reactor`` with ``nameResolver`` replaced by ``resolver`` (for ``HostnameEndpoint``)."""
 
-    def __init__(self, reactor: Any, resolver: Any) -> None:
+    def __init__(self, reactor: object, resolver: IHostnameResolver) -> None:
         self._reactor = reactor
         self.nameResolver = resolver
         directlyProvides(self, providedBy(reactor), IReactorPluggableNameResolver)
@@ -130,8 +134,11 @@ class ResolvingReactor:
         return getattr(self._reactor, name)
 
 
-def caching_reactor(reactor: Any, ttl: float) -> Any:
-    """The reactor ``HostnameEndpoint`` should get: ``reactor`` itself with ``ttl`` 0 (no cache)."""
+def caching_reactor(reactor: R, ttl: float) -> R:
+    """The reactor ``HostnameEndpoint`` should get: ``reactor`` itself with ``ttl`` 0 (no cache).
+
+    The other is a ``ResolvingReactor``: it provides what ``reactor`` provides, and passes for it."""
     if ttl <= 0 or not IReactorPluggableNameResolver.providedBy(reactor):
         return reactor
-    return ResolvingReactor(reactor, CachingResolver(reactor.nameResolver, reactor, ttl))
+    resolving = cast(IReactorPluggableNameResolver, reactor)
+    return cast(R, ResolvingReactor(reactor, CachingResolver(resolving.nameResolver, reactor, ttl)))

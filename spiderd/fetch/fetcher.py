@@ -19,21 +19,25 @@ from __future__ import annotations
 
 import functools
 import itertools
+import typing
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from twisted.internet import defer, error
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IDelayedCall, IPushProducer
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import client
 from twisted.web.http_headers import Headers
+from twisted.web.iweb import IResponse
 
+from spiderd.config.settings import Settings
 from spiderd.core import status as st
+from spiderd.core.reactors import ITCPClock
 from spiderd.core.throttle import parse_retry_after, throttled
 from spiderd.core.urls import BadURL, canonicalize
 from spiderd.fetch.connections import CachedEndpoints, ConnectionPool
@@ -41,6 +45,7 @@ from spiderd.fetch.dns import caching_reactor
 from spiderd.fetch.robots import ROBOTS_REDIRECTS, Robots, robots_url
 
 log = Logger()
+T = TypeVar("T")
 
 REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
 MAX_AGENT_HEADERS = 64  # per-request user agents whose headers are kept built
@@ -80,7 +85,7 @@ class FetchConfig:
     robots: bool = False  # obey robots.txt: the fetcher checks every URL against its own Robots
 
 
-def fetch_config(settings: Any) -> FetchConfig:
+def fetch_config(settings: Settings) -> FetchConfig:
     """The FetchConfig of spiderd settings (``[fetch]``; per-host connections are ``per_host_concurrency``)."""
     return FetchConfig(
         user_agent=settings.user_agent, connect_timeout=settings.connect_timeout, timeout=settings.timeout,
@@ -97,7 +102,7 @@ class TooLarge(Exception):
 class Fetcher:
     """Fetches URLs over pooled connections; ``robots`` (optional) vetoes disallowed URLs."""
 
-    def __init__(self, reactor: Any, config: FetchConfig, robots: Any = None,
+    def __init__(self, reactor: ITCPClock, config: FetchConfig, robots: Robots | None = None,
                  on_crawl_delay: Callable[[str, float], Any] | None = None) -> None:
         """Without ``robots``, ``config.robots`` makes one that fetches robots.txt through this fetcher
         (following up to ROBOTS_REDIRECTS redirects) and tells ``on_crawl_delay(host, seconds)`` a Crawl-delay."""
@@ -120,7 +125,8 @@ class Fetcher:
         self._pools.append(pool)
         bind = (address, 0) if address else None
         endpoints = CachedEndpoints(self._connecting, self._config.connect_timeout, bind)
-        return client.Agent.usingEndpointFactory(self._reactor, endpoints, pool=pool)
+        agent: client.Agent = client.Agent.usingEndpointFactory(self._reactor, endpoints, pool=pool)  # (untyped)
+        return agent
 
     def fetch(self, url: str, user_agent: str | None = None, robots: bool = True) -> Deferred[FetchResult]:
         """Fetch ``url`` following redirects; fires with a FetchResult, never fails.
@@ -199,12 +205,12 @@ class Fetcher:
         return st.reason(st.TOO_MANY_REDIRECTS, f"more than {self._config.max_redirects}, the last to {target}")
 
     def _get(self, url: str, max_size: int, truncate: bool = False,
-             headers: Headers | None = None) -> Deferred[tuple[Any, bytes]]:
+             headers: Headers | None = None) -> Deferred[tuple[IResponse, bytes]]:
         agent = self._next_agent()
         d = agent.request(b"GET", url.encode("ascii"), headers or self._headers)
         return d.addCallback(self._read_body, max_size, truncate)
 
-    def _read_body(self, response: Any, max_size: int, truncate: bool = False) -> Deferred[tuple[Any, bytes]]:
+    def _read_body(self, response: IResponse, max_size: int, truncate: bool = False) -> Deferred[tuple[IResponse, bytes]]:
         encoding = (response.headers.getRawHeaders(b"content-encoding", [b""])[0] or b"").strip().lower()
         length = response.length
         if isinstance(length, int) and length > max_size and not encoding and not truncate:
@@ -323,7 +329,18 @@ def _headers(user_agent: str) -> Headers:
     })
 
 
-def _inflater(encoding: bytes) -> Any:
+class _Inflater(typing.Protocol):
+    """What inflates a body: zlib's decompressor, or ``_Deflate``."""
+
+    @property
+    def unconsumed_tail(self) -> bytes: ...
+
+    def decompress(self, data: bytes, max_length: int, /) -> bytes: ...
+
+    def flush(self) -> bytes: ...
+
+
+def _inflater(encoding: bytes) -> _Inflater | None:
     if encoding in (b"gzip", b"x-gzip"):
         return zlib.decompressobj(16 + zlib.MAX_WBITS)
     if encoding == b"deflate":
@@ -335,7 +352,7 @@ class _Deflate:
     """``deflate`` as servers send it: zlib-wrapped, or raw when the zlib header is missing."""
 
     def __init__(self) -> None:
-        self._inner: Any = None
+        self._inner: _Inflater | None = None
         self.unconsumed_tail = b""
 
     def decompress(self, data: bytes, max_length: int) -> bytes:
@@ -350,7 +367,7 @@ class _Deflate:
         return self._inner.flush() if self._inner is not None else b""
 
 
-def _finish(got: tuple[Any, bytes], original: str, url: str, redirects: list[str], elapsed: float,
+def _finish(got: tuple[IResponse, bytes], original: str, url: str, redirects: list[str], elapsed: float,
             now: float | None = None) -> FetchResult:
     """The FetchResult of an answer; given ``now`` (clock time), a throttling answer's Retry-After is read."""
     response, body = got
@@ -388,7 +405,7 @@ def _resolve(base: str, location: bytes) -> str | None:
         return None
 
 
-def _stop_timer(result: Any, timer: Any) -> Any:
+def _stop_timer(result: T, timer: IDelayedCall) -> T:
     if timer.active():
         timer.cancel()
     return result

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IProcessTransport
+from twisted.internet.interfaces import IDelayedCall, IProcessTransport
 from twisted.internet.protocol import ProcessProtocol
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -35,6 +35,7 @@ from twisted.python.failure import Failure
 import spiderd
 
 from spiderd.core.memory import rss_of
+from spiderd.core.reactors import IProcessClock
 from spiderd.fetch.extract import MAX_LINKS, Extracted, PageRobots, Rules, extract
 from spiderd.fetch.robots import agent_token
 from spiderd.fetch.parseworker import MAX_MESSAGE, FrameDecoder, FrameError, extracted_from, frame, init_message
@@ -69,7 +70,7 @@ class ParsePool(Service):
 
     def __init__(
         self,
-        reactor: Any,
+        reactor: IProcessClock,
         settings_raw: Mapping[str, Any] | Settings,
         workers: int = -1,
         *,
@@ -102,12 +103,12 @@ class ParsePool(Service):
         self._init = frame(init_message(self.rules, max_links))
         self._children: list[_Child | None] = [None] * self.workers
         self._failures = [0] * self.workers
-        self._restarts: dict[int, Any] = {}
+        self._restarts: dict[int, IDelayedCall] = {}
         self._waiting: deque[_Request] = deque()
         self._ready_waiters: list[Deferred[None]] = []
         self._next_id = 0
         self._stopped: Deferred[None] | None = None
-        self._deadline: Any = None
+        self._deadline: IDelayedCall | None = None
         self._watchdog = LoopingCall(self._check_progress)
         self._watchdog.clock = reactor
 

@@ -196,7 +196,7 @@ def _grow_pipe(fd: int, size: int = PIPE_SIZE) -> None:
     try:
         import fcntl
 
-        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)  # type: ignore[attr-defined]
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
     except (ImportError, AttributeError, OSError):  # not Linux, not a pipe, or above pipe-max-size
         pass
 

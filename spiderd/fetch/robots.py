@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from protego import Protego
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from spiderd.core.urls import host_of
@@ -36,7 +37,7 @@ class _Entry:
     __slots__ = ("parser", "expires", "waiters")
 
     def __init__(self) -> None:
-        self.parser: Any = None
+        self.parser: Protego | None = None
         self.expires = 0.0
         self.waiters: list[Deferred[None]] | None = []
 
@@ -53,7 +54,7 @@ class Robots:
     def __init__(
         self,
         fetch_raw: FetchRaw,
-        clock: Any,
+        clock: IReactorTime,
         user_agent: str,
         on_delay: Callable[[str, float], Any] | None = None,
         max_entries: int = 20000,
@@ -107,7 +108,7 @@ class Robots:
         d.addBoth(lambda _: self._release(entry))
         return entry
 
-    def _got(self, result: Any, origin: str, entry: _Entry) -> None:
+    def _got(self, result: FetchResult, origin: str, entry: _Entry) -> None:
         now = self._clock.seconds()
         if 200 <= result.status < 300:
             if result.error == "truncated":
@@ -146,7 +147,7 @@ def agent_token(user_agent: str) -> str:
     return user_agent.split("/")[0]
 
 
-def _parse(body: bytes, origin: str) -> Any:
+def _parse(body: bytes, origin: str) -> Protego | None:
     try:
         return Protego.parse(body.decode("utf-8", "replace"))
     except Exception:  # protego can raise on hostile input; treat it as no rules
@@ -160,7 +161,7 @@ def _whole_lines(body: bytes) -> bytes:
     return body[: end + 1] if end >= 0 else b""
 
 
-def _why(result: Any) -> str:
+def _why(result: FetchResult) -> str:
     """What went wrong with a robots.txt fetch, in words."""
     from spiderd.core import status as st
 
