@@ -2,18 +2,26 @@
 
 Twisted types each of the reactor's facilities by its own interface (``IReactorTime`` for timers,
 ``IReactorTCP`` for ports, ...); a part that uses only one is typed by it.  A part that uses two is typed
-by one of these, which a checker takes for both.  Nothing checks them at run time: the reactor provides
-each of Twisted's interfaces, not these.
+by one of these, which a checker takes for both; one that hands the reactor on to parts of its own takes
+the whole ``INodeReactor``.  They are make-believe, like Twisted's own ``_IReactorCommon`` (the type of
+``twisted.internet.reactor``): nothing checks them at run time, and the reactor provides each of
+Twisted's interfaces, not these.
 """
 
 from __future__ import annotations
 
-from twisted.internet.interfaces import IReactorFromThreads, IReactorProcess, IReactorTCP, IReactorTime
+from twisted.internet.interfaces import (
+    IReactorCore,
+    IReactorFromThreads,
+    IReactorPluggableNameResolver,
+    IReactorProcess,
+    IReactorTCP,
+    IReactorTime,
+)
 
 
 class IThreadedClock(IReactorTime, IReactorFromThreads):
     """Timers, and results from threads (``deferToThreadPool``)."""
-
 
 
 class ITCPClock(IReactorTime, IReactorTCP):
@@ -22,3 +30,7 @@ class ITCPClock(IReactorTime, IReactorTCP):
 
 class IProcessClock(IReactorTime, IReactorProcess):
     """Timers, and child processes."""
+
+
+class INodeReactor(IThreadedClock, ITCPClock, IProcessClock, IReactorCore, IReactorPluggableNameResolver):
+    """The reactor a node runs on, as the composition root hands it out."""

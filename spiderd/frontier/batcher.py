@@ -27,22 +27,33 @@ import os
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 from urllib.parse import urlsplit
 
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred, DeferredLock
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
-from spiderd.config.settings import ConfigError
+from spiderd.config.settings import ConfigError, Settings
 from spiderd.core.blocking import Lane
 from spiderd.core.fsutil import unlink_quietly, write_many_atomically
 from spiderd.core.lifecycle import InFlight, settled
+from spiderd.core.reactors import INodeReactor, ITCPClock
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import redact
+from spiderd.frontier.interfaces import IURLPool
+
+if TYPE_CHECKING:
+    from treq.client import HTTPClient
+
+    from spiderd.fetch.extract import Rules
+    from spiderd.worker.service import WorkerService
 
 log = Logger()
+T = TypeVar("T")
 
 SETTING_PREFIX = "DISTRIBUTED_START_URLS="
 
@@ -73,7 +84,7 @@ class _Batch:
     job_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # the same at every resend: run once
     attempts: int = 0
     path: str = ""
-    timer: Any = field(default=None, repr=False)
+    timer: IDelayedCall | None = field(default=None, repr=False)
 
 
 def split(urls: list[str], max_bytes: int) -> list[list[str]]:
@@ -110,8 +121,9 @@ class Batcher(Service):
     name = "batcher"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(
-        self, reactor: Any, pool: Any, spool_dir: str, config: BatchConfig, http: Any = None, clock: Any = None,
-        local: Any = None, spider_of: Callable[[str], str] | None = None, lane: Lane | None = None,
+        self, reactor: INodeReactor, pool: IURLPool, spool_dir: str, config: BatchConfig, http: HTTPClient | None = None,
+        clock: IReactorTime | None = None, local: Callable[[], str] | None = None,
+        spider_of: Callable[[str], str] | None = None, lane: Lane | None = None,
     ) -> None:
         """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the flush, retry and timeout timers;
         ``local()`` gives the target that ``"local"`` stands for (this node's worker), asked at start;
@@ -131,7 +143,7 @@ class Batcher(Service):
         self._open: list[str] = []
         self._open_set: set[str] = set()
         self._lock = DeferredLock()
-        self._timer: Any = None
+        self._timer: IDelayedCall | None = None
         self._lane = lane or Lane(reactor, "batcher")
         self._posts = InFlight()
         self._ready: deque[_Batch] = deque()  # sealed, waiting for a POST slot
@@ -146,7 +158,8 @@ class Batcher(Service):
         super().startService()
         self._cut_off = False
         os.makedirs(self._dir, exist_ok=True)
-        self._targets = [target_url(self._local() if t == "local" else t) for t in self._config.targets]
+        self._targets = [target_url(self._local() if t == "local" else t)  # type: ignore[misc]  # given with "local"
+                         for t in self._config.targets]
         self._lane.start()
         if self._http is None:
             self._http = _make_client(self._reactor)
@@ -273,7 +286,9 @@ class Batcher(Service):
         ]
         if self._config.feed_uri:
             data.insert(2, ("setting", f"FEED_URI={self._config.feed_uri}"))
-        d = self._http.post(url, data=data, auth=auth, timeout=self._config.timeout, reactor=self._clock)
+        assert self._http is not None  # made at start
+        d = self._http.post(url, data=data, auth=auth, timeout=self._config.timeout,
+                            reactor=self._clock)  # type: ignore[arg-type]  # treq needs only its timers here
         return d.addCallback(_check_answer)
 
     def _accepted(self, batch: _Batch, url: str) -> Deferred[None]:
@@ -283,7 +298,7 @@ class Batcher(Service):
         log.debug("Batch {n} ({count} URLs) accepted by {url}", n=batch.number, count=len(batch.urls), url=url)
         return self._in_thread(_remove, batch.path)
 
-    def _refused(self, batch: _Batch, url: str, failure: Any) -> None:
+    def _refused(self, batch: _Batch, url: str, failure: Failure) -> None:
         batch.attempts += 1
         self.failures += 1
         self.last_error = f"{redact(url)}: {failure.getErrorMessage()}"
@@ -324,7 +339,7 @@ class Batcher(Service):
             yield self._pool.seen_add(open_urls)
             self._arm_timer()
 
-    def _in_thread(self, function: Any, *args: Any) -> Deferred[Any]:
+    def _in_thread(self, function: Callable[..., T], *args: Any) -> Deferred[T]:
         return self._lane.run(function, *args)
 
     def status(self) -> dict[str, Any]:
@@ -360,7 +375,7 @@ def _check_answer(response: Any) -> Any:
     return answer
 
 
-def _make_client(reactor: Any) -> Any:
+def _make_client(reactor: ITCPClock) -> HTTPClient:
     """A treq client without persistent connections (Scrapyd handles them badly, says seed 003)."""
     from treq.client import HTTPClient
     from twisted.web.client import Agent, HTTPConnectionPool
@@ -405,7 +420,8 @@ def _read_spool(directory: str, open_path: str) -> tuple[list[tuple[int, str, li
     return spooled, list(dict.fromkeys(open_urls))
 
 
-def build_batcher(settings: Any, reactor: Any, pool: Any, worker: Any, rules: Any, lane: Lane) -> Batcher | None:
+def build_batcher(settings: Settings, reactor: INodeReactor, pool: IURLPool, worker: WorkerService | None, rules: Rules,
+                  lane: Lane) -> Batcher | None:
     """Detail URLs to workers in batches; none (details fetched here) when batch.targets is empty.
 
     ``worker``: this node's own (``"local"`` needs it), else None; ``rules`` name the site of a URL."""
@@ -425,6 +441,6 @@ def build_batcher(settings: Any, reactor: Any, pool: Any, worker: Any, rules: An
                    spider_of=spider_of, lane=lane)
 
 
-def _site_name(rules: Any, default: str) -> Callable[[str], str]:
+def _site_name(rules: Rules, default: str) -> Callable[[str], str]:
     """One spider per site: each batch names the site of its URLs (``default`` for a URL of no site)."""
     return lambda url: getattr(rules.site_for(url), "name", default)

@@ -13,20 +13,27 @@ counted done that was not done, and no item is written twice.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.application.service import Service
 from twisted.internet import defer, task
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from spiderd.core import status as st
-from spiderd.fetch.fetcher import FetchResult
-from spiderd.feed.items import Status
+from spiderd.fetch.fetcher import Fetcher, FetchResult
+from spiderd.feed.items import ItemWriter, Status
+from spiderd.frontier.interfaces import IURLPool
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.stats import CrawlStats
 from spiderd.core import throttle as th
 from spiderd.core.urls import fingerprint, host_of
+from spiderd.store.interfaces import IPageStore
+
+if TYPE_CHECKING:
+    from spiderd.fetch.extract import Rules
+    from spiderd.fetch.parsepool import ParsePool
 
 log = Logger()
 FAILING_PULLS = 12  # pulls failed in a row (each heartbeat, every 5 s, tries again): the loop is failing
@@ -39,16 +46,16 @@ class CrawlService(Service):
 
     def __init__(
         self,
-        reactor: Any,
-        pool: Any,
-        fetcher: Any,
-        parser: Any,
-        rules: Any,
+        reactor: IReactorTime,
+        pool: IURLPool,
+        fetcher: Fetcher,
+        parser: ParsePool,
+        rules: Rules,
         stats: CrawlStats,
         *,
         detail_sink: Callable[[list[str]], Deferred[Any]] | None = None,
-        store: Any = None,
-        items: Any = None,
+        store: IPageStore | None = None,
+        items: ItemWriter | None = None,
         concurrency: int = 64,
         max_processing: int | None = None,
         hub_percent: int = 50,
@@ -78,8 +85,8 @@ class CrawlService(Service):
         self.paused = False
         self.finished: Deferred[None] = Deferred()
         self._work = InFlight()
-        self._kick_call: Any = None
-        self._wake_call: Any = None
+        self._kick_call: IDelayedCall | None = None
+        self._wake_call: IDelayedCall | None = None
         self._popping = False
         self.pull_failures = 0  # in a row
         self.last_error = ""
@@ -296,7 +303,7 @@ class CrawlService(Service):
         )
         if extracted.error:
             self.stats.incr(f"parse_{extracted.error}")
-        waits = []
+        waits: list[Deferred[Any]] = []
         if extracted.lists:
             waits.append(self.pool.addmany(extracted.lists))
         if extracted.details:
@@ -310,7 +317,11 @@ class CrawlService(Service):
         elif kind == "detail" and self._store is not None:
             key = extracted.canonical or url
             saved = self._store.save(key, fingerprint(key), result.body, compressed=extracted.compressed)
-            waits.append(saved.addCallback(lambda _: self.stats.incr("stored")))
+
+            def stored(_: None) -> None:
+                self.stats.incr("stored")
+
+            waits.append(saved.addCallback(stored))
         self.stats.incr("links_list", len(extracted.lists))
         self.stats.incr("links_detail", len(extracted.details))
         if extracted.skipped:

@@ -50,7 +50,7 @@ class Politeness:
     adaptive_overrides: dict[str, AdaptiveDelay] = field(default_factory=dict)  # host -> its own rule
     hosts: dict[str, HostSlot] = field(default_factory=dict)
     _heap: list[tuple[float, int, HostSlot]] = field(default_factory=list)
-    _tiebreak: itertools.count = field(default_factory=itertools.count)
+    _tiebreak: itertools.count[int] = field(default_factory=itertools.count)
     _robots_delay: dict[str, float] = field(default_factory=dict)
 
     def slot(self, host: str, hid: bytes) -> HostSlot:

@@ -49,11 +49,15 @@ from typing import Any, Callable, Iterable, Mapping
 
 from twisted.application.service import Service
 from twisted.internet import defer, task
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
+from spiderd.config.settings import Settings
 from spiderd.core.cron import Cron, CronError, parse
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.urls import registered_domain
+from spiderd.frontier.interfaces import IURLPool
 
 log = Logger()
 
@@ -65,12 +69,12 @@ class SeedTimer(Service):
 
     name = "seed-timer"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, clock: Any, pool: Any, cron: Cron, claim_ttl: float = CLAIM_TTL) -> None:
+    def __init__(self, clock: IReactorTime, pool: IURLPool, cron: Cron, claim_ttl: float = CLAIM_TTL) -> None:
         self._clock = clock
         self._pool = pool
         self._cron = cron
         self._ttl = claim_ttl
-        self._call: Any = None
+        self._call: IDelayedCall | None = None
         self._work = InFlight()
         self.next_firing: float | None = None
 
@@ -162,7 +166,7 @@ class Recrawler(Service):
 
     name = "recrawler"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, clock: Any, pool: Any, policy: RecrawlPolicy, fetches: Callable[[], int], *,
+    def __init__(self, clock: IReactorTime, pool: IURLPool, policy: RecrawlPolicy, fetches: Callable[[], int], *,
                  every: float = 60.0, batch: int = 1000, ratios: Mapping[str, float] | None = None) -> None:
         self._clock = clock
         self._pool = pool
@@ -219,7 +223,7 @@ class Recrawler(Service):
         return self._queued(counts)
 
     @staticmethod
-    def _failed(failure: Any) -> int:
+    def _failed(failure: Failure) -> int:
         log.failure("Recrawl run failed", failure)
         return 0
 
@@ -231,7 +235,7 @@ class Recrawler(Service):
         return total
 
 
-def schedulers(settings: Any, clock: Any, pool: Any,
+def schedulers(settings: Settings, clock: IReactorTime, pool: IURLPool,
                fetches: Callable[[], int]) -> tuple[SeedTimer | None, Recrawler | None]:
     """The seed timer (``pool.seed_cron``) and the recrawler (sites with recrawl intervals), each when configured."""
     timer = SeedTimer(clock, pool, parse(settings.seed_cron)) if settings.seed_cron else None

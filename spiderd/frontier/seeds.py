@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Sequence
+from typing import Any, Generator, Sequence
 
 from twisted.application.service import Service
 from twisted.internet import defer, threads
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from spiderd.core.fsutil import write_atomically
+from spiderd.frontier.interfaces import IURLPool
+from spiderd.store.interfaces import IPageStore
 
 log = Logger()
 
@@ -28,8 +31,8 @@ class SeedService(Service):
 
     name = "seeds"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, pool: Any, seeds: Sequence[str], hubs: Sequence[str], hub_refresh_span: float,
-                 store: Any = None, state_path: str | None = None) -> None:
+    def __init__(self, pool: IURLPool, seeds: Sequence[str], hubs: Sequence[str], hub_refresh_span: float,
+                 store: IPageStore | None = None, state_path: str | None = None) -> None:
         self._pool = pool
         self._store = store
         self._state_path = state_path
@@ -53,7 +56,7 @@ class SeedService(Service):
 
     @defer.inlineCallbacks
     def load(self, seeds: Sequence[str] | None = None, hubs: Sequence[str] | None = None,
-             hub_refresh_span: float | None = None) -> Any:
+             hub_refresh_span: float | None = None) -> Generator[Deferred[Any], Any, int]:
         """(Re)load seeds and hubs into the pool; the values given replace the configured ones first."""
         if seeds is not None:
             self._seeds = list(seeds)
@@ -61,7 +64,7 @@ class SeedService(Service):
             self._hubs = list(hubs)
         if hub_refresh_span is not None:
             self._span = hub_refresh_span
-        added = yield self._pool.addmany(self._seeds)
+        added: int = yield self._pool.addmany(self._seeds)
         yield self._pool.set_seeds(self._seeds)  # for the seed timer (Redis: added to seed 002's spider.seed.urls)
         yield self._pool.set_hubs(self.hubs, self._span)
         self._record(self.hubs)
@@ -80,7 +83,7 @@ class SeedService(Service):
         return list(dict.fromkeys(self._hubs + self._added_hubs))
 
     @defer.inlineCallbacks
-    def add_hubs(self, urls: Sequence[str], hub_refresh_span: float | None = None) -> Any:
+    def add_hubs(self, urls: Sequence[str], hub_refresh_span: float | None = None) -> Generator[Deferred[Any], Any, int]:
         """Add hubs at run time (a new ``hub_refresh_span`` applies to every hub, until the process ends);
         fires with how many are new, once they are saved."""
         before = set(self.hubs)

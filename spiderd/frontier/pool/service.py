@@ -13,11 +13,14 @@ from typing import Any
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from spiderd.config.settings import ConfigError, Settings
 from spiderd.core.rules import host_adaptive
 from spiderd.core.secrets import redact
+from spiderd.frontier.interfaces import IURLPool
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 from spiderd.frontier.pool.redis import make_redis_pool
@@ -31,7 +34,7 @@ class PoolService(Service):
 
     name = "pool"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, pool: Any, clock: Any, opener: Callable[[], Deferred[Any]] | None = None,
+    def __init__(self, pool: IURLPool, clock: IReactorTime, opener: Callable[[], Deferred[Any]] | None = None,
                  where: str = "", retry_max: float = 30.0) -> None:
         self.pool = pool
         self.ready: Deferred[None] = Deferred()
@@ -40,7 +43,7 @@ class PoolService(Service):
         self._where = where
         self._retry_max = retry_max
         self._delay = 1.0
-        self._retry: Any = None
+        self._retry: IDelayedCall | None = None
 
     def startService(self) -> None:
         super().startService()
@@ -58,7 +61,7 @@ class PoolService(Service):
         if not self.ready.called:
             self.ready.callback(None)
 
-    def _failed(self, failure: Any) -> None:
+    def _failed(self, failure: Failure) -> None:
         if not self.running:
             return
         log.error("Cannot open the pool at {where}: {why}; retrying in {delay:.0f}s",
@@ -73,7 +76,7 @@ class PoolService(Service):
         return defer.maybeDeferred(self.pool.close)
 
 
-def pool_service(settings: Settings, reactor: Any) -> PoolService:
+def pool_service(settings: Settings, reactor: IReactorTime) -> PoolService:
     """The pool that ``pool.backend`` names, as a service (a LevelDB pool that cannot open is a ConfigError)."""
     options = pool_options(settings)
     if settings.pool_backend == "redis":

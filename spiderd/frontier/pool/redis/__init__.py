@@ -131,8 +131,9 @@ from typing import Any, Callable
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
+from twisted.python.failure import Failure
 
-from spiderd.frontier.pool.redis.link import RedisLink, RedisPoolError, load_scripts, parse_redis_url
+from spiderd.frontier.pool.redis.link import RedisAddress, RedisLink, RedisPoolError, load_scripts, parse_redis_url
 from spiderd.frontier.pool.redis.pool import RedisPool
 
 __all__ = ["RedisPool", "RedisPoolError", "open_redis_pool"]
@@ -167,7 +168,7 @@ def open_redis_pool(
 
 
 def make_redis_pool(
-    address: Any, clock: IReactorTime, *, prefix: str, namespace: str = "", seen_bucket_bits: int = 16,
+    address: str | RedisAddress, clock: IReactorTime, *, prefix: str, namespace: str = "", seen_bucket_bits: int = 16,
     connect_timeout: float = 10.0, reply_timeout: float = 30.0, **options: Any,
 ) -> tuple[RedisPool, Callable[[], defer.Deferred[RedisPool]]]:
     """A pool not connected yet, and the call that connects it (and may be called again after a failure)."""
@@ -178,7 +179,7 @@ def make_redis_pool(
     pool = RedisPool(link, scripts, clock, prefix=prefix, namespace=namespace, seen_bucket_bits=seen_bucket_bits, **options)
 
     def opener() -> defer.Deferred[RedisPool]:
-        def failed(failure: Any) -> Any:
+        def failed(failure: Failure) -> Failure:
             link.close()
             return failure
 

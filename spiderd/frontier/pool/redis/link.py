@@ -151,7 +151,7 @@ class RedisLink:
     def _send(self, *args: Any) -> defer.Deferred[Any]:
         if self._conn is None:
             return self._connection().addCallback(lambda conn: conn.execute_command(*args))
-        d = self._conn.execute_command(*args)
+        d: defer.Deferred[Any] = self._conn.execute_command(*args)  # (txredisapi is untyped)
         d.addErrback(self._unsent, args)
         return d
 
@@ -207,7 +207,7 @@ class RedisLink:
         import txredisapi
 
         a = self.address
-        d = txredisapi.Connection(
+        d: defer.Deferred[Any] = txredisapi.Connection(
             a.host, a.port, dbid=a.db, password=a.password, reconnect=False, convertNumbers=False,
             connectTimeout=self._connect_timeout, replyTimeout=self._reply_timeout,
         )
