@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import uuid
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -315,7 +315,7 @@ class WorkerAPI(JsonResource):
         return log_path(job) if self._runner.logs.has(job.id) else None
 
 
-def _finished(jobs: Any) -> list[Job]:
+def _finished(jobs: Iterable[Job]) -> list[Job]:
     """Ended jobs that had started (a job cancelled while pending is gone, as in Scrapyd), newest first."""
     ended = [j for j in jobs if j.state in ENDED and j.start_time is not None]
     return sorted(ended, key=lambda j: j.end_time or 0.0, reverse=True)

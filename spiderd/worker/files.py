@@ -7,6 +7,8 @@ from typing import Any, Mapping
 
 from twisted.internet import defer, task
 from twisted.internet.defer import Deferred, DeferredLock, DeferredSemaphore
+from twisted.internet.interfaces import IReactorTime
+from twisted.python.failure import Failure
 
 from spiderd.core.fsutil import fsync_dir, unlink_quietly
 from spiderd.core.rules import AdaptiveDelay
@@ -100,7 +102,7 @@ class HostSlots:
     is due are forgotten.
     """
 
-    def __init__(self, limit: int, delay: float = 0.0, clock: Any = None,
+    def __init__(self, limit: int, delay: float = 0.0, clock: IReactorTime | None = None,
                  overrides: Mapping[str, tuple[float, int]] | None = None,
                  adaptive: AdaptiveDelay | None = None,
                  adaptive_overrides: Mapping[str, AdaptiveDelay] | None = None) -> None:
@@ -148,6 +150,7 @@ class HostSlots:
     def _pace(self, _: Any, host: str) -> Any:
         """Book the host's next start; wait for this one's (a cancelled wait gives its slot back).  Read once
         the slot is taken, so a block set meanwhile (``block``) or an adaptive wait holds."""
+        assert self._clock is not None  # (paced only with a clock)
         delay = self.delay_of(host)
         now = self._clock.seconds()
         if delay <= 0 and self._next.get(host, now) <= now:
@@ -159,7 +162,7 @@ class HostSlots:
         wait = task.deferLater(self._clock, start - now, lambda: None)
         return wait.addErrback(self._cancelled, host)
 
-    def _cancelled(self, failure: Any, host: str) -> Any:
+    def _cancelled(self, failure: Failure, host: str) -> Failure:
         self.release(host)
         return failure
 
@@ -177,6 +180,7 @@ class HostSlots:
     def _hold(self, host: str, wait: float) -> None:
         """No request to ``host`` starts within ``wait`` seconds from now (an earlier booked start moves later)."""
         if wait > 0:
+            assert self._clock is not None  # (held only with a clock)
             now = self._clock.seconds()
             self._next[host] = max(self._next.get(host, now), now + wait)
 
@@ -193,7 +197,7 @@ class JobHosts:
     ``acquire``, then ``started`` once the worker's slot is taken (or ``abandon`` if that wait was cancelled),
     then ``release`` when the request is over."""
 
-    def __init__(self, limit: int, delay: float, clock: Any) -> None:
+    def __init__(self, limit: int, delay: float, clock: IReactorTime) -> None:
         self.limit = limit
         self.delay = delay
         self._clock = clock

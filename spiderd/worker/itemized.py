@@ -18,6 +18,7 @@ import os
 import struct
 from typing import Any
 
+from twisted.internet.interfaces import IReactorTime
 
 from spiderd.core import leveldb
 
@@ -27,7 +28,7 @@ _RECORD = struct.Struct(">d?")  # when the item was made, and whether through a 
 class Itemized:
     """Per-job claims on top of a persistent map of page fingerprint -> (time, through a redirect)."""
 
-    def __init__(self, path: str, clock: Any, window: float = 86400.0) -> None:
+    def __init__(self, path: str, clock: IReactorTime, window: float = 86400.0) -> None:
         self._path = path
         self._clock = clock
         self.window = window

@@ -20,6 +20,7 @@ import os
 from datetime import datetime
 from typing import Any, Iterable
 
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger, LogLevel, formatEvent
 
 from spiderd.core.secrets import redact_text
@@ -38,14 +39,14 @@ LEVELS = {LogLevel.debug: "DEBUG", LogLevel.info: "INFO", LogLevel.warn: "WARNIN
 class JobLogs:
     """The job log files of one worker; ``line`` and ``note`` are called on the reactor thread."""
 
-    def __init__(self, directory: str, io: Runner, clock: Any) -> None:
+    def __init__(self, directory: str, io: Runner, clock: IReactorTime) -> None:
         self.directory = directory
         self._io = io
         self._clock = clock
         self._sizes: dict[str, int] = {}  # job id -> bytes written or queued
         self._dropped: dict[str, int] = {}  # job id -> lines about single URLs left out (this run)
         self._queue: list[tuple[str, bytes]] = []
-        self._flush_call: Any = None
+        self._flush_call: IDelayedCall | None = None
 
     def open(self, known: Iterable[str]) -> None:
         """At start (blocking, as the job store's load): take the logs of ``known`` jobs, delete the others."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 from html import escape
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import quote, unquote_to_bytes
 
 from twisted.internet.defer import Deferred
@@ -24,6 +24,9 @@ from twisted.web.server import NOT_DONE_YET, Request
 import spiderd
 
 from spiderd.worker.jobs import ENDED, RUNNING, Job
+
+if TYPE_CHECKING:
+    from spiderd.worker.runner import JobRunner
 
 Error = Callable[[Request, str, int], bytes]
 
@@ -50,7 +53,7 @@ def log_path(job: Job) -> str:
 class Pages:
     """Renders the pages from the runner's jobs (``runner.logs`` has their logs)."""
 
-    def __init__(self, runner: Any, project: str, spiders: list[str]) -> None:
+    def __init__(self, runner: JobRunner, project: str, spiders: list[str]) -> None:
         self._runner = runner
         self._project = project
         self._spiders = spiders

@@ -32,10 +32,11 @@ the run is settled.
 from __future__ import annotations
 
 from collections import Counter, deque
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.internet import defer, task
 from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
@@ -43,9 +44,17 @@ from spiderd.core import status as st
 from spiderd.core import throttle as th
 from spiderd.core.retry import Backoff
 from spiderd.core.urls import fingerprint, host_of
+from spiderd.store.interfaces import IPageStore
 from spiderd.worker.config import WorkerConfig
 from spiderd.worker.files import HostSlots, ItemsFile, JobHosts
 from spiderd.worker.jobs import Job
+
+if TYPE_CHECKING:
+    from spiderd.core.stats import CrawlStats
+    from spiderd.fetch.extract import Extracted
+    from spiderd.fetch.fetcher import Fetcher, FetchResult
+    from spiderd.fetch.parsepool import ParsePool
+    from spiderd.worker.itemized import Itemized
 
 log = Logger()
 
@@ -136,8 +145,9 @@ class Run:
 class Pipeline:
     """Works the running jobs' URLs with the shared fetcher, parser and page store."""
 
-    def __init__(self, reactor: Any, config: WorkerConfig, fetcher: Any, parser: Any, pages: Any,
-                 itemized: Any = None, clock: Any = None, stats: Any = None) -> None:
+    def __init__(self, reactor: IReactorTime, config: WorkerConfig, fetcher: Fetcher, parser: ParsePool,
+                 pages: IPageStore | None, itemized: Itemized | None = None, clock: IReactorTime | None = None,
+                 stats: CrawlStats | None = None) -> None:
         """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the retry and per-host timers;
         ``stats`` (the node's CrawlStats, if given) counts every fetch, for its status and metrics."""
         self._reactor = reactor
@@ -220,7 +230,7 @@ class Pipeline:
         elif outcome == RETRY and not run.halted:
             self._retry(run, url, attempt + 1, _why(result))
 
-    def _throttled(self, run: Run, url: str, attempt: int, result: Any) -> None:
+    def _throttled(self, run: Run, url: str, attempt: int, result: FetchResult) -> None:
         """A 429 or 503 (its host blocked by ``_fetch`` until its Retry-After, or for the back-off of its
         consecutive throttles): ``url`` is queued again then at the same attempt, up to ``max_throttles``
         times; past them the throttle is a failure, retried as any other."""
@@ -282,7 +292,7 @@ class Pipeline:
         return result
 
     @defer.inlineCallbacks
-    def _outcome(self, run: Run, result: Any) -> Any:
+    def _outcome(self, run: Run, result: FetchResult) -> Any:
         run.stats["requests"] += 1
         run.stats[f"status_{st.name(result.status)}"] += 1
         if self.stats is not None:
@@ -312,7 +322,7 @@ class Pipeline:
         return self.itemized.claim(fp, run.job.id)
 
     @defer.inlineCallbacks
-    def _page(self, run: Run, result: Any) -> Any:
+    def _page(self, run: Run, result: FetchResult) -> Any:
         url = result.final_url
         if not self._fresh(run, url):
             run.stats["duplicates"] += 1
@@ -343,12 +353,12 @@ class Pipeline:
         saved.addBoth(lambda _: self._storing_over(run))
         return DONE
 
-    def _store(self, url: str, body: bytes, extracted: Any) -> Deferred[Any]:
+    def _store(self, url: str, body: bytes, extracted: Extracted) -> Deferred[None]:
         if self._pages is None:
             return defer.succeed(None)
         return self._pages.save(url, fingerprint(url), body, compressed=extracted.compressed)
 
-    def _stored(self, run: Run, extracted: Any) -> None:
+    def _stored(self, run: Run, extracted: Extracted) -> None:
         run.stats["pages"] += 1
         if extracted.item is not None:
             run.items.write(extracted.item)
@@ -370,7 +380,7 @@ def _no_note(text: str, level: LogLevel = LogLevel.info) -> None:
     """A run's lines go nowhere unless the runner gives it a log."""
 
 
-def _why(result: Any) -> str:
+def _why(result: FetchResult) -> str:
     """Why a fetch did not give a page, in a few words: ``HTTP 404``, ``timeout``, ``robots``."""
     if result.status == 200:
         return "processing error (parsing the page failed)"

@@ -24,10 +24,11 @@ from __future__ import annotations
 import functools
 import os
 from collections import Counter
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
@@ -35,6 +36,7 @@ from spiderd.core.fsutil import unlink_quietly
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.memory import release_memory
 from spiderd.core.secrets import redact
+from spiderd.store.interfaces import IPageStore
 from spiderd.worker.accepted import Accepted, digest
 from spiderd.worker.config import WorkerConfig
 from spiderd.worker.files import ItemsFile, JobHosts
@@ -43,6 +45,12 @@ from spiderd.worker.joblog import JobLogs
 from spiderd.worker.jobs import CANCELLED, ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
 from spiderd.worker.jobsettings import HONOURED, JobOptions, SettingError, job_options
 from spiderd.worker.pipeline import Pipeline, Run
+
+if TYPE_CHECKING:
+    from spiderd.core.stats import CrawlStats
+    from spiderd.feed.shipper import FeedShipper
+    from spiderd.fetch.fetcher import Fetcher
+    from spiderd.fetch.parsepool import ParsePool
 
 log = Logger()
 
@@ -63,18 +71,18 @@ class JobRunner:
 
     def __init__(
         self,
-        reactor: Any,
+        reactor: IReactorTime,
         config: WorkerConfig,
         store: JobStore,
         io: Runner,
-        fetcher: Any,
-        parser: Any,
-        pages: Any,
-        shipper: Any,
+        fetcher: Fetcher,
+        parser: ParsePool,
+        pages: IPageStore | None,
+        shipper: FeedShipper,
         render_uri: Callable[[str, dict[str, str]], str],
         incoming_dir: str,
-        clock: Any = None,
-        stats: Any = None,
+        clock: IReactorTime | None = None,
+        stats: CrawlStats | None = None,
     ) -> None:
         """``clock`` (default: the reactor) runs the job pipeline's timers: retries, per-host delays;
         ``stats`` (the node's CrawlStats, if given) counts every fetch of every job."""
@@ -82,8 +90,8 @@ class JobRunner:
         self._config = config
         self._store = store
         self._io = io
-        itemized = Itemized(config.itemized_dir, reactor, config.redirect_window)
-        self._pipeline = Pipeline(reactor, config, fetcher, parser, pages, itemized, clock, stats)
+        self._itemized = Itemized(config.itemized_dir, reactor, config.redirect_window)
+        self._pipeline = Pipeline(reactor, config, fetcher, parser, pages, self._itemized, clock, stats)
         self.accepted = Accepted(config.accepted_dir)
         self.logs = JobLogs(config.logs_dir, io, reactor)
         self._shipper = shipper
@@ -95,19 +103,19 @@ class JobRunner:
         self._executions = InFlight()
         self._waiters: dict[str, list[Deferred[Job]]] = {}
         self._seq = 0
-        self._kick_call: Any = None
+        self._kick_call: IDelayedCall | None = None
         self.stopping = False
 
     # -- lifecycle --------------------------------------------------------------------------------------------
 
     def open(self) -> None:
         """Open the files of what was itemized and accepted (before ``start``)."""
-        self._pipeline.itemized.open()
+        self._itemized.open()
         self.accepted.open()
 
     def close(self) -> None:
         """Close them (after ``stop`` and the last job file written)."""
-        self._pipeline.itemized.close()
+        self._itemized.close()
         self.accepted.close()
 
     def start(self, jobs: list[Job]) -> None:
@@ -311,7 +319,7 @@ class JobRunner:
     def _execution_failed(self, failure: Failure, run: Run) -> Any:
         log.failure("Worker: job {id} failed", failure, id=run.job.id)
         self.logs.line(run.job.id, f"Worker: job {run.job.id} failed: {failure.getErrorMessage()}", LogLevel.error)
-        self._pipeline.itemized.release(run.job.id)
+        self._itemized.release(run.job.id)
         run.job.error = failure.getErrorMessage()[:500]
         if run.job.state == RUNNING:
             self._end(run.job, FINISHED)
@@ -354,7 +362,7 @@ class JobRunner:
         if run.halted is None:
             yield self._ship(run)
         else:
-            self._pipeline.itemized.release(job.id)
+            self._itemized.release(job.id)
             yield run.items.discard()
             if run.halted == "interrupted":
                 job.state, job.start_time = PENDING, None
@@ -371,7 +379,7 @@ class JobRunner:
             yield self._store.save(job)
         assert job.feed_uri is not None
         yield self._shipper.ship(run.items.path, job.feed_uri)  # an empty file too: "batch done, no items"
-        self._pipeline.itemized.commit(job.id)
+        self._itemized.commit(job.id)
         job.shipping = False
         self._end(job, FINISHED)
         yield self._store.save(job)

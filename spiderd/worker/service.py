@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import fields
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.application.service import Service
 from twisted.internet import defer
+from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IListeningPort, IReactorTime
 from twisted.logger import Logger
 
 import spiderd
@@ -24,13 +26,23 @@ from spiderd.core import lifecycle
 from spiderd.core.blocking import Lane
 from spiderd.core.net.auth import Auth
 from spiderd.core.net.serving import JsonSite
+from spiderd.core.reactors import INodeReactor
 from spiderd.core.rules import AdaptiveDelay, host_adaptive
+from spiderd.store.interfaces import IPageStore
 from spiderd.worker.api import WorkerAPI
 from spiderd.worker.config import WorkerConfig
 from spiderd.worker.jobs import JobStore
 from spiderd.worker.runner import JobRunner
 from spiderd.worker.validate import Validator
 from spiderd.worker.table import job_rows
+
+if TYPE_CHECKING:
+    from spiderd.config.settings import Settings
+    from spiderd.core.stats import CrawlStats
+    from spiderd.feed.shipper import FeedShipper
+    from spiderd.fetch.extract import Rules
+    from spiderd.fetch.fetcher import Fetcher
+    from spiderd.fetch.parsepool import ParsePool
 
 log = Logger()
 
@@ -40,19 +52,19 @@ class WorkerService(Service):
 
     def __init__(
         self,
-        reactor: Any,
+        reactor: INodeReactor,
         config: WorkerConfig,
-        fetcher: Any,
-        parser: Any,
-        store: Any,
-        shipper: Any,
+        fetcher: Fetcher,
+        parser: ParsePool,
+        store: IPageStore | None,
+        shipper: FeedShipper,
         *,
-        rules: Any = None,
+        rules: Rules | None = None,
         render_uri: Callable[[str, dict[str, str]], str] | None = None,
         incoming_dir: str | None = None,
         lane: Lane | None = None,
-        clock: Any = None,
-        stats: Any = None,
+        clock: IReactorTime | None = None,
+        stats: CrawlStats | None = None,
     ) -> None:
         """Raises :class:`~.config.WorkerConfigError` for settings that cannot (or must not) run.
 
@@ -80,7 +92,7 @@ class WorkerService(Service):
         auth = Auth(username=config.username, password=config.password)
         api = WorkerAPI(self.runner, self.validator, config.host_name, auth)
         self.site = JsonSite(api, config.max_body_size, config.host_name, "Worker API", reactor=reactor)
-        self.port: Any = None
+        self.port: IListeningPort | None = None
 
     def _io(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:
         """Run blocking file work on the worker's one I/O thread (its lane), in order."""
@@ -89,7 +101,9 @@ class WorkerService(Service):
     @property
     def address(self) -> tuple[str, int]:
         """(host, port) the API listens on (the port is known after start, even when 0 was asked)."""
+        assert self.port is not None, "the worker is not listening"
         host = self.port.getHost()
+        assert isinstance(host, (IPv4Address, IPv6Address))
         return host.host, host.port
 
     def local_target(self) -> str:
@@ -129,7 +143,11 @@ class WorkerService(Service):
         """Load the persisted jobs, start running them, then listen."""
         jobs = self.job_store.load()
         self.runner.open()
-        self.port = self._reactor.listenTCP(self.config.port, self.site, interface=self.config.bind)
+        self.port = self._reactor.listenTCP(
+            self.config.port,
+            self.site,  # type: ignore[arg-type]  # Twisted's hint takes no Site (a factory of another protocol)
+            interface=self.config.bind,
+        )
         super().startService()
         self._lane.start()
         self.runner.start(jobs)
@@ -153,7 +171,7 @@ class WorkerService(Service):
         self.runner.close()
 
 
-def default_incoming_dir(shipper: Any) -> str:
+def default_incoming_dir(shipper: FeedShipper) -> str:
     """Where jobs write their items: the shipper's ``incoming_dir``, else ``<spool_dir>/incoming``."""
     incoming = getattr(shipper, "incoming_dir", None)
     if incoming:
@@ -161,7 +179,7 @@ def default_incoming_dir(shipper: Any) -> str:
     return os.path.join(str(shipper.spool_dir), "incoming")
 
 
-def worker_config(settings: Any) -> WorkerConfig:
+def worker_config(settings: Settings) -> WorkerConfig:
     """The WorkerConfig of spiderd settings: ``worker_<key>`` attributes, with the defaults for absent ones.
 
     ``failure_threshold`` comes from ``[pool]``; ``per_host_concurrency``, ``per_host_delay``, the adaptive
@@ -188,12 +206,14 @@ def worker_config(settings: Any) -> WorkerConfig:
     return WorkerConfig(**values)
 
 
-def build_worker(settings: Any, reactor: Any, fetcher: Any, parser: Any, store: Any, shipper: Any,
-                 lane: Lane | None = None, stats: Any = None) -> WorkerService:
+def build_worker(settings: Settings, reactor: INodeReactor, fetcher: Fetcher, parser: ParsePool,
+                 store: IPageStore | None, shipper: FeedShipper, lane: Lane | None = None,
+                 stats: CrawlStats | None = None) -> WorkerService:
     """The worker role's service for ``tap.build`` (raises WorkerConfigError, a ValueError, on bad settings).
 
     The robots.txt Crawl-delays that the fetcher's ``robots`` (if any) finds raise the jobs' per-host delays."""
     worker = WorkerService(reactor, worker_config(settings), fetcher, parser, store, shipper, lane=lane, stats=stats)
-    if getattr(fetcher, "robots", None) is not None:
-        fetcher.robots.add_delay_listener(worker.set_host_delay)
+    robots = getattr(fetcher, "robots", None)
+    if robots is not None:
+        robots.add_delay_listener(worker.set_host_delay)
     return worker

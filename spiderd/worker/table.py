@@ -8,13 +8,17 @@ ones in the order they will run, then ended ones, newest first.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spiderd.core.secrets import redact
 from spiderd.worker.jobs import CANCELLED, ENDED, PENDING, RUNNING, Job
 
+if TYPE_CHECKING:
+    from spiderd.worker.pipeline import Run
+    from spiderd.worker.runner import JobRunner
 
-def job_rows(runner: Any, limit: int = 50) -> list[dict[str, Any]]:
+
+def job_rows(runner: JobRunner, limit: int = 50) -> list[dict[str, Any]]:
     """At most ``limit`` rows, running, then pending, then ended jobs (newest first)."""
     jobs = runner.jobs.values()
     running = sorted((j for j in jobs if j.state == RUNNING), key=lambda j: j.start_time or 0.0)
@@ -23,7 +27,7 @@ def job_rows(runner: Any, limit: int = 50) -> list[dict[str, Any]]:
     return [row(job, runner.runs.get(job.id)) for job in (running + pending + ended)[:max(0, limit)]]
 
 
-def row(job: Job, run: Any = None) -> dict[str, Any]:
+def row(job: Job, run: Run | None = None) -> dict[str, Any]:
     """One job's row; ``run`` (its execution, while it runs) has the live counters."""
     stats = run.stats if run is not None else job.stats
     done = int(stats.get("pages", 0)) + int(stats.get("failed", 0)) + int(stats.get("duplicates", 0))
@@ -36,7 +40,7 @@ def row(job: Job, run: Any = None) -> dict[str, Any]:
     }
 
 
-def _feed_state(job: Job, run: Any) -> str:
+def _feed_state(job: Job, run: Run | None) -> str:
     """How far the job's feed got: none yet, being written, being shipped, shipped (handed to the shipper)."""
     if job.state == PENDING:
         return "not started"

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from twisted.internet import defer, task
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 
 from spiderd.core.feeduri import check_param, parse_target
 from spiderd.core.rules import Site
@@ -27,6 +28,9 @@ from spiderd.core.secrets import redact, redact_text
 from spiderd.core.net.serving import ApiError
 from spiderd.worker.jobs import Job, safe_name
 from spiderd.worker.jobsettings import SettingError, job_options, split
+
+if TYPE_CHECKING:
+    from spiderd.fetch.extract import Rules
 
 CHUNK = 2000  # start URLs checked per turn of the reactor (about 10 ms of work)
 
@@ -39,10 +43,10 @@ class Validator:
     def __init__(
         self,
         config: WorkerConfig,
-        rules: Any,
+        rules: Rules,
         render_uri: Callable[[str, dict[str, str]], str],
         versions: tuple[str, ...],
-        clock: Any,
+        clock: IReactorTime,
         robots: bool = True,
     ) -> None:
         """``robots``: the worker checks robots.txt (else a job's ROBOTSTXT_OBEY has no effect)."""
