@@ -99,9 +99,10 @@ def _reason(reason: Any) -> str:
 
 def _json(raw: bytes, base: str) -> dict[str, Any]:
     try:
-        return json.loads(raw)
+        answer: dict[str, Any] = json.loads(raw)
     except ValueError:
         raise CtlError(f"{base} did not answer JSON: is it spiderd's API?") from None
+    return answer
 
 
 # -- commands -------------------------------------------------------------------------------------------------

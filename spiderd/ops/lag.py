@@ -11,7 +11,9 @@ seconds (``"reactor"``), and ``/metrics`` a histogram of every sample
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable
+from typing import Callable
+
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 SAMPLE_INTERVAL = 0.05  # seconds between two samples
 WINDOW = 10.0  # seconds the status summarises
@@ -20,14 +22,14 @@ WINDOW = 10.0  # seconds the status summarises
 class ReactorLag:
     """Samples the lag of ``clock``'s timers; ``observe`` (optional) gets every sample in seconds."""
 
-    def __init__(self, clock: Any, interval: float = SAMPLE_INTERVAL, window: float = WINDOW,
+    def __init__(self, clock: IReactorTime, interval: float = SAMPLE_INTERVAL, window: float = WINDOW,
                  observe: Callable[[float], None] | None = None) -> None:
         self._clock = clock
         self.interval = interval
         self.window = window
         self._observe = observe
         self._samples: deque[tuple[float, float]] = deque(maxlen=int(window / interval) + 1)
-        self._call: Any = None
+        self._call: IDelayedCall | None = None
         self._due = 0.0
 
     def start(self) -> None:

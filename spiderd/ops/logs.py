@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, TextIO
+from typing import Any, Mapping, TextIO
 
 from twisted.logger import (
     FileLogObserver,
@@ -48,25 +48,26 @@ def journal_line(event: dict[str, Any]) -> str | None:
     return "".join(f"<{priority}>[{namespace}] {line}\n" for line in lines)
 
 
-def level(environ: Any = None) -> LogLevel:
+def level(environ: Mapping[str, str] | None = None) -> LogLevel:
     """The lowest level written: ``SPIDERD_LOG_LEVEL`` (debug, info, warn, error, critical), info by default."""
     name = (environ if environ is not None else os.environ).get("SPIDERD_LOG_LEVEL", "info").strip().lower()
     try:
-        return LogLevel.levelWithName(name)
+        found: LogLevel = LogLevel.levelWithName(name)  # (constantly is untyped)
     except InvalidLogLevelError:
         sys.stderr.write(f"SPIDERD_LOG_LEVEL={name!r} is not a log level (debug, info, warn, error): using info\n")
-        return LogLevel.info
+        found = LogLevel.info
+    return found
 
 
-def _filtered(observer: ILogObserver, environ: Any = None) -> ILogObserver:
+def _filtered(observer: ILogObserver, environ: Mapping[str, str] | None = None) -> ILogObserver:
     return FilteringLogObserver(observer, [LogLevelFilterPredicate(defaultLogLevel=level(environ))])
 
 
-def journal(stream: TextIO | None = None, environ: Any = None) -> ILogObserver:
+def journal(stream: TextIO | None = None, environ: Mapping[str, str] | None = None) -> ILogObserver:
     """The journald observer (the factory ``--logger`` names)."""
     return _filtered(FileLogObserver(stream or sys.stdout, journal_line), environ)
 
 
-def json(stream: TextIO | None = None, environ: Any = None) -> ILogObserver:
+def json(stream: TextIO | None = None, environ: Mapping[str, str] | None = None) -> ILogObserver:
     """twisted.logger's JSON observer on stdout."""
     return _filtered(jsonFileLogObserver(stream or sys.stdout), environ)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from twisted.application.service import Service
 from twisted.internet import defer
@@ -21,6 +22,10 @@ from twisted.logger import Logger, globalLogPublisher
 from twisted.python.logfile import BaseLogFile
 
 from spiderd.config import settings as cfg
+from spiderd.core.reactors import INodeReactor
+
+if TYPE_CHECKING:
+    from spiderd.frontier.seeds import SeedService
 
 log = Logger()
 
@@ -30,12 +35,13 @@ class ReloadService(Service):
 
     name = "reload"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, reactor: Any, settings: cfg.Settings, seeds: Any = None, install: bool = True) -> None:
+    def __init__(self, reactor: INodeReactor, settings: cfg.Settings, seeds: SeedService | None = None,
+                 install: bool = True) -> None:
         self._reactor = reactor
         self._settings = settings
         self._seeds = seeds
         self._install = install
-        self._previous: Any = None
+        self._previous: Any = None  # the SIGHUP handler before ours
         self._installed = False
 
     def startService(self) -> None:
@@ -54,7 +60,7 @@ class ReloadService(Service):
             self._previous = signal.signal(signal.SIGHUP, self._on_signal)
             self._installed = True
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._reactor.callFromThread(self._reload_logged)
 
     def _reload_logged(self) -> None:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any, Callable
+from typing import Callable
 
 from twisted.application.service import Service
 from twisted.internet import task
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 log = Logger()
@@ -42,7 +43,7 @@ class SystemdNotifier(Service):
 
     name = "systemd"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, clock: Any, environ: dict[str, str] | None = None,
+    def __init__(self, clock: IReactorTime, environ: dict[str, str] | None = None,
                  status: Callable[[], str] | None = None, healthy: Callable[[], bool] | None = None) -> None:
         env = os.environ if environ is None else environ
         self._path = env.get("NOTIFY_SOCKET", "")

@@ -43,7 +43,7 @@ larger (measured on the bench site's 20-60 KB pages, heap kept between pages).
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence, TypedDict
+from typing import Sequence, TypedDict
 
 from spiderd.core.compression import FAST
 from spiderd.core.reactors import IThreadedClock

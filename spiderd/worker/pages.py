@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 from html import escape
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 from urllib.parse import quote, unquote_to_bytes
 
 from twisted.internet.defer import Deferred

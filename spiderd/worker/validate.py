@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from twisted.internet import defer, task
 from twisted.internet.defer import Deferred

@@ -13,7 +13,7 @@ line over 16 KiB; 503 while stopping, 500 for a bug.
 from __future__ import annotations
 
 import json
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Callable, Iterator, cast
 
 from twisted.internet import task
 from twisted.internet.defer import Deferred
@@ -27,12 +27,14 @@ from spiderd.core import jsontext
 from spiderd.core.net.guard import foreign_request
 from spiderd.frontier.pool.redis.link import RedisPoolError
 from spiderd.core.urls import BadURL, canonicalize
-from spiderd.frontier.interfaces import IURLPoolAdmin
+from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.ops.web import node as nodes
 from spiderd.core.net.auth import Auth
 from spiderd.core.net.resource import JsonResource, send
 from spiderd.core.net.serving import ApiError
-from spiderd.ops.web.metrics import CONTENT_TYPE as METRICS_TYPE
+from spiderd.ops.lag import ReactorLag
+from spiderd.ops.web.history import History
+from spiderd.ops.web.metrics import CONTENT_TYPE as METRICS_TYPE, Metrics
 from spiderd.ops.web.streams import ExportStream, import_lines
 
 log = Logger()
@@ -57,8 +59,8 @@ class ApiResource(JsonResource):
 
     isLeaf = True
 
-    def __init__(self, node: nodes.Node, history: Any, metrics: Any, auth: Auth, cooperator: task.Cooperator,
-                 page: bytes, lag: Any = None) -> None:
+    def __init__(self, node: nodes.Node, history: History, metrics: Metrics, auth: Auth, cooperator: task.Cooperator,
+                 page: bytes, lag: ReactorLag | None = None) -> None:
         super().__init__()
         self._node = node
         self._lag = lag
@@ -86,6 +88,17 @@ class ApiResource(JsonResource):
         self._needs_pool = {b"/api/why", b"/api/export", b"/api/import", b"/api/seeds", b"/api/hubs", b"/api/urls",
                             b"/api/pause", b"/api/resume"}
         self._needs_admin = {b"/api/why", b"/api/export", b"/api/import"}  # IURLPoolAdmin, which a pool may lack
+
+    @property
+    def _pool(self) -> IURLPool:
+        """The node's pool (``admit`` refused a request that needs one in a role without it)."""
+        assert self._node.pool is not None
+        return self._node.pool
+
+    @property
+    def _admin(self) -> IURLPoolAdmin:
+        """The pool's admin interface (``admit`` refused a request that needs it of a pool without it)."""
+        return cast(IURLPoolAdmin, self._pool)
 
     # -- dispatch ---------------------------------------------------------------------------------
 
@@ -142,8 +155,9 @@ class ApiResource(JsonResource):
 
     def status(self, request: Request) -> Deferred[dict[str, Any]]:
         d = nodes.status(self._node, self._history)
-        if self._lag is not None:
-            d.addCallback(lambda out: {**out, "reactor": {"lag": self._lag.summary()}})
+        lag = self._lag
+        if lag is not None:
+            d.addCallback(lambda out: {**out, "reactor": {"lag": lag.summary()}})
         return d
 
     def jobs(self, request: Request) -> dict[str, Any]:
@@ -170,12 +184,12 @@ class ApiResource(JsonResource):
         return nodes.why(self._node, url)
 
     def export(self, request: Request) -> int:
-        ExportStream(self._node.pool.export(1000), request, self._cooperator).start()
+        ExportStream(self._admin.export(1000), request, self._cooperator).start()
         log.info("API: exporting the pool")
         return NOT_DONE_YET
 
     def import_(self, request: Request) -> Deferred[dict[str, Any]]:
-        d = import_lines(self._node.pool, _content(request), self._cooperator)
+        d = import_lines(self._admin, _content(request), self._cooperator)
         return d.addCallback(_log_import)
 
     # -- changing -----------------------------------------------------------------------------------
@@ -184,7 +198,7 @@ class ApiResource(JsonResource):
         """``{"urls": [...], "recrawl": false}``: list URLs into the pool (known ones only with recrawl)."""
         body = _body(request, {"urls", "recrawl"})
         recrawl = _flag(body, "recrawl")
-        return self._add(body, lambda urls: self._node.pool.addmany(urls, always=recrawl), "seeds")
+        return self._add(body, lambda urls: self._pool.addmany(urls, always=recrawl), "seeds")
 
     def hubs(self, request: Request) -> Deferred[dict[str, Any]]:
         """``{"urls": [...], "refresh_span": 600}``: hubs beside the configured ones, kept across restarts."""
@@ -204,7 +218,7 @@ class ApiResource(JsonResource):
         if kind not in ("list", "detail"):
             raise ApiError(f"'kind' must be \"list\" or \"detail\", got {kind!r}")
         recrawl = _flag(body, "recrawl")
-        pool, crawler = self._node.pool, self._node.crawler
+        pool, crawler = self._pool, self._node.crawler
         add: Callable[[list[str]], Deferred[int]]
         if kind == "list":
             add = lambda urls: pool.addmany(urls, always=recrawl)

@@ -7,6 +7,7 @@ from collections import deque
 from typing import Any, Callable
 
 from twisted.internet import defer, task
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 log = Logger()
@@ -19,7 +20,7 @@ class History:
     the start, when younger), from the samples and the counter now.
     """
 
-    def __init__(self, clock: Any, pages: Callable[[], int], queue: Callable[[], defer.Deferred[int]],
+    def __init__(self, clock: IReactorTime, pages: Callable[[], int], queue: Callable[[], defer.Deferred[int]],
                  interval: float = 10.0, size: int = 360, day_every: int = 30, day_size: int = 288) -> None:
         self._clock = clock
         self._pages = pages

@@ -7,13 +7,17 @@ through ``CrawlStats.on_elapsed``.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from twisted.internet import defer
 
 import spiderd
+
+if TYPE_CHECKING:
+    from spiderd.ops.web.history import History
+    from spiderd.ops.web.node import Node
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -23,7 +27,7 @@ LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 class Metrics:
     """One registry per daemon (never the global one): a collector over the node, and the fetch histogram."""
 
-    def __init__(self, node: Any, history: Any) -> None:
+    def __init__(self, node: Node, history: History) -> None:
         self._node = node
         self.registry = CollectorRegistry(auto_describe=False)
         self.fetch_seconds = Histogram(
@@ -69,7 +73,7 @@ def _labelled(family: Any, label: str, values: dict[str, Any]) -> Any:
 class NodeCollector:
     """Yields the node's figures at scrape time; ``pool`` is set to the pool's stats just before."""
 
-    def __init__(self, node: Any, history: Any) -> None:
+    def __init__(self, node: Node, history: History) -> None:
         self._node = node
         self._history = history
         self.pool: dict[str, Any] | None = None

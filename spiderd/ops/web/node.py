@@ -3,14 +3,29 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 import spiderd
 
 from spiderd.core.urls import MAX_URL_LENGTH
+from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
+from spiderd.store.interfaces import IPageStore
+
+if TYPE_CHECKING:
+    from spiderd.core.stats import CrawlStats
+    from spiderd.feed.shipper import FeedShipper
+    from spiderd.fetch.extract import Rules
+    from spiderd.fetch.robots import Robots
+    from spiderd.frontier.batcher import Batcher
+    from spiderd.frontier.crawler import CrawlService
+    from spiderd.frontier.scheduler import Recrawler
+    from spiderd.frontier.seeds import SeedService
+    from spiderd.ops.web.history import History
+    from spiderd.worker.service import WorkerService
 
 log = Logger()
 
@@ -20,18 +35,18 @@ class Node:
     """The parts of one node; those absent in its role (the pool in the worker role, ...) are None."""
 
     role: str
-    clock: Any
-    stats: Any = None  # CrawlStats
-    pool: Any = None  # IURLPool
-    crawler: Any = None  # CrawlService
-    seeds: Any = None  # SeedService
-    batcher: Any = None
-    worker: Any = None  # WorkerService
-    shipper: Any = None  # FeedShipper
-    store: Any = None  # PageStore
-    recrawler: Any = None  # scheduler.Recrawler, when sites have recrawl intervals
-    robots: Any = None  # Robots, when robots.txt is obeyed
-    rules: Any = None  # extract.Rules
+    clock: IReactorTime
+    stats: CrawlStats | None = None
+    pool: IURLPool | None = None
+    crawler: CrawlService | None = None
+    seeds: SeedService | None = None
+    batcher: Batcher | None = None
+    worker: WorkerService | None = None
+    shipper: FeedShipper | None = None
+    store: IPageStore | None = None
+    recrawler: Recrawler | None = None  # when sites have recrawl intervals
+    robots: Robots | None = None  # when robots.txt is obeyed
+    rules: Rules | None = None
     max_url_length: int = MAX_URL_LENGTH
     started: float = field(init=False)
 
@@ -53,13 +68,13 @@ class Node:
         return defer.succeed(0)
 
 
-def status(node: Node, history: Any) -> defer.Deferred[dict[str, Any]]:
+def status(node: Node, history: History) -> defer.Deferred[dict[str, Any]]:
     """The whole status (``GET /api/status``): pool sizes, rates, errors, every component's counters."""
     d = node.pool.stats() if node.pool is not None else defer.succeed(None)
     return d.addCallback(lambda pool: _assemble(node, history, pool))
 
 
-def _assemble(node: Node, history: Any, pool: dict[str, Any] | None) -> dict[str, Any]:
+def _assemble(node: Node, history: History, pool: dict[str, Any] | None) -> dict[str, Any]:
     now = node.clock.seconds()
     out: dict[str, Any] = {
         "version": spiderd.__version__,
@@ -134,7 +149,7 @@ def _recrawl(node: Node) -> dict[str, Any] | None:
 @defer.inlineCallbacks
 def why(node: Node, url: str) -> Any:
     """``GET /api/why``: the pool's record of ``url``, robots.txt and site rules, and a plain-language reason."""
-    info = dict((yield node.pool.why(url)))
+    info = dict((yield cast(IURLPoolAdmin, node.pool).why(url)))  # the API checked that the pool has it
     now = node.clock.seconds()
     if info["state"] != "rejected":
         info["robots"] = _robots(node, info["url"])

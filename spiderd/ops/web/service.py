@@ -9,11 +9,14 @@ from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet import task
+from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.error import CannotListenError
+from twisted.internet.interfaces import IListeningPort, IReactorTime
 from twisted.logger import Logger
 
 from spiderd.core.net.auth import Auth
 from spiderd.core.net.serving import JsonSite
+from spiderd.core.reactors import ITCPClock
 from spiderd.ops.lag import ReactorLag
 from spiderd.ops.web.api import ApiResource
 from spiderd.ops.web.history import History
@@ -35,8 +38,8 @@ class ApiService(Service):
 
     name = "api"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, reactor: Any, node: Node, *, bind: str = "127.0.0.1", port: int = 6810,
-                 auth: Auth | None = None, clock: Any = None, interval: float = 10.0) -> None:
+    def __init__(self, reactor: ITCPClock, node: Node, *, bind: str = "127.0.0.1", port: int = 6810,
+                 auth: Auth | None = None, clock: IReactorTime | None = None, interval: float = 10.0) -> None:
         self._reactor = reactor
         self._bind = bind
         self._port_number = port
@@ -49,12 +52,14 @@ class ApiService(Service):
         self.resource = ApiResource(node, self.history, self.metrics, self.auth, self._cooperator, page_html(),
                                     self.lag)
         self.site = JsonSite(self.resource, MAX_BODY, socket.gethostname(), "API", reactor=reactor)
-        self.port: Any = None
+        self.port: IListeningPort | None = None
 
     @property
     def address(self) -> tuple[str, int]:
         """(host, port) listened on (known after the start, even when port 0 was asked)."""
+        assert self.port is not None, "the API is not listening"
         host = self.port.getHost()
+        assert isinstance(host, (IPv4Address, IPv6Address))
         return host.host, host.port
 
     @property
@@ -70,7 +75,11 @@ class ApiService(Service):
         if self.port is not None:
             return
         try:
-            self.port = self._reactor.listenTCP(self._port_number, self.site, interface=self._bind)
+            self.port = self._reactor.listenTCP(
+                self._port_number,
+                self.site,  # type: ignore[arg-type]  # Twisted's hint takes no Site (a factory of another protocol)
+                interface=self._bind,
+            )
         except CannotListenError as e:
             log.error("API: cannot listen on {bind}:{port} (api.bind, api.port): {error}", bind=self._bind,
                       port=self._port_number, error=e.socketError)

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import json
 from itertools import islice
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 
 from twisted.internet import defer, task
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web.server import Request
 
 from spiderd.core import jsontext
+from spiderd.frontier.interfaces import IURLPoolAdmin
+from spiderd.frontier.pool.records import ExportReader
 
 log = Logger()
 
@@ -33,11 +36,11 @@ def _line(record: dict[str, Any]) -> bytes:
 class ExportStream:
     """Writes one export to one request; a push producer over a cooperative task."""
 
-    def __init__(self, reader: Any, request: Request, cooperator: task.Cooperator) -> None:
+    def __init__(self, reader: ExportReader, request: Request, cooperator: task.Cooperator) -> None:
         self._reader = reader
         self._request = request
         self._cooperator = cooperator
-        self._task: Any = None
+        self._task: Any = None  # the CooperativeTask, from start
         self._over = False
         self._gone = False
         self.lines = 0
@@ -66,7 +69,7 @@ class ExportStream:
             self._request.finish()
             log.debug("API: exported {lines} entries", lines=self.lines)
 
-    def _failed(self, failure: Any) -> None:
+    def _failed(self, failure: Failure) -> None:
         if self._gone:
             return
         log.failure("API: the export failed after {lines} entries", failure, lines=self.lines)
@@ -90,14 +93,14 @@ class ExportStream:
         _quietly(self._task.stop)
 
 
-def _quietly(call: Any) -> None:
+def _quietly(call: Callable[[], object]) -> None:
     try:
         call()
     except (task.TaskFinished, task.NotPaused):
         pass
 
 
-def import_lines(pool: Any, body: IO[bytes], cooperator: task.Cooperator) -> defer.Deferred[dict[str, Any]]:
+def import_lines(pool: IURLPoolAdmin, body: IO[bytes], cooperator: task.Cooperator) -> defer.Deferred[dict[str, Any]]:
     """Read JSON lines from ``body`` and hand them to ``pool.import_states`` a chunk at a time; fires with totals."""
     totals: dict[str, Any] = {"lines": 0, "queued": 0, "restored": 0, "known": 0, "rejected_count": 0, "rejected": []}
 
