@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 from twisted.application.service import IService, Service
 from twisted.python import usage
@@ -16,6 +16,7 @@ from twisted.python import usage
 from spiderd.config import settings as cfg
 from spiderd.core import lifecycle
 from spiderd.core.blocking import Blocking
+from spiderd.core.reactors import INodeReactor
 from spiderd.core.stats import CrawlStats, ProgressLogger
 from spiderd.demo import config as demo_config
 from spiderd.feed.items import ItemWriter
@@ -24,13 +25,14 @@ from spiderd.fetch.fetcher import Fetcher, fetch_config
 from spiderd.fetch.parsepool import ParsePool
 from spiderd.frontier.batcher import Batcher, build_batcher
 from spiderd.frontier.crawler import CrawlService
+from spiderd.frontier.interfaces import IURLPool
 from spiderd.frontier.pool.service import pool_service
 from spiderd.frontier.scheduler import Recrawler, schedulers
 from spiderd.frontier.seeds import SeedService
 from spiderd.ops.reload import ReloadService
 from spiderd.ops.systemd import SystemdNotifier
 from spiderd.ops.web import ApiService, Auth, Node
-from spiderd.store import open_store
+from spiderd.store import PageStore, ShardedStore, open_store
 from spiderd.worker import WorkerConfigError, WorkerService, build_worker
 
 S = TypeVar("S", bound="Service | None")  # a service, or None for a part this configuration has not
@@ -54,12 +56,12 @@ class Options(usage.Options):
             raise usage.UsageError("give --config FILE (see etc/spiderd.toml), or --demo")
 
 
-def makeService(options: Options, reactor: Any = None) -> IService:
+def makeService(options: Options, reactor: INodeReactor | None = None) -> IService:
     """Build the service tree; a bad configuration exits with one line naming file and key, and status 2."""
     if reactor is None:  # importing the global reactor installs the default one: here, never at import time
         from twisted.internet import reactor as global_reactor
 
-        reactor = global_reactor
+        reactor = cast(INodeReactor, global_reactor)  # Twisted types it by fewer of the interfaces it provides
     try:
         settings = _settings(options)
         cfg.check_data_dir(settings)
@@ -89,12 +91,12 @@ class Base:
     """What every role's parts are built on (``pool`` is None in the worker role, ``store`` with ``url = none``)."""
 
     settings: cfg.Settings
-    reactor: Any
+    reactor: INodeReactor
     top: lifecycle.OrderedMultiService
     blocking: Blocking
     stats: CrawlStats
-    pool: Any
-    store: Any
+    pool: IURLPool | None
+    store: PageStore | ShardedStore | None
     parser: ParsePool
     fetcher: Fetcher
 
@@ -115,7 +117,7 @@ class Frontier:
     recrawler: Recrawler | None = None
 
 
-def build(settings: cfg.Settings, reactor: Any, demo: bool = False, signals: bool = False,
+def build(settings: cfg.Settings, reactor: INodeReactor, demo: bool = False, signals: bool = False,
           on_start_failure: Callable[[Any, Exception], object] | None = None) -> lifecycle.OrderedMultiService:
     """Wire the services of one node: they start in this order (after the pool is ready) and stop in reverse.
 
@@ -158,6 +160,7 @@ def _worker(base: Base) -> WorkerService | None:
 def _frontier(base: Base, worker: WorkerService | None, demo: bool) -> Frontier:
     """The frontier: items, batcher, seeds, timers, (demo site), progress, and the fetch loop last."""
     s, reactor, pool, stats = base.settings, base.reactor, base.pool, base.stats
+    assert pool is not None  # (built only with a pool)
     items = base.add(ItemWriter(reactor, s.path(s.items_dir), s.items_rotate_count, pool=pool))
     batcher = base.add(build_batcher(s, reactor, pool, worker, base.parser.rules, base.blocking.lane("batcher")))
     seeds = base.add(SeedService(pool, s.seeds, s.hubs, s.hub_refresh_span, store=base.store,
@@ -179,7 +182,7 @@ def _frontier(base: Base, worker: WorkerService | None, demo: bool) -> Frontier:
     return Frontier(crawler, seeds, batcher, recrawler)
 
 
-def _when_idle(batcher: Batcher | None, worker: WorkerService | None, reactor: Any) -> Any:
+def _when_idle(batcher: Batcher | None, worker: WorkerService | None, reactor: INodeReactor) -> Any:
     """Stop once the crawl is done and, with batches, once every batch was accepted and (here) its job ran."""
     if batcher is None:
         return reactor.stop()

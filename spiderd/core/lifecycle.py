@@ -6,13 +6,17 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
-from twisted.application.service import MultiService, Service
+from twisted.application.service import IService, MultiService, Service
 from twisted.internet import defer, task
 from twisted.internet.defer import Deferred
 from twisted.internet.error import CannotListenError
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+
+from spiderd.core.reactors import INodeReactor
 
 log = Logger()
 
@@ -51,7 +55,7 @@ class OrderedMultiService(MultiService):
         if not self._failed:
             self._start_from(0)
 
-    def _start_failed(self, child: Any, error: Exception) -> None:
+    def _start_failed(self, child: IService, error: Exception) -> None:
         self._failed = True
         if isinstance(error, EXPECTED_START_ERRORS) and self.on_start_failure is not None:
             log.debug("{service} could not start: {error}", service=child.name or child, error=error)
@@ -139,11 +143,11 @@ def _shadow(d: Deferred[Any]) -> Deferred[None]:
     return shadow
 
 
-def calm_repeated_stop_signals(reactor: Any) -> None:
+def calm_repeated_stop_signals(reactor: INodeReactor) -> None:
     """Once the shutdown began, a second SIGTERM or Ctrl-C says so in one line instead of a CRITICAL
     ``ReactorNotRunning`` traceback (the reactor's own handler calls ``stop`` again)."""
 
-    def again(signum: int, frame: Any) -> None:
+    def again(signum: int, frame: FrameType | None) -> None:
         reactor.callFromThread(log.info, "Signal {signal} again: already stopping, waiting for the drain to finish",
                                signal=signal.Signals(signum).name)
 
@@ -154,7 +158,7 @@ def calm_repeated_stop_signals(reactor: Any) -> None:
     reactor.addSystemEventTrigger("before", "shutdown", install)
 
 
-def exit_on_start_failure(reactor: Any) -> Callable[[Any, Exception], None]:
+def exit_on_start_failure(reactor: INodeReactor) -> Callable[[Any, Exception], None]:
     """An ``on_start_failure`` for a daemon: one critical line naming the service, stop what started, exit 1."""
 
     def fatal(service: Any, error: Exception) -> None:
@@ -171,7 +175,7 @@ def _exit_1() -> None:
     os._exit(1)
 
 
-def wait_until(clock: Any, predicate: Any, interval: float = 0.5) -> Deferred[None]:
+def wait_until(clock: IReactorTime, predicate: Callable[[], object], interval: float = 0.5) -> Deferred[None]:
     """Fires once ``predicate()`` is true, checking every ``interval`` seconds on ``clock``."""
     d: Deferred[None] = Deferred()
 
@@ -191,7 +195,7 @@ def settled(ds: list[Deferred[Any]]) -> Deferred[None]:
 
 
 @defer.inlineCallbacks
-def wait_idle(clock: Any, idle: Callable[[], bool], *activity: Callable[[], Deferred[Any]],
+def wait_idle(clock: IReactorTime, idle: Callable[[], bool], *activity: Callable[[], Deferred[Any]],
               interval: float = 0.5) -> Any:
     """Fires once ``idle()`` is true, checked again each time the work under way settles.
 
@@ -209,7 +213,7 @@ def wait_idle(clock: Any, idle: Callable[[], bool], *activity: Callable[[], Defe
 class Closer(Service):
     """Calls ``close()`` (which may return a Deferred) when stopped: for things opened by the wiring."""
 
-    def __init__(self, name: str, close: Any) -> None:
+    def __init__(self, name: str, close: Callable[[], object]) -> None:
         self.setName(name)
         self._close = close
 

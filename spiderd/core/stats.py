@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from twisted.application.service import Service
 from twisted.internet import task
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from spiderd.core import status as st
@@ -17,7 +19,7 @@ log = Logger()
 class CrawlStats:
     """Counters of one crawl; other components read them (progress log, API, metrics)."""
 
-    def __init__(self, clock: Any) -> None:
+    def __init__(self, clock: IReactorTime) -> None:
         self._clock = clock
         self.started = clock.seconds()
         self.counts: Counter[str] = Counter()
@@ -51,10 +53,16 @@ class CrawlStats:
         }
 
 
+class PoolStats(Protocol):
+    """What the progress log asks of the URL pool (its ``IURLPool.stats``)."""
+
+    def stats(self) -> Deferred[dict[str, Any]]: ...
+
+
 class ProgressLogger(Service):
     """Logs pages, pages/min, items, pool sizes and errors every ``interval`` seconds, and a summary at stop."""
 
-    def __init__(self, stats: CrawlStats, pool: Any, clock: Any, interval: float = 60.0,
+    def __init__(self, stats: CrawlStats, pool: PoolStats, clock: IReactorTime, interval: float = 60.0,
                  extra: dict[str, Callable[[], dict[str, Any]]] | None = None) -> None:
         self._stats = stats
         self._extra = extra or {}

@@ -7,9 +7,12 @@ import shutil
 from typing import Any, Mapping
 
 from twisted.application.service import Service
+from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 
 from spiderd.config import settings as cfg
+from spiderd.core.reactors import ITCPClock
+from spiderd.frontier.interfaces import IURLPool
 
 log = Logger()
 
@@ -50,18 +53,18 @@ class DemoSiteService(Service):
     The demo starts from an empty data directory every time, so each run crawls the whole site.
     """
 
-    def __init__(self, reactor: Any, pool: Any, settings: cfg.Settings) -> None:
+    def __init__(self, reactor: ITCPClock, pool: IURLPool, settings: cfg.Settings) -> None:
         self._reactor = reactor
         self._pool = pool
         self._settings = settings
-        self._port: Any = None
+        self._port: IListeningPort | None = None
 
     def startService(self) -> None:
         super().startService()
-        from spiderd.demo.site import SiteSpec, listen
+        from spiderd.demo.site import SiteSpec, listen, port_of
 
         self._port = listen(SiteSpec(slow_delay=1.0), self._reactor)
-        root = f"http://127.0.0.1:{self._port.getHost().port}/"
+        root = f"http://127.0.0.1:{port_of(self._port)}/"
         self._pool.add(root)
         log.info("Demo: crawling {root} into {data_dir}", root=root, data_dir=os.path.abspath(self._settings.data_dir))
 

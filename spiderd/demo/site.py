@@ -20,7 +20,7 @@ import random
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterator, Sequence
+from typing import IO, Any, Iterator, Sequence, cast
 
 from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTime
@@ -29,6 +29,8 @@ from twisted.python.failure import Failure
 from twisted.web import http
 from twisted.web.resource import EncodingResourceWrapper, Resource
 from twisted.web.server import NOT_DONE_YET, GzipEncoderFactory, Request, Site
+
+from spiderd.core.reactors import ITCPClock
 
 log = Logger()
 
@@ -415,11 +417,14 @@ def make_site(spec: SiteSpec, clock: IReactorTime, requests: IO[str] | None = No
     return _QuietSite(DemoSite(spec, clock), requests)
 
 
-def listen(spec: SiteSpec, reactor: Any, port: int = 0, interface: str = "127.0.0.1",
+def listen(spec: SiteSpec, reactor: ITCPClock, port: int = 0, interface: str = "127.0.0.1",
            clock: IReactorTime | None = None, requests: IO[str] | None = None) -> IListeningPort:
     """Serve the spec over TCP with ``reactor`` (its timers too, unless ``clock`` is given)."""
-    listening: IListeningPort = reactor.listenTCP(port, make_site(spec, clock or reactor, requests),
-                                                  interface=interface)
+    listening = reactor.listenTCP(
+        port,
+        make_site(spec, clock or reactor, requests),  # type: ignore[arg-type]  # Twisted's hint takes no Site
+        interface=interface,
+    )
     log.info("demo site serving {pages} pages on http://{interface}:{port}/",
              pages=spec.lists + spec.details, interface=interface, port=port_of(listening))
     return listening
@@ -551,7 +556,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from twisted.internet import reactor
 
     requests = open(args.requests_log, "a") if args.requests_log else None
-    port = listen(spec, reactor, args.port, args.interface, requests=requests)
+    port = listen(spec, cast(ITCPClock, reactor), args.port, args.interface, requests=requests)  # it provides both
     sys.stdout.write(f"LISTENING {port_of(port)}\n")
     sys.stdout.flush()
     reactor.run()

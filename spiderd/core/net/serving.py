@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
-from twisted.internet.interfaces import ITCPTransport
+from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITCPTransport
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import http, server
+from twisted.web.resource import IResource
 
 log = Logger()
 _ENCODER = json.JSONEncoder(ensure_ascii=True)
@@ -51,9 +52,9 @@ class JsonSite(server.Site):
 
     noisy = False
 
-    def __init__(self, resource: Any, max_body_size: int, node_name: str, label: str, *,
+    def __init__(self, resource: IResource, max_body_size: int, node_name: str, label: str, *,
                  header_timeout: float = HEADER_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
-                 reactor: Any = None) -> None:
+                 reactor: IReactorTime | None = None) -> None:
         super().__init__(resource, timeout=idle_timeout, reactor=reactor)
         self.protocol = _DeadlineChannel  # type: ignore[assignment]  # Site's attribute is a class
         self.requestFactory = CappedRequest
@@ -72,7 +73,7 @@ class _DeadlineChannel(http.HTTPChannel):
     """An HTTPChannel that closes a connection whose request headers do not arrive in time, and says so when a
     line of them is too long."""
 
-    _deadline: Any = None
+    _deadline: IDelayedCall | None = None
     _in_body = False
     _head_lines = 0  # lines of the current request's head received so far
 
