@@ -21,7 +21,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
-from typing import Any
 
 _REFERENCE = 1_577_836_800.0  # 2020-01-01: "never fires" is checked from here (a year field long past fails)
 _DOW_NUMBER = re.compile(r"(?<![#/\d])(\d+)")
@@ -39,7 +38,7 @@ class Cron:
     expression: str
     translated: str
     seconds_first: bool
-    tz: Any = None  # a tzinfo; None: the local zone (dateutil's tzlocal, which follows TZ and DST)
+    tz: tzinfo | None = None  # None: the local zone (dateutil's tzlocal, which follows TZ and DST)
 
     def next_after(self, when: float) -> float:
         """Raises CronError when the expression fires no more (a year field that has passed)."""
@@ -53,7 +52,7 @@ class Cron:
 
     def _zone(self) -> tzinfo:
         if self.tz is not None:
-            return self.tz  # type: ignore[no-any-return]
+            return self.tz
         from dateutil.tz import tzlocal
 
         zone: tzinfo = tzlocal()

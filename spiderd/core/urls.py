@@ -20,12 +20,16 @@ import ipaddress
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import farmhash
 from w3lib.url import safe_url_string
 
 from spiderd.core.secrets import redact
+
+if TYPE_CHECKING:
+    from publicsuffixlist import PublicSuffixList
 
 MAX_URL_LENGTH = 2083
 SCHEMES = ("http", "https")
@@ -218,7 +222,7 @@ def _is_ipv4(host: str) -> bool:
 
 
 @lru_cache(maxsize=1)
-def _psl():  # type: ignore[no-untyped-def]
+def _psl() -> PublicSuffixList:
     """The bundled public suffix list (loaded once; never fetched at run time)."""
     from publicsuffixlist import PublicSuffixList
 

@@ -127,7 +127,7 @@ class Rules:
 
     def classify(self, url: str) -> Kind | None:
         """``"detail"``, ``"list"`` or None (off-site, unmatched, bad or too deep)."""
-        return self._lookup(url)[1]  # type: ignore[return-value]
+        return self._lookup(url)[1]  # type: ignore[return-value]  # _lookup's kinds are Kind's
 
     def _lookup(self, absolute: str) -> tuple[str, str | None]:
         """(canonical, kind) of an absolute URL; ``("", None)`` when it is bad."""
@@ -507,7 +507,7 @@ def _path_function(root: etree._Element, links: int) -> Callable[[etree._Element
     sibling links would cost 100 million steps (a quarter of a second).
     """
     if links * _COUNT_ELEMENTS(root) <= GETPATH_BUDGET:
-        return root.getroottree().getpath  # type: ignore[no-any-return]
+        return root.getroottree().getpath  # type: ignore[no-any-return]  # lxml is untyped
     return _Paths()
 
 

@@ -294,7 +294,7 @@ class _BodyReader(Protocol):
         if self.transport is not None:
             cast(IPushProducer, self.transport).stopProducing()
 
-    def connectionLost(self, reason: Failure = client.ResponseDone) -> None:  # type: ignore[assignment]
+    def connectionLost(self, reason: Failure = client.ResponseDone) -> None:  # type: ignore[assignment]  # Twisted's default
         if self._done:
             return
         if not reason.check(client.ResponseDone, client.PotentialDataLoss):

@@ -216,7 +216,7 @@ def cmd_export(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
             raise CtlError(f"cannot write {args.output}: {e.strerror}", USAGE) from None
     else:
         out.flush()
-        target = out.buffer  # type: ignore[attr-defined]
+        target = out.buffer  # type: ignore[attr-defined]  # out is a text stream with one (sys.stdout)
     lines = 0
     try:
         with client.open("GET", "/api/export") as response:

@@ -114,7 +114,7 @@ class CrawledSets:
             if queued >= limit:
                 break
             queued += self._recrawl_range(batch, domain, KINDS[kind], cutoff, limit - queued, slots)
-        self._commit(batch, slots.values())  # type: ignore[attr-defined]
+        self._commit(batch, slots.values())  # type: ignore[attr-defined]  # KVCore's (its subclass)
         return defer.succeed(queued)
 
     def _recrawl_range(self, batch: Any, domain: str, prio: int, cutoff: float, limit: int,
@@ -130,10 +130,10 @@ class CrawledSets:
                 continue  # stale: never left by this pool, but harmless
             url = value.decode()
             host = host_of(url)
-            slot = slots.get(host) or self._slot(host)  # type: ignore[attr-defined]
+            slot = slots.get(host) or self._slot(host)  # type: ignore[attr-defined]  # KVCore's (its subclass)
             slots[host] = slot
             self._counters[2] -= 1
-            self._enqueue(batch, url, fp, slot, prio, 0)  # type: ignore[attr-defined]
+            self._enqueue(batch, url, fp, slot, prio, 0)  # type: ignore[attr-defined]  # KVCore's (its subclass)
             queued += 1
             if queued >= limit:
                 break

@@ -16,6 +16,7 @@ import ctypes
 import os
 import sys
 from functools import lru_cache
+from typing import Callable
 
 from spiderd.core.memory import libc
 
@@ -23,7 +24,7 @@ MADV_DONTNEED = 4
 
 
 @lru_cache(maxsize=1)
-def _madvise():  # type: ignore[no-untyped-def]
+def _madvise() -> Callable[[int, int, int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
     lib = libc()
@@ -32,7 +33,8 @@ def _madvise():  # type: ignore[no-untyped-def]
     madvise = lib.madvise
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     madvise.restype = ctypes.c_int
-    return madvise
+    typed: Callable[[int, int, int], int] = madvise  # (address, length, advice) -> 0 or -1
+    return typed
 
 
 def mapped_tables(directory: str) -> list[tuple[int, int]]:
