@@ -200,5 +200,5 @@ def _api(base: Base, frontier: Frontier, worker: WorkerService | None, signals: 
     base.add(ApiService(base.reactor, node, bind=s.api_bind, port=s.api_port,
                         auth=Auth(s.api_token, s.api_username, s.api_password)))
     if signals:
-        base.add(ReloadService(base.reactor, s, frontier.seeds))
+        base.add(ReloadService(base.reactor, s, base.blocking.lane("reload"), frontier.seeds))
         lifecycle.calm_repeated_stop_signals(base.reactor)
