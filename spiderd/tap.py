@@ -116,7 +116,7 @@ class Frontier:
 
 
 def build(settings: cfg.Settings, reactor: Any, demo: bool = False, signals: bool = False,
-          on_start_failure: Callable[[Any, Exception], object] | None = None) -> lifecycle.OrderedMultiService:
+          on_start_failure: Callable[[Any, BaseException], object] | None = None) -> lifecycle.OrderedMultiService:
     """Wire the services of one node: they start in this order (after the pool is ready) and stop in reverse.
 
     ``signals``: handle SIGHUP (twistd's makeService asks; tests building services directly do not)."""

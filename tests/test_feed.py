@@ -510,6 +510,7 @@ class OutageTests(ShipperTestBase):
         self.assertEqual(len(self.queued()), 4)
         ftpd = self.start_ftpd(port)
         second = self.shipper()
+        yield second.ready  # the spool is read on the shipper's lane
         self.assertEqual(second.waiting, 2)
         yield second.settled()
         self.assertEqual((ftpd.home / "1.jl").read_bytes(), GOOD)
@@ -530,6 +531,7 @@ class OutageTests(ShipperTestBase):
         write(queue / "0005-e.jl", GOOD)
         write(queue / "0006-f.jl.tmp", b'{"a"')
         shipper = self.shipper()
+        yield shipper.ready
         self.assertEqual((shipper.waiting, shipper.quarantined), (1, 2))
         yield shipper.settled()
         self.assertEqual((self.ftpd.home / "ok.jl").read_bytes(), GOOD)

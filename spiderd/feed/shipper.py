@@ -37,7 +37,7 @@ from twisted.python.failure import Failure
 from spiderd.core.blocking import Lane
 from spiderd.core.feeduri import parse_target
 from spiderd.core.fsutil import fsync_dir, fsync_file, unlink_quietly, write_atomically
-from spiderd.core.lifecycle import InFlight
+from spiderd.core.lifecycle import InFlight, settled
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import mask_secret, redact
 from spiderd.feed.errors import BadFeedError, FeedExistsError
@@ -117,6 +117,7 @@ class FeedShipper(Service):
         self._ftp_timeout = ftp_timeout
         self._entries: dict[str, _Entry] = {}
         self._inflight = InFlight()
+        self.ready: Deferred[None] = defer.succeed(None)  # the spool recovered (after startService)
         self._lane = lane or Lane(reactor, "feed", concurrency + 1)
         self._slots = defer.DeferredSemaphore(concurrency)
         self._names: dict[str, defer.DeferredLock] = {}  # target URI -> its uploads, one at a time
@@ -136,24 +137,32 @@ class FeedShipper(Service):
                 "quarantined": self.quarantined, "last_error": self.last_error}
 
     def settled(self) -> Deferred[None]:
-        """Fires when no spooling or upload attempt is running (retry timers may be pending)."""
+        """Fires when the spool is recovered and no spooling or upload attempt is running (retry timers may be
+        pending)."""
+        if not self.ready.called:
+            return settled([self.ready]).addCallback(lambda _: self._inflight.wait())
         return self._inflight.wait()
 
     # -- start ------------------------------------------------------------------------------------
 
     def startService(self) -> None:
+        """Recover the spool on the lane (``ready`` fires once it is read), then resume its uploads."""
         super().startService()
-        for path in (self.incoming_dir, self.queue_dir, self.bad_dir):
-            os.makedirs(path, mode=0o700, exist_ok=True)
         self._lane.start()
         self._slots = defer.DeferredSemaphore(self._concurrency)
-        self._entries = {e.id: e for e in self._recover()}
+        self.ready = self._lane.run(self._recover).addCallback(self._resume)
+
+    def _resume(self, entries: list[_Entry]) -> None:
+        self._entries = {e.id: e for e in entries}
         if self._entries:
             log.info("Resuming {count} spooled feed files", count=len(self._entries))
         for entry in list(self._entries.values()):
             self._attempt(entry)
 
     def _recover(self) -> list[_Entry]:
+        """Thread: the spool's directories made, half-written files dropped, bad entries quarantined."""
+        for path in (self.incoming_dir, self.queue_dir, self.bad_dir):
+            os.makedirs(path, mode=0o700, exist_ok=True)
         names = set(os.listdir(self.queue_dir))
         entries = []
         for name in sorted(names):
@@ -194,6 +203,8 @@ class FeedShipper(Service):
         """
         if not self.running or not self._lane.running:
             return defer.fail(RuntimeError("the feed shipper is not running"))
+        if not self.ready.called:  # the spool is still being recovered: after that, in order
+            return settled([self.ready]).addCallback(lambda _: self.ship(local_path, target_uri))
         try:
             parse_target(target_uri)
         except ValueError as e:
