@@ -55,6 +55,21 @@ def test_adaptive_politeness_settings() -> None:
     assert (rule.wait(0.1), rule.wait(2.0), rule.wait(60.0)) == (1.0, 6.0, 20.0)
 
 
+def test_sitemap_settings() -> None:
+    """[sitemaps]: robots.txt's Sitemap: lines read, no path guessed, the protocol's limits, a daily refresh and
+    lastmod on, by default; each can be changed."""
+    settings = cfg.from_dict({})
+    assert (settings.sitemap_from_robots, settings.sitemap_paths, settings.sitemap_lastmod) == (True, (), True)
+    assert (settings.sitemap_max_urls, settings.sitemap_max_size) == (50_000, 52_428_800)
+    assert (settings.sitemap_max_files, settings.sitemap_refresh) == (100, 86400.0)
+    changed = cfg.from_dict({"sitemaps": {
+        "from_robots": False, "paths": ["/sitemap.xml", "/news/sitemap.xml.gz?x=1", "/sitemap.xml"], "max_urls": 10,
+        "max_size": 4096, "max_files": 3, "refresh": 0, "lastmod": False}})
+    assert (changed.sitemap_from_robots, changed.sitemap_lastmod, changed.sitemap_refresh) == (False, False, 0.0)
+    assert changed.sitemap_paths == ("/sitemap.xml", "/news/sitemap.xml.gz?x=1")
+    assert (changed.sitemap_max_urls, changed.sitemap_max_size, changed.sitemap_max_files) == (10, 4096, 3)
+
+
 def test_overrides() -> None:
     """section.key overrides (from the command line) win over the file."""
     settings = cfg.from_dict({"spiderd": {"role": "all"}}, overrides={"spiderd.role": "worker"})
@@ -89,6 +104,18 @@ def test_overrides() -> None:
         ({"fetch": {"hosts": {"a.example": {"max_delay": -1}}}}, "fetch.hosts", "'a.example': max_delay"),
         ({"fetch": {"min_delay": 5, "hosts": {"a.example": {"max_delay": 2}}}}, 'fetch.hosts."a.example".min_delay',
          "must not exceed max_delay"),
+        ({"sitemaps": {"paths": ["sitemap.xml"]}}, "sitemaps.paths", "expected paths such as '/sitemap.xml'"),
+        ({"sitemaps": {"paths": ["//other.example/s.xml"]}}, "sitemaps.paths", "expected paths"),
+        ({"sitemaps": {"paths": ["/a b.xml"]}}, "sitemaps.paths", "expected paths"),
+        ({"sitemaps": {"paths": "/sitemap.xml"}}, "sitemaps.paths", "list of strings"),
+        ({"sitemaps": {"max_urls": 50_001}}, "sitemaps.max_urls", "1..50000 (the sitemap protocol's limit"),
+        ({"sitemaps": {"max_urls": 0}}, "sitemaps.max_urls", "1..50000"),
+        ({"sitemaps": {"max_size": 52_428_801}}, "sitemaps.max_size", "1..52428800"),
+        ({"sitemaps": {"max_size": 1.5}}, "sitemaps.max_size", "expected an integer"),
+        ({"sitemaps": {"max_files": 0}}, "sitemaps.max_files", "1 or more"),
+        ({"sitemaps": {"refresh": -1}}, "sitemaps.refresh", "0 or more"),
+        ({"sitemaps": {"lastmod": "yes"}}, "sitemaps.lastmod", "true or false"),
+        ({"sitemaps": {"from_robot": True}}, "sitemaps.from_robot", "unknown key"),
         ({"fetchh": {}}, "fetchh", "unknown section"),
         ({"spiderd": {"role": "boss"}}, "spiderd.role", "must be one of"),
         ({"pool": {"seeds": ["ftp://example.com/"]}}, "pool.seeds", "bad URL"),

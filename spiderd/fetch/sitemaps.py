@@ -30,11 +30,12 @@ from typing import Iterator
 
 from lxml import etree
 
+from spiderd.core.rules import SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS
 from spiderd.core.urls import BadURL, canonicalize, host_of
 from spiderd.fetch.extract import Rules
 
-MAX_URLS = 50_000  # entries per file (the protocol's limit)
-MAX_SIZE = 50 * 1024 * 1024  # uncompressed bytes per file (the protocol's 52,428,800)
+MAX_URLS = SITEMAP_MAX_URLS  # entries per file (the protocol's limit)
+MAX_SIZE = SITEMAP_MAX_SIZE  # uncompressed bytes per file (the protocol's 52,428,800)
 CHUNK = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_LOC = 8192  # longer <loc> texts are skipped without a look (the URL length limit is far below)
