@@ -56,6 +56,7 @@ class CrawlService(Service):
         stop_timeout: float = 60.0,
         linkbase: bool = False,
         max_retry_after: float = th.MAX_RETRY_AFTER,
+        discovery: tuple[Any, ...] = (),
     ) -> None:
         self._reactor = reactor
         self.pool = pool
@@ -85,6 +86,9 @@ class CrawlService(Service):
         self.last_error = ""
         self._heartbeat = task.LoopingCall(self.kick)
         self._heartbeat.clock = reactor
+        self._discovery = discovery
+        for source in discovery:
+            source.add_listener(self.kick)
 
     # -- service -------------------------------------------------------------------
 
@@ -179,9 +183,14 @@ class CrawlService(Service):
         if due is not None:
             self._wake_at(due)
             return None
-        if self.fetching or self.processing:
+        if self.fetching or self.processing or self._discovering():
             return None
         return self.pool.stats().addCallback(self._maybe_finished)
+
+    def _discovering(self) -> bool:
+        """True while a source of URLs other than pages (``discovery``: the sitemaps) is at work: not done yet.
+        Each source has ``busy()`` and ``add_listener(kick)``, and calls it when it queued URLs or ended."""
+        return any(source.busy() for source in self._discovery)
 
     def _wake_at(self, delay: float) -> None:
         if self._wake_call is not None and self._wake_call.active():
@@ -191,7 +200,7 @@ class CrawlService(Service):
         self._wake_call = self._reactor.callLater(min(delay, 5.0), self.kick)
 
     def _maybe_finished(self, pool: dict[str, Any]) -> None:
-        if pool["waiting"] == 0 and pool["pending"] == 0 and not self.finished.called:
+        if pool["waiting"] == 0 and pool["pending"] == 0 and not self._discovering() and not self.finished.called:
             log.info("Nothing left to crawl")
             self.finished.callback(None)
 
