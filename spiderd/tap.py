@@ -27,6 +27,7 @@ from spiderd.frontier.crawler import CrawlService
 from spiderd.frontier.pool.service import pool_service
 from spiderd.frontier.scheduler import Recrawler, schedulers
 from spiderd.frontier.seeds import SeedService
+from spiderd.frontier.sitemapservice import sitemap_service
 from spiderd.ops.reload import ReloadService
 from spiderd.ops.systemd import SystemdNotifier
 from spiderd.ops.web import ApiService, Auth, Node
@@ -156,7 +157,7 @@ def _worker(base: Base) -> WorkerService | None:
 
 
 def _frontier(base: Base, worker: WorkerService | None, demo: bool) -> Frontier:
-    """The frontier: items, batcher, seeds, timers, (demo site), progress, and the fetch loop last."""
+    """The frontier: items, batcher, seeds, timers, (demo site), progress, sitemaps, and the fetch loop last."""
     s, reactor, pool, stats = base.settings, base.reactor, base.pool, base.stats
     items = base.add(ItemWriter(reactor, s.path(s.items_dir), s.items_rotate_count, pool=pool))
     batcher = base.add(build_batcher(s, reactor, pool, worker, base.parser.rules, base.blocking.lane("batcher")))
@@ -169,11 +170,13 @@ def _frontier(base: Base, worker: WorkerService | None, demo: bool) -> Frontier:
     if worker is not None:
         extra.update(worker=worker.status, feeds=worker.shipper.status)
     base.add(ProgressLogger(stats, pool, reactor, s.log_interval, extra))
+    sitemaps = base.add(sitemap_service(s, reactor, pool, base.fetcher, base.blocking.lane("sitemaps"), stats,
+                                        detail_sink=batcher.add if batcher is not None else None))
     crawler = base.add(CrawlService(
         reactor, pool, base.fetcher, base.parser, base.parser.rules, stats, store=base.store, items=items,
         detail_sink=batcher.add if batcher is not None else None, concurrency=s.concurrency,
         exit_when_done=s.exit_when_done, stop_timeout=s.timeout + 5, linkbase=s.linkbase, hub_percent=s.hub_percent,
-        max_retry_after=s.max_retry_after))
+        max_retry_after=s.max_retry_after, discovery=(sitemaps,) if sitemaps is not None else ()))
     if s.exit_when_done:
         crawler.finished.addCallback(lambda _: _when_idle(batcher, worker, reactor))
     return Frontier(crawler, seeds, batcher, recrawler)
