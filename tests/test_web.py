@@ -292,6 +292,7 @@ class OpenApiTests(ApiCase):
         self.node.stats.fetched(200, 500, 0.3)
         self.node.stats.fetched(404, 100, 0.1)
         self.node.stats.fetched(-4, 0, 30.0)
+        self.node.stats.incr("sitemap_urls", 7)
         self.clock.advance(0.3)  # the lag sampler's first timer (due after 0.05 s) runs 0.25 s late
         answer = yield self.call("GET", "/metrics")
         assert answer.code == 200 and answer.header("Content-Type").startswith("text/plain")
@@ -303,6 +304,7 @@ class OpenApiTests(ApiCase):
             "spiderd_batches_in_flight", "spiderd_feed_uploads", "spiderd_feed_files_waiting",
             "spiderd_feed_upload_failures", "spiderd_worker_jobs", "spiderd_store_pending_writes",
             "spiderd_fetch_duration_seconds", "spiderd_pages_per_minute", "spiderd_reactor_lag_seconds",
+            "spiderd_sitemap_files", "spiderd_sitemap_urls",
         }
         assert expected <= set(families), expected - set(families)
 
@@ -312,6 +314,8 @@ class OpenApiTests(ApiCase):
         assert value("spiderd_pool_urls", "spiderd_pool_urls", state="waiting") == 2
         assert value("spiderd_pages", "spiderd_pages_total") == 2
         assert value("spiderd_bytes", "spiderd_bytes_total") == 600
+        assert (value("spiderd_sitemap_urls", "spiderd_sitemap_urls_total"),
+                value("spiderd_sitemap_files", "spiderd_sitemap_files_total")) == (7, 0)
         assert value("spiderd_errors", "spiderd_errors_total", kind="timeout") == 1
         assert value("spiderd_responses", "spiderd_responses_total", status="404") == 1
         assert value("spiderd_worker_jobs", "spiderd_worker_jobs", state="pending") == 2
