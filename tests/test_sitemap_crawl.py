@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from twisted.internet import defer, reactor
-from twisted.internet.task import Clock
+from twisted.internet.task import Clock, deferLater
 from twisted.trial import unittest
 from twisted.web import resource, server
 
@@ -21,7 +21,8 @@ from spiderd.core.blocking import Lane
 from spiderd.core.stats import CrawlStats
 from spiderd.fetch.fetcher import Fetcher, FetchConfig
 from spiderd.frontier.pool import open_memory_pool
-from spiderd.frontier.sitemapservice import sitemap_service
+from spiderd.fetch.extract import Rules
+from spiderd.frontier.sitemapservice import SitemapConfig, SitemapService, sitemap_service
 
 from .test_crawl import node_settings, run_crawl
 
@@ -307,9 +308,43 @@ class SitemapReaderTests(SitemapSiteTest):
             self.assertEqual(states, ["waiting" if lastmod else "done", "done", "done", "waiting"], lastmod)
             yield service.stopService()
 
+    @defer.inlineCallbacks
+    def test_files_of_a_host_are_fetched_per_host_delay_apart(self) -> Any:
+        """Two sitemap files of one host are fetched one after the other, the host's delay apart on the clock."""
+        self.site.robots(self.root + "/a.xml", self.root + "/b.xml")
+        self.site.xml("/a.xml", urlset(self.root, ["/p/1"]))
+        self.site.xml("/b.xml", urlset(self.root, ["/p/2"]))
+        fetcher = Fetcher(reactor, FetchConfig(user_agent="spiderd/1.0", robots=True))
+        self.addCleanup(fetcher.close)
+        asked: list[defer.Deferred[None]] = [defer.Deferred(), defer.Deferred()]
+
+        def fetch(url: str, max_size: int) -> Any:
+            d = fetcher.fetch_raw(url, max_size)
+            d.addCallback(lambda result: (asked.pop(0).callback(None), result)[1])
+            return d
+
+        settings = cfg.from_dict({"sites": SITES, "fetch": {"per_host_delay": 5}}, "<test>")
+        rules = (Rules(settings.sites), Rules(settings.sites))
+        pool = open_memory_pool(self.clock)
+        service = SitemapService(self.clock, pool, fetcher.robots, fetch, Lane(reactor, "sitemaps-delay"), rules,
+                                 SitemapConfig.of(settings), CrawlStats(self.clock))
+        service.startService()
+        self.addCleanup(service.stopService)
+        first, second = asked
+        yield fetcher.robots.allowed(self.root + "/")
+        yield first
+        while not self.clock.getDelayedCalls():  # the first file is parsed on the lane, then the delay starts
+            yield deferLater(reactor, 0, lambda: None)
+        self.assertEqual((self.site.requests["/a.xml"], self.site.requests["/b.xml"]), (1, 0))
+        self.clock.advance(4.9)
+        self.assertEqual(self.site.requests["/b.xml"], 0)
+        self.clock.advance(0.1)
+        yield second
+        yield service.settled()
+        self.assertEqual(((yield pool.stats())["waiting"], self.site.requests["/b.xml"]), (2, 1))
+
 
 def _w3c(seconds: float) -> str:
     import datetime
 
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
