@@ -23,6 +23,11 @@ def test_example_config_loads() -> None:
     assert [f.name for f in settings.sites[0].fields] == ["title", "price", "tags"]
     assert settings.sites[0].fields[2].all is True
     assert (settings.api_bind, settings.api_port, settings.api_token) == ("127.0.0.1", 6810, "")
+    import tomllib
+
+    raw = tomllib.loads((ROOT / "etc" / "spiderd.toml").read_text())
+    assert set(raw["sitemaps"]) == set(SCHEMA["sitemaps"])  # every [sitemaps] key is shown, at its default
+    assert (settings.sitemap_max_files, settings.sitemap_refresh, settings.sitemap_paths) == (100, 86400.0, ())
 
 
 def test_defaults_without_file() -> None:
