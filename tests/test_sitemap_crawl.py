@@ -238,6 +238,19 @@ class SitemapReaderTests(SitemapSiteTest):
         self.assertEqual(((yield self.pool.stats())["waiting"], (yield self.state("/c/shoes"))), (1, "waiting"))
 
     @defer.inlineCallbacks
+    def test_sitemap_files_off_the_sites_are_not_fetched(self) -> Any:
+        """robots.txt naming a sitemap on a host no [[sites]] entry allows: that file is not fetched; an index's
+        sitemap off the sites neither."""
+        port = self.port.getHost().port
+        self.site.robots(f"http://127.0.0.2:{port}/s.xml", self.root + "/i.xml")
+        self.site.xml("/i.xml", index(f"http://127.0.0.3:{port}", ["/s.xml"]))
+        service = self.reader()
+        yield self.read(service)
+        self.assertEqual((self.site.requests["/i.xml"], self.site.requests["/s.xml"]), (1, 0))
+        self.assertEqual((self.stats.counts["sitemaps"], self.stats.counts.get("sitemap_errors", 0)), (1, 0))
+        self.assertEqual(self.stats.counts["sitemap_skipped"], 1)
+
+    @defer.inlineCallbacks
     def test_index_listing_itself_and_nested_indexes(self) -> Any:
         """An index that lists itself, and an index listed by an index, are not read again or at all; the urlset
         beside them is."""

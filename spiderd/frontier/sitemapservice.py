@@ -213,6 +213,8 @@ class SitemapService(Service):
                 continue
             if self._rules.site_for(canonical) is not None:
                 urls.append(canonical)
+            else:
+                log.info("Sitemap {url} of {origin}: not on a [[sites]] host, not read", url=url, origin=origin)
         return list(dict.fromkeys(urls))
 
     @defer.inlineCallbacks
