@@ -8,11 +8,16 @@ recrawl interval on a Clock.
 from __future__ import annotations
 
 import email.utils
+from collections import Counter
+from typing import Any, Callable
 
+from twisted.internet import defer, reactor
 from twisted.trial import unittest
+from twisted.web import http, resource, server
 
 from spiderd.core import conditional as cg
 from spiderd.core.conditional import Validators
+from spiderd.fetch.fetcher import FetchConfig, Fetcher
 
 T = 1_700_000_000  # Tue, 14 Nov 2023 22:13:20 GMT
 
@@ -55,3 +60,92 @@ class Parts(unittest.SynchronousTestCase):
             self.assertIsNone(cg.unpack(empty))
         for bad in (None, "", b"", "- ", "x "):
             self.assertIsNone(cg.from_text(bad))
+
+
+# -- a real site --------------------------------------------------------------------------------------------
+
+
+class Versioned(resource.Resource):
+    """Pages whose validator is an ETag (paths under /e/), a Last-Modified (/m/) or none (/n/), each in a version
+    the test can change (``bump``); a conditional GET that matches gets 304 from twisted.web's own ``setETag`` and
+    ``setLastModified``.  Logs each request: path and its If-None-Match and If-Modified-Since."""
+
+    isLeaf = True
+
+    def __init__(self, pages: dict[str, Callable[[int], bytes]]) -> None:
+        super().__init__()
+        self.pages = pages
+        self.versions: Counter[str] = Counter()
+        self.log: list[tuple[str, str | None, str | None]] = []
+
+    def bump(self, path: str) -> None:
+        self.versions[path] += 1
+
+    def requests(self, path: str) -> list[tuple[str | None, str | None]]:
+        return [(tag, date) for p, tag, date in self.log if p == path]
+
+    def render_GET(self, request: Any) -> bytes:
+        path = request.path.decode()
+        header = request.getHeader
+        self.log.append((path, header("if-none-match"), header("if-modified-since")))
+        if path not in self.pages:
+            request.setResponseCode(404)
+            return b"no"
+        version = self.versions[path]
+        if path.startswith("/e/") and request.setETag(f'"{path.strip("/")}-v{version}"'.encode()) == http.CACHED:
+            return b""
+        if path.startswith("/m/") and request.setLastModified(T + 1000 * version) == http.CACHED:
+            return b""
+        request.setHeader(b"content-type", b"text/html")
+        return self.pages[path](version)
+
+
+def serve(test: unittest.TestCase, site: resource.Resource) -> str:
+    factory = server.Site(site)
+    factory.noisy = False
+    port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+    test.addCleanup(port.stopListening)
+    return f"http://127.0.0.1:{port.getHost().port}"
+
+
+def page(body: str) -> Callable[[int], bytes]:
+    return lambda version: f"<html><body><h1>v{version}</h1>{body}</body></html>".encode()
+
+
+class FetcherTests(unittest.TestCase):
+    """The fetcher reads a 200's validators and sends them back; the site answers 304."""
+
+    timeout = 10
+
+    def setUp(self) -> None:
+        self.site = Versioned({"/e/1": page(""), "/m/1": page(""), "/n/1": page("")})
+        self.base = serve(self, self.site)
+        self.fetcher = Fetcher(reactor, FetchConfig(timeout=5))
+        self.addCleanup(self.fetcher.close)
+
+    @defer.inlineCallbacks
+    def test_etag_sent_back_gets_304(self) -> Any:
+        first = yield self.fetcher.fetch(self.base + "/e/1")
+        self.assertEqual((first.status, first.validators), (200, Validators('"e/1-v0"')))
+        again = yield self.fetcher.fetch(self.base + "/e/1", validators=first.validators)
+        self.assertEqual((again.status, again.body, again.validators), (304, b"", Validators('"e/1-v0"')))
+        self.assertEqual(self.site.requests("/e/1"), [(None, None), ('"e/1-v0"', None)])
+        self.site.bump("/e/1")
+        changed = yield self.fetcher.fetch(self.base + "/e/1", validators=first.validators)
+        self.assertEqual((changed.status, changed.validators), (200, Validators('"e/1-v1"')))
+        self.assertIn(b"v1", changed.body)
+
+    @defer.inlineCallbacks
+    def test_last_modified_sent_back_gets_304(self) -> Any:
+        first = yield self.fetcher.fetch(self.base + "/m/1")
+        self.assertEqual((first.status, first.validators), (200, Validators(None, T)))
+        again = yield self.fetcher.fetch(self.base + "/m/1", validators=first.validators)
+        self.assertEqual(again.status, 304)
+        self.assertEqual(self.site.requests("/m/1")[1], (None, http_date(T)))
+
+    @defer.inlineCallbacks
+    def test_no_validators_no_conditional_request(self) -> Any:
+        first = yield self.fetcher.fetch(self.base + "/n/1")
+        self.assertEqual((first.status, first.validators), (200, None))
+        yield self.fetcher.fetch(self.base + "/n/1")
+        self.assertEqual(self.site.requests("/n/1"), [(None, None), (None, None)])
