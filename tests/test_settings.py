@@ -56,11 +56,13 @@ def test_adaptive_politeness_settings() -> None:
 
 
 def test_conditional_get_on_by_default() -> None:
-    """[fetch] conditional_get: on unless turned off."""
+    """[fetch] conditional_get: on unless turned off; it reaches the pool's options."""
+    from spiderd.frontier.pool.service import pool_options
+
     assert cfg.from_dict({}).conditional_get is True
     assert cfg.load(str(ROOT / "etc" / "spiderd.toml")).conditional_get is True
     off = cfg.from_dict({"fetch": {"conditional_get": False}})
-    assert off.conditional_get is False
+    assert off.conditional_get is False and pool_options(off)["conditional_get"] is False
 
 
 def test_overrides() -> None:

@@ -39,6 +39,10 @@ class Validators:
             out.append((b"If-Modified-Since", email.utils.formatdate(self.last_modified, usegmt=True).encode()))
         return out
 
+    def described(self) -> dict[str, str | int | None]:
+        """As ``why`` shows them: ``{"etag": ..., "last_modified": Unix seconds}`` (None where absent)."""
+        return {"etag": self.etag, "last_modified": self.last_modified}
+
     def updated(self, newer: Validators | None) -> Validators:
         """These validators with those a 304 carried instead (it may send a new ETag or date, or none)."""
         if newer is None:

@@ -13,20 +13,24 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from spiderd.core import conditional as cg
 from spiderd.core import status as st
 from spiderd.core.urls import MAX_URL_LENGTH, URL, registered_domain
 from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.frontier.politeness import Politeness, hub_quota
 from spiderd.frontier.pool.crawled import KINDS, link_value, parallel, recrawl_pairs
 from spiderd.frontier.pool.redis.admin import RedisAdmin
+from spiderd.frontier.pool.redis.export import fingerprint_hex
 from spiderd.frontier.pool.redis.link import RedisLink, Script
-from spiderd.frontier.pool.shared import RecentFailures, URLParsing, parsed, stats_answer
+from spiderd.frontier.pool.shared import RecentFailures, URLParsing, parsed, stats_answer, status_parts
 from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
 
 log = Logger()
 
 DOMAIN_SWEEP_EVERY = 10.0  # seconds between sweeps of spider.website.domains for domains other tools registered
 DOMAIN_SWEEP_COUNT = 100  # domains a pop looks at while a sweep is under way (SSCAN's COUNT)
+MAX_HANDED = 100_000  # popped URLs whose validators (from the pop's answer) wait for validators() at most
+LEAVE_VALIDATORS = "~"  # status.lua: leave a URL's validators as they are (conditional GET off)
 
 
 @implementer(IURLPool, IURLPoolAdmin)
@@ -55,6 +59,7 @@ class RedisPool(RedisAdmin, URLParsing):
         list_ratio: float = 0.0,
         detail_ratio: float = 0.0,
         max_throttles: int = 10,
+        conditional_get: bool = True,
     ) -> None:
         self._link = link
         self._scripts = scripts
@@ -64,6 +69,8 @@ class RedisPool(RedisAdmin, URLParsing):
         self.politeness = politeness or Politeness()
         self.failure_threshold = failure_threshold
         self.max_throttles = max_throttles
+        self.conditional_get = conditional_get
+        self._handed: dict[str, str] = {}  # popped URL -> its validators from the pop ('' none), until asked for
         self.pending_threshold = pending_threshold
         self._done_codes = done_codes
         self._final_codes = final_codes
@@ -136,13 +143,15 @@ class RedisPool(RedisAdmin, URLParsing):
         split = self.split
         args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent)),
                 *map(repr, split.ratios), *map(repr, split.credit), str(RESERVE_SCAN),
-                repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT)]
+                repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT), "1" if self.conditional_get else "0"]
         return self._run("pop", args, now).addCallback(self._popped)
 
     def _popped(self, answer: list[Any]) -> Any:
         flat, foreign, (wanted, lists, details) = answer
         self.split.settle(int(wanted), (int(lists), int(details)))
-        result = _pairs(flat)
+        result = {url: bool(int(hub)) for url, hub in zip(flat[::3], flat[1::3])}
+        if self.conditional_get:
+            self._hand(flat)
         if not foreign:
             return result
         return self._adopt(foreign).addCallback(lambda _: result)
@@ -159,6 +168,25 @@ class RedisPool(RedisAdmin, URLParsing):
         d = defer.gatherResults(adds, consumeErrors=True)
         d.addCallback(lambda _: self._execute("ZREM", self.prefix + "adopting", *held))
         return d.addCallback(lambda _: None)
+
+    def _hand(self, flat: list[Any]) -> None:
+        """Keep the validators of the URLs just popped for ``validators`` (the oldest go past MAX_HANDED)."""
+        handed = self._handed
+        for url, validators in zip(flat[::3], flat[2::3]):
+            handed[url] = validators
+        while len(handed) > MAX_HANDED:
+            del handed[next(iter(handed))]
+
+    def validators(self, url: str) -> defer.Deferred[cg.Validators | None]:
+        """The validators kept for ``url``: for a URL this node popped, from the pop's answer; else asked of Redis."""
+        held = self._handed.pop(url, None)
+        if held is not None:
+            return defer.succeed(cg.from_text(held))
+        u = parsed(url, self._max_url_length)
+        if u is None:
+            return defer.succeed(None)
+        fp = fingerprint_hex(u.url)
+        return self._execute("HGET", f"{self.prefix}v:{int(fp[:3], 16)}", fp).addCallback(cg.from_text)
 
     def claim(self, url: str, by: str | None = None) -> defer.Deferred[bool]:
         """Lease ``url`` (a redirect target) unless it is done, failed or leased already; fires True if leased.
@@ -191,29 +219,38 @@ class RedisPool(RedisAdmin, URLParsing):
         if u is None:
             return defer.succeed(None)
         url, host, domain = self._located(u)
+        self._handed.pop(url, None)
         outcome = f"throttle {self._outcome(status_code)} {float(until)!r}"
         return self._queue_statuses([outcome, url, host, domain, self._kept.get(domain, "-"),
-                                     st.recorded(status_code, reason)])
+                                     st.recorded(status_code, reason), LEAVE_VALIDATORS])
 
     def set_statuses(
         self, statuses: Iterable[tuple[Any, ...]], checkpoint: tuple[str, int] | None = None
     ) -> defer.Deferred[None]:
-        """Record several outcomes (``(url, code)`` or ``(url, code, reason)``) and ``checkpoint`` (a name and
-        a count) in one script call (atomic)."""
+        """Record several outcomes (``(url, code)``, ``(url, code, reason)`` or ``(url, code, reason,
+        validators)``) and ``checkpoint`` (a name and a count) in one script call (atomic)."""
         args: list[str] = []
-        for url, code, *reason in statuses:
+        for url, code, reason, validators in map(status_parts, statuses):
             u = self._parse(url)
             if u is not None:
                 url, host, domain = self._located(u)
                 outcome = self._outcome(code)
-                why = "" if outcome == "done" else st.recorded(code, *reason)
-                args += (outcome, url, host, domain, self._kept.get(domain, "-"), why)
+                why = "" if outcome == "done" else st.recorded(code, reason)
+                args += (outcome, url, host, domain, self._kept.get(domain, "-"), why, self._validators_arg(validators))
+                if self._handed:
+                    self._handed.pop(url, None)
         if checkpoint is not None:
-            args += ("checkpoint", checkpoint[0], str(int(checkpoint[1])), "", "", "")
+            args += ("checkpoint", checkpoint[0], str(int(checkpoint[1])), "", "", "", "")
         return self._queue_statuses(args)
 
+    def _validators_arg(self, validators: cg.Validators | None) -> str:
+        """status.lua's validators argument: "seconds etag", "" (none: dropped where kept) or "~" (off: untouched)."""
+        if not self.conditional_get:
+            return LEAVE_VALIDATORS
+        return "" if validators is None else cg.to_text(validators)
+
     def _queue_statuses(self, args: list[str]) -> defer.Deferred[None]:
-        """Send status entries (six arguments each) with the others given meanwhile, in one script call."""
+        """Send status entries (seven arguments each) with the others given meanwhile, in one script call."""
         if not args:
             return defer.succeed(None)
         d: defer.Deferred[None] = defer.Deferred()
@@ -377,6 +414,3 @@ class RedisPool(RedisAdmin, URLParsing):
                   str(politeness.concurrency), repr(float(now))]
         return self._link.run(self._scripts[name], common + args)
 
-
-def _pairs(flat: list[Any]) -> dict[str, bool]:
-    return {url: bool(int(hub)) for url, hub in zip(flat[::2], flat[1::2])}
