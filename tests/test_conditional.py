@@ -8,16 +8,34 @@ recrawl interval on a Clock.
 from __future__ import annotations
 
 import email.utils
+import json
+import shutil
+import tempfile
 from collections import Counter
+from pathlib import Path
 from typing import Any, Callable
 
-from twisted.internet import defer, reactor
+from twisted.internet import defer, reactor, task
+from twisted.internet.task import Clock
 from twisted.trial import unittest
 from twisted.web import http, resource, server
 
+from spiderd.config import settings as cfg
 from spiderd.core import conditional as cg
 from spiderd.core.conditional import Validators
+from spiderd.core.stats import CrawlStats
+from spiderd.feed.items import ItemWriter
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
+from spiderd.fetch.parsepool import ParsePool
+from spiderd.frontier.crawler import CrawlService
+from spiderd.frontier.politeness import Politeness
+from spiderd.frontier.pool import open_memory_pool
+from spiderd.frontier.scheduler import RecrawlPolicy, Recrawler
+from spiderd.ops.web import Node
+
+from .helpers import ClockedReactor
+from .test_pool_contract import RedisKeys
+from .webnode import start_api
 
 T = 1_700_000_000  # Tue, 14 Nov 2023 22:13:20 GMT
 
@@ -149,3 +167,183 @@ class FetcherTests(unittest.TestCase):
         self.assertEqual((first.status, first.validators), (200, None))
         yield self.fetcher.fetch(self.base + "/n/1")
         self.assertEqual(self.site.requests("/n/1"), [(None, None), (None, None)])
+
+
+# -- whole crawls: the hub and recrawl intervals on a Clock ------------------------------------------------
+
+START = float(T)
+HUB_SPAN, LIST_EVERY, DETAIL_EVERY = 300.0, 600.0, 1200.0
+SITES = [{
+    "name": "versioned",
+    "allowed_hosts": ["127.0.0.1"],
+    "list_urls": [r"/[emn]/list$"],
+    "detail_urls": [r"/[emn]/p/\d+$"],
+    "fields": {"title": "//h1/text()"},
+    "recrawl_list": LIST_EVERY,
+    "recrawl_detail": DETAIL_EVERY,
+}]
+PAGES = {
+    "/e/hub": page('<a href="/m/list">m</a><a href="/n/list">n</a>'),  # a hub with an ETag
+    "/m/list": page('<a href="/e/p/1">1</a><a href="/m/p/2">2</a>'),  # a list page with a Last-Modified
+    "/n/list": page('<a href="/e/p/1">1</a>'),  # a list page without validators
+    "/e/p/1": page(""),  # detail pages: an ETag, a Last-Modified
+    "/m/p/2": page(""),
+}
+
+
+class RecordingStore:
+    """A page store that records what it was asked to save."""
+
+    preset = None
+
+    def __init__(self) -> None:
+        self.saved: list[str] = []
+
+    def save(self, url: str, urlhash: int, html: bytes, compressed: Any = None) -> defer.Deferred[None]:
+        self.saved.append(url)
+        return defer.succeed(None)
+
+
+class CrawlTests(unittest.TestCase):
+    """A CrawlService, its Recrawler, a memory pool, the real fetcher, parser and item writer, the node's API; the
+    site on 127.0.0.1, time on a Clock (the hub's span, the recrawl intervals)."""
+
+    timeout = 60
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.clock.advance(START)
+        self.site = Versioned(PAGES)
+        self.base = serve(self, self.site)
+        self.dir = Path(tempfile.mkdtemp(prefix="spiderd-conditional-"))
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def open_pool(self, **options: Any) -> defer.Deferred[Any]:
+        return defer.succeed(open_memory_pool(self.clock, **options))
+
+    @defer.inlineCallbacks
+    def crawl(self, conditional_get: bool = True) -> Any:
+        settings = cfg.from_dict({"fetch": {"conditional_get": conditional_get}, "batch": {"targets": []},
+                                  "sites": SITES}, "<test>")
+        policy = RecrawlPolicy.from_sites(settings.sites)
+        self.pool = yield self.open_pool(politeness=Politeness(concurrency=10), recrawl=policy.pairs(),
+                                         conditional_get=settings.conditional_get)
+        self.addCleanup(self.pool.close)
+        clocked = ClockedReactor(reactor, self.clock)
+        self.fetcher = Fetcher(clocked, FetchConfig(timeout=10))
+        self.addCleanup(self.fetcher.close)
+        parser = ParsePool(reactor, settings, 0)
+        parser.startService()
+        self.addCleanup(parser.stopService)
+        self.items = ItemWriter(reactor, str(self.dir / "items"), flush_interval=0.01, pool=self.pool)
+        self.items.startService()
+        self.addCleanup(self.items.stopService)
+        yield self.items.ready
+        self.store = RecordingStore()
+        self.stats = CrawlStats(self.clock)
+        self.crawler = CrawlService(clocked, self.pool, self.fetcher, parser, parser.rules, self.stats,
+                                    store=self.store, items=self.items, concurrency=4,
+                                    conditional_get=settings.conditional_get)
+        self.recrawler = Recrawler(self.clock, self.pool, policy, lambda: self.stats.counts["requests"], every=60,
+                                   batch=100)
+        yield self.pool.set_hubs([self.base + "/e/hub"], HUB_SPAN)
+        for service in (self.recrawler, self.crawler):
+            service.startService()
+            self.addCleanup(service.stopService)
+        yield self.settle(lambda: self.visits() == {path: 1 for path in PAGES})
+
+    def visits(self) -> Counter[str]:
+        return Counter(path for path, _, _ in self.site.log)
+
+    def idle(self) -> bool:
+        """Nothing under way: no pop, fetch or processing, no item waiting, no recrawl run."""
+        crawler = self.crawler
+        return (not crawler._popping and crawler.fetching == 0 and crawler.processing == 0 and not self.items._queue
+                and not len(self.recrawler._work))
+
+    @defer.inlineCallbacks
+    def settle(self, predicate: Callable[[], bool], real_seconds: float = 10.0) -> Any:
+        """Turn the real reactor (at least once: Redis answers through it) and run the Clock's due calls until
+        ``predicate()`` and nothing is under way."""
+        for _ in range(int(real_seconds / 0.005)):
+            self.clock.advance(0)
+            yield task.deferLater(reactor, 0.002, lambda: None)
+            if predicate() and self.idle():
+                return
+        raise AssertionError(f"timed out waiting; visits {dict(self.visits())}")
+
+    @defer.inlineCallbacks
+    def until(self, when: float, step: float = 20.0) -> Any:
+        """Let clock time pass up to ``when`` (from START), in steps, the crawl settling after each."""
+        while self.clock.seconds() < START + when:
+            self.clock.advance(min(step, START + when - self.clock.seconds()))
+            yield self.settle(lambda: True)
+
+    def items_written(self) -> list[str]:
+        return [json.loads(line)["url"] for p in sorted((self.dir / "items").glob("*.jl*")) for line in p.open()]
+
+    @defer.inlineCallbacks
+    def api(self) -> Any:
+        node = Node("all", self.clock, stats=self.stats, pool=self.pool, crawler=self.crawler)
+        service = start_api(reactor, node, self.clock)
+        self.addCleanup(service.stopService)
+        status = yield self.fetcher.fetch(service.url + "api/status")
+        metrics = yield self.fetcher.fetch(service.url + "metrics")
+        return json.loads(status.body), metrics.body.decode()
+
+    @defer.inlineCallbacks
+    def test_recrawls_send_the_validators_and_304s_change_nothing(self) -> Any:
+        """The hub (its span), the list pages (recrawl_list) and the detail pages (recrawl_detail) come back
+        with the ETag or Last-Modified of their last 200; a 304 is done again with no parse, no item, no stored
+        page and no link added again, and counted in the status and the metrics; a page without validators is
+        fetched in full; a page that changed answers 200 and its new validators replace the old."""
+        yield self.crawl()
+        url = lambda path: self.base + path  # noqa: E731
+        first = (sorted(self.items_written()), sorted(self.store.saved), self.stats.counts["links_list"])
+        self.assertEqual(first[:2], ([url("/e/p/1"), url("/m/p/2")], [url("/e/p/1"), url("/m/p/2")]))
+        self.assertEqual(self.site.requests("/e/hub"), [(None, None)])
+        self.site.bump("/m/p/2")  # changes before its recrawl
+        yield self.until(HUB_SPAN + 60)  # the hub's span passed
+        self.assertEqual(self.site.requests("/e/hub"), [(None, None), ('"e/hub-v0"', None)])
+        self.assertEqual((self.stats.counts["not_modified"], self.stats.counts["links_list"]), (1, first[2]))
+        yield self.until(DETAIL_EVERY + 120)  # every recrawl interval passed
+        self.assertEqual(self.site.requests("/m/list")[1], (None, http_date(T)))
+        self.assertEqual(self.site.requests("/n/list")[1], (None, None))  # no validators: a plain GET, parsed
+        self.assertEqual(self.site.requests("/e/p/1")[1], ('"e/p/1-v0"', None))
+        self.assertEqual(self.site.requests("/m/p/2")[1], (None, http_date(T)))
+        self.assertEqual(self.visits()["/e/p/1"], 2)
+        # /e/p/1 answered 304: no second item, not stored again; /m/p/2 changed: a new item, stored again
+        self.assertEqual(sorted(self.items_written()), [url("/e/p/1"), url("/m/p/2"), url("/m/p/2")])
+        self.assertEqual(sorted(self.store.saved), [url("/e/p/1"), url("/m/p/2"), url("/m/p/2")])
+        self.assertEqual(set(self.site.requests("/m/list")[1:]), {(None, http_date(T))})
+        not_modified = sum(self.visits()[path] - 1 for path in ("/e/hub", "/m/list", "/e/p/1"))  # all 304s
+        self.assertEqual(self.stats.counts["not_modified"], not_modified)
+        self.assertEqual(self.stats.statuses["304"], not_modified)
+        why = yield self.pool.why(url("/m/p/2"))
+        self.assertEqual((why["state"], why["validators"]), ("done", {"etag": None, "last_modified": T + 1000}))
+        self.assertEqual((yield self.pool.stats())["done"], 5)
+        status, metrics = yield self.api()
+        self.assertEqual(status["counts"]["not_modified"], not_modified)
+        self.assertIn(f"spiderd_not_modified_total {not_modified}.0", metrics)
+        yield self.until(DETAIL_EVERY + 120 + DETAIL_EVERY + 60)  # the new Last-Modified is sent next time
+        self.assertEqual(self.site.requests("/m/p/2")[2], (None, http_date(T + 1000)))
+        self.assertEqual(len(self.items_written()), 3)
+
+    @defer.inlineCallbacks
+    def test_conditional_get_off(self) -> Any:
+        """With [fetch] conditional_get = false no validator is kept or sent: every recrawl is a plain GET, parsed."""
+        yield self.crawl(conditional_get=False)
+        yield self.until(DETAIL_EVERY + 120)
+        self.assertTrue(all(visits >= 2 for visits in self.visits().values()), self.visits())
+        self.assertEqual({(tag, date) for _, tag, date in self.site.log}, {(None, None)})
+        self.assertEqual(self.stats.counts["not_modified"], 0)
+        self.assertEqual(len(self.items_written()), 4)
+        self.assertNotIn("validators", (yield self.pool.why(self.base + "/e/hub")))
+
+
+class RedisCrawlTests(RedisKeys, CrawlTests):
+    """The same crawls over the Redis pool."""
+
+    def open_pool(self, **options: Any) -> defer.Deferred[Any]:
+        politeness = options.pop("politeness")
+        return self.open_redis(self.clock, politeness, options)
