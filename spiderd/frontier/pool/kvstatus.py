@@ -188,9 +188,9 @@ class KVStatuses(KVQueues):
         elif state is not None and state[0] == k.WAITING:
             failures, prio = self._dequeue(batch, slot, state)
         elif state is not None:
-            if hub and (code in self._done_codes or code in self._final_codes):  # a hub: done at every hand-out
-                self._validators_into(batch, u, True, validators if code in self._done_codes else None)
-                return slot
+            done_again = code in self._done_codes
+            if hub and (done_again or code in self._final_codes):  # a hub is done again at every hand-out
+                return slot if self._validators_into(batch, u, True, validators if done_again else None) else None
             return None  # already final
         if until is not None and self._throttled(batch, u, slot, until):
             self._enqueue(batch, u.url, u.fingerprint, slot, prio, failures)
@@ -214,15 +214,17 @@ class KVStatuses(KVQueues):
             self._note_failure(batch, u, code, reason, failures + 1, final=False)
         return slot
 
-    def _validators_into(self, batch: Any, u: URL, kept: bool, validators: cg.Validators | None) -> None:
+    def _validators_into(self, batch: Any, u: URL, kept: bool, validators: cg.Validators | None) -> bool:
         """Where ``u``'s validators are ``kept`` (a hub, a recrawled kind), a done fetch keeps those it gave, and
-        one that gave none (or a final failure: None) drops them."""
-        if kept and self.conditional_get:
-            key = k.validators_key(u.fingerprint)
-            if validators is not None:
-                batch.put(key, cg.pack(validators))
-            else:
-                batch.delete(key)
+        one that gave none (or a final failure: None) drops them; False if nothing was written."""
+        if not (kept and self.conditional_get):
+            return False
+        key = k.validators_key(u.fingerprint)
+        if validators is not None:
+            batch.put(key, cg.pack(validators))
+        else:
+            batch.delete(key)
+        return True
 
     def validators(self, url: str) -> defer.Deferred[cg.Validators | None]:
         """The validators kept for ``url`` (a hub or a recrawled page; see set_statuses), or None."""

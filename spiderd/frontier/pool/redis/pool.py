@@ -20,7 +20,7 @@ from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.frontier.politeness import Politeness, hub_quota
 from spiderd.frontier.pool.crawled import KINDS, link_value, parallel, recrawl_pairs
 from spiderd.frontier.pool.redis.admin import RedisAdmin
-from spiderd.frontier.pool.redis.export import fingerprint_hex
+from spiderd.frontier.pool.redis.handed import LEAVE, Handed
 from spiderd.frontier.pool.redis.link import RedisLink, Script
 from spiderd.frontier.pool.shared import RecentFailures, URLParsing, parsed, stats_answer, status_parts
 from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
@@ -29,8 +29,6 @@ log = Logger()
 
 DOMAIN_SWEEP_EVERY = 10.0  # seconds between sweeps of spider.website.domains for domains other tools registered
 DOMAIN_SWEEP_COUNT = 100  # domains a pop looks at while a sweep is under way (SSCAN's COUNT)
-MAX_HANDED = 100_000  # popped URLs whose validators (from the pop's answer) wait for validators() at most
-LEAVE_VALIDATORS = "~"  # status.lua: leave a URL's validators as they are (conditional GET off)
 
 
 @implementer(IURLPool, IURLPoolAdmin)
@@ -70,7 +68,6 @@ class RedisPool(RedisAdmin, URLParsing):
         self.failure_threshold = failure_threshold
         self.max_throttles = max_throttles
         self.conditional_get = conditional_get
-        self._handed: dict[str, str] = {}  # popped URL -> its validators from the pop ('' none), until asked for
         self.pending_threshold = pending_threshold
         self._done_codes = done_codes
         self._final_codes = final_codes
@@ -85,6 +82,7 @@ class RedisPool(RedisAdmin, URLParsing):
         self._kept = {domain: "".join(str(p) for p in sorted(prios)) for domain, prios in recrawl_pairs(recrawl).items()}
         self._linkbase = linkbase
         self._linkbase_max = linkbase_max
+        self._handed = Handed(lambda *args: self._execute(*args), prefix, max_url_length, conditional_get)
 
     def start(self) -> defer.Deferred[RedisPool]:
         """Record the bucket layout (or adopt the one already there) and this node's host overrides; deletes nothing."""
@@ -149,9 +147,8 @@ class RedisPool(RedisAdmin, URLParsing):
     def _popped(self, answer: list[Any]) -> Any:
         flat, foreign, (wanted, lists, details) = answer
         self.split.settle(int(wanted), (int(lists), int(details)))
-        result = {url: bool(int(hub)) for url, hub in zip(flat[::3], flat[1::3])}
-        if self.conditional_get:
-            self._hand(flat)
+        result = {url: bool(int(hub)) for url, hub in zip(flat[::3], flat[1::3])}  # then each one's validators
+        self._handed.keep(flat)
         if not foreign:
             return result
         return self._adopt(foreign).addCallback(lambda _: result)
@@ -169,24 +166,9 @@ class RedisPool(RedisAdmin, URLParsing):
         d.addCallback(lambda _: self._execute("ZREM", self.prefix + "adopting", *held))
         return d.addCallback(lambda _: None)
 
-    def _hand(self, flat: list[Any]) -> None:
-        """Keep the validators of the URLs just popped for ``validators`` (the oldest go past MAX_HANDED)."""
-        handed = self._handed
-        for url, validators in zip(flat[::3], flat[2::3]):
-            handed[url] = validators
-        while len(handed) > MAX_HANDED:
-            del handed[next(iter(handed))]
-
     def validators(self, url: str) -> defer.Deferred[cg.Validators | None]:
         """The validators kept for ``url``: for a URL this node popped, from the pop's answer; else asked of Redis."""
-        held = self._handed.pop(url, None)
-        if held is not None:
-            return defer.succeed(cg.from_text(held))
-        u = parsed(url, self._max_url_length)
-        if u is None:
-            return defer.succeed(None)
-        fp = fingerprint_hex(u.url)
-        return self._execute("HGET", f"{self.prefix}v:{int(fp[:3], 16)}", fp).addCallback(cg.from_text)
+        return self._handed.get(url)
 
     def claim(self, url: str, by: str | None = None) -> defer.Deferred[bool]:
         """Lease ``url`` (a redirect target) unless it is done, failed or leased already; fires True if leased.
@@ -219,10 +201,10 @@ class RedisPool(RedisAdmin, URLParsing):
         if u is None:
             return defer.succeed(None)
         url, host, domain = self._located(u)
-        self._handed.pop(url, None)
+        self._handed.forget(url)
         outcome = f"throttle {self._outcome(status_code)} {float(until)!r}"
         return self._queue_statuses([outcome, url, host, domain, self._kept.get(domain, "-"),
-                                     st.recorded(status_code, reason), LEAVE_VALIDATORS])
+                                     st.recorded(status_code, reason), LEAVE])
 
     def set_statuses(
         self, statuses: Iterable[tuple[Any, ...]], checkpoint: tuple[str, int] | None = None
@@ -236,18 +218,11 @@ class RedisPool(RedisAdmin, URLParsing):
                 url, host, domain = self._located(u)
                 outcome = self._outcome(code)
                 why = "" if outcome == "done" else st.recorded(code, reason)
-                args += (outcome, url, host, domain, self._kept.get(domain, "-"), why, self._validators_arg(validators))
-                if self._handed:
-                    self._handed.pop(url, None)
+                args += (outcome, url, host, domain, self._kept.get(domain, "-"), why, self._handed.arg(validators))
+                self._handed.forget(url)
         if checkpoint is not None:
             args += ("checkpoint", checkpoint[0], str(int(checkpoint[1])), "", "", "", "")
         return self._queue_statuses(args)
-
-    def _validators_arg(self, validators: cg.Validators | None) -> str:
-        """status.lua's validators argument: "seconds etag", "" (none: dropped where kept) or "~" (off: untouched)."""
-        if not self.conditional_get:
-            return LEAVE_VALIDATORS
-        return "" if validators is None else cg.to_text(validators)
 
     def _queue_statuses(self, args: list[str]) -> defer.Deferred[None]:
         """Send status entries (seven arguments each) with the others given meanwhile, in one script call."""
