@@ -85,6 +85,7 @@ class Settings:
     source_addresses: tuple[str, ...] = ()
     max_retry_after: float = 3600.0  # a 429/503's Retry-After (or back-off) blocks its host this long at most
     max_throttles: int = 10  # a URL's throttled fetches before the next one counts as its failure
+    conditional_get: bool = True  # hubs and recrawled pages are fetched with If-None-Match / If-Modified-Since
     # [parse]
     parse_workers: int = -1
     parse_max_rss_mb: int = 512  # a parser process holding more is replaced (it answers what it holds first)

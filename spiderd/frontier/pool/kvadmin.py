@@ -7,6 +7,7 @@ from typing import Any
 
 from twisted.internet import defer
 
+from spiderd.core import conditional as cg
 from spiderd.frontier.pool import keys as k
 from spiderd.frontier.pool import records as rec
 from spiderd.frontier.pool.kvexport import FINGERPRINT, KVExport
@@ -32,6 +33,9 @@ class KVAdmin(KVQueues):
         if failed is not None:
             answer["last_failure"] = rec.last_failure(*k.unpack_failure(failed))
         answer.update(self._link_of(u.fingerprint))
+        validators = cg.unpack(self._kv.get(k.validators_key(u.fingerprint)))
+        if validators is not None:
+            answer["validators"] = validators.described()
         slot = self.politeness.hosts.get(u.host)
         if slot is not None:
             answer.update(why_host(slot.waiting, slot.inflight, slot.delay, slot.next_allowed))

@@ -58,12 +58,14 @@ class KVCore(CrawledSets, URLParsing):
         list_ratio: float = 0.0,
         detail_ratio: float = 0.0,
         max_throttles: int = 10,
+        conditional_get: bool = True,
     ) -> None:
         self._kv = kv
         self._clock = clock
         self.politeness = politeness or Politeness()
         self.failure_threshold = failure_threshold
         self.max_throttles = max_throttles
+        self.conditional_get = conditional_get  # keep hubs' and recrawled pages' validators (set_statuses)
         self._throttles: dict[int, int] = {}  # fp -> throttled fetches of an active URL (its Y entry)
         self.pending_threshold = pending_threshold
         self._done_codes = done_codes

@@ -46,6 +46,13 @@ class URLParsing:
             return None
 
 
+def status_parts(status: Sequence[Any]) -> tuple[str, int, str | None, Any]:
+    """An entry of ``set_statuses`` (``(url, code)``, ``(url, code, reason)`` or ``(url, code, reason,
+    validators)``) as all four."""
+    url, code, *rest = status
+    return url, code, rest[0] if rest else None, rest[1] if len(rest) > 1 else None
+
+
 def parsed(url: str | None, max_length: int = MAX_URL_LENGTH) -> URL | None:
     """``url`` parsed, or None if it is None or bad (not counted: a URL the pool was not asked to keep)."""
     if url is None:

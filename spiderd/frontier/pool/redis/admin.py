@@ -7,6 +7,7 @@ from typing import Any
 
 from twisted.internet import defer
 
+from spiderd.core.conditional import from_text
 from spiderd.core.urls import URL, registered_domain
 from spiderd.frontier.pool.crawled import link_info
 from spiderd.frontier.pool.records import counts, sort_records
@@ -37,7 +38,8 @@ class RedisAdmin:
         return self._run("why", [u.url, u.host]).addCallback(self._why, u)
 
     def _why(self, answer: list[Any], u: URL) -> dict[str, Any]:
-        state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed, link, again, failed = answer
+        (state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed, link, again, failed,
+         validators) = answer
         info = why_head(u, bool(int(hub)))
         info.update(domain=registered_domain(u.host), state=state)
         if state in ("waiting", "pending"):
@@ -51,6 +53,9 @@ class RedisAdmin:
             info.update(link_info(link))
         if failed:
             info["last_failure"] = parse_failure(failed)
+        kept = from_text(validators)
+        if kept is not None:
+            info["validators"] = kept.described()
         return info
 
     # -- export and import -----------------------------------------------------------

@@ -186,3 +186,8 @@ end
 local function link_bucket(fp)
   return P .. 'l:' .. math.floor(tonumber(string.sub(fp, 1, 3), 16))
 end
+
+-- The validators bucket of a fingerprint (conditional GET): one hash per 12 top bits, fingerprint -> "seconds etag".
+local function validators_bucket(fp)
+  return P .. 'v:' .. math.floor(tonumber(string.sub(fp, 1, 3), 16))
+end
