@@ -20,7 +20,7 @@ from spiderd.frontier.politeness import Politeness, hub_quota
 from spiderd.frontier.pool.crawled import KINDS, link_value, parallel, recrawl_pairs
 from spiderd.frontier.pool.redis.admin import RedisAdmin
 from spiderd.frontier.pool.redis.link import RedisLink, Script
-from spiderd.frontier.pool.shared import RecentFailures, URLParsing, parsed, stats_answer
+from spiderd.frontier.pool.shared import HostErrors, RecentFailures, URLParsing, parsed, stats_answer
 from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
 
 log = Logger()
@@ -73,6 +73,7 @@ class RedisPool(RedisAdmin, URLParsing):
         self._bits = seen_bucket_bits
         self.rejected: Counter[str] = Counter()
         self.recent_failures = RecentFailures()
+        self.host_errors = HostErrors()  # this node's failed fetches per host (hosts())
         self._statuses: list[tuple[list[str], defer.Deferred[None]]] = []  # waiting to go out together
         self._statuses_in_flight = 0
         self._kept = {domain: "".join(str(p) for p in sorted(prios)) for domain, prios in recrawl_pairs(recrawl).items()}
@@ -191,6 +192,7 @@ class RedisPool(RedisAdmin, URLParsing):
         if u is None:
             return defer.succeed(None)
         url, host, domain = self._located(u)
+        self.host_errors.add(host)
         outcome = f"throttle {self._outcome(status_code)} {float(until)!r}"
         return self._queue_statuses([outcome, url, host, domain, self._kept.get(domain, "-"),
                                      st.recorded(status_code, reason)])
@@ -207,6 +209,8 @@ class RedisPool(RedisAdmin, URLParsing):
                 url, host, domain = self._located(u)
                 outcome = self._outcome(code)
                 why = "" if outcome == "done" else st.recorded(code, *reason)
+                if outcome != "done":
+                    self.host_errors.add(host)
                 args += (outcome, url, host, domain, self._kept.get(domain, "-"), why)
         if checkpoint is not None:
             args += ("checkpoint", checkpoint[0], str(int(checkpoint[1])), "", "", "")
