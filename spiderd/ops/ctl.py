@@ -25,6 +25,8 @@ import urllib.error
 import urllib.request
 from typing import IO, Any, Iterable, Iterator, Sequence
 
+from spiderd.ops.listings import cmd_failures, cmd_jobs
+
 DEFAULT_URL = "http://127.0.0.1:6810"
 MAX_URLS = 10_000  # per request, as the API caps it
 IMPORT_LINES = 5_000  # per request
@@ -110,44 +112,6 @@ def _json(raw: bytes, base: str) -> dict[str, Any]:
 def cmd_status(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
     status = client.call("GET", "/api/status")
     out.write(json.dumps(status, indent=2) + "\n" if args.json else summary(status))
-    return OK
-
-
-def _listing(client: Client, args: argparse.Namespace, out: IO[str], what: str) -> list[dict[str, Any]] | None:
-    """``GET /api/<what>?limit=``: the rows to print, or None once the whole answer went out as JSON (--json)."""
-    answer = client.call("GET", f"/api/{what}?limit={args.limit}")
-    if args.json:
-        out.write(json.dumps(answer, indent=2) + "\n")
-        return None
-    return list(answer.get(what, []))
-
-
-def cmd_jobs(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
-    rows = _listing(client, args, out, "jobs")
-    if rows is None:
-        return OK
-    if not rows:
-        out.write("no jobs\n")
-        return OK
-    head = ("STATE", "JOB", "SPIDER", "BATCH", "URLS", "ITEMS", "FAILED", "FEED")
-    table = [head] + [(r["state"], r["id"], r["spider"], r["batch"], f"{r['done']}/{r['urls']}", str(r["items"]),
-                       str(r["failed"]), f"{r['feed']['state']}" + (f" -> {r['feed']['uri']}" if r["feed"]["uri"] else ""))
-                      for r in rows]
-    widths = [max(len(str(line[i])) for line in table) for i in range(len(head) - 1)]
-    for line in table:
-        out.write("  ".join(str(v).ljust(w) for v, w in zip(line, widths)) + "  " + line[-1] + "\n")
-    return OK
-
-
-def cmd_failures(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
-    rows = _listing(client, args, out, "failures")
-    if rows is None:
-        return OK
-    if not rows:
-        out.write("no URL failed for good (since this node started)\n")
-    for r in rows:
-        at = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["at"]))
-        out.write(f"{at} UTC  {r['url']}\n    {r['reason']}  (spiderctl why URL tells more)\n")
     return OK
 
 
