@@ -4,6 +4,7 @@
     spiderctl add seeds|hubs|urls [URL ...] [-f FILE] [--detail] [--refresh-span SECONDS] [--recrawl]
     spiderctl pause | resume
     spiderctl why URL [--json]
+    spiderctl jobs | failures | hosts [--limit N] [--json]
     spiderctl export [-o FILE]
     spiderctl import FILE
 
@@ -25,7 +26,7 @@ import urllib.error
 import urllib.request
 from typing import IO, Any, Iterable, Iterator, Sequence
 
-from spiderd.ops.listings import cmd_failures, cmd_jobs
+from spiderd.ops.listings import cmd_failures, cmd_hosts, cmd_jobs
 
 DEFAULT_URL = "http://127.0.0.1:6810"
 MAX_URLS = 10_000  # per request, as the API caps it
@@ -355,6 +356,9 @@ def parser() -> argparse.ArgumentParser:
     failures = sub.add_parser("failures", help="the last URLs that failed for good here, newest first, with why")
     failures.add_argument("--limit", type=int, default=20, help="at most this many (1-1000, default 20)")
     failures.add_argument("--json", action="store_true")
+    hosts = sub.add_parser("hosts", help="the hosts to look at first: throttled, then the most waiting URLs")
+    hosts.add_argument("--limit", type=int, default=20, help="at most this many (1-200, default 20)")
+    hosts.add_argument("--json", action="store_true")
     sub.add_parser("pause", help="stop fetching new URLs (fetches in flight finish)")
     sub.add_parser("resume", help="fetch again")
     why = sub.add_parser("why", help="why is this URL (not) crawled?")
@@ -377,8 +381,8 @@ def _parse(p: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.N
     return args
 
 
-COMMANDS = {"status": cmd_status, "jobs": cmd_jobs, "failures": cmd_failures, "add": cmd_add, "pause": cmd_pause, "resume": cmd_pause, "why": cmd_why,
-            "export": cmd_export, "import": cmd_import}
+COMMANDS = {"status": cmd_status, "jobs": cmd_jobs, "failures": cmd_failures, "hosts": cmd_hosts, "add": cmd_add,
+            "pause": cmd_pause, "resume": cmd_pause, "why": cmd_why, "export": cmd_export, "import": cmd_import}
 
 
 def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""spiderctl's listings: the tables the status page shows too (jobs, failures), each one ``GET /api/<what>?limit=``
+"""spiderctl's listings: the tables the status page shows too (jobs, failures, hosts), each one ``GET /api/<what>?limit=``
 printed as text, or as it came with ``--json``."""
 
 from __future__ import annotations
@@ -55,3 +55,31 @@ def cmd_failures(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
         at = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["at"]))
         out.write(f"{at} UTC  {r['url']}\n    {r['reason']}  (spiderctl why URL tells more)\n")
     return OK
+
+
+def cmd_hosts(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
+    rows = _listing(client, args, out, "hosts")
+    if rows is None:
+        return OK
+    if not rows:
+        out.write("no host has waiting URLs\n")
+        return OK
+    _columns(out, ("HOST", "WAITING", "IN FLIGHT", "NEXT TURN", "DELAY", "ERRORS", "WHY"),
+             [(r["host"], f"{r['waiting']:,}", f"{r['inflight']}/{r['concurrency']}", _next_turn(r),
+               f"{r['delay']:g}s", "-" if r["errors"] is None else str(r["errors"]), _why(r)) for r in rows])
+    return OK
+
+
+def _next_turn(row: dict[str, Any]) -> str:
+    if row["next_in"] > 0:
+        return f"in {row['next_in']:.1f}s"
+    return "when a fetch ends" if row["inflight"] >= row["concurrency"] else "now"
+
+
+def _why(row: dict[str, Any]) -> str:
+    why = row["delay_why"]
+    if why == "throttled":
+        until = time.strftime("%H:%M:%S UTC", time.gmtime(row["throttled_until"]))
+        return f"throttled (429/503 Retry-After) until {until}"
+    return {"adaptive": "adaptive (fetch times)", "crawl-delay": "Crawl-delay (robots.txt)",
+            "configured": "configured"}.get(why, "no delay")
