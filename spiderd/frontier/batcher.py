@@ -36,12 +36,12 @@ from twisted.internet.defer import Deferred, DeferredLock
 from twisted.logger import Logger
 
 from spiderd.config.settings import ConfigError
-from spiderd.frontier.batchtargets import TargetFigures, next_target, target_rows
 from spiderd.core.blocking import Lane
 from spiderd.core.fsutil import unlink_quietly, write_many_atomically
 from spiderd.core.lifecycle import InFlight, settled
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import redact
+from spiderd.frontier.batchtargets import TargetFigures, next_target, target_rows
 
 log = Logger()
 

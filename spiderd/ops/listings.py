@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import IO, TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from spiderd.ops.ctl import Client
