@@ -563,6 +563,8 @@ class OutageTests(ShipperTestBase):
         shipper = self.shipper()
         yield shipper.ready
         self.assertEqual((shipper.waiting, shipper.quarantined), (1, 2))
+        refused = [(f["name"], f["error"][:20]) for f in shipper.status()["files"] if f["state"] == "refused"]
+        self.assertEqual(refused, [("0005-e.jl", "unreadable sidecar: "), ("0004-d.jl", "a spooled file witho")])
         yield shipper.settled()
         self.assertEqual((self.ftpd.home / "ok.jl").read_bytes(), GOOD)
         self.assertEqual(self.queued(), [])

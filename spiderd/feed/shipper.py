@@ -128,6 +128,7 @@ class FeedShipper(Service):
         self.quarantined = 0
         self.last_error: str | None = None
         self.refused = RefusedFiles()
+        self._start_refusals: list[tuple[str, str]] = []  # (stem, reason) quarantined by _recover, on the lane
 
     @property
     def waiting(self) -> int:
@@ -165,6 +166,9 @@ class FeedShipper(Service):
 
     def _resume(self, entries: list[_Entry]) -> None:
         self._entries = {e.id: e for e in entries}
+        for stem, reason in self._start_refusals:
+            self.refused.add(stem + ".jl", None, 0, None, reason, self._clock.seconds())
+        self._start_refusals = []
         if self._entries:
             log.info("Resuming {count} spooled feed files", count=len(self._entries))
         for entry in list(self._entries.values()):
@@ -203,7 +207,7 @@ class FeedShipper(Service):
     def _refuse_at_start(self, stem: str, reason: str) -> None:
         self._quarantine(stem, reason)
         self.quarantined += 1
-        self.refused.add(stem + ".jl", None, 0, None, reason, self._clock.seconds())
+        self._start_refusals.append((stem, reason))  # into self.refused on the reactor thread (_resume)
         log.error("Spooled feed file {id} moved to {bad}: {reason}", id=stem, bad=self.bad_dir, reason=reason)
 
     # -- ship -------------------------------------------------------------------------------------
