@@ -452,6 +452,43 @@ class PoolContract:
         assert pool.recent_failures.latest(1) == latest[:1]
 
     @defer.inlineCallbacks
+    def test_hosts_to_look_at_first(self) -> Gen:
+        """hosts(): a throttled host first, then the most waiting URLs; each with its queue, requests in flight,
+        next turn, delay and why (throttled, configured, Crawl-delay, adaptive, none) and this node's failed
+        fetches; the block's end passed, the host is one like the others."""
+        pool = yield self.make_pool(delay=2.0, failure_threshold=5, overrides={"free.example": (0.0, 1)},
+                                    adaptive_overrides={"slow.example": AdaptiveDelay(10.0, 0.0, 60.0)})
+        yield pool.set_host_delay("robots.example", 7.0)
+        yield pool.addmany([f"http://{h}.example/{i}" for h in ("thr", "robots", "slow") for i in (1, 2)]
+                           + ["http://free.example/1"])
+        assert len((yield pool.pop(10))) == 4  # one URL of each host
+        self.clock.advance(1)
+        now = self.clock.seconds()
+        yield pool.throttle("http://thr.example/1", now + 30, 429)
+        yield pool.fetched("http://slow.example/1", 1.0)  # 10 x 1 s: its next turn in 10 s
+        yield pool.set_status("http://slow.example/1", 200)
+        yield pool.set_status("http://free.example/1", 503)  # retried
+        yield pool.addmany([f"http://big.example/{i}" for i in range(5)])
+
+        def row(host: str, waiting: int, inflight: int, next_in: float, delay: float, why: str | None,
+                until: float | None = None, errors: int = 0) -> dict[str, Any]:
+            return {"host": host, "waiting": waiting, "inflight": inflight, "concurrency": 1, "next_in": next_in,
+                    "delay": delay, "delay_why": why, "throttled_until": until, "errors": errors}
+
+        assert (yield pool.hosts()) == [
+            row("thr.example", 2, 0, 30.0, 2.0, "throttled", now + 30, errors=1),
+            row("big.example", 5, 0, 0.0, 2.0, "configured"),
+            row("free.example", 1, 0, 0.0, 0.0, None, errors=1),
+            row("robots.example", 1, 1, 6.0, 7.0, "crawl-delay"),
+            row("slow.example", 1, 0, 10.0, 2.0, "adaptive"),
+        ]
+        assert [r["host"] for r in (yield pool.hosts(2))] == ["thr.example", "big.example"]
+        self.clock.advance(30)
+        top = yield pool.hosts(2)
+        assert top == [row("big.example", 5, 0, 0.0, 2.0, "configured"),
+                       row("thr.example", 2, 0, 0.0, 2.0, "configured", errors=1)], top
+
+    @defer.inlineCallbacks
     def test_a_pop_of_one_takes_a_due_hub(self) -> Gen:
         """pop(1) hands out a due hub (seed 000: at least one), so a crawl at concurrency 1 does not spin while
         next_due says a hub is due now."""

@@ -147,7 +147,7 @@ class IURLPool(Interface):
 class IURLPoolAdmin(Interface):
     """What operators and tools ask of a pool, beside its core contract (:class:`IURLPool`).
 
-    ``GET /api/why`` (and spiderctl why), ``GET /api/export`` and ``POST
+    ``GET /api/why`` (and spiderctl why), ``GET /api/hosts`` (spiderctl hosts), ``GET /api/export`` and ``POST
     /api/import`` (spiderctl export and import) are its only callers in the
     node: no part of the crawl needs it.  A backend may lack it; those
     endpoints then answer 404, "not available for this pool".  The LevelDB,
@@ -159,6 +159,14 @@ class IURLPoolAdmin(Interface):
         """Fires with a dict describing the URL's state, failures, lease and host; a URL that failed has
         ``last_failure``: ``{"reason": text, "at": time, "failures": n}``; one whose validators are kept has
         ``validators``: ``{"etag": text or None, "last_modified": Unix seconds or None}``."""
+
+    def hosts(limit: int = 50):  # type: ignore[no-untyped-def]
+        """Fires with at most ``limit`` (1-200) hosts to look at first: those a throttling answer blocks now
+        (the latest block end first), then those with the most waiting URLs; each a dict: ``host``, ``waiting``,
+        ``inflight``, ``concurrency``, ``next_in`` (seconds until it may be asked again), ``delay``,
+        ``delay_why`` (``throttled``, ``adaptive``, ``crawl-delay``, ``configured`` or None), ``throttled_until``
+        (or None) and ``errors`` (its failed fetches among the last 1000 this node recorded).  Cheap: no URL
+        is read (the embedded pool passes once over its host table in memory; Redis reads 2 x ``limit`` hosts)."""
 
     def export(chunk: int = 1000):  # type: ignore[no-untyped-def]
         """A reader of every entry (spiderd.frontier.pool.records): its ``next()`` fires with a list, or None at the end."""

@@ -251,6 +251,7 @@ class KVStatuses(KVQueues):
         """Keep why ``u`` failed (its last failure) in its ``E`` entry; a final failure is logged (debug)."""
         why = st.recorded(code, reason)
         batch.put(k.failure_key(u.fingerprint), k.pack_failure(self._clock.seconds(), failures, why))
+        self.host_errors.add(u.host)
         if final:
             log.debug("{url} failed for good: {reason}", url=u.url, reason=why)
             self.recent_failures.add(u.url, why, self._clock.seconds())

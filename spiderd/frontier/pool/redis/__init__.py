@@ -22,6 +22,8 @@ key                                    type    holds
 ``P fails``                            hash    fingerprint -> failures, for active URLs that failed before
 ``P again``                            hash    fingerprint -> prio of a pending URL added again (``always``)
 ``P throttles``                        hash    fingerprint -> throttled fetches of an active URL (``throttle``)
+``P throttled``                        zset    host -> end of its block by a throttling answer (``hosts``;
+                                               past ones trimmed at each throttle)
 ``P why``                              hash    fingerprint -> "at failures reason": the last failure of a URL
                                                that failed (retried or for good), until it is done
 ``P hubs`` / ``P hub``                 zset    fingerprint -> next due time / hash: fingerprint -> domain, URL

@@ -22,7 +22,7 @@ from spiderd.frontier.pool.crawled import KINDS, link_value, parallel, recrawl_p
 from spiderd.frontier.pool.redis.admin import RedisAdmin
 from spiderd.frontier.pool.redis.handed import LEAVE, Handed
 from spiderd.frontier.pool.redis.link import RedisLink, Script
-from spiderd.frontier.pool.shared import RecentFailures, URLParsing, parsed, stats_answer, status_parts
+from spiderd.frontier.pool.shared import HostErrors, RecentFailures, URLParsing, parsed, stats_answer, status_parts
 from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
 
 log = Logger()
@@ -77,6 +77,7 @@ class RedisPool(RedisAdmin, URLParsing):
         self._bits = seen_bucket_bits
         self.rejected: Counter[str] = Counter()
         self.recent_failures = RecentFailures()
+        self.host_errors = HostErrors()  # this node's failed fetches per host (hosts())
         self._statuses: list[tuple[list[str], defer.Deferred[None]]] = []  # waiting to go out together
         self._statuses_in_flight = 0
         self._kept = {domain: "".join(str(p) for p in sorted(prios)) for domain, prios in recrawl_pairs(recrawl).items()}
@@ -202,6 +203,7 @@ class RedisPool(RedisAdmin, URLParsing):
             return defer.succeed(None)
         url, host, domain = self._located(u)
         self._handed.forget(url)
+        self.host_errors.add(host)
         outcome = f"throttle {self._outcome(status_code)} {float(until)!r}"
         return self._queue_statuses([outcome, url, host, domain, self._kept.get(domain, "-"),
                                      st.recorded(status_code, reason), LEAVE])
@@ -218,6 +220,8 @@ class RedisPool(RedisAdmin, URLParsing):
                 url, host, domain = self._located(u)
                 outcome = self._outcome(code)
                 why = "" if outcome == "done" else st.recorded(code, reason)
+                if outcome != "done":
+                    self.host_errors.add(host)
                 args += (outcome, url, host, domain, self._kept.get(domain, "-"), why, self._handed.arg(validators))
                 self._handed.forget(url)
         if checkpoint is not None:

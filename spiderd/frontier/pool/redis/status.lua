@@ -7,7 +7,7 @@
 -- A failure is kept as the URL's last one (WHY: "at failures reason") until the URL is done after it.
 -- An entry whose outcome is 'checkpoint' records a count instead: name in the url's place, count in the host's.
 -- An outcome 'throttle <outcome> <block_end>' (a 429 or 503: throttle) blocks the host in NEXT until then (a later
--- block wins) and queues the URL again without a failure, up to ARGV[8] throttles of it (THROTTLES counts them);
+-- block wins; THROTTLED keeps it for hosts.lua) and queues the URL again without a failure, up to ARGV[8] throttles of it (THROTTLES counts them);
 -- past them it is recorded as <outcome>.  A done or final URL drops its count.
 -- Validators are kept (VALIDATORS) only for hubs and the kinds kept in crawled sets: a done URL of those keeps the
 -- ones given (none given: drops them), a final one drops them; a hub is done again at every hand-out.
@@ -20,6 +20,8 @@ local finals = {}
 -- Block host until the time given; true if the URL's throttle is still within MAX_THROTTLES (counted).
 local function throttled(fp, host, block_end)
   redis.call('ZADD', NEXT, 'GT', block_end, host)
+  redis.call('ZREMRANGEBYSCORE', THROTTLED, '-inf', NOW_S)
+  redis.call('ZADD', THROTTLED, 'GT', block_end, host)
   local s = slot(host)
   s.next = math.max(s.next, block_end)
   if tonumber(redis.call('HGET', THROTTLES, fp) or '0') >= MAX_THROTTLES then return false end
