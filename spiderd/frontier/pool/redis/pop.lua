@@ -173,8 +173,6 @@ local function pop_urls(caps, strict)
   return leased
 end
 
-redis.call('ZREMRANGEBYSCORE', NEXT, '-inf', NOW_S)
-expire()
 -- The URLs of each kind a pop of `wanted` reserves: KindSplit.reserve in spiderd/frontier/pool/split.py.
 local function reserve(wanted)
   if RATIOS[0] + RATIOS[1] <= 0 or wanted <= 0 then return {[0] = 0, [1] = 0} end
