@@ -60,6 +60,16 @@ def test_adaptive_politeness_settings() -> None:
     assert (rule.wait(0.1), rule.wait(2.0), rule.wait(60.0)) == (1.0, 6.0, 20.0)
 
 
+def test_conditional_get_on_by_default() -> None:
+    """[fetch] conditional_get: on unless turned off; it reaches the pool's options."""
+    from spiderd.frontier.pool.service import pool_options
+
+    assert cfg.from_dict({}).conditional_get is True
+    assert cfg.load(str(ROOT / "etc" / "spiderd.toml")).conditional_get is True
+    off = cfg.from_dict({"fetch": {"conditional_get": False}})
+    assert off.conditional_get is False and pool_options(off)["conditional_get"] is False
+
+
 def test_sitemap_settings() -> None:
     """[sitemaps]: robots.txt's Sitemap: lines read, no path guessed, the protocol's limits, a daily refresh and
     lastmod on, by default; each can be changed."""
@@ -88,6 +98,7 @@ def test_overrides() -> None:
         ({"fetch": {"concurrency": 0}}, "fetch.concurrency", "1 or more"),
         ({"fetch": {"concurrency": 2.5}}, "fetch.concurrency", "expected an integer"),
         ({"fetch": {"robots": "yes"}}, "fetch.robots", "true or false"),
+        ({"fetch": {"conditional_get": 1}}, "fetch.conditional_get", "true or false"),
         ({"fetch": {"per_host_delay": -1}}, "fetch.per_host_delay", "0 or more"),
         ({"pool": {"hub_refresh_span": float("inf")}}, "pool.hub_refresh_span", "finite number"),
         ({"pool": {"pending_threshold": float("nan")}}, "pool.pending_threshold", "finite number"),

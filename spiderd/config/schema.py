@@ -59,6 +59,7 @@ SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "source_addresses": ("source_addresses", "addresses"),
         "max_retry_after": ("max_retry_after", "positive"),  # throttling answers (429, 503): the longest host block
         "max_throttles": ("max_throttles", "count"),  # throttles of one URL that do not count as its failures
+        "conditional_get": ("conditional_get", "bool"),  # a recrawl sends the page's ETag / Last-Modified back
     },
     "sitemaps": {
         "from_robots": ("sitemap_from_robots", "bool"),  # read the Sitemap: lines of each site host's robots.txt

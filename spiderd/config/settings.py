@@ -85,6 +85,7 @@ class Settings:
     source_addresses: tuple[str, ...] = ()
     max_retry_after: float = 3600.0  # a 429/503's Retry-After (or back-off) blocks its host this long at most
     max_throttles: int = 10  # a URL's throttled fetches before the next one counts as its failure
+    conditional_get: bool = True  # hubs and recrawled pages are fetched with If-None-Match / If-Modified-Since
     # [sitemaps]
     sitemap_from_robots: bool = True  # the Sitemap: lines of robots.txt (read when robots.txt is: fetch.robots)
     sitemap_paths: tuple[str, ...] = ()  # paths tried on every site host besides, such as "/sitemap.xml"

@@ -37,12 +37,14 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from spiderd.core.conditional import Validators
 from spiderd.core.fsutil import fsync_dir, unlink_quietly
 
 log = Logger()
 
 PART = ".part"
-Status = tuple[str, int] | tuple[str, int, str | None]  # (url, code[, reason]): as IURLPool.set_statuses takes
+# (url, code[, reason[, validators]]): as IURLPool.set_statuses takes
+Status = tuple[str, int] | tuple[str, int, str | None] | tuple[str, int, str | None, Validators | None]
 _Pending = tuple[dict[str, Any], list[Status], "Deferred[None]"]
 
 

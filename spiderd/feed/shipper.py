@@ -42,6 +42,7 @@ from spiderd.core.retry import Backoff
 from spiderd.core.secrets import mask_secret, redact
 from spiderd.feed.errors import BadFeedError, FeedExistsError
 from spiderd.feed.jsonl import validate_jsonl
+from spiderd.feed.spoolview import RefusedFiles, file_rows
 from spiderd.feed.upload import Abort, upload
 
 log = Logger()
@@ -86,6 +87,7 @@ class _Entry:
     busy: bool = False
     timer: Any = None
     abort: Abort | None = None
+    error: str | None = None  # the last failed attempt's, without a password
 
     def record(self) -> dict[str, Any]:
         return {"target": self.target, "name": self.name, "attempts": self.attempts,
@@ -125,6 +127,8 @@ class FeedShipper(Service):
         self.failures = 0
         self.quarantined = 0
         self.last_error: str | None = None
+        self.refused = RefusedFiles()
+        self._start_refusals: list[tuple[str, str]] = []  # (stem, reason) quarantined by _recover, on the lane
 
     @property
     def waiting(self) -> int:
@@ -132,9 +136,17 @@ class FeedShipper(Service):
         return len(self._entries)
 
     def status(self) -> dict[str, Any]:
-        """Counters for the status API (``last_error`` never shows a password)."""
+        """Counters for the status API, and ``files``: the refused and waiting files (see spoolview.py); no
+        password shows."""
         return {"shipped": self.shipped, "waiting": self.waiting, "failures": self.failures,
-                "quarantined": self.quarantined, "last_error": self.last_error}
+                "quarantined": self.quarantined, "last_error": self.last_error,
+                "files": file_rows(self._entries.values(), self.refused, self._clock.seconds())}
+
+    def whereabouts(self) -> dict[str, str]:
+        """File name (as given to ship) -> ``spooled`` (not uploaded yet) or ``refused`` (since this start)."""
+        known = dict.fromkeys(self.refused.names(), "refused")
+        known.update((entry.name, "spooled") for entry in self._entries.values())
+        return known
 
     def settled(self) -> Deferred[None]:
         """Fires when the spool is recovered and no spooling or upload attempt is running (retry timers may be
@@ -154,6 +166,9 @@ class FeedShipper(Service):
 
     def _resume(self, entries: list[_Entry]) -> None:
         self._entries = {e.id: e for e in entries}
+        for stem, reason in self._start_refusals:
+            self.refused.add(stem + ".jl", None, 0, None, reason, self._clock.seconds())
+        self._start_refusals = []
         if self._entries:
             log.info("Resuming {count} spooled feed files", count=len(self._entries))
         for entry in list(self._entries.values()):
@@ -192,6 +207,7 @@ class FeedShipper(Service):
     def _refuse_at_start(self, stem: str, reason: str) -> None:
         self._quarantine(stem, reason)
         self.quarantined += 1
+        self._start_refusals.append((stem, reason))  # into self.refused on the reactor thread (_resume)
         log.error("Spooled feed file {id} moved to {bad}: {reason}", id=stem, bad=self.bad_dir, reason=reason)
 
     # -- ship -------------------------------------------------------------------------------------
@@ -321,6 +337,7 @@ class FeedShipper(Service):
         entry.attempts += 1
         error = self._describe(failure, entry)
         self.last_error = f"{entry.name}: {error}"
+        entry.error = error
         if not self.running:
             log.info("Feed {name} not shipped before stop ({error}); it stays spooled", name=entry.name, error=error)
             return
@@ -335,6 +352,7 @@ class FeedShipper(Service):
         self.quarantined += 1
         error = self._describe(failure, entry)
         self.last_error = f"{entry.name}: {error}"
+        self.refused.add(entry.name, entry.target, entry.attempts, entry.first_seen, error, self._clock.seconds())
         log.error("Feed {name} refused, moved to {bad}, never uploaded: {error}",
                   name=entry.name, bad=self.bad_dir, error=error)
 
