@@ -29,6 +29,7 @@ from spiderd.frontier.interfaces import IURLPool
 from spiderd.frontier.pool.service import pool_service
 from spiderd.frontier.scheduler import Recrawler, schedulers
 from spiderd.frontier.seeds import SeedService
+from spiderd.frontier.sitemapservice import sitemap_service
 from spiderd.ops.reload import ReloadService
 from spiderd.ops.systemd import SystemdNotifier
 from spiderd.ops.web import ApiService, Auth, Node
@@ -118,7 +119,7 @@ class Frontier:
 
 
 def build(settings: cfg.Settings, reactor: INodeReactor, demo: bool = False, signals: bool = False,
-          on_start_failure: Callable[[Any, Exception], object] | None = None) -> lifecycle.OrderedMultiService:
+          on_start_failure: Callable[[Any, BaseException], object] | None = None) -> lifecycle.OrderedMultiService:
     """Wire the services of one node: they start in this order (after the pool is ready) and stop in reverse.
 
     ``signals``: handle SIGHUP (twistd's makeService asks; tests building services directly do not)."""
@@ -158,7 +159,7 @@ def _worker(base: Base) -> WorkerService | None:
 
 
 def _frontier(base: Base, worker: WorkerService | None, demo: bool) -> Frontier:
-    """The frontier: items, batcher, seeds, timers, (demo site), progress, and the fetch loop last."""
+    """The frontier: items, batcher, seeds, timers, (demo site), progress, sitemaps, and the fetch loop last."""
     s, reactor, pool, stats = base.settings, base.reactor, base.pool, base.stats
     assert pool is not None  # (built only with a pool)
     items = base.add(ItemWriter(reactor, s.path(s.items_dir), s.items_rotate_count, pool=pool))
@@ -172,11 +173,14 @@ def _frontier(base: Base, worker: WorkerService | None, demo: bool) -> Frontier:
     if worker is not None:
         extra.update(worker=worker.status, feeds=worker.shipper.status)
     base.add(ProgressLogger(stats, pool, reactor, s.log_interval, extra))
+    sitemaps = base.add(sitemap_service(s, reactor, pool, base.fetcher, base.blocking.lane("sitemaps"), stats,
+                                        detail_sink=batcher.add if batcher is not None else None))
     crawler = base.add(CrawlService(
         reactor, pool, base.fetcher, base.parser, base.parser.rules, stats, store=base.store, items=items,
         detail_sink=batcher.add if batcher is not None else None, concurrency=s.concurrency,
         exit_when_done=s.exit_when_done, stop_timeout=s.timeout + 5, linkbase=s.linkbase, hub_percent=s.hub_percent,
-        max_retry_after=s.max_retry_after))
+        max_retry_after=s.max_retry_after, conditional_get=s.conditional_get,
+        discovery=(sitemaps,) if sitemaps is not None else ()))
     if s.exit_when_done:
         crawler.finished.addCallback(lambda _: _when_idle(batcher, worker, reactor))
     return Frontier(crawler, seeds, batcher, recrawler)
@@ -203,5 +207,5 @@ def _api(base: Base, frontier: Frontier, worker: WorkerService | None, signals: 
     base.add(ApiService(base.reactor, node, bind=s.api_bind, port=s.api_port,
                         auth=Auth(s.api_token, s.api_username, s.api_password)))
     if signals:
-        base.add(ReloadService(base.reactor, s, frontier.seeds))
+        base.add(ReloadService(base.reactor, s, base.blocking.lane("reload"), frontier.seeds))
         lifecycle.calm_repeated_stop_signals(base.reactor)

@@ -160,6 +160,8 @@ class BatcherTests(unittest.TestCase):
         while len(self.nodes[0].hanging) < 3:
             yield _turn()
         self.assertEqual((b.status()["in_flight"], b.status()["queued"], b.status()["spooled"]), (3, 7, 10))
+        (row,) = b.status()["targets"]
+        self.assertEqual((row["in_flight"], row["waiting"], row["sent"]), (3, 7, 0))
         stopping = b.stopService()
         self.clock.advance(1)
         yield stopping
@@ -201,6 +203,26 @@ class BatcherTests(unittest.TestCase):
         self.assertEqual(len(self.nodes[-1].batches), 1)
         self.assertEqual(b.status()["spooled"], 0)
         return b
+
+    @defer.inlineCallbacks
+    def test_figures_per_target(self) -> Any:
+        """status()["targets"]: per target, the batches waiting for it (spooled, its turn next) and in flight,
+        sent, URLs sent, failures and the last error; the target that needs attention first."""
+        dead, good = self.closed_target(), self.target()
+        b = self.batcher([dead, good], batch_size=5, retry_first=2)
+        yield b.add([f"http://shop.example/item/{i}.html" for i in range(10)])  # batch 1 to dead, 2 to good
+        yield self.settle(b)
+
+        def figures() -> list[tuple[Any, ...]]:
+            return [(r["target"], r["waiting"], r["in_flight"], r["sent"], r["urls_sent"], r["failures"])
+                    for r in b.status()["targets"]]
+
+        self.assertEqual(figures(), [(f"http://{good}", 1, 0, 1, 5, 0), (f"http://{dead}", 0, 0, 0, 0, 1)])
+        self.assertIn("refused", b.status()["targets"][1]["last_error"].lower())
+        self.assertEqual(b.status()["targets"][0]["last_accepted"], self.clock.seconds())
+        self.clock.advance(2)  # batch 1's back-off: to the next target
+        yield self.settle(b)
+        self.assertEqual(figures(), [(f"http://{dead}", 0, 0, 0, 0, 1), (f"http://{good}", 0, 0, 2, 10, 0)])
 
     def test_refused_target_fails_over(self) -> Any:
         """A target that refuses the connection: the batch waits in the spool, then goes to the next target."""

@@ -289,18 +289,41 @@ class InProcessTests(TestCase):
             {"url": "http://c.example/big", "reason": "too large: over the limit of 1000 bytes", "at": 90.0}]
 
     @defer.inlineCallbacks
+    def test_hosts_throttled_first_then_the_largest_queues(self) -> Gen:
+        """GET /api/hosts through `spiderctl hosts`: the throttled host first with when its block ends, then the
+        most waiting URLs, each with in flight of its concurrency, next turn, delay and why, errors; --json."""
+        pool = self.node.pool
+        pool.politeness.delay = 2.0
+        yield pool.set_host_delay("robots.example", 5.0)
+        yield pool.addmany(["http://thr.example/1", "http://robots.example/1", "http://robots.example/2"]
+                           + [f"http://big.example/{i}" for i in range(3)])
+        yield pool.pop(1)  # thr.example/1
+        yield pool.throttle("http://thr.example/1", 90.0, 429)
+        yield pool.pop(1)  # robots.example/1 (big.example's turn comes later)
+        code, out = yield self.ctl("hosts")
+        lines = [line.split("  ") for line in out.splitlines()]
+        cells = [[c.strip() for c in line if c.strip()] for line in lines]
+        assert code == 0 and cells[0] == ["HOST", "WAITING", "IN FLIGHT", "NEXT TURN", "DELAY", "ERRORS", "WHY"], out
+        assert cells[1] == ["thr.example", "1", "0/1", "in 90.0s", "2s", "1",
+                            "throttled (429/503 Retry-After) until 00:01:30 UTC"], out
+        assert cells[2] == ["big.example", "3", "0/1", "now", "2s", "0", "configured"], out
+        assert cells[3] == ["robots.example", "1", "1/1", "in 5.0s", "5s", "0", "Crawl-delay (robots.txt)"], out
+        code, out = yield self.ctl("hosts", "--limit", "1", "--json")
+        assert [r["host"] for r in json.loads(out)["hosts"]] == ["thr.example"]
+
+    @defer.inlineCallbacks
     def test_admin_commands_on_a_pool_without_them(self) -> Gen:
-        """why, export and import on a pool with the core contract only: status 1 and the server's reason."""
+        """why, hosts, export and import on a pool with the core contract only: status 1 and the server's reason."""
         self.node.pool = CoreOnlyPool(self.node.pool)
         dump = self.tmp / "in.jl"
         dump.write_text('{"url": "http://b.example/1", "state": "waiting"}\n')
         for argv, path in [(("why", "http://a.example/"), "why"), (("export", "-o", str(self.tmp / "x.jl")), "export"),
-                           (("import", str(dump)), "import")]:
+                           (("import", str(dump)), "import"), (("hosts",), "hosts")]:
             self.patch(sys, "stderr", io.StringIO())
             code, _ = yield self.ctl(*argv)
             assert code == ctl.REFUSED, argv
             assert (f"refused the request (404): /api/{path}: not available for this pool: its backend has no "
-                    "admin interface (why, export, import)") in sys.stderr.getvalue(), sys.stderr.getvalue()
+                    "admin interface (why, hosts, export, import)") in sys.stderr.getvalue(), sys.stderr.getvalue()
 
     @defer.inlineCallbacks
     def test_basic_auth_needed(self) -> Gen:

@@ -362,7 +362,7 @@ class UploadTests(ShipperTestBase):
         self.assertEqual(self.ftpd.seen, [("STOR", temp), ("RNFR", temp), ("RNTO", "1_site_t.jl")])
         self.assertEqual(os.listdir(self.ftpd.home / "feeds/2024"), ["1_site_t.jl"])
         self.assertEqual(shipper.status(), {"shipped": 1, "waiting": 0, "failures": 0, "quarantined": 0,
-                                            "last_error": None})
+                                            "last_error": None, "files": []})
         self.assertEqual(self.queued(), [])
         self.assertTrue(any("1_site_t.jl shipped" in t for t in self.logs.texts(LogLevel.info)))
         self.assertNoSecret()
@@ -471,6 +471,36 @@ class OutageTests(ShipperTestBase):
         self.assertEqual(self.queued(), [])
 
     @defer.inlineCallbacks
+    def test_files_refused_then_waiting(self) -> Any:
+        """status()["files"]: the refused file first, then the waiting ones (the most failed attempts first), each
+        with its state, attempts, next attempt and error, no password; whereabouts() names the spooled and the
+        refused ones until the spooled ones are uploaded."""
+        port = self.ftpd.port
+        self.ftpd.stop()
+        shipper = self.shipper(retry_first=1.0, retry_max=4.0)
+        yield shipper.ship(self.feed("old.jl"), self.ftpd.uri("/old.jl"))
+        yield shipper.settled()
+        self.clock.advance(1.0)  # its second attempt fails too
+        yield shipper.settled()
+        yield shipper.ship(self.feed("new.jl"), self.ftpd.uri("/new.jl"))
+        yield self.assertFailure(shipper.ship(self.feed("bad.jl", b'{"a":NaN}\n'), self.ftpd.uri("/bad.jl")),
+                                 BadFeedError)
+        yield shipper.settled()
+        files = shipper.status()["files"]
+        self.assertEqual([(f["name"], f["state"], f["attempts"], f["next_attempt_in"]) for f in files],
+                         [("bad.jl", "refused", 0, None), ("old.jl", "retrying", 2, 2.0), ("new.jl", "retrying", 1, 1.0)])
+        self.assertIn("line 1", files[0]["error"])
+        self.assertIn("refused", files[1]["error"].lower())
+        self.assertTrue(files[1]["target"].endswith("/old.jl") and "***" in files[1]["target"], files[1])
+        self.assertNotIn(PASSWORD, json.dumps(files))
+        self.assertEqual(shipper.whereabouts(), {"old.jl": "spooled", "new.jl": "spooled", "bad.jl": "refused"})
+        self.start_ftpd(port)
+        self.clock.advance(2.0)
+        yield shipper.settled()
+        self.assertEqual(shipper.whereabouts(), {"bad.jl": "refused"})
+        self.assertEqual([f["name"] for f in shipper.status()["files"]], ["bad.jl"])
+
+    @defer.inlineCallbacks
     def test_server_down_then_back(self) -> Any:
         """Refused connections keep the file spooled with one warning; it ships once the server is back."""
         port = self.ftpd.port
@@ -510,6 +540,7 @@ class OutageTests(ShipperTestBase):
         self.assertEqual(len(self.queued()), 4)
         ftpd = self.start_ftpd(port)
         second = self.shipper()
+        yield second.ready  # the spool is read on the shipper's lane
         self.assertEqual(second.waiting, 2)
         yield second.settled()
         self.assertEqual((ftpd.home / "1.jl").read_bytes(), GOOD)
@@ -530,7 +561,10 @@ class OutageTests(ShipperTestBase):
         write(queue / "0005-e.jl", GOOD)
         write(queue / "0006-f.jl.tmp", b'{"a"')
         shipper = self.shipper()
+        yield shipper.ready
         self.assertEqual((shipper.waiting, shipper.quarantined), (1, 2))
+        refused = [(f["name"], f["error"][:20]) for f in shipper.status()["files"] if f["state"] == "refused"]
+        self.assertEqual(refused, [("0005-e.jl", "unreadable sidecar: "), ("0004-d.jl", "a spooled file witho")])
         yield shipper.settled()
         self.assertEqual((self.ftpd.home / "ok.jl").read_bytes(), GOOD)
         self.assertEqual(self.queued(), [])

@@ -119,3 +119,18 @@ def test_wait_idle_falls_back_to_the_interval_only_when_nothing_is_under_way() -
     busy[0] = False
     clock.advance(0.5)
     assert done
+
+
+def test_a_child_that_fails_to_get_ready_is_a_start_failure() -> None:
+    """A ``ready`` that fails (a spool that cannot be read) stops the start as a failing startService does:
+    on_start_failure hears of it and the children after it never start."""
+    log: list[str] = []
+    failures: list[tuple[str, str]] = []
+    ready: Deferred[None] = Deferred()
+    top = OrderedMultiService(lambda child, error: failures.append((child.name, str(error))))
+    for s in (Recorder("spool", log, ready), Recorder("after", log)):
+        s.setServiceParent(top)
+    top.startService()
+    ready.errback(OSError("queue: permission denied"))
+    assert log == ["start spool"]
+    assert failures == [("spool", "queue: permission denied")]

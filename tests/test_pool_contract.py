@@ -12,6 +12,7 @@ from twisted.trial.unittest import TestCase
 from zope.interface.verify import verifyObject
 
 from spiderd.core import status
+from spiderd.core.conditional import Validators
 from spiderd.core.rules import AdaptiveDelay
 from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.frontier.politeness import Politeness
@@ -22,6 +23,9 @@ from spiderd.frontier.pool.redis.link import RedisLink, parse_redis_url
 from . import services
 
 Gen = Generator[Any, Any, None]
+LAST_MODIFIED = 1_700_000_000
+V1 = Validators('"v1"', LAST_MODIFIED)
+V2 = Validators('W/"v2"', LAST_MODIFIED + 60)
 
 
 class PoolContract:
@@ -305,6 +309,104 @@ class PoolContract:
         self.clock.advance(1)
         assert (yield pool.pop(1)) == {"http://a.example/1": False}
 
+    # -- conditional GET: validators of the URLs handed out again ---------------------
+
+    @defer.inlineCallbacks
+    def test_validators_of_a_hub_round_trip(self) -> Gen:
+        """A hub's done fetch keeps its validators; its next hand-out gives them back; a 304 is done and may
+        replace them; a 200 without any drops them; a final failure too."""
+        pool = yield self.make_pool(concurrency=10)
+        hub = "http://hub.example/"
+        yield pool.set_hubs([hub], 60)
+        assert (yield pool.pop(1)) == {hub: True}
+        assert (yield pool.validators(hub)) is None
+        yield pool.set_statuses([(hub, 200, None, V1)])
+        assert (yield pool.validators(hub)) == V1
+        assert (yield pool.why(hub))["validators"] == {"etag": '"v1"', "last_modified": LAST_MODIFIED}
+        for validators, code, kept in ((V2, 304, V2), (None, 200, None), (V1, 200, V1), (None, 404, None)):
+            self.clock.advance(61)
+            assert (yield pool.pop(1)) == {hub: True}
+            assert (yield pool.validators(hub)) == (yield pool.validators(hub))  # asked twice: the same
+            yield pool.set_statuses([(hub, code, None, validators)])
+            assert (yield pool.validators(hub)) == kept, (code, validators)
+        stats = yield pool.stats()
+        assert (stats["done"], stats["failed"], stats["pending"]) == (1, 0, 0)
+
+    @defer.inlineCallbacks
+    def test_validators_kept_only_for_recrawled_kinds(self) -> Gen:
+        """Pages of a recrawled (domain, kind) keep their validators; other kinds and domains keep none."""
+        pool = yield self.make_pool(concurrency=10, recrawl=[("a.example", "list")])
+        lists = ["http://a.example/l", "http://b.example/l"]
+        yield pool.addmany(lists)
+        yield pool.add("http://a.example/d", detail=True)
+        popped = yield self.drain(pool)
+        assert len(popped) == 3
+        yield pool.set_statuses([(url, 200, None, V1) for url in popped])
+        kept = yield defer.gatherResults([pool.validators(url) for url in [*lists, "http://a.example/d"]])
+        assert kept == [V1, None, None]
+        assert "validators" not in (yield pool.why("http://b.example/l"))
+
+    @defer.inlineCallbacks
+    def test_recrawled_page_gets_its_validators_back(self) -> Gen:
+        """A recrawled page is handed out with its validators; its 304 is done (and in its crawled set again, so
+        it is recrawled after the next interval) with the validators given (the crawler's: those it sent, updated
+        by the 304's); a done status without any drops them (a 200 that has none); a final failure too."""
+        pool = yield self.make_pool(concurrency=10, recrawl=[("a.example", "list")])
+        url = "http://a.example/l"
+        yield pool.add(url)
+        yield self.drain(pool)
+        yield pool.set_statuses([(url, 200, None, V1)])
+        for code, given, kept in ((304, V1, V1), (304, V2, V2), (200, None, None), (200, V1, V1), (410, None, None)):
+            self.clock.advance(10)
+            assert (yield pool.recrawl([("a.example", "list", self.clock.seconds())], 10)) == 1
+            assert (yield self.drain(pool)) == {url: False}
+            yield pool.set_statuses([(url, code, None, given)])
+            assert (yield pool.validators(url)) == kept, (code, given)
+            if code != 410:
+                assert ((yield pool.stats())["done"], (yield pool.why(url))["state"]) == (1, "done")
+        assert (yield pool.why(url))["state"] == "failed"
+        assert (yield pool.recrawl([("a.example", "list", self.clock.seconds())], 10)) == 0
+
+    @defer.inlineCallbacks
+    def test_validators_of_a_page_queued_again_while_leased(self) -> Gen:
+        """A recrawled page added again (always) while its fetch runs: that fetch's validators are still kept,
+        for the fetch that follows."""
+        pool = yield self.make_pool(concurrency=10, recrawl=[("a.example", "list")])
+        url = "http://a.example/l"
+        yield pool.add(url)
+        yield self.drain(pool)
+        yield pool.add(url, always=True)
+        yield pool.set_statuses([(url, 200, None, V2)])
+        assert (yield self.drain(pool)) == {url: False}
+        assert (yield pool.validators(url)) == V2
+
+    @defer.inlineCallbacks
+    def test_validators_not_kept_with_conditional_get_off(self) -> Gen:
+        """With conditional_get off the pool keeps no validators and hands none out."""
+        pool = yield self.make_pool(concurrency=10, recrawl=[("a.example", "list")], conditional_get=False)
+        yield pool.set_hubs(["http://a.example/hub"], 60)
+        yield pool.add("http://a.example/l")
+        popped = yield self.drain(pool)
+        yield pool.set_statuses([(url, 200, None, V1) for url in popped])
+        assert (yield defer.gatherResults([pool.validators(url) for url in popped])) == [None, None]
+
+    @defer.inlineCallbacks
+    def test_validators_kept_across_a_reopen(self) -> Gen:
+        """Validators are stored with the pool: a restarted node sends them back."""
+        if not self.reopens:
+            self.skipTest("the memory backend keeps nothing across a reopen")  # type: ignore[attr-defined]
+        pool = yield self.make_pool(concurrency=10)
+        yield pool.set_hubs(["http://a.example/hub"], 60)
+        yield self.drain(pool)
+        yield pool.set_statuses([("http://a.example/hub", 200, None, V1)])
+        pool = yield self.make_pool(concurrency=10)
+        yield pool.set_hubs(["http://a.example/hub"], 60)
+        self.clock.advance(61)
+        assert (yield self.drain(pool)) == {"http://a.example/hub": True}
+        assert (yield pool.validators("http://a.example/hub")) == V1
+        yield pool.set_hubs([], 60)  # a hub no longer configured drops them
+        assert (yield pool.validators("http://a.example/hub")) is None
+
     @defer.inlineCallbacks
     def test_expired_lease_handed_out_again(self) -> Gen:
         """A pending URL whose lease expired is handed out again without being re-added."""
@@ -348,6 +450,43 @@ class PoolContract:
         assert [(e["url"], e["reason"]) for e in latest] == [("http://b.example/1", "http 503"),
                                                             ("http://a.example/1", "http 404")]
         assert pool.recent_failures.latest(1) == latest[:1]
+
+    @defer.inlineCallbacks
+    def test_hosts_to_look_at_first(self) -> Gen:
+        """hosts(): a throttled host first, then the most waiting URLs; each with its queue, requests in flight,
+        next turn, delay and why (throttled, configured, Crawl-delay, adaptive, none) and this node's failed
+        fetches; the block's end passed, the host is one like the others."""
+        pool = yield self.make_pool(delay=2.0, failure_threshold=5, overrides={"free.example": (0.0, 1)},
+                                    adaptive_overrides={"slow.example": AdaptiveDelay(10.0, 0.0, 60.0)})
+        yield pool.set_host_delay("robots.example", 7.0)
+        yield pool.addmany([f"http://{h}.example/{i}" for h in ("thr", "robots", "slow") for i in (1, 2)]
+                           + ["http://free.example/1"])
+        assert len((yield pool.pop(10))) == 4  # one URL of each host
+        self.clock.advance(1)
+        now = self.clock.seconds()
+        yield pool.throttle("http://thr.example/1", now + 30, 429)
+        yield pool.fetched("http://slow.example/1", 1.0)  # 10 x 1 s: its next turn in 10 s
+        yield pool.set_status("http://slow.example/1", 200)
+        yield pool.set_status("http://free.example/1", 503)  # retried
+        yield pool.addmany([f"http://big.example/{i}" for i in range(5)])
+
+        def row(host: str, waiting: int, inflight: int, next_in: float, delay: float, why: str | None,
+                until: float | None = None, errors: int = 0) -> dict[str, Any]:
+            return {"host": host, "waiting": waiting, "inflight": inflight, "concurrency": 1, "next_in": next_in,
+                    "delay": delay, "delay_why": why, "throttled_until": until, "errors": errors}
+
+        assert (yield pool.hosts()) == [
+            row("thr.example", 2, 0, 30.0, 2.0, "throttled", now + 30, errors=1),
+            row("big.example", 5, 0, 0.0, 2.0, "configured"),
+            row("free.example", 1, 0, 0.0, 0.0, None, errors=1),
+            row("robots.example", 1, 1, 6.0, 7.0, "crawl-delay"),
+            row("slow.example", 1, 0, 10.0, 2.0, "adaptive"),
+        ]
+        assert [r["host"] for r in (yield pool.hosts(2))] == ["thr.example", "big.example"]
+        self.clock.advance(30)
+        top = yield pool.hosts(2)
+        assert top == [row("big.example", 5, 0, 0.0, 2.0, "configured"),
+                       row("thr.example", 2, 0, 0.0, 2.0, "configured", errors=1)], top
 
     @defer.inlineCallbacks
     def test_a_pop_of_one_takes_a_due_hub(self) -> Gen:

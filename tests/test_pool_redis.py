@@ -11,12 +11,13 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
+from spiderd.core.conditional import Validators
 from spiderd.core.rules import AdaptiveDelay
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool.redis import RedisPoolError, open_redis_pool
 from spiderd.frontier.pool.redis.link import RedisLink, Script, parse_redis_url
 
-from .test_pool_contract import RedisKeys
+from .test_pool_contract import V1, V2, RedisKeys
 
 Gen = Generator[Any, Any, None]
 
@@ -119,6 +120,31 @@ class TwoNodeTests(RedisKeys, TestCase):
         assert set((yield b.pop(10))) == {"http://a.example.com/1", "http://a.example.com/2"}
         yield b.throttle("http://a.example.com/1", self.clock.seconds() + 5, 429)
         assert (yield a.stats())["failed"] == 1
+
+    @defer.inlineCallbacks
+    def test_validators_hold_across_nodes(self) -> Gen:
+        """The validators one node's done fetches kept (a hub's, a recrawled page's) come back with another
+        node's pop, in its answer (validators() sends nothing to Redis); that node's 304 updates them for all."""
+        recrawl = [("a.example", "list")]
+        a = yield self.node(concurrency=4, recrawl=recrawl)
+        b = yield self.node(concurrency=4, recrawl=recrawl)
+        hub, page = "http://a.example/hub", "http://a.example/l"
+        for node in (a, b):
+            yield node.set_hubs([hub], 60)
+        yield a.add(page)
+        assert (yield a.pop(10)) == {hub: True, page: False}
+        yield a.set_statuses([(hub, 200, None, V1), (page, 200, None, V2)])
+        self.clock.advance(61)
+        assert (yield b.recrawl([("a.example", "list", self.clock.seconds())], 10)) == 1
+        assert (yield b.pop(10)) == {hub: True, page: False}
+        asked = []
+        real, b._execute = b._execute, lambda *args: asked.append(args) or real(*args)
+        assert [(yield b.validators(hub)), (yield b.validators(page))] == [V1, V2]
+        assert asked == []
+        yield b.set_statuses([(hub, 304, None, V1.updated(V2)), (page, 304, None, V2)])
+        assert (yield a.validators(hub)) == Validators('W/"v2"', V2.last_modified)
+        assert (yield a.validators(page)) == V2
+        assert (yield a.stats())["done"] == 2
 
     @defer.inlineCallbacks
     def test_concurrency_holds_across_nodes(self) -> Gen:

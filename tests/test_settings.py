@@ -23,6 +23,11 @@ def test_example_config_loads() -> None:
     assert [f.name for f in settings.sites[0].fields] == ["title", "price", "tags"]
     assert settings.sites[0].fields[2].all is True
     assert (settings.api_bind, settings.api_port, settings.api_token) == ("127.0.0.1", 6810, "")
+    import tomllib
+
+    raw = tomllib.loads((ROOT / "etc" / "spiderd.toml").read_text())
+    assert set(raw["sitemaps"]) == set(SCHEMA["sitemaps"])  # every [sitemaps] key is shown, at its default
+    assert (settings.sitemap_max_files, settings.sitemap_refresh, settings.sitemap_paths) == (100, 86400.0, ())
 
 
 def test_defaults_without_file() -> None:
@@ -55,6 +60,31 @@ def test_adaptive_politeness_settings() -> None:
     assert (rule.wait(0.1), rule.wait(2.0), rule.wait(60.0)) == (1.0, 6.0, 20.0)
 
 
+def test_conditional_get_on_by_default() -> None:
+    """[fetch] conditional_get: on unless turned off; it reaches the pool's options."""
+    from spiderd.frontier.pool.service import pool_options
+
+    assert cfg.from_dict({}).conditional_get is True
+    assert cfg.load(str(ROOT / "etc" / "spiderd.toml")).conditional_get is True
+    off = cfg.from_dict({"fetch": {"conditional_get": False}})
+    assert off.conditional_get is False and pool_options(off)["conditional_get"] is False
+
+
+def test_sitemap_settings() -> None:
+    """[sitemaps]: robots.txt's Sitemap: lines read, no path guessed, the protocol's limits, a daily refresh and
+    lastmod on, by default; each can be changed."""
+    settings = cfg.from_dict({})
+    assert (settings.sitemap_from_robots, settings.sitemap_paths, settings.sitemap_lastmod) == (True, (), True)
+    assert (settings.sitemap_max_urls, settings.sitemap_max_size) == (50_000, 52_428_800)
+    assert (settings.sitemap_max_files, settings.sitemap_refresh) == (100, 86400.0)
+    changed = cfg.from_dict({"sitemaps": {
+        "from_robots": False, "paths": ["/sitemap.xml", "/news/sitemap.xml.gz?x=1", "/sitemap.xml"], "max_urls": 10,
+        "max_size": 4096, "max_files": 3, "refresh": 0, "lastmod": False}})
+    assert (changed.sitemap_from_robots, changed.sitemap_lastmod, changed.sitemap_refresh) == (False, False, 0.0)
+    assert changed.sitemap_paths == ("/sitemap.xml", "/news/sitemap.xml.gz?x=1")
+    assert (changed.sitemap_max_urls, changed.sitemap_max_size, changed.sitemap_max_files) == (10, 4096, 3)
+
+
 def test_overrides() -> None:
     """section.key overrides (from the command line) win over the file."""
     settings = cfg.from_dict({"spiderd": {"role": "all"}}, overrides={"spiderd.role": "worker"})
@@ -68,6 +98,7 @@ def test_overrides() -> None:
         ({"fetch": {"concurrency": 0}}, "fetch.concurrency", "1 or more"),
         ({"fetch": {"concurrency": 2.5}}, "fetch.concurrency", "expected an integer"),
         ({"fetch": {"robots": "yes"}}, "fetch.robots", "true or false"),
+        ({"fetch": {"conditional_get": 1}}, "fetch.conditional_get", "true or false"),
         ({"fetch": {"per_host_delay": -1}}, "fetch.per_host_delay", "0 or more"),
         ({"pool": {"hub_refresh_span": float("inf")}}, "pool.hub_refresh_span", "finite number"),
         ({"pool": {"pending_threshold": float("nan")}}, "pool.pending_threshold", "finite number"),
@@ -89,6 +120,18 @@ def test_overrides() -> None:
         ({"fetch": {"hosts": {"a.example": {"max_delay": -1}}}}, "fetch.hosts", "'a.example': max_delay"),
         ({"fetch": {"min_delay": 5, "hosts": {"a.example": {"max_delay": 2}}}}, 'fetch.hosts."a.example".min_delay',
          "must not exceed max_delay"),
+        ({"sitemaps": {"paths": ["sitemap.xml"]}}, "sitemaps.paths", "expected paths such as '/sitemap.xml'"),
+        ({"sitemaps": {"paths": ["//other.example/s.xml"]}}, "sitemaps.paths", "expected paths"),
+        ({"sitemaps": {"paths": ["/a b.xml"]}}, "sitemaps.paths", "expected paths"),
+        ({"sitemaps": {"paths": "/sitemap.xml"}}, "sitemaps.paths", "list of strings"),
+        ({"sitemaps": {"max_urls": 50_001}}, "sitemaps.max_urls", "1..50000 (the sitemap protocol's limit"),
+        ({"sitemaps": {"max_urls": 0}}, "sitemaps.max_urls", "1..50000"),
+        ({"sitemaps": {"max_size": 52_428_801}}, "sitemaps.max_size", "1..52428800"),
+        ({"sitemaps": {"max_size": 1.5}}, "sitemaps.max_size", "expected an integer"),
+        ({"sitemaps": {"max_files": 0}}, "sitemaps.max_files", "1 or more"),
+        ({"sitemaps": {"refresh": -1}}, "sitemaps.refresh", "0 or more"),
+        ({"sitemaps": {"lastmod": "yes"}}, "sitemaps.lastmod", "true or false"),
+        ({"sitemaps": {"from_robot": True}}, "sitemaps.from_robot", "unknown key"),
         ({"fetchh": {}}, "fetchh", "unknown section"),
         ({"spiderd": {"role": "boss"}}, "spiderd.role", "must be one of"),
         ({"pool": {"seeds": ["ftp://example.com/"]}}, "pool.seeds", "bad URL"),

@@ -139,12 +139,35 @@ class StatusPageTests(TestCase):
 
     @defer.inlineCallbacks
     def test_no_horizontal_scroll_on_a_laptop_or_a_phone(self) -> Gen:
-        """At 1280x900 and 390x844 the page fits its width (a long page store path wraps), every panel is there
-        and the chart is drawn; a screenshot of each goes to a temporary directory."""
+        """At 1280x900 and 390x844 the page fits its width (a long page store path wraps), every panel and table
+        is there (jobs, batches per target, feed files, hosts, recent failures) and the chart is drawn; a
+        screenshot of each goes to a temporary directory."""
         self.node.store.where = "mysql://crawler@db-shard-01.internal.example:3306/" + "very_long_database_name_" * 4
-        yield self.node.pool.addmany(["http://gone.example/" + "long-path-segment/" * 12 + "page.html"])
-        yield self.node.pool.pop(10)
-        yield self.node.pool.set_status("http://gone.example/" + "long-path-segment/" * 12 + "page.html", 404)
+        pool = self.node.pool
+        long_host = "a-rather-long-host-name-of-a-content-delivery-network.example"
+        yield pool.addmany(["http://gone.example/" + "long-path-segment/" * 12 + "page.html", "http://busy.example/1"]
+                           + [f"http://{long_host}/{i}" for i in range(3)])
+        yield pool.pop(10)
+        yield pool.set_status("http://gone.example/" + "long-path-segment/" * 12 + "page.html", 404)
+        yield pool.throttle("http://busy.example/1", self.clock.seconds() + 120, 429)
+        self.node.batcher.values["targets"] = [
+            {"target": "http://scrapyd-worker-07.batch.internal.example:6800", "waiting": 4, "in_flight": 1, "sent": 12,
+             "urls_sent": 12000, "failures": 3, "last_error": "Connection was refused by other side: 111: Connection "
+             "refused.", "last_accepted": None},
+            {"target": "http://127.0.0.1:6800", "waiting": 0, "in_flight": 0, "sent": 30, "urls_sent": 30000,
+             "failures": 0, "last_error": "", "last_accepted": self.clock.seconds()}]
+        self.node.shipper.values["files"] = [
+            {"name": "1712345678-batch-000123_demo-shop_2024-04-05T10-11-12.jl", "target":
+             "ftp://feeds:***@analytics-ingest.internal.example/incoming/very/deep/directory/1.jl", "state": "refused",
+             "attempts": 0, "since": self.clock.seconds(), "next_attempt_in": None,
+             "error": "BadFeedError: line 2: not a JSON object (Infinity or NaN where a number belongs)"},
+            {"name": "2.jl", "target": "file:///srv/feeds/2.jl", "state": "retrying", "attempts": 5,
+             "since": self.clock.seconds(), "next_attempt_in": 16.0, "error": "OSError: [Errno 28] No space left"}]
+        job = {"id": "0f1e2d3c4b5a69788796a5b4c3d2e1f0", "spider": "demo-shop", "batch": "123", "state": "finished",
+               "urls": 1000, "done": 1000, "items": 987, "failed": 13, "start_time": None, "end_time": None,
+               "error": None, "feed": {"state": "spooled", "uri": "ftp://feeds:***@analytics-ingest.internal.example/"
+                                                              "incoming/123_demo-shop_2024-04-05T10-11-12.jl"}}
+        self.node.worker.jobs_table = lambda limit=50: [job]
         for _ in range(3):
             self.node.stats.counts["pages"] += 100
             self.clock.advance(10)
@@ -157,6 +180,13 @@ class StatusPageTests(TestCase):
                             "the chart drawn")
             yield self.wait(lambda: "http 404" in self.browser.find_element("id", "failures").text,
                             "the recent failures table")
+            tables = {"hosts": "throttled (429/503) until", "targets": "scrapyd-worker-07", "feedfiles": "refused",
+                      "jobs": "spooled → ftp://"}
+            for table, shown in tables.items():
+                yield self.wait(lambda t=table, s=shown: s in self.browser.find_element("id", t).text, f"the {table} table")
+            hosts = self.browser.find_element("id", "hosts").find_elements("css selector", "tr")
+            assert [r.find_elements("css selector", "td")[0].text for r in hosts[1:]] == ["busy.example", long_host]
+            assert "No space left" in self.browser.find_element("id", "feedfiles").text
             scroll = self.browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
             assert scroll[0] <= scroll[1], (width, scroll)
             panels = self.browser.find_elements("css selector", "section.panel, div.panel")

@@ -216,6 +216,27 @@ class OpenApiTests(ApiCase):
         assert now["queued_again"] is True and "queued again when the lease ends" in now["reason"]
 
     @defer.inlineCallbacks
+    def test_hosts(self) -> Gen:
+        """GET /api/hosts: a throttled host first, then the most waiting URLs, with in flight, next turn, delay
+        and why, failed fetches; ``limit`` 1-200."""
+        pool = self.node.pool
+        yield pool.addmany(["http://a.example/1", "http://a.example/2", "http://b.example/1", "http://b.example/2",
+                            "http://b.example/3", "http://c.example/1"])
+        yield pool.pop(10)
+        now = self.clock.seconds()
+        yield pool.throttle("http://c.example/1", now + 60, 503)
+        answer = yield self.call("GET", "/api/hosts")
+        assert answer.code == 200, answer.body
+        rows = answer.json["hosts"]
+        assert [(r["host"], r["waiting"], r["inflight"], r["delay_why"], r["errors"]) for r in rows] == [
+            ("c.example", 1, 0, "throttled", 1), ("b.example", 2, 1, None, 0), ("a.example", 1, 1, None, 0)]
+        assert (rows[0]["next_in"], rows[0]["throttled_until"]) == (60.0, now + 60)
+        assert [r["host"] for r in (yield self.call("GET", "/api/hosts?limit=1")).json["hosts"]] == ["c.example"]
+        for bad in ("0", "201", "x"):
+            answer = yield self.call("GET", f"/api/hosts?limit={bad}")
+            assert answer.code == 400 and "from 1 to 200" in answer.json["message"], answer.json
+
+    @defer.inlineCallbacks
     def test_history_and_rates(self) -> Gen:
         """A sample every 10 s of the clock: pages/min and queue size; the status's rates follow."""
         assert (yield self.call("GET", "/api/history")).json["samples"] == []
@@ -292,6 +313,7 @@ class OpenApiTests(ApiCase):
         self.node.stats.fetched(200, 500, 0.3)
         self.node.stats.fetched(404, 100, 0.1)
         self.node.stats.fetched(-4, 0, 30.0)
+        self.node.stats.incr("sitemap_urls", 7)
         self.clock.advance(0.3)  # the lag sampler's first timer (due after 0.05 s) runs 0.25 s late
         answer = yield self.call("GET", "/metrics")
         assert answer.code == 200 and answer.header("Content-Type").startswith("text/plain")
@@ -303,6 +325,7 @@ class OpenApiTests(ApiCase):
             "spiderd_batches_in_flight", "spiderd_feed_uploads", "spiderd_feed_files_waiting",
             "spiderd_feed_upload_failures", "spiderd_worker_jobs", "spiderd_store_pending_writes",
             "spiderd_fetch_duration_seconds", "spiderd_pages_per_minute", "spiderd_reactor_lag_seconds",
+            "spiderd_sitemap_files", "spiderd_sitemap_urls",
         }
         assert expected <= set(families), expected - set(families)
 
@@ -312,6 +335,8 @@ class OpenApiTests(ApiCase):
         assert value("spiderd_pool_urls", "spiderd_pool_urls", state="waiting") == 2
         assert value("spiderd_pages", "spiderd_pages_total") == 2
         assert value("spiderd_bytes", "spiderd_bytes_total") == 600
+        assert (value("spiderd_sitemap_urls", "spiderd_sitemap_urls_total"),
+                value("spiderd_sitemap_files", "spiderd_sitemap_files_total")) == (7, 0)
         assert value("spiderd_errors", "spiderd_errors_total", kind="timeout") == 1
         assert value("spiderd_responses", "spiderd_responses_total", status="404") == 1
         assert value("spiderd_worker_jobs", "spiderd_worker_jobs", state="pending") == 2
@@ -404,7 +429,7 @@ class WorkerRoleApiTests(ApiCase):
         assert not {"pool", "crawler", "batches"} & set(s)
         assert (s["pages"], s["errors"], s["statuses"]) == (1, {"timeout": 1}, {"200": 1, "timeout": 1})
         for method, path in [("POST", "/api/seeds"), ("POST", "/api/pause"), ("GET", "/api/why?url=http://a/"),
-                             ("GET", "/api/export")]:
+                             ("GET", "/api/export"), ("GET", "/api/hosts"), ("GET", "/api/failures")]:
             answer = yield self.call(method, path, {"urls": ["http://a.example/"]})
             assert answer.code == 404 and "worker role" in answer.json["message"], answer.json
         metrics = (yield self.call("GET", "/metrics")).body.decode()
@@ -425,13 +450,14 @@ class CoreOnlyPoolApiTests(ApiCase):
 
     @defer.inlineCallbacks
     def test_admin_endpoints_not_available(self) -> Gen:
-        """why, export and import say the pool lacks them; status and adding URLs work as ever."""
+        """why, hosts, export and import say the pool lacks them; status and adding URLs work as ever."""
         for method, path, raw in [("GET", "/api/why?url=http://a.example/", None), ("GET", "/api/export", None),
+                                  ("GET", "/api/hosts", None),
                                   ("POST", "/api/import", b'{"url": "http://a.example/", "state": "waiting"}\n')]:
             answer = yield self.call(method, path, raw=raw, headers={"Content-Type": "application/x-ndjson"})
             assert answer.code == 404, (path, answer.code, answer.body)
             assert answer.json["message"] == (f"{path.split('?')[0]}: not available for this pool: its backend has "
-                                              "no admin interface (why, export, import)"), answer.json
+                                              "no admin interface (why, hosts, export, import)"), answer.json
         added = yield self.call("POST", "/api/urls", {"urls": ["http://a.example/1"]})
         assert (added.code, added.json["added"]) == (200, 1)
         assert (yield self.call("GET", "/api/status")).json["pool"]["waiting"] == 1

@@ -283,6 +283,7 @@ class FlowTests(WorkerTestBase):
         done = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
                                    ("batch", "7"), ("setting", self.urls(*self.good(0, 2))))
         yield service.runner.when_done(done)
+        yield self.shipper.settled()  # uploaded: "shipped"
         held = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"),
                                    ("setting", self.held_urls(0, 3)), ("jobid", "held"))
         yield self.holding.holding(3)
@@ -310,6 +311,27 @@ class FlowTests(WorkerTestBase):
         self.assertEqual(code, 1)  # refused by the API: 'limit' must be 1..1000
         self.holding.release()
         yield service.runner.when_done(held)
+
+    @defer.inlineCallbacks
+    def test_a_feed_not_uploaded_yet_is_spooled(self) -> Any:
+        """A finished job whose feed the shipper could not upload yet (its FTP server is down) shows "spooled" in
+        the jobs table, not "shipped"; the shipper's files say why."""
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            closed = s.getsockname()[1]
+        service = self.worker()
+        done = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("jobid", "down"),
+                                   ("setting", f"FEED_URI=ftp://feeds:s3cret@127.0.0.1:{closed}/in/%(batch)s.jl"),
+                                   ("setting", self.urls(*self.good(0, 1))))
+        yield service.runner.when_done(done)
+        yield self.shipper.settled()  # its first upload failed: a retry is due
+        (job,) = service.jobs_table()
+        self.assertEqual((job["state"], job["feed"]["state"]), ("finished", "spooled"))
+        (entry,) = self.shipper.status()["files"]
+        self.assertEqual((entry["name"], entry["state"], entry["attempts"]), ("down.jl", "retrying", 1))
+        self.assertNotIn("s3cret", json.dumps([job, entry]))
 
     @defer.inlineCallbacks
     def test_an_empty_job_ships_an_empty_file(self) -> Any:

@@ -15,7 +15,7 @@ from typing import Any, Callable, TypeVar, overload
 
 from spiderd.core.cron import parse as parse_cron
 from spiderd.core.feeduri import render_uri
-from spiderd.core.rules import HostRule
+from spiderd.core.rules import SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS, HostRule
 from spiderd.core.secrets import redact_text
 from spiderd.core.compression import FAST
 
@@ -340,6 +340,31 @@ def _setting_bytes(value: Any) -> int:
     return number
 
 
+def _url_paths(value: Any) -> tuple[str, ...]:
+    """Paths tried on every site host (``/sitemap.xml``): each absolute, with no host of its own."""
+    from spiderd.core.urls import BadURL, canonicalize
+
+    paths = strings(value)
+    for path in paths:
+        if not path.startswith("/") or path.startswith("//") or any(c.isspace() for c in path) or "#" in path:
+            raise ValueError(f"expected paths such as '/sitemap.xml', got {path!r}")
+        try:
+            canonicalize("http://example.com" + path)
+        except BadURL as e:
+            raise ValueError(f"bad path {path!r} ({e.reason})") from None
+    return tuple(dict.fromkeys(paths))
+
+
+def _bounded_int(low: int, high: int, why: str) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        number = expect(value, int, "an integer")
+        if not low <= number <= high:
+            raise ValueError(f"must be {low}..{high} ({why}), got {value!r}")
+        return number
+
+    return check
+
+
 CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "str": lambda v: expect(v, str, "a string"),
     "bool": lambda v: expect(v, bool, "true or false"),
@@ -370,4 +395,7 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "abs_dirs": _abs_dirs,
     "bucket_bits": _bucket_bits,
     "feed_template": _feed_template,
+    "url_paths": _url_paths,
+    "sitemap_urls": _bounded_int(1, SITEMAP_MAX_URLS, "the sitemap protocol's limit per file"),
+    "sitemap_size": _bounded_int(1, SITEMAP_MAX_SIZE, "bytes uncompressed: the sitemap protocol's limit per file"),
 }

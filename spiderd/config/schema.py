@@ -59,6 +59,16 @@ SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "source_addresses": ("source_addresses", "addresses"),
         "max_retry_after": ("max_retry_after", "positive"),  # throttling answers (429, 503): the longest host block
         "max_throttles": ("max_throttles", "count"),  # throttles of one URL that do not count as its failures
+        "conditional_get": ("conditional_get", "bool"),  # a recrawl sends the page's ETag / Last-Modified back
+    },
+    "sitemaps": {
+        "from_robots": ("sitemap_from_robots", "bool"),  # read the Sitemap: lines of each site host's robots.txt
+        "paths": ("sitemap_paths", "url_paths"),  # and these paths of every site host (["/sitemap.xml"])
+        "max_urls": ("sitemap_max_urls", "sitemap_urls"),
+        "max_size": ("sitemap_max_size", "sitemap_size"),
+        "max_files": ("sitemap_max_files", "positive_int"),  # sitemap files read per host each time
+        "refresh": ("sitemap_refresh", "non_negative"),  # seconds between two reads of a host's sitemaps; 0: once
+        "lastmod": ("sitemap_lastmod", "bool"),  # a URL whose lastmod is after the last read is queued again
     },
     "parse": {"workers": ("parse_workers", "workers"), "max_rss_mb": ("parse_max_rss_mb", "positive_int")},
     "batch": {

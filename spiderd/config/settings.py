@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from spiderd.config.convert import ConfigError, convert
 from spiderd.config.schema import SCHEMA
 from spiderd.config.sites import load_sites
-from spiderd.core.rules import AdaptiveDelay, HostRule, Site
+from spiderd.core.rules import SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS, AdaptiveDelay, HostRule, Site
 from spiderd.core.secrets import is_loopback
 from spiderd.core.compression import FAST
 
@@ -85,6 +85,15 @@ class Settings:
     source_addresses: tuple[str, ...] = ()
     max_retry_after: float = 3600.0  # a 429/503's Retry-After (or back-off) blocks its host this long at most
     max_throttles: int = 10  # a URL's throttled fetches before the next one counts as its failure
+    conditional_get: bool = True  # hubs and recrawled pages are fetched with If-None-Match / If-Modified-Since
+    # [sitemaps]
+    sitemap_from_robots: bool = True  # the Sitemap: lines of robots.txt (read when robots.txt is: fetch.robots)
+    sitemap_paths: tuple[str, ...] = ()  # paths tried on every site host besides, such as "/sitemap.xml"
+    sitemap_max_urls: int = SITEMAP_MAX_URLS  # entries read per sitemap file (the protocol's 50,000 at most)
+    sitemap_max_size: int = SITEMAP_MAX_SIZE  # uncompressed bytes read per file (the protocol's 50 MB at most)
+    sitemap_max_files: int = 100  # sitemap files (indexes included) read per host each time its sitemaps are read
+    sitemap_refresh: float = 86400.0  # seconds between two reads of one host's sitemaps; 0: once per run
+    sitemap_lastmod: bool = True  # on a later read, a URL whose lastmod is after the previous read is queued again
     # [parse]
     parse_workers: int = -1
     parse_max_rss_mb: int = 512  # a parser process holding more is replaced (it answers what it holds first)

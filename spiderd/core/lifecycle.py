@@ -15,6 +15,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from spiderd.core.reactors import INodeReactor
 
@@ -33,10 +34,10 @@ class OrderedMultiService(MultiService):
     the children after it until it fires; children never started are not stopped.
     """
 
-    on_start_failure: Callable[[Any, Exception], object] | None = None  # (service, exception): a child cannot start
+    on_start_failure: Callable[[Any, BaseException], object] | None = None  # (service, exception): a child cannot start
     _failed = False
 
-    def __init__(self, on_start_failure: Callable[[Any, Exception], object] | None = None) -> None:
+    def __init__(self, on_start_failure: Callable[[Any, BaseException], object] | None = None) -> None:
         super().__init__()
         self.on_start_failure = on_start_failure
 
@@ -55,18 +56,22 @@ class OrderedMultiService(MultiService):
         if not self._failed:
             self._start_from(0)
 
-    def _start_failed(self, child: IService, error: Exception) -> None:
+    def _start_failed(self, child: IService, error: BaseException, failure: Failure | None = None) -> None:
         self._failed = True
         if isinstance(error, EXPECTED_START_ERRORS) and self.on_start_failure is not None:
             log.debug("{service} could not start: {error}", service=child.name or child, error=error)
         else:  # a bug, or no one to say it in one line: the whole traceback
-            log.failure("{service} could not start", service=child.name or child)
+            log.failure("{service} could not start", failure, service=child.name or child)
         if self.on_start_failure is not None:
             self.on_start_failure(child, error)
 
     def _ready(self, _: object, index: int) -> None:
         """Service ``index`` is ready: start the ones after it."""
         self._start_from(index + 1)
+
+    def _not_ready(self, failure: Failure, child: IService) -> None:
+        """``child`` failed to get ready (a spool it cannot read): as if it could not start."""
+        self._start_failed(child, failure.value, failure)
 
     def _start_from(self, first: int) -> None:
         children = list(self)
@@ -81,8 +86,7 @@ class OrderedMultiService(MultiService):
                 return
             ready = getattr(child, "ready", None)
             if isinstance(ready, Deferred) and not ready.called:
-                ready.addCallback(self._ready, index)
-                ready.addErrback(lambda f: log.failure("Starting services", f))
+                ready.addCallbacks(self._ready, self._not_ready, callbackArgs=(index,), errbackArgs=(child,))
                 return
 
     @defer.inlineCallbacks
@@ -158,10 +162,10 @@ def calm_repeated_stop_signals(reactor: INodeReactor) -> None:
     reactor.addSystemEventTrigger("before", "shutdown", install)
 
 
-def exit_on_start_failure(reactor: INodeReactor) -> Callable[[Any, Exception], None]:
+def exit_on_start_failure(reactor: INodeReactor) -> Callable[[Any, BaseException], None]:
     """An ``on_start_failure`` for a daemon: one critical line naming the service, stop what started, exit 1."""
 
-    def fatal(service: Any, error: Exception) -> None:
+    def fatal(service: Any, error: BaseException) -> None:
         log.critical("spiderd cannot start: {service}: {error}; stopping", service=service.name, error=error)
         reactor.addSystemEventTrigger("after", "shutdown", _exit_1)
         reactor.callLater(0, reactor.stop)

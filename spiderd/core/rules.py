@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+SITEMAP_MAX_URLS = 50_000  # entries in one sitemap file, at most (sitemaps.org): the most [sitemaps] max_urls takes
+SITEMAP_MAX_SIZE = 50 * 1024 * 1024  # uncompressed bytes of one sitemap file (52,428,800): the most max_size takes
+
 
 @dataclass(frozen=True)
 class Field:

@@ -23,7 +23,7 @@ TOO_LARGE = -11
 TOO_MANY_REDIRECTS = -12
 BAD_REDIRECT = -13
 
-DONE_CODES = frozenset({200})
+DONE_CODES = frozenset({200, 304})  # 304: a conditional GET's page did not change (core.conditional)
 FINAL_CODES = frozenset({404, 410, ROBOTS_DENIED, TOO_LARGE, TOO_MANY_REDIRECTS, BAD_REDIRECT})
 FAILURE_THRESHOLD = 3
 

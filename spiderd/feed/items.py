@@ -38,6 +38,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from spiderd.core.conditional import Validators
 from spiderd.core.fsutil import fsync_dir, unlink_quietly
 from spiderd.core.reactors import IThreadedClock
 from spiderd.frontier.interfaces import IURLPool
@@ -45,7 +46,8 @@ from spiderd.frontier.interfaces import IURLPool
 log = Logger()
 
 PART = ".part"
-Status = tuple[str, int] | tuple[str, int, str | None]  # (url, code[, reason]): as IURLPool.set_statuses takes
+# (url, code[, reason[, validators]]): as IURLPool.set_statuses takes
+Status = tuple[str, int] | tuple[str, int, str | None] | tuple[str, int, str | None, Validators | None]
 _Pending = tuple[dict[str, Any], list[Status], "Deferred[None]"]
 
 

@@ -38,12 +38,13 @@ from twisted.python.failure import Failure
 from spiderd.core.blocking import Lane
 from spiderd.core.feeduri import parse_target
 from spiderd.core.fsutil import fsync_dir, fsync_file, unlink_quietly, write_atomically
-from spiderd.core.lifecycle import InFlight
+from spiderd.core.lifecycle import InFlight, settled
 from spiderd.core.reactors import IThreadedClock
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import mask_secret, redact
 from spiderd.feed.errors import BadFeedError, FeedExistsError
 from spiderd.feed.jsonl import validate_jsonl
+from spiderd.feed.spoolview import RefusedFiles, file_rows
 from spiderd.feed.upload import Abort, upload
 
 log = Logger()
@@ -88,6 +89,7 @@ class _Entry:
     busy: bool = False
     timer: IDelayedCall | None = None
     abort: Abort | None = None
+    error: str | None = None  # the last failed attempt's, without a password
 
     def record(self) -> dict[str, Any]:
         return {"target": self.target, "name": self.name, "attempts": self.attempts,
@@ -119,6 +121,7 @@ class FeedShipper(Service):
         self._ftp_timeout = ftp_timeout
         self._entries: dict[str, _Entry] = {}
         self._inflight = InFlight()
+        self.ready: Deferred[None] = defer.succeed(None)  # the spool recovered (after startService)
         self._lane = lane or Lane(reactor, "feed", concurrency + 1)
         self._slots = defer.DeferredSemaphore(concurrency)
         self._names: dict[str, defer.DeferredLock] = {}  # target URI -> its uploads, one at a time
@@ -126,6 +129,8 @@ class FeedShipper(Service):
         self.failures = 0
         self.quarantined = 0
         self.last_error: str | None = None
+        self.refused = RefusedFiles()
+        self._start_refusals: list[tuple[str, str]] = []  # (stem, reason) quarantined by _recover, on the lane
 
     @property
     def waiting(self) -> int:
@@ -133,29 +138,48 @@ class FeedShipper(Service):
         return len(self._entries)
 
     def status(self) -> dict[str, Any]:
-        """Counters for the status API (``last_error`` never shows a password)."""
+        """Counters for the status API, and ``files``: the refused and waiting files (see spoolview.py); no
+        password shows."""
         return {"shipped": self.shipped, "waiting": self.waiting, "failures": self.failures,
-                "quarantined": self.quarantined, "last_error": self.last_error}
+                "quarantined": self.quarantined, "last_error": self.last_error,
+                "files": file_rows(self._entries.values(), self.refused, self._clock.seconds())}
+
+    def whereabouts(self) -> dict[str, str]:
+        """File name (as given to ship) -> ``spooled`` (not uploaded yet) or ``refused`` (since this start)."""
+        known = dict.fromkeys(self.refused.names(), "refused")
+        known.update((entry.name, "spooled") for entry in self._entries.values())
+        return known
 
     def settled(self) -> Deferred[None]:
-        """Fires when no spooling or upload attempt is running (retry timers may be pending)."""
+        """Fires when the spool is recovered and no spooling or upload attempt is running (retry timers may be
+        pending)."""
+        if not self.ready.called:
+            return settled([self.ready]).addCallback(lambda _: self._inflight.wait())
         return self._inflight.wait()
 
     # -- start ------------------------------------------------------------------------------------
 
     def startService(self) -> None:
+        """Recover the spool on the lane (``ready`` fires once it is read), then resume its uploads."""
         super().startService()
-        for path in (self.incoming_dir, self.queue_dir, self.bad_dir):
-            os.makedirs(path, mode=0o700, exist_ok=True)
         self._lane.start()
         self._slots = defer.DeferredSemaphore(self._concurrency)
-        self._entries = {e.id: e for e in self._recover()}
+        self.ready = self._lane.run(self._recover).addCallback(self._resume)
+
+    def _resume(self, entries: list[_Entry]) -> None:
+        self._entries = {e.id: e for e in entries}
+        for stem, reason in self._start_refusals:
+            self.refused.add(stem + ".jl", None, 0, None, reason, self._clock.seconds())
+        self._start_refusals = []
         if self._entries:
             log.info("Resuming {count} spooled feed files", count=len(self._entries))
         for entry in list(self._entries.values()):
             self._attempt(entry)
 
     def _recover(self) -> list[_Entry]:
+        """Thread: the spool's directories made, half-written files dropped, bad entries quarantined."""
+        for path in (self.incoming_dir, self.queue_dir, self.bad_dir):
+            os.makedirs(path, mode=0o700, exist_ok=True)
         names = set(os.listdir(self.queue_dir))
         entries = []
         for name in sorted(names):
@@ -185,6 +209,7 @@ class FeedShipper(Service):
     def _refuse_at_start(self, stem: str, reason: str) -> None:
         self._quarantine(stem, reason)
         self.quarantined += 1
+        self._start_refusals.append((stem, reason))  # into self.refused on the reactor thread (_resume)
         log.error("Spooled feed file {id} moved to {bad}: {reason}", id=stem, bad=self.bad_dir, reason=reason)
 
     # -- ship -------------------------------------------------------------------------------------
@@ -196,6 +221,8 @@ class FeedShipper(Service):
         """
         if not self.running or not self._lane.running:
             return defer.fail(RuntimeError("the feed shipper is not running"))
+        if not self.ready.called:  # the spool is still being recovered: after that, in order
+            return settled([self.ready]).addCallback(lambda _: self.ship(local_path, target_uri))
         try:
             parse_target(target_uri)
         except ValueError as e:
@@ -312,6 +339,7 @@ class FeedShipper(Service):
         entry.attempts += 1
         error = self._describe(failure, entry)
         self.last_error = f"{entry.name}: {error}"
+        entry.error = error
         if not self.running:
             log.info("Feed {name} not shipped before stop ({error}); it stays spooled", name=entry.name, error=error)
             return
@@ -326,6 +354,7 @@ class FeedShipper(Service):
         self.quarantined += 1
         error = self._describe(failure, entry)
         self.last_error = f"{entry.name}: {error}"
+        self.refused.add(entry.name, entry.target, entry.attempts, entry.first_seen, error, self._clock.seconds())
         log.error("Feed {name} refused, moved to {bad}, never uploaded: {error}",
                   name=entry.name, bad=self.bad_dir, error=error)
 

@@ -129,6 +129,11 @@ class Rules:
         """``"detail"``, ``"list"`` or None (off-site, unmatched, bad or too deep)."""
         return self._lookup(url)[1]  # type: ignore[return-value]  # _lookup's kinds are Kind's
 
+    def lookup(self, url: str) -> tuple[str, str | None]:
+        """(canonical URL, kind) of an absolute URL exactly as a page's links are classified (sitemaps take
+        their URLs so); the kind is None when the link would be skipped, ``("", None)`` for a bad URL."""
+        return self._lookup(url)
+
     def _lookup(self, absolute: str) -> tuple[str, str | None]:
         """(canonical, kind) of an absolute URL; ``("", None)`` when it is bad."""
         hit = self._link_cache.get(absolute)

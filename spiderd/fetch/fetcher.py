@@ -37,6 +37,7 @@ from twisted.web.iweb import IResponse
 
 from spiderd.config.settings import Settings
 from spiderd.core import status as st
+from spiderd.core.conditional import NOT_MODIFIED, Validators, from_headers
 from spiderd.core.reactors import ITCPClock
 from spiderd.core.throttle import parse_retry_after, throttled
 from spiderd.core.urls import BadURL, canonicalize
@@ -67,6 +68,7 @@ class FetchResult:
     reason: str | None = None  # why it failed, when the status says less (spiderd.core.status.reason); for the pool
     robots_tag: str | None = None  # the response's X-Robots-Tag headers, one per line (page directives)
     retry_after: float | None = None  # a 429/503's Retry-After, in seconds from the answer (None: absent or bad)
+    validators: Validators | None = None  # a 200's or 304's ETag and Last-Modified (spiderd.core.conditional)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,13 +130,19 @@ class Fetcher:
         agent: client.Agent = client.Agent.usingEndpointFactory(self._reactor, endpoints, pool=pool)  # (untyped)
         return agent
 
-    def fetch(self, url: str, user_agent: str | None = None, robots: bool = True) -> Deferred[FetchResult]:
+    def fetch(self, url: str, user_agent: str | None = None, robots: bool = True,
+              validators: Validators | None = None) -> Deferred[FetchResult]:
         """Fetch ``url`` following redirects; fires with a FetchResult, never fails.
 
         ``user_agent``: this request's (and its robots.txt check's) instead of the configured one;
-        ``robots=False``: no robots.txt check for this request."""
+        ``robots=False``: no robots.txt check for this request; ``validators``: a conditional GET
+        (If-None-Match, If-Modified-Since; on every hop of a redirect), a 304 if the page did not change."""
         started = self._reactor.seconds()
         headers = self._headers if user_agent is None else self._headers_of(user_agent)
+        if validators is not None:
+            headers = headers.copy()
+            for name, value in validators.headers():
+                headers.setRawHeaders(name, [value])
         d = self._follow(url, url, [], started, headers, robots, user_agent)
         timer = self._reactor.callLater(self._config.timeout, d.cancel)
         d.addBoth(_stop_timer, timer)
@@ -369,12 +377,17 @@ class _Deflate:
 
 def _finish(got: tuple[IResponse, bytes], original: str, url: str, redirects: list[str], elapsed: float,
             now: float | None = None) -> FetchResult:
-    """The FetchResult of an answer; given ``now`` (clock time), a throttling answer's Retry-After is read."""
+    """The FetchResult of an answer; given ``now`` (clock time), a throttling answer's Retry-After is read; a 200's
+    or 304's validators are."""
     response, body = got
-    content_type = response.headers.getRawHeaders(b"content-type", [None])[0]
-    retry_after = None
+    headers = response.headers
+    content_type = headers.getRawHeaders(b"content-type", [None])[0]
+    retry_after = validators = None
     if now is not None and throttled(response.code):
-        retry_after = parse_retry_after(response.headers.getRawHeaders(b"retry-after", [None])[0], now)
+        retry_after = parse_retry_after(headers.getRawHeaders(b"retry-after", [None])[0], now)
+    if response.code in (200, NOT_MODIFIED):
+        validators = from_headers(headers.getRawHeaders(b"etag", [None])[0],
+                                  headers.getRawHeaders(b"last-modified", [None])[0])
     return FetchResult(
         original,
         response.code,
@@ -385,8 +398,9 @@ def _finish(got: tuple[IResponse, bytes], original: str, url: str, redirects: li
         len(body),
         elapsed,
         "truncated" if isinstance(body, Truncated) else None,
-        robots_tag=_robots_tag(response.headers),
+        robots_tag=_robots_tag(headers),
         retry_after=retry_after,
+        validators=validators,
     )
 
 

@@ -4,14 +4,16 @@ Rules (RFC 9309 where it is clear, Scrapy where it is kinder): a 2xx body is
 parsed; 4xx means everything is allowed; a 5xx or a network error also allows
 everything, but is cached for ten minutes only, so the file is asked for again
 soon.  A Crawl-delay, when given (at most 300 s is honoured), raises the host's
-delay in the pool and in the worker's per-host slots.
+delay in the pool and in the worker's per-host slots.  Each time an origin's
+robots.txt is read (whatever the answer), the sitemap listeners hear of it with
+the file's ``Sitemap:`` URLs (none unless a 2xx names some).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from protego import Protego
 from twisted.internet import defer
@@ -30,6 +32,7 @@ MAX_ROBOTS_SIZE = 512 * 1024
 TTL = 24 * 3600.0
 ERROR_TTL = 600.0
 ROBOTS_REDIRECTS = 5  # RFC 9309 2.3.1.2: follow at least five consecutive redirects
+MAX_SITEMAPS = 1000  # Sitemap: lines of one robots.txt passed on (the readers cap the files they read)
 MAX_CRAWL_DELAY = 300.0  # as Heritrix's respectCrawlDelayUpToSeconds: a hostile Crawl-delay cannot park a host
 
 
@@ -63,12 +66,18 @@ class Robots:
         self._clock = clock
         self._agent = agent_token(user_agent)
         self._on_delay: list[Callable[[str, float], Any]] = [on_delay] if on_delay is not None else []
+        self._on_sitemaps: list[Callable[[str, list[str]], Any]] = []
         self._max = max_entries
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
 
     def add_delay_listener(self, listener: Callable[[str, float], Any]) -> None:
         """Call ``listener(host, seconds)`` too when a robots.txt gives a Crawl-delay."""
         self._on_delay.append(listener)
+
+    def add_sitemap_listener(self, listener: Callable[[str, list[str]], Any]) -> None:
+        """Call ``listener(origin, sitemap_urls)`` whenever an origin's robots.txt has been read (absolute URLs of
+        its ``Sitemap:`` lines, at most MAX_SITEMAPS; none for a 4xx, a 5xx or a failed fetch)."""
+        self._on_sitemaps.append(listener)
 
     def allowed(self, url: str, user_agent: str | None = None) -> Deferred[bool]:
         """Fires with True if ``url`` may be fetched (by ``user_agent``, if given, else the configured one)."""
@@ -105,6 +114,8 @@ class Robots:
         d = self._fetch_raw(origin + "/robots.txt", MAX_ROBOTS_SIZE, truncate=True)
         d.addCallback(self._got, origin, entry)
         d.addErrback(lambda f: log.failure("robots.txt of {origin}", f, origin=origin))
+        if self._on_sitemaps:
+            d.addCallback(lambda _: self._sitemaps(origin, entry))
         d.addBoth(lambda _: self._release(entry))
         return entry
 
@@ -134,6 +145,17 @@ class Robots:
             delay = MAX_CRAWL_DELAY
         for listener in self._on_delay:
             listener(host, delay)
+
+    def _sitemaps(self, origin: str, entry: _Entry) -> None:
+        """Tell the sitemap listeners what this robots.txt names (before its waiters go on: a crawl that waits
+        for the sitemaps knows of them before the first page of the host is fetched)."""
+        named = list(getattr(entry.parser, "sitemaps", None) or ())[:MAX_SITEMAPS] if entry.parser else []
+        urls = list(dict.fromkeys(urljoin(origin + "/robots.txt", u.strip()) for u in named if u.strip()))
+        for listener in self._on_sitemaps:
+            try:
+                listener(origin, urls)
+            except Exception:
+                log.failure("Sitemap listener failed for {origin}", origin=origin)
 
     def _release(self, entry: _Entry) -> None:
         waiters, entry.waiters = entry.waiters or [], None

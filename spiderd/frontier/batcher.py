@@ -44,6 +44,7 @@ from spiderd.core.lifecycle import InFlight, settled
 from spiderd.core.reactors import INodeReactor, ITCPClock
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import redact
+from spiderd.frontier.batchtargets import TargetFigures, next_target, target_rows
 from spiderd.frontier.interfaces import IURLPool
 
 if TYPE_CHECKING:
@@ -140,6 +141,7 @@ class Batcher(Service):
         self._local = local
         self._spider_of = spider_of or (lambda url: config.spider)
         self._targets: list[tuple[str, tuple[str, str] | None]] = []
+        self._figures: list[TargetFigures] = []  # per target, in the order of config.targets
         self._open: list[str] = []
         self._open_set: set[str] = set()
         self._lock = DeferredLock()
@@ -160,6 +162,8 @@ class Batcher(Service):
         os.makedirs(self._dir, exist_ok=True)
         self._targets = [target_url(self._local() if t == "local" else t)  # type: ignore[misc]  # given with "local"
                          for t in self._config.targets]
+        if len(self._figures) != len(self._targets):
+            self._figures = [TargetFigures(url.removesuffix("/schedule.json")) for url, _ in self._targets]
         self._lane.start()
         if self._http is None:
             self._http = _make_client(self._reactor)
@@ -261,10 +265,13 @@ class Batcher(Service):
     def _pump(self) -> None:
         while self._ready and len(self._posts) < self._config.max_posts and not self._cut_off:
             batch = self._ready.popleft()
-            url, auth = self._targets[(batch.number - 1 + batch.attempts) % len(self._targets)]
+            index = next_target(batch.number, batch.attempts, len(self._targets))
+            url, auth = self._targets[index]
+            figures = self._figures[index]
+            figures.in_flight += 1
             d = self._post(url, auth, batch)
-            d.addCallbacks(lambda _, b=batch, u=url: self._accepted(b, u),
-                           lambda f, b=batch, u=url: self._refused(b, u, f))
+            d.addCallbacks(lambda _, b=batch, u=url, t=figures: self._accepted(b, u, t),
+                           lambda f, b=batch, u=url, t=figures: self._refused(b, u, f, t))
             d.addErrback(lambda f, b: log.failure("Batch {n}", f, n=b.number), batch)
             self._posts.track(d).addBoth(self._posted)
 
@@ -291,17 +298,24 @@ class Batcher(Service):
                             reactor=self._clock)  # type: ignore[arg-type]  # treq needs only its timers here
         return d.addCallback(_check_answer)
 
-    def _accepted(self, batch: _Batch, url: str) -> Deferred[None]:
+    def _accepted(self, batch: _Batch, url: str, figures: TargetFigures) -> Deferred[None]:
         self._spooled.pop(batch.number, None)
         self.sent += 1
         self.urls_sent += len(batch.urls)
+        figures.in_flight -= 1
+        figures.sent += 1
+        figures.urls_sent += len(batch.urls)
+        figures.last_accepted = self._clock.seconds()
         log.debug("Batch {n} ({count} URLs) accepted by {url}", n=batch.number, count=len(batch.urls), url=url)
         return self._in_thread(_remove, batch.path)
 
-    def _refused(self, batch: _Batch, url: str, failure: Failure) -> None:
+    def _refused(self, batch: _Batch, url: str, failure: Failure, figures: TargetFigures) -> None:
         batch.attempts += 1
         self.failures += 1
         self.last_error = f"{redact(url)}: {failure.getErrorMessage()}"
+        figures.in_flight -= 1
+        figures.failures += 1
+        figures.last_error = failure.getErrorMessage()
         delay = Backoff(self._config.retry_first, self._config.retry_max).delay(batch.attempts)
         log.warn("Batch {n} not accepted by {url} ({why}); next target in {delay:.0f}s",
                  n=batch.number, url=url, why=failure.getErrorMessage(), delay=delay)
@@ -343,7 +357,7 @@ class Batcher(Service):
         return self._lane.run(function, *args)
 
     def status(self) -> dict[str, Any]:
-        """Counters for the status API."""
+        """Counters for the status API; ``targets``: per target, waiting first (see batchtargets.py)."""
         return {
             "open": len(self._open),
             "in_flight": len(self._posts),
@@ -353,6 +367,7 @@ class Batcher(Service):
             "urls_sent": self.urls_sent,
             "failures": self.failures,
             "last_error": self.last_error,
+            "targets": target_rows(self._figures, self._spooled.values()),
         }
 
 

@@ -9,6 +9,11 @@ status is recorded only after its links and page are safely handed on, and
 with its item's line (the item writer records it), so a crash in between
 hands the URL out again rather than losing what it linked to: nothing is
 counted done that was not done, and no item is written twice.
+
+Conditional GET: a URL the pool keeps validators for (a hub, a page of a
+recrawled kind) is fetched with them (If-None-Match, If-Modified-Since); a 304
+is done again and unchanged, with no parse, item, stored page or links, and
+counted as ``not_modified``; a 200's validators are recorded with its status.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
+from spiderd.core import conditional as cg
 from spiderd.core import status as st
 from spiderd.fetch.fetcher import Fetcher, FetchResult
 from spiderd.feed.items import ItemWriter, Status
@@ -63,6 +69,8 @@ class CrawlService(Service):
         stop_timeout: float = 60.0,
         linkbase: bool = False,
         max_retry_after: float = th.MAX_RETRY_AFTER,
+        conditional_get: bool = True,
+        discovery: tuple[Any, ...] = (),
     ) -> None:
         self._reactor = reactor
         self.pool = pool
@@ -80,6 +88,7 @@ class CrawlService(Service):
         self._stop_timeout = stop_timeout
         self._linkbase = linkbase
         self.throttles = th.HostThrottles(max_retry_after)  # consecutive 429/503 per host: the back-off
+        self._conditional = conditional_get  # fetch with the validators the pool kept (pool.validators)
         self.fetching = 0
         self.processing = 0
         self.paused = False
@@ -92,6 +101,9 @@ class CrawlService(Service):
         self.last_error = ""
         self._heartbeat = task.LoopingCall(self.kick)
         self._heartbeat.clock = reactor
+        self._discovery = discovery
+        for source in discovery:
+            source.add_listener(self.kick)
 
     # -- service -------------------------------------------------------------------
 
@@ -186,9 +198,14 @@ class CrawlService(Service):
         if due is not None:
             self._wake_at(due)
             return None
-        if self.fetching or self.processing:
+        if self.fetching or self.processing or self._discovering():
             return None
         return self.pool.stats().addCallback(self._maybe_finished)
+
+    def _discovering(self) -> bool:
+        """True while a source of URLs other than pages (``discovery``: the sitemaps) is at work: not done yet.
+        Each source has ``busy()`` and ``add_listener(kick)``, and calls it when it queued URLs or ended."""
+        return any(source.busy() for source in self._discovery)
 
     def _wake_at(self, delay: float) -> None:
         if self._wake_call is not None and self._wake_call.active():
@@ -198,7 +215,7 @@ class CrawlService(Service):
         self._wake_call = self._reactor.callLater(min(delay, 5.0), self.kick)
 
     def _maybe_finished(self, pool: dict[str, Any]) -> None:
-        if pool["waiting"] == 0 and pool["pending"] == 0 and not self.finished.called:
+        if pool["waiting"] == 0 and pool["pending"] == 0 and not self._discovering() and not self.finished.called:
             log.info("Nothing left to crawl")
             self.finished.callback(None)
 
@@ -206,13 +223,30 @@ class CrawlService(Service):
 
     def _start(self, url: str, hub: bool) -> None:
         self.fetching += 1
-        d = self._fetcher.fetch(url)
-        d.addBoth(self._fetched)
-        d.addCallback(self._process, hub)
+        d = self._validators(url)
+        d.addCallback(self._fetch, url, hub)
         d.addErrback(self._process_failed, url)
         d.addErrback(lambda f: log.failure("Recording the status of {url} failed", f, url=url))
         d.addBoth(self._processed)
         self._work.track(d)
+
+    def _validators(self, url: str) -> Deferred[cg.Validators | None]:
+        """What to make ``url``'s fetch conditional on: the validators the pool kept, or None (none kept,
+        conditional GET off, or the pool could not say: then the fetch is a plain GET)."""
+        if not self._conditional:
+            return defer.succeed(None)
+        d: Deferred[cg.Validators | None] = defer.maybeDeferred(self.pool.validators, url)
+        return d.addErrback(self._no_validators, url)
+
+    @staticmethod
+    def _no_validators(failure: Any, url: str) -> None:
+        log.warn("No validators for {url} ({error}): fetched without them", url=url,
+                 error=f"{failure.type.__name__}: {failure.getErrorMessage()}")
+
+    def _fetch(self, sent: cg.Validators | None, url: str, hub: bool) -> Deferred[Any]:
+        d = self._fetcher.fetch(url) if sent is None else self._fetcher.fetch(url, validators=sent)
+        d.addBoth(self._fetched)
+        return d.addCallback(self._process, hub, sent)
 
     def _fetched(self, result: FetchResult) -> FetchResult:
         self.pool.fetched(result.url, result.elapsed)
@@ -236,20 +270,27 @@ class CrawlService(Service):
         self.kick()
 
     @defer.inlineCallbacks
-    def _process(self, result: FetchResult, hub: bool) -> Any:
+    def _process(self, result: FetchResult, hub: bool, sent: cg.Validators | None = None) -> Any:
         """Handle the page, then record its status (and its redirect target's, when claimed, and its canonical
         URL's, when the page names one: that URL is then done too and not fetched again).
 
         With an item, the statuses are recorded by the item writer together
         with the item's line (see spiderd.feed.items): a URL is done only once its
-        links, its page and its item are safe, and then exactly once.
+        links, its page and its item are safe, and then exactly once.  A 200's
+        validators go with its status; a 304 to a fetch conditional on ``sent``
+        is done with nothing else.
         """
         if th.throttled(result.status):
             yield self._throttled(result)
             return
         if result.status > 0:
             self.throttles.answered(host_of(result.url))
+        if result.status == cg.NOT_MODIFIED and sent is not None:
+            yield self._not_modified(result, sent)
+            return
         statuses: list[Status] = [(result.url, result.status, result.reason)]  # reason: None for a page
+        if result.validators is not None and self._conditional:
+            statuses[0] = (result.url, result.status, result.reason, result.validators)
         if result.status == 200 and (yield self._is_new(result)):
             if result.final_url != result.url:
                 statuses.append((result.final_url, result.status))
@@ -262,6 +303,14 @@ class CrawlService(Service):
                 self.stats.incr("items")
                 return
         yield self.pool.set_statuses(statuses)
+
+    def _not_modified(self, result: FetchResult, sent: cg.Validators) -> Deferred[None]:
+        """A 304: the page did not change since the fetch whose validators were ``sent``. It is done again (a
+        recrawled page goes back to its crawled set for the next interval) with them, as the 304 updated them;
+        nothing is parsed, written or stored, and no link is added again."""
+        self.stats.incr("not_modified")
+        d: Deferred[None] = self.pool.set_statuses([(result.url, result.status, None, sent.updated(result.validators))])
+        return d
 
     def _throttled(self, result: FetchResult) -> Deferred[None]:
         """A 429 or 503: block the URL's host in the pool until its Retry-After, or for the back-off of its

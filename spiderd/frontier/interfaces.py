@@ -9,6 +9,7 @@ from zope.interface import Attribute, Interface
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
+    from spiderd.core.conditional import Validators
     from spiderd.frontier.pool.records import ExportReader
 
 
@@ -16,8 +17,8 @@ class IURLPool(Interface):
     """The URL pool of seed 000: waiting, pending (leased), done and failed URLs; the core contract.
 
     Every backend provides all of it: it is what the running node calls.  The
-    crawler (add, addmany, pop, claim, fetched, set_status, set_statuses, throttle,
-    add_links, next_due, stats), the batcher (seen_filter, seen_add,
+    crawler (add, addmany, pop, validators, claim, fetched, set_status, set_statuses,
+    throttle, add_links, next_due, stats), the batcher (seen_filter, seen_add,
     next_batch), the items writer (set_statuses with a checkpoint, checkpoint,
     drop_checkpoint), the seeds (addmany, set_seeds, set_hubs), the seed timer
     (claim_once, seed_urls), the recrawler (size, recrawl), robots.txt
@@ -33,6 +34,7 @@ class IURLPool(Interface):
 
     failure_threshold = Attribute("Failures retried before a URL is final.")
     max_throttles = Attribute("Throttles of a URL (see throttle) that do not count as its failures.")
+    conditional_get = Attribute("Whether validators are kept (set_statuses) and handed out (validators).")
     pending_threshold = Attribute("Seconds a popped URL stays leased.")
 
     def add(url: str, always: bool = False, detail: bool = False) -> Deferred[bool]:
@@ -89,9 +91,19 @@ class IURLPool(Interface):
         ``set_status(url, status_code, reason)``.  ``reason`` is kept as its last failure (``why``)."""
 
     def set_statuses(statuses: Iterable[tuple[Any, ...]], checkpoint: tuple[str, int] | None = None) -> Deferred[None]:
-        """Record ``(url, status_code)`` or ``(url, status_code, reason)`` outcomes and, if given, ``checkpoint``
-        (a name, a count) in one atomic write: either all of them are recorded or none (a writer's commit
-        point, see spiderd.feed.items)."""
+        """Record ``(url, status_code)``, ``(url, status_code, reason)`` or ``(url, status_code, reason,
+        validators)`` outcomes and, if given, ``checkpoint`` (a name, a count) in one atomic write: either all
+        of them are recorded or none (a writer's commit point, see spiderd.feed.items).
+
+        ``validators`` (spiderd.core.conditional.Validators, or None) are a done fetch's ETag and Last-Modified:
+        with ``conditional_get``, the pool keeps them for the URLs it hands out again, hubs and pages of the
+        kinds kept in crawled sets (``recrawl``), and for no other; a done status of such a URL without them
+        drops those kept, as does its final failure.  A 304 (not modified) is done, as a 200."""
+
+    def validators(url: str) -> Deferred[Validators | None]:
+        """Fires with the validators kept for ``url`` (see set_statuses), or None: the crawler makes the fetch of
+        a handed-out URL conditional on them.  Redis answers those of a URL this node popped from the pop's
+        own answer (no round trip)."""
 
     def checkpoint(name: str) -> Deferred[int | None]:
         """Fires with the count last recorded under ``name`` by ``set_statuses``, or None."""
@@ -145,7 +157,7 @@ class IURLPool(Interface):
 class IURLPoolAdmin(Interface):
     """What operators and tools ask of a pool, beside its core contract (:class:`IURLPool`).
 
-    ``GET /api/why`` (and spiderctl why), ``GET /api/export`` and ``POST
+    ``GET /api/why`` (and spiderctl why), ``GET /api/hosts`` (spiderctl hosts), ``GET /api/export`` and ``POST
     /api/import`` (spiderctl export and import) are its only callers in the
     node: no part of the crawl needs it.  A backend may lack it; those
     endpoints then answer 404, "not available for this pool".  The LevelDB,
@@ -155,7 +167,16 @@ class IURLPoolAdmin(Interface):
 
     def why(url: str) -> Deferred[dict[str, Any]]:
         """Fires with a dict describing the URL's state, failures, lease and host; a URL that failed has
-        ``last_failure``: ``{"reason": text, "at": time, "failures": n}``."""
+        ``last_failure``: ``{"reason": text, "at": time, "failures": n}``; one whose validators are kept has
+        ``validators``: ``{"etag": text or None, "last_modified": Unix seconds or None}``."""
+
+    def hosts(limit: int = 50) -> Deferred[list[dict[str, Any]]]:
+        """Fires with at most ``limit`` (1-200) hosts to look at first: those a throttling answer blocks now
+        (the latest block end first), then those with the most waiting URLs; each a dict: ``host``, ``waiting``,
+        ``inflight``, ``concurrency``, ``next_in`` (seconds until it may be asked again), ``delay``,
+        ``delay_why`` (``throttled``, ``adaptive``, ``crawl-delay``, ``configured`` or None), ``throttled_until``
+        (or None) and ``errors`` (its failed fetches among the last 1000 this node recorded).  Cheap: no URL
+        is read (the embedded pool passes once over its host table in memory; Redis reads 2 x ``limit`` hosts)."""
 
     def export(chunk: int = 1000) -> ExportReader:
         """A reader of every entry (spiderd.frontier.pool.records): its ``next()`` fires with a list, or None at the end."""

@@ -37,6 +37,7 @@ class HostSlot:
     queued: bool = False
     cursor: Any = None  # the backend's read state in this host's queues
     seen: int | None = None  # new URLs the host took in all, when the backend counts them (None: not read yet)
+    throttled_until: float = 0.0  # the end of the last block by a throttling answer (see Politeness.block)
 
 
 @dataclass
@@ -119,6 +120,10 @@ class Politeness:
         """The earliest next-allowed time of a ready host, or None."""
         return self._heap[0][0] if self._heap else None
 
+    def delays(self, host: str) -> tuple[float, float]:
+        """``host``'s configured delay (the default or its override) and its robots.txt Crawl-delay (0: none)."""
+        return self.overrides.get(host, (self.delay, self.concurrency))[0], self._robots_delay.get(host, 0.0)
+
     def set_robots_delay(self, host: str, delay: float) -> None:
         """Raise ``host``'s delay to its robots.txt Crawl-delay."""
         self._robots_delay[host] = delay
@@ -130,6 +135,7 @@ class Politeness:
         """Hand out nothing of ``slot`` before ``until`` (a throttling answer's Retry-After); an earlier
         entry in the heap is put back at the new time when its turn comes (see ``ready``)."""
         slot.next_allowed = max(slot.next_allowed, until)
+        slot.throttled_until = max(slot.throttled_until, until)
 
     def collect(self, now: float) -> None:
         """Forget hosts with nothing waiting, nothing in flight and no pending delay."""
@@ -141,6 +147,14 @@ class Politeness:
         """The ``count`` hosts with the most waiting URLs, as ``[host, waiting]``, largest first."""
         busiest = heapq.nlargest(count, self.hosts.values(), key=lambda s: s.waiting)
         return [[s.host, s.waiting] for s in busiest if s.waiting]
+
+    def attention(self, count: int, now: float) -> list[HostSlot]:
+        """At most ``count`` hosts an operator looks at first: those blocked by a throttling answer now (the
+        latest block end first), then those with the most waiting URLs; one pass over the host table."""
+        def key(s: HostSlot) -> tuple[float, int]:
+            return (s.throttled_until if s.throttled_until > now else 0.0, s.waiting)
+
+        return heapq.nlargest(count, (s for s in self.hosts.values() if s.waiting or s.throttled_until > now), key=key)
 
     def active_hosts(self) -> int:
         """Hosts with waiting URLs."""

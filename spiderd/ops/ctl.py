@@ -4,6 +4,7 @@
     spiderctl add seeds|hubs|urls [URL ...] [-f FILE] [--detail] [--refresh-span SECONDS] [--recrawl]
     spiderctl pause | resume
     spiderctl why URL [--json]
+    spiderctl jobs | failures | hosts [--limit N] [--json]
     spiderctl export [-o FILE]
     spiderctl import FILE
 
@@ -24,6 +25,8 @@ import time
 import urllib.error
 import urllib.request
 from typing import IO, Any, Iterable, Iterator, Sequence
+
+from spiderd.ops.listings import cmd_failures, cmd_hosts, cmd_jobs
 
 DEFAULT_URL = "http://127.0.0.1:6810"
 MAX_URLS = 10_000  # per request, as the API caps it
@@ -111,44 +114,6 @@ def _json(raw: bytes, base: str) -> dict[str, Any]:
 def cmd_status(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
     status = client.call("GET", "/api/status")
     out.write(json.dumps(status, indent=2) + "\n" if args.json else summary(status))
-    return OK
-
-
-def _listing(client: Client, args: argparse.Namespace, out: IO[str], what: str) -> list[dict[str, Any]] | None:
-    """``GET /api/<what>?limit=``: the rows to print, or None once the whole answer went out as JSON (--json)."""
-    answer = client.call("GET", f"/api/{what}?limit={args.limit}")
-    if args.json:
-        out.write(json.dumps(answer, indent=2) + "\n")
-        return None
-    return list(answer.get(what, []))
-
-
-def cmd_jobs(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
-    rows = _listing(client, args, out, "jobs")
-    if rows is None:
-        return OK
-    if not rows:
-        out.write("no jobs\n")
-        return OK
-    head = ("STATE", "JOB", "SPIDER", "BATCH", "URLS", "ITEMS", "FAILED", "FEED")
-    table = [head] + [(r["state"], r["id"], r["spider"], r["batch"], f"{r['done']}/{r['urls']}", str(r["items"]),
-                       str(r["failed"]), f"{r['feed']['state']}" + (f" -> {r['feed']['uri']}" if r["feed"]["uri"] else ""))
-                      for r in rows]
-    widths = [max(len(str(line[i])) for line in table) for i in range(len(head) - 1)]
-    for line in table:
-        out.write("  ".join(str(v).ljust(w) for v, w in zip(line, widths)) + "  " + line[-1] + "\n")
-    return OK
-
-
-def cmd_failures(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
-    rows = _listing(client, args, out, "failures")
-    if rows is None:
-        return OK
-    if not rows:
-        out.write("no URL failed for good (since this node started)\n")
-    for r in rows:
-        at = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["at"]))
-        out.write(f"{at} UTC  {r['url']}\n    {r['reason']}  (spiderctl why URL tells more)\n")
     return OK
 
 
@@ -392,6 +357,9 @@ def parser() -> argparse.ArgumentParser:
     failures = sub.add_parser("failures", help="the last URLs that failed for good here, newest first, with why")
     failures.add_argument("--limit", type=int, default=20, help="at most this many (1-1000, default 20)")
     failures.add_argument("--json", action="store_true")
+    hosts = sub.add_parser("hosts", help="the hosts to look at first: throttled, then the most waiting URLs")
+    hosts.add_argument("--limit", type=int, default=20, help="at most this many (1-200, default 20)")
+    hosts.add_argument("--json", action="store_true")
     sub.add_parser("pause", help="stop fetching new URLs (fetches in flight finish)")
     sub.add_parser("resume", help="fetch again")
     why = sub.add_parser("why", help="why is this URL (not) crawled?")
@@ -414,8 +382,8 @@ def _parse(p: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.N
     return args
 
 
-COMMANDS = {"status": cmd_status, "jobs": cmd_jobs, "failures": cmd_failures, "add": cmd_add, "pause": cmd_pause, "resume": cmd_pause, "why": cmd_why,
-            "export": cmd_export, "import": cmd_import}
+COMMANDS = {"status": cmd_status, "jobs": cmd_jobs, "failures": cmd_failures, "hosts": cmd_hosts, "add": cmd_add,
+            "pause": cmd_pause, "resume": cmd_pause, "why": cmd_why, "export": cmd_export, "import": cmd_import}
 
 
 def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:

@@ -6,7 +6,9 @@ and ``pool.hub_refresh_span`` take effect: every other change needs a restart.
 twistd's own log file (``--logfile``), if one is in use, is reopened, so that
 logrotate can move it away first (twistd's SIGUSR1 *rotates* it instead).
 The handler is installed only when asked (``twistd`` runs; tests building
-services directly do not), once the reactor runs, and removed at stop.
+services directly do not), once the reactor runs, and removed at stop.  The
+file is read, parsed and validated (TOML, XPath compilation) on a lane of its
+own, never on the reactor thread.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from twisted.logger import Logger, globalLogPublisher
 from twisted.python.logfile import BaseLogFile
 
 from spiderd.config import settings as cfg
+from spiderd.core.blocking import Lane
 from spiderd.core.reactors import INodeReactor
 
 if TYPE_CHECKING:
@@ -35,9 +38,10 @@ class ReloadService(Service):
 
     name = "reload"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, reactor: INodeReactor, settings: cfg.Settings, seeds: SeedService | None = None,
+    def __init__(self, reactor: INodeReactor, settings: cfg.Settings, lane: Lane, seeds: SeedService | None = None,
                  install: bool = True) -> None:
         self._reactor = reactor
+        self._lane = lane
         self._settings = settings
         self._seeds = seeds
         self._install = install
@@ -46,6 +50,7 @@ class ReloadService(Service):
 
     def startService(self) -> None:
         super().startService()
+        self._lane.start()
         if self._install:
             self._reactor.callWhenRunning(self._install_handler)
 
@@ -54,6 +59,7 @@ class ReloadService(Service):
         if self._installed:
             signal.signal(signal.SIGHUP, self._previous or signal.SIG_DFL)
             self._installed = False
+        self._lane.stop()
 
     def _install_handler(self) -> None:
         if self.running:
@@ -70,20 +76,22 @@ class ReloadService(Service):
         """Reopen the log files, then load seeds and hubs from the file; fires with False if the file was bad."""
         reopened = reopen_log_files()
         source = self._settings.source
-        if not os.path.isfile(source):
+        d = self._lane.run(_read, source, self._overrides())
+        return d.addCallback(self._apply, source, reopened)
+
+    def _apply(self, fresh: cfg.Settings | str | None, source: str, reopened: int) -> Any:
+        if fresh is None:
             log.info("Reload (SIGHUP): {reopened} log files reopened; no configuration file to read ({source})",
                      reopened=reopened, source=source)
-            return defer.succeed(True)
-        try:
-            fresh = cfg.load(source, self._overrides())
-        except cfg.ConfigError as e:
+            return True
+        if isinstance(fresh, str):
             log.error("Reload (SIGHUP) refused: configuration error: {error}; the running configuration is kept",
-                      error=str(e))
-            return defer.succeed(False)
+                      error=fresh)
+            return False
         if self._seeds is None:
             log.info("Reload (SIGHUP): {source} is valid; no seeds in the {role} role; {reopened} log files reopened",
                      source=source, role=self._settings.role, reopened=reopened)
-            return defer.succeed(True)
+            return True
         log.info("Reload (SIGHUP): {seeds} seeds and {hubs} hubs from {source}; {reopened} log files reopened "
                  "(other changes need a restart)", seeds=len(fresh.seeds), hubs=len(fresh.hubs), source=source,
                  reopened=reopened)
@@ -94,6 +102,16 @@ class ReloadService(Service):
         """What the command line set (and a reload cannot change): taken from the running settings."""
         s = self._settings
         return {"spiderd.role": s.role, "spiderd.data_dir": s.data_dir, "spiderd.exit_when_done": s.exit_when_done}
+
+
+def _read(source: str, overrides: dict[str, Any]) -> cfg.Settings | str | None:
+    """Thread: the file's settings, the configuration error as text, or None when there is no file."""
+    if not os.path.isfile(source):
+        return None
+    try:
+        return cfg.load(source, overrides)
+    except cfg.ConfigError as e:
+        return str(e)
 
 
 def reopen_log_files() -> int:

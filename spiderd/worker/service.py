@@ -120,8 +120,10 @@ class WorkerService(Service):
                 "pages": totals["pages"], "items": totals["items"], "failed": totals["failed"]}
 
     def jobs_table(self, limit: int = 50) -> list[dict[str, Any]]:
-        """The jobs as the operator sees them (spiderd.worker.table): running, pending, then ended."""
-        return job_rows(self.runner, limit)
+        """The jobs as the operator sees them (spiderd.worker.table): running, pending, then ended; an ended job's
+        feed is ``spooled`` until the shipper uploaded it."""
+        whereabouts = getattr(self.shipper, "whereabouts", None)
+        return job_rows(self.runner, limit, whereabouts() if whereabouts is not None else None)
 
     def set_host_delay(self, host: str, delay: float) -> None:
         """Raise ``host``'s delay between request starts (its robots.txt Crawl-delay) for every job."""

@@ -99,6 +99,10 @@ class CrawledSets:
             self._cursors[prefix] = key
         return k.done_in_crawled_set(prio, fetched_ms)
 
+    def _recrawled(self, host: str, prio: int) -> bool:
+        """True if the pages of ``host``'s registered domain and kind ``prio`` are recrawled (kept in a crawled set)."""
+        return bool(self._recrawl) and prio in self._recrawl.get(registered_domain(host), ())
+
     def _forget_crawled(self, batch: Any, host: str, fp: int, state: bytes) -> None:
         """Drop the ``R`` entry of a done URL being queued again."""
         if len(state) > 1:

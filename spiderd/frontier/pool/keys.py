@@ -19,6 +19,8 @@ key                                         value
 ``M`` name                                  a checkpoint (``set_statuses``): a count
 ``E`` fp                                    the last failure: at-ms, failures (1 byte), reason (UTF-8)
 ``Y`` fp                                    throttled fetches of an active URL (1 byte; ``throttle``)
+``V`` fp                                    validators of a hub or recrawled page: Last-Modified (4 bytes,
+                                            0: none), then the ETag (ASCII; spiderd.core.conditional.pack)
 ==========================================  =========================================
 
 ``fp`` is the 64-bit fingerprint of the canonical URL, ``host-id`` the one of
@@ -29,7 +31,9 @@ one whose (domain, kind) is recrawled costs a 10-byte state value and a 26-byte
 whose last fetch failed (retried, or failed for good) has an ``E`` entry: 9 bytes
 of key and 9 of value plus its reason (at most 200 characters, about 60 for a
 network error), until it is done (a URL added again after failing for good keeps
-its entry until it fails again or is done after a failure).
+its entry until it fails again or is done after a failure).  A hub or a page whose (domain, kind) is
+recrawled has a ``V`` entry while its last 200 gave an ``ETag`` or a ``Last-Modified``: 9 bytes of key and
+4 of value plus the ETag (about 20 characters), with ``[fetch] conditional_get``.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ LINK_COUNT = b"J"
 CHECKPOINT = b"M"
 FAILURE = b"E"
 THROTTLED = b"Y"
+VALIDATORS = b"V"
 
 DONE = b"D"
 FAILED = b"F"
@@ -114,6 +119,10 @@ def unpack_failure(value: bytes) -> tuple[str, float, int]:
 
 def throttle_key(fp: int) -> bytes:
     return THROTTLED + fp.to_bytes(8, "big")
+
+
+def validators_key(fp: int) -> bytes:
+    return VALIDATORS + fp.to_bytes(8, "big")
 
 
 def link_key(fp: int) -> bytes:

@@ -7,15 +7,16 @@ from typing import Any
 
 from twisted.internet import defer
 
+from spiderd.core import conditional as cg
 from spiderd.frontier.pool import keys as k
 from spiderd.frontier.pool import records as rec
 from spiderd.frontier.pool.kvexport import FINGERPRINT, KVExport
 from spiderd.frontier.pool.kvqueues import KVQueues
-from spiderd.frontier.pool.shared import why_head, why_host, why_parse
+from spiderd.frontier.pool.shared import host_limit, host_row, top_hosts, why_head, why_host, why_parse
 
 
 class KVAdmin(KVQueues):
-    """KVPool's answers for operators and tools: why, export, import_states; compact."""
+    """KVPool's answers for operators and tools: why, hosts, export, import_states; compact."""
 
     # -- why ------------------------------------------------------------------------
 
@@ -32,10 +33,28 @@ class KVAdmin(KVQueues):
         if failed is not None:
             answer["last_failure"] = rec.last_failure(*k.unpack_failure(failed))
         answer.update(self._link_of(u.fingerprint))
+        validators = cg.unpack(self._kv.get(k.validators_key(u.fingerprint)))
+        if validators is not None:
+            answer["validators"] = validators.described()
         slot = self.politeness.hosts.get(u.host)
         if slot is not None:
             answer.update(why_host(slot.waiting, slot.inflight, slot.delay, slot.next_allowed))
         return defer.succeed(answer)
+
+    # -- hosts ----------------------------------------------------------------------
+
+    def hosts(self, limit: int = 50) -> defer.Deferred[list[dict[str, Any]]]:
+        """The hosts to look at first (see IURLPoolAdmin), from the host table in memory: one pass over it."""
+        limit = host_limit(limit)
+        now = self._clock.seconds()
+        politeness = self.politeness
+        rows = []
+        for slot in politeness.attention(limit, now):
+            configured, crawl_delay = politeness.delays(slot.host)
+            rows.append(host_row(slot.host, slot.waiting, slot.inflight, slot.concurrency, configured, crawl_delay,
+                                 slot.next_allowed, slot.throttled_until, politeness.adaptive_of(slot.host).on,
+                                 self.host_errors.of(slot.host), now))
+        return defer.succeed(top_hosts(rows, limit))
 
     # -- export and import -----------------------------------------------------------
 

@@ -24,7 +24,7 @@ from spiderd.core.urls import MAX_URL_LENGTH, host_of
 from spiderd.frontier.politeness import HostSlot, Politeness
 from spiderd.frontier.pool import keys as k
 from spiderd.frontier.pool.crawled import CrawledSets
-from spiderd.frontier.pool.shared import RecentFailures, URLParsing
+from spiderd.frontier.pool.shared import HostErrors, RecentFailures, URLParsing
 from spiderd.frontier.pool.split import KindSplit
 
 log = Logger()
@@ -58,12 +58,14 @@ class KVCore(CrawledSets, URLParsing):
         list_ratio: float = 0.0,
         detail_ratio: float = 0.0,
         max_throttles: int = 10,
+        conditional_get: bool = True,
     ) -> None:
         self._kv = kv
         self._clock = clock
         self.politeness = politeness or Politeness()
         self.failure_threshold = failure_threshold
         self.max_throttles = max_throttles
+        self.conditional_get = conditional_get  # keep hubs' and recrawled pages' validators (set_statuses)
         self._throttles: dict[int, int] = {}  # fp -> throttled fetches of an active URL (its Y entry)
         self.pending_threshold = pending_threshold
         self._done_codes = done_codes
@@ -73,6 +75,7 @@ class KVCore(CrawledSets, URLParsing):
         self.split = KindSplit(list_ratio, detail_ratio)
         self.rejected: Counter[str] = Counter()
         self.recent_failures = RecentFailures()
+        self.host_errors = HostErrors()
         self._counters = k.unpack_counters(kv.get(k.COUNTERS))
         self._hubs: dict[int, list[Any]] = {}  # fp -> [url, host, next_due]
         self._hub_heap: list[tuple[float, int]] = []

@@ -251,6 +251,7 @@ class KVQueues(KVCore):
             if fp not in wanted:
                 del self._hubs[fp]
                 batch.delete(k.HUB + fp.to_bytes(8, "big"))
+                batch.delete(k.validators_key(fp))  # a page kept in a crawled set too is asked for in full once
         for fp, u in wanted.items():
             if fp not in self._hubs:
                 self._hubs[fp] = [u.url, u.host, 0.0]

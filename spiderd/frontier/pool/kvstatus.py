@@ -2,7 +2,9 @@
 
 A status or a claim of a waiting URL takes it out of its queue; a status of a
 leased one ends the lease, and if it was added again meanwhile (``always``),
-queues it afresh instead of recording the outcome.
+queues it afresh instead of recording the outcome.  A done status of a hub or
+of a recrawled page keeps the validators it carries (conditional GET), or drops
+them when it carries none; a final failure drops them.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from spiderd.core import conditional as cg
 from spiderd.core import status as st
 from spiderd.core.urls import URL
 from spiderd.frontier.politeness import HostSlot
 from spiderd.frontier.pool import keys as k
 from spiderd.frontier.pool.kvqueues import KVQueues
-from spiderd.frontier.pool.shared import parsed
+from spiderd.frontier.pool.shared import parsed, status_parts
 
 log = Logger()
 
@@ -135,8 +138,8 @@ class KVStatuses(KVQueues):
         batch = self._kv.write_batch(sync=checkpoint is not None)
         slots: dict[str, HostSlot] = {}
         done: set[int] = set()
-        for url, code, *reason in statuses:
-            slot = self._status_into(batch, url, code, done, *reason)
+        for url, code, reason, validators in map(status_parts, statuses):
+            slot = self._status_into(batch, url, code, done, reason, validators=validators)
             if slot is not None:
                 slots[slot.host] = slot
         if checkpoint is not None:
@@ -146,8 +149,8 @@ class KVStatuses(KVQueues):
             self._commit(batch, slots.values())
         return defer.succeed(None)
 
-    def _status_into(self, batch: Any, url: str, code: int, done: set[int] | None,
-                     reason: str | None = None, until: float | None = None) -> HostSlot | None:
+    def _status_into(self, batch: Any, url: str, code: int, done: set[int] | None, reason: str | None = None,
+                     until: float | None = None, validators: cg.Validators | None = None) -> HostSlot | None:
         """End ``url``'s lease (this process's record of it) and put its new state in ``batch``, unless its
         fingerprint is in ``done`` (given twice in one write); the host slot touched, or None."""
         self._touched += 1
@@ -160,10 +163,10 @@ class KVStatuses(KVQueues):
             return None
         if done is not None:
             done.add(u.fingerprint)
-        return self._set_status(batch, u, code, reason, until)
+        return self._set_status(batch, u, code, reason, until, validators)
 
-    def _set_status(self, batch: Any, u: URL, code: int, reason: str | None = None,
-                    until: float | None = None) -> HostSlot | None:
+    def _set_status(self, batch: Any, u: URL, code: int, reason: str | None = None, until: float | None = None,
+                    validators: cg.Validators | None = None) -> HostSlot | None:
         """Put the change of one URL's state in ``batch``; the host slot it touched, or None (already final)."""
         skey = k.state_key(u.fingerprint)
         state = self._kv.get(skey)
@@ -171,17 +174,23 @@ class KVStatuses(KVQueues):
         slot = self._slot(u.host)
         failures = prio = 0
         known = state is not None  # a hub or a redirect target with no state of its own has no kind
+        hub = u.fingerprint in self._hubs
         if state is not None and state[0] == k.PENDING:
             failures, prio, deadline = k.parse_active(state)
             batch.delete(k.lease_key(deadline, u.fingerprint))
             counters[1] -= 1
             again = self._again.pop(u.fingerprint, None)
             if again is not None:  # added again while leased: this fetch's outcome makes way for a new one
+                if code in self._done_codes:
+                    self._validators_into(batch, u, hub or self._recrawled(u.host, prio), validators)
                 self._enqueue(batch, u.url, u.fingerprint, slot, again, 0)
                 return slot
         elif state is not None and state[0] == k.WAITING:
             failures, prio = self._dequeue(batch, slot, state)
         elif state is not None:
+            done_again = code in self._done_codes
+            if hub and (done_again or code in self._final_codes):  # a hub is done again at every hand-out
+                return slot if self._validators_into(batch, u, True, validators if done_again else None) else None
             return None  # already final
         if until is not None and self._throttled(batch, u, slot, until):
             self._enqueue(batch, u.url, u.fingerprint, slot, prio, failures)
@@ -190,6 +199,7 @@ class KVStatuses(KVQueues):
         if code in self._done_codes:
             self._forget_throttles(batch, u.fingerprint)
             batch.put(skey, self._done_state(batch, u.url, u.host, u.fingerprint, prio) if known else k.DONE)
+            self._validators_into(batch, u, hub or (known and self._recrawled(u.host, prio)), validators)
             counters[2] += 1
             if failures:
                 batch.delete(k.failure_key(u.fingerprint))
@@ -198,10 +208,28 @@ class KVStatuses(KVQueues):
             counters[3] += 1
             self._forget_throttles(batch, u.fingerprint)
             self._note_failure(batch, u, code, reason, failures + 1, final=True)
+            self._validators_into(batch, u, hub or (known and self._recrawled(u.host, prio)), None)
         else:
             self._enqueue(batch, u.url, u.fingerprint, slot, prio, failures + 1)
             self._note_failure(batch, u, code, reason, failures + 1, final=False)
         return slot
+
+    def _validators_into(self, batch: Any, u: URL, kept: bool, validators: cg.Validators | None) -> bool:
+        """Where ``u``'s validators are ``kept`` (a hub, a recrawled kind), a done fetch keeps those it gave, and
+        one that gave none (or a final failure: None) drops them; False if nothing was written."""
+        if not (kept and self.conditional_get):
+            return False
+        key = k.validators_key(u.fingerprint)
+        if validators is not None:
+            batch.put(key, cg.pack(validators))
+        else:
+            batch.delete(key)
+        return True
+
+    def validators(self, url: str) -> defer.Deferred[cg.Validators | None]:
+        """The validators kept for ``url`` (a hub or a recrawled page; see set_statuses), or None."""
+        u = parsed(url, self._max_url_length)
+        return defer.succeed(None if u is None else cg.unpack(self._kv.get(k.validators_key(u.fingerprint))))
 
     def _throttled(self, batch: Any, u: URL, slot: HostSlot, until: float) -> bool:
         """Block ``u``'s host until ``until``; count a throttle of ``u``: True while it has had at most
@@ -223,6 +251,7 @@ class KVStatuses(KVQueues):
         """Keep why ``u`` failed (its last failure) in its ``E`` entry; a final failure is logged (debug)."""
         why = st.recorded(code, reason)
         batch.put(k.failure_key(u.fingerprint), k.pack_failure(self._clock.seconds(), failures, why))
+        self.host_errors.add(u.host)
         if final:
             log.debug("{url} failed for good: {reason}", url=u.url, reason=why)
             self.recent_failures.add(u.url, why, self._clock.seconds())

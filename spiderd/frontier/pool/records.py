@@ -12,7 +12,7 @@
 An export is not a snapshot: entries that change state while it runs may show
 up twice or not at all (pause the crawl first for an exact copy).  Not carried:
 the hubs (they come from the configuration), failure counts (an imported URL
-starts afresh), lease deadlines, crawled sets and the linkbase; an import reads
+starts afresh), lease deadlines, crawled sets, validators and the linkbase; an import reads
 no ``last_failure`` (it is for people and tools to read).
 """
 

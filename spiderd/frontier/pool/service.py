@@ -110,4 +110,5 @@ def pool_options(settings: Settings) -> dict[str, Any]:
         "list_ratio": settings.list_ratio,
         "detail_ratio": settings.detail_ratio,
         "max_throttles": settings.max_throttles,
+        "conditional_get": settings.conditional_get,
     }

@@ -15,6 +15,8 @@ log = Logger()
 
 STATE_COUNTS = ("waiting", "pending", "done", "failed", "batched")
 RECENT_FAILURES = 200  # final failures a node remembers for /api/failures
+RECENT_ERRORS = 1000  # failed fetches a node counts per host for /api/hosts
+HOSTS_MOST = 200  # hosts one hosts() answer holds at most
 
 
 class RecentFailures:
@@ -31,6 +33,64 @@ class RecentFailures:
         return [dict(e) for e in list(self._entries)[::-1][:max(0, limit)]]
 
 
+class HostErrors:
+    """Failed fetches per host (retried, final or throttled) among the last ``size`` this node recorded."""
+
+    def __init__(self, size: int = RECENT_ERRORS) -> None:
+        self._order: deque[str] = deque()
+        self._size = size
+        self._counts: Counter[str] = Counter()
+
+    def add(self, host: str) -> None:
+        if len(self._order) >= self._size:
+            oldest = self._order.popleft()
+            self._counts[oldest] -= 1
+            if not self._counts[oldest]:
+                del self._counts[oldest]
+        self._order.append(host)
+        self._counts[host] += 1
+
+    def of(self, host: str) -> int:
+        return self._counts.get(host, 0)
+
+
+def host_row(host: str, waiting: int, inflight: int, concurrency: int, configured: float, crawl_delay: float,
+             next_allowed: float, throttled_until: float, adaptive: bool, errors: int, now: float) -> dict[str, Any]:
+    """One row of ``hosts()``: the host's queue, requests in flight, next turn (seconds from now), delay between
+    request starts and what sets its pace (``delay_why``), block end and this node's recent failed fetches.
+
+    ``delay_why``: ``throttled`` while a 429/503 blocks it, ``adaptive`` while the adaptive delay holds its next
+    turn further off than its delay would, else ``crawl-delay`` (robots.txt, above the configured one),
+    ``configured`` (a delay above 0), None (no delay).
+    """
+    delay = max(configured, crawl_delay)
+    next_in = max(0.0, next_allowed - now)
+    blocked = throttled_until > now
+    if blocked and throttled_until >= next_allowed:
+        why: str | None = "throttled"
+    elif adaptive and next_in > delay:
+        why = "adaptive"
+    elif crawl_delay > configured:
+        why = "crawl-delay"
+    else:
+        why = "configured" if delay > 0 else None
+    return {"host": host, "waiting": waiting, "inflight": inflight, "concurrency": concurrency,
+            "next_in": round(next_in, 3), "delay": delay, "delay_why": why,
+            "throttled_until": throttled_until if blocked else None, "errors": errors}
+
+
+def top_hosts(rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The ``limit`` rows an operator looks at first: throttled hosts (the latest block end first), then the
+    hosts with the most waiting URLs."""
+    rows.sort(key=lambda r: (-(r["throttled_until"] or 0.0), -r["waiting"], r["host"]))
+    return rows[:limit]
+
+
+def host_limit(limit: int) -> int:
+    """``limit`` within 1..HOSTS_MOST."""
+    return max(1, min(int(limit), HOSTS_MOST))
+
+
 class URLParsing:
     """A pool's ``_parse``: a bad URL is logged and counted by reason (``stats()["rejected"]``), never raised."""
 
@@ -44,6 +104,13 @@ class URLParsing:
             self.rejected[e.reason] += 1
             log.info("Rejected URL ({reason}): {url!r}", reason=e.reason, url=e.url[:200])
             return None
+
+
+def status_parts(status: Sequence[Any]) -> tuple[str, int, str | None, Any]:
+    """An entry of ``set_statuses`` (``(url, code)``, ``(url, code, reason)`` or ``(url, code, reason,
+    validators)``) as all four."""
+    url, code, *rest = status
+    return url, code, rest[0] if rest else None, rest[1] if len(rest) > 1 else None
 
 
 def parsed(url: str | None, max_length: int = MAX_URL_LENGTH) -> URL | None:

@@ -4,7 +4,7 @@ Every answer is JSON (``{"status": "ok", ...}``) but the status page (``/``),
 the metrics (``/metrics``) and the export (JSON lines).  Errors are
 ``{"status": "error", "message": ...}`` with a 4xx code: 400 for a bad or
 missing field, 401 for wrong or missing credentials, 404 for an unknown path
-(or one this role has not: the worker role has no pool; or one this pool has not: why, export and
+(or one this role has not: the worker role has no pool; or one this pool has not: why, hosts, export and
 import need a backend with the admin interface, IURLPoolAdmin), 405 for a wrong
 method, 413 for a body over the cap, 414 or 431 for a request line or header
 line over 16 KiB; 503 while stopping, 500 for a bug.
@@ -28,6 +28,7 @@ from spiderd.core.net.guard import foreign_request
 from spiderd.frontier.pool.redis.link import RedisPoolError
 from spiderd.core.urls import BadURL, canonicalize
 from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
+from spiderd.frontier.pool.shared import HOSTS_MOST
 from spiderd.ops.web import node as nodes
 from spiderd.core.net.auth import Auth
 from spiderd.core.net.resource import JsonResource, send
@@ -43,7 +44,7 @@ MAX_JSON_BODY = 1024 * 1024  # bytes, for the JSON endpoints (the import's cap i
 MAX_URLS = 10_000  # per request
 ADD_CHUNK = 500  # URLs checked and added per turn of the reactor (about 5 ms of work)
 _NO_POOL = "not available in the {role} role: this node has no URL pool"
-_NO_ADMIN = "not available for this pool: its backend has no admin interface (why, export, import)"
+_NO_ADMIN = "not available for this pool: its backend has no admin interface (why, hosts, export, import)"
 
 
 class Raw:
@@ -82,12 +83,13 @@ class ApiResource(JsonResource):
             b"/api/urls": (b"POST", self.urls),
             b"/api/jobs": (b"GET", self.jobs),
             b"/api/failures": (b"GET", self.failures),
+            b"/api/hosts": (b"GET", self.hosts),
             b"/api/pause": (b"POST", self.pause),
             b"/api/resume": (b"POST", self.resume),
         }
-        self._needs_pool = {b"/api/why", b"/api/export", b"/api/import", b"/api/seeds", b"/api/hubs", b"/api/urls",
-                            b"/api/pause", b"/api/resume"}
-        self._needs_admin = {b"/api/why", b"/api/export", b"/api/import"}  # IURLPoolAdmin, which a pool may lack
+        self._needs_pool = {b"/api/why", b"/api/hosts", b"/api/export", b"/api/import", b"/api/seeds", b"/api/hubs",
+                            b"/api/urls", b"/api/pause", b"/api/resume"}
+        self._needs_admin = {b"/api/why", b"/api/hosts", b"/api/export", b"/api/import"}  # IURLPoolAdmin, which a pool may lack
 
     @property
     def _pool(self) -> IURLPool:
@@ -173,6 +175,11 @@ class ApiResource(JsonResource):
         if recent is None:
             raise ApiError(_NO_POOL.format(role=self._node.role), http.NOT_FOUND)
         return {"failures": recent.latest(_limit(request, default=20))}
+
+    def hosts(self, request: Request) -> Deferred[dict[str, Any]]:
+        """``GET /api/hosts?limit=50``: the hosts to look at first (throttled, then the most waiting URLs)."""
+        d = self._admin.hosts(_limit(request, default=50, most=HOSTS_MOST))
+        return d.addCallback(lambda rows: {"hosts": rows})
 
     def history(self, request: Request) -> dict[str, Any]:
         return self._history.series()

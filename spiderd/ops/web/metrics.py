@@ -105,6 +105,10 @@ class NodeCollector:
         yield _counter("spiderd_pages", "Pages the crawler fetched (an HTTP answer).", counts["pages"])
         yield _counter("spiderd_bytes", "Bytes received by the crawler, as on the wire.", counts["bytes"])
         yield _counter("spiderd_items", "Items the crawler wrote.", counts["items"])
+        yield _counter("spiderd_not_modified", "Pages fetched again that answered 304 Not Modified to a conditional "
+                       "GET (done and unchanged: not parsed or stored).", counts["not_modified"])
+        yield _counter("spiderd_sitemap_files", "Sitemap files read (fetched and parsed).", counts["sitemaps"])
+        yield _counter("spiderd_sitemap_urls", "URLs queued from sitemaps.", counts["sitemap_urls"])
         yield _labelled(CounterMetricFamily("spiderd_responses", "Fetch outcomes by status (HTTP code or error name).",
                                             labels=["status"]), "status", stats.statuses)
         yield _labelled(CounterMetricFamily("spiderd_errors", "Fetch and processing errors by kind.",

@@ -22,6 +22,8 @@ key                                    type    holds
 ``P fails``                            hash    fingerprint -> failures, for active URLs that failed before
 ``P again``                            hash    fingerprint -> prio of a pending URL added again (``always``)
 ``P throttles``                        hash    fingerprint -> throttled fetches of an active URL (``throttle``)
+``P throttled``                        zset    host -> end of its block by a throttling answer (``hosts``;
+                                               past ones trimmed at each throttle)
 ``P why``                              hash    fingerprint -> "at failures reason": the last failure of a URL
                                                that failed (retried or for good), until it is done
 ``P hubs`` / ``P hub``                 zset    fingerprint -> next due time / hash: fingerprint -> domain, URL
@@ -30,6 +32,8 @@ key                                    type    holds
 ``P batch``                            string  the last batch number handed out (``next_batch``)
 ``P crawled:<kind>:<domain>``          zset    URL -> fetch time of done pages to recrawl (seed 004)
 ``P l:<bucket>``                       hash    linkbase: fingerprint -> URL, parent URL, anchor, xpath (seed 004)
+``P v:<bucket>``                       hash    validators of a hub or recrawled page (conditional GET):
+                                               fingerprint -> "Last-Modified-seconds ETag" ("-" no date)
 ``P cron:<epoch>``                     string  a seed timer firing claimed by one node (``claim_once``)
 =====================================  ======  ==================================================
 
@@ -56,7 +60,10 @@ to recrawl: an entry costs about 180 bytes for a 70-character URL (``MEMORY
 USAGE`` of a set of 20,000), a linkbase entry about 220.  ``recrawl`` takes members fetched before a cut-off and queues them
 again (one script, so nodes never queue one twice).  The linkbase (off by
 default) spreads its entries over 4096 hashes by the top 12 fingerprint bits;
-the first page found linking to a URL is kept (``HSETNX``).  A ``cron:<epoch>``
+the first page found linking to a URL is kept (``HSETNX``).  Validators (``[fetch] conditional_get``)
+exist only for hubs and the pages of recrawled kinds whose last 200 had an ETag or a Last-Modified, in 4096
+hashes by the same 12 bits: about 50 bytes a page for a 9-character ETag while a hash holds at most 128
+(``hash-max-listpack-entries``: some 500,000 pages), about 110 beyond; ``pop`` hands each URL's out with it.  A ``cron:<epoch>``
 key is set with ``SET NX PX``: the node whose SET succeeds injects the seeds,
 every member of ``spider.seed.urls`` (``seed_urls``).
 

@@ -1,4 +1,4 @@
-"""RedisPool's admin part (IURLPoolAdmin): why, export and import, over the shared Redis layout."""
+"""RedisPool's admin part (IURLPoolAdmin): why, hosts, export and import, over the shared Redis layout."""
 
 from __future__ import annotations
 
@@ -7,19 +7,24 @@ from typing import Any
 
 from twisted.internet import defer
 
+from spiderd.core.conditional import from_text
 from spiderd.core.urls import URL, registered_domain
 from spiderd.frontier.pool.crawled import link_info
 from spiderd.frontier.pool.records import counts, sort_records
 from spiderd.frontier.pool.redis.export import FINGERPRINT, RedisExport, parse_failure
-from spiderd.frontier.pool.shared import why_head, why_host, why_parse
+from spiderd.frontier.pool.shared import HostErrors, host_limit, host_row, top_hosts, why_head, why_host, why_parse
 
 STATES = {"0": "list", "1": "detail"}
 
 
 class RedisAdmin:
-    """RedisPool's answers for operators and tools: why (one script), export (a reader), import_states."""
+    """RedisPool's answers for operators and tools: why and hosts (one script each), export (a reader),
+    import_states."""
 
     prefix: str
+    politeness: Any  # Politeness: this node's defaults
+    host_errors: HostErrors
+    _clock: Any
     namespace: str
     _bits: int
     _max_url_length: int
@@ -37,7 +42,8 @@ class RedisAdmin:
         return self._run("why", [u.url, u.host]).addCallback(self._why, u)
 
     def _why(self, answer: list[Any], u: URL) -> dict[str, Any]:
-        state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed, link, again, failed = answer
+        (state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed, link, again, failed,
+         validators) = answer
         info = why_head(u, bool(int(hub)))
         info.update(domain=registered_domain(u.host), state=state)
         if state in ("waiting", "pending"):
@@ -51,7 +57,30 @@ class RedisAdmin:
             info.update(link_info(link))
         if failed:
             info["last_failure"] = parse_failure(failed)
+        kept = from_text(validators)
+        if kept is not None:
+            info["validators"] = kept.described()
         return info
+
+    # -- hosts ----------------------------------------------------------------------
+
+    def hosts(self, limit: int = 50) -> defer.Deferred[list[dict[str, Any]]]:
+        """The hosts to look at first (see IURLPoolAdmin): one script reading ``P throttled`` and ``P waiting``
+        (at most ``limit`` of each) and those hosts' slots; the failed fetches are this node's own."""
+        limit = host_limit(limit)
+        now = self._clock.seconds()
+        return self._run("hosts", [str(limit)], now).addCallback(self._hosts, limit, now)
+
+    def _hosts(self, flat: list[Any], limit: int, now: float) -> list[dict[str, Any]]:
+        default = bool(self.politeness.adaptive.on)
+        rows = []
+        for i in range(0, len(flat), 9):
+            host, waiting, inflight, concurrency, configured, crawl_delay, next_allowed, until, factor = flat[i:i + 9]
+            adaptive = float(factor) > 0 if factor else default
+            rows.append(host_row(host, int(float(waiting)), int(float(inflight)), int(float(concurrency)),
+                                 float(configured), float(crawl_delay), float(next_allowed), float(until or 0),
+                                 adaptive, self.host_errors.of(host), now))
+        return top_hosts(rows, limit)
 
     # -- export and import -----------------------------------------------------------
 

@@ -16,6 +16,7 @@ local HOSTS_SEEN = P .. 'hostseen'  -- host -> new URLs it took in all (the max_
 local ADOPTING = P .. 'adopting'  -- "prio url" of another tool's list entries a node is adding -> its deadline
 local AGAIN = P .. 'again'  -- fingerprint of a pending URL added again (always) -> prio: queued when the lease ends
 local WHY = P .. 'why'  -- fingerprint -> "at failures reason": a URL's last failure, kept once final (status.lua)
+local THROTTLED = P .. 'throttled'  -- host -> end of its block by a throttling answer (status.lua; past ones trimmed)
 local DOMAINS = NS .. 'spider.website.domains'
 local SUFFIX = {[0] = '.higher', [1] = '.lower'}
 local FINAL_NAME = {'done', 'failed', 'batched'}
@@ -60,7 +61,8 @@ local function parse_lease(rec)
 end
 
 -- A host's politeness slot, read once per script: delay, concurrency, requests in flight, next allowed time, and
--- its own adaptive rule {factor, min delay, max delay} if its override has one ("delay concurrency [f min max]").
+-- its own adaptive rule {factor, min delay, max delay} if its override has one ("delay concurrency [f min max]");
+-- the delay is the larger of the configured one and the robots.txt Crawl-delay (both kept, for hosts.lua).
 local slots = {}
 local function slot(host)
   local s = slots[host]
@@ -73,10 +75,11 @@ local function slot(host)
     delay, conc = f[1], f[2]
     if f[5] then adaptive = {f[3], f[4], f[5]} end
   end
-  local robots = redis.call('HGET', ROBOTS, host)
-  if robots then delay = math.max(delay, tonumber(robots)) end
+  local configured, robots = delay, tonumber(redis.call('HGET', ROBOTS, host) or '0')
+  delay = math.max(delay, robots)
   s = {host = host, delay = delay, conc = conc, busy = tonumber(redis.call('HGET', INFLIGHT, host) or '0'),
-       next = tonumber(redis.call('ZSCORE', NEXT, host) or '0'), adaptive = adaptive}
+       next = tonumber(redis.call('ZSCORE', NEXT, host) or '0'), adaptive = adaptive, configured = configured,
+       crawl_delay = robots}
   slots[host] = s
   return s
 end
@@ -185,4 +188,9 @@ end
 -- The linkbase bucket of a fingerprint: one hash per 12 top bits (4096 buckets).
 local function link_bucket(fp)
   return P .. 'l:' .. math.floor(tonumber(string.sub(fp, 1, 3), 16))
+end
+
+-- The validators bucket of a fingerprint (conditional GET): one hash per 12 top bits, fingerprint -> "seconds etag".
+local function validators_bucket(fp)
+  return P .. 'v:' .. math.floor(tonumber(string.sub(fp, 1, 3), 16))
 end

@@ -10,6 +10,7 @@ for _, fp in ipairs(redis.call('HKEYS', HUB)) do
   if not wanted[fp] then
     redis.call('HDEL', HUB, fp)
     redis.call('ZREM', HUBS, fp)
+    redis.call('HDEL', validators_bucket(fp), fp)  -- a page kept in a crawled set too is asked for in full once
   end
 end
 for fp, rec in pairs(wanted) do

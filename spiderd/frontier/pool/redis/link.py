@@ -21,7 +21,7 @@ from spiderd.core.secrets import mask_secret, redact
 
 log = Logger()
 
-SCRIPTS = ("add", "pop", "status", "fetched", "claim", "seen", "hubs", "next_due", "stats", "why", "seeds",
+SCRIPTS = ("add", "pop", "status", "fetched", "claim", "seen", "hubs", "next_due", "stats", "why", "hosts", "seeds",
            "restore", "recrawl", "links")
 
 
@@ -184,13 +184,18 @@ class RedisLink:
         raise RedisPoolError(f"Redis at {self.address}: {self._scrub(failure)}")
 
     def _forget(self) -> None:
-        """Drop the connection once it is gone (with reconnect=False, txredisapi has stopped it already).
-
-        A reply timeout fails its command before aborting the connection: the
-        connection stays until the abort, and the next command reconnects.
-        """
-        if self._conn is not None and not self._conn._factory.size:  # txredisapi 1.6: live connections
-            self._conn = None
+        """Drop the connection after a command on it failed for the connection's sake (lost, or a reply timed
+        out: txredisapi then aborts it); ``disconnect()`` closes whatever is left of it, and the next command
+        connects again."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            closed = conn.disconnect()
+        except Exception:  # already gone ("Not connected")
+            return
+        if isinstance(closed, defer.Deferred):
+            closed.addErrback(lambda _: None)
 
     def _connection(self) -> defer.Deferred[Any]:
         if self._closed:

@@ -13,14 +13,16 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from spiderd.core import conditional as cg
 from spiderd.core import status as st
 from spiderd.core.urls import MAX_URL_LENGTH, URL, registered_domain
 from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.frontier.politeness import Politeness, hub_quota
 from spiderd.frontier.pool.crawled import KINDS, link_value, parallel, recrawl_pairs
 from spiderd.frontier.pool.redis.admin import RedisAdmin
+from spiderd.frontier.pool.redis.handed import LEAVE, Handed
 from spiderd.frontier.pool.redis.link import RedisLink, Script
-from spiderd.frontier.pool.shared import RecentFailures, URLParsing, parsed, stats_answer
+from spiderd.frontier.pool.shared import HostErrors, RecentFailures, URLParsing, parsed, stats_answer, status_parts
 from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
 
 log = Logger()
@@ -55,6 +57,7 @@ class RedisPool(RedisAdmin, URLParsing):
         list_ratio: float = 0.0,
         detail_ratio: float = 0.0,
         max_throttles: int = 10,
+        conditional_get: bool = True,
     ) -> None:
         self._link = link
         self._scripts = scripts
@@ -64,6 +67,7 @@ class RedisPool(RedisAdmin, URLParsing):
         self.politeness = politeness or Politeness()
         self.failure_threshold = failure_threshold
         self.max_throttles = max_throttles
+        self.conditional_get = conditional_get
         self.pending_threshold = pending_threshold
         self._done_codes = done_codes
         self._final_codes = final_codes
@@ -73,11 +77,13 @@ class RedisPool(RedisAdmin, URLParsing):
         self._bits = seen_bucket_bits
         self.rejected: Counter[str] = Counter()
         self.recent_failures = RecentFailures()
+        self.host_errors = HostErrors()  # this node's failed fetches per host (hosts())
         self._statuses: list[tuple[list[str], defer.Deferred[None]]] = []  # waiting to go out together
         self._statuses_in_flight = 0
         self._kept = {domain: "".join(str(p) for p in sorted(prios)) for domain, prios in recrawl_pairs(recrawl).items()}
         self._linkbase = linkbase
         self._linkbase_max = linkbase_max
+        self._handed = Handed(lambda *args: self._execute(*args), prefix, max_url_length, conditional_get)
 
     def start(self) -> defer.Deferred[RedisPool]:
         """Record the bucket layout (or adopt the one already there) and this node's host overrides; deletes nothing."""
@@ -136,13 +142,14 @@ class RedisPool(RedisAdmin, URLParsing):
         split = self.split
         args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent)),
                 *map(repr, split.ratios), *map(repr, split.credit), str(RESERVE_SCAN),
-                repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT)]
+                repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT), "1" if self.conditional_get else "0"]
         return self._run("pop", args, now).addCallback(self._popped)
 
     def _popped(self, answer: list[Any]) -> Any:
         flat, foreign, (wanted, lists, details) = answer
         self.split.settle(int(wanted), (int(lists), int(details)))
-        result = _pairs(flat)
+        result = {url: bool(int(hub)) for url, hub in zip(flat[::3], flat[1::3])}  # then each one's validators
+        self._handed.keep(flat)
         if not foreign:
             return result
         return self._adopt(foreign).addCallback(lambda _: result)
@@ -159,6 +166,10 @@ class RedisPool(RedisAdmin, URLParsing):
         d = defer.gatherResults(adds, consumeErrors=True)
         d.addCallback(lambda _: self._execute("ZREM", self.prefix + "adopting", *held))
         return d.addCallback(lambda _: None)
+
+    def validators(self, url: str) -> defer.Deferred[cg.Validators | None]:
+        """The validators kept for ``url``: for a URL this node popped, from the pop's answer; else asked of Redis."""
+        return self._handed.get(url)
 
     def claim(self, url: str, by: str | None = None) -> defer.Deferred[bool]:
         """Lease ``url`` (a redirect target) unless it is done, failed or leased already; fires True if leased.
@@ -191,29 +202,34 @@ class RedisPool(RedisAdmin, URLParsing):
         if u is None:
             return defer.succeed(None)
         url, host, domain = self._located(u)
+        self._handed.forget(url)
+        self.host_errors.add(host)
         outcome = f"throttle {self._outcome(status_code)} {float(until)!r}"
         return self._queue_statuses([outcome, url, host, domain, self._kept.get(domain, "-"),
-                                     st.recorded(status_code, reason)])
+                                     st.recorded(status_code, reason), LEAVE])
 
     def set_statuses(
         self, statuses: Iterable[tuple[Any, ...]], checkpoint: tuple[str, int] | None = None
     ) -> defer.Deferred[None]:
-        """Record several outcomes (``(url, code)`` or ``(url, code, reason)``) and ``checkpoint`` (a name and
-        a count) in one script call (atomic)."""
+        """Record several outcomes (``(url, code)``, ``(url, code, reason)`` or ``(url, code, reason,
+        validators)``) and ``checkpoint`` (a name and a count) in one script call (atomic)."""
         args: list[str] = []
-        for url, code, *reason in statuses:
+        for url, code, reason, validators in map(status_parts, statuses):
             u = self._parse(url)
             if u is not None:
                 url, host, domain = self._located(u)
                 outcome = self._outcome(code)
-                why = "" if outcome == "done" else st.recorded(code, *reason)
-                args += (outcome, url, host, domain, self._kept.get(domain, "-"), why)
+                why = "" if outcome == "done" else st.recorded(code, reason)
+                if outcome != "done":
+                    self.host_errors.add(host)
+                args += (outcome, url, host, domain, self._kept.get(domain, "-"), why, self._handed.arg(validators))
+                self._handed.forget(url)
         if checkpoint is not None:
-            args += ("checkpoint", checkpoint[0], str(int(checkpoint[1])), "", "", "")
+            args += ("checkpoint", checkpoint[0], str(int(checkpoint[1])), "", "", "", "")
         return self._queue_statuses(args)
 
     def _queue_statuses(self, args: list[str]) -> defer.Deferred[None]:
-        """Send status entries (six arguments each) with the others given meanwhile, in one script call."""
+        """Send status entries (seven arguments each) with the others given meanwhile, in one script call."""
         if not args:
             return defer.succeed(None)
         d: defer.Deferred[None] = defer.Deferred()
@@ -377,6 +393,3 @@ class RedisPool(RedisAdmin, URLParsing):
                   str(politeness.concurrency), repr(float(now))]
         return self._link.run(self._scripts[name], common + args)
 
-
-def _pairs(flat: list[Any]) -> dict[str, bool]:
-    return {url: bool(int(hub)) for url, hub in zip(flat[::2], flat[1::2])}

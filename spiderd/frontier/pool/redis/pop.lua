@@ -1,17 +1,26 @@
 -- pop: expire due leases, sweep the registered domains, hand out due hubs, then waiting URLs, one domain turn
 -- at a time.  ARGV[7..9]: lease deadline, count, hubs wanted; ARGV[10..14]: list and detail ratios, their credits
 -- (seed 004's get_list and get_detail, see spiderd/frontier/pool/split.py) and RESERVE_SCAN; ARGV[15..16]: seconds
--- between domain sweeps, domains per sweep step.
--- Returns {url, is_hub, url, is_hub, ...}, {url, prio, ...} of list entries the pool did not queue (to add), and
--- {waiting URLs wanted, list URLs leased, detail URLs leased}.
+-- between domain sweeps, domains per sweep step; ARGV[17]: '1' to hand out each URL's validators (conditional GET).
+-- Returns {url, is_hub, validators, url, is_hub, validators, ...} (validators '' where none are kept, or not
+-- asked for), {url, prio, ...} of list entries the pool did not queue (to add), and {waiting URLs wanted, list
+-- URLs leased, detail URLs leased}.
 local DEADLINE, COUNT, HUBS_WANTED = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local RATIOS = {[0] = tonumber(ARGV[10]), [1] = tonumber(ARGV[11])}
 local CREDIT = {[0] = tonumber(ARGV[12]), [1] = tonumber(ARGV[13])}
 local RESERVE_SCAN = tonumber(ARGV[14])
 local SWEEP_EVERY, SWEEP_COUNT = tonumber(ARGV[15]), ARGV[16]
+local CONDITIONAL = ARGV[17] == '1'
 local leased_kind = {[0] = 0, [1] = 0}
 local EXPIRE_BATCH, HUB_SCAN, ADOPT_BATCH = 1000, 1000, 1000
 local out, foreign = {}, {}
+
+-- Hand out a leased URL (is_hub 1 or 0) with its validators.
+local function hand_out(url, fp, is_hub)
+  out[#out + 1] = url
+  out[#out + 1] = is_hub
+  out[#out + 1] = CONDITIONAL and (redis.call('HGET', validators_bucket(fp), fp) or '') or ''
+end
 
 -- Another tool's entry (not queued by the pool) for the node to add: held in ADOPTING until that node added it,
 -- so a node dying in between loses nothing (the entry is handed to a pop again after the deadline).
@@ -66,8 +75,7 @@ local function pop_hubs()
         redis.call('ZADD', HUBS, NOW + span, fp)
         occupy(s, 1)
         lease('h' .. fp, 'h1 ' .. rec, DEADLINE)
-        out[#out + 1] = url
-        out[#out + 1] = 1
+        hand_out(url, fp, 1)
         taken = taken + 1
         if taken >= HUBS_WANTED then break end
       end
@@ -87,8 +95,7 @@ local function take(url, domain, prio)
     return nil
   end
   lease(fp, prio .. '1 ' .. domain .. ' ' .. url, DEADLINE)
-  out[#out + 1] = url
-  out[#out + 1] = 0
+  hand_out(url, fp, 0)
   return queued
 end
 
@@ -166,8 +173,6 @@ local function pop_urls(caps, strict)
   return leased
 end
 
-redis.call('ZREMRANGEBYSCORE', NEXT, '-inf', NOW_S)
-expire()
 -- The URLs of each kind a pop of `wanted` reserves: KindSplit.reserve in spiderd/frontier/pool/split.py.
 local function reserve(wanted)
   if RATIOS[0] + RATIOS[1] <= 0 or wanted <= 0 then return {[0] = 0, [1] = 0} end

@@ -1,13 +1,16 @@
 -- set_status, for one or more URLs: end each URL's lease (or take it out of its queue), then record done,
 -- failed, or queue a retry.  ARGV[7]: failure threshold, ARGV[8]: max throttles; then outcome (done, final or retry), url, host, domain,
--- the kinds kept in crawled sets for that domain ('0' list, '1' detail, '-' none), and the reason of a failure.
+-- the kinds kept in crawled sets for that domain ('0' list, '1' detail, '-' none), the reason of a failure, and
+-- the fetch's validators ("seconds etag"; '' none; '~' leave those kept alone: conditional GET is off).
 -- A done URL whose kind is known (it was leased or waiting; not a hub) and kept goes into its crawled set.
 -- A leased URL added again (always) meanwhile is queued again instead, whatever the outcome.
 -- A failure is kept as the URL's last one (WHY: "at failures reason") until the URL is done after it.
 -- An entry whose outcome is 'checkpoint' records a count instead: name in the url's place, count in the host's.
 -- An outcome 'throttle <outcome> <block_end>' (a 429 or 503: throttle) blocks the host in NEXT until then (a later
--- block wins) and queues the URL again without a failure, up to ARGV[8] throttles of it (THROTTLES counts them);
+-- block wins; THROTTLED keeps it for hosts.lua) and queues the URL again without a failure, up to ARGV[8] throttles of it (THROTTLES counts them);
 -- past them it is recorded as <outcome>.  A done or final URL drops its count.
+-- Validators are kept (VALIDATORS) only for hubs and the kinds kept in crawled sets: a done URL of those keeps the
+-- ones given (none given: drops them), a final one drops them; a hub is done again at every hand-out.
 -- Returns url, reason of each URL that failed for good (for the log).
 local THRESHOLD = tonumber(ARGV[7])
 local MAX_THROTTLES = tonumber(ARGV[8])
@@ -17,6 +20,8 @@ local finals = {}
 -- Block host until the time given; true if the URL's throttle is still within MAX_THROTTLES (counted).
 local function throttled(fp, host, block_end)
   redis.call('ZADD', NEXT, 'GT', block_end, host)
+  redis.call('ZREMRANGEBYSCORE', THROTTLED, '-inf', NOW_S)
+  redis.call('ZADD', THROTTLED, 'GT', block_end, host)
   local s = slot(host)
   s.next = math.max(s.next, block_end)
   if tonumber(redis.call('HGET', THROTTLES, fp) or '0') >= MAX_THROTTLES then return false end
@@ -24,13 +29,24 @@ local function throttled(fp, host, block_end)
   return true
 end
 
-local function set_status(outcome, url, host, domain, kept, reason)
+-- Keep a done URL's validators (or drop them: none given, or a final failure: done false).
+local function keep_validators(fp, done, validators)
+  if validators == '~' then return end
+  if done and validators ~= '' then
+    redis.call('HSET', validators_bucket(fp), fp, validators)
+  else
+    redis.call('HDEL', validators_bucket(fp), fp)
+  end
+end
+
+local function set_status(outcome, url, host, domain, kept, reason, validators)
   local fp, bucket, base = locate(url)
-  end_lease('h' .. fp)
+  local hub = end_lease('h' .. fp) ~= nil
   local prio, was_known = 0, true
   local kind = end_lease(fp)
   local again = kind and take_again(fp)
   if again then  -- added again while leased: this fetch's outcome makes way for a new one
+    if outcome == 'done' and (hub or string.find(kept, kind, 1, true)) then keep_validators(fp, true, validators) end
     enqueue(url, host, domain, again, bucket, base)
     return
   elseif kind then
@@ -40,6 +56,9 @@ local function set_status(outcome, url, host, domain, kept, reason)
     if code and code >= WAITING_LIST then
       prio = unqueue(url, host, domain, bucket, base, code)
     elseif code then
+      if outcome ~= 'retry' and validators ~= '~' and (hub or redis.call('HEXISTS', HUB, fp) == 1) then
+        keep_validators(fp, outcome == 'done', validators)  -- a hub: done again at every hand-out
+      end
       return  -- already final
     else
       was_known = false
@@ -70,9 +89,11 @@ local function set_status(outcome, url, host, domain, kept, reason)
     end
     redis.call('SADD', bucket, member(base, code))
     redis.call('HINCRBY', COUNTERS, FINAL_NAME[code], 1)
-    if code == DONE and was_known and string.find(kept, tostring(prio), 1, true) then
+    local in_set = was_known and string.find(kept, tostring(prio), 1, true)
+    if code == DONE and in_set then
       redis.call('ZADD', crawled(prio, domain), NOW, url)
     end
+    if hub or in_set then keep_validators(fp, code == DONE, validators) end
     if code == FAILED then
       finals[#finals + 1] = url
       finals[#finals + 1] = reason
@@ -80,11 +101,11 @@ local function set_status(outcome, url, host, domain, kept, reason)
   end
 end
 
-for i = 9, #ARGV, 6 do
+for i = 9, #ARGV, 7 do
   if ARGV[i] == 'checkpoint' then
     redis.call('HSET', CHECKPOINTS, ARGV[i + 1], ARGV[i + 2])
   else
-    set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
+    set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6])
   end
 end
 return finals

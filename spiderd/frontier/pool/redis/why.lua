@@ -1,4 +1,4 @@
--- why: a URL's state, its host's slot, its linkbase entry and its last failure.  ARGV[7..8]: url, host.
+-- why: a URL's state, its host's slot, its linkbase entry, its last failure and its validators.  ARGV[7..8]: url, host.
 local url, host = ARGV[7], ARGV[8]
 local fp, bucket, base = locate(url)
 local state, kind, lease_until = 'unknown', '', ''
@@ -17,4 +17,4 @@ local s = slot(host)
 return {state, kind, lease_until, redis.call('HGET', FAILS, fp) or '0', redis.call('HEXISTS', HUB, fp),
   redis.call('ZSCORE', WAITING, host) or '0', tostring(s.busy), string.format('%.17g', s.delay),
   string.format('%.17g', s.next), redis.call('HGET', link_bucket(fp), fp) or '', redis.call('HEXISTS', AGAIN, fp),
-  redis.call('HGET', WHY, fp) or ''}
+  redis.call('HGET', WHY, fp) or '', redis.call('HGET', validators_bucket(fp), fp) or ''}
