@@ -27,19 +27,28 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from twisted.application.service import Service
 from twisted.internet import defer, task
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from spiderd.config.settings import Settings
+from spiderd.core.blocking import Lane
 from spiderd.core.lifecycle import InFlight
+from spiderd.core.stats import CrawlStats
 from spiderd.core.rules import SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS
 from spiderd.core.urls import BadURL, canonicalize, host_of
 from spiderd.fetch import sitemaps
 from spiderd.fetch.extract import Rules
+from spiderd.frontier.interfaces import IURLPool
+
+if TYPE_CHECKING:
+    from spiderd.fetch.fetcher import Fetcher
+    from spiderd.fetch.robots import Robots
 
 log = Logger()
 
@@ -66,7 +75,7 @@ class SitemapConfig:
     host_delays: tuple[tuple[str, float], ...] = ()
 
     @classmethod
-    def of(cls, settings: Any) -> SitemapConfig:
+    def of(cls, settings: Settings) -> SitemapConfig:
         return cls(settings.sitemap_from_robots, settings.sitemap_paths, settings.sitemap_max_urls,
                    settings.sitemap_max_size, settings.sitemap_max_files, settings.sitemap_refresh,
                    settings.sitemap_lastmod, settings.per_host_delay,
@@ -84,7 +93,7 @@ class _Host:
         self.named: list[str] = []  # the sitemaps its robots.txt named when last read
         self.read_at: float | None = None  # when its last read started
         self.reading = False
-        self.call: Any = None  # the refresh
+        self.call: IDelayedCall | None = None  # the refresh
 
 
 class SitemapService(Service):
@@ -92,8 +101,9 @@ class SitemapService(Service):
 
     name = "sitemaps"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, clock: Any, pool: Any, robots: Any, fetch_raw: Callable[[str, int], Deferred[Any]],
-                 lane: Any, rules: tuple[Rules, Rules], config: SitemapConfig, stats: Any,
+    def __init__(self, clock: IReactorTime, pool: IURLPool, robots: Robots,
+                 fetch_raw: Callable[[str, int], Deferred[Any]], lane: Lane, rules: tuple[Rules, Rules],
+                 config: SitemapConfig, stats: CrawlStats,
                  detail_sink: Callable[[list[str]], Deferred[Any]] | None = None,
                  cooperate: Callable[[Iterator[Any]], Any] = task.cooperate) -> None:
         """``fetch_raw(url, max_size)`` fetches a file; ``rules`` are two compiled copies of the site rules, one for
@@ -318,7 +328,8 @@ _WHY = {
 }
 
 
-def sitemap_service(settings: Any, clock: Any, pool: Any, fetcher: Any, lane: Any, stats: Any,
+def sitemap_service(settings: Settings, clock: IReactorTime, pool: IURLPool, fetcher: Fetcher, lane: Lane,
+                    stats: CrawlStats,
                     detail_sink: Callable[[list[str]], Deferred[Any]] | None = None) -> SitemapService | None:
     """The sitemap reader of a node's settings, or None when no sitemap is to be read (or robots.txt is not)."""
     config = SitemapConfig.of(settings)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 
 from spiderd.core.urls import host_of, registered_domain
 from spiderd.frontier.pool import keys as k
@@ -73,7 +74,7 @@ class CrawledSets:
     """KVPool's part for seed 004: crawled sets scored by fetch time, recrawl, linkbase, claim_once."""
 
     _kv: Any
-    _clock: Any
+    _clock: IReactorTime
     _counters: list[int]
 
     def _init_crawled(self, recrawl: Iterable[tuple[str, str]], linkbase: bool, linkbase_max: int) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 
 from spiderd.core.conditional import from_text
 from spiderd.core.urls import URL, registered_domain
@@ -24,7 +25,7 @@ class RedisAdmin:
     prefix: str
     politeness: Any  # Politeness: this node's defaults
     host_errors: HostErrors
-    _clock: Any
+    _clock: IReactorTime
     namespace: str
     _bits: int
     _max_url_length: int
