@@ -65,6 +65,40 @@ def test_conditional_get_on_by_default() -> None:
     assert off.conditional_get is False and pool_options(off)["conditional_get"] is False
 
 
+def test_site_headers() -> None:
+    """[[sites]] headers: name = value pairs, kept in order; none by default."""
+    assert cfg.from_dict({"sites": [{"allowed_hosts": ["a"]}]}).sites[0].headers == ()
+    site = cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "headers": {"X-Api-Key": "k", "Accept-Language": "de"}}]}).sites[0]
+    assert site.headers == (("X-Api-Key", "k"), ("Accept-Language", "de"))
+
+
+@pytest.mark.parametrize(
+    "headers, key, words",
+    [
+        (["X-A: 1"], "sites[0].headers", "expected a table"),
+        ({"Connection": "close"}, "sites[0].headers.Connection", "hop-by-hop"),
+        ({"transfer-encoding": "chunked"}, "sites[0].headers.transfer-encoding", "hop-by-hop"),
+        ({"Proxy-Authorization": "Basic x"}, "sites[0].headers.Proxy-Authorization", "hop-by-hop"),
+        ({"Host": "other.example"}, "sites[0].headers.Host", "may not set"),
+        ({"Content-Length": "3"}, "sites[0].headers.Content-Length", "may not set"),
+        ({"User-Agent": "x"}, "sites[0].headers.User-Agent", "fetch.user_agent"),
+        ({"Accept-Encoding": "zstd"}, "sites[0].headers.Accept-Encoding", "set by the fetcher"),
+        ({"Bad Name": "x"}, "sites[0].headers.Bad Name", "not a valid header name"),
+        ({"X-A": 1}, "sites[0].headers.X-A", "expected a string"),
+        ({"X-A": "a\r\nX-B: b"}, "sites[0].headers.X-A", "single line"),
+        ({"X-A": "\u20ac"}, "sites[0].headers.X-A", "Latin-1"),
+        ({"X-A": "1", "x-a": "2"}, "sites[0].headers", "named twice"),
+    ],
+)
+def test_bad_site_headers(headers: Any, key: str, words: str) -> None:
+    """A forbidden, malformed or repeated header is one line naming the site's key."""
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "headers": headers}]}, "etc/bad.toml")
+    message = str(info.value)
+    assert message.startswith(f"etc/bad.toml: {key}"), message
+    assert words in message and "\n" not in message
+
+
 def test_overrides() -> None:
     """section.key overrides (from the command line) win over the file."""
     settings = cfg.from_dict({"spiderd": {"role": "all"}}, overrides={"spiderd.role": "worker"})

@@ -119,6 +119,7 @@ SITE_KEYS = {  # the keys of one [[sites]] table (spiderd.config.sites)
     "follow_detail_links",
     "recrawl_list",
     "recrawl_detail",
+    "headers",
 }
 
 

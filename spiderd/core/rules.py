@@ -10,7 +10,7 @@ every role, so they live here, below all of them and below the configuration.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class Site:
     follow_detail_links: bool = False
     recrawl_list: float = 0.0  # seconds after which a done list page is fetched again; 0: never
     recrawl_detail: float = 0.0
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # extra request headers (name, value); may hold a token
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from spiderd.core.urls import BadURL, canonicalize
 from spiderd.fetch.connections import CachedEndpoints, ConnectionPool
 from spiderd.fetch.dns import caching_reactor
 from spiderd.fetch.robots import ROBOTS_REDIRECTS, Robots, robots_url
+from spiderd.fetch.siteopts import SiteOptions
 
 log = Logger()
 
@@ -79,6 +80,7 @@ class FetchConfig:
     dns_cache_ttl: float = 300.0
     source_addresses: tuple[str, ...] = ()
     robots: bool = False  # obey robots.txt: the fetcher checks every URL against its own Robots
+    sites: tuple[Any, ...] = ()  # the [[sites]] (spiderd.core.rules.Site): their request headers, by host
 
 
 def fetch_config(settings: Any) -> FetchConfig:
@@ -88,6 +90,7 @@ def fetch_config(settings: Any) -> FetchConfig:
         max_body_size=settings.max_body_size, max_redirects=settings.max_redirects,
         per_host_connections=settings.per_host_concurrency, keepalive_timeout=settings.keepalive_timeout,
         dns_cache_ttl=settings.dns_cache_ttl, source_addresses=settings.source_addresses, robots=settings.robots,
+        sites=settings.sites,
     )
 
 
@@ -115,6 +118,7 @@ class Fetcher:
         self._next_agent = itertools.cycle(self._agents).__next__
         self._headers = _headers(config.user_agent)  # Agent copies them for each request
         self._agent_headers: dict[str, Headers] = {}  # other user agents' (a worker job's USER_AGENT)
+        self._sites = SiteOptions(config.sites)  # each hop's site adds its own headers
 
     def _agent(self, address: str | None) -> client.Agent:
         pool = ConnectionPool(self._reactor, self._config.per_host_connections, self._config.keepalive_timeout)
@@ -208,7 +212,7 @@ class Fetcher:
     def _get(self, url: str, max_size: int, truncate: bool = False,
              headers: Headers | None = None) -> Deferred[tuple[Any, bytes]]:
         agent = self._next_agent()
-        d = agent.request(b"GET", url.encode("ascii"), headers or self._headers)
+        d = agent.request(b"GET", url.encode("ascii"), self._sites.headers(url, headers or self._headers))
         return d.addCallback(self._read_body, max_size, truncate)
 
     def _read_body(self, response: Any, max_size: int, truncate: bool = False) -> Deferred[tuple[Any, bytes]]:

@@ -1,0 +1,71 @@
+"""The protocol options of each ``[[sites]]`` table, found by the host of the URL being fetched.
+
+A request takes the options of the site allowing its own host (exactly, or as a subdomain): every hop of a
+redirect is looked up again, so a redirect to another host never carries the first site's headers there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from twisted.web.http_headers import Headers
+
+from spiderd.core.rules import Site
+from spiderd.fetch.extract import _normalize_host
+
+_CACHE_SIZE = 4096
+
+
+class SiteOptions:
+    """The site of a URL's host, and the request headers it adds."""
+
+    def __init__(self, sites: Iterable[Site]) -> None:
+        self._hosts: dict[str, Site] = {}
+        for site in sites:
+            for host in site.allowed_hosts:
+                self._hosts.setdefault(_normalize_host(host), site)
+        self._cache: dict[str, Site | None] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._hosts)
+
+    def site_for(self, url: str) -> Site | None:
+        """The site allowing the host of ``url``, or None."""
+        if not self._hosts:
+            return None
+        try:
+            host = (urlsplit(url).hostname or "").lower()
+        except ValueError:
+            return None
+        try:
+            return self._cache[host]
+        except KeyError:
+            pass
+        site = self._match(host)
+        if len(self._cache) >= _CACHE_SIZE:
+            self._cache.clear()
+        self._cache[host] = site
+        return site
+
+    def _match(self, host: str) -> Site | None:
+        if ":" in host:  # an IPv6 address: as written in allowed_hosts, in brackets
+            return self._hosts.get(f"[{host}]")
+        while True:
+            site = self._hosts.get(host)
+            if site is not None:
+                return site
+            dot = host.find(".")
+            if dot < 0:
+                return None
+            host = host[dot + 1 :]
+
+    def headers(self, url: str, base: Headers) -> Headers:
+        """``base`` with the headers of the site of ``url`` set (a copy), or ``base`` itself if it sets none."""
+        site = self.site_for(url)
+        if site is None or not site.headers:
+            return base
+        headers = base.copy()
+        for name, value in site.headers:
+            headers.setRawHeaders(name.encode("ascii"), [value.encode("latin-1")])
+        return headers

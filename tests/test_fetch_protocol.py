@@ -1,0 +1,124 @@
+"""The protocol options of the fetcher against real twisted.web servers on loopback: per-site headers, br."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import defer, reactor
+from twisted.internet.task import Clock
+from twisted.trial import unittest
+from twisted.web import resource, server
+
+from spiderd.config import settings as cfg
+from spiderd.fetch.fetcher import FetchConfig, Fetcher, fetch_config
+
+from .helpers import ClockedReactor
+
+
+class Recorder(resource.Resource):
+    """Answers every GET, recording each request's path and headers; ``/go`` redirects to ``target``."""
+
+    isLeaf = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, dict[bytes, list[bytes]]]] = []
+        self.target = b""
+        self.body = b"<html>ok</html>"
+        self.encoding = b""
+
+    def render_GET(self, request: Any) -> bytes:
+        self.seen.append((request.path.decode(), dict(request.requestHeaders.getAllRawHeaders())))
+        if request.path == b"/go":
+            request.setResponseCode(302)
+            request.setHeader(b"location", self.target)
+            return b""
+        if request.path == b"/robots.txt":
+            return b"User-agent: *\nAllow: /\n"
+        if self.encoding:
+            request.setHeader(b"content-encoding", self.encoding)
+        return self.body
+
+    def header(self, path: str, name: bytes) -> list[bytes] | None:
+        """The values of header ``name`` of the last request for ``path``."""
+        for seen, headers in reversed(self.seen):
+            if seen == path:
+                return {k.lower(): v for k, v in headers.items()}.get(name.lower())
+        raise AssertionError(f"no request for {path}: {self.seen}")
+
+
+class ServedTestCase(unittest.TestCase):
+    """Servers on 127.0.0.1 and 127.0.0.2 (both loopback); fetchers on a Clock."""
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.one, self.base = self.serve("127.0.0.1")
+        self.two, self.other = self.serve("127.0.0.2")
+
+    def serve(self, address: str) -> tuple[Recorder, str]:
+        recorder = Recorder()
+        factory = server.Site(recorder)
+        factory.noisy = False
+        port = reactor.listenTCP(0, factory, interface=address)
+        self.addCleanup(port.stopListening)
+        return recorder, f"http://{address}:{port.getHost().port}"
+
+    def fetcher(self, **config: Any) -> Fetcher:
+        config.setdefault("max_body_size", 8000)
+        fetcher = Fetcher(ClockedReactor(reactor, self.clock), FetchConfig(**config))
+        self.addCleanup(fetcher.close)
+        return fetcher
+
+
+def _sites(raw: list[dict[str, Any]]) -> Any:
+    return cfg.from_dict({"sites": raw}).sites
+
+
+class SiteHeaderTests(ServedTestCase):
+    """``[[sites]] headers``: sent to the site's hosts only, on every hop, robots.txt included."""
+
+    @defer.inlineCallbacks
+    def test_headers_go_to_their_site_only(self) -> Any:
+        sites = _sites([
+            {"allowed_hosts": ["127.0.0.1"], "headers": {"X-Token": "abc", "Accept-Language": "fr"}},
+            {"allowed_hosts": ["127.0.0.2"], "headers": {"Accept": "text/plain"}},
+        ])
+        fetcher = self.fetcher(sites=sites, robots=True)
+        result = yield fetcher.fetch(self.base + "/page")
+        self.assertEqual(result.status, 200)
+        self.assertEqual(self.one.header("/page", b"x-token"), [b"abc"])
+        self.assertEqual(self.one.header("/page", b"accept-language"), [b"fr"])
+        self.assertEqual(self.one.header("/robots.txt", b"x-token"), [b"abc"])
+        self.assertEqual(self.one.header("/page", b"user-agent"), [b"spiderd"])  # the fetcher's own stay
+        yield fetcher.fetch(self.other + "/page")
+        self.assertIsNone(self.two.header("/page", b"x-token"))
+        self.assertEqual(self.two.header("/page", b"accept"), [b"text/plain"])  # a site's value replaces the default
+
+    @defer.inlineCallbacks
+    def test_a_redirect_to_another_host_takes_that_hosts_headers(self) -> Any:
+        """The first site's header (a token, say) never follows a redirect to a host of no site."""
+        sites = _sites([{"allowed_hosts": ["127.0.0.1"], "headers": {"Authorization": "Bearer s3cret"}}])
+        self.one.target = (self.other + "/landed").encode()
+        result = yield self.fetcher(sites=sites).fetch(self.base + "/go", user_agent="job-agent")
+        self.assertEqual((result.status, result.final_url), (200, self.other + "/landed"))
+        self.assertEqual(self.one.header("/go", b"authorization"), [b"Bearer s3cret"])
+        self.assertIsNone(self.two.header("/landed", b"authorization"))
+        self.assertEqual(self.one.header("/go", b"user-agent"), [b"job-agent"])
+
+    @defer.inlineCallbacks
+    def test_subdomains_and_no_sites(self) -> Any:
+        """A site's entry covers its subdomains (here: none on an IP); without sites, nothing is added."""
+        result = yield self.fetcher().fetch(self.base + "/plain")
+        self.assertEqual(result.status, 200)
+        self.assertEqual(sorted(k.lower() for k in dict(self.one.seen[-1][1])),
+                         [b"accept", b"accept-encoding", b"host", b"user-agent"])
+        from spiderd.fetch.siteopts import SiteOptions
+
+        options = SiteOptions(_sites([{"allowed_hosts": ["example.com"], "headers": {"X-A": "1"}}]))
+        self.assertEqual(options.site_for("http://shop.example.com/x").headers, (("X-A", "1"),))
+        self.assertIsNone(options.site_for("http://example.org/x"))
+
+    def test_fetch_config_takes_the_sites(self) -> None:
+        settings = cfg.from_dict({"sites": [{"allowed_hosts": ["a.example"], "headers": {"X-A": "1"}}]})
+        self.assertEqual(fetch_config(settings).sites, settings.sites)
+        self.assertNotIn("X-A", repr(settings.sites))  # a header may hold a token: not in reprs
