@@ -10,6 +10,8 @@ from twisted.trial import unittest
 from twisted.web import resource, server
 
 from spiderd.config import settings as cfg
+from spiderd.core import status as st
+from spiderd.fetch import brotli_body
 from spiderd.fetch.fetcher import FetchConfig, Fetcher, fetch_config
 
 from .helpers import ClockedReactor
@@ -122,3 +124,77 @@ class SiteHeaderTests(ServedTestCase):
         settings = cfg.from_dict({"sites": [{"allowed_hosts": ["a.example"], "headers": {"X-A": "1"}}]})
         self.assertEqual(fetch_config(settings).sites, settings.sites)
         self.assertNotIn("X-A", repr(settings.sites))  # a header may hold a token: not in reprs
+
+
+try:
+    import brotli
+except ImportError:  # the brotli extra is not installed: those tests skip
+    brotli = None
+
+
+
+class BrotliTests(ServedTestCase):
+    """``br`` bodies: asked for and inflated when a bounding Brotli package is here, bounded by max_body_size."""
+
+    if brotli is None or not brotli_body.available():
+        skip = "no Brotli package that bounds its output (the brotli extra)"
+
+    def serve_br(self, body: bytes) -> None:
+        self.one.body, self.one.encoding = body, b"br"
+
+    @defer.inlineCallbacks
+    def test_br_asked_for_and_inflated(self) -> Any:
+        self.serve_br(brotli.compress(b"<p>squeezed</p>" * 100))
+        result = yield self.fetcher(max_body_size=8000).fetch(self.base + "/page")
+        self.assertEqual((result.status, result.body), (200, b"<p>squeezed</p>" * 100))
+        self.assertEqual(self.one.header("/page", b"accept-encoding"), [b"gzip, deflate, br"])
+
+    @defer.inlineCallbacks
+    def test_br_bomb_stops_at_the_limit(self) -> Any:
+        """9 KB of br that inflate to 50 MB: TOO_LARGE, never inflated whole (at most one 32 KiB block past the limit)."""
+        bomb = brotli.compress(b"\0" * 50_000_000, quality=1)
+        self.serve_br(bomb)
+        result = yield self.fetcher(max_body_size=8000).fetch(self.base + "/page")
+        self.assertEqual((result.status, result.body), (st.TOO_LARGE, b""))
+        self.assertRegex(result.reason, r"^too large: (inflated body of )?more than 8000 bytes$")
+        inflater = brotli_body.BrotliInflater()
+        out = inflater.decompress(bomb, 8001)
+        self.assertLessEqual(len(out), 8001 + 32 * 1024)
+        self.assertTrue(inflater.unconsumed_tail)  # output still pending: the reader stops there
+
+    @defer.inlineCallbacks
+    def test_corrupt_and_truncated_br(self) -> Any:
+        """A body that claims br but is not, or ends early, is a broken response (retried), not a crash."""
+        self.serve_br(b"this is not brotli at all")
+        corrupt = yield self.fetcher().fetch(self.base + "/page")
+        self.serve_br(brotli.compress(bytes(range(256)) * 20)[:-5])
+        truncated = yield self.fetcher(max_body_size=20000).fetch(self.base + "/page")
+        self.assertEqual((corrupt.status, truncated.status), (st.CONNECTION_LOST, st.CONNECTION_LOST))
+
+
+
+class WithoutBrotliTests(ServedTestCase):
+    """Without a bounding Brotli module, br is neither asked for nor inflated."""
+
+    @defer.inlineCallbacks
+    def test_without_brotli_br_is_not_asked_for(self) -> Any:
+        """No bounding Brotli module: Accept-Encoding names gzip and deflate only, and br is not inflated."""
+        self.patch(brotli_body, "_BROTLI", None)
+        self.one.body, self.one.encoding = b"opaque", b"br"
+        result = yield self.fetcher().fetch(self.base + "/page")
+        self.assertEqual(self.one.header("/page", b"accept-encoding"), [b"gzip, deflate"])
+        self.assertEqual((result.status, result.body), (200, b"opaque"))
+
+    def test_an_unbounded_module_is_not_used(self) -> None:
+        """A Brotli module whose process() takes no output_buffer_limit (brotli < 1.2) is not used."""
+        import sys
+        import types
+
+        class Old:
+            def process(self, data: bytes) -> bytes:
+                return data
+
+        from unittest import mock
+
+        with mock.patch.dict(sys.modules, {"brotli": types.SimpleNamespace(Decompressor=Old), "brotlicffi": None}):
+            self.assertIsNone(brotli_body._module())

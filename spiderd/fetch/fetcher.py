@@ -1,11 +1,12 @@
-"""Fetching one URL without blocking: timeouts, size limits, gzip/deflate, redirects, robots.txt.
+"""Fetching one URL without blocking: timeouts, size limits, gzip/deflate/br, redirects, robots.txt.
 
 Built on Twisted's ``Agent`` over one ``HTTPConnectionPool`` (one per source
 address when addresses rotate).  treq is not used on this path: its
 ``ContentDecoderAgent`` inflates gzip without a bound (a gzip bomb would
 allocate about 1000 times the bytes read) and it costs half as much CPU again
 per response; the body protocol here inflates at most ``max_body_size``
-bytes and aborts the transfer past it.
+bytes and aborts the transfer past it.  ``br`` is asked for and inflated the same way, bounded, when a Brotli
+package that bounds its output is installed (:mod:`spiderd.fetch.brotli_body`).
 
 Connections are pooled as :mod:`spiderd.fetch.connections` says: a connection the
 server closed is never a failed fetch.
@@ -36,6 +37,7 @@ from spiderd.core import status as st
 from spiderd.core.conditional import NOT_MODIFIED, Validators, from_headers
 from spiderd.core.throttle import parse_retry_after, throttled
 from spiderd.core.urls import BadURL, canonicalize
+from spiderd.fetch import brotli_body
 from spiderd.fetch.connections import CachedEndpoints, ConnectionPool
 from spiderd.fetch.dns import caching_reactor
 from spiderd.fetch.robots import ROBOTS_REDIRECTS, Robots, robots_url
@@ -238,7 +240,7 @@ class Fetcher:
 
 
 class _BodyReader(Protocol):
-    """Collects a body up to ``limit`` bytes (raw and inflated), inflating gzip/deflate as it comes."""
+    """Collects a body up to ``limit`` bytes (raw and inflated), inflating gzip/deflate/br as it comes."""
 
     def __init__(self, limit: int, encoding: bytes, truncate: bool = False) -> None:
         self.finished: Deferred[bytes] = Deferred(self._cancel)
@@ -259,7 +261,7 @@ class _BodyReader(Protocol):
             return
         try:
             chunk = self._inflater.decompress(data, self._limit - self._size + 1)
-        except zlib.error as e:
+        except _DECODE_ERRORS as e:
             self._abort(ValueError(f"bad compressed body: {e}"))
             return
         self._take(chunk)
@@ -307,7 +309,7 @@ class _BodyReader(Protocol):
         if self._inflater is not None:
             try:
                 self._take(self._inflater.flush())
-            except zlib.error as e:
+            except _DECODE_ERRORS as e:
                 self._abort(ValueError(f"bad compressed body: {e}"))
             if self._done:
                 return
@@ -328,8 +330,16 @@ def _headers(user_agent: str) -> Headers:
     return Headers({
         b"User-Agent": [user_agent.encode()],
         b"Accept": [b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"],
-        b"Accept-Encoding": [b"gzip, deflate"],
+        b"Accept-Encoding": [accept_encoding()],
     })
+
+
+def accept_encoding() -> bytes:
+    """The encodings the fetcher inflates: gzip and deflate, and br when a bounding Brotli package is here."""
+    return b"gzip, deflate, br" if brotli_body.available() else b"gzip, deflate"
+
+
+_DECODE_ERRORS = (zlib.error, brotli_body.BrotliError)
 
 
 def _inflater(encoding: bytes) -> Any:
@@ -337,6 +347,8 @@ def _inflater(encoding: bytes) -> Any:
         return zlib.decompressobj(16 + zlib.MAX_WBITS)
     if encoding == b"deflate":
         return _Deflate()
+    if encoding == b"br" and brotli_body.available():
+        return brotli_body.BrotliInflater()
     return None
 
 
