@@ -1,13 +1,16 @@
-"""The protocol options of the fetcher against real twisted.web servers on loopback: per-site headers, br."""
+"""The protocol options of the fetcher against real twisted.web servers on loopback: per-site headers, br, proxies."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
+from urllib.parse import quote
 
 from twisted.internet import defer, reactor
 from twisted.internet.task import Clock
+from twisted.logger import capturedLogs, formatEvent
 from twisted.trial import unittest
-from twisted.web import resource, server
+from twisted.web import http, proxy, resource, server
 
 from spiderd.config import settings as cfg
 from spiderd.core import status as st
@@ -198,3 +201,88 @@ class WithoutBrotliTests(ServedTestCase):
 
         with mock.patch.dict(sys.modules, {"brotli": types.SimpleNamespace(Decompressor=Old), "brotlicffi": None}):
             self.assertIsNone(brotli_body._module())
+
+
+class _RecordingProxyRequest(proxy.ProxyRequest):
+    """twisted.web's proxy, recording what it was asked (URI, Proxy-Authorization) and keeping that header."""
+
+    def process(self) -> None:
+        self.channel.factory.asked.append((self.uri.decode(), self.getHeader(b"proxy-authorization")))
+        self.requestHeaders.removeHeader(b"proxy-authorization")  # as a proxy does: it is for the proxy alone
+        super().process()
+
+
+class _RecordingProxy(proxy.Proxy):
+    requestFactory = _RecordingProxyRequest
+
+
+class ProxyTests(ServedTestCase):
+    """``[[sites]] proxy``: the site's http:// URLs go through twisted.web's proxy, with Basic credentials."""
+
+    PASSWORD = "pa@ss w0rd"
+
+    def setUp(self) -> None:
+        super().setUp()
+        factory = http.HTTPFactory()
+        factory.protocol = _RecordingProxy
+        factory.asked = []
+        factory.noisy = False
+        self.asked = factory.asked
+        port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        self.proxy = f"http://crawler:{quote(self.PASSWORD, safe='')}@127.0.0.1:{port.getHost().port}"
+
+    def proxied_sites(self, proxy_url: str) -> Any:
+        return _sites([{"allowed_hosts": ["127.0.0.2"], "proxy": proxy_url, "headers": {"X-Site": "2"}}])
+
+    @defer.inlineCallbacks
+    def test_through_the_proxy_with_credentials(self) -> Any:
+        fetcher = self.fetcher(sites=self.proxied_sites(self.proxy))
+        result = yield fetcher.fetch(self.other + "/page")
+        self.assertEqual((result.status, result.body), (200, b"<html>ok</html>"))
+        expected = b"Basic " + base64.b64encode(f"crawler:{self.PASSWORD}".encode())
+        self.assertEqual(self.asked, [(self.other + "/page", expected)])
+        self.assertEqual(self.two.header("/page", b"x-site"), [b"2"])
+        yield fetcher.fetch(self.base + "/direct")  # a host of no proxied site: straight to it
+        self.assertEqual(len(self.asked), 1)
+        self.assertIsNone(self.one.header("/direct", b"proxy-authorization"))
+
+    @defer.inlineCallbacks
+    def test_a_redirect_off_the_site_leaves_the_proxy(self) -> Any:
+        """Each hop takes its own host's site: a redirect to a host of no proxied site is fetched directly."""
+        self.two.target = (self.base + "/landed").encode()
+        result = yield self.fetcher(sites=self.proxied_sites(self.proxy)).fetch(self.other + "/go")
+        self.assertEqual((result.status, result.final_url), (200, self.base + "/landed"))
+        self.assertEqual([uri for uri, _ in self.asked], [self.other + "/go"])
+        self.assertIsNone(self.one.header("/landed", b"proxy-authorization"))
+
+    @defer.inlineCallbacks
+    def test_https_of_a_proxied_site_is_not_fetched_directly(self) -> Any:
+        """No CONNECT tunnel yet: an https:// URL of a proxied site fails instead of bypassing the proxy."""
+        sites = _sites([{"allowed_hosts": ["127.0.0.2"], "proxy": self.proxy}])
+        port = self.other.rpartition(":")[2]
+        result = yield self.fetcher(sites=sites).fetch(f"https://127.0.0.2:{port}/page")
+        self.assertEqual(result.status, st.CONNECT_ERROR)
+        self.assertIn("not supported", result.reason)
+        self.assertEqual((self.asked, self.two.seen), ([], []))
+
+    @defer.inlineCallbacks
+    def test_the_password_is_never_shown(self) -> Any:
+        """A proxy that refuses: the reason and the logs hold no password; nor do the settings' reprs and errors."""
+        closed = reactor.listenTCP(0, server.Site(Recorder()), interface="127.0.0.1")
+        dead = f"http://crawler:{quote(self.PASSWORD, safe='')}@127.0.0.1:{closed.getHost().port}"
+        yield closed.stopListening()
+        settings = cfg.from_dict({"sites": [{"allowed_hosts": ["127.0.0.2"], "proxy": dead}]})
+        with capturedLogs() as events:
+            result = yield self.fetcher(sites=settings.sites).fetch(self.other + "/page")
+        self.assertEqual(result.status, st.CONNECT_REFUSED)
+        shown = [result.reason, repr(result), repr(settings), str(settings.sites)]
+        shown += [formatEvent(e) for e in events]
+        with self.assertRaises(cfg.ConfigError) as bad:
+            cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "proxy": dead.replace("http:", "socks5:")}]})
+        shown.append(str(bad.exception))
+        for text in shown:
+            self.assertNotIn(quote(self.PASSWORD, safe=""), text)
+            self.assertNotIn(self.PASSWORD, text)
+        self.assertIn("***", str(bad.exception))
+        self.assertTrue(str(bad.exception).startswith("<config>: sites[0].proxy: expected http://"))

@@ -99,6 +99,34 @@ def test_bad_site_headers(headers: Any, key: str, words: str) -> None:
     assert words in message and "\n" not in message
 
 
+@pytest.mark.parametrize(
+    "proxy, words",
+    [
+        (8080, "expected a string"),
+        ("https://u:hunter2@proxy.example:8443", "expected http://"),
+        ("http://u:hunter2@proxy.example", "a port is needed"),
+        ("http://u:hunter2@proxy.example:0", "a port is needed"),
+        ("http://u:hunter2@proxy.example:99999", "expected http://"),
+        ("http://u:hunter2@proxy.example:3128/path", "no path"),
+    ],
+)
+def test_bad_site_proxy(proxy: Any, words: str) -> None:
+    """[[sites]] proxy: http://[USER:PASS@]HOST:PORT or ""; an error never shows the password."""
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "proxy": proxy}]}, "etc/bad.toml")
+    message = str(info.value)
+    assert message.startswith("etc/bad.toml: sites[0].proxy: ") and words in message, message
+    assert "hunter2" not in message
+
+
+def test_site_proxy() -> None:
+    """A proxy with or without credentials; none by default; never in a repr."""
+    assert cfg.from_dict({"sites": [{"allowed_hosts": ["a"]}]}).sites[0].proxy == ""
+    site = cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "proxy": "http://u:hunter2@10.0.0.1:3128"}]}).sites[0]
+    assert site.proxy == "http://u:hunter2@10.0.0.1:3128" and "hunter2" not in repr(site)
+    assert cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "proxy": "http://proxy.example:8080/"}]}).sites[0].proxy
+
+
 def test_overrides() -> None:
     """section.key overrides (from the command line) win over the file."""
     settings = cfg.from_dict({"spiderd": {"role": "all"}}, overrides={"spiderd.role": "worker"})

@@ -120,6 +120,7 @@ SITE_KEYS = {  # the keys of one [[sites]] table (spiderd.config.sites)
     "recrawl_list",
     "recrawl_detail",
     "headers",
+    "proxy",
 }
 
 

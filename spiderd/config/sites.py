@@ -13,6 +13,7 @@ from lxml import etree
 
 from spiderd.config.convert import ConfigError, convert, strings
 from spiderd.config.schema import SITE_KEYS
+from spiderd.core.proxyurl import ProxyURL
 from spiderd.core.rules import Field, Site
 
 
@@ -46,6 +47,7 @@ def _site(table: Any, where: str) -> Site:
         recrawl_list=convert("non_negative", table.get("recrawl_list", 0), f"{where}.recrawl_list"),
         recrawl_detail=convert("non_negative", table.get("recrawl_detail", 0), f"{where}.recrawl_detail"),
         headers=_headers(table.get("headers", {}), f"{where}.headers"),
+        proxy=_proxy(table.get("proxy", ""), f"{where}.proxy"),
     )
 
 
@@ -58,6 +60,17 @@ FORBIDDEN_HEADERS = frozenset({
     "user-agent", "accept-encoding", "if-none-match", "if-modified-since",
 })
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a header name (RFC 9110 5.1)
+
+
+def _proxy(value: Any, where: str) -> str:
+    """"" (none) or ``http://[user:pass@]host:port``; the errors show it with its password redacted."""
+    text = convert("str", value, where)
+    if text:
+        try:
+            ProxyURL.parse(text)
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}") from None
+    return text
 
 
 def _headers(value: Any, where: str) -> tuple[tuple[str, str], ...]:

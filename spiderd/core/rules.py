@@ -35,6 +35,7 @@ class Site:
     recrawl_list: float = 0.0  # seconds after which a done list page is fetched again; 0: never
     recrawl_detail: float = 0.0
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # extra request headers (name, value); may hold a token
+    proxy: str = field(default="", repr=False)  # http://[user:pass@]host:port the site's http:// URLs go through; "": none
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from spiderd.fetch import brotli_body
 from spiderd.fetch.connections import CachedEndpoints, ConnectionPool
 from spiderd.fetch.dns import caching_reactor
 from spiderd.fetch.robots import ROBOTS_REDIRECTS, Robots, robots_url
+from spiderd.fetch.proxy import Proxies, ProxyUnsupported
 from spiderd.fetch.siteopts import SiteOptions
 
 log = Logger()
@@ -82,7 +83,7 @@ class FetchConfig:
     dns_cache_ttl: float = 300.0
     source_addresses: tuple[str, ...] = ()
     robots: bool = False  # obey robots.txt: the fetcher checks every URL against its own Robots
-    sites: tuple[Any, ...] = ()  # the [[sites]] (spiderd.core.rules.Site): their request headers, by host
+    sites: tuple[Any, ...] = ()  # the [[sites]] (spiderd.core.rules.Site): their request headers and proxies, by host
 
 
 def fetch_config(settings: Any) -> FetchConfig:
@@ -120,7 +121,8 @@ class Fetcher:
         self._next_agent = itertools.cycle(self._agents).__next__
         self._headers = _headers(config.user_agent)  # Agent copies them for each request
         self._agent_headers: dict[str, Headers] = {}  # other user agents' (a worker job's USER_AGENT)
-        self._sites = SiteOptions(config.sites)  # each hop's site adds its own headers
+        proxies = Proxies(reactor, self._connecting, config, self._pools)  # its pools close with the fetcher's
+        self._sites = SiteOptions(config.sites, proxies)  # each hop's site: its headers, its proxy
 
     def _agent(self, address: str | None) -> client.Agent:
         pool = ConnectionPool(self._reactor, self._config.per_host_connections, self._config.keepalive_timeout)
@@ -213,8 +215,11 @@ class Fetcher:
 
     def _get(self, url: str, max_size: int, truncate: bool = False,
              headers: Headers | None = None) -> Deferred[tuple[Any, bytes]]:
-        agent = self._next_agent()
-        d = agent.request(b"GET", url.encode("ascii"), self._sites.headers(url, headers or self._headers))
+        try:
+            agent, sent = self._sites.route(url, headers or self._headers)
+        except ProxyUnsupported as e:
+            return defer.fail(e)
+        d = (agent or self._next_agent()).request(b"GET", url.encode("ascii"), sent)
         return d.addCallback(self._read_body, max_size, truncate)
 
     def _read_body(self, response: Any, max_size: int, truncate: bool = False) -> Deferred[tuple[Any, bytes]]:
@@ -424,6 +429,7 @@ def _stop_timer(result: Any, timer: Any) -> Any:
 _FAILURES: list[tuple[tuple[type, ...], int, str]] = [
     ((TooLarge,), st.TOO_LARGE, "too-large"),
     ((error.DNSLookupError,), st.DNS_ERROR, "dns"),
+    ((ProxyUnsupported,), st.CONNECT_ERROR, "proxy"),
     ((error.ConnectionRefusedError,), st.CONNECT_REFUSED, "refused"),
     ((CancelledError, error.TimeoutError, defer.TimeoutError, error.ConnectingCancelledError), st.TIMEOUT, "timeout"),
     ((error.ConnectError,), st.CONNECT_ERROR, "connect"),
@@ -442,7 +448,7 @@ def failure_detail(failure: Failure, timeout: float) -> str:
         inner = list(getattr(failure.value, "reasons", []))
         if inner:
             failure = inner[0]
-    if failure.check(TooLarge):
+    if failure.check(TooLarge, ProxyUnsupported):
         return failure.getErrorMessage()
     if failure.check(CancelledError):
         return f"no whole answer within {timeout:g} s"

@@ -1,26 +1,30 @@
 """The protocol options of each ``[[sites]]`` table, found by the host of the URL being fetched.
 
 A request takes the options of the site allowing its own host (exactly, or as a subdomain): every hop of a
-redirect is looked up again, so a redirect to another host never carries the first site's headers there.
+redirect is looked up again, so a redirect to another host never carries the first site's headers there, nor goes
+through its proxy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 from twisted.web.http_headers import Headers
 
 from spiderd.core.rules import Site
 from spiderd.fetch.extract import _normalize_host
+from spiderd.fetch.proxy import Proxies, ProxyUnsupported
 
 _CACHE_SIZE = 4096
 
 
 class SiteOptions:
-    """The site of a URL's host, and the request headers it adds."""
+    """The site of a URL's host: the request headers it adds, the proxy it goes through."""
 
-    def __init__(self, sites: Iterable[Site]) -> None:
+    def __init__(self, sites: Iterable[Site], proxies: Proxies | None = None) -> None:
+        self._proxies = proxies
         self._hosts: dict[str, Site] = {}
         for site in sites:
             for host in site.allowed_hosts:
@@ -60,12 +64,24 @@ class SiteOptions:
                 return None
             host = host[dot + 1 :]
 
-    def headers(self, url: str, base: Headers) -> Headers:
-        """``base`` with the headers of the site of ``url`` set (a copy), or ``base`` itself if it sets none."""
+    def route(self, url: str, base: Headers) -> tuple[Any, Headers]:
+        """The agent for ``url`` (its site's proxy's; None: the fetcher's own) and its headers: ``base`` with the
+        site's headers set (a copy), or ``base`` itself if the site adds none.  ProxyUnsupported for an https://
+        URL of a proxied site."""
         site = self.site_for(url)
-        if site is None or not site.headers:
-            return base
+        if site is None or not (site.headers or site.proxy):
+            return None, base
         headers = base.copy()
         for name, value in site.headers:
             headers.setRawHeaders(name.encode("ascii"), [value.encode("latin-1")])
-        return headers
+        agent = None
+        if site.proxy:
+            if self._proxies is None:
+                raise ProxyUnsupported("no proxies here")
+            if not url.startswith("http://"):
+                raise ProxyUnsupported(f"site {site.name!r}: https:// through its proxy is not supported yet "
+                                       "(no CONNECT tunnel): not fetched, so as not to bypass the proxy")
+            agent, parsed = self._proxies.agent(site.proxy)
+            if parsed.authorization is not None:
+                headers.setRawHeaders(b"proxy-authorization", [parsed.authorization])
+        return agent, headers
