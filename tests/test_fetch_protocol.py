@@ -40,6 +40,13 @@ class Recorder(resource.Resource):
             return b""
         if request.path == b"/robots.txt":
             return b"User-agent: *\nAllow: /\n"
+        if request.path == b"/login":
+            request.setHeader(b"set-cookie", b"sid=abc123; Path=/")
+        if request.path == b"/login-and-go":
+            request.setHeader(b"set-cookie", b"hop=1; Path=/")
+            request.setResponseCode(302)
+            request.setHeader(b"location", b"/after")
+            return b""
         if self.encoding:
             request.setHeader(b"content-encoding", self.encoding)
         return self.body
@@ -286,3 +293,45 @@ class ProxyTests(ServedTestCase):
             self.assertNotIn(self.PASSWORD, text)
         self.assertIn("***", str(bad.exception))
         self.assertTrue(str(bad.exception).startswith("<config>: sites[0].proxy: expected http://"))
+
+
+class CookieTests(ServedTestCase):
+    """``[[sites]] cookies = true``: the cookies a site's hosts set are sent back to them, and only to them."""
+
+    @defer.inlineCallbacks
+    def test_cookies_kept_per_site_when_asked(self) -> Any:
+        sites = _sites([{"allowed_hosts": ["127.0.0.1"], "cookies": True}, {"allowed_hosts": ["127.0.0.2"]}])
+        fetcher = self.fetcher(sites=sites)
+        yield fetcher.fetch(self.base + "/login")
+        yield fetcher.fetch(self.base + "/next")
+        self.assertEqual(self.one.header("/next", b"cookie"), [b"sid=abc123"])
+        yield fetcher.fetch(self.other + "/login")  # a site without cookies: what it sets is not kept
+        yield fetcher.fetch(self.other + "/next")
+        self.assertIsNone(self.two.header("/next", b"cookie"))
+
+    @defer.inlineCallbacks
+    def test_off_by_default_and_set_by_a_redirect(self) -> Any:
+        """No cookies without the setting; with it, a cookie set by a redirect goes with the redirect's next hop."""
+        plain = self.fetcher(sites=_sites([{"allowed_hosts": ["127.0.0.1"]}]))
+        yield plain.fetch(self.base + "/login")
+        yield plain.fetch(self.base + "/next")
+        self.assertIsNone(self.one.header("/next", b"cookie"))
+        keeping = self.fetcher(sites=_sites([{"allowed_hosts": ["127.0.0.1"], "cookies": True}]))
+        result = yield keeping.fetch(self.base + "/login-and-go")
+        self.assertEqual((result.status, result.final_url), (200, self.base + "/after"))
+        self.assertEqual(self.one.header("/after", b"cookie"), [b"hop=1"])
+
+    def test_a_jar_is_bounded(self) -> None:
+        """Past MAX_COOKIES a site's jar is emptied, so a site setting endless cookies cannot grow memory."""
+        from http.cookiejar import Cookie
+
+        from spiderd.fetch import siteopts
+
+        options = siteopts.SiteOptions(_sites([{"allowed_hosts": ["a.example"], "cookies": True}]))
+        site = options.site_for("http://a.example/")
+        jar = options._jar(site)
+        for i in range(siteopts.MAX_COOKIES + 1):
+            jar.set_cookie(Cookie(0, f"c{i}", "v", None, False, "a.example", False, False, "/", False, False,
+                                  None, True, None, None, {}))
+        self.assertIs(options._jar(site), jar)
+        self.assertEqual(len(jar), 0)

@@ -127,6 +127,14 @@ def test_site_proxy() -> None:
     assert cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "proxy": "http://proxy.example:8080/"}]}).sites[0].proxy
 
 
+def test_site_cookies() -> None:
+    """[[sites]] cookies: off by default, a boolean."""
+    assert cfg.from_dict({"sites": [{"allowed_hosts": ["a"]}]}).sites[0].cookies is False
+    assert cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "cookies": True}]}).sites[0].cookies is True
+    with pytest.raises(cfg.ConfigError, match=r"^<config>: sites\[0\]\.cookies: expected true or false"):
+        cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "cookies": "yes"}]})
+
+
 def test_overrides() -> None:
     """section.key overrides (from the command line) win over the file."""
     settings = cfg.from_dict({"spiderd": {"role": "all"}}, overrides={"spiderd.role": "worker"})

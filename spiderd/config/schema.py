@@ -121,6 +121,7 @@ SITE_KEYS = {  # the keys of one [[sites]] table (spiderd.config.sites)
     "recrawl_detail",
     "headers",
     "proxy",
+    "cookies",
 }
 
 

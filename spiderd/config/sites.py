@@ -48,6 +48,7 @@ def _site(table: Any, where: str) -> Site:
         recrawl_detail=convert("non_negative", table.get("recrawl_detail", 0), f"{where}.recrawl_detail"),
         headers=_headers(table.get("headers", {}), f"{where}.headers"),
         proxy=_proxy(table.get("proxy", ""), f"{where}.proxy"),
+        cookies=convert("bool", table.get("cookies", False), f"{where}.cookies"),
     )
 
 

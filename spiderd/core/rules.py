@@ -36,6 +36,7 @@ class Site:
     recrawl_detail: float = 0.0
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # extra request headers (name, value); may hold a token
     proxy: str = field(default="", repr=False)  # http://[user:pass@]host:port the site's http:// URLs go through; "": none
+    cookies: bool = False  # keep the cookies the site's hosts set (a jar per site, in memory) and send them back
 
 
 @dataclass(frozen=True)

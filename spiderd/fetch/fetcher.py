@@ -122,7 +122,7 @@ class Fetcher:
         self._headers = _headers(config.user_agent)  # Agent copies them for each request
         self._agent_headers: dict[str, Headers] = {}  # other user agents' (a worker job's USER_AGENT)
         proxies = Proxies(reactor, self._connecting, config, self._pools)  # its pools close with the fetcher's
-        self._sites = SiteOptions(config.sites, proxies)  # each hop's site: its headers, its proxy
+        self._sites = SiteOptions(config.sites, proxies)  # each hop's site: its headers, proxy, cookies
 
     def _agent(self, address: str | None) -> client.Agent:
         pool = ConnectionPool(self._reactor, self._config.per_host_connections, self._config.keepalive_timeout)
@@ -216,10 +216,10 @@ class Fetcher:
     def _get(self, url: str, max_size: int, truncate: bool = False,
              headers: Headers | None = None) -> Deferred[tuple[Any, bytes]]:
         try:
-            agent, sent = self._sites.route(url, headers or self._headers)
+            agent, sent = self._sites.route(url, headers or self._headers, self._next_agent)
         except ProxyUnsupported as e:
             return defer.fail(e)
-        d = (agent or self._next_agent()).request(b"GET", url.encode("ascii"), sent)
+        d = agent.request(b"GET", url.encode("ascii"), sent)
         return d.addCallback(self._read_body, max_size, truncate)
 
     def _read_body(self, response: Any, max_size: int, truncate: bool = False) -> Deferred[tuple[Any, bytes]]:

@@ -2,15 +2,18 @@
 
 A request takes the options of the site allowing its own host (exactly, or as a subdomain): every hop of a
 redirect is looked up again, so a redirect to another host never carries the first site's headers there, nor goes
-through its proxy.
+through its proxy.  A site with ``cookies = true`` keeps the cookies its hosts set in a jar of its own, in memory
+(lost at a restart, shared by the frontier's fetches and the worker's jobs of the site), and sends them back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from http.cookiejar import CookieJar
 from typing import Any
 from urllib.parse import urlsplit
 
+from twisted.web import client
 from twisted.web.http_headers import Headers
 
 from spiderd.core.rules import Site
@@ -18,13 +21,15 @@ from spiderd.fetch.extract import _normalize_host
 from spiderd.fetch.proxy import Proxies, ProxyUnsupported
 
 _CACHE_SIZE = 4096
+MAX_COOKIES = 1000  # cookies one site's jar holds before it is emptied
 
 
 class SiteOptions:
-    """The site of a URL's host: the request headers it adds, the proxy it goes through."""
+    """The site of a URL's host: the request headers it adds, the proxy it goes through, its cookies."""
 
     def __init__(self, sites: Iterable[Site], proxies: Proxies | None = None) -> None:
         self._proxies = proxies
+        self._jars: dict[int, CookieJar] = {}  # id of a site -> its cookies (sites with cookies = true)
         self._hosts: dict[str, Site] = {}
         for site in sites:
             for host in site.allowed_hosts:
@@ -64,13 +69,13 @@ class SiteOptions:
                 return None
             host = host[dot + 1 :]
 
-    def route(self, url: str, base: Headers) -> tuple[Any, Headers]:
-        """The agent for ``url`` (its site's proxy's; None: the fetcher's own) and its headers: ``base`` with the
-        site's headers set (a copy), or ``base`` itself if the site adds none.  ProxyUnsupported for an https://
-        URL of a proxied site."""
+    def route(self, url: str, base: Headers, default: Callable[[], Any]) -> tuple[Any, Headers]:
+        """The agent for ``url`` (its site's proxy's, or ``default()``; wrapped in a CookieAgent with the site's
+        jar when the site keeps cookies) and its headers: ``base`` with the site's headers set (a copy), or
+        ``base`` itself if the site adds none.  ProxyUnsupported for an https:// URL of a proxied site."""
         site = self.site_for(url)
-        if site is None or not (site.headers or site.proxy):
-            return None, base
+        if site is None or not (site.headers or site.proxy or site.cookies):
+            return default(), base
         headers = base.copy()
         for name, value in site.headers:
             headers.setRawHeaders(name.encode("ascii"), [value.encode("latin-1")])
@@ -84,4 +89,16 @@ class SiteOptions:
             agent, parsed = self._proxies.agent(site.proxy)
             if parsed.authorization is not None:
                 headers.setRawHeaders(b"proxy-authorization", [parsed.authorization])
+        agent = agent or default()
+        if site.cookies:
+            agent = client.CookieAgent(agent, self._jar(site))
         return agent, headers
+
+    def _jar(self, site: Site) -> CookieJar:
+        """The site's own cookie jar (in memory; emptied past MAX_COOKIES, so no site can grow it without end)."""
+        jar = self._jars.get(id(site))
+        if jar is None:
+            jar = self._jars[id(site)] = CookieJar()
+        elif len(jar) > MAX_COOKIES:
+            jar.clear()
+        return jar
