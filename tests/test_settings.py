@@ -85,6 +85,76 @@ def test_sitemap_settings() -> None:
     assert (changed.sitemap_max_urls, changed.sitemap_max_size, changed.sitemap_max_files) == (10, 4096, 3)
 
 
+def test_site_headers() -> None:
+    """[[sites]] headers: name = value pairs, kept in order; none by default."""
+    assert cfg.from_dict({"sites": [{"allowed_hosts": ["a"]}]}).sites[0].headers == ()
+    site = cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "headers": {"X-Api-Key": "k", "Accept-Language": "de"}}]}).sites[0]
+    assert site.headers == (("X-Api-Key", "k"), ("Accept-Language", "de"))
+
+
+@pytest.mark.parametrize(
+    "headers, key, words",
+    [
+        (["X-A: 1"], "sites[0].headers", "expected a table"),
+        ({"Connection": "close"}, "sites[0].headers.Connection", "hop-by-hop"),
+        ({"transfer-encoding": "chunked"}, "sites[0].headers.transfer-encoding", "hop-by-hop"),
+        ({"Proxy-Authorization": "Basic x"}, "sites[0].headers.Proxy-Authorization", "hop-by-hop"),
+        ({"Host": "other.example"}, "sites[0].headers.Host", "may not set"),
+        ({"Content-Length": "3"}, "sites[0].headers.Content-Length", "may not set"),
+        ({"User-Agent": "x"}, "sites[0].headers.User-Agent", "fetch.user_agent"),
+        ({"Accept-Encoding": "zstd"}, "sites[0].headers.Accept-Encoding", "set by the fetcher"),
+        ({"Bad Name": "x"}, "sites[0].headers.Bad Name", "not a valid header name"),
+        ({"X-A": 1}, "sites[0].headers.X-A", "expected a string"),
+        ({"X-A": "a\r\nX-B: b"}, "sites[0].headers.X-A", "single line"),
+        ({"X-A": "\u20ac"}, "sites[0].headers.X-A", "Latin-1"),
+        ({"X-A": "1", "x-a": "2"}, "sites[0].headers", "named twice"),
+    ],
+)
+def test_bad_site_headers(headers: Any, key: str, words: str) -> None:
+    """A forbidden, malformed or repeated header is one line naming the site's key."""
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "headers": headers}]}, "etc/bad.toml")
+    message = str(info.value)
+    assert message.startswith(f"etc/bad.toml: {key}"), message
+    assert words in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "proxy, words",
+    [
+        (8080, "expected a string"),
+        ("https://u:hunter2@proxy.example:8443", "expected http://"),
+        ("http://u:hunter2@proxy.example", "a port is needed"),
+        ("http://u:hunter2@proxy.example:0", "a port is needed"),
+        ("http://u:hunter2@proxy.example:99999", "expected http://"),
+        ("http://u:hunter2@proxy.example:3128/path", "no path"),
+    ],
+)
+def test_bad_site_proxy(proxy: Any, words: str) -> None:
+    """[[sites]] proxy: http://[USER:PASS@]HOST:PORT or ""; an error never shows the password."""
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "proxy": proxy}]}, "etc/bad.toml")
+    message = str(info.value)
+    assert message.startswith("etc/bad.toml: sites[0].proxy: ") and words in message, message
+    assert "hunter2" not in message
+
+
+def test_site_proxy() -> None:
+    """A proxy with or without credentials; none by default; never in a repr."""
+    assert cfg.from_dict({"sites": [{"allowed_hosts": ["a"]}]}).sites[0].proxy == ""
+    site = cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "proxy": "http://u:hunter2@10.0.0.1:3128"}]}).sites[0]
+    assert site.proxy == "http://u:hunter2@10.0.0.1:3128" and "hunter2" not in repr(site)
+    assert cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "proxy": "http://proxy.example:8080/"}]}).sites[0].proxy
+
+
+def test_site_cookies() -> None:
+    """[[sites]] cookies: off by default, a boolean."""
+    assert cfg.from_dict({"sites": [{"allowed_hosts": ["a"]}]}).sites[0].cookies is False
+    assert cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "cookies": True}]}).sites[0].cookies is True
+    with pytest.raises(cfg.ConfigError, match=r"^<config>: sites\[0\]\.cookies: expected true or false"):
+        cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "cookies": "yes"}]})
+
+
 def test_overrides() -> None:
     """section.key overrides (from the command line) win over the file."""
     settings = cfg.from_dict({"spiderd": {"role": "all"}}, overrides={"spiderd.role": "worker"})

@@ -128,6 +128,9 @@ SITE_KEYS = {  # the keys of one [[sites]] table (spiderd.config.sites)
     "follow_detail_links",
     "recrawl_list",
     "recrawl_detail",
+    "headers",
+    "proxy",
+    "cookies",
 }
 
 

@@ -13,6 +13,7 @@ from lxml import etree
 
 from spiderd.config.convert import ConfigError, convert, strings
 from spiderd.config.schema import SITE_KEYS
+from spiderd.core.proxyurl import ProxyURL
 from spiderd.core.rules import Field, Site
 
 
@@ -45,7 +46,60 @@ def _site(table: Any, where: str) -> Site:
         follow_detail_links=convert("bool", table.get("follow_detail_links", False), f"{where}.follow_detail_links"),
         recrawl_list=convert("non_negative", table.get("recrawl_list", 0), f"{where}.recrawl_list"),
         recrawl_detail=convert("non_negative", table.get("recrawl_detail", 0), f"{where}.recrawl_detail"),
+        headers=_headers(table.get("headers", {}), f"{where}.headers"),
+        proxy=_proxy(table.get("proxy", ""), f"{where}.proxy"),
+        cookies=convert("bool", table.get("cookies", False), f"{where}.cookies"),
     )
+
+
+# Headers a site may not set: hop-by-hop ones (RFC 9110 7.6.1), the framing and the host (HTTP/1.1 sets them
+# from the URL and the body), and those the fetcher writes itself (its agent, the encodings it can decode, the
+# conditional GET's validators).
+FORBIDDEN_HEADERS = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te", "trailer",
+    "transfer-encoding", "upgrade", "host", "content-length",
+    "user-agent", "accept-encoding", "if-none-match", "if-modified-since",
+})
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a header name (RFC 9110 5.1)
+
+
+def _proxy(value: Any, where: str) -> str:
+    """"" (none) or ``http://[user:pass@]host:port``; the errors show it with its password redacted."""
+    text = str(convert("str", value, where))
+    if text:
+        try:
+            ProxyURL.parse(text)
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}") from None
+    return text
+
+
+def _headers(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """A ``headers = {Name = "value"}`` table as (name, value) pairs; a bad or forbidden name is a ConfigError."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a table of Header-Name = \"value\"")
+    result = []
+    for name, text in value.items():
+        here = f"{where}.{name}"
+        if not _TOKEN.fullmatch(name):
+            raise ConfigError(f"{here}: not a valid header name")
+        if name.lower() in FORBIDDEN_HEADERS:
+            why = ("set by the fetcher (fetch.user_agent, its encodings, conditional GET)"
+                   if name.lower() in ("user-agent", "accept-encoding", "if-none-match", "if-modified-since")
+                   else "a hop-by-hop or framing header, set by HTTP itself")
+            raise ConfigError(f"{here}: a site may not set this header: {why}")
+        if not isinstance(text, str):
+            raise ConfigError(f"{here}: expected a string, got {text!r}")
+        if any(c in text for c in "\r\n\0") or text != text.strip():
+            raise ConfigError(f"{here}: must be a single line without leading or trailing spaces")
+        try:
+            text.encode("latin-1")
+        except UnicodeEncodeError:
+            raise ConfigError(f"{here}: must be Latin-1 text (HTTP header values are bytes)") from None
+        result.append((name, text))
+    if len({name.lower() for name, _ in result}) != len(result):
+        raise ConfigError(f"{where}: the same header is named twice (names are case-insensitive)")
+    return tuple(result)
 
 
 def _regexes(value: Any, where: str) -> tuple[str, ...]:

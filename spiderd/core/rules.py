@@ -10,7 +10,7 @@ every role, so they live here, below all of them and below the configuration.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 SITEMAP_MAX_URLS = 50_000  # entries in one sitemap file, at most (sitemaps.org): the most [sitemaps] max_urls takes
 SITEMAP_MAX_SIZE = 50 * 1024 * 1024  # uncompressed bytes of one sitemap file (52,428,800): the most max_size takes
@@ -37,6 +37,9 @@ class Site:
     follow_detail_links: bool = False
     recrawl_list: float = 0.0  # seconds after which a done list page is fetched again; 0: never
     recrawl_detail: float = 0.0
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # extra request headers (name, value); may hold a token
+    proxy: str = field(default="", repr=False)  # http://[user:pass@]host:port the site's http:// URLs go through; "": none
+    cookies: bool = False  # keep the cookies the site's hosts set (a jar per site, in memory) and send them back
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
-"""Fetching one URL without blocking: timeouts, size limits, gzip/deflate, redirects, robots.txt.
+"""Fetching one URL without blocking: timeouts, size limits, gzip/deflate/br, redirects, robots.txt.
 
 Built on Twisted's ``Agent`` over one ``HTTPConnectionPool`` (one per source
 address when addresses rotate).  treq is not used on this path: its
 ``ContentDecoderAgent`` inflates gzip without a bound (a gzip bomb would
 allocate about 1000 times the bytes read) and it costs half as much CPU again
 per response; the body protocol here inflates at most ``max_body_size``
-bytes and aborts the transfer past it.
+bytes and aborts the transfer past it.  ``br`` is asked for and inflated the same way, bounded, when a Brotli
+package that bounds its output is installed (:mod:`spiderd.fetch.brotli_body`).
 
 Connections are pooled as :mod:`spiderd.fetch.connections` says: a connection the
 server closed is never a failed fetch.
@@ -41,9 +42,12 @@ from spiderd.core.conditional import NOT_MODIFIED, Validators, from_headers
 from spiderd.core.reactors import ITCPClock
 from spiderd.core.throttle import parse_retry_after, throttled
 from spiderd.core.urls import BadURL, canonicalize
+from spiderd.fetch import brotli_body
 from spiderd.fetch.connections import CachedEndpoints, ConnectionPool
 from spiderd.fetch.dns import caching_reactor
 from spiderd.fetch.robots import ROBOTS_REDIRECTS, Robots, robots_url
+from spiderd.fetch.proxy import Proxies, ProxyUnsupported
+from spiderd.fetch.siteopts import SiteOptions
 
 log = Logger()
 T = TypeVar("T")
@@ -85,6 +89,7 @@ class FetchConfig:
     dns_cache_ttl: float = 300.0
     source_addresses: tuple[str, ...] = ()
     robots: bool = False  # obey robots.txt: the fetcher checks every URL against its own Robots
+    sites: tuple[Any, ...] = ()  # the [[sites]] (spiderd.core.rules.Site): their request headers and proxies, by host
 
 
 def fetch_config(settings: Settings) -> FetchConfig:
@@ -94,6 +99,7 @@ def fetch_config(settings: Settings) -> FetchConfig:
         max_body_size=settings.max_body_size, max_redirects=settings.max_redirects,
         per_host_connections=settings.per_host_concurrency, keepalive_timeout=settings.keepalive_timeout,
         dns_cache_ttl=settings.dns_cache_ttl, source_addresses=settings.source_addresses, robots=settings.robots,
+        sites=settings.sites,
     )
 
 
@@ -121,6 +127,8 @@ class Fetcher:
         self._next_agent = itertools.cycle(self._agents).__next__
         self._headers = _headers(config.user_agent)  # Agent copies them for each request
         self._agent_headers: dict[str, Headers] = {}  # other user agents' (a worker job's USER_AGENT)
+        proxies = Proxies(reactor, self._connecting, config, self._pools)  # its pools close with the fetcher's
+        self._sites = SiteOptions(config.sites, proxies)  # each hop's site: its headers, proxy, cookies
 
     def _agent(self, address: str | None) -> client.Agent:
         pool = ConnectionPool(self._reactor, self._config.per_host_connections, self._config.keepalive_timeout)
@@ -214,8 +222,11 @@ class Fetcher:
 
     def _get(self, url: str, max_size: int, truncate: bool = False,
              headers: Headers | None = None) -> Deferred[tuple[IResponse, bytes]]:
-        agent = self._next_agent()
-        d = agent.request(b"GET", url.encode("ascii"), headers or self._headers)
+        try:
+            agent, sent = self._sites.route(url, headers or self._headers, self._next_agent)
+        except ProxyUnsupported as e:
+            return defer.fail(e)
+        d = agent.request(b"GET", url.encode("ascii"), sent)
         return d.addCallback(self._read_body, max_size, truncate)
 
     def _read_body(self, response: IResponse, max_size: int, truncate: bool = False) -> Deferred[tuple[IResponse, bytes]]:
@@ -241,7 +252,7 @@ class Fetcher:
 
 
 class _BodyReader(Protocol):
-    """Collects a body up to ``limit`` bytes (raw and inflated), inflating gzip/deflate as it comes.
+    """Collects a body up to ``limit`` bytes (raw and inflated), inflating gzip/deflate/br as it comes.
 
     Its transport (from ``Response.deliverBody``) is a push producer, whatever ``Protocol`` declares."""
 
@@ -264,7 +275,7 @@ class _BodyReader(Protocol):
             return
         try:
             chunk = self._inflater.decompress(data, self._limit - self._size + 1)
-        except zlib.error as e:
+        except _DECODE_ERRORS as e:
             self._abort(ValueError(f"bad compressed body: {e}"))
             return
         self._take(chunk)
@@ -312,7 +323,7 @@ class _BodyReader(Protocol):
         if self._inflater is not None:
             try:
                 self._take(self._inflater.flush())
-            except zlib.error as e:
+            except _DECODE_ERRORS as e:
                 self._abort(ValueError(f"bad compressed body: {e}"))
             if self._done:
                 return
@@ -333,7 +344,7 @@ def _headers(user_agent: str) -> Headers:
     return Headers({
         b"User-Agent": [user_agent.encode()],
         b"Accept": [b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"],
-        b"Accept-Encoding": [b"gzip, deflate"],
+        b"Accept-Encoding": [accept_encoding()],
     })
 
 
@@ -348,11 +359,21 @@ class _Inflater(typing.Protocol):
     def flush(self) -> bytes: ...
 
 
+def accept_encoding() -> bytes:
+    """The encodings the fetcher inflates: gzip and deflate, and br when a bounding Brotli package is here."""
+    return b"gzip, deflate, br" if brotli_body.available() else b"gzip, deflate"
+
+
+_DECODE_ERRORS = (zlib.error, brotli_body.BrotliError)
+
+
 def _inflater(encoding: bytes) -> _Inflater | None:
     if encoding in (b"gzip", b"x-gzip"):
         return zlib.decompressobj(16 + zlib.MAX_WBITS)
     if encoding == b"deflate":
         return _Deflate()
+    if encoding == b"br" and brotli_body.available():
+        return brotli_body.BrotliInflater()
     return None
 
 
@@ -428,6 +449,7 @@ def _stop_timer(result: T, timer: IDelayedCall) -> T:
 _FAILURES: list[tuple[tuple[type, ...], int, str]] = [
     ((TooLarge,), st.TOO_LARGE, "too-large"),
     ((error.DNSLookupError,), st.DNS_ERROR, "dns"),
+    ((ProxyUnsupported,), st.CONNECT_ERROR, "proxy"),
     ((error.ConnectionRefusedError,), st.CONNECT_REFUSED, "refused"),
     ((CancelledError, error.TimeoutError, defer.TimeoutError, error.ConnectingCancelledError), st.TIMEOUT, "timeout"),
     ((error.ConnectError,), st.CONNECT_ERROR, "connect"),
@@ -446,7 +468,7 @@ def failure_detail(failure: Failure, timeout: float) -> str:
         inner = list(getattr(failure.value, "reasons", []))
         if inner:
             failure = inner[0]
-    if failure.check(TooLarge):
+    if failure.check(TooLarge, ProxyUnsupported):
         return failure.getErrorMessage()
     if failure.check(CancelledError):
         return f"no whole answer within {timeout:g} s"

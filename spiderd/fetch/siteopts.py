@@ -1,0 +1,105 @@
+"""The protocol options of each ``[[sites]]`` table, found by the host of the URL being fetched.
+
+A request takes the options of the site allowing its own host (exactly, or as a subdomain): every hop of a
+redirect is looked up again, so a redirect to another host never carries the first site's headers there, nor goes
+through its proxy.  A site with ``cookies = true`` keeps the cookies its hosts set in a jar of its own, in memory
+(lost at a restart, shared by the frontier's fetches and the worker's jobs of the site), and sends them back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from http.cookiejar import CookieJar
+from typing import Any
+from urllib.parse import urlsplit
+
+from twisted.web import client
+from twisted.web.iweb import IAgent
+from twisted.web.http_headers import Headers
+
+from spiderd.core.rules import Site
+from spiderd.fetch.extract import _normalize_host
+from spiderd.fetch.proxy import Proxies, ProxyUnsupported
+
+_CACHE_SIZE = 4096
+MAX_COOKIES = 1000  # cookies one site's jar holds before it is emptied
+
+
+class SiteOptions:
+    """The site of a URL's host: the request headers it adds, the proxy it goes through, its cookies."""
+
+    def __init__(self, sites: Iterable[Site], proxies: Proxies | None = None) -> None:
+        self._proxies = proxies
+        self._jars: dict[int, CookieJar] = {}  # id of a site -> its cookies (sites with cookies = true)
+        self._hosts: dict[str, Site] = {}
+        for site in sites:
+            for host in site.allowed_hosts:
+                self._hosts.setdefault(_normalize_host(host), site)
+        self._cache: dict[str, Site | None] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._hosts)
+
+    def site_for(self, url: str) -> Site | None:
+        """The site allowing the host of ``url``, or None."""
+        if not self._hosts:
+            return None
+        try:
+            host = (urlsplit(url).hostname or "").lower()
+        except ValueError:
+            return None
+        try:
+            return self._cache[host]
+        except KeyError:
+            pass
+        site = self._match(host)
+        if len(self._cache) >= _CACHE_SIZE:
+            self._cache.clear()
+        self._cache[host] = site
+        return site
+
+    def _match(self, host: str) -> Site | None:
+        if ":" in host:  # an IPv6 address: as written in allowed_hosts, in brackets
+            return self._hosts.get(f"[{host}]")
+        while True:
+            site = self._hosts.get(host)
+            if site is not None:
+                return site
+            dot = host.find(".")
+            if dot < 0:
+                return None
+            host = host[dot + 1 :]
+
+    def route(self, url: str, base: Headers, default: Callable[[], IAgent]) -> tuple[IAgent, Headers]:
+        """The agent for ``url`` (its site's proxy's, or ``default()``; wrapped in a CookieAgent with the site's
+        jar when the site keeps cookies) and its headers: ``base`` with the site's headers set (a copy), or
+        ``base`` itself if the site adds none.  ProxyUnsupported for an https:// URL of a proxied site."""
+        site = self.site_for(url)
+        if site is None or not (site.headers or site.proxy or site.cookies):
+            return default(), base
+        headers = base.copy()
+        for name, value in site.headers:
+            headers.setRawHeaders(name.encode("ascii"), [value.encode("latin-1")])
+        agent: IAgent | None = None
+        if site.proxy:
+            if self._proxies is None:
+                raise ProxyUnsupported("no proxies here")
+            if not url.startswith("http://"):
+                raise ProxyUnsupported(f"site {site.name!r}: https:// through its proxy is not supported yet "
+                                       "(no CONNECT tunnel): not fetched, so as not to bypass the proxy")
+            agent, parsed = self._proxies.agent(site.proxy)
+            if parsed.authorization is not None:
+                headers.setRawHeaders(b"proxy-authorization", [parsed.authorization])
+        agent = agent or default()
+        if site.cookies:
+            agent = client.CookieAgent(agent, self._jar(site))
+        return agent, headers
+
+    def _jar(self, site: Site) -> CookieJar:
+        """The site's own cookie jar (in memory; emptied past MAX_COOKIES, so no site can grow it without end)."""
+        jar = self._jars.get(id(site))
+        if jar is None:
+            jar = self._jars[id(site)] = CookieJar()
+        elif len(jar) > MAX_COOKIES:
+            jar.clear()
+        return jar
