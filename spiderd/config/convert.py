@@ -21,6 +21,7 @@ from spiderd.core.compression import FAST
 
 ROLES = ("all", "frontier", "worker")
 POOL_BACKENDS = ("leveldb", "memory", "redis")
+FEED_FORMATS = ("jsonl", "warc", "both")  # [items] format: items as JSON lines, answers as WARC, or both
 
 
 class ConfigError(ValueError):
@@ -336,6 +337,7 @@ CONVERTERS: dict[str, Any] = {
     "bool": lambda v: expect(v, bool, "true or false"),
     "role": _choice(ROLES),
     "backend": _choice(POOL_BACKENDS),
+    "feed_format": _choice(FEED_FORMATS),
     "positive": _positive,
     "non_negative": _non_negative,
     "delay_factor": _delay_factor,
