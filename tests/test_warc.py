@@ -20,7 +20,9 @@ from twisted.trial import unittest
 from twisted.web import resource, server
 from warcio.archiveiterator import ArchiveIterator
 
+from spiderd import tap
 from spiderd.config import settings as cfg
+from spiderd.core.lifecycle import wait_idle
 from spiderd.core.blocking import Lane
 from spiderd.demo.site import SiteSpec, listen, render
 from spiderd.feed import warc
@@ -130,6 +132,43 @@ class CrawlWarcTests(unittest.TestCase):
         files = list((self.data / "items").glob("*.warc.gz"))
         archived = sum(warc.validate_warc(str(p)) for p in files)
         self.assertEqual(archived, len(files) + 2 * crawler.stats.counts["pages"])  # a warcinfo record a file
+
+
+    @defer.inlineCallbacks
+    def test_worker_ships_a_warc_file_per_batch(self) -> Any:
+        """The all role's worker: each batch's answers as one WARC file, shipped beside where its feed goes
+        (format warc: no JSON-lines feed); the frontier's own fetches (list pages) in its items directory."""
+        feeds = self.data / "shipped"
+        settings = node_settings(str(self.data), self.root, batch={"targets": ["local"], "size": 20},
+                                 items={"format": "warc"},
+                                 worker={"feed_template": f"file://{feeds}/%(batch)s_%(name)s_%(time)s.jl"})
+        cfg.check_data_dir(settings)
+        top = tap.build(settings, reactor)
+        crawler, batcher, worker = (top.getServiceNamed(n) for n in ("crawler", "batcher", "worker"))
+        top.startService()
+        try:
+            yield crawler.finished
+            yield batcher.flush()
+            yield wait_idle(reactor, lambda: batcher.idle() and worker.idle(), batcher.settled, worker.settled,
+                            interval=3600)
+        finally:
+            yield top.stopService()
+        self.assertEqual(list(feeds.glob("*.jl")), [])
+        files = sorted(feeds.glob("*.warc.gz"))
+        self.assertEqual(len(files), batcher.status()["sent"])
+        fetched = {}
+        for path in files:
+            self.assertEqual(warc.validate_warc(str(path)), len(records(path)))
+            for r in records(path):
+                if r["type"] == "response" and r["status"] == "200 OK":
+                    fetched[r["warc"]["WARC-Target-URI"][len(self.root) - 1:]] = r["content"]
+        details = self.spec.expected().details_ok
+        self.assertEqual(set(fetched) & set(details), set(details))
+        for path in sorted(details)[:5]:
+            self.assertEqual(fetched[path], render(self.spec, path)[2])
+        own = [r["warc"]["WARC-Target-URI"] for p in (self.data / "items").glob("*.warc.gz") for r in records(p)
+               if r["type"] == "response"]
+        self.assertIn(self.root, own)  # the frontier fetched the list pages itself
 
 
 class WriterTests(unittest.TestCase):

@@ -203,3 +203,68 @@ class WarcWriter(Service):
             log.info("Recovered WARC file {path} from a previous run", path=part[: -len(PART)])
             completed.append(part[: -len(PART)])
         return completed
+
+
+class JobWarc:
+    """A worker job's answers as one WARC file (``<job id>.warc.gz``), written on the job's I/O thread in order;
+    ``open`` truncates (a job run again rewrites it), ``close`` makes it durable.  Its feed name:
+    :func:`warc_uri`."""
+
+    def __init__(self, path: str, io: Callable[..., Deferred[Any]]) -> None:
+        warc.require()
+        self.path = path
+        self._io = io
+        self._file: Any = None
+        self._error: BaseException | None = None
+
+    def open(self) -> Deferred[None]:
+        return self._io(self._open)
+
+    def write(self, result: Any) -> None:
+        """Queue the records of one FetchResult with an HTTP answer."""
+        self._io(self._write, result)
+
+    def close(self) -> Deferred[None]:
+        """fsync and close; fails if any write failed."""
+        return self._io(self._close)
+
+    def discard(self) -> Deferred[None]:
+        return self._io(self._discard)
+
+    def _open(self) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self._file = open(self.path, "wb")
+        self._file.write(warc.warcinfo_record(os.path.basename(self.path)))
+
+    def _write(self, result: Any) -> None:
+        try:
+            self._file.write(warc.answer_records(result))
+        except Exception as e:  # remembered, raised by close
+            self._error = self._error or e
+
+    def _close(self) -> None:
+        if self._file is None:
+            return
+        try:
+            if self._error is not None:
+                raise self._error
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        finally:
+            self._file.close()
+            self._file = None
+        fsync_dir(os.path.dirname(self.path))
+
+    def _discard(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        unlink_quietly(self.path)
+
+
+def warc_uri(feed_uri: str) -> str:
+    """The WARC file's URI beside a job's feed: its ``.jl`` (``.jsonl``, ``.json``) name ending as ``.warc.gz``."""
+    for suffix in (".jl", ".jsonl", ".json"):
+        if feed_uri.endswith(suffix):
+            return feed_uri[: -len(suffix)] + warc.EXTENSION
+    return feed_uri + warc.EXTENSION
