@@ -33,7 +33,7 @@ _Pending = tuple[Any, "Deferred[None]"]
 class WarcWriter(Service):
     """``write(result)`` fires once the request and response records of a FetchResult are on disk."""
 
-    name = "warc"
+    name = "warc"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, reactor: Any, directory: str, lane: Lane | None = None, *, rotate_count: int = 10000,
                  rotate_bytes: int = 1 << 30, flush_interval: float = 0.5, batch_size: int = 200,
@@ -102,10 +102,9 @@ class WarcWriter(Service):
             self._writing.addCallback(lambda _: self._commit(group))
         return self._writing
 
-    def _commit(self, group: list[_Pending]) -> Deferred[None]:
-        d = self._lane.run(self._append_group, [result for result, _ in group])
-        d.addCallbacks(self._committed, self._failed, (group,), None, (group,))
-        return d
+    def _commit(self, group: list[_Pending]) -> Deferred[Any]:
+        d: Deferred[Any] = self._lane.run(self._append_group, [result for result, _ in group])
+        return d.addCallbacks(lambda done: self._committed(done, group), lambda f: self._failed(f, group))
 
     def _committed(self, completed: list[str], group: list[_Pending]) -> None:
         self.written += len(group)
