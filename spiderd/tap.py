@@ -20,6 +20,7 @@ from spiderd.core.reactors import INodeReactor
 from spiderd.core.stats import CrawlStats, ProgressLogger
 from spiderd.demo import config as demo_config
 from spiderd.feed.items import ItemWriter
+from spiderd.feed.warcfiles import WarcWriter
 from spiderd.feed.shipper import FeedShipper
 from spiderd.fetch.fetcher import Fetcher, fetch_config
 from spiderd.fetch.parsepool import ParsePool
@@ -162,7 +163,11 @@ def _frontier(base: Base, worker: WorkerService | None, demo: bool) -> Frontier:
     """The frontier: items, batcher, seeds, timers, (demo site), progress, sitemaps, and the fetch loop last."""
     s, reactor, pool, stats = base.settings, base.reactor, base.pool, base.stats
     assert pool is not None  # (built only with a pool)
-    items = base.add(ItemWriter(reactor, s.path(s.items_dir), s.items_rotate_count, pool=pool))
+    items = base.add(ItemWriter(reactor, s.path(s.items_dir), s.items_rotate_count, pool=pool)) \
+        if s.items_format != "warc" else None
+    archive = base.add(WarcWriter(reactor, s.path(s.items_dir), base.blocking.lane("warc"),
+                                  rotate_count=s.items_rotate_count, rotate_bytes=s.warc_rotate_mb * 2**20)) \
+        if s.items_format != "jsonl" else None
     batcher = base.add(build_batcher(s, reactor, pool, worker, base.parser.rules, base.blocking.lane("batcher")))
     seeds = base.add(SeedService(pool, s.seeds, s.hubs, s.hub_refresh_span, store=base.store,
                                  state_path=s.path("hubs-added.json")))
@@ -176,7 +181,7 @@ def _frontier(base: Base, worker: WorkerService | None, demo: bool) -> Frontier:
     sitemaps = base.add(sitemap_service(s, reactor, pool, base.fetcher, base.blocking.lane("sitemaps"), stats,
                                         detail_sink=batcher.add if batcher is not None else None))
     crawler = base.add(CrawlService(
-        reactor, pool, base.fetcher, base.parser, base.parser.rules, stats, store=base.store, items=items,
+        reactor, pool, base.fetcher, base.parser, base.parser.rules, stats, store=base.store, items=items, archive=archive,
         detail_sink=batcher.add if batcher is not None else None, concurrency=s.concurrency,
         exit_when_done=s.exit_when_done, stop_timeout=s.timeout + 5, linkbase=s.linkbase, hub_percent=s.hub_percent,
         max_retry_after=s.max_retry_after, conditional_get=s.conditional_get,

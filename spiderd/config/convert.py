@@ -23,6 +23,7 @@ T = TypeVar("T")
 
 ROLES = ("all", "frontier", "worker")
 POOL_BACKENDS = ("leveldb", "memory", "redis")
+FEED_FORMATS = ("jsonl", "warc", "both")  # [items] format: items as JSON lines, answers as WARC, or both
 
 
 class ConfigError(ValueError):
@@ -370,6 +371,7 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "bool": lambda v: expect(v, bool, "true or false"),
     "role": _choice(ROLES),
     "backend": _choice(POOL_BACKENDS),
+    "feed_format": _choice(FEED_FORMATS),
     "positive": _positive,
     "non_negative": _non_negative,
     "delay_factor": _delay_factor,

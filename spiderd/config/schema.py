@@ -117,6 +117,8 @@ SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
     "items": {
         "dir": ("items_dir", "str"),
         "rotate_count": ("items_rotate_count", "positive_int"),
+        "format": ("items_format", "feed_format"),  # "jsonl", "warc" (the fetched answers, warcio) or "both"
+        "warc_rotate_mb": ("warc_rotate_mb", "positive_int"),
     },
 }
 SITE_KEYS = {  # the keys of one [[sites]] table (spiderd.config.sites)

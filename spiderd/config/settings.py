@@ -13,6 +13,7 @@ templates, cron expressions) live in :mod:`spiderd.core`.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
@@ -104,6 +105,8 @@ class Settings:
     # [items]
     items_dir: str = "items"
     items_rotate_count: int = 10000
+    items_format: str = "jsonl"  # "warc" or "both": the fetched answers as WARC files too (needs warcio)
+    warc_rotate_mb: int = 1000  # a WARC file is complete at this size (or at rotate_count answers)
     # [batch]
     batch_targets: tuple[str, ...] = ("local",)
     batch_project: str = "spiderd"
@@ -214,6 +217,9 @@ def _merge(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, An
 
 def _check_together(settings: Settings) -> None:
     _check_recrawl(settings)
+    if settings.items_format != "jsonl" and importlib.util.find_spec("warcio") is None:
+        raise ConfigError(f"{settings.source}: items.format = {settings.items_format!r}: WARC output needs the "
+                          "warcio package: pip install 'spiderd[warc]' (or pip install warcio)")
     if settings.pending_threshold <= settings.timeout:
         raise ConfigError(
             f"{settings.source}: pool.pending_threshold: must be longer than fetch.timeout "

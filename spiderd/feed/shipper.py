@@ -1,7 +1,8 @@
 """The feed shipper: a service that spools finished JSON-lines feed files and ships them to the analytics host
 (FTP, or a local directory) in the background, retrying until they go through.
 
-A file is checked (:mod:`spiderd.feed.jsonl`) and uploaded (:mod:`spiderd.feed.upload`) to the target its URI names
+A file is checked (:mod:`spiderd.feed.jsonl`; a target named ``*.warc.gz``: :mod:`spiderd.feed.warc`, every
+record read back whole by warcio) and uploaded (:mod:`spiderd.feed.upload`) to the target its URI names
 (:mod:`spiderd.core.feeduri`, which also renders the templates).  A refused file (bad JSON lines, or its final name
 taken) is quarantined with a clear error.
 
@@ -9,7 +10,7 @@ The spool (``spool_dir``)::
 
     incoming/          callers may write here, so that ship()'s move is a rename
     queue/<id>.json    sidecar: target URI, original name, attempts, first seen, rename_sent
-    queue/<id>.jl      the file
+    queue/<id>.jl      the file (JSON lines, or WARC for a ``.warc.gz`` target)
     bad/<id>.*         refused files (bad JSON lines, or final name taken), with a ``.reason``
 
 ``ship()`` writes the sidecar first (temp file, fsync, rename), then moves the file in, and removes
@@ -45,6 +46,7 @@ from spiderd.core.secrets import mask_secret, redact
 from spiderd.feed.errors import BadFeedError, FeedExistsError
 from spiderd.feed.jsonl import validate_jsonl
 from spiderd.feed.spoolview import RefusedFiles, file_rows
+from spiderd.feed.warc import is_warc, validate_warc
 from spiderd.feed.upload import Abort, upload
 
 log = Logger()
@@ -309,9 +311,10 @@ class FeedShipper(Service):
         return records
 
     def _check(self, entry: _Entry) -> int:
-        """Thread: the number of records, or quarantine and BadFeedError."""
+        """Thread: the number of records, or quarantine and BadFeedError (the target's name says the format)."""
+        check = validate_warc if is_warc(parse_target(entry.target).name) else validate_jsonl
         try:
-            return validate_jsonl(self._path(entry.id, ".jl"))
+            return check(self._path(entry.id, ".jl"))
         except BadFeedError as e:
             self._quarantine(entry.id, str(e))
             raise

@@ -73,6 +73,12 @@ class FetchResult:
     robots_tag: str | None = None  # the response's X-Robots-Tag headers, one per line (page directives)
     retry_after: float | None = None  # a 429/503's Retry-After, in seconds from the answer (None: absent or bad)
     validators: Validators | None = None  # a 200's or 304's ETag and Last-Modified (spiderd.core.conditional)
+    # the answer as it came (WARC records, spiderd.feed.warc): None when there was no HTTP answer
+    headers: list[tuple[str, str]] | None = None  # the response's headers (latin-1), in Twisted's capitalization
+    http_version: str = "HTTP/1.1"
+    phrase: str = ""  # the status line's reason phrase
+    request_headers: list[tuple[str, str]] = field(default_factory=list)  # what fetch() sent (besides Host)
+    fetched_at: float = 0.0  # clock time the answer was in (0: unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +161,7 @@ class Fetcher:
         timer = self._reactor.callLater(self._config.timeout, d.cancel)
         d.addBoth(_stop_timer, timer)
         d.addErrback(self._failed, url, started)
-        return d
+        return d.addCallback(_sent, headers)
 
     def fetch_raw(self, url: str, max_size: int, redirects: int = 0, truncate: bool = False) -> Deferred[FetchResult]:
         """A GET with no robots check (for robots.txt), following at most ``redirects`` redirects, even to
@@ -422,7 +428,32 @@ def _finish(got: tuple[IResponse, bytes], original: str, url: str, redirects: li
         robots_tag=_robots_tag(headers),
         retry_after=retry_after,
         validators=validators,
+        headers=_raw_pairs(headers),
+        http_version=_version(getattr(response, "version", None)),
+        phrase=(getattr(response, "phrase", None) or b"").decode("latin-1"),
+        fetched_at=now or 0.0,
     )
+
+
+def _raw_pairs(headers: Headers) -> list[tuple[str, str]]:
+    return [(name.decode("latin-1"), value.decode("latin-1"))
+            for name, values in headers.getAllRawHeaders() for value in values]
+
+
+def _version(version: Any) -> str:
+    """``HTTP/1.1`` of Twisted's ``(b"HTTP", 1, 1)``."""
+    try:
+        protocol, major, minor = version
+        return f"{protocol.decode('ascii')}/{major}.{minor}"
+    except (TypeError, ValueError, AttributeError):
+        return "HTTP/1.1"
+
+
+def _sent(result: FetchResult, headers: Headers) -> FetchResult:
+    """``result`` with the request headers that were sent (for a WARC request record)."""
+    if result.headers is not None:
+        result.request_headers = _raw_pairs(headers)
+    return result
 
 
 def _robots_tag(headers: Headers) -> str | None:

@@ -40,6 +40,7 @@ from spiderd.store.interfaces import IPageStore
 if TYPE_CHECKING:
     from spiderd.fetch.extract import Rules
     from spiderd.fetch.parsepool import ParsePool
+    from spiderd.feed.warcfiles import WarcWriter
 
 log = Logger()
 FAILING_PULLS = 12  # pulls failed in a row (each heartbeat, every 5 s, tries again): the loop is failing
@@ -62,6 +63,7 @@ class CrawlService(Service):
         detail_sink: Callable[[list[str]], Deferred[Any]] | None = None,
         store: IPageStore | None = None,
         items: ItemWriter | None = None,
+        archive: WarcWriter | None = None,
         concurrency: int = 64,
         max_processing: int | None = None,
         hub_percent: int = 50,
@@ -81,6 +83,7 @@ class CrawlService(Service):
         self._detail_sink = detail_sink or (lambda urls: pool.addmany(urls, detail=True))
         self._store = store
         self._items = items
+        self._archive = archive  # a WarcWriter: every HTTP answer's records, on disk before its URL's status
         self.concurrency = concurrency
         self._max_processing = max_processing or max(512, 4 * concurrency)
         self._hub_percent = hub_percent
@@ -278,8 +281,11 @@ class CrawlService(Service):
         with the item's line (see spiderd.feed.items): a URL is done only once its
         links, its page and its item are safe, and then exactly once.  A 200's
         validators go with its status; a 304 to a fetch conditional on ``sent``
-        is done with nothing else.
+        is done with nothing else.  With an ``archive``, every HTTP answer is archived first.
         """
+        if self._archive is not None and result.headers is not None:
+            yield self._archive.write(result)
+            self.stats.incr("archived")
         if th.throttled(result.status):
             yield self._throttled(result)
             return

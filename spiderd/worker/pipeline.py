@@ -104,6 +104,7 @@ class Run:
         self.note: Callable[..., None] = _no_note  # (text, level): a line about one URL for the job's log
         self.hosts: JobHosts | None = None  # the job's own per-host limits, if its settings set any
         self.fetch_options: dict[str, Any] = {}  # the fetcher's per-request arguments (user agent, robots)
+        self.warc: Any = None  # a JobWarc: every HTTP answer's records (the [items] format asks for WARC)
 
     def add(self, urls: list[str]) -> None:
         """Queue the job's URLs (first attempts)."""
@@ -297,6 +298,8 @@ class Pipeline:
         run.stats[f"status_{st.name(result.status)}"] += 1
         if self.stats is not None:
             self.stats.fetched(result.status, result.wire_bytes, result.elapsed)
+        if run.warc is not None and getattr(result, "headers", None) is not None and not run.halted:
+            run.warc.write(result)
         if th.throttled(result.status):
             return THROTTLED
         if result.status > 0:

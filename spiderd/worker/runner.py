@@ -39,6 +39,8 @@ from spiderd.core.secrets import redact
 from spiderd.store.interfaces import IPageStore
 from spiderd.worker.accepted import Accepted, digest
 from spiderd.worker.config import WorkerConfig
+from spiderd.feed import warc
+from spiderd.feed.warcfiles import JobWarc, warc_uri
 from spiderd.worker.files import ItemsFile, JobHosts
 from spiderd.worker.itemized import Itemized
 from spiderd.worker.joblog import JobLogs
@@ -133,6 +135,7 @@ class JobRunner:
                 self._enqueue(job)
             elif job.state == CANCELLED:
                 unlink_quietly(self.items_path(job))
+                unlink_quietly(self.items_path(job)[: -len(".jl")] + warc.EXTENSION)
         if self._queue:
             log.info("Worker: {count} accepted jobs to run from the last run", count=len(self._queue))
         self._prune()
@@ -300,6 +303,8 @@ class JobRunner:
             run = self.runs[job.id] = Run(job, items, self._pipeline.totals,
                                           _cap(self._config.job_concurrency, options.concurrent_requests))
             run.note = functools.partial(self.logs.line, job.id, url=True)
+            if self._config.feed_format != "jsonl":  # the job's answers as WARC too, shipped beside its feed
+                run.warc = JobWarc(self.items_path(job)[: -len(".jl")] + warc.EXTENSION, self._io)
             run.fetch_options = options.fetch_options()
             if options.per_domain or options.download_delay:
                 run.hosts = JobHosts(options.per_domain, options.download_delay, self._pipeline.clock)
@@ -350,6 +355,8 @@ class JobRunner:
             return
         job.stats = {}
         yield run.items.open()
+        if run.warc is not None:
+            yield run.warc.open()
         if not run.halted:
             urls = yield self._io(self._store.load_urls, job)
             run.add(urls)
@@ -364,21 +371,33 @@ class JobRunner:
         else:
             self._itemized.release(job.id)
             yield run.items.discard()
+            if run.warc is not None:
+                yield run.warc.discard()
             if run.halted == "interrupted":
                 job.state, job.start_time = PENDING, None
             yield self._store.save(job)
 
     @defer.inlineCallbacks
     def _ship(self, run: Run) -> Any:
-        """Make the items file durable, mark the job ``shipping``, hand the file over, then finish."""
+        """Make the items file durable, mark the job ``shipping``, hand the file over, then finish.
+
+        With WARC output, the WARC file goes first (if not gone already): the items file, handed over last
+        (or, format "warc", dropped), says the job still has to ship."""
         job = run.job
         run.shipping = True
         if not job.shipping:
             yield run.items.close()
+            if run.warc is not None:
+                yield run.warc.close()
             job.shipping = True
             yield self._store.save(job)
         assert job.feed_uri is not None
-        yield self._shipper.ship(run.items.path, job.feed_uri)  # an empty file too: "batch done, no items"
+        if run.warc is not None and os.path.exists(run.warc.path):
+            yield self._shipper.ship(run.warc.path, warc_uri(job.feed_uri))
+        if self._config.feed_format == "warc":
+            yield self._io(unlink_quietly, run.items.path)
+        else:
+            yield self._shipper.ship(run.items.path, job.feed_uri)  # an empty file too: "batch done, no items"
         self._itemized.commit(job.id)
         job.shipping = False
         self._end(job, FINISHED)

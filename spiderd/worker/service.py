@@ -196,6 +196,7 @@ def worker_config(settings: Settings) -> WorkerConfig:
     if not values.get("concurrency"):  # 0: as many URLs in flight as the node's fetch loop has
         values["concurrency"] = getattr(settings, "concurrency", 64)
     values.setdefault("failure_threshold", settings.failure_threshold)
+    values.setdefault("feed_format", getattr(settings, "items_format", "jsonl"))
     values.setdefault("per_host_concurrency", settings.per_host_concurrency)
     values.setdefault("per_host_delay", getattr(settings, "per_host_delay", 0.0))
     values.setdefault("max_retry_after", getattr(settings, "max_retry_after", 3600.0))

@@ -1,0 +1,269 @@
+"""WARC files of fetched answers, written off the reactor and rotated like the items files.
+
+A file is written as ``<name>.warc.gz.part`` (a ``warcinfo`` record first, then a request and a response record
+per answer, each its own gzip member) and renamed to ``<name>.warc.gz`` once it holds ``rotate_count`` answers
+or ``rotate_bytes`` bytes, or the writer stops; ``on_rotate(path)`` is then told (the worker ships it with the
+feed shipper).  Answers go out in groups on a lane of one thread (in order): their records are appended and
+fsynced, then their Deferreds fire, so a caller that waits before recording a URL done never loses an answer
+(a crash in between archives it again when the URL is fetched again: WARC readers take duplicates).  A ``.part``
+left by a killed run is cut after its last whole record and completed at the next start.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+from twisted.application.service import Service
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from spiderd.core.blocking import Lane
+from spiderd.core.fsutil import fsync_dir, unlink_quietly
+from spiderd.feed import warc
+from spiderd.feed.items import PART
+
+log = Logger()
+_Pending = tuple[Any, "Deferred[None]"]
+
+
+class WarcWriter(Service):
+    """``write(result)`` fires once the request and response records of a FetchResult are on disk."""
+
+    name = "warc"  # type: ignore[assignment]  # Service declares it None
+
+    def __init__(self, reactor: Any, directory: str, lane: Lane | None = None, *, rotate_count: int = 10000,
+                 rotate_bytes: int = 1 << 30, flush_interval: float = 0.5, batch_size: int = 200,
+                 prefix: str = "spiderd", on_rotate: Callable[[str], Any] | None = None) -> None:
+        warc.require()
+        self._reactor = reactor
+        self.directory = directory
+        self._lane = lane or Lane(reactor, "warc")
+        self._rotate_count = rotate_count
+        self._rotate_bytes = rotate_bytes
+        self._flush_interval = flush_interval
+        self._batch_size = batch_size
+        self._prefix = prefix
+        self._on_rotate = on_rotate
+        self.ready: Deferred[None] = Deferred()
+        self._queue: list[_Pending] = []
+        self._timer: Any = None
+        self._writing: Deferred[Any] = defer.succeed(None)
+        self._token = os.urandom(4).hex()
+        self._serial = 0
+        # the lane's thread only:
+        self._file: Any = None
+        self._path = ""
+        self._in_file = 0
+        self.written = 0  # answers on disk
+        self.files: list[str] = []
+
+    def startService(self) -> None:
+        super().startService()
+        self._lane.start()
+        d = self._lane.run(self._settle_previous)
+        d.addCallback(self._completed)
+        d.addErrback(lambda f: log.failure("Settling the WARC files of a previous run failed", f))
+        d.addBoth(lambda _: self.ready.callback(None))
+
+    def write(self, result: Any) -> Deferred[None]:
+        """Queue the records of one FetchResult (one with an HTTP answer)."""
+        if not self.running:
+            return defer.fail(RuntimeError("the WARC writer is stopped"))
+        d: Deferred[None] = Deferred()
+        self._queue.append((result, d))
+        if len(self._queue) >= self._batch_size:
+            self._flush()
+        elif self._timer is None:
+            self._timer = self._reactor.callLater(self._flush_interval, self._flush)
+        return d
+
+    def flush(self) -> Deferred[Any]:
+        """Write what is queued now; fires once it is on disk."""
+        return self._flush()
+
+    def rotate(self) -> Deferred[Any]:
+        """Write what is queued and complete the open file (the worker, at a job's end)."""
+        self._flush()
+        self._writing.addCallback(lambda _: self._lane.run(self._close_current))
+        self._writing.addCallback(self._completed)
+        self._writing.addErrback(lambda f: log.failure("Completing a WARC file failed", f))
+        return self._writing
+
+    def _flush(self) -> Deferred[Any]:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        group, self._queue = self._queue, []
+        if group:
+            self._writing.addCallback(lambda _: self._commit(group))
+        return self._writing
+
+    def _commit(self, group: list[_Pending]) -> Deferred[Any]:
+        d: Deferred[Any] = self._lane.run(self._append_group, [result for result, _ in group])
+        return d.addCallbacks(lambda done: self._committed(done, group), lambda f: self._failed(f, group))
+
+    def _committed(self, completed: list[str], group: list[_Pending]) -> None:
+        self.written += len(group)
+        self._completed(completed)
+        for _, d in group:
+            d.callback(None)
+
+    def _failed(self, failure: Failure, group: list[_Pending]) -> None:
+        log.failure("Writing {count} WARC answers failed; the file is left for the next start to cut", failure,
+                    count=len(group))
+        for _, d in group:
+            d.errback(failure)
+
+    def _completed(self, paths: list[str]) -> None:
+        for path in paths:
+            self.files.append(path)
+            log.info("WARC file complete: {path}", path=path)
+            if self._on_rotate is not None:
+                self._on_rotate(path)
+
+    @defer.inlineCallbacks
+    def stopService(self) -> Any:
+        yield self.ready
+        yield self.rotate()
+        super().stopService()
+        self._lane.stop()
+
+    # -- the lane's thread --------------------------------------------------------------------------
+
+    def _append_group(self, results: list[Any]) -> list[str]:
+        """Append each answer's records (rotating as the limits say), fsync; the files completed."""
+        completed = []
+        try:
+            for result in results:
+                if self._file is None:
+                    self._create()
+                self._file.write(warc.answer_records(result))
+                self._in_file += 1
+                if self._in_file >= self._rotate_count or self._file.tell() >= self._rotate_bytes:
+                    completed.extend(self._close_current())
+            if self._file is not None:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+        except BaseException:
+            self._abandon()
+            raise
+        return completed
+
+    def _create(self) -> None:
+        self._serial += 1
+        stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
+        name = f"{self._prefix}-{stamp}-{self._token}-{self._serial:05d}{warc.EXTENSION}"
+        os.makedirs(self.directory, exist_ok=True)
+        self._path = os.path.join(self.directory, name)
+        self._file = open(self._path + PART, "xb")
+        self._in_file = 0
+        self._file.write(warc.warcinfo_record(name))
+
+    def _close_current(self) -> list[str]:
+        """Complete the open file: fsync, close, rename; [its final name], or [] if none is open."""
+        if self._file is None:
+            return []
+        f, self._file = self._file, None
+        try:
+            f.flush()
+            os.fsync(f.fileno())
+        finally:
+            f.close()
+        os.replace(self._path + PART, self._path)
+        fsync_dir(self.directory)
+        return [self._path]
+
+    def _abandon(self) -> None:
+        if self._file is not None:
+            f, self._file = self._file, None
+            try:
+                f.close()
+            except OSError:
+                pass
+
+    def _settle_previous(self) -> list[str]:
+        """Cut each ``.warc.gz.part`` of a previous run after its last whole record and complete it."""
+        if not os.path.isdir(self.directory):
+            return []
+        completed = []
+        for name in sorted(os.listdir(self.directory)):
+            part = os.path.join(self.directory, name)
+            if not name.endswith(warc.EXTENSION + PART):
+                continue
+            if warc.cut_torn(part) <= 1:  # its warcinfo record at most: nothing was archived in it
+                unlink_quietly(part)
+                continue
+            os.replace(part, part[: -len(PART)])
+            fsync_dir(self.directory)
+            log.info("Recovered WARC file {path} from a previous run", path=part[: -len(PART)])
+            completed.append(part[: -len(PART)])
+        return completed
+
+
+class JobWarc:
+    """A worker job's answers as one WARC file (``<job id>.warc.gz``), written on the job's I/O thread in order;
+    ``open`` truncates (a job run again rewrites it), ``close`` makes it durable.  Its feed name:
+    :func:`warc_uri`."""
+
+    def __init__(self, path: str, io: Callable[..., Deferred[Any]]) -> None:
+        warc.require()
+        self.path = path
+        self._io = io
+        self._file: Any = None
+        self._error: BaseException | None = None
+
+    def open(self) -> Deferred[None]:
+        return self._io(self._open)
+
+    def write(self, result: Any) -> None:
+        """Queue the records of one FetchResult with an HTTP answer."""
+        self._io(self._write, result)
+
+    def close(self) -> Deferred[None]:
+        """fsync and close; fails if any write failed."""
+        return self._io(self._close)
+
+    def discard(self) -> Deferred[None]:
+        return self._io(self._discard)
+
+    def _open(self) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self._file = open(self.path, "wb")
+        self._file.write(warc.warcinfo_record(os.path.basename(self.path)))
+
+    def _write(self, result: Any) -> None:
+        try:
+            self._file.write(warc.answer_records(result))
+        except Exception as e:  # remembered, raised by close
+            self._error = self._error or e
+
+    def _close(self) -> None:
+        if self._file is None:
+            return
+        try:
+            if self._error is not None:
+                raise self._error
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        finally:
+            self._file.close()
+            self._file = None
+        fsync_dir(os.path.dirname(self.path))
+
+    def _discard(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        unlink_quietly(self.path)
+
+
+def warc_uri(feed_uri: str) -> str:
+    """The WARC file's URI beside a job's feed: its ``.jl`` (``.jsonl``, ``.json``) name ending as ``.warc.gz``."""
+    for suffix in (".jl", ".jsonl", ".json"):
+        if feed_uri.endswith(suffix):
+            return feed_uri[: -len(suffix)] + warc.EXTENSION
+    return feed_uri + warc.EXTENSION
