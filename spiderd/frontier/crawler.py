@@ -349,7 +349,8 @@ class CrawlService(Service):
             self.stats.incr("noindex")
         elif kind == "detail" and self._store is not None:
             key = extracted.canonical or url
-            saved = self._store.save(key, fingerprint(key), result.body, compressed=extracted.compressed)
+            saved = self._store.save(key, fingerprint(key), result.body, compressed=extracted.compressed,
+                                     digest=extracted.digest)
             waits.append(saved.addCallback(lambda _: self.stats.incr("stored")))
         self.stats.incr("links_list", len(extracted.lists))
         self.stats.incr("links_detail", len(extracted.details))

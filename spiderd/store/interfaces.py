@@ -8,8 +8,11 @@ from zope.interface import Interface
 class IPageStore(Interface):
     """Where fetched pages go (seed 000's ``crawler_html`` and ``crawler_hub``)."""
 
-    def save(url: str, urlhash: int, html: bytes, hub: bool = False):  # type: ignore[no-untyped-def]
-        """Queue a page (and, if ``hub``, its URL as a hub) for a batched write; fires once it is committed."""
+    def save(url: str, urlhash: int, html: bytes, hub: bool = False, compressed=None,  # type: ignore[no-untyped-def]
+             digest=None):
+        """Queue a page (and, if ``hub``, its URL as a hub) for a batched write; fires once it is committed.
+
+        ``compressed``: the page XZ-compressed already; ``digest``: its content digest (the ``digest`` column)."""
 
     def save_hubs(urls):  # type: ignore[no-untyped-def]
         """Record hub URLs, ignoring those already stored; fires with the number added."""

@@ -346,7 +346,7 @@ class Pipeline:
     def _store(self, url: str, body: bytes, extracted: Any) -> Deferred[Any]:
         if self._pages is None:
             return defer.succeed(None)
-        return self._pages.save(url, fingerprint(url), body, compressed=extracted.compressed)
+        return self._pages.save(url, fingerprint(url), body, compressed=extracted.compressed, digest=extracted.digest)
 
     def _stored(self, run: Run, extracted: Any) -> None:
         run.stats["pages"] += 1
