@@ -140,6 +140,11 @@ class IURLPool(Interface):
     def claim_once(name: str, ttl: float):  # type: ignore[no-untyped-def]
         """Fires True for the first claim of ``name`` within ``ttl`` seconds over every node sharing the pool, else False."""
 
+    def claim_content(digest: str, url: str):  # type: ignore[no-untyped-def]
+        """Record that ``url`` gave the page content of ``digest`` (spiderd.core.digest) unless another URL did
+        first; fires True if ``url`` holds it (now or from before), False if another URL does (a duplicate).
+        Kept for good, across restarts and nodes (see spiderd.frontier.pool.content)."""
+
     def close():  # type: ignore[no-untyped-def]
         """Release the storage; fires when closed."""
 
