@@ -108,6 +108,7 @@ SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
     "items": {
         "dir": ("items_dir", "str"),
         "rotate_count": ("items_rotate_count", "positive_int"),
+        "skip_duplicate_content": ("skip_duplicate_content", "bool"),  # mirror pages: one item per content digest
     },
 }
 SITE_KEYS = {  # the keys of one [[sites]] table (spiderd.config.sites)

@@ -96,6 +96,7 @@ class Settings:
     # [items]
     items_dir: str = "items"
     items_rotate_count: int = 10000
+    skip_duplicate_content: bool = False  # a detail page whose content digest another URL gave first: no item
     # [batch]
     batch_targets: tuple[str, ...] = ("local",)
     batch_project: str = "spiderd"

@@ -103,6 +103,8 @@ class NodeCollector:
         yield _counter("spiderd_items", "Items the crawler wrote.", counts["items"])
         yield _counter("spiderd_not_modified", "Pages fetched again that answered 304 Not Modified to a conditional "
                        "GET (done and unchanged: not parsed or stored).", counts["not_modified"])
+        yield _counter("spiderd_duplicate_content", "Detail pages whose content another URL gave first "
+                       "([items] skip_duplicate_content: done, no item, not stored).", counts["duplicate_content"])
         yield _labelled(CounterMetricFamily("spiderd_responses", "Fetch outcomes by status (HTTP code or error name).",
                                             labels=["status"]), "status", stats.statuses)
         yield _labelled(CounterMetricFamily("spiderd_errors", "Fetch and processing errors by kind.",
