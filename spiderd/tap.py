@@ -185,7 +185,8 @@ def _frontier(base: Base, worker: WorkerService | None, demo: bool) -> Frontier:
         detail_sink=batcher.add if batcher is not None else None, concurrency=s.concurrency,
         exit_when_done=s.exit_when_done, stop_timeout=s.timeout + 5, linkbase=s.linkbase, hub_percent=s.hub_percent,
         max_retry_after=s.max_retry_after, conditional_get=s.conditional_get,
-        discovery=(sitemaps,) if sitemaps is not None else ()))
+        discovery=(sitemaps,) if sitemaps is not None else (),
+        skip_duplicate_content=s.skip_duplicate_content))
     if s.exit_when_done:
         crawler.finished.addCallback(lambda _: _when_idle(batcher, worker, reactor))
     return Frontier(crawler, seeds, batcher, recrawler)

@@ -199,7 +199,8 @@ class RecordingStore:
     def __init__(self) -> None:
         self.saved: list[str] = []
 
-    def save(self, url: str, urlhash: int, html: bytes, compressed: Any = None) -> defer.Deferred[None]:
+    def save(self, url: str, urlhash: int, html: bytes, compressed: Any = None,
+             digest: str | None = None) -> defer.Deferred[None]:
         self.saved.append(url)
         return defer.succeed(None)
 

@@ -145,7 +145,7 @@ def test_items_are_spiderd_items(contrib: Any, config: str) -> None:
     items = list(spider.parse(response))
     assert len(items) == 1
     item = items[0]
-    assert list(item) == ["title", "price", "tags", "url", "urlhash", "status", "fetched_at"]
+    assert list(item) == ["title", "price", "tags", "url", "urlhash", "status", "fetched_at", "digest"]
     assert item["title"] == "Item 7" and item["status"] == 200 and item["tags"]
     # exactly what spiderd's own worker makes of the same page (fetched_at aside, which is the fetch time)
     rules = Rules(load(config).sites[:1])

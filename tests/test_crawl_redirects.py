@@ -61,7 +61,8 @@ class FlakyStore:
         self.failures = failures
         self.saved: list[str] = []
 
-    def save(self, url: str, urlhash: int, html: bytes, compressed: Any = None) -> defer.Deferred[None]:
+    def save(self, url: str, urlhash: int, html: bytes, compressed: Any = None,
+             digest: str | None = None) -> defer.Deferred[None]:
         if self.failures:
             self.failures -= 1
             return defer.fail(OSError("disk on fire"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from typing import Any
 
@@ -210,7 +212,8 @@ DETAIL = """<html><body><h1 class="title big"> The  Title </h1><span class="pric
 
 
 def test_detail_item_fields_by_xpath_and_css() -> None:
-    """Fields come from XPath and CSS selectors; the item carries url, urlhash, status and fetched_at."""
+    """Fields come from XPath and CSS selectors; the item carries url, urlhash, status, fetched_at and the body's
+    digest (SHA-1, base32, as Heritrix and WARC write it)."""
     url = "https://shop.example.com/p/7"
     result = run(DETAIL, url=url, kind="detail")
     assert result.item == {
@@ -225,6 +228,7 @@ def test_detail_item_fields_by_xpath_and_css() -> None:
         "urlhash": to_signed64(fingerprint(url)),
         "status": 200,
         "fetched_at": 1234.5,
+        "digest": "sha1:" + base64.b32encode(hashlib.sha1(DETAIL.encode()).digest()).decode(),
     }
     json.dumps(result.item)
     assert result.lists == [] and result.details == []

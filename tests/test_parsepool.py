@@ -92,7 +92,7 @@ class WorkerTests(SynchronousTestCase):
         self.assertEqual(messages[0], ("ready", os.getpid()))
         self.assertEqual([m[0] for m in messages[1:]], list(range(5)))
         self.assertEqual(Extracted(*messages[2][1:]), expected(pool, 1))
-        self.assertEqual(lzma.decompress(messages[4][-1]), requests[3][2])
+        self.assertEqual(lzma.decompress(messages[4][-2]), requests[3][2])
 
     def test_input_knows_what_is_waiting(self) -> None:
         """Input.waiting() is true while a request is buffered or readable, false when the pipe is empty."""

@@ -10,6 +10,7 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
+from spiderd.core.digest import content_digest
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 
@@ -210,6 +211,32 @@ class Seed004Contract:
         assert (yield pool.claim_once("cron:2000", 60)) is True
 
 
+    # -- content digests (claim_content) ------------------------------------------------
+
+    @defer.inlineCallbacks
+    def test_claim_content(self) -> Gen:
+        """The first URL to claim a digest holds it: again True for it, False for any other URL (a duplicate)."""
+        pool = yield self.make_pool()
+        same, other = content_digest(b"<p>same</p>"), content_digest(b"<p>other</p>")
+        assert (yield pool.claim_content(same, "http://a.example/1")) is True
+        assert (yield pool.claim_content(same, "http://a.example/1")) is True  # fetched again: still its own
+        assert (yield pool.claim_content(same, "http://A.example/1#x")) is True  # the same canonical URL
+        assert (yield pool.claim_content(same, "http://a.example/1?sid=2")) is False
+        assert (yield pool.claim_content(other, "http://a.example/1?sid=2")) is True
+        assert (yield pool.claim_content(other, "http://a.example/1")) is False
+
+    @defer.inlineCallbacks
+    def test_content_claims_survive_a_reopen(self) -> Gen:
+        """Claims are kept with the pool: a restarted node (Redis: another node) knows them."""
+        if not self.reopens:
+            self.skipTest("the memory backend keeps nothing across a reopen")  # type: ignore[attr-defined]
+        pool = yield self.make_pool()
+        assert (yield pool.claim_content(content_digest(b"x"), "http://a.example/1")) is True
+        pool = yield self.make_pool()
+        assert (yield pool.claim_content(content_digest(b"x"), "http://a.example/2")) is False
+        assert (yield pool.claim_content(content_digest(b"x"), "http://a.example/1")) is True
+
+
 class MemorySeed004Tests(Seed004Contract, TestCase):
     """Seed 004 on the in-memory pool."""
 
@@ -254,7 +281,9 @@ class LevelDBSeed004Tests(Seed004Contract, TestCase):
         self.clock.advance(10)
         yield pool.recrawl([("a.example", "detail", self.clock.seconds())], 2)
         yield pool.add("http://a.example/l0", always=True)
+        yield pool.claim_content(content_digest(b"x"), "http://a.example/d0")
         assert check(pool._kv) == []
+        assert [len(key) for key, _ in pool._kv.iterator(prefix=b"Z")] == [21]  # Z and the SHA-1's 20 bytes
         assert len(list(pool._kv.iterator(prefix=b"R"))) == 3
 
 

@@ -16,6 +16,7 @@ from twisted.trial import unittest
 from spiderd.feed import schema
 from spiderd.config import settings as cfg
 from spiderd.core.rules import Site
+from spiderd.core.digest import content_digest, is_digest
 from spiderd import tap
 from spiderd.demo.config import DEMO
 from spiderd.demo.site import SiteSpec, listen
@@ -26,7 +27,7 @@ from spiderd.core.urls import fingerprint, to_signed64
 from .test_crawl import node_settings
 from .test_worker import WorkerTestBase, items
 
-DEMO_DDL = "title STRING, price STRING, tags ARRAY<STRING>, url STRING, urlhash BIGINT, status INT, fetched_at DOUBLE"
+DEMO_DDL = "title STRING, price STRING, tags ARRAY<STRING>, url STRING, urlhash BIGINT, status INT, fetched_at DOUBLE, digest STRING"
 HIGH, LOW = "http://shop.example/item/11.html", "http://shop.example/item/1.html"  # fingerprints >= 2**63 and < 2**63
 PAGE = b"<html><h1 class='title'>A</h1><a rel='tag'>x</a><a rel='tag'>y</a></html>"
 
@@ -42,13 +43,14 @@ def check_lines(lines: list[str], sites: tuple[Site, ...]) -> list[dict[str, Any
     for item in decoded:
         assert schema.problems(item, declared) == [], item
         assert item["urlhash"] == to_signed64(fingerprint(item["url"]))
+        assert is_digest(item["digest"]), item
     return decoded
 
 
 def test_demo_ddl() -> None:
-    """The demo's schema, as the README gives it; url, urlhash, status and fetched_at win over fields so named."""
+    """The demo's schema, as the README gives it; url, urlhash, status, fetched_at and digest win over fields so named."""
     assert schema.ddl(demo_sites()) == DEMO_DDL
-    fields = {**DEMO["sites"][0]["fields"], "status": "css:b::text", "odd name": "css:i::text"}
+    fields = {**DEMO["sites"][0]["fields"], "status": "css:b::text", "digest": "css:u::text", "odd name": "css:i::text"}
     assert schema.ddl(demo_sites(fields=fields)) == DEMO_DDL.replace(", url", ", `odd name` STRING, url", 1)
 
 
@@ -60,13 +62,14 @@ def test_urlhash_at_or_above_2_63_is_negative() -> None:
     assert [item["urlhash"] for item in made] == [fingerprint(HIGH) - 2**64, fingerprint(LOW)]  # type: ignore[index]
     decoded = check_lines([json_line(item) for item in made], demo_sites())  # type: ignore[arg-type]
     assert decoded[0]["tags"] == ["x", "y"] and decoded[1]["price"] is None
+    assert decoded[0]["digest"] == decoded[1]["digest"] == content_digest(PAGE)  # the body's, whatever the URL
 
 
 def test_problems_name_what_does_not_fit() -> None:
     """A line with an unsigned urlhash, a string status, a missing field or an extra one does not fit."""
     declared = schema.columns(demo_sites())
     line = {"title": "t", "price": None, "tags": ["a"], "url": "u", "urlhash": 2**63, "status": "200",
-            "fetched_at": 1.0, "extra": 1}
+            "fetched_at": 1.0, "digest": "sha1:X", "extra": 1}
     assert schema.problems(line, declared) == ["extra: not declared", f"urlhash: {2**63} is not BIGINT",
                                                "status: '200' is not INT"]
     del line["extra"], line["tags"]

@@ -155,6 +155,14 @@ def test_site_cookies() -> None:
         cfg.from_dict({"sites": [{"allowed_hosts": ["a"], "cookies": "yes"}]})
 
 
+def test_skip_duplicate_content_off_by_default() -> None:
+    """[items] skip_duplicate_content: off unless turned on (etc/spiderd.toml leaves it off); tests/test_duplicate_content
+    turns it on in a node's crawl."""
+    assert cfg.from_dict({}).skip_duplicate_content is False
+    assert cfg.load(str(ROOT / "etc" / "spiderd.toml")).skip_duplicate_content is False
+    assert cfg.from_dict({"items": {"skip_duplicate_content": True}}).skip_duplicate_content is True
+
+
 def test_overrides() -> None:
     """section.key overrides (from the command line) win over the file."""
     settings = cfg.from_dict({"spiderd": {"role": "all"}}, overrides={"spiderd.role": "worker"})
@@ -169,6 +177,7 @@ def test_overrides() -> None:
         ({"fetch": {"concurrency": 2.5}}, "fetch.concurrency", "expected an integer"),
         ({"fetch": {"robots": "yes"}}, "fetch.robots", "true or false"),
         ({"fetch": {"conditional_get": 1}}, "fetch.conditional_get", "true or false"),
+        ({"items": {"skip_duplicate_content": "yes"}}, "items.skip_duplicate_content", "true or false"),
         ({"fetch": {"per_host_delay": -1}}, "fetch.per_host_delay", "0 or more"),
         ({"pool": {"hub_refresh_span": float("inf")}}, "pool.hub_refresh_span", "finite number"),
         ({"pool": {"pending_threshold": float("nan")}}, "pool.pending_threshold", "finite number"),

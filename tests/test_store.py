@@ -19,6 +19,7 @@ from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface.verify import verifyObject
 
+from spiderd.core.digest import content_digest
 from spiderd.store import NullStore, StoreNotRunning, StoreUnavailable, base, open_store
 from spiderd.store import mysql as mysql_backend
 from spiderd.store import sqlite as sqlite_backend
@@ -132,6 +133,10 @@ class StoreContract:
     def raw_blob(self, urlhash: int) -> bytes:
         raise NotImplementedError
 
+    def raw_digests(self) -> dict[str, str | None]:
+        """url: digest column of every stored row."""
+        raise NotImplementedError
+
     def started(self, **options: Any) -> Any:
         """A started store whose timers run on ``self.clock``; stopped at cleanup."""
         options.setdefault("reactor", SplitReactor(self.clock))
@@ -158,6 +163,22 @@ class StoreContract:
         self.assertEqual((yield store.get(42)), ("http://a.example/1", HTML))
         self.assertIsNone((yield store.get(43)))
         self.assertEqual((yield store.count()), 1)
+
+    @inlineCallbacks
+    def test_digest_column(self) -> Any:
+        """A page's digest goes to the digest column (NULL without one); a resave updates it."""
+        store = self.started()
+        saves = [store.save("http://a.example/1", 1, HTML, digest=content_digest(HTML)),
+                 store.save("http://a.example/2", 2, HTML, compressed=lzma.compress(HTML)),
+                 store.save("http://a.example/3", 3, b"x", digest=content_digest(b"x"))]
+        self.tick(store)
+        yield defer.gatherResults(saves)
+        self.assertEqual(self.raw_digests(), {"http://a.example/1": content_digest(HTML), "http://a.example/2": None,
+                                              "http://a.example/3": content_digest(b"x")})
+        again = store.save("http://a.example/3", 3, b"y", digest=content_digest(b"y"))
+        self.tick(store)
+        yield again
+        self.assertEqual(self.raw_digests()["http://a.example/3"], content_digest(b"y"))
 
     @inlineCallbacks
     def test_resave_updates_the_row(self) -> Any:
@@ -345,6 +366,27 @@ class SQLiteStoreTests(StoreContract, TestCase):
             row = db.execute("SELECT html_lzma FROM crawler_html WHERE urlhash = ?", (to_signed(urlhash),)).fetchone()
         return bytes(row[0])
 
+    def raw_digests(self) -> dict[str, str | None]:
+        with sqlite3.connect(os.path.join(self.data_dir, "pages.sqlite3")) as db:
+            return dict(db.execute("SELECT url, digest FROM crawler_html").fetchall())
+
+    @inlineCallbacks
+    def test_table_without_digest_gets_the_column(self) -> Any:
+        """A crawler_html made before the digest column gets it when the store opens; its rows keep a NULL."""
+        os.makedirs(self.data_dir)
+        with sqlite3.connect(os.path.join(self.data_dir, "pages.sqlite3")) as db:
+            db.execute("CREATE TABLE crawler_html (id INTEGER PRIMARY KEY, urlhash INTEGER NOT NULL UNIQUE,"
+                       " url TEXT NOT NULL, html_lzma BLOB NOT NULL, created_at TIMESTAMP NULL)")
+            db.execute("INSERT INTO crawler_html (urlhash, url, html_lzma) VALUES (1, 'http://a.example/old', ?)",
+                       (lzma.compress(HTML),))
+        store = self.started()
+        d = store.save("http://a.example/new", 2, HTML, digest=content_digest(HTML))
+        self.tick(store)
+        yield d
+        self.assertEqual(self.raw_digests(), {"http://a.example/old": None, "http://a.example/new": content_digest(HTML)})
+        self.assertEqual((yield store.get(1)), ("http://a.example/old", HTML))
+        self.assertTrue(any("column digest added" in t for t in self.logs.texts(LogLevel.info)))
+
     @inlineCallbacks
     def test_file_and_schema(self) -> Any:
         """The file lives under data_dir, in WAL mode, with the seed's two tables; big hashes are stored signed."""
@@ -410,6 +452,28 @@ class MySQLStoreTests(StoreContract, TestCase):
         rows = self.admin(f"SELECT html_lzma FROM `{self.database}`.crawler_html WHERE urlhash = %s", urlhash)
         return bytes(rows[0][0])
 
+    def raw_digests(self) -> dict[str, str | None]:
+        return dict(self.admin(f"SELECT url, digest FROM `{self.database}`.crawler_html"))
+
+    @inlineCallbacks
+    def test_user_who_may_not_alter_stores_without_digest(self) -> Any:
+        """A seed-000 crawler_html and a user without ALTER: pages are stored without their digest, one warning."""
+        for statement in SEED_000_DDL:
+            self.admin(statement.replace("CREATE TABLE ", f"CREATE TABLE `{self.database}`."))
+        user = f"sd_{uuid.uuid4().hex[:8]}"
+        self.admin(f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'")
+        self.addCleanup(self.admin, f"DROP USER '{user}'@'%'")
+        self.admin(f"GRANT SELECT, INSERT, UPDATE ON `{self.database}`.* TO '{user}'@'%'")
+        url = f"mysql://{user}:pw@{self.server['host']}:{self.server['port']}/{self.database}"
+        store = self.started(url=url)
+        d = store.save("http://a.example/1", 1, HTML, digest=content_digest(HTML))
+        self.tick(store)
+        yield d
+        self.assertEqual((yield store.get(1)), ("http://a.example/1", HTML))
+        self.assertEqual(sum("has no digest column" in t for t in self.logs.texts(LogLevel.warn)), 1)
+        columns = [row[0] for row in self.admin(f"SHOW COLUMNS FROM `{self.database}`.crawler_html")]
+        self.assertNotIn("digest", columns)
+
     def pool_connections(self) -> list[int]:
         sql = "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s AND ID <> CONNECTION_ID()"
         return [row[0] for row in self.admin(sql, self.database)]
@@ -432,6 +496,7 @@ class MySQLStoreTests(StoreContract, TestCase):
         self.assertEqual((yield store.hubs()), ["http://a.example/1"])
         ddl = self.admin(f"SHOW CREATE TABLE `{self.database}`.crawler_html")[0][1]
         self.assertIn("varchar(512)", ddl)
+        self.assertIn("`digest` varchar(64)", ddl)  # the one column added (ALTER TABLE), NULL for older rows
 
     def test_long_hub_url_refused(self) -> None:
         """A hub URL longer than the unique column fails clearly instead of being cut or merged."""

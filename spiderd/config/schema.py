@@ -119,6 +119,7 @@ SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "rotate_count": ("items_rotate_count", "positive_int"),
         "format": ("items_format", "feed_format"),  # "jsonl", "warc" (the fetched answers, warcio) or "both"
         "warc_rotate_mb": ("warc_rotate_mb", "positive_int"),
+        "skip_duplicate_content": ("skip_duplicate_content", "bool"),  # mirror pages: one item per content digest
     },
 }
 SITE_KEYS = {  # the keys of one [[sites]] table (spiderd.config.sites)

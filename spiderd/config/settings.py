@@ -107,6 +107,7 @@ class Settings:
     items_rotate_count: int = 10000
     items_format: str = "jsonl"  # "warc" or "both": the fetched answers as WARC files too (needs warcio)
     warc_rotate_mb: int = 1000  # a WARC file is complete at this size (or at rotate_count answers)
+    skip_duplicate_content: bool = False  # a detail page whose content digest another URL gave first: no item
     # [batch]
     batch_targets: tuple[str, ...] = ("local",)
     batch_project: str = "spiderd"

@@ -3,7 +3,9 @@
 An item line (in-process items files and worker feed files alike) holds the
 site's ``[sites.fields]`` (a string, or with ``all = true`` an array of
 strings; null or ``[]`` when the page has none), then ``url`` (canonical,
-after redirects), ``urlhash``, ``status`` and ``fetched_at`` (Unix seconds).
+after redirects), ``urlhash``, ``status``, ``fetched_at`` (Unix seconds) and
+``digest``, the page body's content digest (``sha1:`` and 32 base32 characters,
+spiderd.core.digest: Heritrix's and WARC's form; the stored page's column).
 ``urlhash`` is the farmhash ``fingerprint64`` of ``url`` written as a
 *signed* 64-bit integer (the same 64 bits: ``h - 2**64`` when ``h >= 2**63``),
 so Spark reads it as ``BIGINT``; the page store keeps the unsigned value
@@ -24,7 +26,7 @@ from typing import Any, Iterable
 
 from spiderd.core.rules import Field, Site
 
-FIXED = (("url", "STRING"), ("urlhash", "BIGINT"), ("status", "INT"), ("fetched_at", "DOUBLE"))
+FIXED = (("url", "STRING"), ("urlhash", "BIGINT"), ("status", "INT"), ("fetched_at", "DOUBLE"), ("digest", "STRING"))
 _BOUNDS = {"BIGINT": 2**63, "INT": 2**31}
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -40,7 +42,7 @@ def columns(sites: Iterable[Site]) -> list[tuple[str, str]]:
     for site in sites:
         for field in site.fields:
             if field.name in fixed:
-                continue  # url, urlhash, status and fetched_at win over fields of those names
+                continue  # url, urlhash, status, fetched_at and digest win over fields of those names
             kind = _type(field)
             if found.setdefault(field.name, kind) != kind:
                 raise SchemaConflict(f"field {field.name!r} is {found[field.name]} in one site, {kind} in another")

@@ -18,6 +18,7 @@ from typing import Any, Callable, Literal
 from lxml import etree
 from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding, read_bom
 
+from spiderd.core.digest import content_digest
 from spiderd.core.rules import Site
 from spiderd.core.urls import MAX_URL_LENGTH, BadURL, canonicalize, fingerprint, host_of, to_signed64
 
@@ -52,6 +53,8 @@ class Extracted:
     word: ``not-html``, ``unparseable``, ``bad-url``, ``bad-kind``, ``off-site`` (a detail page no site
     allows) or ``internal-error``.  ``noindex``, ``nofollow`` and ``canonical`` are the page's own robots
     directives and canonical URL, as :class:`PageRobots` says to honour them (see :func:`extract`).
+    ``digest`` is :func:`~spiderd.core.digest.content_digest` of the body, for every page that parsed as
+    HTML (the item's ``digest`` and the stored page's column).
     """
 
     lists: list[str] = field(default_factory=list)
@@ -67,6 +70,7 @@ class Extracted:
     nofollow: bool = False  # ... or forbid following any of its links (lists and details are then empty)
     canonical: str | None = None  # a detail page's <link rel=canonical> (the item's url), when another URL
     compressed: bytes | None = None  # the page XZ-compressed for the store, when a parse worker was asked to
+    digest: str | None = None  # the body's content digest (spiderd.core.digest), for a parsed HTML page
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +241,7 @@ def _extract(
     root = _parse(body, content_type)
     if root is None:
         return Extracted(error="unparseable")
-    result = Extracted()
+    result = Extracted(digest=content_digest(body))
     compiled = rules._compiled_for(page)
     head = _head(root, rules, page, kind)
     if header is not None:
@@ -249,7 +253,7 @@ def _extract(
             return result
         if not head.noindex:
             result.canonical = _canonical(head.canonical, page, rules, compiled)
-            result.item = _item(root, compiled, result.canonical or page, status, fetched_at)
+            result.item = _item(root, compiled, result.canonical or page, status, fetched_at, result.digest)
         if not compiled.site.follow_detail_links:
             return result
     if not head.nofollow:
@@ -635,13 +639,14 @@ def _path_depth(canonical: str) -> int:
 # -- items --------------------------------------------------------------------------------------------------
 
 
-def _item(root: etree._Element, compiled: _CompiledSite, page: str, status: int, fetched_at: float) -> dict[str, Any]:
-    """The site's fields, then url, urlhash, status and fetched_at (which win over fields of those names).
+def _item(root: etree._Element, compiled: _CompiledSite, page: str, status: int, fetched_at: float,
+          digest: str | None) -> dict[str, Any]:
+    """The site's fields, then url, urlhash, status, fetched_at and digest (which win over fields of those names).
 
     ``urlhash`` is the fingerprint as a signed 64-bit integer, so Spark reads it as a BIGINT (see spiderd.feed.schema).
     """
     item: dict[str, Any] = {name: _field(root, xpath, every) for name, xpath, every in compiled.fields}
-    item.update(url=page, urlhash=to_signed64(fingerprint(page)), status=status, fetched_at=fetched_at)
+    item.update(url=page, urlhash=to_signed64(fingerprint(page)), status=status, fetched_at=fetched_at, digest=digest)
     return item
 
 

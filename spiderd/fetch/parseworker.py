@@ -6,9 +6,9 @@ sends ``("init", sites, max_url_length, max_path_depth, max_links, anchors, page
 answers ``("ready", pid)``, then answers each request
 ``(id, url, body, content_type, kind, fetched_at, status, preset, robots_tag)`` in order with
 ``(id, lists, details, item, skipped, error, list_anchors, detail_anchors, list_xpaths, detail_xpaths,
-noindex, nofollow, canonical, compressed)`` (the fields of :class:`~spiderd.fetch.extract.Extracted`, in order): when ``preset`` is
+noindex, nofollow, canonical, compressed, digest)`` (the fields of :class:`~spiderd.fetch.extract.Extracted`, in order): when ``preset`` is
 not None (and the page is not ``noindex``) the child also XZ-compresses the body for the page store, so that
-CPU work runs in the parse processes too.  The child exits at end of input.
+CPU work runs in the parse processes too, as does the content digest (``digest``, computed by ``extract``).  The child exits at end of input.
 
 To keep the parent's share of a page small, the child grows its input pipe to
 1 MiB (the parent writes pages in few system calls) and flushes answers in
@@ -108,7 +108,7 @@ def answer(rules: Rules, max_links: int, request: tuple[Any, ...]) -> tuple[Any,
     compressed = compress(body, preset) if preset is not None and not result.noindex else None
     return (request_id, result.lists, result.details, result.item, result.skipped, result.error,
             result.list_anchors, result.detail_anchors, result.list_xpaths, result.detail_xpaths,
-            result.noindex, result.nofollow, result.canonical, compressed)
+            result.noindex, result.nofollow, result.canonical, compressed, result.digest)
 
 
 def extracted_from(message: tuple[Any, ...]) -> Extracted:
@@ -143,7 +143,7 @@ def write_message(stream: IO[bytes], message: Any) -> None:
     try:
         data = frame(message)
     except ValueError:
-        data = frame((message[0], [], [], None, 0, "internal-error", [], [], [], [], False, False, None, None))
+        data = frame((message[0], [], [], None, 0, "internal-error", [], [], [], [], False, False, None, None, None))
     stream.write(data)
 
 

@@ -14,6 +14,10 @@ Conditional GET: a URL the pool keeps validators for (a hub, a page of a
 recrawled kind) is fetched with them (If-None-Match, If-Modified-Since); a 304
 is done again and unchanged, with no parse, item, stored page or links, and
 counted as ``not_modified``; a 200's validators are recorded with its status.
+
+Duplicate content (``skip_duplicate_content``): a detail page whose content
+digest another URL gave first (``pool.claim_content``) gives no item and no
+stored page; it is done, and counted as ``duplicate_content``.
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ class CrawlService(Service):
         max_retry_after: float = th.MAX_RETRY_AFTER,
         conditional_get: bool = True,
         discovery: tuple[Any, ...] = (),
+        skip_duplicate_content: bool = False,
     ) -> None:
         self._reactor = reactor
         self.pool = pool
@@ -92,6 +97,7 @@ class CrawlService(Service):
         self._linkbase = linkbase
         self.throttles = th.HostThrottles(max_retry_after)  # consecutive 429/503 per host: the back-off
         self._conditional = conditional_get  # fetch with the validators the pool kept (pool.validators)
+        self._skip_duplicates = skip_duplicate_content  # a detail page another URL gave first: no item, not stored
         self.fetching = 0
         self.processing = 0
         self.paused = False
@@ -344,6 +350,14 @@ class CrawlService(Service):
             self.stats.incr("redirect_duplicates")
         return claimed
 
+    def _duplicate(self, extracted: Any, url: str) -> Deferred[bool]:
+        """With skip_duplicate_content, True when another URL gave this detail page's content first (the pool's
+        claim_content): the page then gives no item and is not stored; its links are followed, the URL is done."""
+        if not self._skip_duplicates or extracted.digest is None:
+            return defer.succeed(False)
+        d: Deferred[bool] = self.pool.claim_content(extracted.digest, extracted.canonical or url)
+        return d.addCallback(lambda holds: not holds)
+
     @defer.inlineCallbacks
     def _handle_page(self, result: FetchResult, hub: bool) -> Any:
         """Links into the pool, the page into the store (not a ``noindex`` one; a page with a canonical URL
@@ -369,9 +383,13 @@ class CrawlService(Service):
                                              extracted.list_xpaths + extracted.detail_xpaths))
         if extracted.noindex:
             self.stats.incr("noindex")
+        elif kind == "detail" and (yield self._duplicate(extracted, url)):
+            extracted.item = None
+            self.stats.incr("duplicate_content")
         elif kind == "detail" and self._store is not None:
             key = extracted.canonical or url
-            saved = self._store.save(key, fingerprint(key), result.body, compressed=extracted.compressed)
+            saved = self._store.save(key, fingerprint(key), result.body, compressed=extracted.compressed,
+                                     digest=extracted.digest)
 
             def stored(_: None) -> None:
                 self.stats.incr("stored")

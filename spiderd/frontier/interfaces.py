@@ -150,6 +150,11 @@ class IURLPool(Interface):
     def claim_once(name: str, ttl: float) -> Deferred[bool]:
         """Fires True for the first claim of ``name`` within ``ttl`` seconds over every node sharing the pool, else False."""
 
+    def claim_content(digest: str, url: str) -> Deferred[bool]:
+        """Record that ``url`` gave the page content of ``digest`` (spiderd.core.digest) unless another URL did
+        first; fires True if ``url`` holds it (now or from before), False if another URL does (a duplicate).
+        Kept for good, across restarts and nodes (see spiderd.frontier.pool.content)."""
+
     def close() -> Deferred[None]:
         """Release the storage; fires when closed."""
 

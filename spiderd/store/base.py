@@ -26,6 +26,7 @@ log = Logger()
 T = TypeVar("T")
 Outcome = list[BaseException | None]  # per page of a batch: None = committed, else why not
 MAX_HASH = 2**64
+Row = tuple[int, str, bytes, str | None]  # urlhash (as the database keeps it), url, html_lzma, digest
 
 
 class StoreNotRunning(RuntimeError):
@@ -45,14 +46,19 @@ class Page:
     html: bytes
     hub: bool
     compressed: bytes | None = None  # html_lzma made elsewhere (by a parse worker), or None
+    digest: str | None = None  # the body's content digest (spiderd.core.digest), or None (the column's NULL)
 
 
 @dataclass(frozen=True, slots=True)
 class Statements:
-    """A backend's SQL: the upsert takes (urlhash, url, html_lzma), the hub insert (url,)."""
+    """A backend's SQL: the upsert takes (urlhash, url, html_lzma, digest), the hub insert (url,).
+
+    ``digest`` False: the upsert takes the first three only (a table without the column, see mysql.py).
+    """
 
     upsert: str
     hub: str
+    digest: bool = True
 
 
 class Batch:
@@ -61,22 +67,22 @@ class Batch:
     def __init__(self, pages: list[Page], preset: int) -> None:
         self.pages = pages
         self.preset = preset
-        self._rows: list[tuple[int, str, bytes] | BaseException] | None = None
+        self._rows: list[Row | BaseException] | None = None
 
     def __len__(self) -> int:
         return len(self.pages)
 
-    def encode(self, db_hash: Callable[[int], int]) -> list[tuple[int, str, bytes] | BaseException]:
+    def encode(self, db_hash: Callable[[int], int]) -> list[Row | BaseException]:
         """One row or one error per page; compresses on the first call only (a retry reuses the rows)."""
         if self._rows is None:
             self._rows = [_encode(page, db_hash, self.preset) for page in self.pages]
         return self._rows
 
 
-def _encode(page: Page, db_hash: Callable[[int], int], preset: int) -> tuple[int, str, bytes] | BaseException:
+def _encode(page: Page, db_hash: Callable[[int], int], preset: int) -> Row | BaseException:
     try:
         blob = page.compressed if page.compressed is not None else compress(page.html, preset)
-        return (db_hash(page.urlhash), page.url, blob)
+        return (db_hash(page.urlhash), page.url, blob, page.digest)
     except Exception as e:  # a page that cannot be encoded fails alone
         return e
 
@@ -105,7 +111,7 @@ def write_rows(cursor: Any, sql: Statements, batch: Batch, db_hash: Callable[[in
 
 def _write_all(cursor: Any, sql: Statements, batch: Batch, rows: list[Any], good: list[int]) -> None:
     if good:
-        cursor.executemany(sql.upsert, [rows[i] for i in good])
+        cursor.executemany(sql.upsert, [_params(sql, rows[i]) for i in good])
     hubs = [(batch.pages[i].url,) for i in good if batch.pages[i].hub]
     if hubs:
         cursor.executemany(sql.hub, hubs)
@@ -113,7 +119,7 @@ def _write_all(cursor: Any, sql: Statements, batch: Batch, rows: list[Any], good
 
 def _write_one(cursor: Any, sql: Statements, page: Page, row: Any, fatal: Fatal) -> BaseException | None:
     def write() -> None:
-        cursor.execute(sql.upsert, row)
+        cursor.execute(sql.upsert, _params(sql, row))
         if page.hub:
             cursor.execute(sql.hub, (page.url,))
 
@@ -124,6 +130,10 @@ def _write_one(cursor: Any, sql: Statements, page: Page, row: Any, fatal: Fatal)
     except Exception as e:
         return e
     return None
+
+
+def _params(sql: Statements, row: Row) -> tuple[Any, ...]:
+    return row if sql.digest else row[:3]
 
 
 def _in_savepoint(cursor: Any, work: Callable[[], None]) -> None:
@@ -184,18 +194,20 @@ class PageStore(Service):
     # -- the API --------------------------------------------------------------------
 
     def save(
-        self, url: str, urlhash: int, html: bytes, hub: bool = False, compressed: bytes | None = None
+        self, url: str, urlhash: int, html: bytes, hub: bool = False, compressed: bytes | None = None,
+        digest: str | None = None,
     ) -> Deferred[None]:
         """Queue a page (and, if ``hub``, its URL as a hub); fires once its row is committed.
 
-        ``compressed``, when given, is the page already XZ-compressed (by a parse worker), stored as is.
+        ``compressed``, when given, is the page already XZ-compressed (by a parse worker), stored as is;
+        ``digest`` is its content digest (the ``digest`` column; NULL without one).
         """
         problem = self._not_running(f"page {url!r} not saved") or check_page(url, urlhash, html)
         problem = problem or (self._hub_too_long(url) if hub else None)
         if problem is not None:
             return fail(problem)
         done: Deferred[None] = Deferred()
-        self._queue.append((Page(url, urlhash, bytes(html), bool(hub), compressed), done))
+        self._queue.append((Page(url, urlhash, bytes(html), bool(hub), compressed, digest), done))
         if len(self._queue) >= self.batch_size:
             self.flush()
         elif self._timer is None:
@@ -357,7 +369,8 @@ class NullStore(PageStore):
     """A store that discards every page at once (for benchmarks): ``count`` stays 0."""
 
     def save(
-        self, url: str, urlhash: int, html: bytes, hub: bool = False, compressed: bytes | None = None
+        self, url: str, urlhash: int, html: bytes, hub: bool = False, compressed: bytes | None = None,
+        digest: str | None = None,
     ) -> Deferred[None]:
         problem = self._not_running(f"page {url!r} not saved") or check_page(url, urlhash, html)
         return fail(problem) if problem else succeed(None)

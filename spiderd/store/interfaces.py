@@ -18,10 +18,12 @@ class IPageStore(Interface):
     pending: int  # pages accepted but not yet committed: a back-pressure signal
     where: str  # where the pages go, fit for logs (never a password)
 
-    def save(url: str, urlhash: int, html: bytes, hub: bool = False, compressed: bytes | None = None) -> Deferred[None]:
+    def save(url: str, urlhash: int, html: bytes, hub: bool = False, compressed: bytes | None = None,
+             digest: str | None = None) -> Deferred[None]:
         """Queue a page (and, if ``hub``, its URL as a hub) for a batched write; fires once it is committed.
 
-        ``compressed``, when given, is the page already XZ-compressed at ``preset`` (by a parse worker)."""
+        ``compressed``, when given, is the page already XZ-compressed at ``preset`` (by a parse worker);
+        ``digest``: its content digest (spiderd.core.digest; the ``digest`` column)."""
 
     def save_hubs(urls: Iterable[str]) -> Deferred[int]:
         """Record hub URLs, ignoring those already stored; fires with the number added."""

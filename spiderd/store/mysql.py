@@ -12,7 +12,13 @@ URL fails or silently merges two URLs:
   and a case-insensitive collation ``/News`` and ``/news``; longer hub URLs
   are refused with a clear error.
 
-Tables that already exist (an old seed-000 database) are used as they are;
+A ``digest`` column (the page's content digest, ``sha1:BASE32``) follows
+``created_at``; a ``crawler_html`` made before it gets it (``ALTER TABLE ...
+ADD COLUMN``, NULL for the rows already there) at the first write, on the
+pool's thread; a user without the ALTER privilege stores pages without it
+(one warning says so).
+
+Tables that already exist (an old seed-000 database) are otherwise used as they are;
 the sessions run in strict mode, so a URL too long for an old column fails
 its own page with the reason instead of being stored cut.
 
@@ -46,6 +52,7 @@ log = Logger()
 T = TypeVar("T")
 
 HUB_URL_LENGTH = 768
+DIGEST_COLUMN = "`digest` varchar(64) CHARACTER SET ascii NULL COMMENT 'content digest, sha1:BASE32'"
 SCHEMA = {
     "crawler_html": "CREATE TABLE IF NOT EXISTS `crawler_html` ("
     " `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT,"
@@ -53,6 +60,7 @@ SCHEMA = {
     " `url` text NOT NULL,"
     " `html_lzma` longblob NOT NULL,"
     " `created_at` timestamp NULL DEFAULT CURRENT_TIMESTAMP,"
+    f" {DIGEST_COLUMN},"
     " PRIMARY KEY (`id`), UNIQUE KEY `urlhash` (`urlhash`)"
     ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
     "crawler_hub": "CREATE TABLE IF NOT EXISTS `crawler_hub` ("
@@ -63,10 +71,19 @@ SCHEMA = {
     ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 ROW_FORMAT=DYNAMIC",
 }
 SQL = Statements(
-    upsert="INSERT INTO crawler_html (urlhash, url, html_lzma) VALUES (%s, %s, %s) ON DUPLICATE KEY UPDATE "
-    "url = VALUES(url), html_lzma = VALUES(html_lzma), created_at = CURRENT_TIMESTAMP",
+    upsert="INSERT INTO crawler_html (urlhash, url, html_lzma, digest) VALUES (%s, %s, %s, %s) ON DUPLICATE KEY "
+    "UPDATE url = VALUES(url), html_lzma = VALUES(html_lzma), digest = VALUES(digest), created_at = CURRENT_TIMESTAMP",
     hub="INSERT INTO crawler_hub (url) VALUES (%s) ON DUPLICATE KEY UPDATE id = id",
 )
+# A crawler_html without the digest column that this user may not ALTER: pages are stored without digests.
+SQL_NO_DIGEST = Statements(
+    upsert="INSERT INTO crawler_html (urlhash, url, html_lzma) VALUES (%s, %s, %s) ON DUPLICATE KEY UPDATE "
+    "url = VALUES(url), html_lzma = VALUES(html_lzma), created_at = CURRENT_TIMESTAMP",
+    hub=SQL.hub,
+    digest=False,
+)
+DUPLICATE_COLUMN = 1060  # another node added the column first
+DENIED = (1044, 1142, 1143)  # no ALTER privilege
 # Strict mode whatever the server's default: a value that does not fit fails its row, never stored cut.
 STRICT = "SET SESSION sql_mode = TRIM(BOTH ',' FROM CONCAT(@@SESSION.sql_mode, ',STRICT_ALL_TABLES'))"
 # The server is unreachable or the connection died: keep the work and retry it.
@@ -219,6 +236,7 @@ class MySQLStore(PageStore):
         self._pool: adbapi.ConnectionPool | None = None
         self._deadline: IDelayedCall | None = None
         self._schema_ready = False
+        self._sql = SQL
 
     @property
     def where(self) -> str:
@@ -288,12 +306,35 @@ class MySQLStore(PageStore):
         for table, statement in SCHEMA.items():
             if table not in existing:
                 txn.execute(statement)
+        if "crawler_html" in existing:
+            self._add_digest_column(txn)
         self._schema_ready = True
+
+    def _add_digest_column(self, txn: Any) -> None:
+        """Give a ``crawler_html`` made before the ``digest`` column that column (NULL for its rows)."""
+        txn.execute(
+            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()"
+            " AND TABLE_NAME = 'crawler_html' AND COLUMN_NAME = 'digest'"
+        )
+        if txn.fetchone()[0]:
+            return
+        try:
+            txn.execute(f"ALTER TABLE crawler_html ADD COLUMN {DIGEST_COLUMN}")
+            log.info("page store: column digest added to crawler_html in {where}", where=self.where)
+        except pymysql.err.MySQLError as e:
+            code = e.args[0] if e.args else None
+            if code == DUPLICATE_COLUMN:
+                return
+            if code not in DENIED:
+                raise
+            log.warn("page store: crawler_html in {where} has no digest column and this user may not add it "
+                     "({error}); pages are stored without their digest", where=self.where, error=describe(e))
+            self._sql = SQL_NO_DIGEST
 
     def _write_txn(self, txn: Any, batch: Batch) -> Outcome:
         batch.encode(int)  # compress before the transaction starts
         self._ensure_schema(txn)
-        return write_rows(txn, SQL, batch, int, LOST)
+        return write_rows(txn, self._sql, batch, int, LOST)
 
     def _write_hubs_txn(self, txn: Any, urls: list[str]) -> int:
         self._ensure_schema(txn)

@@ -54,10 +54,10 @@ class ShardedStore(MultiService):
         return self.shards[urlhash % len(self.shards)]
 
     def save(self, url: str, urlhash: int, html: bytes, hub: bool = False,
-             compressed: bytes | None = None) -> Deferred[None]:
+             compressed: bytes | None = None, digest: str | None = None) -> Deferred[None]:
         problem = check_page(url, urlhash, html)
         shard = self.shards[0] if problem is not None else self.shard_of(urlhash)  # the shard says what is wrong
-        return shard.save(url, urlhash, html, hub=hub, compressed=compressed)
+        return shard.save(url, urlhash, html, hub=hub, compressed=compressed, digest=digest)
 
     def save_hubs(self, urls: Iterable[str]) -> Deferred[int]:
         by_shard: dict[int, list[str]] = {}

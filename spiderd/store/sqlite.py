@@ -1,6 +1,8 @@
 """The embedded page store: SQLite on one dedicated thread that owns the connection.
 
-The schema is seed 000's, in SQLite's types.  SQLite's INTEGER is a *signed*
+The schema is seed 000's, in SQLite's types, plus a ``digest`` column (the page's
+content digest; added, NULL for the rows already there, to a table made before it,
+when the store opens, on its thread).  SQLite's INTEGER is a *signed*
 64-bit number, so ``urlhash`` (an unsigned farmhash) is stored as its signed
 reinterpretation (``h - 2**64`` when ``h >= 2**63``) and converted back on
 read; the mapping is one-to-one, so the UNIQUE constraint still means "one row
@@ -35,7 +37,8 @@ CREATE TABLE IF NOT EXISTS crawler_html (
     urlhash INTEGER NOT NULL UNIQUE,  -- farmhash, as a signed 64-bit number
     url TEXT NOT NULL,
     html_lzma BLOB NOT NULL,
-    created_at TIMESTAMP NULL DEFAULT CURRENT_TIMESTAMP
+    created_at TIMESTAMP NULL DEFAULT CURRENT_TIMESTAMP,
+    digest TEXT NULL  -- the body's content digest, sha1:BASE32 (spiderd.core.digest)
 );
 CREATE TABLE IF NOT EXISTS crawler_hub (
     id INTEGER PRIMARY KEY,
@@ -44,8 +47,9 @@ CREATE TABLE IF NOT EXISTS crawler_hub (
 );
 """
 SQL = Statements(
-    upsert="INSERT INTO crawler_html (urlhash, url, html_lzma) VALUES (?, ?, ?) ON CONFLICT (urlhash) DO UPDATE "
-    "SET url = excluded.url, html_lzma = excluded.html_lzma, created_at = CURRENT_TIMESTAMP",
+    upsert="INSERT INTO crawler_html (urlhash, url, html_lzma, digest) VALUES (?, ?, ?, ?) ON CONFLICT (urlhash) "
+    "DO UPDATE SET url = excluded.url, html_lzma = excluded.html_lzma, digest = excluded.digest, "
+    "created_at = CURRENT_TIMESTAMP",
     hub="INSERT INTO crawler_hub (url) VALUES (?) ON CONFLICT (url) DO NOTHING",
 )
 # Errors that concern the whole database (disk full, I/O error, locked): they fail the whole batch.
@@ -60,6 +64,14 @@ def to_signed(urlhash: int) -> int:
 def to_unsigned(value: int) -> int:
     """The inverse of :func:`to_signed`."""
     return value + 2**64 if value < 0 else value
+
+
+def add_digest_column(db: sqlite3.Connection) -> None:
+    """Give a ``crawler_html`` made before the ``digest`` column that column (its rows' digest NULL)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(crawler_html)")}
+    if "digest" not in columns:
+        db.execute("ALTER TABLE crawler_html ADD COLUMN digest TEXT NULL")
+        log.info("page store: column digest added to crawler_html")
 
 
 class SQLiteDB:
@@ -79,6 +91,7 @@ class SQLiteDB:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.executescript(SCHEMA)
+            add_digest_column(db)
             self._db = db
         return self._db
 

@@ -359,7 +359,7 @@ class Pipeline:
     def _store(self, url: str, body: bytes, extracted: Extracted) -> Deferred[None]:
         if self._pages is None:
             return defer.succeed(None)
-        return self._pages.save(url, fingerprint(url), body, compressed=extracted.compressed)
+        return self._pages.save(url, fingerprint(url), body, compressed=extracted.compressed, digest=extracted.digest)
 
     def _stored(self, run: Run, extracted: Extracted) -> None:
         run.stats["pages"] += 1

@@ -21,6 +21,8 @@ key                                         value
 ``Y`` fp                                    throttled fetches of an active URL (1 byte; ``throttle``)
 ``V`` fp                                    validators of a hub or recrawled page: Last-Modified (4 bytes,
                                             0: none), then the ETag (ASCII; spiderd.core.conditional.pack)
+``Z`` sha1                                  the fingerprint of the URL that first gave this content
+                                            (20-byte digest; ``claim_content``, spiderd.frontier.pool.content)
 ==========================================  =========================================
 
 ``fp`` is the 64-bit fingerprint of the canonical URL, ``host-id`` the one of

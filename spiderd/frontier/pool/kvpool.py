@@ -10,7 +10,7 @@ need no rebuilding: at open every lease goes back to its queue.
 The pool is made of parts, one module each: :mod:`.kvcore` (state, opening,
 the write primitives), :mod:`.kvqueues` (adding, popping, hubs),
 :mod:`.kvstatus` (outcomes, redirect claims, checkpoints, the seen set),
-:mod:`.kvadmin` (why, export, import) and :mod:`.crawled` (seed 004).
+:mod:`.kvadmin` (why, export, import), :mod:`.crawled` (seed 004) and :mod:`.content` (content digests).
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from twisted.internet import defer
 from zope.interface import implementer
 
 from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
+from spiderd.frontier.pool.content import KVContent
 from spiderd.frontier.pool.kvadmin import KVAdmin
 from spiderd.frontier.pool.kvstatus import KVStatuses
 from spiderd.frontier.pool.shared import stats_answer
 
 
 @implementer(IURLPool, IURLPoolAdmin)
-class KVPool(KVStatuses, KVAdmin):
+class KVPool(KVStatuses, KVAdmin, KVContent):
     """A crash-safe, polite URL pool over a plyvel-like store (``get``, ``write_batch``, ``iterator``): the core
     contract and the admin part.  Its options are :class:`~spiderd.frontier.pool.kvcore.KVCore`'s: ``recrawl``
     names the (registered domain, kind) pairs whose done pages are kept in crawled sets; ``linkbase`` turns the

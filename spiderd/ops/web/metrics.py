@@ -109,6 +109,8 @@ class NodeCollector:
                        "GET (done and unchanged: not parsed or stored).", counts["not_modified"])
         yield _counter("spiderd_sitemap_files", "Sitemap files read (fetched and parsed).", counts["sitemaps"])
         yield _counter("spiderd_sitemap_urls", "URLs queued from sitemaps.", counts["sitemap_urls"])
+        yield _counter("spiderd_duplicate_content", "Detail pages whose content another URL gave first "
+                       "([items] skip_duplicate_content: done, no item, not stored).", counts["duplicate_content"])
         yield _labelled(CounterMetricFamily("spiderd_responses", "Fetch outcomes by status (HTTP code or error name).",
                                             labels=["status"]), "status", stats.statuses)
         yield _labelled(CounterMetricFamily("spiderd_errors", "Fetch and processing errors by kind.",

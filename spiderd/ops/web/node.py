@@ -90,7 +90,8 @@ def _assemble(node: Node, history: History, pool: dict[str, Any] | None) -> dict
         out["pool"]["largest"] = pool.get("largest", [])
         out["pool"]["rejected"] = pool.get("rejected", {})
     if node.stats is not None:
-        out["counts"] = {**dict.fromkeys(("requests", "pages", "bytes", "items", "stored", "not_modified"), 0),
+        out["counts"] = {**dict.fromkeys(("requests", "pages", "bytes", "items", "stored", "not_modified",
+                                         "duplicate_content"), 0),
                          **node.stats.counts}
         out["errors"] = dict(node.stats.errors)
         out["statuses"] = dict(node.stats.statuses)

@@ -35,6 +35,8 @@ key                                    type    holds
 ``P v:<bucket>``                       hash    validators of a hub or recrawled page (conditional GET):
                                                fingerprint -> "Last-Modified-seconds ETag" ("-" no date)
 ``P cron:<epoch>``                     string  a seed timer firing claimed by one node (``claim_once``)
+``P content:<digest>``                 string  the fingerprint of the URL that first gave this content
+                                               (``claim_content``, with ``[items] skip_duplicate_content``)
 =====================================  ======  ==================================================
 
 ``P`` is the prefix (``spiderd:``).  A URL's fingerprint is the first 64 bits

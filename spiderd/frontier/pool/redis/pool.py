@@ -18,6 +18,7 @@ from spiderd.core import status as st
 from spiderd.core.urls import MAX_URL_LENGTH, URL, registered_domain
 from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.frontier.politeness import Politeness, hub_quota
+from spiderd.frontier.pool.content import RedisContent
 from spiderd.frontier.pool.crawled import KINDS, link_value, parallel, recrawl_pairs
 from spiderd.frontier.pool.redis.admin import RedisAdmin
 from spiderd.frontier.pool.redis.handed import LEAVE, Handed
@@ -32,7 +33,7 @@ DOMAIN_SWEEP_COUNT = 100  # domains a pop looks at while a sweep is under way (S
 
 
 @implementer(IURLPool, IURLPoolAdmin)
-class RedisPool(RedisAdmin, URLParsing):
+class RedisPool(RedisAdmin, RedisContent, URLParsing):
     """A polite URL pool shared by every node that opens the same Redis keys; every step is one Lua script."""
 
     def __init__(
