@@ -4,6 +4,7 @@
 local ALWAYS, PRIO, MAX = ARGV[7] == '1', tonumber(ARGV[8]), tonumber(ARGV[9])
 local LIMITED = MAX > 0  -- 0: no budget, so no hostseen read or write per URL
 local added, full = 0, 0
+SUM_COUNTS = true
 for i = 10, #ARGV, 3 do
   local url, host, domain = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local fp, bucket, base = locate(url)
@@ -18,17 +19,18 @@ for i = 10, #ARGV, 3 do
         if not code and LIMITED then redis.call('HINCRBY', HOSTS_SEEN, host, 1) end
         if code then
           redis.call('SREM', bucket, member(base, code))
-          redis.call('HINCRBY', COUNTERS, FINAL_NAME[code], -1)
+          count(FINAL_NAME[code], -1)
           if code == DONE then  -- out of its crawled set until done again
             redis.call('ZREM', crawled(0, domain), url)
             redis.call('ZREM', crawled(1, domain), url)
           end
         end
-        redis.call('HDEL', FAILS, fp)
+        if filled(FAILS) then redis.call('HDEL', FAILS, fp) end
         enqueue(url, host, domain, PRIO, bucket, base)
         added = added + 1
       end
     end
   end
 end
+flush_counts()
 return {added, full}

@@ -60,6 +60,61 @@ local function parse_lease(rec)
   return string.match(rec, '^(.)(.) (%S+) (.*)$')  -- kind (0, 1 or h), holds a host slot (1, 0; c: a claim), domain, url
 end
 
+-- Whether a key holds anything, asked once per script (EXISTS): a read of a field of an empty hash or sorted
+-- set is skipped.  A script that writes to such a key calls fill(key) (it is then read as usual).
+local nonempty = {}
+local function filled(key)
+  local known_filled = nonempty[key]
+  if known_filled == nil then
+    known_filled = redis.call('EXISTS', key) == 1
+    nonempty[key] = known_filled
+  end
+  return known_filled
+end
+local function fill(key)
+  nonempty[key] = true
+end
+
+-- Counter changes (COUNTERS fields, WAITING per host): written at once, or, in a script that sets SUM_COUNTS,
+-- summed and written once by flush_counts() before it returns (no script reads them back).
+local SUM_COUNTS = false
+local counts, count_names, host_counts, count_hosts = {}, {}, {}, {}
+local function count(name, change)
+  if not SUM_COUNTS then
+    redis.call('HINCRBY', COUNTERS, name, change)
+  elseif counts[name] then
+    counts[name] = counts[name] + change
+  else
+    counts[name] = change
+    count_names[#count_names + 1] = name
+  end
+end
+
+local function host_waiting(host, change)
+  if not SUM_COUNTS then
+    if tonumber(redis.call('ZINCRBY', WAITING, change, host)) <= 0 then redis.call('ZREM', WAITING, host) end
+  elseif host_counts[host] then
+    host_counts[host] = host_counts[host] + change
+  else
+    host_counts[host] = change
+    count_hosts[#count_hosts + 1] = host
+  end
+  count('waiting', change)
+end
+
+local function flush_counts()
+  for _, host in ipairs(count_hosts) do
+    local change = host_counts[host]
+    if change ~= 0 and tonumber(redis.call('ZINCRBY', WAITING, change, host)) <= 0 then
+      redis.call('ZREM', WAITING, host)
+    end
+  end
+  for _, name in ipairs(count_names) do
+    if counts[name] ~= 0 then redis.call('HINCRBY', COUNTERS, name, counts[name]) end
+  end
+  counts, count_names, host_counts, count_hosts = {}, {}, {}, {}
+end
+
 -- A host's politeness slot, read once per script: delay, concurrency, requests in flight, next allowed time, and
 -- its own adaptive rule {factor, min delay, max delay} if its override has one ("delay concurrency [f min max]");
 -- the delay is the larger of the configured one and the robots.txt Crawl-delay (both kept, for hosts.lua).
@@ -68,18 +123,18 @@ local function slot(host)
   local s = slots[host]
   if s then return s end
   local delay, conc, adaptive = DELAY, CONC, nil
-  local override = redis.call('HGET', CONF, host)
+  local override = filled(CONF) and redis.call('HGET', CONF, host)
   if override then
     local f = {}
     for word in string.gmatch(override, '%S+') do f[#f + 1] = tonumber(word) end
     delay, conc = f[1], f[2]
     if f[5] then adaptive = {f[3], f[4], f[5]} end
   end
-  local configured, robots = delay, tonumber(redis.call('HGET', ROBOTS, host) or '0')
+  local configured, robots = delay, tonumber(filled(ROBOTS) and redis.call('HGET', ROBOTS, host) or '0')
   delay = math.max(delay, robots)
   s = {host = host, delay = delay, conc = conc, busy = tonumber(redis.call('HGET', INFLIGHT, host) or '0'),
-       next = tonumber(redis.call('ZSCORE', NEXT, host) or '0'), adaptive = adaptive, configured = configured,
-       crawl_delay = robots}
+       next = tonumber(filled(NEXT) and redis.call('ZSCORE', NEXT, host) or '0'), adaptive = adaptive,
+       configured = configured, crawl_delay = robots}
   slots[host] = s
   return s
 end
@@ -94,43 +149,49 @@ end
 
 -- Score a domain by the time its head URL's host may go, or take it out of the ready set (empty, or that host
 -- is full).  It stays in spider.website.domains: seed 002's tools register a domain once and push to it later.
+local ready = {}  -- domain -> whether it is in READY, as this script last read or wrote it
 local function requeue(domain)
   local _, url = head(domain)
   if not url then
     redis.call('ZREM', READY, domain)
+    ready[domain] = false
     return
   end
   local s = slot(host_of(url))
   if s.busy >= s.conc then
     redis.call('ZREM', READY, domain)
+    ready[domain] = false
   else
     redis.call('ZADD', READY, math.max(s.next, NOW), domain)
+    ready[domain] = true
   end
 end
 
 -- Requeue a domain that is not in the ready set (a ready one keeps its place; pop checks it anyway).
 local function wake(domain)
-  if not redis.call('ZSCORE', READY, domain) then requeue(domain) end
+  local in_ready = ready[domain]
+  if in_ready == nil then
+    in_ready = redis.call('ZSCORE', READY, domain) ~= false
+    ready[domain] = in_ready
+  end
+  if not in_ready then requeue(domain) end
 end
 
+-- A host slot freed: its count of requests in flight goes down (its other fields are not read for that).
 local function release(host, domain)
-  local s = slot(host)
-  s.busy = redis.call('HINCRBY', INFLIGHT, host, -1)
-  if s.busy <= 0 then redis.call('HDEL', INFLIGHT, host) end
+  local busy = redis.call('HINCRBY', INFLIGHT, host, -1)
+  if slots[host] then slots[host].busy = busy end
+  if busy <= 0 then redis.call('HDEL', INFLIGHT, host) end
   wake(domain)
 end
 
-local function occupy(s, count)
-  s.busy = redis.call('HINCRBY', INFLIGHT, s.host, count)
+local function occupy(s, taken)
+  s.busy = redis.call('HINCRBY', INFLIGHT, s.host, taken)
   if s.delay > 0 then
     redis.call('ZADD', NEXT, 'GT', NOW + s.delay, s.host)
+    fill(NEXT)
     s.next = math.max(s.next, NOW + s.delay)
   end
-end
-
-local function host_waiting(host, change)
-  if tonumber(redis.call('ZINCRBY', WAITING, change, host)) <= 0 then redis.call('ZREM', WAITING, host) end
-  redis.call('HINCRBY', COUNTERS, 'waiting', change)
 end
 
 local function enqueue(url, host, domain, prio, bucket, base)
@@ -165,14 +226,14 @@ local function end_lease(key)
   local kind, holds, domain, url = parse_lease(rec)
   if holds == '1' then release(host_of(url), domain) end
   if holds == 'c' then redis.call('HDEL', CLAIMS, key) end
-  if kind ~= 'h' then redis.call('HINCRBY', COUNTERS, 'pending', -1) end
+  if kind ~= 'h' then count('pending', -1) end
   return kind, domain, url
 end
 
 -- The prio of a pending URL added again (always) while leased, forgetting that mark and its failures (it is a
 -- new request); nil if it was not added again.
 local function take_again(fp)
-  local prio = redis.call('HGET', AGAIN, fp)
+  local prio = filled(AGAIN) and redis.call('HGET', AGAIN, fp)
   if not prio then return nil end
   redis.call('HDEL', AGAIN, fp)
   redis.call('HDEL', FAILS, fp)

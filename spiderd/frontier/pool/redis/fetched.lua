@@ -14,6 +14,7 @@ local function pace(host)
   local wait = math.min(rule[3], math.max(rule[2], rule[1] * math.max(0, ELAPSED)))
   if wait > 0 then
     redis.call('ZADD', NEXT, 'GT', NOW + wait, host)
+    fill(NEXT)
     s.next = math.max(s.next, NOW + wait)
   end
 end

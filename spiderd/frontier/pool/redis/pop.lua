@@ -14,6 +14,7 @@ local CONDITIONAL = ARGV[17] == '1'
 local leased_kind = {[0] = 0, [1] = 0}
 local EXPIRE_BATCH, HUB_SCAN, ADOPT_BATCH = 1000, 1000, 1000
 local out, foreign = {}, {}
+SUM_COUNTS = true
 
 -- Hand out a leased URL (is_hub 1 or 0) with its validators.
 local function hand_out(url, fp, is_hub)
@@ -188,5 +189,6 @@ local reserved = reserve(wanted)
 local leased = 0
 if reserved[0] + reserved[1] > 0 then leased = pop_urls(reserved, true) end
 leased = leased + pop_urls({[0] = wanted - leased, [1] = wanted - leased}, false)
-if leased > 0 then redis.call('HINCRBY', COUNTERS, 'pending', leased) end
+if leased > 0 then count('pending', leased) end
+flush_counts()
 return {out, foreign, {wanted, leased_kind[0], leased_kind[1]}}

@@ -16,16 +16,19 @@ local THRESHOLD = tonumber(ARGV[7])
 local MAX_THROTTLES = tonumber(ARGV[8])
 local THROTTLES = P .. 'throttles'  -- fingerprint -> throttled fetches of an active URL
 local finals = {}
+SUM_COUNTS = true
 
 -- Block host until the time given; true if the URL's throttle is still within MAX_THROTTLES (counted).
 local function throttled(fp, host, block_end)
   redis.call('ZADD', NEXT, 'GT', block_end, host)
+  fill(NEXT)
   redis.call('ZREMRANGEBYSCORE', THROTTLED, '-inf', NOW_S)
   redis.call('ZADD', THROTTLED, 'GT', block_end, host)
   local s = slot(host)
   s.next = math.max(s.next, block_end)
-  if tonumber(redis.call('HGET', THROTTLES, fp) or '0') >= MAX_THROTTLES then return false end
+  if tonumber(filled(THROTTLES) and redis.call('HGET', THROTTLES, fp) or '0') >= MAX_THROTTLES then return false end
   redis.call('HINCRBY', THROTTLES, fp, 1)
+  fill(THROTTLES)
   return true
 end
 
@@ -64,7 +67,7 @@ local function set_status(outcome, url, host, domain, kept, reason, validators)
       was_known = false
     end
   end
-  local failures = tonumber(redis.call('HGET', FAILS, fp) or '0')
+  local failures = tonumber(filled(FAILS) and redis.call('HGET', FAILS, fp) or '0')
   local fallback, block_end = string.match(outcome, '^throttle (%S+) (%S+)$')
   if fallback then
     if throttled(fp, host, tonumber(block_end)) then
@@ -79,16 +82,17 @@ local function set_status(outcome, url, host, domain, kept, reason, validators)
   end
   if outcome == 'retry' and failures < THRESHOLD then
     redis.call('HSET', FAILS, fp, failures + 1)
+    fill(FAILS)
     enqueue(url, host, domain, prio, bucket, base)
   else
     local code = outcome == 'done' and DONE or FAILED
-    redis.call('HDEL', THROTTLES, fp)
+    if filled(THROTTLES) then redis.call('HDEL', THROTTLES, fp) end
     if failures > 0 then
       redis.call('HDEL', FAILS, fp)
       if code == DONE then redis.call('HDEL', WHY, fp) end
     end
     redis.call('SADD', bucket, member(base, code))
-    redis.call('HINCRBY', COUNTERS, FINAL_NAME[code], 1)
+    count(FINAL_NAME[code], 1)
     local in_set = was_known and string.find(kept, tostring(prio), 1, true)
     if code == DONE and in_set then
       redis.call('ZADD', crawled(prio, domain), NOW, url)
@@ -108,4 +112,5 @@ for i = 9, #ARGV, 7 do
     set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6])
   end
 end
+flush_counts()
 return finals
