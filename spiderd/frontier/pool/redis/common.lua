@@ -139,9 +139,49 @@ local function slot(host)
   return s
 end
 
+-- The first URLs of each queue as this script read them (LRANGE): urls[at] is its head, the ones before it are
+-- taken (pop) but not yet trimmed off (trim); whole: the queue ends after urls.  Reads skip what is known.
+local views = {}
+local function peek(q, want)
+  local v = views[q]
+  if not v then
+    v = {urls = {}, at = 1, whole = false}
+    views[q] = v
+  end
+  if v.at > #v.urls and not v.whole then
+    local read = redis.call('LRANGE', q, #v.urls, #v.urls + want - 1)
+    for _, url in ipairs(read) do v.urls[#v.urls + 1] = url end
+    v.whole = #read < want
+  end
+  return v.urls[v.at] or false
+end
+
+-- Take a queue's head (just peeked) off; trim() removes what was taken from Redis.
+local taken_from = {}  -- queues whose heads were taken
+local function take_head(q)
+  local v = views[q]
+  if v.at == 1 then taken_from[#taken_from + 1] = q end
+  v.at = v.at + 1
+end
+
+local function trim(q)
+  local v = views[q]
+  if v and v.at > 1 then
+    redis.call('LTRIM', q, v.at - 1, -1)
+    local rest = {}
+    for i = v.at, #v.urls do rest[#rest + 1] = v.urls[i] end
+    v.urls, v.at = rest, 1
+  end
+end
+
+local function trim_taken()
+  for _, q in ipairs(taken_from) do trim(q) end
+  taken_from = {}
+end
+
 local function head(domain)
   for prio = 0, 1 do
-    local url = redis.call('LINDEX', queue(domain, prio), 0)
+    local url = peek(queue(domain, prio), 1)
     if url then return prio, url end
   end
   return nil, nil
@@ -194,10 +234,16 @@ local function occupy(s, taken)
   end
 end
 
+local registered = {}  -- domains this script put in spider.website.domains
 local function enqueue(url, host, domain, prio, bucket, base)
   redis.call('SADD', bucket, member(base, WAITING_LIST + prio))
-  redis.call('RPUSH', queue(domain, prio), url)
-  redis.call('SADD', DOMAINS, domain)
+  local q = queue(domain, prio)
+  redis.call('RPUSH', q, url)
+  if views[q] and views[q].whole then views[q].urls[#views[q].urls + 1] = url end
+  if not registered[domain] then
+    redis.call('SADD', DOMAINS, domain)
+    registered[domain] = true
+  end
   host_waiting(host, 1)
   wake(domain)
 end
@@ -206,7 +252,10 @@ end
 local function unqueue(url, host, domain, bucket, base, code)
   local prio = code - WAITING_LIST
   redis.call('SREM', bucket, member(base, code))
-  redis.call('LREM', queue(domain, prio), 1, url)
+  local q = queue(domain, prio)
+  trim(q)
+  views[q] = nil
+  redis.call('LREM', q, 1, url)
   host_waiting(host, -1)
   requeue(domain)  -- its head may have changed
   return prio

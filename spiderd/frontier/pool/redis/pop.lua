@@ -101,10 +101,10 @@ local function take(url, domain, prio)
 end
 
 -- The first queue of a domain, list URLs first, that holds URLs and whose cap is left: prio, head URL.
-local function head_within(domain, caps)
+local function head_within(domain, caps, want)
   for prio = 0, 1 do
     if caps[prio] > 0 then
-      local url = redis.call('LINDEX', queue(domain, prio), 0)
+      local url = peek(queue(domain, prio), want)
       if url then return prio, url end
     end
   end
@@ -113,55 +113,75 @@ end
 
 -- One turn of a domain: URLs of its head host, one unless that host has no delay and no other domain is ready,
 -- at most caps[prio] of each kind (caps go down by what is taken). nil: the domain has none of those kinds.
+-- The caller requeues a domain that took its turn (a number).
 local function turn(domain, caps, wanted, alone)
-  local prio, url = head_within(domain, caps)
+  local want = alone and wanted + 1 or 2  -- URLs read from a queue at once: its next heads too when alone
+  local prio, url = head_within(domain, caps, want)
   if not url then
     if not head(domain) then requeue(domain) end  -- empty: it leaves the ready set
     return nil
   end
   local s = slot(host_of(url))
-  if s.busy >= s.conc or s.next > NOW then
-    requeue(domain)
-    return 0
-  end
+  if s.busy >= s.conc or s.next > NOW then return 0 end
   local quota = math.min(s.conc - s.busy, wanted)
   if s.delay > 0 or not alone then quota = math.min(quota, 1) end
   local taken = 0
   while taken < quota and prio <= 1 do
-    url = caps[prio] > 0 and redis.call('LPOP', queue(domain, prio))
+    local q = queue(domain, prio)
+    url = caps[prio] > 0 and peek(q, want)
     if not url then
       prio = prio + 1
     elseif host_of(url) ~= s.host or #foreign >= 2 * ADOPT_BATCH then
-      redis.call('LPUSH', queue(domain, prio), url)
       break
-    elseif take(url, domain, prio) then
-      taken = taken + 1
-      caps[prio] = caps[prio] - 1
-      leased_kind[prio] = leased_kind[prio] + 1
+    else
+      take_head(q)
+      if take(url, domain, prio) then
+        taken = taken + 1
+        caps[prio] = caps[prio] - 1
+        leased_kind[prio] = leased_kind[prio] + 1
+      end
     end
   end
   if taken > 0 then
     occupy(s, taken)
     host_waiting(s.host, -taken)
   end
-  requeue(domain)
   return taken
+end
+
+-- Whether requeue would score a domain due now (its head's host is free and may go).
+local function due(domain)
+  local _, url = head(domain)
+  if not url then return false end
+  local s = slot(host_of(url))
+  return s.busy < s.conc and s.next <= NOW
 end
 
 -- Domains in turn give up to caps[prio] URLs of each kind, caps[0] + caps[1] in all when strict (a domain with
 -- none of the kinds still wanted keeps its turn, up to RESERVE_SCAN of them), else caps[0] (= caps[1]) of any.
+-- The only ready domain that took some and stays due takes the next turn without a new read of READY (it
+-- would be the only one again), and is requeued once after its last turn (held).
 local function pop_urls(caps, strict)
   local wanted = strict and caps[0] + caps[1] or caps[0]
   local leased, passed, skipped = 0, {}, 0
+  local domains, held = nil, nil
+  local function settle()
+    if held then requeue(held) end
+    held = nil
+  end
   while wanted > 0 do
-    local domains = redis.call('ZRANGEBYSCORE', READY, '-inf', NOW_S, 'LIMIT', 0, wanted + skipped)
-    local got, passing = 0, skipped
+    if not domains then
+      settle()
+      domains = redis.call('ZRANGEBYSCORE', READY, '-inf', NOW_S, 'LIMIT', 0, wanted + skipped)
+    end
+    local got, passing, alone = 0, skipped, #domains == 1
     for _, domain in ipairs(domains) do
       if got >= wanted then break end
       if not passed[domain] then
-        local n = turn(domain, caps, wanted - got, #domains == 1)
+        local n = turn(domain, caps, wanted - got, alone)
         if n then
           got = got + n
+          if alone then held = domain else requeue(domain) end
         elseif strict then
           passed[domain], skipped = true, skipped + 1
         end
@@ -170,7 +190,11 @@ local function pop_urls(caps, strict)
     if (got == 0 and skipped == passing) or skipped >= RESERVE_SCAN then break end
     wanted = wanted - got
     leased = leased + got
+    if not (held and got > 0 and wanted > 0 and due(held)) then
+      domains = nil
+    end
   end
+  settle()
   return leased
 end
 
@@ -190,5 +214,6 @@ local leased = 0
 if reserved[0] + reserved[1] > 0 then leased = pop_urls(reserved, true) end
 leased = leased + pop_urls({[0] = wanted - leased, [1] = wanted - leased}, false)
 if leased > 0 then count('pending', leased) end
+trim_taken()
 flush_counts()
 return {out, foreign, {wanted, leased_kind[0], leased_kind[1]}}
