@@ -23,18 +23,44 @@ local FINAL_NAME = {'done', 'failed', 'batched'}
 local DONE, FAILED, BATCHED, WAITING_LIST = 1, 2, 3, 4  -- state codes; WAITING_LIST + prio is waiting
 local SPLIT = 2 ^ (32 - BITS)
 
+-- Decimal digits of a whole number below 2^53 (as string.format('%.0f') writes it): number-to-string conversions
+-- are the dearest steps of these scripts, two digits at a time from tables costs a fraction of one.
+local D1 = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13', '14', '15', '16', '17', '18', '19', '20', '21', '22', '23', '24', '25', '26', '27', '28', '29', '30', '31', '32', '33', '34', '35', '36', '37', '38', '39', '40', '41', '42', '43', '44', '45', '46', '47', '48', '49', '50', '51', '52', '53', '54', '55', '56', '57', '58', '59', '60', '61', '62', '63', '64', '65', '66', '67', '68', '69', '70', '71', '72', '73', '74', '75', '76', '77', '78', '79', '80', '81', '82', '83', '84', '85', '86', '87', '88', '89', '90', '91', '92', '93', '94', '95', '96', '97', '98', '99'}
+local D2 = {[0] = '00', '01', '02', '03', '04', '05', '06', '07', '08', '09', '10', '11', '12', '13', '14', '15', '16', '17', '18', '19', '20', '21', '22', '23', '24', '25', '26', '27', '28', '29', '30', '31', '32', '33', '34', '35', '36', '37', '38', '39', '40', '41', '42', '43', '44', '45', '46', '47', '48', '49', '50', '51', '52', '53', '54', '55', '56', '57', '58', '59', '60', '61', '62', '63', '64', '65', '66', '67', '68', '69', '70', '71', '72', '73', '74', '75', '76', '77', '78', '79', '80', '81', '82', '83', '84', '85', '86', '87', '88', '89', '90', '91', '92', '93', '94', '95', '96', '97', '98', '99'}
+local function dec(n)
+  if n < 100 then return D1[n] end
+  local low = n % 100
+  return dec((n - low) / 100) .. D2[low]
+end
+
+local function int(n)
+  if n < 0 then return '-' .. dec(-n) end
+  return dec(n)
+end
+
 -- The 64-bit fingerprint (hex), its bucket key and the base of its members (fingerprint bits below the bucket, times 8).
 local function locate_fp(fp)
   local hi, lo = tonumber(string.sub(fp, 1, 8), 16), tonumber(string.sub(fp, 9, 16), 16)
-  return fp, P .. 's:' .. math.floor(hi / SPLIT), ((hi % SPLIT) * 4294967296 + lo) * 8
+  return fp, P .. 's:' .. dec(math.floor(hi / SPLIT)), ((hi % SPLIT) * 4294967296 + lo) * 8
 end
 
 local function locate(url)
   return locate_fp(string.sub(redis.sha1hex(url), 1, 16))
 end
 
+-- The member of a base and a state code (1-5): base + code in decimal, its tens written once per base (a base is a
+-- multiple of 8, so at most one carry); the last base's are kept.
+local last_base, tens, tens_up, units = nil, nil, nil, nil
 local function member(base, code)
-  return string.format('%.0f', base + code)
+  if base ~= last_base then
+    units = base % 10
+    local t = (base - units) / 10
+    last_base, tens, tens_up = base, t > 0 and dec(t) or '', nil
+  end
+  local digit = units + code
+  if digit < 10 then return tens .. D1[digit] end
+  if not tens_up then tens_up = dec((base - units) / 10 + 1) end
+  return tens_up .. D1[digit - 10]
 end
 
 -- The state code stored for a URL in its bucket (1-3 final, 4-5 waiting), or nil.
@@ -105,12 +131,12 @@ end
 local function flush_counts()
   for _, host in ipairs(count_hosts) do
     local change = host_counts[host]
-    if change ~= 0 and tonumber(redis.call('ZINCRBY', WAITING, change, host)) <= 0 then
+    if change ~= 0 and tonumber(redis.call('ZINCRBY', WAITING, int(change), host)) <= 0 then
       redis.call('ZREM', WAITING, host)
     end
   end
   for _, name in ipairs(count_names) do
-    if counts[name] ~= 0 then redis.call('HINCRBY', COUNTERS, name, counts[name]) end
+    if counts[name] ~= 0 then redis.call('HINCRBY', COUNTERS, name, int(counts[name])) end
   end
   counts, count_names, host_counts, count_hosts = {}, {}, {}, {}
 end
@@ -202,7 +228,7 @@ local function requeue(domain)
     redis.call('ZREM', READY, domain)
     ready[domain] = false
   else
-    redis.call('ZADD', READY, math.max(s.next, NOW), domain)
+    redis.call('ZADD', READY, s.next <= NOW and NOW_S or s.next, domain)
     ready[domain] = true
   end
 end
@@ -219,14 +245,14 @@ end
 
 -- A host slot freed: its count of requests in flight goes down (its other fields are not read for that).
 local function release(host, domain)
-  local busy = redis.call('HINCRBY', INFLIGHT, host, -1)
+  local busy = redis.call('HINCRBY', INFLIGHT, host, '-1')
   if slots[host] then slots[host].busy = busy end
   if busy <= 0 then redis.call('HDEL', INFLIGHT, host) end
   wake(domain)
 end
 
 local function occupy(s, taken)
-  s.busy = redis.call('HINCRBY', INFLIGHT, s.host, taken)
+  s.busy = redis.call('HINCRBY', INFLIGHT, s.host, int(taken))
   if s.delay > 0 then
     redis.call('ZADD', NEXT, 'GT', NOW + s.delay, s.host)
     fill(NEXT)
@@ -261,9 +287,30 @@ local function unqueue(url, host, domain, bucket, base, code)
   return prio
 end
 
+-- Leases are written at once, or, in a script that sets BATCH_LEASES, by flush_leases() in one HSET and one ZADD
+-- (leasing: the fingerprints leased meanwhile).
+local BATCH_LEASES = false
+local lease_fields, lease_scores, leasing = {}, {}, {}
 local function lease(fp, rec, deadline)
-  redis.call('HSET', LEASE, fp, rec)
-  redis.call('ZADD', LEASES, deadline, fp)
+  if not BATCH_LEASES then
+    redis.call('HSET', LEASE, fp, rec)
+    redis.call('ZADD', LEASES, deadline, fp)
+    return
+  end
+  lease_fields[#lease_fields + 1] = fp
+  lease_fields[#lease_fields + 1] = rec
+  lease_scores[#lease_scores + 1] = deadline
+  lease_scores[#lease_scores + 1] = fp
+  leasing[fp] = true
+end
+
+local function flush_leases()
+  for i = 1, #lease_fields, 1000 do
+    local last = math.min(i + 999, #lease_fields)
+    redis.call('HSET', LEASE, unpack(lease_fields, i, last))
+    redis.call('ZADD', LEASES, unpack(lease_scores, i, last))
+  end
+  lease_fields, lease_scores, leasing = {}, {}, {}
 end
 
 -- Drop a lease or hub hold, freeing its host slot if it still holds one; returns the record.
@@ -297,10 +344,10 @@ end
 
 -- The linkbase bucket of a fingerprint: one hash per 12 top bits (4096 buckets).
 local function link_bucket(fp)
-  return P .. 'l:' .. math.floor(tonumber(string.sub(fp, 1, 3), 16))
+  return P .. 'l:' .. dec(tonumber(string.sub(fp, 1, 3), 16))
 end
 
 -- The validators bucket of a fingerprint (conditional GET): one hash per 12 top bits, fingerprint -> "seconds etag".
 local function validators_bucket(fp)
-  return P .. 'v:' .. math.floor(tonumber(string.sub(fp, 1, 3), 16))
+  return P .. 'v:' .. dec(tonumber(string.sub(fp, 1, 3), 16))
 end

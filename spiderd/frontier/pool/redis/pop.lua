@@ -14,7 +14,9 @@ local CONDITIONAL = ARGV[17] == '1'
 local leased_kind = {[0] = 0, [1] = 0}
 local EXPIRE_BATCH, HUB_SCAN, ADOPT_BATCH = 1000, 1000, 1000
 local out, foreign = {}, {}
-SUM_COUNTS = true
+SUM_COUNTS, BATCH_LEASES = true, true
+local DEADLINE_S = ARGV[7]
+local KIND_HELD = {[0] = '01 ', [1] = '11 '}  -- a lease record's start: kind, holds a host slot
 
 -- Hand out a leased URL (is_hub 1 or 0) with its validators.
 local function hand_out(url, fp, is_hub)
@@ -75,7 +77,7 @@ local function pop_hubs()
       if s.next <= NOW and s.busy < s.conc then
         redis.call('ZADD', HUBS, NOW + span, fp)
         occupy(s, 1)
-        lease('h' .. fp, 'h1 ' .. rec, DEADLINE)
+        lease('h' .. fp, 'h1 ' .. rec, DEADLINE_S)
         hand_out(url, fp, 1)
         taken = taken + 1
         if taken >= HUBS_WANTED then break end
@@ -90,12 +92,12 @@ local function take(url, domain, prio)
   local fp, bucket, base = locate(url)
   local queued = redis.call('SREM', bucket, member(base, WAITING_LIST + prio))
   if queued == 0 then
-    if redis.call('HEXISTS', LEASE, fp) == 0 and not known(bucket, base) then
+    if not leasing[fp] and redis.call('HEXISTS', LEASE, fp) == 0 and not known(bucket, base) then
       adopt(url, prio)  -- pushed by another tool: the node adds it (canonical, deduplicated) as waiting
     end
     return nil
   end
-  lease(fp, prio .. '1 ' .. domain .. ' ' .. url, DEADLINE)
+  lease(fp, KIND_HELD[prio] .. domain .. ' ' .. url, DEADLINE_S)
   hand_out(url, fp, 0)
   return queued
 end
@@ -215,5 +217,6 @@ if reserved[0] + reserved[1] > 0 then leased = pop_urls(reserved, true) end
 leased = leased + pop_urls({[0] = wanted - leased, [1] = wanted - leased}, false)
 if leased > 0 then count('pending', leased) end
 trim_taken()
+flush_leases()
 flush_counts()
 return {out, foreign, {wanted, leased_kind[0], leased_kind[1]}}
