@@ -4,7 +4,7 @@
 local ALWAYS, PRIO, MAX = ARGV[7] == '1', tonumber(ARGV[8]), tonumber(ARGV[9])
 local LIMITED = MAX > 0  -- 0: no budget, so no hostseen read or write per URL
 local added, full = 0, 0
-SUM_COUNTS = true
+SUM_COUNTS, BATCH_PUSHES = true, true
 for i = 10, #ARGV, 3 do
   local url, host, domain = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local fp, bucket, base = locate(url)
@@ -32,5 +32,6 @@ for i = 10, #ARGV, 3 do
     end
   end
 end
+flush_pushes()
 flush_counts()
 return {added, full}

@@ -128,13 +128,38 @@ local function host_waiting(host, change)
   count('waiting', change)
 end
 
-local function flush_counts()
+-- A sorted set score as ZADD takes it (whole numbers, the usual case, without a conversion).
+local function score_arg(x)
+  if x == math.floor(x) and x > -2 ^ 53 and x < 2 ^ 53 then return int(x) end
+  return string.format('%.17g', x)
+end
+
+-- Hosts' waiting counts: one ZMSCORE, then one ZADD and one ZREM (what ZINCRBY and ZREM at zero did per host).
+local function flush_host_counts()
+  local hosts = {}
   for _, host in ipairs(count_hosts) do
-    local change = host_counts[host]
-    if change ~= 0 and tonumber(redis.call('ZINCRBY', WAITING, int(change), host)) <= 0 then
-      redis.call('ZREM', WAITING, host)
-    end
+    if host_counts[host] ~= 0 then hosts[#hosts + 1] = host end
   end
+  for i = 1, #hosts, 1000 do
+    local last = math.min(i + 999, #hosts)
+    local scores = redis.call('ZMSCORE', WAITING, unpack(hosts, i, last))
+    local add, drop = {}, {}
+    for j = i, last do
+      local score = tonumber(scores[j - i + 1] or '0') + host_counts[hosts[j]]
+      if score <= 0 then
+        drop[#drop + 1] = hosts[j]
+      else
+        add[#add + 1] = score_arg(score)
+        add[#add + 1] = hosts[j]
+      end
+    end
+    if #add > 0 then redis.call('ZADD', WAITING, unpack(add)) end
+    if #drop > 0 then redis.call('ZREM', WAITING, unpack(drop)) end
+  end
+end
+
+local function flush_counts()
+  flush_host_counts()
   for _, name in ipairs(count_names) do
     if counts[name] ~= 0 then redis.call('HINCRBY', COUNTERS, name, int(counts[name])) end
   end
@@ -165,10 +190,39 @@ local function slot(host)
   return s
 end
 
+-- URLs are pushed onto a queue at once, or, in a script that sets BATCH_PUSHES, in one RPUSH per queue before
+-- the queue is read or changed otherwise, and by flush_pushes() before the script returns.
+local BATCH_PUSHES = false
+local pushes, pushed = {}, {}
+local function push(q, url)
+  if not BATCH_PUSHES then
+    redis.call('RPUSH', q, url)
+  elseif pushes[q] then
+    pushes[q][#pushes[q] + 1] = url
+  else
+    pushes[q] = {url}
+    pushed[#pushed + 1] = q
+  end
+end
+
+local function flush_push(q)
+  local urls = pushes[q]
+  if urls and #urls > 0 then
+    for i = 1, #urls, 1000 do redis.call('RPUSH', q, unpack(urls, i, math.min(i + 999, #urls))) end
+    pushes[q] = {}
+  end
+end
+
+local function flush_pushes()
+  for _, q in ipairs(pushed) do flush_push(q) end
+  pushes, pushed = {}, {}
+end
+
 -- The first URLs of each queue as this script read them (LRANGE): urls[at] is its head, the ones before it are
 -- taken (pop) but not yet trimmed off (trim); whole: the queue ends after urls.  Reads skip what is known.
 local views = {}
 local function peek(q, want)
+  flush_push(q)
   local v = views[q]
   if not v then
     v = {urls = {}, at = 1, whole = false}
@@ -264,7 +318,7 @@ local registered = {}  -- domains this script put in spider.website.domains
 local function enqueue(url, host, domain, prio, bucket, base)
   redis.call('SADD', bucket, member(base, WAITING_LIST + prio))
   local q = queue(domain, prio)
-  redis.call('RPUSH', q, url)
+  push(q, url)
   if views[q] and views[q].whole then views[q].urls[#views[q].urls + 1] = url end
   if not registered[domain] then
     redis.call('SADD', DOMAINS, domain)
@@ -279,6 +333,7 @@ local function unqueue(url, host, domain, bucket, base, code)
   local prio = code - WAITING_LIST
   redis.call('SREM', bucket, member(base, code))
   local q = queue(domain, prio)
+  flush_push(q)
   trim(q)
   views[q] = nil
   redis.call('LREM', q, 1, url)
@@ -313,17 +368,39 @@ local function flush_leases()
   lease_fields, lease_scores, leasing = {}, {}, {}
 end
 
--- Drop a lease or hub hold, freeing its host slot if it still holds one; returns the record.
-local function end_lease(key)
-  local rec = redis.call('HGET', LEASE, key)
-  if not rec then return nil end
-  redis.call('HDEL', LEASE, key)
-  redis.call('ZREM', LEASES, key)
+-- Drop a lease or hub hold (its record rec, just read), freeing its host slot if it still holds one; returns the
+-- record.  A script that sets BATCH_ENDS drops the records in one HDEL and one ZREM by flush_ends() (ended: the
+-- keys dropped meanwhile, no longer leased for this script).
+local BATCH_ENDS = false
+local ended, ended_keys = {}, {}
+local function close_lease(key, rec)
+  if BATCH_ENDS then
+    ended[key] = true
+    ended_keys[#ended_keys + 1] = key
+  else
+    redis.call('HDEL', LEASE, key)
+    redis.call('ZREM', LEASES, key)
+  end
   local kind, holds, domain, url = parse_lease(rec)
   if holds == '1' then release(host_of(url), domain) end
   if holds == 'c' then redis.call('HDEL', CLAIMS, key) end
   if kind ~= 'h' then count('pending', -1) end
   return kind, domain, url
+end
+
+local function end_lease(key)
+  local rec = not ended[key] and redis.call('HGET', LEASE, key)
+  if not rec then return nil end
+  return close_lease(key, rec)
+end
+
+local function flush_ends()
+  for i = 1, #ended_keys, 1000 do
+    local last = math.min(i + 999, #ended_keys)
+    redis.call('HDEL', LEASE, unpack(ended_keys, i, last))
+    redis.call('ZREM', LEASES, unpack(ended_keys, i, last))
+  end
+  ended, ended_keys = {}, {}
 end
 
 -- The prio of a pending URL added again (always) while leased, forgetting that mark and its failures (it is a

@@ -16,7 +16,7 @@ local THRESHOLD = tonumber(ARGV[7])
 local MAX_THROTTLES = tonumber(ARGV[8])
 local THROTTLES = P .. 'throttles'  -- fingerprint -> throttled fetches of an active URL
 local finals = {}
-SUM_COUNTS = true
+SUM_COUNTS, BATCH_ENDS = true, true
 
 -- Block host until the time given; true if the URL's throttle is still within MAX_THROTTLES (counted).
 local function throttled(fp, host, block_end)
@@ -44,9 +44,11 @@ end
 
 local function set_status(outcome, url, host, domain, kept, reason, validators)
   local fp, bucket, base = locate(url)
-  local hub = end_lease('h' .. fp) ~= nil
+  local hub_key = 'h' .. fp
+  local recs = redis.call('HMGET', LEASE, hub_key, fp)
+  local hub = recs[1] and not ended[hub_key] and close_lease(hub_key, recs[1]) ~= nil
   local prio, was_known = 0, true
-  local kind = end_lease(fp)
+  local kind = recs[2] and not ended[fp] and close_lease(fp, recs[2])
   local again = kind and take_again(fp)
   if again then  -- added again while leased: this fetch's outcome makes way for a new one
     if outcome == 'done' and (hub or string.find(kept, kind, 1, true)) then keep_validators(fp, true, validators) end
@@ -112,5 +114,6 @@ for i = 9, #ARGV, 7 do
     set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6])
   end
 end
+flush_ends()
 flush_counts()
 return finals
