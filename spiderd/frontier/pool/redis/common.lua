@@ -23,14 +23,34 @@ local FINAL_NAME = {'done', 'failed', 'batched'}
 local DONE, FAILED, BATCHED, WAITING_LIST = 1, 2, 3, 4  -- state codes; WAITING_LIST + prio is waiting
 local SPLIT = 2 ^ (32 - BITS)
 
--- Decimal digits of a whole number below 2^53 (as string.format('%.0f') writes it): number-to-string conversions
--- are the dearest steps of these scripts, two digits at a time from tables costs a fraction of one.
+-- Decimal digits of a whole number below 2^53 (as string.format('%.0f') writes it), in one string: creating a
+-- string is among the dearest steps of these scripts, so no conversion and no intermediate strings.
 local D1 = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13', '14', '15', '16', '17', '18', '19', '20', '21', '22', '23', '24', '25', '26', '27', '28', '29', '30', '31', '32', '33', '34', '35', '36', '37', '38', '39', '40', '41', '42', '43', '44', '45', '46', '47', '48', '49', '50', '51', '52', '53', '54', '55', '56', '57', '58', '59', '60', '61', '62', '63', '64', '65', '66', '67', '68', '69', '70', '71', '72', '73', '74', '75', '76', '77', '78', '79', '80', '81', '82', '83', '84', '85', '86', '87', '88', '89', '90', '91', '92', '93', '94', '95', '96', '97', '98', '99'}
 local D2 = {[0] = '00', '01', '02', '03', '04', '05', '06', '07', '08', '09', '10', '11', '12', '13', '14', '15', '16', '17', '18', '19', '20', '21', '22', '23', '24', '25', '26', '27', '28', '29', '30', '31', '32', '33', '34', '35', '36', '37', '38', '39', '40', '41', '42', '43', '44', '45', '46', '47', '48', '49', '50', '51', '52', '53', '54', '55', '56', '57', '58', '59', '60', '61', '62', '63', '64', '65', '66', '67', '68', '69', '70', '71', '72', '73', '74', '75', '76', '77', '78', '79', '80', '81', '82', '83', '84', '85', '86', '87', '88', '89', '90', '91', '92', '93', '94', '95', '96', '97', '98', '99'}
 local function dec(n)
   if n < 100 then return D1[n] end
-  local low = n % 100
-  return dec((n - low) / 100) .. D2[low]
+  local c1 = n % 100
+  n = (n - c1) / 100
+  if n < 100 then return D1[n] .. D2[c1] end
+  local c2 = n % 100
+  n = (n - c2) / 100
+  if n < 100 then return D1[n] .. D2[c2] .. D2[c1] end
+  local c3 = n % 100
+  n = (n - c3) / 100
+  if n < 100 then return D1[n] .. D2[c3] .. D2[c2] .. D2[c1] end
+  local c4 = n % 100
+  n = (n - c4) / 100
+  if n < 100 then return D1[n] .. D2[c4] .. D2[c3] .. D2[c2] .. D2[c1] end
+  local c5 = n % 100
+  n = (n - c5) / 100
+  if n < 100 then return D1[n] .. D2[c5] .. D2[c4] .. D2[c3] .. D2[c2] .. D2[c1] end
+  local c6 = n % 100
+  n = (n - c6) / 100
+  if n < 100 then return D1[n] .. D2[c6] .. D2[c5] .. D2[c4] .. D2[c3] .. D2[c2] .. D2[c1] end
+  local c7 = n % 100
+  n = (n - c7) / 100
+  if n < 100 then return D1[n] .. D2[c7] .. D2[c6] .. D2[c5] .. D2[c4] .. D2[c3] .. D2[c2] .. D2[c1] end
+  return string.format('%.0f', n) .. D2[c7] .. D2[c6] .. D2[c5] .. D2[c4] .. D2[c3] .. D2[c2] .. D2[c1]
 end
 
 local function int(n)
@@ -39,8 +59,20 @@ local function int(n)
 end
 
 -- The 64-bit fingerprint (hex), its bucket key and the base of its members (fingerprint bits below the bucket, times 8).
+-- Its hex digits are read as bytes (no substrings).
+local HEX = {}
+for i = 0, 9 do HEX[48 + i] = i end
+for i = 0, 5 do
+  HEX[65 + i], HEX[97 + i] = 10 + i, 10 + i
+end
+local function hex8(s, at)
+  local a, b, c, d, e, f, g, h = string.byte(s, at, at + 7)
+  return ((((((HEX[a] * 16 + HEX[b]) * 16 + HEX[c]) * 16 + HEX[d]) * 16 + HEX[e]) * 16 + HEX[f]) * 16 + HEX[g]) * 16
+    + HEX[h]
+end
+
 local function locate_fp(fp)
-  local hi, lo = tonumber(string.sub(fp, 1, 8), 16), tonumber(string.sub(fp, 9, 16), 16)
+  local hi, lo = hex8(fp, 1), hex8(fp, 9)
   return fp, P .. 's:' .. dec(math.floor(hi / SPLIT)), ((hi % SPLIT) * 4294967296 + lo) * 8
 end
 
@@ -48,19 +80,8 @@ local function locate(url)
   return locate_fp(string.sub(redis.sha1hex(url), 1, 16))
 end
 
--- The member of a base and a state code (1-5): base + code in decimal, its tens written once per base (a base is a
--- multiple of 8, so at most one carry); the last base's are kept.
-local last_base, tens, tens_up, units = nil, nil, nil, nil
 local function member(base, code)
-  if base ~= last_base then
-    units = base % 10
-    local t = (base - units) / 10
-    last_base, tens, tens_up = base, t > 0 and dec(t) or '', nil
-  end
-  local digit = units + code
-  if digit < 10 then return tens .. D1[digit] end
-  if not tens_up then tens_up = dec((base - units) / 10 + 1) end
-  return tens_up .. D1[digit - 10]
+  return dec(base + code)
 end
 
 -- The state code stored for a URL in its bucket (1-3 final, 4-5 waiting), or nil.
@@ -73,13 +94,25 @@ local function known(bucket, base)
   return nil
 end
 
+local queues = {}  -- domain -> its two queue keys (built once per script)
 local function queue(domain, prio)
-  return NS .. domain .. SUFFIX[prio]
+  local keys = queues[domain]
+  if not keys then
+    keys = {[0] = NS .. domain .. SUFFIX[0], [1] = NS .. domain .. SUFFIX[1]}
+    queues[domain] = keys
+  end
+  return keys[prio]
 end
 
+local hosts_of = {}  -- url -> its host, found once per script
 local function host_of(url)
-  local netloc = string.match(url, '^[^:/]+://([^/]*)') or ''
-  return string.match(netloc, '([^@]*)$')
+  local host = hosts_of[url]
+  if not host then
+    host = string.match(url, '^[^:/]+://([^/]*)') or ''
+    if string.find(host, '@', 1, true) then host = string.match(host, '([^@]*)$') end
+    hosts_of[url] = host
+  end
+  return host
 end
 
 local function parse_lease(rec)
@@ -170,6 +203,15 @@ end
 -- its own adaptive rule {factor, min delay, max delay} if its override has one ("delay concurrency [f min max]");
 -- the delay is the larger of the configured one and the robots.txt Crawl-delay (both kept, for hosts.lua).
 local slots = {}
+-- Requests in flight per host are written at once, or, in a script that sets BATCH_INFLIGHT, kept in the slots
+-- (busy_known: hosts whose slot count is to be written) or as changes of hosts not read (busy_change), and
+-- written by flush_inflight() in one HMGET (for those changes), one HSET and one HDEL.
+local BATCH_INFLIGHT = false
+local busy_change, busy_known, busy_hosts = {}, {}, {}
+local function busy_touched(host)
+  if not busy_known[host] and not busy_change[host] then busy_hosts[#busy_hosts + 1] = host end
+end
+
 local function slot(host)
   local s = slots[host]
   if s then return s end
@@ -183,7 +225,13 @@ local function slot(host)
   end
   local configured, robots = delay, tonumber(filled(ROBOTS) and redis.call('HGET', ROBOTS, host) or '0')
   delay = math.max(delay, robots)
-  s = {host = host, delay = delay, conc = conc, busy = tonumber(redis.call('HGET', INFLIGHT, host) or '0'),
+  local busy = tonumber(redis.call('HGET', INFLIGHT, host) or '0')
+  if busy_change[host] then  -- released before this read (BATCH_INFLIGHT): the slot keeps the count from now on
+    busy = busy + busy_change[host]
+    busy_change[host] = nil
+    busy_known[host] = true
+  end
+  s = {host = host, delay = delay, conc = conc, busy = busy,
        next = tonumber(filled(NEXT) and redis.call('ZSCORE', NEXT, host) or '0'), adaptive = adaptive,
        configured = configured, crawl_delay = robots}
   slots[host] = s
@@ -299,19 +347,60 @@ end
 
 -- A host slot freed: its count of requests in flight goes down (its other fields are not read for that).
 local function release(host, domain)
-  local busy = redis.call('HINCRBY', INFLIGHT, host, '-1')
-  if slots[host] then slots[host].busy = busy end
-  if busy <= 0 then redis.call('HDEL', INFLIGHT, host) end
+  if not BATCH_INFLIGHT then
+    local busy = redis.call('HINCRBY', INFLIGHT, host, '-1')
+    if slots[host] then slots[host].busy = busy end
+    if busy <= 0 then redis.call('HDEL', INFLIGHT, host) end
+  elseif slots[host] then
+    busy_touched(host)
+    busy_known[host] = true
+    slots[host].busy = slots[host].busy - 1
+  else
+    busy_touched(host)
+    busy_change[host] = (busy_change[host] or 0) - 1
+  end
   wake(domain)
 end
 
 local function occupy(s, taken)
-  s.busy = redis.call('HINCRBY', INFLIGHT, s.host, int(taken))
+  if BATCH_INFLIGHT then
+    busy_touched(s.host)
+    busy_known[s.host] = true
+    s.busy = s.busy + taken
+  else
+    s.busy = redis.call('HINCRBY', INFLIGHT, s.host, int(taken))
+  end
   if s.delay > 0 then
     redis.call('ZADD', NEXT, 'GT', NOW + s.delay, s.host)
     fill(NEXT)
     s.next = math.max(s.next, NOW + s.delay)
   end
+end
+
+local function flush_inflight()
+  local asked = {}
+  for _, host in ipairs(busy_hosts) do
+    if busy_change[host] then asked[#asked + 1] = host end
+  end
+  local now_busy = {}
+  for i = 1, #asked, 1000 do
+    local last = math.min(i + 999, #asked)
+    local values = redis.call('HMGET', INFLIGHT, unpack(asked, i, last))
+    for j = i, last do now_busy[asked[j]] = tonumber(values[j - i + 1] or '0') + busy_change[asked[j]] end
+  end
+  local set, drop = {}, {}
+  for _, host in ipairs(busy_hosts) do
+    local busy = busy_known[host] and slots[host].busy or now_busy[host]
+    if busy <= 0 then
+      drop[#drop + 1] = host
+    else
+      set[#set + 1] = host
+      set[#set + 1] = int(busy)
+    end
+  end
+  for i = 1, #set, 1000 do redis.call('HSET', INFLIGHT, unpack(set, i, math.min(i + 999, #set))) end
+  for i = 1, #drop, 1000 do redis.call('HDEL', INFLIGHT, unpack(drop, i, math.min(i + 999, #drop))) end
+  busy_change, busy_known, busy_hosts = {}, {}, {}
 end
 
 local registered = {}  -- domains this script put in spider.website.domains

@@ -14,7 +14,7 @@ local CONDITIONAL = ARGV[17] == '1'
 local leased_kind = {[0] = 0, [1] = 0}
 local EXPIRE_BATCH, HUB_SCAN, ADOPT_BATCH = 1000, 1000, 1000
 local out, foreign = {}, {}
-SUM_COUNTS, BATCH_LEASES = true, true
+SUM_COUNTS, BATCH_LEASES, BATCH_INFLIGHT = true, true, true
 local DEADLINE_S = ARGV[7]
 local KIND_HELD = {[0] = '01 ', [1] = '11 '}  -- a lease record's start: kind, holds a host slot
 
@@ -218,5 +218,6 @@ leased = leased + pop_urls({[0] = wanted - leased, [1] = wanted - leased}, false
 if leased > 0 then count('pending', leased) end
 trim_taken()
 flush_leases()
+flush_inflight()
 flush_counts()
 return {out, foreign, {wanted, leased_kind[0], leased_kind[1]}}

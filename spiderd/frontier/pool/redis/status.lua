@@ -16,7 +16,7 @@ local THRESHOLD = tonumber(ARGV[7])
 local MAX_THROTTLES = tonumber(ARGV[8])
 local THROTTLES = P .. 'throttles'  -- fingerprint -> throttled fetches of an active URL
 local finals = {}
-SUM_COUNTS, BATCH_ENDS = true, true
+SUM_COUNTS, BATCH_ENDS, BATCH_INFLIGHT = true, true, true
 
 -- Block host until the time given; true if the URL's throttle is still within MAX_THROTTLES (counted).
 local function throttled(fp, host, block_end)
@@ -115,5 +115,6 @@ for i = 9, #ARGV, 7 do
   end
 end
 flush_ends()
+flush_inflight()
 flush_counts()
 return finals
