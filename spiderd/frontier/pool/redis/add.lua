@@ -16,7 +16,7 @@ for i = 10, #ARGV, 3 do
       if not code and LIMITED and tonumber(redis.call('HGET', HOSTS_SEEN, host) or '0') >= MAX then
         full = full + 1
       else
-        if not code and LIMITED then redis.call('HINCRBY', HOSTS_SEEN, host, 1) end
+        if not code and LIMITED then redis.call('HINCRBY', HOSTS_SEEN, host, '1') end
         if code then
           redis.call('SREM', bucket, member(base, code))
           count(FINAL_NAME[code], -1)

@@ -95,7 +95,7 @@ local function set_status(outcome, url, host, domain, kept, reason, validators)
     end
     redis.call('SADD', bucket, member(base, code))
     count(FINAL_NAME[code], 1)
-    local in_set = was_known and string.find(kept, tostring(prio), 1, true)
+    local in_set = was_known and string.find(kept, D1[prio], 1, true)
     if code == DONE and in_set then
       redis.call('ZADD', crawled(prio, domain), NOW, url)
     end
