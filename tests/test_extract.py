@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as s
 from lxml import etree
 
-from spiderd.fetch.extract import Extracted, PageRobots, Rules, extract
+from spiderd.fetch.extract import Extracted, Rules, extract
+from spiderd.fetch.pagerobots import PageRobots
 from spiderd.config.settings import from_dict
 from spiderd.core.urls import canonicalize, fingerprint, to_signed64
 

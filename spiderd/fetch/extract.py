@@ -21,6 +21,7 @@ from spiderd.core.digest import content_digest
 from spiderd.core.rules import Site
 from spiderd.core.urls import MAX_URL_LENGTH, BadURL, canonicalize, fingerprint, host_of, to_signed64
 from spiderd.fetch.decode import is_html, parse_html
+from spiderd.fetch.pagerobots import Directives, PageRobots, head_directives
 
 Kind = Literal["list", "detail"]
 MAX_LINKS = 10000
@@ -72,24 +73,6 @@ class Extracted:
 
 
 @dataclass(frozen=True, slots=True)
-class PageRobots:
-    """Which directives of a page are honoured (``[fetch]`` obey_nofollow, obey_meta_robots, canonical).
-
-    ``agents`` are the meta names and X-Robots-Tag prefixes that speak to us besides ``robots`` (the user
-    agent's product token, lower-case).
-    """
-
-    nofollow: bool = True  # rel="nofollow" on a link: that link is not followed
-    meta: bool = True  # <meta name="robots"> and X-Robots-Tag: noindex, nofollow, none
-    canonical: bool = True  # <link rel="canonical"> of a detail page: the item's url
-    agents: tuple[str, ...] = ()
-
-    def as_tuple(self) -> tuple[bool, bool, bool, tuple[str, ...]]:
-        """Plain data for the parse workers' init message."""
-        return (self.nofollow, self.meta, self.canonical, self.agents)
-
-
-@dataclass(frozen=True, slots=True)
 class _CompiledSite:
     site: Site
     list_res: tuple[re.Pattern[str], ...]
@@ -106,7 +89,7 @@ class Rules:
     ) -> None:
         self.sites = tuple(sites)
         self.page_robots = page_robots
-        self._robot_names = frozenset(("robots", *page_robots.agents))
+        self.robot_names = frozenset(("robots", *page_robots.agents))  # meta names and X-Robots-Tag agents for us
         self.anchors = anchors  # collect anchor texts and paths (for the linkbase): ~1.7x the time of a list page
         self.max_url_length = max_url_length
         self.max_path_depth = max_path_depth
@@ -206,7 +189,7 @@ def extract(
     or ``none`` (both), when the rules honour them; a header's ``noindex`` holds for any content type.
     """
     try:
-        header = _Directives.of_header(robots_tag, rules) if robots_tag and rules.page_robots.meta else None
+        header = Directives.of_header(robots_tag, rules.robot_names) if robots_tag and rules.page_robots.meta else None
         if header is not None and header.noindex and header.nofollow:
             return Extracted(noindex=True, nofollow=True)  # nothing of the page is used: no need to parse it
         result = _extract(url, body, content_type, kind, fetched_at, status, rules, max_links, header)
@@ -226,7 +209,7 @@ def _extract(
     status: int,
     rules: Rules,
     max_links: int,
-    header: _Directives | None = None,
+    header: Directives | None = None,
 ) -> Extracted:
     if kind not in ("list", "detail"):
         return Extracted(error="bad-kind")
@@ -241,7 +224,7 @@ def _extract(
         return Extracted(error="unparseable")
     result = Extracted(digest=content_digest(body))
     compiled = rules._compiled_for(page)
-    head = _head(root, rules, page, kind)
+    head = head_directives(root, rules.page_robots, rules.robot_names, kind)
     if header is not None:
         head.noindex, head.nofollow = head.noindex or header.noindex, head.nofollow or header.nofollow
     result.noindex, result.nofollow = head.noindex, head.nofollow
@@ -259,68 +242,7 @@ def _extract(
     return result
 
 
-# -- robots directives and the canonical URL ----------------------------------------------------------------
-
-
-_VALUE_DIRECTIVES = frozenset(("unavailable_after", "max-snippet", "max-image-preview", "max-video-preview"))
-_WORDS = re.compile(r"[\s,]+")
-
-
-class _Directives:
-    """What a page's robots directives say: noindex, nofollow, and the canonical href of its head."""
-
-    __slots__ = ("noindex", "nofollow", "canonical")
-
-    def __init__(self) -> None:
-        self.noindex = self.nofollow = False
-        self.canonical: str | None = None
-
-    def add(self, words: str) -> None:
-        """Take the words of one meta content or header value (``noindex, nofollow``, ``none``, ``all``)."""
-        for word in _WORDS.split(words.lower()):
-            if word in ("noindex", "none"):
-                self.noindex = True
-            if word in ("nofollow", "none"):
-                self.nofollow = True
-
-    @classmethod
-    def of_header(cls, robots_tag: str, rules: Rules) -> _Directives:
-        """X-Robots-Tag lines: ``noindex``, or ``<agent>: noindex, nofollow`` (for us only when the agent is
-        one of ours), and several agents on one line (``a: noindex, b: nofollow``)."""
-        found = cls()
-        for line in robots_tag.splitlines():
-            ours = True
-            for part in line.split(","):
-                name, colon, rest = part.partition(":")
-                name = name.strip().lower()
-                if colon and name not in _VALUE_DIRECTIVES and " " not in name:
-                    ours, part = name in rules._robot_names, rest
-                if ours:
-                    found.add(part)
-        return found
-
-
-def _head(root: etree._Element, rules: Rules, page: str, kind: str) -> _Directives:
-    """The directives of the page's ``<head>`` that the rules honour (meta robots, link rel=canonical).
-
-    Only the head is read (where libxml2 puts a meta or link that comes before the body's content): reading
-    it costs a few microseconds, a walk of the whole tree would cost as much as the links do.
-    """
-    found = _Directives()
-    robots = rules.page_robots
-    want_canonical = robots.canonical and kind == "detail"
-    if not (robots.meta or want_canonical):
-        return found
-    head = root.find("head")
-    if head is None:
-        return found
-    for element in head.iter("meta", "link"):
-        if element.tag == "meta":
-            if robots.meta and (element.get("name") or "").strip().lower() in rules._robot_names:
-                found.add(element.get("content") or "")
-        elif want_canonical and found.canonical is None and "canonical" in (element.get("rel") or "").lower().split():
-            found.canonical = element.get("href")
-    return found
+# -- the canonical URL ----------------------------------------------------------------------------------
 
 
 def _canonical(href: str | None, page: str, rules: Rules, compiled: _CompiledSite | None) -> str | None:
