@@ -1,7 +1,8 @@
 """Link-hop limits end to end: a whole node crawls a real twisted.web site on 127.0.0.1 whose list pages form a
 chain (seed -> a -> b -> c -> d), each with a detail page; with ``[pool] max_hops = 2`` c and b's detail page
 are never fetched, in the crawler's own fetches and with the all role's local worker, and the links past the
-limit are counted (``links_max_hops`` and the pool's ``rejected``, in ``GET /api/status``)."""
+limit are counted (``links_max_hops`` and the pool's ``rejected``, in ``GET /api/status``); on the LevelDB pool
+and on Redis."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.ops.web import Node
 
 from .test_crawl import node_settings, run_crawl
+from .test_pool_contract import RedisKeys
 from .webnode import start_api
 
 SITES = [{"name": "chain", "allowed_hosts": ["127.0.0.1"], "list_urls": [r"/[a-z]$"], "detail_urls": [r"/p/"],
@@ -60,6 +62,7 @@ class ChainSite(resource.Resource):
 
 class HopLimitTests(unittest.TestCase):
     timeout = 60
+    pool_class = "KVPool"
 
     def setUp(self) -> None:
         self.site = ChainSite()
@@ -70,7 +73,11 @@ class HopLimitTests(unittest.TestCase):
         self.addCleanup(shutil.rmtree, self.data, True)
 
     def settings(self, sites: list[dict[str, Any]] = SITES, **sections: Any) -> cfg.Settings:
+        sections["pool"] = {**self.pool_section(), **sections.get("pool", {})}
         return node_settings(str(self.data), self.root, sites=sites, **sections)
+
+    def pool_section(self) -> dict[str, Any]:
+        return {}
 
     @defer.inlineCallbacks
     def test_no_limit_by_default(self) -> Any:
@@ -85,6 +92,7 @@ class HopLimitTests(unittest.TestCase):
         """max_hops 2: the seed (hop 0), a and the seed's detail page (1), b and a's detail page (2) are fetched; c
         and b's detail page (3) never are; the two links are counted in /api/status."""
         crawler, stats = yield run_crawl(self.settings(pool={"max_hops": 2}))
+        self.assertEqual(type(crawler.pool).__name__, self.pool_class)
         self.assertEqual(sorted(set(self.site.requested)), ["/", "/a", "/b", "/p/0", "/p/1"])
         self.assertEqual((stats["done"], stats["waiting"], stats["failed"]), (5, 0, 0))
         self.assertEqual(stats["rejected"], {"max-hops": 2})
@@ -133,6 +141,16 @@ class HopLimitTests(unittest.TestCase):
         self.addCleanup(fetcher.close)
         answer = yield fetcher.fetch(service.url + "api/status")
         return json.loads(answer.body)
+
+
+class RedisHopLimitTests(RedisKeys, HopLimitTests):
+    """The same crawls on the Redis pool (a key space of its own on the test Redis; skipped without one)."""
+
+    pool_class = "RedisPool"
+
+    def pool_section(self) -> dict[str, Any]:
+        return {"backend": "redis", "redis_url": self.redis_url, "redis_prefix": self.prefix,
+                "redis_namespace": self.namespace}
 
 
 class _Stats:
