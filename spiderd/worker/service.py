@@ -32,6 +32,7 @@ from spiderd.store.interfaces import IPageStore
 from spiderd.worker.api import WorkerAPI
 from spiderd.worker.config import WorkerConfig
 from spiderd.worker.jobs import JobStore
+from spiderd.worker.pipeline import ClaimContent
 from spiderd.worker.runner import JobRunner
 from spiderd.worker.validate import Validator
 from spiderd.worker.table import job_rows
@@ -65,13 +66,15 @@ class WorkerService(Service):
         lane: Lane | None = None,
         clock: IReactorTime | None = None,
         stats: CrawlStats | None = None,
+        claim_content: ClaimContent | None = None,
     ) -> None:
         """Raises :class:`~.config.WorkerConfigError` for settings that cannot (or must not) run.
 
         ``rules`` defaults to ``parser.rules`` (the spiders are its sites); ``render_uri`` to
         :mod:`spiderd.core.feeduri`'s; ``incoming_dir`` to the shipper's spool ``incoming/`` directory; ``clock`` (the
         job pipeline's timers: retries, per-host delays) to the reactor; ``stats`` (the node's CrawlStats, if
-        given: status API, metrics, progress) counts every fetch of every job.
+        given: status API, metrics, progress) counts every fetch of every job; ``claim_content`` (the pool's, in the all
+        role with ``[items] skip_duplicate_content``) skips pages whose content another URL gave first.
         """
         config.check()
         self.setName("worker")
@@ -86,7 +89,7 @@ class WorkerService(Service):
         self.job_store = JobStore(config.jobs_dir, self._io)
         incoming = incoming_dir or default_incoming_dir(shipper)
         self.runner = JobRunner(reactor, config, self.job_store, self._io, fetcher, parser, store, shipper,
-                                render_uri, incoming, clock, stats)
+                                render_uri, incoming, clock, stats, claim_content)
         self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor,
                                    robots=getattr(fetcher, "robots", None) is not None)
         auth = Auth(username=config.username, password=config.password)
@@ -211,11 +214,12 @@ def worker_config(settings: Settings) -> WorkerConfig:
 
 def build_worker(settings: Settings, reactor: INodeReactor, fetcher: Fetcher, parser: ParsePool,
                  store: IPageStore | None, shipper: FeedShipper, lane: Lane | None = None,
-                 stats: CrawlStats | None = None) -> WorkerService:
+                 stats: CrawlStats | None = None, claim_content: ClaimContent | None = None) -> WorkerService:
     """The worker role's service for ``tap.build`` (raises WorkerConfigError, a ValueError, on bad settings).
 
     The robots.txt Crawl-delays that the fetcher's ``robots`` (if any) finds raise the jobs' per-host delays."""
-    worker = WorkerService(reactor, worker_config(settings), fetcher, parser, store, shipper, lane=lane, stats=stats)
+    worker = WorkerService(reactor, worker_config(settings), fetcher, parser, store, shipper, lane=lane, stats=stats,
+                           claim_content=claim_content)
     robots = getattr(fetcher, "robots", None)
     if robots is not None:
         robots.add_delay_listener(worker.set_host_delay)
