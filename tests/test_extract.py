@@ -409,7 +409,7 @@ def test_fuzz_html_ish_markup(body: bytes, content_type: str | None, kind: str, 
 def test_fuzz_link_paths_are_getpaths(body: bytes) -> None:
     """The linear-time paths of large pages are the ones lxml's getpath gives (small pages use getpath)."""
     from spiderd.fetch.decode import parse_html
-    from spiderd.fetch.extract import _hrefs, _Paths
+    from spiderd.fetch.links import _hrefs, _Paths
 
     root = parse_html(body + b"<!-- x --><p>1</p><p>2</p><!-- y -->", "text/html")
     if root is not None:
