@@ -31,7 +31,7 @@ from spiderd.core.rules import AdaptiveDelay, host_adaptive
 from spiderd.store.interfaces import IPageStore
 from spiderd.worker.api import WorkerAPI
 from spiderd.worker.config import WorkerConfig
-from spiderd.worker.jobs import JobStore
+from spiderd.worker.jobs import Job, JobStore
 from spiderd.worker.pipeline import ClaimContent
 from spiderd.worker.runner import JobRunner
 from spiderd.worker.validate import Validator
@@ -93,7 +93,8 @@ class WorkerService(Service):
         self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor,
                                    robots=getattr(fetcher, "robots", None) is not None)
         auth = Auth(username=config.username, password=config.password)
-        api = WorkerAPI(self.runner, self.validator, config.host_name, auth)
+        self._api = api = WorkerAPI(self.runner, self.validator, config.host_name, auth)
+        self.ready: Deferred[None] = defer.succeed(None)  # the jobs on disk loaded and running (after startService)
         self.site = JsonSite(api, config.max_body_size, config.host_name, "Worker API", reactor=reactor)
         self.port: IListeningPort | None = None
 
@@ -145,9 +146,8 @@ class WorkerService(Service):
         return getattr(self.shipper, "waiting", 0)
 
     def startService(self) -> None:
-        """Load the persisted jobs, start running them, then listen."""
-        jobs = self.job_store.load()
-        self.runner.open()
+        """Listen, then open the ledgers and load the persisted jobs on the I/O lane (``ready`` fires once they
+        run again); the API answers a request that comes meanwhile once they are loaded."""
         self.port = self._reactor.listenTCP(
             self.config.port,
             self.site,  # type: ignore[arg-type]  # Twisted's hint takes no Site (a factory of another protocol)
@@ -155,6 +155,17 @@ class WorkerService(Service):
         )
         super().startService()
         self._lane.start()
+        self.ready = self._io(self._recover).addCallback(self._recovered)
+        self._api.ready = self.ready
+
+    def _recover(self) -> list[Job]:
+        """Thread: the itemized and accepted ledgers opened, the jobs on disk read."""
+        self.runner.open()
+        return self.job_store.load()
+
+    def _recovered(self, jobs: list[Job]) -> None:
+        if not self.running:  # stopped while the jobs were read: they stay on disk for the next start
+            return
         self.runner.start(jobs)
         host, port = self.address
         log.info("Worker API (Scrapyd-compatible) on http://{host}:{port}/: project {project!r}, spiders {spiders}, "
@@ -165,6 +176,7 @@ class WorkerService(Service):
     def stopService(self) -> Any:
         """Close the port, let running jobs finish until ``stop_timeout`` (then they stay pending), flush."""
         super().stopService()
+        yield lifecycle.settled([self.ready])  # recovery over (if it failed, the stop goes on)
         if self.port is not None:
             yield self.port.stopListening()
             self.port = None
