@@ -146,15 +146,17 @@ def build(settings: cfg.Settings, reactor: INodeReactor, demo: bool = False, sig
 
 
 def _worker(base: Base) -> WorkerService | None:
-    """The Scrapyd-compatible worker and its feed shipper: in the worker role, and in "all" with a local target."""
+    """The Scrapyd-compatible worker and its feed shipper: in the worker role, and in "all" with a local target
+    (which, with ``[items] skip_duplicate_content``, claims its pages' content digests in the pool)."""
     s = base.settings
     if s.role != "worker" and not (s.role == "all" and "local" in s.batch_targets):
         return None
     shipper = base.add(FeedShipper(base.reactor, s.path("spool"), retry_max=s.feed_retry_max,
                                    stop_timeout=s.feed_stop_timeout, lane=base.blocking.lane("feed", 3)))
     try:
+        claim = base.pool.claim_content if base.pool is not None and s.skip_duplicate_content else None
         return base.add(build_worker(s, base.reactor, base.fetcher, base.parser, base.store, shipper,
-                                     base.blocking.lane("worker-io"), base.stats))
+                                     base.blocking.lane("worker-io"), base.stats, claim))
     except WorkerConfigError as e:
         raise cfg.ConfigError(f"{s.source}: {e}") from None
 

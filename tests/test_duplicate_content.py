@@ -1,6 +1,7 @@
 """Content digests and [items] skip_duplicate_content, in a whole node's crawl against a real twisted.web site on
 127.0.0.1 serving two URLs with the same body and one with another: the digest column, the items' digest field,
-and with the setting on no second item for the same content, the URL done and counted (status and metrics)."""
+and with the setting on no second item for the same content, the URL done and counted (status and metrics), in
+the crawler's own fetches and in the all role's local worker's jobs."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ from twisted.internet.task import Clock
 from twisted.trial import unittest
 from twisted.web import resource, server
 
+from spiderd import tap
+from spiderd.config import settings as cfg
 from spiderd.core.digest import content_digest
+from spiderd.core.lifecycle import wait_idle
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.ops.web import Node
 
@@ -100,6 +104,51 @@ class DuplicateContentTests(unittest.TestCase):
         again, _ = yield self.crawl(items={"skip_duplicate_content": True}, pool={"seeds": [self.root + "p/1?x=1"]})
         self.assertEqual((again.stats.counts["duplicate_content"], again.stats.counts["items"]), (1, 0))
         self.assertEqual(self.items(), items)
+
+    @defer.inlineCallbacks
+    def worker_crawl(self, skip: bool) -> Any:
+        """The all role with its own worker (batch targets ["local"]): the detail pages go through its jobs; fires
+        with (the node's stats, the shipped items by URL: their digests)."""
+        feeds = self.data / "shipped"
+        settings = node_settings(str(self.data), self.root, sites=SITES, batch={"targets": ["local"], "size": 20},
+                                 items={"skip_duplicate_content": skip},
+                                 worker={"feed_template": f"file://{feeds}/%(batch)s_%(name)s_%(time)s.jl"})
+        cfg.check_data_dir(settings)
+        top = tap.build(settings, reactor)
+        crawler, batcher, worker = (top.getServiceNamed(n) for n in ("crawler", "batcher", "worker"))
+        top.startService()
+        try:
+            yield crawler.finished
+            yield batcher.flush()
+            yield wait_idle(reactor, lambda: batcher.idle() and worker.idle(), batcher.settled, worker.settled,
+                            interval=3600)
+        finally:
+            yield top.stopService()
+        lines = [json.loads(line) for p in sorted(feeds.glob("*.jl")) for line in p.open()]
+        self.assertEqual(batcher.status()["sent"], 1)  # one batch of the three detail URLs
+        return crawler.stats, {item["url"]: item["digest"] for item in lines}
+
+    @defer.inlineCallbacks
+    def test_local_worker_keeps_every_item_by_default(self) -> Any:
+        """Without the setting, the local worker's jobs make an item of each page, same content or not."""
+        stats, items = yield self.worker_crawl(False)
+        same, other = content_digest(SAME), content_digest(OTHER)
+        self.assertEqual(items, {self.root + "p/1": same, self.root + "p/1?sid=42": same, self.root + "p/2": other})
+        self.assertEqual(stats.counts["duplicate_content"], 0)
+
+    @defer.inlineCallbacks
+    def test_local_worker_skips_duplicate_content(self) -> Any:
+        """With skip_duplicate_content, the all role's local worker claims each page's digest in the pool as the
+        crawler does: the second URL of the same content makes no item and no stored page, and is counted."""
+        stats, items = yield self.worker_crawl(True)
+        same, other = content_digest(SAME), content_digest(OTHER)
+        self.assertEqual(sorted(items.values()), sorted([same, other]))
+        self.assertIn(self.root + "p/2", items)
+        self.assertEqual(self.rows(), items)
+        self.assertEqual(stats.counts["duplicate_content"], 1)
+        status, metrics = yield self.api(stats)
+        self.assertEqual(status["counts"]["duplicate_content"], 1)
+        self.assertIn("spiderd_duplicate_content_total 1.0", metrics)
 
     @defer.inlineCallbacks
     def api(self, stats: Any) -> Any:

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as s
 from lxml import etree
 
-from spiderd.fetch.extract import Extracted, PageRobots, Rules, extract
+from spiderd.fetch.extract import Extracted, Rules, extract
+from spiderd.fetch.pagerobots import PageRobots
 from spiderd.config.settings import from_dict
 from spiderd.core.urls import canonicalize, fingerprint, to_signed64
 
@@ -407,9 +408,10 @@ def test_fuzz_html_ish_markup(body: bytes, content_type: str | None, kind: str, 
 @given(body=markup())
 def test_fuzz_link_paths_are_getpaths(body: bytes) -> None:
     """The linear-time paths of large pages are the ones lxml's getpath gives (small pages use getpath)."""
-    from spiderd.fetch.extract import _hrefs, _parse, _Paths
+    from spiderd.fetch.decode import parse_html
+    from spiderd.fetch.links import _hrefs, _Paths
 
-    root = _parse(body + b"<!-- x --><p>1</p><p>2</p><!-- y -->", "text/html")
+    root = parse_html(body + b"<!-- x --><p>1</p><p>2</p><!-- y -->", "text/html")
     if root is not None:
         paths, getpath = _Paths(), root.getroottree().getpath
         for element in _hrefs(root, True)[1] + list(root.iter(etree.Element)):

@@ -887,6 +887,80 @@ class PoolContract:
             assert (yield pool.add("http://trap.example/cal/later")) is False  # the count survives a restart
 
     @defer.inlineCallbacks
+    def crawl_step(self, pool: Any, url: str, links: list[str], code: int = 200, **kwargs: Any) -> Generator[Any, Any, int]:
+        """Pop until ``url`` is leased, add ``links`` as its links, record ``code``; fires with the links added."""
+        popped = yield self.drain(pool)
+        assert url in popped, (url, popped)
+        added = yield pool.addmany(links, parent=url, **kwargs)
+        for other in popped:
+            yield pool.set_status(other, code if other == url else 200)
+        return added
+
+    @defer.inlineCallbacks
+    def test_max_hops(self) -> Gen:
+        """With max_hops 2: a seed is hop 0, its links hop 1, theirs hop 2; a link past that is not queued, and
+        counted; a URL found again keeps the count it was first queued with."""
+        pool = yield self.make_pool(concurrency=10, max_hops=2)
+        yield pool.add("http://a.example/seed")
+        assert (yield self.crawl_step(pool, "http://a.example/seed", ["http://a.example/1"])) == 1
+        assert (yield self.crawl_step(pool, "http://a.example/1", ["http://a.example/2", "http://a.example/3",
+                                                                   "http://b.example/d"], detail=True)) == 3
+        popped = yield self.drain(pool)
+        assert sorted(popped) == ["http://a.example/2", "http://a.example/3", "http://b.example/d"]
+        assert (yield pool.addmany(["http://a.example/far", "http://a.example/1"], parent="http://a.example/2")) == 0
+        assert (yield pool.stats())["rejected"] == {"max-hops": 1}  # a known URL is not counted as past the limit
+        for url in popped:
+            yield pool.set_status(url, 200)
+        assert (yield pool.size()) == 0
+        yield pool.add("http://c.example/seed2")
+        popped = yield self.drain(pool)
+        assert (yield pool.addmany(["http://c.example/x"], parent="http://c.example/seed2")) == 1
+        yield pool.set_status("http://c.example/seed2", 200)
+        yield pool.add("http://c.example/x", always=True)  # already waiting at hop 1: it keeps that count
+        assert (yield self.crawl_step(pool, "http://c.example/x", ["http://c.example/y"])) == 1
+        assert (yield self.crawl_step(pool, "http://c.example/y", ["http://c.example/z"])) == 0
+
+    @defer.inlineCallbacks
+    def test_max_hops_kept_through_retries_expiry_and_reopen(self) -> Gen:
+        """A URL's hop count stays with it when it is retried, when its lease runs out, and across a reopen."""
+        pool = yield self.make_pool(concurrency=10, max_hops=1, pending_threshold=30)
+        yield pool.add("http://a.example/seed")
+        assert (yield self.crawl_step(pool, "http://a.example/seed", ["http://a.example/1"])) == 1
+        assert (yield self.crawl_step(pool, "http://a.example/1", [], code=500)) == 0  # retried
+        assert list((yield self.drain(pool))) == ["http://a.example/1"]
+        self.clock.advance(31)  # its lease runs out: queued again
+        if self.reopens:
+            pool = yield self.make_pool(concurrency=10, max_hops=1, pending_threshold=30)
+        assert (yield self.crawl_step(pool, "http://a.example/1", ["http://a.example/2"])) == 0
+        assert (yield pool.stats())["rejected"] == {"max-hops": 1}
+
+    @defer.inlineCallbacks
+    def test_max_hops_per_site_and_within_hops(self) -> Gen:
+        """A site's own limit (by registered domain) wins over the pool's; within_hops filters links that go
+        elsewhere (the batcher) by the same rule, and counts those it drops."""
+        pool = yield self.make_pool(concurrency=10, max_hops=3, site_hops={"b.example": 1})
+        yield pool.add("http://a.example/seed")
+        assert (yield self.crawl_step(pool, "http://a.example/seed", ["http://a.example/1"])) == 1
+        links = ["http://a.example/2", "http://www.b.example/2", "http://c.example/2"]
+        popped = yield self.drain(pool)
+        assert (yield pool.within_hops("http://a.example/1", links)) == [links[0], links[2]]
+        assert (yield pool.within_hops("http://a.example/seed", links)) == links  # not leased: hop 0
+        assert (yield pool.addmany(links, parent="http://a.example/1")) == 2
+        assert (yield pool.stats())["rejected"] == {"max-hops": 2}
+        for url in popped:
+            yield pool.set_status(url, 200)
+
+    @defer.inlineCallbacks
+    def test_no_hop_limit(self) -> Gen:
+        """Without a limit, links are queued whatever their depth, and within_hops keeps them all."""
+        pool = yield self.make_pool(concurrency=10)
+        yield pool.add("http://a.example/0")
+        for i in range(5):
+            assert (yield self.crawl_step(pool, f"http://a.example/{i}", [f"http://a.example/{i + 1}"])) == 1
+        assert (yield pool.within_hops("http://a.example/5", ["http://a.example/6"])) == ["http://a.example/6"]
+        assert (yield pool.stats())["rejected"] == {}
+
+    @defer.inlineCallbacks
     def test_fetched_frees_the_host_slot_but_keeps_the_lease(self) -> Gen:
         """fetched() lets the host's next URL out while the first is still pending (being processed)."""
         pool = yield self.make_pool(concurrency=1)
@@ -1113,6 +1187,29 @@ class LevelDBPoolTests(PoolContract, TestCase):
     def open_other(self, politeness: Politeness) -> defer.Deferred[Any]:
         return defer.succeed(open_leveldb_pool(self.mktemp(), self.clock, politeness=politeness))
 
+    @defer.inlineCallbacks
+    def test_hops_in_queue_and_lease_values(self) -> Gen:
+        """A URL at 1 hop or more has its count in its Q (waiting) or L (leased) value, 2 bytes; a seed and a pool
+        without a limit have none; export and fsck read the values as before; a claim keeps the count."""
+        from spiderd.frontier.pool import keys as k
+        from spiderd.frontier.pool.fsck import check
+
+        pool = yield self.make_pool(concurrency=10, max_hops=3)
+        yield pool.add("http://a.example/seed")
+        [(_, seed)] = list(pool._kv.iterator(prefix=k.QUEUE))
+        assert seed == b"\x00http://a.example/seed"
+        yield pool.pop(10)
+        yield pool.addmany(["http://a.example/1", "http://b.example/2"], parent="http://a.example/seed")
+        queued = sorted(value for _, value in pool._kv.iterator(prefix=k.QUEUE))
+        assert queued == [b"\x00\x00\x01http://a.example/1", b"\x00\x00\x01http://b.example/2"]
+        assert (yield pool.claim("http://b.example/2", by="http://a.example/seed")) is True
+        leases = sorted(value for _, value in pool._kv.iterator(prefix=k.LEASE))
+        assert leases == [b"\x00\x00\x00\x01http://b.example/2", b"\x00\x00http://a.example/seed"]
+        assert check(pool._kv) == []
+        exported = yield self.export_all(pool)
+        assert sorted(r["url"] for r in exported) == ["http://a.example/1", "http://a.example/seed",
+                                                      "http://b.example/2"]
+
 
 class RedisKeys:
     """A key space of its own on the test Redis (skipped without one), deleted after the test."""
@@ -1158,6 +1255,21 @@ class RedisPoolTests(RedisKeys, PoolContract, TestCase):
         for old in self.pools:
             yield old.close()
         return (yield self.open_redis(self.clock, politeness, options))
+
+    @defer.inlineCallbacks
+    def test_hop_counts_dropped_at_a_final_status(self) -> Gen:
+        """Hop counts live in P h:<bucket> while a URL is active (not for a seed, nor without a limit): a done or
+        failed URL drops its count, so finished URLs cost nothing."""
+        pool = yield self.make_pool(concurrency=10, max_hops=3)
+        yield pool.add("http://a.example/seed")
+        assert [key for key in (yield self.keys()) if ":h:" in key] == []
+        assert (yield self.crawl_step(pool, "http://a.example/seed", ["http://a.example/1", "http://a.example/2"]))
+        assert [key for key in (yield self.keys()) if ":h:" in key]
+        popped = yield self.drain(pool)
+        yield pool.set_status("http://a.example/1", 200)
+        yield pool.set_status("http://a.example/2", 404)
+        assert sorted(popped) == ["http://a.example/1", "http://a.example/2"]
+        assert [key for key in (yield self.keys()) if ":h:" in key] == []
 
     def open_other(self, politeness: Politeness) -> defer.Deferred[Any]:
         other = self.namespace + "other:"

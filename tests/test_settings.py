@@ -302,6 +302,11 @@ def test_unwritable_data_dir(tmp_path: Path) -> None:
         ({"sites": [{"allowed_hosts": ["a"], "recrawl_list": -1}]}, "sites[0].recrawl_list", "0 or more"),
         ({"sites": [{"allowed_hosts": ["a"], "recrawl_detail": "1h"}]}, "sites[0].recrawl_detail", "a number"),
         ({"sites": [{"allowed_hosts": ["a"], "recrawl_detail": 60}]}, "sites[0].recrawl_detail", "batch.targets = []"),
+        ({"pool": {"max_hops": -1}}, "pool.max_hops", "must be 0..255"),
+        ({"pool": {"max_hops": 256}}, "pool.max_hops", "0 = no limit"),
+        ({"pool": {"max_hops": "3"}}, "pool.max_hops", "an integer"),
+        ({"pool": {"max_hops": 2.5}}, "pool.max_hops", "an integer"),
+        ({"sites": [{"allowed_hosts": ["a"], "max_hops": 1000}]}, "sites[0].max_hops", "must be 0..255"),
     ],
 )
 def test_bad_cluster_values(raw: dict[str, Any], key: str, words: str) -> None:
@@ -326,6 +331,22 @@ def test_cluster_values() -> None:
     assert (settings.sites[0].recrawl_list, settings.sites[0].recrawl_detail) == (3600.0, 0.0)
     assert (settings.list_ratio, settings.detail_ratio) == (0.25, 0.75)
     assert cfg.from_dict({}).store_url == "sqlite:///pages.sqlite3"
+
+
+def test_max_hops() -> None:
+    """[pool] max_hops and [[sites]] max_hops load (0, no limit, by default) and reach the pool's options: the
+    sites' limits by the registered domains of their allowed hosts, the lower one for a domain of two sites."""
+    from spiderd.frontier.pool.service import pool_options
+
+    assert (cfg.from_dict({}).max_hops, cfg.from_dict({"sites": [{"allowed_hosts": ["a"]}]}).sites[0].max_hops) == (0, 0)
+    settings = cfg.from_dict({"pool": {"max_hops": 5}, "sites": [
+        {"name": "one", "allowed_hosts": ["www.a.example", "b.example"], "max_hops": 3},
+        {"name": "two", "allowed_hosts": ["shop.a.example"], "max_hops": 2},
+        {"name": "three", "allowed_hosts": ["c.example"]},
+    ]})
+    assert (settings.max_hops, [site.max_hops for site in settings.sites]) == (5, [3, 2, 0])
+    options = pool_options(settings)
+    assert (options["max_hops"], options["site_hops"]) == (5, {"a.example": 2, "b.example": 3})
 
 
 def _wrong_value(kind: str) -> object:

@@ -29,7 +29,8 @@ from spiderd.feed import warc
 from spiderd.feed.errors import BadFeedError
 from spiderd.feed.shipper import FeedShipper
 from spiderd.feed.warcfiles import WarcWriter
-from spiderd.fetch.fetcher import FetchConfig, Fetcher, accept_encoding
+from spiderd.fetch.body import accept_encoding
+from spiderd.fetch.fetcher import FetchConfig, Fetcher
 
 from .test_crawl import node_settings, run_crawl
 from .test_feed import FTPd

@@ -9,6 +9,7 @@ import shutil
 import sqlite3
 import stat
 import tempfile
+import threading
 from typing import Any
 from urllib.parse import urlencode
 
@@ -17,13 +18,15 @@ from twisted.internet import defer, reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 from twisted.internet.protocol import Protocol
-from twisted.internet.task import Clock
+from twisted.internet.task import Clock, deferLater
 from twisted.logger import capturedLogs, formatEvent
 from twisted.trial import unittest
 from twisted.web.client import Agent, HTTPConnectionPool
 from treq.client import HTTPClient
 
 from spiderd.config import settings as cfg
+from spiderd.core.blocking import Lane
+from spiderd.core.net import serving
 from spiderd.demo.config import DEMO
 from spiderd.demo.site import PRIVATE, SiteSpec, listen, port_of, render
 from spiderd.feed.shipper import FeedShipper
@@ -383,6 +386,28 @@ class ErrorTests(WorkerTestBase):
     """Every refusal is a clear JSON error with the code Scrapyd 1.6 uses, and persists nothing."""
 
     @defer.inlineCallbacks
+    def test_a_big_form_is_decoded_on_the_lane(self) -> Any:
+        """A schedule.json form of FORM_ON_LANE bytes or more is decoded on the worker's lane, not the reactor
+        thread, and is accepted as a small one is (its job holds every start URL)."""
+        threads: list[str] = []
+        decode = serving.parse_qs
+
+        def spy(*args: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            return decode(*args)
+
+        self.patch(serving, "parse_qs", spy)
+        service = self.worker(max_body_size=4 * serving.FORM_ON_LANE)
+        paths = [f"/item/{i}.html?pad={'x' * 40}" for i in range(serving.FORM_ON_LANE // 50)]
+        jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                    ("setting", self.urls(*paths)))
+        self.assertEqual(len(threads), 1)
+        self.assertNotEqual(threads[0], threading.main_thread().name)
+        job = service.runner.jobs[jobid]
+        self.assertEqual(service.job_store.load_urls(job), [self.root + p for p in paths])
+        yield service.runner.cancel(jobid)
+
+    @defer.inlineCallbacks
     def test_errors(self) -> Any:
         """Missing or unknown parameters, bad values, wrong methods: HTTP 200, status error, node_name."""
         self.worker()
@@ -479,7 +504,7 @@ class ErrorTests(WorkerTestBase):
     def test_huge_bodies(self) -> Any:
         """Bodies over the cap get 413 and a JSON error: declared too big (not read), sent too big, chunked too big."""
         cap = 64 * 1024
-        self.worker(max_body_size=cap)
+        yield self.worker(max_body_size=cap).ready  # its jobs directory made, on its lane
         code, answer, _ = yield self.call("POST", "/schedule.json",
                                           [("project", "spiderd"), ("spider", "demo-shop"), ("x", "a" * (cap + 100))])
         self.assertEqual((code, answer["status"], answer["node_name"]), (413, "error", "test-node"))
@@ -672,6 +697,43 @@ class PersistenceTests(WorkerTestBase):
     """Accepted jobs survive stops and crashes; a re-run makes one whole feed file."""
 
     @defer.inlineCallbacks
+    def test_jobs_are_read_on_the_lane_and_requests_wait_for_them(self) -> Any:
+        """At start the ledgers and the jobs on disk are read on the worker's lane, not the reactor thread; a
+        request that comes meanwhile (here, while the lane is held) is answered once they are read."""
+        held: Deferred[None] = Deferred()
+        threads: list[str] = []
+        lane = Lane(reactor, "worker-io")
+        run = lane.run
+
+        def spy(function: Any, *args: Any) -> Any:
+            if getattr(function, "__name__", "") == "_recover":
+                def recover() -> Any:
+                    threads.append(threading.current_thread().name)
+                    return function(*args)
+
+                return held.addCallback(lambda _: run(recover))
+            return run(function, *args)
+
+        self.patch(lane, "run", spy)
+        service = WorkerService(reactor, self.config(), self.fetcher, self.parser("demo-shop"), self.store,
+                                self.shipper, lane=lane)
+        service.startService()
+        self.addCleanup(lambda: service.stopService() if service.running else None)
+        self.api = "http://%s:%d" % service.address
+        answered: list[Any] = []
+        self.call("GET", "/listjobs.json").addCallback(answered.append)
+        for _ in range(20):  # the request has come in and waits (a few reactor turns, no timer)
+            yield deferLater(reactor, 0, lambda: None)
+        self.assertEqual(answered, [])
+        held.callback(None)
+        yield service.ready
+        while not answered:
+            yield deferLater(reactor, 0, lambda: None)
+        self.assertEqual((answered[0][0], answered[0][1]["status"]), (200, "ok"))
+        self.assertEqual(len(threads), 1)
+        self.assertNotEqual(threads[0], threading.main_thread().name)
+
+    @defer.inlineCallbacks
     def test_restart_runs_accepted_jobs(self) -> Any:
         """Stopped at the deadline, a running job is persisted pending; a new worker runs it and the queued one."""
         service = self.worker(max_jobs=1, stop_timeout=0.0, job_concurrency=1)  # only the held page in flight
@@ -690,6 +752,7 @@ class PersistenceTests(WorkerTestBase):
         self.assertFalse(os.path.exists(self.feeds))
         self.gate.open()
         again = self.worker(max_jobs=1)
+        yield again.ready
         job_a = yield again.runner.when_done(a)
         job_b = yield again.runner.when_done(b)
         yield self.shipper.settled()
@@ -731,6 +794,7 @@ class PersistenceTests(WorkerTestBase):
             f.write('{"url": "from-before-the-crash"}\n')
         self.crashed_job("taken", self.good(3, 1), feed, shipping=True)
         service = self.worker()
+        yield service.ready  # the jobs on disk read (on the worker's lane)
         torn_job = yield service.runner.when_done("torn")
         ready_job = yield service.runner.when_done("ready")
         taken_job = yield service.runner.when_done("taken")

@@ -15,7 +15,7 @@ from typing import Any, Callable, TypeVar, overload
 
 from spiderd.core.cron import parse as parse_cron
 from spiderd.core.feeduri import render_uri
-from spiderd.core.rules import SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS, HostRule
+from spiderd.core.rules import MAX_HOPS, SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS, HostRule
 from spiderd.core.secrets import redact_text
 from spiderd.core.compression import FAST
 
@@ -398,6 +398,7 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "bucket_bits": _bucket_bits,
     "feed_template": _feed_template,
     "url_paths": _url_paths,
+    "max_hops": _bounded_int(0, MAX_HOPS, "link hops from a seed; 0 = no limit"),
     "sitemap_urls": _bounded_int(1, SITEMAP_MAX_URLS, "the sitemap protocol's limit per file"),
     "sitemap_size": _bounded_int(1, SITEMAP_MAX_SIZE, "bytes uncompressed: the sitemap protocol's limit per file"),
 }

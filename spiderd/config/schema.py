@@ -23,6 +23,7 @@ SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "max_url_length": ("max_url_length", "positive_int"),
         "max_path_depth": ("max_path_depth", "positive_int"),
         "max_urls_per_host": ("max_urls_per_host", "count"),
+        "max_hops": ("max_hops", "max_hops"),  # link hops from a seed (0: no limit)
         "redis_url": ("redis_url", "redis_url"),
         "redis_prefix": ("redis_prefix", "str"),
         "redis_namespace": ("redis_namespace", "str"),
@@ -134,6 +135,7 @@ SITE_KEYS = {  # the keys of one [[sites]] table (spiderd.config.sites)
     "headers",
     "proxy",
     "cookies",
+    "max_hops",
 }
 
 

@@ -64,6 +64,7 @@ class Settings:
     max_url_length: int = 2083
     max_path_depth: int = 32
     max_urls_per_host: int = 0
+    max_hops: int = 0  # links from a seed a URL may be (seeds, hubs, API adds: 0); 0 = no limit
     # [fetch]
     concurrency: int = 64
     per_host_concurrency: int = 8

@@ -49,6 +49,7 @@ def _site(table: Any, where: str) -> Site:
         headers=_headers(table.get("headers", {}), f"{where}.headers"),
         proxy=_proxy(table.get("proxy", ""), f"{where}.proxy"),
         cookies=convert("bool", table.get("cookies", False), f"{where}.cookies"),
+        max_hops=convert("max_hops", table.get("max_hops", 0), f"{where}.max_hops"),
     )
 
 

@@ -12,9 +12,10 @@ An ETag or a date that does not fit is not kept.  Sans I/O.
 from __future__ import annotations
 
 import email.utils
-import math
 import re
 from dataclasses import dataclass
+
+from spiderd.core.httpdate import header_text, http_date
 
 NOT_MODIFIED = 304
 MAX_ETAG = 128
@@ -51,32 +52,16 @@ class Validators:
                           newer.last_modified if newer.last_modified is not None else self.last_modified)
 
 
-def _text(value: bytes | str | None) -> str | None:
-    if value is None:
-        return None
-    text = value.decode("latin-1") if isinstance(value, bytes) else value
-    return text.strip() or None
-
-
 def parse_etag(value: bytes | str | None) -> str | None:
     """An ``ETag`` header's value if the pool can keep it (printable ASCII, no space, at most MAX_ETAG), else None."""
-    text = _text(value)
+    text = header_text(value)
     return text if text is not None and _ETAG.fullmatch(text) else None
 
 
 def parse_http_date(value: bytes | str | None) -> int | None:
     """An HTTP date (``Last-Modified``) as Unix seconds, or None if absent, bad or outside 1970..2106."""
-    text = _text(value)
-    if text is None:
-        return None
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:  # an HTTP date is GMT; parsedate gives a naive datetime for "-0000"
-        return None
-    seconds = when.timestamp()
-    return int(seconds) if math.isfinite(seconds) and 0 < seconds <= _MAX_SECONDS else None
+    seconds = http_date(value)
+    return int(seconds) if seconds is not None and 0 < seconds <= _MAX_SECONDS else None
 
 
 def from_headers(etag: bytes | str | None, last_modified: bytes | str | None) -> Validators | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+MAX_HOPS = 255  # the highest link-hop limit ([pool] and [[sites]] max_hops): the pools keep a count in a byte
 SITEMAP_MAX_URLS = 50_000  # entries in one sitemap file, at most (sitemaps.org): the most [sitemaps] max_urls takes
 SITEMAP_MAX_SIZE = 50 * 1024 * 1024  # uncompressed bytes of one sitemap file (52,428,800): the most max_size takes
 
@@ -40,6 +41,7 @@ class Site:
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # extra request headers (name, value); may hold a token
     proxy: str = field(default="", repr=False)  # http://[user:pass@]host:port the site's http:// URLs go through; "": none
     cookies: bool = False  # keep the cookies the site's hosts set (a jar per site, in memory) and send them back
+    max_hops: int = 0  # link hops from a seed its URLs may be (its hosts' registered domains); 0: [pool] max_hops
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,10 @@ the callers give the time.
 
 from __future__ import annotations
 
-import email.utils
-import math
 from dataclasses import dataclass, field
 
 from spiderd.core import status as st
+from spiderd.core.httpdate import header_text, http_date
 from spiderd.core.retry import Backoff
 
 THROTTLE_CODES = frozenset({429, 503})
@@ -25,21 +24,13 @@ MAX_HOSTS = 100_000  # hosts whose streak is remembered at most (a crawl of more
 
 def parse_retry_after(value: str | bytes | None, now: float) -> float | None:
     """The seconds a ``Retry-After`` value asks to wait from ``now`` (Unix time), at least 0; None if absent or bad."""
-    if value is None:
-        return None
-    text = (value.decode("latin-1") if isinstance(value, bytes) else value).strip()
-    if not text:
+    text = header_text(value)
+    if text is None:
         return None
     if text.isdigit():
         return float(int(text))
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:  # an HTTP date is GMT; parsedate gives a naive datetime for "-0000"
-        return None
-    wait = when.timestamp() - now
-    return max(0.0, wait) if math.isfinite(wait) else None
+    when = http_date(text)
+    return None if when is None else max(0.0, when - now)
 
 
 def throttled(code: int) -> bool:

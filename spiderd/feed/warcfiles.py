@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 from twisted.application.service import Service
 from twisted.internet import defer
@@ -22,7 +22,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from spiderd.core.blocking import Lane
-from spiderd.core.fsutil import fsync_dir, unlink_quietly
+from spiderd.core.fsutil import LaneFile, fsync_dir, unlink_quietly
 from spiderd.feed import warc
 from spiderd.feed.items import PART
 
@@ -204,17 +204,14 @@ class WarcWriter(Service):
         return completed
 
 
-class JobWarc:
+class JobWarc(LaneFile):
     """A worker job's answers as one WARC file (``<job id>.warc.gz``), written on the job's I/O thread in order;
     ``open`` truncates (a job run again rewrites it), ``close`` makes it durable.  Its feed name:
     :func:`warc_uri`."""
 
     def __init__(self, path: str, io: Callable[..., Deferred[Any]]) -> None:
         warc.require()
-        self.path = path
-        self._io = io
-        self._file: Any = None
-        self._error: BaseException | None = None
+        super().__init__(path, io)
 
     def open(self) -> Deferred[None]:
         return self._io(self._open)
@@ -230,35 +227,11 @@ class JobWarc:
     def discard(self) -> Deferred[None]:
         return self._io(self._discard)
 
-    def _open(self) -> None:
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self._file = open(self.path, "wb")
-        self._file.write(warc.warcinfo_record(os.path.basename(self.path)))
+    def _opened(self, file: IO[Any]) -> None:
+        file.write(warc.warcinfo_record(os.path.basename(self.path)))
 
-    def _write(self, result: Any) -> None:
-        try:
-            self._file.write(warc.answer_records(result))
-        except Exception as e:  # remembered, raised by close
-            self._error = self._error or e
-
-    def _close(self) -> None:
-        if self._file is None:
-            return
-        try:
-            if self._error is not None:
-                raise self._error
-            self._file.flush()
-            os.fsync(self._file.fileno())
-        finally:
-            self._file.close()
-            self._file = None
-        fsync_dir(os.path.dirname(self.path))
-
-    def _discard(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        unlink_quietly(self.path)
+    def _encode(self, result: Any) -> bytes:
+        return warc.answer_records(result)
 
 
 def warc_uri(feed_uri: str) -> str:

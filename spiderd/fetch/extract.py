@@ -9,30 +9,21 @@ never raises: the worst outcome is an ``error`` word on the result.
 
 from __future__ import annotations
 
-import functools
 import re
-from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from lxml import etree
-from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding, read_bom
 
 from spiderd.core.digest import content_digest
 from spiderd.core.rules import Site
 from spiderd.core.urls import MAX_URL_LENGTH, BadURL, canonicalize, fingerprint, host_of, to_signed64
+from spiderd.fetch.decode import is_html, parse_html
+from spiderd.fetch.links import Resolver, links, path_depth
+from spiderd.fetch.pagerobots import Directives, PageRobots, head_directives
 
 Kind = Literal["list", "detail"]
 MAX_LINKS = 10000
-MAX_ANCHOR = 200
-MAX_XPATH = 500
-GETPATH_BUDGET = 1_000_000  # links x elements below which lxml's getpath costs at most a few milliseconds
-_COUNT_ELEMENTS = etree.XPath("count(//*)")
-_TEXT = functools.partial(etree.tostring, method="text", encoding=str, with_tail=False)  # 6x itertext's speed
-HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", "application/vnd.wap.xhtml+xml"})
-_BINARY_MAGIC = (b"%PDF", b"\x89PNG", b"GIF8", b"\xff\xd8\xff", b"PK\x03\x04", b"\x1f\x8b", b"RIFF")
-_SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*):")
-_TAB_NEWLINE = {9: None, 10: None, 13: None}
 _STRING_VALUE = etree.XPath("string()", smart_strings=False)
 _CACHE_SIZE = 16384
 _CACHEABLE_URL = 300
@@ -74,24 +65,6 @@ class Extracted:
 
 
 @dataclass(frozen=True, slots=True)
-class PageRobots:
-    """Which directives of a page are honoured (``[fetch]`` obey_nofollow, obey_meta_robots, canonical).
-
-    ``agents`` are the meta names and X-Robots-Tag prefixes that speak to us besides ``robots`` (the user
-    agent's product token, lower-case).
-    """
-
-    nofollow: bool = True  # rel="nofollow" on a link: that link is not followed
-    meta: bool = True  # <meta name="robots"> and X-Robots-Tag: noindex, nofollow, none
-    canonical: bool = True  # <link rel="canonical"> of a detail page: the item's url
-    agents: tuple[str, ...] = ()
-
-    def as_tuple(self) -> tuple[bool, bool, bool, tuple[str, ...]]:
-        """Plain data for the parse workers' init message."""
-        return (self.nofollow, self.meta, self.canonical, self.agents)
-
-
-@dataclass(frozen=True, slots=True)
 class _CompiledSite:
     site: Site
     list_res: tuple[re.Pattern[str], ...]
@@ -108,7 +81,7 @@ class Rules:
     ) -> None:
         self.sites = tuple(sites)
         self.page_robots = page_robots
-        self._robot_names = frozenset(("robots", *page_robots.agents))
+        self.robot_names = frozenset(("robots", *page_robots.agents))  # meta names and X-Robots-Tag agents for us
         self.anchors = anchors  # collect anchor texts and paths (for the linkbase): ~1.7x the time of a list page
         self.max_url_length = max_url_length
         self.max_path_depth = max_path_depth
@@ -157,7 +130,7 @@ class Rules:
 
     def _classify_canonical(self, canonical: str) -> str | None:
         compiled = self._compiled_for(canonical)
-        if compiled is None or _path_depth(canonical) > self.max_path_depth:
+        if compiled is None or path_depth(canonical) > self.max_path_depth:
             return None
         if any(r.search(canonical) for r in compiled.detail_res):
             return "detail"
@@ -208,7 +181,7 @@ def extract(
     or ``none`` (both), when the rules honour them; a header's ``noindex`` holds for any content type.
     """
     try:
-        header = _Directives.of_header(robots_tag, rules) if robots_tag and rules.page_robots.meta else None
+        header = Directives.of_header(robots_tag, rules.robot_names) if robots_tag and rules.page_robots.meta else None
         if header is not None and header.noindex and header.nofollow:
             return Extracted(noindex=True, nofollow=True)  # nothing of the page is used: no need to parse it
         result = _extract(url, body, content_type, kind, fetched_at, status, rules, max_links, header)
@@ -228,22 +201,22 @@ def _extract(
     status: int,
     rules: Rules,
     max_links: int,
-    header: _Directives | None = None,
+    header: Directives | None = None,
 ) -> Extracted:
     if kind not in ("list", "detail"):
         return Extracted(error="bad-kind")
-    if not _is_html(content_type, body):
+    if not is_html(content_type, body):
         return Extracted(error="not-html")
     try:
         page = canonicalize(url, rules.max_url_length)
     except BadURL:
         return Extracted(error="bad-url")
-    root = _parse(body, content_type)
+    root = parse_html(body, content_type)
     if root is None:
         return Extracted(error="unparseable")
     result = Extracted(digest=content_digest(body))
     compiled = rules._compiled_for(page)
-    head = _head(root, rules, page, kind)
+    head = head_directives(root, rules.page_robots, rules.robot_names, kind)
     if header is not None:
         head.noindex, head.nofollow = head.noindex or header.noindex, head.nofollow or header.nofollow
     result.noindex, result.nofollow = head.noindex, head.nofollow
@@ -257,72 +230,11 @@ def _extract(
         if not compiled.site.follow_detail_links:
             return result
     if not head.nofollow:
-        _links(root, page, rules, max_links, result)
+        links(root, page, rules, max_links, result)
     return result
 
 
-# -- robots directives and the canonical URL ----------------------------------------------------------------
-
-
-_VALUE_DIRECTIVES = frozenset(("unavailable_after", "max-snippet", "max-image-preview", "max-video-preview"))
-_WORDS = re.compile(r"[\s,]+")
-
-
-class _Directives:
-    """What a page's robots directives say: noindex, nofollow, and the canonical href of its head."""
-
-    __slots__ = ("noindex", "nofollow", "canonical")
-
-    def __init__(self) -> None:
-        self.noindex = self.nofollow = False
-        self.canonical: str | None = None
-
-    def add(self, words: str) -> None:
-        """Take the words of one meta content or header value (``noindex, nofollow``, ``none``, ``all``)."""
-        for word in _WORDS.split(words.lower()):
-            if word in ("noindex", "none"):
-                self.noindex = True
-            if word in ("nofollow", "none"):
-                self.nofollow = True
-
-    @classmethod
-    def of_header(cls, robots_tag: str, rules: Rules) -> _Directives:
-        """X-Robots-Tag lines: ``noindex``, or ``<agent>: noindex, nofollow`` (for us only when the agent is
-        one of ours), and several agents on one line (``a: noindex, b: nofollow``)."""
-        found = cls()
-        for line in robots_tag.splitlines():
-            ours = True
-            for part in line.split(","):
-                name, colon, rest = part.partition(":")
-                name = name.strip().lower()
-                if colon and name not in _VALUE_DIRECTIVES and " " not in name:
-                    ours, part = name in rules._robot_names, rest
-                if ours:
-                    found.add(part)
-        return found
-
-
-def _head(root: etree._Element, rules: Rules, page: str, kind: str) -> _Directives:
-    """The directives of the page's ``<head>`` that the rules honour (meta robots, link rel=canonical).
-
-    Only the head is read (where libxml2 puts a meta or link that comes before the body's content): reading
-    it costs a few microseconds, a walk of the whole tree would cost as much as the links do.
-    """
-    found = _Directives()
-    robots = rules.page_robots
-    want_canonical = robots.canonical and kind == "detail"
-    if not (robots.meta or want_canonical):
-        return found
-    head = root.find("head")
-    if head is None:
-        return found
-    for element in head.iter("meta", "link"):
-        if element.tag == "meta":
-            if robots.meta and (element.get("name") or "").strip().lower() in rules._robot_names:
-                found.add(element.get("content") or "")
-        elif want_canonical and found.canonical is None and "canonical" in (element.get("rel") or "").lower().split():
-            found.canonical = element.get("href")
-    return found
+# -- the canonical URL ----------------------------------------------------------------------------------
 
 
 def _canonical(href: str | None, page: str, rules: Rules, compiled: _CompiledSite | None) -> str | None:
@@ -330,310 +242,13 @@ def _canonical(href: str | None, page: str, rules: Rules, compiled: _CompiledSit
     canonicalized, of the page's own site and a detail URL there; None otherwise, or when it is the page."""
     if not href:
         return None
-    absolute = _Resolver(page).resolve(href)
+    absolute = Resolver(page).resolve(href)
     if absolute is None:
         return None
     canonical, kind = rules._lookup(absolute)
     if kind != "detail" or canonical == page or rules._compiled_for(canonical) is not compiled:
         return None
     return canonical
-
-
-# -- decoding and parsing ---------------------------------------------------------------------------------
-
-
-def _is_html(content_type: str | None, body: bytes) -> bool:
-    if content_type:
-        mime = content_type.partition(";")[0].strip().lower()
-        if mime:
-            return mime in HTML_TYPES
-    return not body.startswith(_BINARY_MAGIC)
-
-
-def _parse(body: bytes, content_type: str | None) -> etree._Element | None:
-    """The document's root element, or None when there is nothing lxml can make a tree of."""
-    if not body or not isinstance(body, bytes):
-        return None
-    data = _utf8(body, content_type)
-    try:
-        return etree.fromstring(data, _parser())
-    except (etree.ParserError, etree.XMLSyntaxError, ValueError):
-        return None
-
-
-def _utf8(body: bytes, content_type: str | None) -> bytes:
-    """The body as UTF-8 without NUL bytes: header charset, then BOM/meta, then UTF-8, then a guess."""
-    encoding, bom = read_bom(body)
-    if encoding is not None and bom is not None:  # (both or neither)
-        return _recode(body[len(bom) :], [encoding])
-    header = http_content_type_encoding(content_type) if content_type else None
-    meta = None if header else html_body_declared_encoding(body)
-    if (header or meta or "utf-8") == "utf-8" or body.isascii():
-        if _is_utf8(body):  # ASCII reads the same in every charset a page can declare
-            return body.replace(b"\x00", b"") if b"\x00" in body else body
-    if header:
-        meta = html_body_declared_encoding(body)
-    return _recode(body, [e for e in dict.fromkeys((header, meta)) if e])
-
-
-def _is_utf8(body: bytes) -> bool:
-    try:
-        body.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _recode(body: bytes, candidates: list[str]) -> bytes:
-    """Decode with the first candidate that fits strictly, else the best lenient guess; encode UTF-8."""
-    for encoding in [*candidates, "utf-8"]:
-        try:
-            text = body.decode(encoding)
-            break
-        except (UnicodeDecodeError, LookupError):
-            continue
-    else:
-        text = _lenient(body, candidates)
-    if "\x00" in text:
-        text = text.replace("\x00", "")
-    return text.encode("utf-8", "replace")
-
-
-def _lenient(body: bytes, candidates: list[str]) -> str:
-    """A declared non-UTF-8 charset with replacements, else UTF-8 if mostly valid, else cp1252."""
-    for encoding in candidates:
-        if encoding != "utf-8":
-            try:
-                return body.decode(encoding, "replace")
-            except LookupError:
-                continue
-    text = body.decode("utf-8", "replace")
-    bad = text.count("\ufffd")
-    non_ascii = len(text) - len(text.encode("ascii", "ignore"))
-    return text if non_ascii - bad >= bad else body.decode("cp1252", "replace")
-
-
-_PARSERS: dict[str, etree.HTMLParser] = {}
-
-
-def _parser() -> etree.HTMLParser:
-    """One UTF-8 HTML parser, made on first use (parsers are cheap to reuse, costly to build)."""
-    parser = _PARSERS.get("utf-8")
-    if parser is None:
-        parser = etree.HTMLParser(encoding="utf-8", no_network=True, collect_ids=False, default_doctype=False)
-        _PARSERS["utf-8"] = parser
-    return parser
-
-
-# -- links --------------------------------------------------------------------------------------------------
-
-
-HREFS_PER_LINK = 10
-
-
-def _links(root: etree._Element, page: str, rules: Rules, max_links: int, result: Extracted) -> None:
-    hrefs, elements, base_href, nofollow = _hrefs(root, rules.page_robots.nofollow)
-    result.skipped += nofollow
-    examined = max_links * HREFS_PER_LINK  # junk hrefs (javascript:, mailto:) cannot hide the links after them
-    if len(hrefs) > examined:
-        result.skipped += len(hrefs) - examined
-        del hrefs[examined:]
-    resolve = _Resolver(_base(page, base_href, rules)).resolve
-    lookup = rules._lookup
-    seen = {page} if result.canonical is None else {page, result.canonical}  # the canonical URL is this page
-    lists, details = result.lists, result.details
-    metadata = _LinkMetadata(root, len(hrefs), result) if rules.anchors else None
-    skipped = 0
-    for index, href in enumerate(hrefs):
-        if len(lists) + len(details) >= max_links:
-            skipped += len(hrefs) - index
-            break
-        absolute = resolve(href)
-        if absolute is None:
-            skipped += 1
-            continue
-        canonical, kind = lookup(absolute)
-        if kind is None:
-            skipped += 1
-        elif canonical not in seen:
-            seen.add(canonical)
-            (details if kind == "detail" else lists).append(canonical)
-            if metadata is not None:
-                metadata.add(kind, elements[index])
-    result.skipped += skipped
-
-
-def _hrefs(root: etree._Element, obey_nofollow: bool) -> tuple[list[str], list[etree._Element], str | None, int]:
-    """The hrefs of ``<a>``, ``<area>`` and ``<link rel=next|prev>`` in document order, their elements,
-    the first base href, and how many links were left out as ``rel="nofollow"`` (when ``obey_nofollow``)."""
-    hrefs: list[str] = []
-    elements: list[etree._Element] = []
-    base: str | None = None
-    nofollow = 0
-    for element in root.iter("a", "area", "link", "base"):
-        href = element.get("href")
-        if href is None:
-            continue
-        tag = element.tag
-        if tag == "base":
-            if base is None:
-                base = href
-        elif tag != "link" or _is_pagination(element):
-            if obey_nofollow and _is_nofollow(element):
-                nofollow += 1
-                continue
-            hrefs.append(href)
-            elements.append(element)
-    return hrefs, elements, base, nofollow
-
-
-def _is_nofollow(element: etree._Element) -> bool:
-    rel = element.get("rel")
-    return rel is not None and "nofollow" in rel.lower().split()
-
-
-class _LinkMetadata:
-    """Collects the anchor text and the path of each kept link into an Extracted (for the linkbase)."""
-
-    __slots__ = ("anchors", "path", "xpaths")
-
-    def __init__(self, root: etree._Element, links: int, result: Extracted) -> None:
-        self.path = _path_function(root, links)
-        self.anchors = {"list": result.list_anchors, "detail": result.detail_anchors}
-        self.xpaths = {"list": result.list_xpaths, "detail": result.detail_xpaths}
-
-    def add(self, kind: str, element: etree._Element) -> None:
-        self.anchors[kind].append(_anchor(element))
-        path = self.path(element)
-        self.xpaths[kind].append(path if len(path) <= MAX_XPATH else "")
-
-
-def _path_function(root: etree._Element, links: int) -> Callable[[etree._Element], str]:
-    """lxml's ``getpath`` (fast, in C), unless the page is large enough for its cost to matter: then _Paths.
-
-    ``getpath`` counts an element's siblings again for every element (libxml2's
-    xmlGetNodePath), so its cost grows with links x elements: a page of 10,000
-    sibling links would cost 100 million steps (a quarter of a second).
-    """
-    if links * _COUNT_ELEMENTS(root) <= GETPATH_BUDGET:
-        return root.getroottree().getpath  # type: ignore[no-any-return]  # lxml is untyped
-    return _Paths()
-
-
-class _Paths:
-    """Element paths as ``getpath`` writes them (``/html/body/div[2]/a``), in time linear in the page: each
-    parent's children are numbered once and each ancestor's path is kept (slower than ``getpath`` per link)."""
-
-    __slots__ = ("_paths", "_steps")
-
-    def __init__(self) -> None:
-        self._paths: dict[etree._Element, str] = {}
-        self._steps: dict[etree._Element, str] = {}
-
-    def __call__(self, element: etree._Element) -> str:
-        parent = element.getparent()
-        if parent is None:
-            return f"/{element.tag}"
-        base = self._paths.get(parent)
-        if base is None:
-            base = self._paths[parent] = self(parent)
-        step = self._steps.get(element)
-        if step is None:
-            self._number(parent)
-            step = self._steps[element]
-        return f"{base}/{step}"
-
-    def _number(self, parent: etree._Element) -> None:
-        """The steps of ``parent``'s children: the tag, and the position among siblings of that tag if any."""
-        children = list(parent)
-        steps = self._steps
-        if len(children) == 1:  # an only child (the usual ancestor of a link)
-            steps[children[0]] = str(children[0].tag)
-            return
-        tags = [child.tag for child in children]
-        if len(set(tags)) == len(tags):
-            steps.update(zip(children, map(str, tags)))
-            return
-        counts = Counter(tags)
-        seen: dict[Any, int] = {}
-        for child, tag in zip(children, tags):
-            if counts[tag] > 1:
-                seen[tag] = position = seen.get(tag, 0) + 1
-                steps[child] = f"{tag}[{position}]"
-            else:
-                steps[child] = str(tag)
-
-
-def _anchor(element: etree._Element) -> str:
-    """The anchor text of a link element: its text (or title, or alt), on one line, cut at MAX_ANCHOR."""
-    text = _TEXT(element) if len(element) else element.text
-    if not text or text.isspace():
-        text = element.get("title") or element.get("alt") or ""
-    return " ".join(text.split())[:MAX_ANCHOR].rstrip()
-
-
-def _is_pagination(element: etree._Element) -> bool:
-    rel = (element.get("rel") or "").lower().split()
-    return "next" in rel or "prev" in rel
-
-
-def _base(page: str, base_href: str | None, rules: Rules) -> str:
-    """The canonical base URL: ``<base href>`` resolved against the page, or the page."""
-    if base_href is None:
-        return page
-    absolute = _Resolver(page).resolve(base_href)
-    if absolute is None:
-        return page
-    try:
-        return canonicalize(absolute, rules.max_url_length)
-    except BadURL:
-        return page
-
-
-class _Resolver:
-    """Resolves hrefs against a canonical base; most take a string-concatenation fast path."""
-
-    __slots__ = ("base", "scheme", "origin", "no_query", "directory")
-
-    def __init__(self, base: str) -> None:
-        self.base = base
-        self.scheme, _, rest = base.partition("://")
-        slash = rest.find("/")
-        self.origin = base if slash < 0 else f"{self.scheme}://{rest[:slash]}"
-        self.no_query = base.partition("?")[0]
-        self.directory = self.no_query[: self.no_query.rfind("/") + 1]
-
-    def resolve(self, href: str) -> str | None:
-        """The absolute URL of ``href``, or None for fragments and non-HTTP schemes (a skipped link)."""
-        href = href.strip()
-        if "\n" in href or "\t" in href or "\r" in href:
-            href = href.translate(_TAB_NEWLINE)
-        if href.startswith(("http://", "https://")):
-            return href
-        first = href[:1]
-        if first == "/":
-            return f"{self.scheme}:{href}" if href[1:2] == "/" else self.origin + href
-        if not href:
-            return self.base
-        if first == "#":
-            return None
-        if first == "?":
-            return self.no_query + href
-        scheme = _SCHEME.match(href)
-        if scheme is not None:
-            return href if scheme.group(1).lower() in ("http", "https") else None
-        return self.directory + href
-
-
-def _path_depth(canonical: str) -> int:
-    """The number of path segments of a canonical URL (``/`` is 0, ``/a/b/`` is 2)."""
-    start = canonical.find("/", canonical.index("//") + 2)
-    if start < 0:
-        return 0
-    end = canonical.find("?", start)
-    if end < 0:
-        end = len(canonical)
-    return canonical.count("/", start, end) - (canonical[end - 1] == "/")
 
 
 # -- items --------------------------------------------------------------------------------------------------

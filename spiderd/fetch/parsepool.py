@@ -36,7 +36,8 @@ import spiderd
 
 from spiderd.core.memory import rss_of
 from spiderd.core.reactors import IProcessClock
-from spiderd.fetch.extract import MAX_LINKS, Extracted, PageRobots, Rules, extract
+from spiderd.fetch.extract import MAX_LINKS, Extracted, Rules, extract
+from spiderd.fetch.pagerobots import PageRobots
 from spiderd.fetch.robots import agent_token
 from spiderd.fetch.parseworker import MAX_MESSAGE, FrameDecoder, FrameError, extracted_from, frame, init_message
 from spiderd.config.settings import Settings, from_dict

@@ -36,7 +36,8 @@ from typing import IO, Any
 
 from spiderd.core.compression import compress
 from spiderd.core.memory import keep_heap
-from spiderd.fetch.extract import MAX_LINKS, Extracted, PageRobots, Rules, extract
+from spiderd.fetch.extract import MAX_LINKS, Extracted, Rules, extract
+from spiderd.fetch.pagerobots import PageRobots
 from spiderd.core.rules import Field, Site
 
 HEADER = struct.Struct(">I")

@@ -15,6 +15,9 @@ recrawled kind) is fetched with them (If-None-Match, If-Modified-Since); a 304
 is done again and unchanged, with no parse, item, stored page or links, and
 counted as ``not_modified``; a 200's validators are recorded with its status.
 
+Link hops (``max_hops``): links past their limit (``pool.within_hops``) are
+dropped and counted as ``links_max_hops``; the rest are the leased URL's links.
+
 Duplicate content (``skip_duplicate_content``): a detail page whose content
 digest another URL gave first (``pool.claim_content``) gives no item and no
 stored page; it is done, and counted as ``duplicate_content``.
@@ -86,6 +89,7 @@ class CrawlService(Service):
         self._rules = rules
         self.stats = stats
         self._detail_sink = detail_sink or (lambda urls: pool.addmany(urls, detail=True))
+        self._own_details = detail_sink is None  # detail links go to the pool's detail queue (with their hops)
         self._store = store
         self._items = items
         self._archive = archive  # a WarcWriter: every HTTP answer's records, on disk before its URL's status
@@ -372,11 +376,19 @@ class CrawlService(Service):
         )
         if extracted.error:
             self.stats.incr(f"parse_{extracted.error}")
+        lists, details = extracted.lists, extracted.details
+        if lists or details:  # links one hop further than the leased URL (result.url): the pool's max_hops
+            within = set((yield self.pool.within_hops(result.url, lists + details)))
+            if len(within) < len(lists) + len(details):
+                lists, details = [u for u in lists if u in within], [u for u in details if u in within]
+                self.stats.incr("links_max_hops", len(extracted.lists) + len(extracted.details) - len(within))
         waits: list[Deferred[Any]] = []
-        if extracted.lists:
-            waits.append(self.pool.addmany(extracted.lists))
-        if extracted.details:
-            waits.append(self._detail_sink(extracted.details))
+        if lists:
+            waits.append(self.pool.addmany(lists, parent=result.url))
+        if details and self._own_details:
+            waits.append(self.pool.addmany(details, detail=True, parent=result.url))
+        elif details:  # to the batcher: the workers' pages end there, so they carry no hop count
+            waits.append(self._detail_sink(details))
         if self._linkbase and (extracted.lists or extracted.details):
             waits.append(self.pool.add_links(url, extracted.lists + extracted.details,
                                              extracted.list_anchors + extracted.detail_anchors,

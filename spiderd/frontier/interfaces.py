@@ -47,8 +47,19 @@ class IURLPool(Interface):
         000 queues it at once, but then a pop could hand it out while it is
         being fetched, and a URL is never handed out twice at once."""
 
-    def addmany(urls: Iterable[str], always: bool = False, detail: bool = False) -> Deferred[int]:
-        """Queue many URLs; fires with the number queued."""
+    def addmany(
+        urls: Iterable[str], always: bool = False, detail: bool = False, parent: str | None = None
+    ) -> Deferred[int]:
+        """Queue many URLs; fires with the number queued.
+
+        ``parent``: the leased page the URLs are links of; with a link-hop limit
+        (``max_hops``, see spiderd.frontier.pool.hops) they are one hop further
+        from a seed than it, and those past their limit are not queued (counted
+        in ``stats()["rejected"]["max-hops"]``).  Without one, they are at hop 0."""
+
+    def within_hops(parent: str, urls: Sequence[str]) -> Deferred[list[str]]:
+        """The links ``urls`` of ``parent`` that are within their hop limit (all, when no limit is set), for
+        links that go elsewhere than the pool (the batcher); the others are counted as ``addmany`` counts them."""
 
     def pop(count: int, hub_percent: int = 50) -> Deferred[dict[str, bool]]:
         """Lease up to ``count`` URLs that politeness allows now; fires with ``{url: is_hub}``.

@@ -17,12 +17,13 @@ import uuid
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import http
-from twisted.web.server import Request
+from twisted.web.server import NOT_DONE_YET, Request
 
+from spiderd.core.lifecycle import settled
 from spiderd.core.net.guard import foreign_request
 from spiderd.core.secrets import redact_text, redact_value
 from spiderd.core.net.auth import Auth
@@ -94,6 +95,7 @@ class WorkerAPI(JsonResource):
         self._node = node_name
         self._auth = auth
         self._pages = Pages(runner, validator.project, list(validator.spiders))
+        self.ready: Deferred[None] = succeed(None)  # the worker's recovery at start (WorkerService sets it)
         self.routes = {
             b"/schedule.json": (b"POST", self.schedule),
             b"/cancel.json": (b"POST", self.cancel),
@@ -126,9 +128,20 @@ class WorkerAPI(JsonResource):
         refused = self.admit(request)
         if refused is not None:
             return refused
+        if not self.ready.called:  # the jobs on disk are being read: answer once they are
+            gone: list[bool] = []
+            request.notifyFinish().addErrback(lambda _: gone.append(True))
+            settled([self.ready]).addCallback(lambda _: None if gone else self._answer_later(request))
+            return NOT_DONE_YET
         if self._pages.handles(request.path):
             return self._pages.render(request, self.error)
         return super().render(request)
+
+    def _answer_later(self, request: Request) -> None:
+        body = self.render(request)
+        if body != NOT_DONE_YET and isinstance(body, bytes):
+            request.write(body)
+            request.finish()
 
     def path_of(self, request: Request) -> bytes:
         return request.path.rstrip(b"/") if request.path != b"/" else request.path

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping
 
 from twisted.internet import defer, task
@@ -10,7 +9,7 @@ from twisted.internet.defer import Deferred, DeferredLock, DeferredSemaphore
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
-from spiderd.core.fsutil import fsync_dir, unlink_quietly
+from spiderd.core.fsutil import LaneFile
 from spiderd.core.rules import AdaptiveDelay
 from spiderd.feed.items import json_line
 from spiderd.worker.jobs import Runner
@@ -18,20 +17,19 @@ from spiderd.worker.jobs import Runner
 FLUSH_AT = 256 * 1024
 
 
-class ItemsFile:
+class ItemsFile(LaneFile):
     """A job's items as JSON lines, written on the I/O thread (in order), made durable by ``close``.
 
     ``open`` truncates: a job that starts again after a crash or a stop rewrites its file from scratch.
     """
 
+    binary = False
+
     def __init__(self, path: str, io: Runner) -> None:
-        self.path = path
+        super().__init__(path, io)
         self.count = 0
-        self._io = io
         self._buffer: list[str] = []
         self._size = 0
-        self._file: Any = None
-        self._error: BaseException | None = None
 
     def open(self) -> Deferred[None]:
         """Create (or empty) the file."""
@@ -60,37 +58,6 @@ class ItemsFile:
         if self._buffer:
             data, self._buffer, self._size = "".join(self._buffer), [], 0
             self._io(self._write, data)
-
-    # -- on the I/O thread ------------------------------------------------------------------------------------
-
-    def _open(self) -> None:
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self._file = open(self.path, "w", encoding="utf-8")
-
-    def _write(self, data: str) -> None:
-        try:
-            self._file.write(data)
-        except Exception as e:  # remembered, raised by close
-            self._error = self._error or e
-
-    def _close(self) -> None:
-        if self._file is None:
-            return
-        try:
-            if self._error is not None:
-                raise self._error
-            self._file.flush()
-            os.fsync(self._file.fileno())
-        finally:
-            self._file.close()
-            self._file = None
-        fsync_dir(os.path.dirname(self.path))
-
-    def _discard(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        unlink_quietly(self.path)
 
 
 class HostSlots:

@@ -24,7 +24,10 @@ is counted and logged), and the run settles only when every save has.
 Every URL given to a job yields its item (a job scheduled again, or a
 recrawl, makes fresh items), unless a redirect made that page's item within
 ``redirect_window``; a redirect to a page that this job, another running job
-or (within the window) an earlier job made an item of makes none.  Halting a run cancels whatever its URLs wait on (a host slot,
+or (within the window) an earlier job made an item of makes none.  The all
+role's own worker, with ``[items] skip_duplicate_content``, asks the pool too
+(``claim_content``): a page whose content digest another URL gave first makes
+no item and no stored page, and is counted as ``duplicate_content``.  Halting a run cancels whatever its URLs wait on (a host slot,
 a fetch, a retry delay); what is being parsed or stored finishes, and then
 the run is settled.
 """
@@ -59,6 +62,7 @@ if TYPE_CHECKING:
 log = Logger()
 
 DONE, RETRY, THROTTLED = "done", "retry", "throttled"
+ClaimContent = Callable[[str, str], "Deferred[bool]"]  # the pool's claim_content(digest, url)
 MAX_RETRY_DELAY = 60.0
 
 
@@ -148,9 +152,11 @@ class Pipeline:
 
     def __init__(self, reactor: IReactorTime, config: WorkerConfig, fetcher: Fetcher, parser: ParsePool,
                  pages: IPageStore | None, itemized: Itemized | None = None, clock: IReactorTime | None = None,
-                 stats: CrawlStats | None = None) -> None:
+                 stats: CrawlStats | None = None, claim_content: ClaimContent | None = None) -> None:
         """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the retry and per-host timers;
-        ``stats`` (the node's CrawlStats, if given) counts every fetch, for its status and metrics."""
+        ``stats`` (the node's CrawlStats, if given) counts every fetch, for its status and metrics;
+        ``claim_content`` (the pool's, in the all role with ``skip_duplicate_content``): a page whose content
+        digest another URL gave first gives no item and no stored page."""
         self._reactor = reactor
         self._clock = self.clock = clock or reactor
         self._config = config
@@ -163,6 +169,7 @@ class Pipeline:
         self.itemized = itemized
         self.totals: Counter[str] = Counter()  # over every job since the start
         self.stats = stats
+        self._claim_content = claim_content
         self.in_flight = 0  # URLs holding one of the worker's slots
         self._runs: deque[Run] = deque()  # the runs with URLs to fetch, in turn
 
@@ -350,6 +357,15 @@ class Pipeline:
             return DONE
         if extracted.canonical is not None:
             run.seen.add(extracted.canonical)
+        if self._claim_content is not None and extracted.digest is not None:
+            holds = yield self._claim_content(extracted.digest, extracted.canonical or url)
+            if not holds:  # another URL gave this content first: no item, no stored page; the URL is done
+                run.stats["duplicate_content"] += 1
+                if self.stats is not None:
+                    self.stats.incr("duplicate_content")
+                return DONE
+            if run.halted:
+                return DONE
         run.storing += 1
         saved = self._store(extracted.canonical or url, result.body, extracted)
         saved.addCallbacks(lambda _: self._stored(run, extracted), lambda f: self._not_stored(run, url, f))

@@ -46,7 +46,7 @@ from spiderd.worker.itemized import Itemized
 from spiderd.worker.joblog import JobLogs
 from spiderd.worker.jobs import CANCELLED, ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
 from spiderd.worker.jobsettings import HONOURED, JobOptions, SettingError, job_options
-from spiderd.worker.pipeline import Pipeline, Run
+from spiderd.worker.pipeline import ClaimContent, Pipeline, Run
 
 if TYPE_CHECKING:
     from spiderd.core.stats import CrawlStats
@@ -85,15 +85,18 @@ class JobRunner:
         incoming_dir: str,
         clock: IReactorTime | None = None,
         stats: CrawlStats | None = None,
+        claim_content: ClaimContent | None = None,
     ) -> None:
         """``clock`` (default: the reactor) runs the job pipeline's timers: retries, per-host delays;
-        ``stats`` (the node's CrawlStats, if given) counts every fetch of every job."""
+        ``stats`` (the node's CrawlStats, if given) counts every fetch of every job; ``claim_content``: see
+        :class:`~.pipeline.Pipeline`."""
         self._reactor = reactor
         self._config = config
         self._store = store
         self._io = io
         self._itemized = Itemized(config.itemized_dir, reactor, config.redirect_window)
-        self._pipeline = Pipeline(reactor, config, fetcher, parser, pages, self._itemized, clock, stats)
+        self._pipeline = Pipeline(reactor, config, fetcher, parser, pages, self._itemized, clock, stats,
+                                  claim_content)
         self.accepted = Accepted(config.accepted_dir)
         self.logs = JobLogs(config.logs_dir, io, reactor)
         self._shipper = shipper

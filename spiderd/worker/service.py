@@ -31,7 +31,8 @@ from spiderd.core.rules import AdaptiveDelay, host_adaptive
 from spiderd.store.interfaces import IPageStore
 from spiderd.worker.api import WorkerAPI
 from spiderd.worker.config import WorkerConfig
-from spiderd.worker.jobs import JobStore
+from spiderd.worker.jobs import Job, JobStore
+from spiderd.worker.pipeline import ClaimContent
 from spiderd.worker.runner import JobRunner
 from spiderd.worker.validate import Validator
 from spiderd.worker.table import job_rows
@@ -65,13 +66,15 @@ class WorkerService(Service):
         lane: Lane | None = None,
         clock: IReactorTime | None = None,
         stats: CrawlStats | None = None,
+        claim_content: ClaimContent | None = None,
     ) -> None:
         """Raises :class:`~.config.WorkerConfigError` for settings that cannot (or must not) run.
 
         ``rules`` defaults to ``parser.rules`` (the spiders are its sites); ``render_uri`` to
         :mod:`spiderd.core.feeduri`'s; ``incoming_dir`` to the shipper's spool ``incoming/`` directory; ``clock`` (the
         job pipeline's timers: retries, per-host delays) to the reactor; ``stats`` (the node's CrawlStats, if
-        given: status API, metrics, progress) counts every fetch of every job.
+        given: status API, metrics, progress) counts every fetch of every job; ``claim_content`` (the pool's, in the all
+        role with ``[items] skip_duplicate_content``) skips pages whose content another URL gave first.
         """
         config.check()
         self.setName("worker")
@@ -86,12 +89,14 @@ class WorkerService(Service):
         self.job_store = JobStore(config.jobs_dir, self._io)
         incoming = incoming_dir or default_incoming_dir(shipper)
         self.runner = JobRunner(reactor, config, self.job_store, self._io, fetcher, parser, store, shipper,
-                                render_uri, incoming, clock, stats)
+                                render_uri, incoming, clock, stats, claim_content)
         self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor,
                                    robots=getattr(fetcher, "robots", None) is not None)
         auth = Auth(username=config.username, password=config.password)
-        api = WorkerAPI(self.runner, self.validator, config.host_name, auth)
-        self.site = JsonSite(api, config.max_body_size, config.host_name, "Worker API", reactor=reactor)
+        self._api = api = WorkerAPI(self.runner, self.validator, config.host_name, auth)
+        self.ready: Deferred[None] = defer.succeed(None)  # the jobs on disk loaded and running (after startService)
+        self.site = JsonSite(api, config.max_body_size, config.host_name, "Worker API", reactor=reactor,
+                             lane=self._lane)  # a big schedule.json form is decoded there, in turn with job files
         self.port: IListeningPort | None = None
 
     def _io(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:
@@ -142,9 +147,8 @@ class WorkerService(Service):
         return getattr(self.shipper, "waiting", 0)
 
     def startService(self) -> None:
-        """Load the persisted jobs, start running them, then listen."""
-        jobs = self.job_store.load()
-        self.runner.open()
+        """Listen, then open the ledgers and load the persisted jobs on the I/O lane (``ready`` fires once they
+        run again); the API answers a request that comes meanwhile once they are loaded."""
         self.port = self._reactor.listenTCP(
             self.config.port,
             self.site,  # type: ignore[arg-type]  # Twisted's hint takes no Site (a factory of another protocol)
@@ -152,6 +156,17 @@ class WorkerService(Service):
         )
         super().startService()
         self._lane.start()
+        self.ready = self._io(self._recover).addCallback(self._recovered)
+        self._api.ready = self.ready
+
+    def _recover(self) -> list[Job]:
+        """Thread: the itemized and accepted ledgers opened, the jobs on disk read."""
+        self.runner.open()
+        return self.job_store.load()
+
+    def _recovered(self, jobs: list[Job]) -> None:
+        if not self.running:  # stopped while the jobs were read: they stay on disk for the next start
+            return
         self.runner.start(jobs)
         host, port = self.address
         log.info("Worker API (Scrapyd-compatible) on http://{host}:{port}/: project {project!r}, spiders {spiders}, "
@@ -162,6 +177,7 @@ class WorkerService(Service):
     def stopService(self) -> Any:
         """Close the port, let running jobs finish until ``stop_timeout`` (then they stay pending), flush."""
         super().stopService()
+        yield lifecycle.settled([self.ready])  # recovery over (if it failed, the stop goes on)
         if self.port is not None:
             yield self.port.stopListening()
             self.port = None
@@ -211,11 +227,12 @@ def worker_config(settings: Settings) -> WorkerConfig:
 
 def build_worker(settings: Settings, reactor: INodeReactor, fetcher: Fetcher, parser: ParsePool,
                  store: IPageStore | None, shipper: FeedShipper, lane: Lane | None = None,
-                 stats: CrawlStats | None = None) -> WorkerService:
+                 stats: CrawlStats | None = None, claim_content: ClaimContent | None = None) -> WorkerService:
     """The worker role's service for ``tap.build`` (raises WorkerConfigError, a ValueError, on bad settings).
 
     The robots.txt Crawl-delays that the fetcher's ``robots`` (if any) finds raise the jobs' per-host delays."""
-    worker = WorkerService(reactor, worker_config(settings), fetcher, parser, store, shipper, lane=lane, stats=stats)
+    worker = WorkerService(reactor, worker_config(settings), fetcher, parser, store, shipper, lane=lane, stats=stats,
+                           claim_content=claim_content)
     robots = getattr(fetcher, "robots", None)
     if robots is not None:
         robots.add_delay_listener(worker.set_host_delay)

@@ -42,7 +42,7 @@ def check(kv: Any) -> list[str]:
 def _check_queue(kv: Any, states: dict[int, bytes], per_host: Counter[bytes], problems: list[str]) -> set[int]:
     queued: set[int] = set()
     for key, value in kv.iterator(prefix=k.QUEUE):
-        url = value[1:].decode()
+        url = k.split_url_value(value, 1)[0]
         fp = fingerprint(url)
         if fp in queued:
             problems.append(f"{url} is queued twice")
@@ -67,9 +67,9 @@ def _check_leases(kv: Any, states: dict[int, bytes], problems: list[str]) -> set
         leased.add(fp)
         state = states.get(fp)
         if state is None or state[0] != k.PENDING:
-            problems.append(f"{value[2:].decode()} is leased but its state is {state!r}")
+            problems.append(f"{k.split_url_value(value, 2)[0]} is leased but its state is {state!r}")
         elif k.parse_active(state)[2] != int.from_bytes(key[1:9], "big"):
-            problems.append(f"{value[2:].decode()}: state and lease deadline disagree")
+            problems.append(f"{k.split_url_value(value, 2)[0]}: state and lease deadline disagree")
     return leased
 
 

@@ -6,8 +6,8 @@ key                                         value
 ``S`` fp                                    state: ``D`` / ``F`` (final), ``B`` (sent in a batch), or
                                             ``W`` failures prio seq, ``P`` failures prio deadline,
                                             or ``D`` prio fetch-ms (done, in a crawled set)
-``Q`` host-id prio seq                      failures, then the URL (UTF-8)
-``L`` deadline-ms fp                        failures prio, then the URL
+``Q`` host-id prio seq                      failures, [0 hops], then the URL (UTF-8)
+``L`` deadline-ms fp                        failures prio, [0 hops], then the URL
 ``C`` host-id                               waiting count, then the host
 ``T`` host-id                               new URLs the host took in all (max_urls_per_host)
 ``H`` fp                                    next-due-ms, then the hub URL
@@ -35,7 +35,10 @@ of key and 9 of value plus its reason (at most 200 characters, about 60 for a
 network error), until it is done (a URL added again after failing for good keeps
 its entry until it fails again or is done after a failure).  A hub or a page whose (domain, kind) is
 recrawled has a ``V`` entry while its last 200 gave an ``ETag`` or a ``Last-Modified``: 9 bytes of key and
-4 of value plus the ETag (about 20 characters), with ``[fetch] conditional_get``.
+4 of value plus the ETag (about 20 characters), with ``[fetch] conditional_get``.  With a link-hop limit
+(``[pool] max_hops``, ``[[sites]] max_hops``), a waiting or leased URL found at 1 or more hops from a seed has
+its count in its ``Q`` or ``L`` value: a 0 byte (no URL starts with one) and the count, 2 bytes; a seed, a
+hub, a URL at hop 0 and a finished URL have none.
 """
 
 from __future__ import annotations
@@ -129,6 +132,18 @@ def validators_key(fp: int) -> bytes:
 
 def link_key(fp: int) -> bytes:
     return LINK + fp.to_bytes(8, "big")
+
+
+def url_value(head: bytes, url: str, hops: int) -> bytes:
+    """A ``Q`` (``head``: failures) or ``L`` (failures, prio) value: the URL, after its hop count unless 0."""
+    return head + (bytes((0, min(hops, 255))) if hops else b"") + url.encode()
+
+
+def split_url_value(value: bytes, offset: int) -> tuple[str, int]:
+    """(URL, hops) of a ``Q`` (``offset`` 1) or ``L`` (``offset`` 2) value."""
+    if len(value) > offset + 1 and value[offset] == 0:
+        return value[offset + 2:].decode(), value[offset + 1]
+    return value[offset:].decode(), 0
 
 
 def active(state: int, failures: int, prio: int, number: int) -> bytes:

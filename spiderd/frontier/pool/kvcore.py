@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from twisted.internet.interfaces import IReactorTime
@@ -24,6 +24,7 @@ from spiderd.core.urls import MAX_URL_LENGTH, host_of
 from spiderd.frontier.politeness import HostSlot, Politeness
 from spiderd.frontier.pool import keys as k
 from spiderd.frontier.pool.crawled import CrawledSets
+from spiderd.frontier.pool.hops import HopLimits
 from spiderd.frontier.pool.shared import HostErrors, RecentFailures, URLParsing
 from spiderd.frontier.pool.split import KindSplit
 
@@ -59,8 +60,11 @@ class KVCore(CrawledSets, URLParsing):
         detail_ratio: float = 0.0,
         max_throttles: int = 10,
         conditional_get: bool = True,
+        max_hops: int = 0,
+        site_hops: Mapping[str, int] | None = None,
     ) -> None:
         self._kv = kv
+        self.hops = HopLimits(max_hops, site_hops)  # link-hop limits (hops.py): counts kept in Q and L values
         self._clock = clock
         self.politeness = politeness or Politeness()
         self.failure_threshold = failure_threshold
@@ -117,17 +121,29 @@ class KVCore(CrawledSets, URLParsing):
 
     # -- the primitives -------------------------------------------------------------
 
-    def _enqueue(self, batch: Any, url: str, fp: int, slot: HostSlot, prio: int, failures: int) -> None:
-        """Queue ``url`` (waiting) at the tail of its host's ``prio`` queue, in ``batch``."""
+    def _enqueue(self, batch: Any, url: str, fp: int, slot: HostSlot, prio: int, failures: int, hops: int = 0) -> None:
+        """Queue ``url`` (waiting, ``hops`` links from a seed) at the tail of its host's ``prio`` queue, in ``batch``."""
         counters = self._counters
         counters[4] += 1
         seq = counters[4]
-        batch.put(k.queue_key(slot.hid, prio, seq), bytes((min(failures, 255),)) + url.encode())
+        batch.put(k.queue_key(slot.hid, prio, seq), k.url_value(bytes((min(failures, 255),)), url, hops))
         if slot.cursor is not None:
             slot.cursor.maybe[prio] = True
         batch.put(k.state_key(fp), k.active(k.WAITING, failures, prio, seq))
         counters[0] += 1
         slot.waiting += 1
+
+    def _hops_of(self, fp: int, state: bytes | None, host: str) -> int:
+        """The hop count of an active URL of ``host`` (its ``state``), kept in its lease or queue value; 0 for any
+        other, and when no hop limit is set."""
+        if state is None or not self.hops.tracking or state[0] not in (k.PENDING, k.WAITING):
+            return 0
+        _, prio, number = k.parse_active(state)
+        if state[0] == k.PENDING:
+            value = self._kv.get(k.lease_key(number, fp))
+            return 0 if value is None else k.split_url_value(value, 2)[1]
+        value = self._kv.get(k.queue_key(k.host_id(host), prio, number))
+        return 0 if value is None else k.split_url_value(value, 1)[1]
 
     def _release(self, leased: list[Any] | None) -> None:
         """Free the host slot a hand-out (its ``_leased`` record) holds, once."""
@@ -159,7 +175,7 @@ class KVCore(CrawledSets, URLParsing):
             batch = self._kv.write_batch()
             slots: dict[str, HostSlot] = {}
             for key, value in expired:
-                url = value[2:].decode()
+                url, hops = k.split_url_value(value, 2)
                 fp = int.from_bytes(key[9:], "big")
                 slot = slots.get(host_of(url)) or self._slot(host_of(url))
                 slots[slot.host] = slot
@@ -168,7 +184,7 @@ class KVCore(CrawledSets, URLParsing):
                 self._counters[1] -= 1
                 again = self._again.pop(fp, None)  # added again while leased: a new request, no failures
                 prio, failures = (value[1], value[0]) if again is None else (again, 0)
-                self._enqueue(batch, url, fp, slot, prio, failures)
+                self._enqueue(batch, url, fp, slot, prio, failures, hops if again is None else 0)
             self._commit(batch, slots.values())
         following = next(self._kv.iterator(prefix=k.LEASE, include_value=False), None)
         self._lease_bound = k.from_u64(following, 1)[0] / 1000.0 if following else float("inf")

@@ -51,10 +51,10 @@ class KVExport:
 
 
 def _entry(kv: Any, prefix: bytes, key: bytes, value: bytes) -> dict[str, Any] | None:
-    if prefix == k.QUEUE:  # Q host-id prio seq -> failures, url
-        return rec.url_record(value[1:].decode(), "waiting", key[9], value[0])
-    if prefix == k.LEASE:  # L deadline fp -> failures, prio, url
-        return rec.url_record(value[2:].decode(), "pending", value[1], value[0])
+    if prefix == k.QUEUE:  # Q host-id prio seq -> failures, [0 hops], url (hops are not exported)
+        return rec.url_record(k.split_url_value(value, 1)[0], "waiting", key[9], value[0])
+    if prefix == k.LEASE:  # L deadline fp -> failures, prio, [0 hops], url
+        return rec.url_record(k.split_url_value(value, 2)[0], "pending", value[1], value[0])
     state = _FINAL_STATES.get(value[:1])  # a done URL in a crawled set has more bytes after its D
     if state is None:
         return None

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from twisted.internet import defer
 
-from spiderd.core.urls import fingerprint
+from spiderd.core.urls import fingerprint, host_of
 from spiderd.frontier.politeness import HostSlot, hub_quota
 from spiderd.frontier.pool import keys as k
+from spiderd.frontier.pool.hops import REJECTED
 from spiderd.frontier.pool.kvcore import KVCore
 from spiderd.frontier.pool.split import RESERVE_SCAN
 
@@ -46,13 +47,31 @@ class KVQueues(KVCore):
     def add(self, url: str, always: bool = False, detail: bool = False) -> defer.Deferred[bool]:
         return defer.succeed(self._addmany((url,), always, detail) == 1)
 
-    def addmany(self, urls: Iterable[str], always: bool = False, detail: bool = False) -> defer.Deferred[int]:
+    def addmany(self, urls: Iterable[str], always: bool = False, detail: bool = False,
+                parent: str | None = None) -> defer.Deferred[int]:
         if isinstance(urls, str):
             urls = (urls,)
-        return defer.succeed(self._addmany(urls, always, detail))
+        return defer.succeed(self._addmany(urls, always, detail, parent))
 
-    def _addmany(self, urls: Iterable[str], always: bool, detail: bool) -> int:
+    def within_hops(self, parent: str, urls: Sequence[str]) -> defer.Deferred[list[str]]:
+        """The links ``urls`` of ``parent`` within their hop limit (all of them when none is set); the others
+        are counted as rejected (``max-hops``)."""
+        if not self.hops.tracking:
+            return defer.succeed(list(urls))
+        hops = self._parent_hops(parent) + 1
+        kept = [url for url in urls if self.hops.within(hops, host_of(url))]
+        if len(kept) < len(urls):
+            self.rejected[REJECTED] += len(urls) - len(kept)
+        return defer.succeed(kept)
+
+    def _parent_hops(self, parent: str) -> int:
+        """The hop count of the page ``parent`` (leased: its links are added before its status)."""
+        u = self._parse(parent)
+        return 0 if u is None else self._hops_of(u.fingerprint, self._kv.get(k.state_key(u.fingerprint)), u.host)
+
+    def _addmany(self, urls: Iterable[str], always: bool, detail: bool, parent: str | None = None) -> int:
         prio = 1 if detail else 0
+        hops = self._parent_hops(parent) + 1 if parent is not None and self.hops.tracking else 0
         kv_get = self._kv.get
         batch = self._kv.write_batch()
         counters = self._counters
@@ -77,12 +96,15 @@ class KVQueues(KVCore):
                     continue
                 counters[{k.DONE: 2, k.FAILED: 3, k.BATCHED: 5}[state[:1]]] -= 1
                 self._forget_crawled(batch, u.host, u.fingerprint, state)
+            if hops and state is None and not self.hops.within(hops, u.host):
+                self.rejected[REJECTED] += 1
+                continue
             slot = touched.get(u.host) or self._slot(u.host)
             if state is None and self._max_per_host and not self._take_budget(slot):
                 self.rejected["host-full"] += 1
                 continue
             touched[u.host] = slot
-            self._enqueue(batch, u.url, u.fingerprint, slot, prio, 0)
+            self._enqueue(batch, u.url, u.fingerprint, slot, prio, 0, hops)
             added += 1
         if added:
             for slot in touched.values():  # the budgets spent here (the only place they change)
@@ -189,7 +211,7 @@ class KVQueues(KVCore):
                     if not buffered:
                         break
                 key, value = buffered.popleft()
-                url = value[1:].decode()
+                url = k.split_url_value(value, 1)[0]
                 fp = fingerprint(url)
                 batch.delete(key)
                 batch.put(k.lease_key(deadline_ms, fp), value[:1] + key[9:10] + value[1:])
@@ -221,15 +243,19 @@ class KVQueues(KVCore):
         """Keys read ahead per seek: a few, unless there are so many hosts that buffers would add up."""
         return PREFETCH if len(self.politeness.hosts) <= PREFETCH_HOSTS else 1
 
-    def _dequeue(self, batch: Any, slot: HostSlot, state: bytes) -> tuple[int, int]:
-        """Take a waiting URL (its ``state``) out of its host queue and the read-ahead; (failures, prio)."""
+    def _dequeue(self, batch: Any, slot: HostSlot, state: bytes) -> tuple[int, int, int]:
+        """Take a waiting URL (its ``state``) out of its host queue and the read-ahead; (failures, prio, hops)."""
         failures, prio, seq = k.parse_active(state)
         key = k.queue_key(slot.hid, prio, seq)
+        hops = 0
+        if self.hops.tracking:
+            value = self._kv.get(key)
+            hops = 0 if value is None else k.split_url_value(value, 1)[1]
         batch.delete(key)
         self._unbuffer(slot, prio, key)
         self._counters[0] -= 1
         slot.waiting -= 1
-        return failures, prio
+        return failures, prio, hops
 
     def _unbuffer(self, slot: HostSlot, prio: int, key: bytes) -> None:
         """A queued key deleted outside a pop (a status or a claim for a waiting URL) leaves the read-ahead too."""

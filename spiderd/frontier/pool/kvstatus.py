@@ -52,15 +52,16 @@ class KVStatuses(KVQueues):
             return defer.succeed(False)
         slot = self._slot(u.host)
         batch = self._kv.write_batch()
-        failures = prio = 0
+        failures = prio = hops = 0
         if retake:
+            hops = self._hops_of(u.fingerprint, state, u.host)
             failures, prio, deadline = k.parse_active(state)
             batch.delete(k.lease_key(deadline, u.fingerprint))
             self._counters[1] -= 1
         elif state is not None:
-            failures, prio = self._dequeue(batch, slot, state)
+            failures, prio, hops = self._dequeue(batch, slot, state)
         deadline_ms = int((self._clock.seconds() + self.pending_threshold) * 1000)
-        batch.put(k.lease_key(deadline_ms, u.fingerprint), bytes((failures, prio)) + u.url.encode())
+        batch.put(k.lease_key(deadline_ms, u.fingerprint), k.url_value(bytes((failures, prio)), u.url, hops))
         batch.put(k.state_key(u.fingerprint), k.active(k.PENDING, failures, prio, deadline_ms))
         self._counters[1] += 1
         self._leased[u.url] = [u.fingerprint, u.host, False] + owner
@@ -172,10 +173,11 @@ class KVStatuses(KVQueues):
         state = self._kv.get(skey)
         counters = self._counters
         slot = self._slot(u.host)
-        failures = prio = 0
+        failures = prio = hops = 0
         known = state is not None  # a hub or a redirect target with no state of its own has no kind
         hub = u.fingerprint in self._hubs
         if state is not None and state[0] == k.PENDING:
+            hops = self._hops_of(u.fingerprint, state, u.host)  # kept by a retry or a throttle
             failures, prio, deadline = k.parse_active(state)
             batch.delete(k.lease_key(deadline, u.fingerprint))
             counters[1] -= 1
@@ -186,14 +188,14 @@ class KVStatuses(KVQueues):
                 self._enqueue(batch, u.url, u.fingerprint, slot, again, 0)
                 return slot
         elif state is not None and state[0] == k.WAITING:
-            failures, prio = self._dequeue(batch, slot, state)
+            failures, prio, hops = self._dequeue(batch, slot, state)
         elif state is not None:
             done_again = code in self._done_codes
             if hub and (done_again or code in self._final_codes):  # a hub is done again at every hand-out
                 return slot if self._validators_into(batch, u, True, validators if done_again else None) else None
             return None  # already final
         if until is not None and self._throttled(batch, u, slot, until):
-            self._enqueue(batch, u.url, u.fingerprint, slot, prio, failures)
+            self._enqueue(batch, u.url, u.fingerprint, slot, prio, failures, hops)
             self._note_failure(batch, u, code, reason, failures, final=False)
             return slot
         if code in self._done_codes:
@@ -210,7 +212,7 @@ class KVStatuses(KVQueues):
             self._note_failure(batch, u, code, reason, failures + 1, final=True)
             self._validators_into(batch, u, hub or (known and self._recrawled(u.host, prio)), None)
         else:
-            self._enqueue(batch, u.url, u.fingerprint, slot, prio, failures + 1)
+            self._enqueue(batch, u.url, u.fingerprint, slot, prio, failures + 1, hops)
             self._note_failure(batch, u, code, reason, failures + 1, final=False)
         return slot
 

@@ -23,6 +23,7 @@ from spiderd.core.secrets import redact
 from spiderd.frontier.interfaces import IURLPool
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
+from spiderd.frontier.pool.hops import HopLimits
 from spiderd.frontier.pool.redis import make_redis_pool
 from spiderd.frontier.scheduler import RecrawlPolicy
 
@@ -111,4 +112,6 @@ def pool_options(settings: Settings) -> dict[str, Any]:
         "detail_ratio": settings.detail_ratio,
         "max_throttles": settings.max_throttles,
         "conditional_get": settings.conditional_get,
+        "max_hops": settings.max_hops,
+        "site_hops": HopLimits.from_sites(0, settings.sites).by_domain,
     }

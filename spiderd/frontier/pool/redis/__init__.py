@@ -32,6 +32,8 @@ key                                    type    holds
 ``P batch``                            string  the last batch number handed out (``next_batch``)
 ``P crawled:<kind>:<domain>``          zset    URL -> fetch time of done pages to recrawl (seed 004)
 ``P l:<bucket>``                       hash    linkbase: fingerprint -> URL, parent URL, anchor, xpath (seed 004)
+``P h:<bucket>``                       hash    link hops (``max_hops``): fingerprint -> hops from a seed of a
+                                               waiting or leased URL at 1 hop or more (none without a limit)
 ``P v:<bucket>``                       hash    validators of a hub or recrawled page (conditional GET):
                                                fingerprint -> "Last-Modified-seconds ETag" ("-" no date)
 ``P cron:<epoch>``                     string  a seed timer firing claimed by one node (``claim_once``)

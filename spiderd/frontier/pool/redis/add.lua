@@ -1,19 +1,28 @@
 -- add: queue URLs unless known (or, with always, unless waiting; a pending one is queued when its lease ends).
--- ARGV[7..9]: always (1/0), prio, new URLs a host may take in all (its budget: link traps); then url, host,
--- domain per URL.  Returns {added, host-full}.  Re-adds (always) do not count against the budget.
+-- ARGV[7..9]: always (1/0), prio, new URLs a host may take in all (its budget: link traps); ARGV[10]: the page
+-- the URLs were found on ('' none: seeds, hubs, the API), whose hop count + 1 is theirs when a hop limit is set;
+-- then url, host, domain, hop limit (0 none) per URL.  Returns {added, host-full, past the hop limit}.  Re-adds
+-- (always) do not count against the budget.
 local ALWAYS, PRIO, MAX = ARGV[7] == '1', tonumber(ARGV[8]), tonumber(ARGV[9])
 local LIMITED = MAX > 0  -- 0: no budget, so no hostseen read or write per URL
-local added, full = 0, 0
+local HOPS = 0  -- the URLs' hops from a seed: kept (hops_bucket) only when 1 or more
+if ARGV[10] ~= '' then
+  local parent = locate(ARGV[10])
+  HOPS = tonumber(redis.call('HGET', hops_bucket(parent), parent) or '0') + 1
+end
+local added, full, far = 0, 0, 0
 SUM_COUNTS, BATCH_PUSHES = true, true
-for i = 10, #ARGV, 3 do
-  local url, host, domain = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+for i = 11, #ARGV, 4 do
+  local url, host, domain, hop_limit = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
   local fp, bucket, base = locate(url)
   if redis.call('HEXISTS', LEASE, fp) == 1 then
     if ALWAYS then added = added + redis.call('HSETNX', AGAIN, fp, PRIO) end
   else
     local code = known(bucket, base)
     if not code or (ALWAYS and code < WAITING_LIST) then
-      if not code and LIMITED and tonumber(redis.call('HGET', HOSTS_SEEN, host) or '0') >= MAX then
+      if not code and hop_limit > 0 and HOPS > hop_limit then
+        far = far + 1
+      elseif not code and LIMITED and tonumber(redis.call('HGET', HOSTS_SEEN, host) or '0') >= MAX then
         full = full + 1
       else
         if not code and LIMITED then redis.call('HINCRBY', HOSTS_SEEN, host, '1') end
@@ -27,6 +36,7 @@ for i = 10, #ARGV, 3 do
         end
         if filled(FAILS) then redis.call('HDEL', FAILS, fp) end
         enqueue(url, host, domain, PRIO, bucket, base)
+        if HOPS > 0 then redis.call('HSET', hops_bucket(fp), fp, int(HOPS)) end
         added = added + 1
       end
     end
@@ -34,4 +44,4 @@ for i = 10, #ARGV, 3 do
 end
 flush_pushes()
 flush_counts()
-return {added, full}
+return {added, full, far}

@@ -513,6 +513,12 @@ local function link_bucket(fp)
   return P .. 'l:' .. dec(tonumber(string.sub(fp, 1, 3), 16))
 end
 
+-- The link-hop bucket of a fingerprint (max_hops): one hash per 12 top bits, fingerprint -> hops from a seed, for
+-- waiting and leased URLs at 1 hop or more (add.lua writes it, status.lua drops it at a final status).
+local function hops_bucket(fp)
+  return P .. 'h:' .. dec(tonumber(string.sub(fp, 1, 3), 16))
+end
+
 -- The validators bucket of a fingerprint (conditional GET): one hash per 12 top bits, fingerprint -> "seconds etag".
 local function validators_bucket(fp)
   return P .. 'v:' .. dec(tonumber(string.sub(fp, 1, 3), 16))

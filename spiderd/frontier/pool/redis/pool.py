@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from twisted.internet import defer
@@ -20,6 +20,7 @@ from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.frontier.politeness import Politeness, hub_quota
 from spiderd.frontier.pool.content import RedisContent
 from spiderd.frontier.pool.crawled import KINDS, link_value, parallel, recrawl_pairs
+from spiderd.frontier.pool.hops import REJECTED, HopLimits, RedisHops
 from spiderd.frontier.pool.redis.admin import RedisAdmin
 from spiderd.frontier.pool.redis.handed import LEAVE, Handed
 from spiderd.frontier.pool.redis.link import RedisLink, Script
@@ -33,7 +34,7 @@ DOMAIN_SWEEP_COUNT = 100  # domains a pop looks at while a sweep is under way (S
 
 
 @implementer(IURLPool, IURLPoolAdmin)
-class RedisPool(RedisAdmin, RedisContent, URLParsing):
+class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
     """A polite URL pool shared by every node that opens the same Redis keys; every step is one Lua script."""
 
     def __init__(
@@ -59,8 +60,11 @@ class RedisPool(RedisAdmin, RedisContent, URLParsing):
         detail_ratio: float = 0.0,
         max_throttles: int = 10,
         conditional_get: bool = True,
+        max_hops: int = 0,
+        site_hops: Mapping[str, int] | None = None,
     ) -> None:
         self._link = link
+        self.hops = HopLimits(max_hops, site_hops)  # link-hop limits (hops.py): counts in P h:<bucket>
         self._scripts = scripts
         self._clock = clock
         self.prefix = prefix
@@ -119,21 +123,27 @@ class RedisPool(RedisAdmin, RedisContent, URLParsing):
     def add(self, url: str, always: bool = False, detail: bool = False) -> defer.Deferred[bool]:
         return self.addmany((url,), always, detail).addCallback(lambda added: added == 1)
 
-    def addmany(self, urls: Iterable[str], always: bool = False, detail: bool = False) -> defer.Deferred[int]:
+    def addmany(self, urls: Iterable[str], always: bool = False, detail: bool = False,
+                parent: str | None = None) -> defer.Deferred[int]:
         if isinstance(urls, str):
             urls = (urls,)
         fresh = {u.url: u for u in map(self._parse, urls) if u is not None}
         if not fresh:
             return defer.succeed(0)
-        args = ["1" if always else "0", "1" if detail else "0", str(self._max_per_host)]
+        hops = self.hops
+        found_on = parsed(parent, self._max_url_length) if parent is not None and hops.tracking else None
+        args = ["1" if always else "0", "1" if detail else "0", str(self._max_per_host),
+                found_on.url if found_on is not None else ""]
         for u in fresh.values():
-            args += (u.url, u.host, registered_domain(u.host))
+            args += (u.url, u.host, registered_domain(u.host), str(hops.limit(u.host)) if found_on else "0")
         return self._run("add", args).addCallback(self._added)
 
     def _added(self, answer: list[int]) -> int:
-        added, full = answer
+        added, full, far = answer
         if full:
             self.rejected["host-full"] += full
+        if far:
+            self.rejected[REJECTED] += far
         return added
 
     # -- popping and statuses -------------------------------------------------------

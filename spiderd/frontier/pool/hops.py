@@ -1,0 +1,94 @@
+"""Link-hop limits (``[pool] max_hops``, ``[[sites]] max_hops``): how many links from a seed a URL may be.
+
+A seed, a hub, a URL added through the API and a recrawled page are at hop 0;
+a link found on a page at hop ``h`` is at ``h + 1`` (``addmany(..., parent=)``)
+and is not added past the limit of its site (the registered domain of one of
+the site's allowed hosts), or else of the pool; 0 is no limit.  A URL found
+again keeps the count it was first queued with (the pool dedupes at add).  The
+pools keep a URL's count only while it is waiting or leased, and only when some
+limit is set (see :mod:`.keys` for the embedded pool, :mod:`.redis` for Redis).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from twisted.internet import defer
+
+from spiderd.core.urls import host_of, registered_domain
+from spiderd.frontier.pool.shared import parsed
+
+REJECTED = "max-hops"  # the pool's ``rejected`` reason of a link past the limit
+
+
+class HopLimits:
+    """The pool's limit and the sites' limits by registered domain; ``tracking`` when any is set."""
+
+    def __init__(self, max_hops: int = 0, by_domain: Mapping[str, int] | None = None) -> None:
+        self.max_hops = max_hops
+        self.by_domain = {domain: hops for domain, hops in (by_domain or {}).items() if hops > 0}
+        self.tracking = max_hops > 0 or bool(self.by_domain)
+        self._hosts: dict[str, int] = {}
+
+    @classmethod
+    def from_sites(cls, max_hops: int, sites: Iterable[Any]) -> HopLimits:
+        """The pool's ``max_hops`` and each site's own (``max_hops`` > 0) by the domains of its allowed hosts;
+        a domain of two sites takes the lower limit."""
+        from spiderd.fetch.extract import _normalize_host
+
+        by_domain: dict[str, int] = {}
+        for site in sites:
+            hops = getattr(site, "max_hops", 0)
+            if hops > 0:
+                for host in site.allowed_hosts:
+                    domain = registered_domain(_normalize_host(host))
+                    by_domain[domain] = min(hops, by_domain.get(domain, hops))
+        return cls(max_hops, by_domain)
+
+    def limit(self, host: str) -> int:
+        """The limit of a URL of ``host`` (0: none)."""
+        if not self.by_domain:
+            return self.max_hops
+        found = self._hosts.get(host)
+        if found is None:
+            if len(self._hosts) > 100_000:
+                self._hosts.clear()
+            found = self._hosts[host] = self.by_domain.get(registered_domain(host), self.max_hops)
+        return found
+
+    def within(self, hops: int, host: str) -> bool:
+        """True if a URL of ``host`` may be ``hops`` links from a seed."""
+        limit = self.limit(host)
+        return limit <= 0 or hops <= limit
+
+
+class RedisHops:
+    """RedisPool's within_hops: the parent's count from its ``P h:<bucket>`` field (one ``HGET``, none without
+    a limit), the rule applied here."""
+
+    hops: HopLimits
+    prefix: str
+    rejected: Counter[str]
+    _execute: Callable[..., defer.Deferred[Any]]
+    _max_url_length: int
+
+    def within_hops(self, parent: str, urls: Sequence[str]) -> defer.Deferred[list[str]]:
+        """The links ``urls`` of ``parent`` within their hop limit (all of them when none is set); the others
+        are counted as rejected (``max-hops``)."""
+        found_on = parsed(parent, self._max_url_length) if self.hops.tracking else None
+        if found_on is None:
+            return defer.succeed(list(urls))
+        from spiderd.frontier.pool.redis.export import fingerprint_hex  # (the redis package imports this module)
+
+        fp = fingerprint_hex(found_on.url)
+        d = self._execute("HGET", f"{self.prefix}h:{int(fp[:3], 16)}", fp)
+        return d.addCallback(self._within, list(urls))
+
+    def _within(self, parent_hops: str | bytes | None, urls: list[str]) -> list[str]:
+        hops = int(parent_hops or 0) + 1
+        kept = [url for url in urls if self.hops.within(hops, host_of(url))]
+        if len(kept) < len(urls):
+            self.rejected[REJECTED] += len(urls) - len(kept)
+        return kept
