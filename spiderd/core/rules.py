@@ -9,8 +9,12 @@ every role, so they live here, below all of them and below the configuration.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+HOST_CACHE_SIZE = 16384  # hosts whose lookup a HostTable remembers (emptied when full)
 
 MAX_HOPS = 255  # the highest link-hop limit ([pool] and [[sites]] max_hops): the pools keep a count in a byte
 SITEMAP_MAX_URLS = 50_000  # entries in one sitemap file, at most (sitemaps.org): the most [sitemaps] max_urls takes
@@ -96,3 +100,52 @@ def host_adaptive(rules: Mapping[str, HostRule], default: AdaptiveDelay) -> dict
     """The adaptive rule of each host of ``rules`` that sets one of its keys (the others take ``default``'s)."""
     return {host: rule.adaptive(default) for host, rule in rules.items()
             if (rule.delay_factor, rule.min_delay, rule.max_delay) != (None, None, None)}
+
+
+def normalize_host(host: str) -> str:
+    """An allowed_hosts entry as it appears in canonical URLs: lower-case, IDNA, no port, no leading dot."""
+    host = host.strip().lower().lstrip("*").strip(".")
+    if host.startswith("["):
+        return host.partition("]")[0] + "]"
+    host = host.partition(":")[0]
+    try:
+        return host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return host
+
+
+class HostTable(Generic[T]):
+    """Values by host, as ``[[sites]]`` allow hosts: the entry of the host itself, else of its nearest parent
+    domain (``a.shop.example`` -> ``shop.example`` -> ``example``); the first entry given for a host wins.
+    Lookups are cached (HOST_CACHE_SIZE hosts, then the cache starts again)."""
+
+    def __init__(self, entries: Iterable[tuple[str, T]]) -> None:
+        self._hosts: dict[str, T] = {}
+        for host, value in entries:
+            self._hosts.setdefault(normalize_host(host), value)
+        self._cache: dict[str, T | None] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._hosts)
+
+    def get(self, host: str) -> T | None:
+        """The value for ``host`` (lower-case, as in a canonical URL; an IPv6 address in brackets), or None."""
+        try:
+            return self._cache[host]
+        except KeyError:
+            pass
+        value = self._match(host)
+        if len(self._cache) >= HOST_CACHE_SIZE:
+            self._cache.clear()
+        self._cache[host] = value
+        return value
+
+    def _match(self, host: str) -> T | None:
+        while True:
+            value = self._hosts.get(host)
+            if value is not None:
+                return value
+            dot = host.find(".")
+            if dot < 0:
+                return None
+            host = host[dot + 1 :]

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from lxml import etree
 
 from spiderd.core.digest import content_digest
-from spiderd.core.rules import Site
+from spiderd.core.rules import HostTable, Site
 from spiderd.core.urls import MAX_URL_LENGTH, BadURL, canonicalize, fingerprint, host_of, to_signed64
 from spiderd.fetch.decode import is_html, parse_html
 from spiderd.fetch.links import Resolver, links, path_depth
@@ -85,12 +85,8 @@ class Rules:
         self.anchors = anchors  # collect anchor texts and paths (for the linkbase): ~1.7x the time of a list page
         self.max_url_length = max_url_length
         self.max_path_depth = max_path_depth
-        self._hosts: dict[str, _CompiledSite] = {}
-        for site in self.sites:
-            compiled = _compile_site(site)
-            for host in site.allowed_hosts:
-                self._hosts.setdefault(_normalize_host(host), compiled)
-        self._host_cache: dict[str, _CompiledSite | None] = {}
+        self._hosts = HostTable((host, compiled) for compiled in map(_compile_site, self.sites)
+                                for host in compiled.site.allowed_hosts)
         self._link_cache: dict[str, tuple[str, str | None]] = {}
 
     def site_for(self, url: str) -> Site | None:
@@ -142,25 +138,7 @@ class Rules:
         host = host_of(canonical)
         if not host.endswith("]") and ":" in host:
             host = host.rpartition(":")[0]
-        try:
-            return self._host_cache[host]
-        except KeyError:
-            pass
-        compiled = self._match_host(host)
-        if len(self._host_cache) >= _CACHE_SIZE:
-            self._host_cache.clear()
-        self._host_cache[host] = compiled
-        return compiled
-
-    def _match_host(self, hostname: str) -> _CompiledSite | None:
-        while True:
-            compiled = self._hosts.get(hostname)
-            if compiled is not None:
-                return compiled
-            dot = hostname.find(".")
-            if dot < 0:
-                return None
-            hostname = hostname[dot + 1 :]
+        return self._hosts.get(host)
 
 
 def extract(
@@ -307,16 +285,3 @@ def _compile_xpath(xpath: str) -> etree.XPath:
 
         xpathfuncs.setup()
     return etree.XPath(xpath, smart_strings=False)
-
-
-def _normalize_host(host: str) -> str:
-    """An allowed_hosts entry as it appears in canonical URLs: lower-case, IDNA, no port, no leading dot."""
-    host = host.strip().lower().lstrip("*").strip(".")
-    if host.startswith("["):
-        return host.partition("]")[0] + "]"
-    host = host.partition(":")[0]
-    try:
-        return host.encode("idna").decode("ascii")
-    except UnicodeError:
-        return host
-

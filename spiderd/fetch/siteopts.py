@@ -10,18 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from http.cookiejar import CookieJar
-from typing import Any
 from urllib.parse import urlsplit
 
 from twisted.web import client
 from twisted.web.iweb import IAgent
 from twisted.web.http_headers import Headers
 
-from spiderd.core.rules import Site
-from spiderd.fetch.extract import _normalize_host
+from spiderd.core.rules import HostTable, Site
 from spiderd.fetch.proxy import Proxies, ProxyUnsupported
 
-_CACHE_SIZE = 4096
 MAX_COOKIES = 1000  # cookies one site's jar holds before it is emptied
 
 
@@ -31,11 +28,7 @@ class SiteOptions:
     def __init__(self, sites: Iterable[Site], proxies: Proxies | None = None) -> None:
         self._proxies = proxies
         self._jars: dict[int, CookieJar] = {}  # id of a site -> its cookies (sites with cookies = true)
-        self._hosts: dict[str, Site] = {}
-        for site in sites:
-            for host in site.allowed_hosts:
-                self._hosts.setdefault(_normalize_host(host), site)
-        self._cache: dict[str, Site | None] = {}
+        self._hosts = HostTable((host, site) for site in sites for host in site.allowed_hosts)
 
     def __bool__(self) -> bool:
         return bool(self._hosts)
@@ -48,27 +41,7 @@ class SiteOptions:
             host = (urlsplit(url).hostname or "").lower()
         except ValueError:
             return None
-        try:
-            return self._cache[host]
-        except KeyError:
-            pass
-        site = self._match(host)
-        if len(self._cache) >= _CACHE_SIZE:
-            self._cache.clear()
-        self._cache[host] = site
-        return site
-
-    def _match(self, host: str) -> Site | None:
-        if ":" in host:  # an IPv6 address: as written in allowed_hosts, in brackets
-            return self._hosts.get(f"[{host}]")
-        while True:
-            site = self._hosts.get(host)
-            if site is not None:
-                return site
-            dot = host.find(".")
-            if dot < 0:
-                return None
-            host = host[dot + 1 :]
+        return self._hosts.get(f"[{host}]" if ":" in host else host)  # an IPv6 address: in brackets, as written
 
     def route(self, url: str, base: Headers, default: Callable[[], IAgent]) -> tuple[IAgent, Headers]:
         """The agent for ``url`` (its site's proxy's, or ``default()``; wrapped in a CookieAgent with the site's

@@ -130,12 +130,12 @@ class RecrawlPolicy:
     @classmethod
     def from_sites(cls, sites: Iterable[Any]) -> RecrawlPolicy:
         """The sites' ``recrawl_list`` / ``recrawl_detail`` by the registered domains of their allowed hosts."""
-        from spiderd.fetch.extract import _normalize_host
+        from spiderd.core.rules import normalize_host
 
         intervals: dict[tuple[str, str], float] = {}
         for site in sites:
             for host in site.allowed_hosts:
-                domain = registered_domain(_normalize_host(host))
+                domain = registered_domain(normalize_host(host))
                 for kind, seconds in (("list", site.recrawl_list), ("detail", site.recrawl_detail)):
                     if seconds > 0:
                         intervals[(domain, kind)] = min(seconds, intervals.get((domain, kind), seconds))

@@ -36,14 +36,14 @@ class HopLimits:
     def from_sites(cls, max_hops: int, sites: Iterable[Any]) -> HopLimits:
         """The pool's ``max_hops`` and each site's own (``max_hops`` > 0) by the domains of its allowed hosts;
         a domain of two sites takes the lower limit."""
-        from spiderd.fetch.extract import _normalize_host
+        from spiderd.core.rules import normalize_host
 
         by_domain: dict[str, int] = {}
         for site in sites:
             hops = getattr(site, "max_hops", 0)
             if hops > 0:
                 for host in site.allowed_hosts:
-                    domain = registered_domain(_normalize_host(host))
+                    domain = registered_domain(normalize_host(host))
                     by_domain[domain] = min(hops, by_domain.get(domain, hops))
         return cls(max_hops, by_domain)
 
