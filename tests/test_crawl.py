@@ -58,6 +58,25 @@ def run_crawl(settings: cfg.Settings) -> Any:
     return crawler, stats
 
 
+@defer.inlineCallbacks
+def run_with_worker(settings: cfg.Settings) -> Any:
+    """Build an all-role node whose batches go to its own worker, crawl to the end (every batch accepted, every
+    job run, its feed shipped), stop it; fires with (crawler, batcher, worker).  The end is awaited as the
+    work settles, never by a timer: at an hour's fallback interval, a missed wake-up fails the test."""
+    cfg.check_data_dir(settings)
+    top = tap.build(settings, reactor)
+    crawler, batcher, worker = (top.getServiceNamed(n) for n in ("crawler", "batcher", "worker"))
+    top.startService()
+    try:
+        yield crawler.finished
+        yield batcher.flush()
+        yield wait_idle(reactor, lambda: batcher.idle() and worker.idle(), batcher.settled, worker.settled,
+                        interval=3600)
+    finally:
+        yield top.stopService()
+    return crawler, batcher, worker
+
+
 class CrawlTests(unittest.TestCase):
     """Crawls of a 60-page site with every fault kind."""
 
@@ -131,18 +150,7 @@ class CrawlTests(unittest.TestCase):
         settings = node_settings(str(self.data), self.root, batch={"targets": ["local"], "size": 20},
                                  worker={"feed_template": f"file://{feeds}/%(batch)s_%(name)s_%(time)s.jl"},
                                  sites=[*DEMO["sites"], other])
-        cfg.check_data_dir(settings)
-        top = tap.build(settings, reactor)
-        crawler, batcher, worker = (top.getServiceNamed(n) for n in ("crawler", "batcher", "worker"))
-        top.startService()
-        try:
-            yield crawler.finished
-            yield batcher.flush()
-            # Ends with the work, never by a timer: at an hour's interval, a missed wake-up fails the test.
-            yield wait_idle(reactor, lambda: batcher.idle() and worker.idle(), batcher.settled, worker.settled,
-                            interval=3600)
-        finally:
-            yield top.stopService()
+        crawler, batcher, worker = yield run_with_worker(settings)
         files = sorted(feeds.glob("*.jl"))
         items = [json.loads(line) for f in files for line in f.open()]
         expected = self.spec.expected().details_ok

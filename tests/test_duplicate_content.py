@@ -17,14 +17,11 @@ from twisted.internet.task import Clock
 from twisted.trial import unittest
 from twisted.web import resource, server
 
-from spiderd import tap
-from spiderd.config import settings as cfg
 from spiderd.core.digest import content_digest
-from spiderd.core.lifecycle import wait_idle
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.ops.web import Node
 
-from .test_crawl import node_settings, run_crawl
+from .test_crawl import node_settings, run_crawl, run_with_worker
 from .webnode import start_api
 
 SITES = [{"name": "mirrors", "allowed_hosts": ["127.0.0.1"], "list_urls": [], "detail_urls": [r"/p/"],
@@ -113,17 +110,7 @@ class DuplicateContentTests(unittest.TestCase):
         settings = node_settings(str(self.data), self.root, sites=SITES, batch={"targets": ["local"], "size": 20},
                                  items={"skip_duplicate_content": skip},
                                  worker={"feed_template": f"file://{feeds}/%(batch)s_%(name)s_%(time)s.jl"})
-        cfg.check_data_dir(settings)
-        top = tap.build(settings, reactor)
-        crawler, batcher, worker = (top.getServiceNamed(n) for n in ("crawler", "batcher", "worker"))
-        top.startService()
-        try:
-            yield crawler.finished
-            yield batcher.flush()
-            yield wait_idle(reactor, lambda: batcher.idle() and worker.idle(), batcher.settled, worker.settled,
-                            interval=3600)
-        finally:
-            yield top.stopService()
+        crawler, batcher, worker = yield run_with_worker(settings)
         lines = [json.loads(line) for p in sorted(feeds.glob("*.jl")) for line in p.open()]
         self.assertEqual(batcher.status()["sent"], 1)  # one batch of the three detail URLs
         return crawler.stats, {item["url"]: item["digest"] for item in lines}

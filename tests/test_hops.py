@@ -17,13 +17,11 @@ from twisted.internet.task import Clock
 from twisted.trial import unittest
 from twisted.web import resource, server
 
-from spiderd import tap
 from spiderd.config import settings as cfg
-from spiderd.core.lifecycle import wait_idle
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.ops.web import Node
 
-from .test_crawl import node_settings, run_crawl
+from .test_crawl import node_settings, run_crawl, run_with_worker
 from .test_pool_contract import RedisKeys
 from .webnode import start_api
 
@@ -114,17 +112,7 @@ class HopLimitTests(unittest.TestCase):
         feeds = self.data / "shipped"
         settings = self.settings(pool={"max_hops": 2}, batch={"targets": ["local"], "size": 20},
                                  worker={"feed_template": f"file://{feeds}/%(batch)s_%(name)s_%(time)s.jl"})
-        cfg.check_data_dir(settings)
-        top = tap.build(settings, reactor)
-        crawler, batcher, worker = (top.getServiceNamed(n) for n in ("crawler", "batcher", "worker"))
-        top.startService()
-        try:
-            yield crawler.finished
-            yield batcher.flush()
-            yield wait_idle(reactor, lambda: batcher.idle() and worker.idle(), batcher.settled, worker.settled,
-                            interval=3600)
-        finally:
-            yield top.stopService()
+        crawler, batcher, worker = yield run_with_worker(settings)
         self.assertEqual(sorted(set(self.site.requested)), ["/", "/a", "/b", "/p/0", "/p/1"])
         items = [json.loads(line)["url"] for p in feeds.glob("*.jl") for line in p.open()]
         self.assertEqual(sorted(items), [self.root + "p/0", self.root + "p/1"])

@@ -20,9 +20,7 @@ from twisted.trial import unittest
 from twisted.web import resource, server
 from warcio.archiveiterator import ArchiveIterator
 
-from spiderd import tap
 from spiderd.config import settings as cfg
-from spiderd.core.lifecycle import wait_idle
 from spiderd.core.blocking import Lane
 from spiderd.demo.site import SiteSpec, listen, render
 from spiderd.feed import warc
@@ -32,7 +30,7 @@ from spiderd.feed.warcfiles import WarcWriter
 from spiderd.fetch.body import accept_encoding
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 
-from .test_crawl import node_settings, run_crawl
+from .test_crawl import node_settings, run_crawl, run_with_worker
 from .test_feed import FTPd
 
 
@@ -143,17 +141,7 @@ class CrawlWarcTests(unittest.TestCase):
         settings = node_settings(str(self.data), self.root, batch={"targets": ["local"], "size": 20},
                                  items={"format": "warc"},
                                  worker={"feed_template": f"file://{feeds}/%(batch)s_%(name)s_%(time)s.jl"})
-        cfg.check_data_dir(settings)
-        top = tap.build(settings, reactor)
-        crawler, batcher, worker = (top.getServiceNamed(n) for n in ("crawler", "batcher", "worker"))
-        top.startService()
-        try:
-            yield crawler.finished
-            yield batcher.flush()
-            yield wait_idle(reactor, lambda: batcher.idle() and worker.idle(), batcher.settled, worker.settled,
-                            interval=3600)
-        finally:
-            yield top.stopService()
+        crawler, batcher, worker = yield run_with_worker(settings)
         self.assertEqual(list(feeds.glob("*.jl")), [])
         files = sorted(feeds.glob("*.warc.gz"))
         self.assertEqual(len(files), batcher.status()["sent"])
