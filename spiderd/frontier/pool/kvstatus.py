@@ -230,6 +230,8 @@ class KVStatuses(KVQueues):
 
     def validators(self, url: str) -> defer.Deferred[cg.Validators | None]:
         """The validators kept for ``url`` (a hub or a recrawled page; see set_statuses), or None."""
+        if not (self.conditional_get and (self._hubs or self._recrawl)):
+            return defer.succeed(None)  # none can be kept: no lookup (and no parse) per handed-out URL
         u = parsed(url, self._max_url_length)
         return defer.succeed(None if u is None else cg.unpack(self._kv.get(k.validators_key(u.fingerprint))))
 
