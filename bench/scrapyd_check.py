@@ -257,7 +257,7 @@ def read_feeds(feeds: Path) -> dict[str, list[dict[str, Any]]]:
 
 def check_items(items: list[dict[str, Any]], expected_urls: list[str], spec: Any, base_url: str) -> list[str]:
     """Problems: URLs without exactly one item, unexpected items, items that differ from spiderd's extraction."""
-    from spiderd.demo.site import render
+    from spiderd.demo.pages import render
     from spiderd.fetch.extract import Rules, extract
     from spiderd.config.settings import load
 
@@ -272,7 +272,7 @@ def check_items(items: list[dict[str, Any]], expected_urls: list[str], spec: Any
             problems.append(f"{url}: {count} items")
     for url in set(by_url) - set(expected_urls):
         problems.append(f"unexpected item for {url!r}")
-    from spiderd.demo.site import render
+    from spiderd.demo.pages import render
 
     for url, found in by_url.items():
         if url not in expected_urls or not found:
@@ -305,7 +305,7 @@ def main() -> None:
     feeds = work / "feeds"
     children: list[subprocess.Popen[Any]] = []
     try:
-        from spiderd.demo.site import SiteSpec
+        from spiderd.demo.pages import SiteSpec
 
         total = args.details + args.oversize
         lists = max(1, total // 100)

@@ -28,7 +28,7 @@ import pymysql
 import pytest
 
 from spiderd.demo.config import DEMO
-from spiderd.demo.site import SiteSpec
+from spiderd.demo.pages import SiteSpec
 
 from . import services
 from .test_twistd import ROOT, TWISTD

@@ -18,7 +18,8 @@ from twisted.web import resource, server
 from spiderd.config import settings as cfg
 from spiderd import tap
 from spiderd.demo.config import DEMO
-from spiderd.demo.site import SiteSpec, listen, render
+from spiderd.demo.pages import SiteSpec, render
+from spiderd.demo.site import listen
 from spiderd.core.lifecycle import wait_idle
 
 

@@ -32,7 +32,8 @@ from twisted.logger import formatEvent, globalLogPublisher
 from spiderd.config import settings as cfg
 from spiderd import tap
 from spiderd.demo.config import DEMO
-from spiderd.demo.site import SiteSpec, listen, port_of
+from spiderd.demo.pages import SiteSpec
+from spiderd.demo.site import listen, port_of
 from spiderd.core.lifecycle import wait_until
 from spiderd.config.convert import MAX_SECONDS
 from spiderd.ops.web.api import MAX_JSON_BODY, MAX_URLS

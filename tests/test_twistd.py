@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from spiderd.demo.site import SiteSpec
+from spiderd.demo.pages import SiteSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"

@@ -22,7 +22,8 @@ from warcio.archiveiterator import ArchiveIterator
 
 from spiderd.config import settings as cfg
 from spiderd.core.blocking import Lane
-from spiderd.demo.site import SiteSpec, listen, render
+from spiderd.demo.pages import SiteSpec, render
+from spiderd.demo.site import listen
 from spiderd.feed import warc
 from spiderd.feed.errors import BadFeedError
 from spiderd.feed.shipper import FeedShipper

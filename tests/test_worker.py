@@ -28,7 +28,8 @@ from spiderd.config import settings as cfg
 from spiderd.core.blocking import Lane
 from spiderd.core.net import serving
 from spiderd.demo.config import DEMO
-from spiderd.demo.site import PRIVATE, SiteSpec, listen, port_of, render
+from spiderd.demo.pages import PRIVATE, SiteSpec, render
+from spiderd.demo.site import listen, port_of
 from spiderd.feed.shipper import FeedShipper
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.fetch.parsepool import ParsePool

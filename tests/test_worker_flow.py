@@ -14,7 +14,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 from zope.interface import directlyProvides, providedBy
 
-from spiderd.demo.site import render
+from spiderd.demo.pages import render
 from spiderd.feed.shipper import FeedShipper
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.store import open_store
