@@ -209,7 +209,7 @@ class RecordingClient:
         self.setting_bytes: list[int] = []
 
     def post(self, url: str, data: list[tuple[str, str]], **kwargs: Any) -> Any:
-        from spiderd.frontier.batcher import SETTING_PREFIX
+        from spiderd.frontier.batchwire import SETTING_PREFIX
 
         self.setting_bytes += [len(v.encode()) for k, v in data if k == "setting" and v.startswith(SETTING_PREFIX)]
         return self._client.post(url, data=data, **kwargs)
@@ -220,12 +220,13 @@ def run_batcher(reactor: Any, pool: Any, spool: Path, target: str, feed_uri: str
     """Fires with the batcher's status once every URL was accepted by Scrapyd (sealed, split, POSTed)."""
     from twisted.internet import defer
 
-    from spiderd.frontier.batcher import BatchConfig, Batcher, _make_client
+    from spiderd.frontier.batcher import BatchConfig, Batcher
+    from spiderd.frontier.batchwire import make_client
     from spiderd.core.lifecycle import wait_until
 
     config = BatchConfig((target,), project=PROJECT, spider=SPIDER, feed_uri=feed_uri, batch_size=batch_size,
                          flush_interval=1.0, timeout=30.0, retry_first=1.0, retry_max=5.0)
-    http = RecordingClient(_make_client(reactor))
+    http = RecordingClient(make_client(reactor))
     batcher = Batcher(reactor, pool, str(spool), config, http=http)
 
     @defer.inlineCallbacks
@@ -435,7 +436,7 @@ def oversize_by_hand(python: Path, work: Path, site_url: str, urls: list[str]) -
     state, error lines in scrapyd.log, and what ``reactor.spawnProcess`` (which Scrapyd's launcher calls)
     does with such an argument.
     """
-    from spiderd.frontier.batcher import SETTING_PREFIX
+    from spiderd.frontier.batchwire import SETTING_PREFIX
 
     work.mkdir()
     feeds = work / "feeds"

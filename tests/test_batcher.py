@@ -14,7 +14,8 @@ from twisted.internet.task import Clock
 from twisted.trial import unittest
 from twisted.web import resource, server
 
-from spiderd.frontier.batcher import SETTING_PREFIX, BatchConfig, Batcher, split, target_url
+from spiderd.frontier.batcher import BatchConfig, Batcher
+from spiderd.frontier.batchwire import SETTING_PREFIX, split, target_url
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 
 
