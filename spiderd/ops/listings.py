@@ -9,10 +9,10 @@ import time
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from spiderd.ops.ctl import Client
+from spiderd.ops.ctlclient import OK
 
-OK = 0
+if TYPE_CHECKING:
+    from spiderd.ops.ctlclient import Client
 
 
 def _listing(client: Client, args: argparse.Namespace, out: IO[str], what: str) -> list[dict[str, Any]] | None:
