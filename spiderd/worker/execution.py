@@ -26,7 +26,8 @@ from spiderd.worker.itemized import Itemized
 from spiderd.worker.joblog import JobLogs
 from spiderd.worker.jobs import FINISHED, PENDING, RUNNING, Job, JobStore, Runner
 from spiderd.worker.jobsettings import JobOptions, SettingError, job_options
-from spiderd.worker.pipeline import Pipeline, Run
+from spiderd.worker.pipeline import Pipeline
+from spiderd.worker.run import Run
 
 if TYPE_CHECKING:
     from spiderd.feed.shipper import FeedShipper

@@ -6,7 +6,7 @@ ships its feed, so the next one starts at once.  Every job ships a feed file,
 an empty one when it made no items (a reader can tell "batch done, nothing in
 it" from "batch lost"), as Scrapy's feed exports do.
 
-A run (see :mod:`.execution` and :mod:`.pipeline`) writes the job's items to
+A run (see :mod:`.execution`, :mod:`.run` and :mod:`.pipeline`) writes the job's items to
 ``<incoming>/<job id>.jl``, rewritten from scratch at each start.  The file is handed to the feed shipper
 only when every URL is done, after the job is persisted as ``shipping``; the
 target name is rendered at the job's first start and kept.  So a job cut short
@@ -44,7 +44,8 @@ from spiderd.worker.itemized import Itemized
 from spiderd.worker.joblog import JobLogs
 from spiderd.worker.jobs import CANCELLED, ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
 from spiderd.worker.jobsettings import HONOURED
-from spiderd.worker.pipeline import ClaimContent, Pipeline, Run
+from spiderd.worker.pipeline import ClaimContent, Pipeline
+from spiderd.worker.run import Run
 
 if TYPE_CHECKING:
     from spiderd.core.stats import CrawlStats
