@@ -12,7 +12,7 @@ from twisted.internet.task import Clock
 from twisted.trial import unittest
 from twisted.web.resource import Resource
 
-from spiderd.core.net.serving import JsonSite
+from spiderd.core.net.serving import JsonSite, MalformedForm, form_args
 
 from .helpers import ClockedReactor
 
@@ -89,3 +89,20 @@ def deferLater() -> Deferred[None]:
     d: Deferred[None] = Deferred()
     reactor.callLater(0.01, d.callback, None)
     return d
+
+
+def test_form_args_reads_multipart_and_urlencoded_bodies() -> None:
+    """A multipart/form-data body gives its named parts (a repeated name twice, an unnamed part none), as an
+    urlencoded body gives its fields; a multipart body that is not one is MalformedForm."""
+    ctype = b"multipart/form-data; boundary=b0"
+    parts = [(b'name="setting"', b"A=1"), (b'name="setting"', b"B=2"), (b"filename=x", b"skipped"),
+             (b'name="spider"', b"demo\r\nshop")]
+    body = b"".join(b"--b0\r\nContent-Disposition: form-data; %s\r\n\r\n%s\r\n" % p for p in parts) + b"--b0--\r\n"
+    assert form_args(ctype, body) == {b"setting": [b"A=1", b"B=2"], b"spider": [b"demo\r\nshop"]}
+    assert form_args(b"application/x-www-form-urlencoded", b"a=1&a=&b=2") == {b"a": [b"1", b""], b"b": [b"2"]}
+    try:
+        form_args(ctype, b"garbage")
+    except MalformedForm as e:
+        assert "multipart" in str(e)
+    else:
+        raise AssertionError("a body that is not multipart was read")

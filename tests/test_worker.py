@@ -409,6 +409,32 @@ class ErrorTests(WorkerTestBase):
         yield service.runner.cancel(jobid)
 
     @defer.inlineCallbacks
+    def test_a_big_multipart_body_is_decoded_on_the_lane(self) -> Any:
+        """A multipart/form-data schedule.json of FORM_ON_LANE bytes or more is decoded on the worker's lane too,
+        and is accepted as an urlencoded one is (its job holds every start URL)."""
+        threads: list[str] = []
+        decode = serving.multipart_args
+
+        def spy(*args: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            return decode(*args)
+
+        self.patch(serving, "multipart_args", spy)
+        service = self.worker(max_body_size=4 * serving.FORM_ON_LANE)
+        paths = [f"/item/{i}.html?pad={'x' * 40}" for i in range(serving.FORM_ON_LANE // 50)]
+        fields = (("project", "spiderd"), ("spider", "demo-shop"), ("jobid", "big-multi"),
+                  ("setting", self.feed_setting()), ("setting", self.urls(*paths)))
+        form = "".join(f'--xyz\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n' for k, v in fields)
+        headers = {"Content-Type": "multipart/form-data; boundary=xyz"}
+        code, answer, _ = yield self.call("POST", "/schedule.json", (form + "--xyz--\r\n").encode(), headers=headers)
+        self.assertEqual((code, answer["status"], answer["jobid"]), (200, "ok", "big-multi"))
+        self.assertEqual(len(threads), 1)
+        self.assertNotEqual(threads[0], threading.main_thread().name)
+        job = service.runner.jobs["big-multi"]
+        self.assertEqual(service.job_store.load_urls(job), [self.root + p for p in paths])
+        yield service.runner.cancel("big-multi")
+
+    @defer.inlineCallbacks
     def test_errors(self) -> Any:
         """Missing or unknown parameters, bad values, wrong methods: HTTP 200, status error, node_name."""
         self.worker()

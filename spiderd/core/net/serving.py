@@ -8,16 +8,22 @@
   (Twisted would close the connection without a word);
 - a form body (``application/x-www-form-urlencoded``) of FORM_ON_LANE bytes or more decoded on the site's
   ``lane``, not the reactor thread (a ``schedule.json`` of 60,000 start URLs is 2.4 MB to decode);
+- a ``multipart/form-data`` body decoded here (on the lane too when it is that big), with the standard library's
+  MIME parser as Twisted uses it, so a malformed one gets a JSON 400 where Twisted answers a bare one;
 - requests logged at debug level, without query strings; no tracebacks shown.
 """
 
 from __future__ import annotations
 
+import email
 import json
 from collections.abc import Sequence
+from email.message import Message
+from email.utils import collapse_rfc2231_value
 from typing import Any, cast
 from urllib.parse import parse_qs
 
+from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITCPTransport
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
@@ -32,6 +38,7 @@ _ENCODER = json.JSONEncoder(ensure_ascii=True)
 HEADER_TIMEOUT = 30.0
 IDLE_TIMEOUT = 60.0
 FORM_ON_LANE = 256 * 1024  # form bodies at least this long are decoded on the site's lane
+URLENCODED, MULTIPART = b"application/x-www-form-urlencoded", b"multipart/form-data"
 
 
 def json_body(data: dict[str, Any], node_name: str) -> bytes:
@@ -147,7 +154,7 @@ class CappedRequest(server.Request):
     _refused = False
     _received = 0
     _drain_limit = 0
-    _form_type: Sequence[bytes] | None = None  # a big form body's content type, while it waits for the lane
+    _form_type: Sequence[bytes] | None = None  # the content type of a form body decoded here, until it is
 
     def gotLength(self, length: int | None) -> None:
         cap = self._cap()
@@ -171,21 +178,17 @@ class CappedRequest(server.Request):
         if self._refused:
             self.channel.loseConnection()
             return
-        if command == b"POST" and _bad_multipart(self):
-            # Twisted would answer a bare "400 Bad Request"; say why, in JSON
-            self._raw_answer(b"400 Bad Request", "malformed multipart/form-data body")
-            self.channel.loseConnection()
-            return
-        if command == b"POST" and self._form_on_lane():
+        if command == b"POST" and self._decodes_form():
             self._form_type = self.requestHeaders.getRawHeaders(b"content-type")
             self.requestHeaders.removeHeader(b"content-type")  # Twisted then leaves the body alone
         super().requestReceived(command, path, version)
 
     def process(self) -> None:
-        """Go on with the request; a big form body is decoded on the site's lane first."""
+        """Go on with the request; a form body decoded here is decoded first (a big one on the site's lane)."""
         if self._form_type is None:
             super().process()
             return
+        ctype = self._form_type[0]
         self.requestHeaders.setRawHeaders(b"content-type", self._form_type)
         self._form_type = None
         content = self.content
@@ -193,8 +196,12 @@ class CappedRequest(server.Request):
         content.seek(0)
         body = content.read()
         content.seek(0)
-        lane = cast(Lane, self._site().lane)
-        lane.run(parse_qs, body, 1).addCallbacks(self._form_decoded, self._form_failed)
+        lane: Lane | None = getattr(self._site(), "lane", None)
+        if lane is not None and len(body) >= FORM_ON_LANE:
+            d = lane.run(form_args, ctype, body)
+        else:
+            d = defer.maybeDeferred(form_args, ctype, body)
+        d.addCallbacks(self._form_decoded, self._form_failed)
 
     def _form_decoded(self, args: dict[bytes, list[bytes]]) -> None:
         merged: dict[bytes, list[bytes]] = dict(cast(Any, self.args) or {})
@@ -204,16 +211,23 @@ class CappedRequest(server.Request):
             super().process()
 
     def _form_failed(self, failure: Failure) -> None:
-        log.failure("Decoding a form body", failure)
-        if self.channel is not None:
+        if self.channel is None:
+            return
+        if failure.check(MalformedForm):  # Twisted would answer a bare "400 Bad Request"; say why, in JSON
+            self._raw_answer(b"400 Bad Request", failure.getErrorMessage())
+        else:
+            log.failure("Decoding a form body", failure)
             self._raw_answer(b"500 Internal Server Error", "the form body could not be decoded")
-            self.channel.loseConnection()
+        self.channel.loseConnection()
 
-    def _form_on_lane(self) -> bool:
-        if getattr(self._site(), "lane", None) is None or self._received < FORM_ON_LANE:
-            return False
-        ctype = (self.requestHeaders.getRawHeaders(b"content-type") or [b""])[0]
-        return ctype.partition(b";")[0].strip().lower() == b"application/x-www-form-urlencoded"
+    def _decodes_form(self) -> bool:
+        """True when this request decodes its POST body itself (Twisted then leaves it alone): a multipart one
+        (not empty), or an urlencoded one of FORM_ON_LANE bytes or more, for the site's lane."""
+        kind = _media_type(self.requestHeaders.getRawHeaders(b"content-type"))
+        if kind == MULTIPART:
+            return self._received > 0
+        lane = getattr(self._site(), "lane", None)
+        return kind == URLENCODED and lane is not None and self._received >= FORM_ON_LANE
 
     def _cap(self) -> int:
         return int(getattr(self._site(), "max_body_size", 16 * 1024 * 1024))
@@ -248,27 +262,36 @@ def raw_answer(status: bytes, message: str, node_name: str) -> bytes:
     return head % (status, len(body)) + body
 
 
-def _bad_multipart(request: server.Request) -> bool:
-    """True for a multipart/form-data body Twisted cannot parse (it would answer 400 with no body)."""
-    ctype = (request.requestHeaders.getRawHeaders(b"content-type") or [b""])[0]
-    if not ctype.lower().lstrip().startswith(b"multipart/form-data"):
-        return False
-    try:
-        from twisted.web.http import _getMultiPartArgs, _MultiPartParseException
-    except ImportError:  # a Twisted without them: its own bare 400 stands
-        return False
-    body: Any = request.content
-    end = body.tell()  # requestReceived takes the body's length from the position
-    body.seek(0)
-    content = body.read()
-    body.seek(end)
-    if not content:
-        return False
-    try:
-        _getMultiPartArgs(content, ctype)
-    except _MultiPartParseException:
-        return True
-    return False
+class MalformedForm(ValueError):
+    """A form body that cannot be decoded (a multipart/form-data one that is not multipart)."""
+
+
+def form_args(ctype: bytes, body: bytes) -> dict[bytes, list[bytes]]:
+    """A POST form body's fields as ``Request.args`` holds them: multipart/form-data or urlencoded."""
+    if _media_type([ctype]) == MULTIPART:
+        return multipart_args(ctype, body)
+    return parse_qs(body, True)
+
+
+def multipart_args(ctype: bytes, body: bytes) -> dict[bytes, list[bytes]]:
+    """The named parts of a multipart/form-data body, read by the standard library's MIME parser with the
+    request's content type (boundary included) as its header, as Twisted reads them; MalformedForm if the
+    body is not multipart."""
+    message = email.message_from_bytes(b"MIME-Version: 1.0\r\nContent-Type: " + ctype + b"\r\n" + body)
+    if not message.is_multipart():
+        raise MalformedForm("malformed multipart/form-data body")
+    args: dict[bytes, list[bytes]] = {}
+    for part in cast(list[Message], message.get_payload()):
+        name = part.get_param("name", header="content-disposition")
+        if name:
+            payload = cast(bytes, part.get_payload(decode=True))
+            args.setdefault(collapse_rfc2231_value(name).encode("utf-8"), []).append(payload)
+    return args
+
+
+def _media_type(ctype: Sequence[bytes] | None) -> bytes:
+    """The media type of a Content-Type header's first value, lower case, without its parameters."""
+    return (ctype or [b""])[0].partition(b";")[0].strip().lower()
 
 
 def _text(value: bytes | None) -> str:
