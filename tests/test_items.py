@@ -13,6 +13,7 @@ from twisted.internet import defer, reactor
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
+from spiderd.core.blocking import Lane
 from spiderd.feed.items import ItemWriter, checkpoint_name
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
@@ -59,9 +60,10 @@ class ItemWriterTests(unittest.TestCase):
     def writer(self, pool: Any = None, **options: Any) -> Any:
         """A started writer (its previous-run files settled)."""
         options.setdefault("flush_interval", 0.01)
-        writer = ItemWriter(reactor, str(self.dir / "items"), pool=pool or self.pool, **options)
+        self.lane = Lane(reactor, "items-test")  # the writer's; closed at the end whatever the test did
+        writer = ItemWriter(reactor, str(self.dir / "items"), pool=pool or self.pool, lane=self.lane, **options)
         writer.startService()
-        self.addCleanup(lambda: writer._threads.stop() if writer._threads.started else None)
+        self.addCleanup(self.lane.close)
         yield writer.ready
         return writer
 
@@ -106,7 +108,7 @@ class ItemWriterTests(unittest.TestCase):
         self.assertEqual(result(self.pool.checkpoint(checkpoint)), part.stat().st_size)
         with part.open("ab") as f:  # the next group's lines reached the file; then the process was killed
             f.write(b'{"url":"%s"}\n{"url":"%s"}\n{"url":"torn' % (self.popped[2].encode(), self.popped[3].encode()))
-        writer._threads.stop()  # no stopService: the process is gone
+        self.lane.close()  # no stopService: the process is gone
         writer = yield self.writer()
         self.assertFalse(part.exists())
         self.assertEqual(self.lines(), self.popped[:2])
@@ -171,9 +173,10 @@ class ItemWriterTests(unittest.TestCase):
     @defer.inlineCallbacks
     def test_without_a_pool(self) -> Any:
         """With no pool the lines are written and the torn tail of an old file is cut, as before."""
-        writer = ItemWriter(reactor, str(self.dir / "items"), flush_interval=0.01)
+        lane = Lane(reactor, "items-test")
+        writer = ItemWriter(reactor, str(self.dir / "items"), flush_interval=0.01, lane=lane)
         writer.startService()
-        self.addCleanup(lambda: writer._threads.stop() if writer._threads.started else None)
+        self.addCleanup(lane.close)
         yield writer.ready
         yield writer.write({"url": "x"})
         yield writer.stopService()
