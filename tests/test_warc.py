@@ -246,6 +246,16 @@ class WriterTests(unittest.TestCase):
         self.assertEqual(warc.validate_warc(path), 5)
         yield again.stopService()
 
+    @defer.inlineCallbacks
+    def test_unsettled_previous_file_is_a_start_failure(self) -> Any:
+        """A .part of a previous run that cannot be read makes ``ready`` fail (a start failure, as the shipper's
+        unreadable spool is), instead of the node archiving on beside it; the stop still works."""
+        (self.dir / f"spiderd-x{warc.EXTENSION}.part").mkdir()  # listed like a torn file, unreadable as one
+        w = self.writer()
+        yield self.assertFailure(w.ready, IsADirectoryError)
+        self.assertEqual(self.rotated, [])
+        yield w.stopService()
+
     def test_check_refuses_what_is_not_whole(self) -> None:
         """The feed check: not gzip, bytes past the last record, no record."""
         good = self.dir / "good.warc.gz"

@@ -29,7 +29,10 @@ log = Logger()
 
 
 class WarcWriter(RotatedFiles):
-    """``write(result)`` fires once the request and response records of a FetchResult are on disk."""
+    """``write(result)`` fires once the request and response records of a FetchResult are on disk.
+
+    ``ready`` fires once the ``.part`` files of a previous run are settled, and fails (a start failure, as the
+    feed shipper's) if they cannot be."""
 
     name = "warc"  # type: ignore[assignment]  # Service declares it None
     what = label = "WARC"
@@ -85,9 +88,6 @@ class WarcWriter(RotatedFiles):
 
     def _settle_previous(self) -> Deferred[list[str]]:
         return self._lane.run(self._settle_parts)
-
-    def _settle_failed(self, failure: Failure) -> None:
-        log.failure("Settling the WARC files of a previous run failed", failure)
 
     # -- the lane's thread --------------------------------------------------------------------------
 
