@@ -45,6 +45,7 @@ from __future__ import annotations
 import os
 from typing import Sequence, TypedDict
 
+from spiderd.core.blocking import Lane
 from spiderd.core.compression import FAST
 from spiderd.core.reactors import IThreadedClock
 from spiderd.store.base import NullStore, PageStore, StoreNotRunning, StoreUnavailable
@@ -84,11 +85,12 @@ def open_store(
     batch_size: int = 100,
     flush_interval: float = 1.0,
     stop_timeout: float = 60.0,
+    lane: Lane | None = None,
 ) -> PageStore | ShardedStore:
     """The page store named by ``url`` (a Service: start it before use, stop it to flush and close).
 
     ``stop_timeout`` bounds how long a MySQL store keeps retrying at stop
-    while the server is unreachable.
+    while the server is unreachable; ``lane`` is the SQLite store's (default: one of its own).
     """
     options: _Options = {"preset": preset, "batch_size": batch_size, "flush_interval": flush_interval}
     if not isinstance(url, str):
@@ -99,7 +101,7 @@ def open_store(
         return NullStore(reactor, **options)
     if url.startswith("sqlite:///") and len(url) > len("sqlite:///"):
         path = url[len("sqlite:///"):]
-        return SQLiteStore(path if os.path.isabs(path) else os.path.join(data_dir, path), reactor, **options)
+        return SQLiteStore(path if os.path.isabs(path) else os.path.join(data_dir, path), reactor, lane, **options)
     if url.startswith("mysql://"):
         return MySQLStore(parse_mysql_url(url), reactor, stop_timeout=stop_timeout, **options)
     raise ValueError(f"expected sqlite:///PATH, mysql://USER:PASS@HOST:PORT/DB or none, got {redact(url)!r}")
