@@ -386,18 +386,23 @@ class ScrapydCompatibilityTests(WorkerTestBase):
 class ErrorTests(WorkerTestBase):
     """Every refusal is a clear JSON error with the code Scrapyd 1.6 uses, and persists nothing."""
 
+    def threads_of(self, name: str) -> list[str]:
+        """The names of the threads that call ``serving.<name>`` from now on (patched for the test)."""
+        threads: list[str] = []
+        real = getattr(serving, name)
+
+        def spy(*args: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            return real(*args)
+
+        self.patch(serving, name, spy)
+        return threads
+
     @defer.inlineCallbacks
     def test_a_big_form_is_decoded_on_the_lane(self) -> Any:
         """A schedule.json form of FORM_ON_LANE bytes or more is decoded on the worker's lane, not the reactor
         thread, and is accepted as a small one is (its job holds every start URL)."""
-        threads: list[str] = []
-        decode = serving.parse_qs
-
-        def spy(*args: Any) -> Any:
-            threads.append(threading.current_thread().name)
-            return decode(*args)
-
-        self.patch(serving, "parse_qs", spy)
+        threads = self.threads_of("parse_qs")
         service = self.worker(max_body_size=4 * serving.FORM_ON_LANE)
         paths = [f"/item/{i}.html?pad={'x' * 40}" for i in range(serving.FORM_ON_LANE // 50)]
         jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
@@ -412,14 +417,7 @@ class ErrorTests(WorkerTestBase):
     def test_a_big_multipart_body_is_decoded_on_the_lane(self) -> Any:
         """A multipart/form-data schedule.json of FORM_ON_LANE bytes or more is decoded on the worker's lane too,
         and is accepted as an urlencoded one is (its job holds every start URL)."""
-        threads: list[str] = []
-        decode = serving.multipart_args
-
-        def spy(*args: Any) -> Any:
-            threads.append(threading.current_thread().name)
-            return decode(*args)
-
-        self.patch(serving, "multipart_args", spy)
+        threads = self.threads_of("multipart_args")
         service = self.worker(max_body_size=4 * serving.FORM_ON_LANE)
         paths = [f"/item/{i}.html?pad={'x' * 40}" for i in range(serving.FORM_ON_LANE // 50)]
         fields = (("project", "spiderd"), ("spider", "demo-shop"), ("jobid", "big-multi"),
