@@ -355,7 +355,7 @@ def _wrong_value(kind: str) -> object:
 
 
 def _every_key() -> list[tuple[str, str, str]]:
-    return [(section, key, kind) for section, keys in SCHEMA.items() for key, (_, kind) in keys.items()]
+    return [(section, key, kind) for section, keys in SCHEMA.items() for key, kind in keys.items()]
 
 
 @pytest.mark.parametrize("section, key, kind", _every_key(), ids=[f"{s}.{k}" for s, k, _ in _every_key()])
