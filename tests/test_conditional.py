@@ -233,7 +233,7 @@ class CrawlTests(unittest.TestCase):
         clocked = ClockedReactor(reactor, self.clock)
         self.fetcher = Fetcher(clocked, FetchConfig(timeout=10))
         self.addCleanup(self.fetcher.close)
-        parser = ParsePool(reactor, settings, 0)
+        parser = ParsePool(reactor, settings.raw, 0)
         parser.startService()
         self.addCleanup(parser.stopService)
         self.items = ItemWriter(reactor, str(self.dir / "items"), flush_interval=0.01, pool=self.pool)

@@ -67,7 +67,7 @@ def test_conditional_get_on_by_default() -> None:
     assert cfg.from_dict({}).conditional_get is True
     assert cfg.load(str(ROOT / "etc" / "spiderd.toml")).conditional_get is True
     off = cfg.from_dict({"fetch": {"conditional_get": False}})
-    assert off.conditional_get is False and pool_options(off)["conditional_get"] is False
+    assert off.conditional_get is False and pool_options(off.pool, off.fetch)["conditional_get"] is False
 
 
 def test_sitemap_settings() -> None:
@@ -345,7 +345,7 @@ def test_max_hops() -> None:
         {"name": "three", "allowed_hosts": ["c.example"]},
     ]})
     assert (settings.max_hops, [site.max_hops for site in settings.sites]) == (5, [3, 2, 0])
-    options = pool_options(settings)
+    options = pool_options(settings.pool, settings.fetch, settings.sites)
     assert (options["max_hops"], options["site_hops"]) == (5, {"a.example": 2, "b.example": 3})
 
 

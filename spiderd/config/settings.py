@@ -182,6 +182,8 @@ def _check_recrawl(settings: Settings) -> None:
         )
     if not settings.batch.targets or settings.spiderd.role == "worker":
         return
+    if "local" in settings.batch.targets and settings.spiderd.role != "all":
+        raise ConfigError(f"{source}: batch.targets: \"local\" needs the all role (this node's worker)")
     for i, site in enumerate(settings.sites):
         if site.recrawl_detail:
             raise ConfigError(

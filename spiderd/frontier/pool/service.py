@@ -1,6 +1,6 @@
 """The pool as a service: opened before the rest starts (connecting, for Redis, with retries), closed last.
 
-:func:`pool_service` opens the backend that the settings name (``pool.backend``). The Redis backend's
+:func:`pool_service` opens the backend that the ``[pool]`` section names (``backend``). The Redis backend's
 package is imported here at import time: it imports txredisapi (which installs the default reactor) only
 when a connection is opened (see :mod:`spiderd.frontier.pool.redis.link`).
 """
@@ -17,7 +17,9 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from spiderd.config.settings import ConfigError, Settings
+from spiderd.config.convert import ConfigError
+from spiderd.config.sections import FetchSection, PoolSection
+from spiderd.core.rules import Site
 from spiderd.core.rules import host_adaptive
 from spiderd.core.secrets import redact
 from spiderd.frontier.interfaces import IURLPool
@@ -77,41 +79,43 @@ class PoolService(Service):
         return defer.maybeDeferred(self.pool.close)
 
 
-def pool_service(settings: Settings, reactor: IReactorTime) -> PoolService:
-    """The pool that ``pool.backend`` names, as a service (a LevelDB pool that cannot open is a ConfigError)."""
-    options = pool_options(settings)
-    if settings.pool_backend == "redis":
-        pool, opener = make_redis_pool(settings.redis_url, reactor, prefix=settings.redis_prefix,
-                                       namespace=settings.redis_namespace,
-                                       seen_bucket_bits=settings.redis_seen_bucket_bits, **options)
-        return PoolService(pool, reactor, opener, where=redact(settings.redis_url))
-    if settings.pool_backend == "memory":
+def pool_service(config: PoolSection, fetching: FetchSection, sites: tuple[Site, ...], reactor: IReactorTime, *,
+                 path: str, source: str = "<config>") -> PoolService:
+    """The pool that ``[pool] backend`` names, as a service (LevelDB's at ``path``: a LevelDB pool that cannot open
+    is a ConfigError naming ``spiderd.data_dir`` of ``source``)."""
+    options = pool_options(config, fetching, sites)
+    if config.backend == "redis":
+        pool, opener = make_redis_pool(config.redis_url, reactor, prefix=config.redis_prefix,
+                                       namespace=config.redis_namespace,
+                                       seen_bucket_bits=config.redis_seen_bucket_bits, **options)
+        return PoolService(pool, reactor, opener, where=redact(config.redis_url))
+    if config.backend == "memory":
         return PoolService(open_memory_pool(reactor, **options), reactor, where="memory")
     try:
-        return PoolService(open_leveldb_pool(settings.path("pool"), reactor, **options), reactor,
-                           where=settings.path("pool"))
+        return PoolService(open_leveldb_pool(path, reactor, **options), reactor, where=path)
     except Exception as e:  # noqa: BLE001  # leveldb.IOError when another spiderd holds the lock
-        raise ConfigError(f"{settings.source}: spiderd.data_dir: cannot open the pool: {e}") from None
+        raise ConfigError(f"{source}: spiderd.data_dir: cannot open the pool: {e}") from None
 
 
-def pool_options(settings: Settings) -> dict[str, Any]:
-    """Every backend's options (KVPool's): politeness, thresholds, limits, recrawl intervals, the linkbase, splits."""
-    overrides = {host: (rule.delay, rule.concurrency) for host, rule in settings.host_rules.items()}
-    adaptive = host_adaptive(settings.host_rules, settings.adaptive)
+def pool_options(config: PoolSection, fetching: FetchSection, sites: tuple[Site, ...] = ()) -> dict[str, Any]:
+    """Every backend's options (KVPool's): the thresholds, limits, linkbase and splits of ``[pool]``; the
+    politeness, throttling and conditional GET of ``[fetch]``; the recrawl intervals and hop limits of the sites."""
+    overrides = {host: (rule.delay, rule.concurrency) for host, rule in fetching.hosts.items()}
+    adaptive = host_adaptive(fetching.hosts, fetching.adaptive)
     return {
-        "politeness": Politeness(settings.per_host_delay, settings.per_host_concurrency, overrides,
-                                 settings.adaptive, adaptive),
-        "failure_threshold": settings.failure_threshold,
-        "pending_threshold": settings.pending_threshold,
-        "max_url_length": settings.max_url_length,
-        "max_urls_per_host": settings.max_urls_per_host,
-        "recrawl": RecrawlPolicy.from_sites(settings.sites).pairs(),
-        "linkbase": settings.linkbase,
-        "linkbase_max": settings.linkbase_max,
-        "list_ratio": settings.list_ratio,
-        "detail_ratio": settings.detail_ratio,
-        "max_throttles": settings.max_throttles,
-        "conditional_get": settings.conditional_get,
-        "max_hops": settings.max_hops,
-        "site_hops": HopLimits.from_sites(0, settings.sites).by_domain,
+        "politeness": Politeness(fetching.per_host_delay, fetching.per_host_concurrency, overrides,
+                                 fetching.adaptive, adaptive),
+        "failure_threshold": config.failure_threshold,
+        "pending_threshold": config.pending_threshold,
+        "max_url_length": config.max_url_length,
+        "max_urls_per_host": config.max_urls_per_host,
+        "recrawl": RecrawlPolicy.from_sites(sites).pairs(),
+        "linkbase": config.linkbase,
+        "linkbase_max": config.linkbase_max,
+        "list_ratio": config.list_ratio,
+        "detail_ratio": config.detail_ratio,
+        "max_throttles": fetching.max_throttles,
+        "conditional_get": fetching.conditional_get,
+        "max_hops": config.max_hops,
+        "site_hops": HopLimits.from_sites(0, sites).by_domain,
     }
