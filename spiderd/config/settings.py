@@ -56,30 +56,6 @@ class Settings:
     api: ApiSection = field(default_factory=ApiSection)
     sites: tuple[Site, ...] = ()  # [[sites]]
 
-    def __getattr__(self, name: str) -> Any:  # transition: the flat names of before (pool_backend, batch_size, ...)
-        if name.startswith("__"):
-            raise AttributeError(name)
-        section, key = _FLAT.get(name, ("", ""))
-        if not section:
-            for section in SECTIONS:
-                if name.startswith(section + "_") and hasattr(SECTIONS[section], name[len(section) + 1:]):
-                    key = name[len(section) + 1:]
-                    break
-                if name.startswith("sitemap_") and section == "sitemaps":
-                    key = name[len("sitemap_"):]
-                    break
-            else:
-                section = next((s for s, cls in SECTIONS.items() if name in SCHEMA[s] or hasattr(cls, name)), "")
-                key = name
-        if not section:
-            raise AttributeError(name)
-        return getattr(object.__getattribute__(self, section), key)
-
-
-_FLAT = {"host_rules": ("fetch", "hosts"), "store_preset": ("store", "compression_preset"),
-         "warc_rotate_mb": ("items", "warc_rotate_mb"), "skip_duplicate_content": ("items", "skip_duplicate_content"),
-         "max_url_length": ("pool", "max_url_length"), "max_path_depth": ("pool", "max_path_depth")}
-
 
 def load(path: str, overrides: Mapping[str, Any] | None = None) -> Settings:
     """Read and validate the TOML file at ``path``; ``overrides`` are ``section.key`` values."""
