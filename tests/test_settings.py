@@ -67,7 +67,7 @@ def test_conditional_get_on_by_default() -> None:
     assert cfg.from_dict({}).fetch.conditional_get is True
     assert cfg.load(str(ROOT / "etc" / "spiderd.toml")).fetch.conditional_get is True
     off = cfg.from_dict({"fetch": {"conditional_get": False}})
-    assert off.fetch.conditional_get is False and pool_options(off.pool, off.fetch)["conditional_get"] is False
+    assert off.fetch.conditional_get is False and pool_options(off.pool, off.fetch).conditional_get is False
 
 
 def test_sitemap_settings() -> None:
@@ -346,7 +346,7 @@ def test_max_hops() -> None:
     ]})
     assert (settings.pool.max_hops, [site.max_hops for site in settings.sites]) == (5, [3, 2, 0])
     options = pool_options(settings.pool, settings.fetch, settings.sites)
-    assert (options["max_hops"], options["site_hops"]) == (5, {"a.example": 2, "b.example": 3})
+    assert (options.config.max_hops, options.site_hops) == (5, {"a.example": 2, "b.example": 3})
 
 
 def _wrong_value(kind: str) -> object:

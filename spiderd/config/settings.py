@@ -5,10 +5,10 @@ fetch.timeout: expected a number, got 'ten'``) and is raised as
 :class:`ConfigError` before anything starts.  Unknown keys are errors.
 
 This module holds the :class:`Settings` (a frozen section per TOML table, :mod:`spiderd.config.sections`), the
-loader and the checks across keys; the key table is :mod:`spiderd.config.schema`, the value converters
-:mod:`spiderd.config.convert`, the ``[[sites]]`` tables :mod:`spiderd.config.sites`.  The configuration imports no role of spiderd: the rules it builds
-(:class:`~spiderd.core.rules.Site`, :class:`~spiderd.core.rules.HostRule`) and the checks it borrows (feed URI
-templates, cron expressions) live in :mod:`spiderd.core`.
+loader and the checks across sections; the key table is :mod:`spiderd.config.schema`, the value converters
+:mod:`spiderd.config.convert`, the ``[[sites]]`` tables :mod:`spiderd.config.sites`.  The configuration imports
+no role of spiderd: the rules it builds (:class:`~spiderd.core.rules.Site`, :class:`~spiderd.core.rules.HostRule`)
+and the checks it borrows (feed URI templates, cron expressions) live in :mod:`spiderd.core`.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from spiderd.frontier.interfaces import IURLPool
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 from spiderd.frontier.pool.hops import HopLimits
+from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.redis import make_redis_pool
 from spiderd.frontier.scheduler import RecrawlPolicy
 
@@ -83,39 +84,30 @@ def pool_service(config: PoolSection, fetching: FetchSection, sites: tuple[Site,
                  path: str, source: str = "<config>") -> PoolService:
     """The pool that ``[pool] backend`` names, as a service (LevelDB's at ``path``: a LevelDB pool that cannot open
     is a ConfigError naming ``spiderd.data_dir`` of ``source``)."""
-    options = pool_options(config, fetching, sites)
+    options, politeness = pool_options(config, fetching, sites), pool_politeness(fetching)
     if config.backend == "redis":
         pool, opener = make_redis_pool(config.redis_url, reactor, prefix=config.redis_prefix,
-                                       namespace=config.redis_namespace,
-                                       seen_bucket_bits=config.redis_seen_bucket_bits, **options)
+                                       namespace=config.redis_namespace, seen_bucket_bits=config.redis_seen_bucket_bits,
+                                       options=options, politeness=politeness)
         return PoolService(pool, reactor, opener, where=redact(config.redis_url))
     if config.backend == "memory":
-        return PoolService(open_memory_pool(reactor, **options), reactor, where="memory")
+        return PoolService(open_memory_pool(reactor, options, politeness=politeness), reactor, where="memory")
     try:
-        return PoolService(open_leveldb_pool(path, reactor, **options), reactor, where=path)
+        return PoolService(open_leveldb_pool(path, reactor, options, politeness=politeness), reactor, where=path)
     except Exception as e:  # noqa: BLE001  # leveldb.IOError when another spiderd holds the lock
         raise ConfigError(f"{source}: spiderd.data_dir: cannot open the pool: {e}") from None
 
 
-def pool_options(config: PoolSection, fetching: FetchSection, sites: tuple[Site, ...] = ()) -> dict[str, Any]:
-    """Every backend's options (KVPool's): the thresholds, limits, linkbase and splits of ``[pool]``; the
-    politeness, throttling and conditional GET of ``[fetch]``; the recrawl intervals and hop limits of the sites."""
+def pool_options(config: PoolSection, fetching: FetchSection, sites: tuple[Site, ...] = ()) -> PoolOptions:
+    """Every backend's options: ``[pool]``; the throttling and conditional GET of ``[fetch]``; the recrawl
+    intervals and hop limits of the sites."""
+    return PoolOptions(config, max_throttles=fetching.max_throttles, conditional_get=fetching.conditional_get,
+                       recrawl=tuple(RecrawlPolicy.from_sites(sites).pairs()),
+                       site_hops=HopLimits.from_sites(0, sites).by_domain)
+
+
+def pool_politeness(fetching: FetchSection) -> Politeness:
+    """The per-host turns of ``[fetch]``: delay, concurrency, the adaptive rule, and each ``[fetch.hosts]`` table's."""
     overrides = {host: (rule.delay, rule.concurrency) for host, rule in fetching.hosts.items()}
-    adaptive = host_adaptive(fetching.hosts, fetching.adaptive)
-    return {
-        "politeness": Politeness(fetching.per_host_delay, fetching.per_host_concurrency, overrides,
-                                 fetching.adaptive, adaptive),
-        "failure_threshold": config.failure_threshold,
-        "pending_threshold": config.pending_threshold,
-        "max_url_length": config.max_url_length,
-        "max_urls_per_host": config.max_urls_per_host,
-        "recrawl": RecrawlPolicy.from_sites(sites).pairs(),
-        "linkbase": config.linkbase,
-        "linkbase_max": config.linkbase_max,
-        "list_ratio": config.list_ratio,
-        "detail_ratio": config.detail_ratio,
-        "max_throttles": fetching.max_throttles,
-        "conditional_get": fetching.conditional_get,
-        "max_hops": config.max_hops,
-        "site_hops": HopLimits.from_sites(0, sites).by_domain,
-    }
+    return Politeness(fetching.per_host_delay, fetching.per_host_concurrency, overrides, fetching.adaptive,
+                      host_adaptive(fetching.hosts, fetching.adaptive))
