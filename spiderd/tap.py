@@ -34,7 +34,7 @@ from spiderd.frontier.seeds import SeedService
 from spiderd.frontier.sitemapservice import sitemap_service
 from spiderd.ops.reload import ReloadService
 from spiderd.ops.systemd import SystemdNotifier
-from spiderd.ops.web import ApiService, Auth, Node
+from spiderd.ops.web import Node, api_service
 from spiderd.store import PageStore, ShardedStore, page_store
 from spiderd.worker import WorkerConfigError, WorkerService, build_worker, worker_config
 
@@ -108,39 +108,36 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
 
     ``signals``: handle SIGHUP (twistd's makeService asks; tests building services directly do not)."""
     base = _base(s, reactor, lifecycle.OrderedMultiService(on_start_failure))
-    role = s.spiderd.role
+    role, add = s.spiderd.role, base.top.add
     worker = _worker(base) if role == "worker" or (role == "all" and "local" in s.batch.targets) else None
     frontier = _frontier(base, worker, demo_site) if base.pool is not None else Frontier()
     crawler = frontier.crawler
-    node = Node(role, reactor, stats=base.stats, pool=base.pool, crawler=crawler, seeds=frontier.seeds,
-                batcher=frontier.batcher, worker=worker, shipper=worker.shipper if worker is not None else None,
-                store=base.store, recrawler=frontier.recrawler, robots=base.fetcher.robots, rules=base.parser.rules,
-                max_url_length=s.pool.max_url_length)
-    base.top.add(ApiService(reactor, node, bind=s.api.bind, port=s.api.port,
-                        auth=Auth(s.api.token, s.api.username, s.api.password)))
+    add(api_service(s.api, reactor, Node(
+        role, reactor, stats=base.stats, pool=base.pool, crawler=crawler, seeds=frontier.seeds,
+        batcher=frontier.batcher, worker=worker, shipper=worker.shipper if worker is not None else None,
+        store=base.store, recrawler=frontier.recrawler, robots=base.fetcher.robots, rules=base.parser.rules,
+        max_url_length=s.pool.max_url_length)))
     if signals:
-        base.top.add(ReloadService(reactor, s.source, s.spiderd, base.blocking.lane("reload"), frontier.seeds))
+        add(ReloadService(reactor, s.source, s.spiderd, base.blocking.lane("reload"), frontier.seeds))
         lifecycle.calm_repeated_stop_signals(reactor)
-    base.top.add(SystemdNotifier(reactor, status=lambda: f"{base.stats.counts['pages']} pages",
-                             healthy=lambda: crawler is None or crawler.healthy))
+    add(SystemdNotifier(reactor, status=lambda: f"{base.stats.counts['pages']} pages",
+                        healthy=lambda: crawler is None or crawler.healthy))
     return base.top
 
 
 def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiService) -> Base:
     """The lanes of blocking work (first to start, last to stop), the pool, the store, the parsers, the fetcher."""
-    blocking = top.add(Blocking(reactor))
-    node = s.spiderd
+    blocking, node = top.add(Blocking(reactor)), s.spiderd
     pooled = None if node.role == "worker" else pool_service(s.pool, s.fetch, s.sites, reactor,
                                                              path=node.path("pool"), source=s.source)
     pool = pooled.pool if pooled is not None else None
     parser = ParsePool(reactor, parse_rules(s.sites, s.pool, s.fetch), s.parse.workers,
                        max_rss=s.parse.max_rss_mb * 2**20)
     fetcher = Fetcher(reactor, fetch_config(s.fetch, s.sites), on_crawl_delay=pool.set_host_delay if pool else None)
-    base = Base(s, reactor, top, blocking, CrawlStats(reactor), pool, page_store(s.store, node.data_dir, reactor),
-                parser, fetcher)
-    for service in (pooled, base.store, parser, lifecycle.Closer("fetcher", fetcher.close)):
+    store = page_store(s.store, node.data_dir, reactor)
+    for service in (pooled, store, parser, lifecycle.Closer("fetcher", fetcher.close)):
         top.add(service)
-    return base
+    return Base(s, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher)
 
 
 def _worker(base: Base) -> WorkerService:
@@ -148,13 +145,13 @@ def _worker(base: Base) -> WorkerService:
     (which, with ``[items] skip_duplicate_content``, claims its pages' content digests in the pool)."""
     s, node = base.s, base.s.spiderd
     shipper = base.top.add(FeedShipper(base.reactor, node.path("spool"), retry_max=s.feed.retry_max,
-                                   stop_timeout=s.feed.stop_timeout, lane=base.blocking.lane("feed", 3)))
+                                       stop_timeout=s.feed.stop_timeout, lane=base.blocking.lane("feed", 3)))
     claim = base.pool.claim_content if base.pool is not None and s.items.skip_duplicate_content else None
+    config = worker_config(s.worker, s.fetch, data_dir=node.data_dir, role=node.role,
+                           failure_threshold=s.pool.failure_threshold, feed_format=s.items.format)
     try:
-        config = worker_config(s.worker, s.fetch, data_dir=node.data_dir, role=node.role,
-                               failure_threshold=s.pool.failure_threshold, feed_format=s.items.format)
         return base.top.add(build_worker(config, base.reactor, base.fetcher, base.parser, base.store, shipper,
-                                     base.blocking.lane("worker-io"), base.stats, claim))
+                                         base.blocking.lane("worker-io"), base.stats, claim))
     except WorkerConfigError as e:
         raise cfg.ConfigError(f"{s.source}: {e}") from None
 
@@ -169,7 +166,8 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
     seeds = SeedService(pool, s.pool.seeds, s.pool.hubs, s.pool.hub_refresh_span, store=base.store,
                         state_path=node.path("hubs-added.json"))
     seed_timer, recrawler = schedulers(s.pool, s.sites, reactor, pool, lambda: stats.counts["requests"])
-    site = demo.DemoSiteService(reactor, pool, node.data_dir, "feeds" if batcher else s.items.dir) if demo_site else None
+    outputs = "feeds" if batcher is not None else s.items.dir
+    site = demo.DemoSiteService(reactor, pool, node.data_dir, outputs) if demo_site else None
     extra = {"batches": batcher.status} if batcher is not None else {}
     if worker is not None:
         extra.update(worker=worker.status, feeds=worker.shipper.status)
@@ -183,7 +181,5 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
                     ProgressLogger(stats, pool, reactor, node.log_interval, extra), sitemaps, crawler):
         base.top.add(service)
     if node.exit_when_done:
-        flush = batcher.flush if batcher is not None else None
-        settles = [part for part in (batcher, worker) if part is not None]
-        crawler.finished.addCallback(lambda _: lifecycle.stop_when_idle(reactor, flush, *settles))
+        crawler.finished.addCallback(lambda _: lifecycle.stop_when_idle(reactor, batcher, worker))
     return Frontier(crawler, seeds, batcher, recrawler)

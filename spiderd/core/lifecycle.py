@@ -229,13 +229,19 @@ class Settles(Protocol):
     def settled(self) -> Deferred[None]: ...
 
 
-def stop_when_idle(reactor: INodeReactor, flush: Callable[[], Deferred[None]] | None, *parts: Settles) -> Any:
-    """``flush()`` (the partial batch), then stop the reactor once every one of ``parts`` is idle (at once without
-    ``flush``: nothing was sent elsewhere)."""
-    if flush is None:
+class Flushes(Settles, Protocol):
+    """Work that holds a part of what it sends until flushed (the batcher)."""
+
+    def flush(self) -> Deferred[None]: ...
+
+
+def stop_when_idle(reactor: INodeReactor, sender: Flushes | None, *others: Settles | None) -> Any:
+    """Stop the reactor, after ``sender`` (if any) flushed and it and ``others`` (those not None) are idle."""
+    if sender is None:
         return reactor.stop()
-    d = flush().addCallback(lambda _: wait_idle(reactor, lambda: all(part.idle() for part in parts),
-                                                *(part.settled for part in parts)))
+    parts = [sender, *(part for part in others if part is not None)]
+    d = sender.flush().addCallback(lambda _: wait_idle(reactor, lambda: all(part.idle() for part in parts),
+                                                       *(part.settled for part in parts)))
     return d.addCallback(lambda _: reactor.stop())
 
 
