@@ -112,10 +112,12 @@ class Fetcher:
 
     def __init__(self, reactor: ITCPClock, config: FetchConfig, robots: Robots | None = None,
                  on_crawl_delay: Callable[[str, float], Any] | None = None,
-                 tls: IPolicyForHTTPS | None = None) -> None:
+                 tls: IPolicyForHTTPS | None = None, on_address: Callable[[str, str], Any] | None = None) -> None:
         """Without ``robots``, ``config.robots`` makes one that fetches robots.txt through this fetcher
         (following up to ROBOTS_REDIRECTS redirects) and tells ``on_crawl_delay(host, seconds)`` a Crawl-delay.
-        ``tls``: the policy of https:// connections, direct or through a proxy (Twisted's browser-like one)."""
+        ``tls``: the policy of https:// connections, direct or through a proxy (Twisted's browser-like one);
+        ``on_address(host, address)``: each lookup of a host name's addresses, its first (per-IP politeness;
+        ``host`` as the pool has it: ``name:port`` but for the ports 80 and 443)."""
         self._reactor = reactor
         self._config = config
         self._tls = tls or client.BrowserLikePolicyForHTTPS()
@@ -124,7 +126,8 @@ class Fetcher:
             robots = Robots(fetch_robots, reactor, config.user_agent, on_delay=on_crawl_delay)
         self.robots = robots
         self._pools: list[ConnectionPool] = []
-        self._connecting = caching_reactor(reactor, config.dns_cache_ttl)  # endpoints resolve through its cache
+        told = None if on_address is None else functools.partial(_tell_address, on_address)
+        self._connecting = caching_reactor(reactor, config.dns_cache_ttl, told)  # endpoints resolve through it
         self.resolver = getattr(self._connecting, "nameResolver", None) if self._connecting is not reactor else None
         self._agents = [self._agent(address) for address in (config.source_addresses or (None,))]
         self._next_agent = itertools.cycle(self._agents).__next__
@@ -252,6 +255,11 @@ class Fetcher:
     def close(self) -> Deferred[Any]:
         """Close idle pooled connections."""
         return defer.gatherResults([pool.closeCachedConnections() for pool in self._pools])
+
+
+def _tell_address(on_address: Callable[[str, str], Any], name: str, port: int, address: str) -> Any:
+    """``on_address`` with the host as the pool keys it (spiderd.core.urls: the default ports left out)."""
+    return on_address(name if port in (80, 443) else f"{name}:{port}", address)
 
 
 def _headers(user_agent: str) -> Headers:
