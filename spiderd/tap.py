@@ -133,7 +133,8 @@ def build(settings: cfg.Settings, reactor: INodeReactor, demo: bool = False, sig
         settings.store_url, settings.data_dir, reactor, preset=settings.store_preset,
         batch_size=settings.store_batch_size)
     parser = ParsePool(reactor, settings, settings.parse_workers, max_rss=settings.parse_max_rss_mb * 2**20)
-    fetcher = Fetcher(reactor, fetch_config(settings), on_crawl_delay=pool.set_host_delay if pool is not None else None)
+    fetcher = Fetcher(reactor, fetch_config(settings), on_crawl_delay=pool.set_host_delay if pool is not None else None,
+                      on_address=pool.set_host_group if pool is not None and settings.politeness == "ip" else None)
     base = Base(settings, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher)
     for service in (pooled, store, parser, lifecycle.Closer("fetcher", fetcher.close)):
         base.add(service)

@@ -23,6 +23,7 @@ T = TypeVar("T")
 
 ROLES = ("all", "frontier", "worker")
 POOL_BACKENDS = ("leveldb", "memory", "redis")
+POLITENESS = ("host", "ip")  # [fetch] politeness: a slot per host, or per address (the hosts on one IP share it)
 FEED_FORMATS = ("jsonl", "warc", "both")  # [items] format: items as JSON lines, answers as WARC, or both
 
 
@@ -372,6 +373,7 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "role": _choice(ROLES),
     "backend": _choice(POOL_BACKENDS),
     "feed_format": _choice(FEED_FORMATS),
+    "politeness": _choice(POLITENESS),
     "positive": _positive,
     "non_negative": _non_negative,
     "delay_factor": _delay_factor,

@@ -42,6 +42,7 @@ SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "concurrency": ("concurrency", "positive_int"),
         "per_host_concurrency": ("per_host_concurrency", "positive_int"),
         "per_host_delay": ("per_host_delay", "non_negative"),
+        "politeness": ("politeness", "politeness"),  # "host", or "ip": the hosts on one address share one slot
         "delay_factor": ("delay_factor", "delay_factor"),
         "min_delay": ("min_delay", "non_negative"),
         "max_delay": ("max_delay", "non_negative"),

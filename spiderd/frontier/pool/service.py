@@ -81,6 +81,9 @@ def pool_service(settings: Settings, reactor: IReactorTime) -> PoolService:
     """The pool that ``pool.backend`` names, as a service (a LevelDB pool that cannot open is a ConfigError)."""
     options = pool_options(settings)
     if settings.pool_backend == "redis":
+        if settings.politeness == "ip":
+            log.warn("[fetch] politeness = \"ip\": the Redis pool records hosts' addresses but does not group "
+                     "them yet; every host keeps a politeness slot of its own")
         pool, opener = make_redis_pool(settings.redis_url, reactor, prefix=settings.redis_prefix,
                                        namespace=settings.redis_namespace,
                                        seen_bucket_bits=settings.redis_seen_bucket_bits, **options)
