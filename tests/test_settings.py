@@ -60,6 +60,15 @@ def test_adaptive_politeness_settings() -> None:
     assert (rule.wait(0.1), rule.wait(2.0), rule.wait(60.0)) == (1.0, 6.0, 20.0)
 
 
+def test_politeness_by_host_or_address() -> None:
+    """[fetch] politeness: "host" by default (and in the example), "ip" on asking; anything else is refused."""
+    assert cfg.from_dict({}).fetch.politeness == "host"
+    assert cfg.load(str(ROOT / "etc" / "spiderd.toml")).fetch.politeness == "host"
+    assert cfg.from_dict({"fetch": {"politeness": "ip"}}).fetch.politeness == "ip"
+    with pytest.raises(cfg.ConfigError, match="fetch.politeness"):
+        cfg.from_dict({"fetch": {"politeness": "domain"}})
+
+
 def test_conditional_get_on_by_default() -> None:
     """[fetch] conditional_get: on unless turned off; it reaches the pool's options."""
     from spiderd.frontier.pool.service import pool_options

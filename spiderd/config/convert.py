@@ -22,6 +22,7 @@ from spiderd.core.compression import FAST
 
 ROLES = ("all", "frontier", "worker")
 POOL_BACKENDS = ("leveldb", "memory", "redis")
+POLITENESS = ("host", "ip")  # [fetch] politeness: a slot per host, or per address (the hosts on one IP share it)
 FEED_FORMATS = ("jsonl", "warc", "both")  # [items] format: items as JSON lines, answers as WARC, or both
 
 
@@ -248,6 +249,7 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "role": _choice(ROLES),
     "backend": _choice(POOL_BACKENDS),
     "feed_format": _choice(FEED_FORMATS),
+    "politeness": _choice(POLITENESS),
     "positive": _positive,
     "non_negative": _non_negative,
     "delay_factor": _delay_factor,

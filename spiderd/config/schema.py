@@ -44,6 +44,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "concurrency": "positive_int",
         "per_host_concurrency": "positive_int",
         "per_host_delay": "non_negative",
+        "politeness": "politeness",  # "host", or "ip": the hosts on one address share one slot
         "delay_factor": "delay_factor",
         "min_delay": "non_negative",
         "max_delay": "non_negative",

@@ -71,6 +71,7 @@ class FetchSection:
     concurrency: int = 64
     per_host_concurrency: int = 8
     per_host_delay: float = 0.0
+    politeness: str = "host"  # "ip": the hosts on one address share one politeness slot (delay, concurrency)
     delay_factor: float = 0.0  # adaptive politeness: a host's next request waits this many times the last fetch's duration; 0: off
     min_delay: float = 0.0  # ... at least this long (seconds, from the fetch's end), when delay_factor > 0
     max_delay: float = 30.0  # ... at most this long

@@ -86,6 +86,9 @@ def pool_service(config: PoolSection, fetching: FetchSection, sites: tuple[Site,
     is a ConfigError naming ``spiderd.data_dir`` of ``source``)."""
     options, politeness = pool_options(config, fetching, sites), pool_politeness(fetching)
     if config.backend == "redis":
+        if fetching.politeness == "ip":
+            log.warn("[fetch] politeness = \"ip\": the Redis pool records hosts' addresses but does not group "
+                     "them yet; every host keeps a politeness slot of its own")
         pool, opener = make_redis_pool(config.redis_url, reactor, prefix=config.redis_prefix,
                                        namespace=config.redis_namespace, seen_bucket_bits=config.redis_seen_bucket_bits,
                                        options=options, politeness=politeness)

@@ -17,6 +17,9 @@ key                                    type    holds
 ``P waiting``                          zset    host -> waiting URLs (the largest host, max_urls_per_host)
 ``P conf`` / ``P robots``              hash    host -> "delay concurrency [factor min max]" overrides (the
                                                adaptive rule if the host has its own) / Crawl-delay
+``P group``                            hash    host -> its address (``[fetch] politeness = "ip"``,
+                                               ``set_host_group``); not read by the scripts yet: on
+                                               Redis every host keeps a slot of its own
 ``P leases``                           zset    fingerprint (``h`` + fingerprint for a hub) -> lease deadline
 ``P lease``                            hash    same key -> kind, holds-a-host-slot, domain, URL
 ``P fails``                            hash    fingerprint -> failures, for active URLs that failed before

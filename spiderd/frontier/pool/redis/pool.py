@@ -299,6 +299,13 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         """Raise a host's delay to its robots.txt Crawl-delay, for every node."""
         return self._execute("HSET", self.prefix + "robots", host, repr(float(delay))).addCallback(lambda _: None)
 
+    def set_host_group(self, host: str, group: str) -> defer.Deferred[None]:
+        """Record ``host``'s address in ``P group`` for every node (per-IP politeness; pop.lua does not group
+        hosts yet: each keeps a slot of its own)."""
+        key = self.prefix + "group"
+        d = self._execute("HDEL", key, host) if group == host else self._execute("HSET", key, host, group)
+        return d.addCallback(lambda _: None)
+
     def set_seeds(self, urls: Iterable[str]) -> defer.Deferred[int]:
         """Add the canonical ``urls`` to the seed-002 set ``spider.seed.urls`` (deleting nothing: other tools
         and other nodes add to it too); fires with its size."""
