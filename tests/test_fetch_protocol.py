@@ -132,7 +132,7 @@ class SiteHeaderTests(ServedTestCase):
 
     def test_fetch_config_takes_the_sites(self) -> None:
         settings = cfg.from_dict({"sites": [{"allowed_hosts": ["a.example"], "headers": {"X-A": "1"}}]})
-        self.assertEqual(fetch_config(settings).sites, settings.sites)
+        self.assertEqual(fetch_config(settings.fetch, settings.sites).sites, settings.sites)
         self.assertNotIn("X-A", repr(settings.sites))  # a header may hold a token: not in reprs
 
 

@@ -15,7 +15,6 @@ from twisted.internet.task import Clock
 from twisted.web import resource, server
 from zope.interface import implementer
 
-from spiderd.config import settings as cfg
 from spiderd.core.stats import CrawlStats
 from spiderd.demo.config import DEMO
 from spiderd.fetch.dns import CachingResolver
@@ -100,7 +99,7 @@ class PerIPTests(Base):
         clocked = MappedReactor(reactor, self.clock)
         fetcher = Fetcher(clocked, FetchConfig(timeout=10), on_address=pool.set_host_group if per_ip else None)
         self.addCleanup(fetcher.close)
-        parser = ParsePool(reactor, cfg.from_dict({"sites": DEMO["sites"]}, "<test>"), 0)
+        parser = ParsePool(reactor, {"sites": DEMO["sites"]}, 0)
         parser.startService()
         self.addCleanup(parser.stopService)
         crawler = CrawlService(clocked, pool, fetcher, parser, parser.rules, CrawlStats(self.clock), concurrency=4)

@@ -25,6 +25,7 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from treq.client import HTTPClient
 
 from spiderd.config import settings as cfg
+from spiderd.config.sections import FetchSection, WorkerSection
 from spiderd.core.blocking import Lane
 from spiderd.core.net import serving
 from spiderd.demo.config import DEMO
@@ -132,7 +133,7 @@ class WorkerTestBase(unittest.TestCase):
     def parser(self, spider: str = "demo-shop") -> ParsePool:
         if spider not in self._parsers:
             settings = cfg.from_dict({"parse": {"workers": 0}, "sites": site_rules(spider)}, "<test>")
-            parser = self._parsers[spider] = ParsePool(reactor, settings, 0)
+            parser = self._parsers[spider] = ParsePool(reactor, settings.raw, 0)
             parser.startService()
             self.addCleanup(parser.stopService)
         return self._parsers[spider]
@@ -254,7 +255,7 @@ class BatchTests(WorkerTestBase):
         """With a parser child process, each page is compressed there and stored as the site served it."""
         self.gate.open()
         settings = cfg.from_dict({"parse": {"workers": 1}, "sites": site_rules("demo-shop")}, "<test>")
-        parser = self._parsers["demo-shop"] = ParsePool(reactor, settings, 1)
+        parser = self._parsers["demo-shop"] = ParsePool(reactor, settings.raw, 1)
         parser.startService()
         self.addCleanup(parser.stopService)
         yield parser.ready()
@@ -949,23 +950,25 @@ class PartsTests(unittest.SynchronousTestCase):
         self.successResultOf(slots.acquire("off.example"))
 
     def test_worker_config_from_settings(self) -> None:
-        """build_worker's mapping: worker_* attributes when present, else defaults; pool/fetch values reused."""
-        settings = cfg.from_dict({"spiderd": {"data_dir": "/d", "role": "worker"}, "pool": {"failure_threshold": 5}})
-        config = worker_config(settings)
+        """build_worker's mapping: the [worker] section's keys, else defaults; pool/fetch values reused."""
+
+        def of(raw: dict[str, Any]) -> WorkerConfig:
+            s = cfg.from_dict(raw)
+            return worker_config(s.worker, s.fetch, data_dir=s.spiderd.data_dir, role=s.spiderd.role,
+                                 failure_threshold=s.pool.failure_threshold, feed_format=s.items.format)
+
+        config = of({"spiderd": {"data_dir": "/d", "role": "worker"}, "pool": {"failure_threshold": 5}})
         self.assertEqual((config.data_dir, config.bind, config.port, config.failure_threshold),
                          ("/d", "127.0.0.1", 6800, 5))
-        self.assertEqual(worker_config(cfg.from_dict({"spiderd": {"data_dir": "/d"}})).port, 0)  # the all role's
+        self.assertEqual(of({"spiderd": {"data_dir": "/d"}}).port, 0)  # the all role's
         self.assertEqual(config.default_feed_uri, "file:///d/feeds/%(batch)s_%(name)s_%(time)s.jl")
-        paced = worker_config(cfg.from_dict({"spiderd": {"data_dir": "/d"}, "fetch": {
-            "per_host_delay": 1.5, "hosts": {"slow.example": {"delay": 10, "concurrency": 1}}}}))
+        paced = of({"spiderd": {"data_dir": "/d"}, "fetch": {
+            "per_host_delay": 1.5, "hosts": {"slow.example": {"delay": 10, "concurrency": 1}}}})
         self.assertEqual((paced.per_host_delay, dict(paced.host_overrides)), (1.5, {"slow.example": (10.0, 1)}))
-        adaptive = worker_config(cfg.from_dict({"spiderd": {"data_dir": "/d"}, "fetch": {
-            "delay_factor": 2, "hosts": {"slow.example": {"delay": 1}, "fast.example": {"delay_factor": 0}}}}))
+        adaptive = of({"spiderd": {"data_dir": "/d"}, "fetch": {
+            "delay_factor": 2, "hosts": {"slow.example": {"delay": 1}, "fast.example": {"delay_factor": 0}}}})
         self.assertEqual((adaptive.adaptive, dict(adaptive.adaptive_overrides)),
                          (AdaptiveDelay(2.0, 0.0, 30.0), {"fast.example": AdaptiveDelay(0.0, 0.0, 30.0)}))
 
-        class Extended:
-            data_dir, failure_threshold, per_host_concurrency = "/d", 3, 2
-            worker_bind, worker_username, worker_password = "0.0.0.0", "", ""
-
-        self.assertRaises(WorkerConfigError, build_worker, Extended(), None, None, None, None, None)
+        exposed = worker_config(WorkerSection(bind="0.0.0.0"), FetchSection(per_host_concurrency=2), data_dir="/d")
+        self.assertRaises(WorkerConfigError, build_worker, exposed, None, None, None, None, None)

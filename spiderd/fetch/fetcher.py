@@ -33,7 +33,7 @@ from twisted.web import client
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IPolicyForHTTPS, IResponse
 
-from spiderd.config.settings import Settings
+from spiderd.config.sections import FetchSection
 from spiderd.core import status as st
 from spiderd.core.conditional import NOT_MODIFIED, Validators, from_headers
 from spiderd.core.reactors import ITCPClock
@@ -96,14 +96,14 @@ class FetchConfig:
     sites: tuple[Any, ...] = ()  # the [[sites]] (spiderd.core.rules.Site): their request headers and proxies, by host
 
 
-def fetch_config(settings: Settings) -> FetchConfig:
-    """The FetchConfig of spiderd settings (``[fetch]``; per-host connections are ``per_host_concurrency``)."""
+def fetch_config(fetch: FetchSection, sites: tuple[Any, ...] = ()) -> FetchConfig:
+    """The FetchConfig of the ``[fetch]`` section and the ``[[sites]]`` (per-host connections are
+    ``per_host_concurrency``)."""
     return FetchConfig(
-        user_agent=settings.user_agent, connect_timeout=settings.connect_timeout, timeout=settings.timeout,
-        max_body_size=settings.max_body_size, max_redirects=settings.max_redirects,
-        per_host_connections=settings.per_host_concurrency, keepalive_timeout=settings.keepalive_timeout,
-        dns_cache_ttl=settings.dns_cache_ttl, source_addresses=settings.source_addresses, robots=settings.robots,
-        sites=settings.sites,
+        user_agent=fetch.user_agent, connect_timeout=fetch.connect_timeout, timeout=fetch.timeout,
+        max_body_size=fetch.max_body_size, max_redirects=fetch.max_redirects,
+        per_host_connections=fetch.per_host_concurrency, keepalive_timeout=fetch.keepalive_timeout,
+        dns_cache_ttl=fetch.dns_cache_ttl, source_addresses=fetch.source_addresses, robots=fetch.robots, sites=sites,
     )
 
 

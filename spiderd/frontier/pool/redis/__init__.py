@@ -147,6 +147,8 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
+from spiderd.frontier.politeness import Politeness
+from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.redis.link import RedisAddress, RedisLink, RedisPoolError, load_scripts, parse_redis_url
 from spiderd.frontier.pool.redis.pool import RedisPool
 
@@ -166,8 +168,8 @@ def open_redis_pool(
 ) -> defer.Deferred[RedisPool]:
     """Connect to ``redis://[:password@]host:port/db`` and open the pool; fails with RedisPoolError naming host:port.
 
-    ``options`` are KVPool's: politeness, failure_threshold, pending_threshold,
-    done_codes, final_codes, max_url_length, max_urls_per_host.
+    ``options``: ``options`` (a PoolOptions, as the embedded pool's) and ``politeness``, or the keywords of
+    :meth:`~spiderd.frontier.pool.options.PoolOptions.of` (``failure_threshold=2``).
     """
     if not 14 <= seen_bucket_bits <= 24:
         return defer.fail(ValueError(f"seen_bucket_bits must be between 14 and 24, not {seen_bucket_bits!r}"))
@@ -183,14 +185,17 @@ def open_redis_pool(
 
 def make_redis_pool(
     address: str | RedisAddress, clock: IReactorTime, *, prefix: str, namespace: str = "", seen_bucket_bits: int = 16,
-    connect_timeout: float = 10.0, reply_timeout: float = 30.0, **options: Any,
+    connect_timeout: float = 10.0, reply_timeout: float = 30.0, options: PoolOptions | None = None,
+    politeness: Politeness | None = None, **keywords: Any,
 ) -> tuple[RedisPool, Callable[[], defer.Deferred[RedisPool]]]:
-    """A pool not connected yet, and the call that connects it (and may be called again after a failure)."""
+    """A pool not connected yet, and the call that connects it (and may be called again after a failure);
+    ``keywords`` (without ``options``): those of :meth:`PoolOptions.of`."""
     if isinstance(address, str):
         address = parse_redis_url(address)
     scripts = load_scripts()
     link = RedisLink(address, scripts.values(), connect_timeout=connect_timeout, reply_timeout=reply_timeout)
-    pool = RedisPool(link, scripts, clock, prefix=prefix, namespace=namespace, seen_bucket_bits=seen_bucket_bits, **options)
+    pool = RedisPool(link, scripts, clock, options or PoolOptions.of(**keywords), prefix=prefix, namespace=namespace,
+                     seen_bucket_bits=seen_bucket_bits, politeness=politeness)
 
     def opener() -> defer.Deferred[RedisPool]:
         def failed(failure: Failure) -> Failure:
