@@ -410,6 +410,16 @@ class ErrorTests(WorkerTestBase):
         yield service.runner.cancel(jobid)
 
     @defer.inlineCallbacks
+    def test_a_start_url_list_over_the_cap_is_refused_by_its_length(self) -> Any:
+        """A DISTRIBUTED_START_URLS list longer than max_job_urls is refused for its length before its items are
+        looked at (a hostile list of millions is not scanned on the reactor thread)."""
+        self.worker(max_job_urls=2)
+        code, answer, _ = yield self.call("POST", "/schedule.json", [("project", "spiderd"), ("spider", "demo-shop"),
+                                                                     ("setting", "DISTRIBUTED_START_URLS=[1, 2, 3]")])
+        self.assertEqual((code, answer["status"]), (200, "error"))
+        self.assertIn("3 URLs, at most 2 in one job (worker.max_job_urls)", answer["message"])
+
+    @defer.inlineCallbacks
     def test_errors(self) -> Any:
         """Missing or unknown parameters, bad values, wrong methods: HTTP 200, status error, node_name."""
         self.worker()
