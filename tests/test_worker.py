@@ -27,7 +27,7 @@ from treq.client import HTTPClient
 from spiderd.config import settings as cfg
 from spiderd.config.sections import FetchSection, WorkerSection
 from spiderd.core.blocking import Lane
-from spiderd.core.net import serving
+from spiderd.core.net import forms, serving
 from spiderd.demo.config import DEMO
 from spiderd.demo.site import PRIVATE, SiteSpec, listen, port_of, render
 from spiderd.feed.shipper import FeedShipper
@@ -387,26 +387,38 @@ class ErrorTests(WorkerTestBase):
     """Every refusal is a clear JSON error with the code Scrapyd 1.6 uses, and persists nothing."""
 
     @defer.inlineCallbacks
-    def test_a_big_form_is_decoded_on_the_lane(self) -> Any:
-        """A schedule.json form of FORM_ON_LANE bytes or more is decoded on the worker's lane, not the reactor
-        thread, and is accepted as a small one is (its job holds every start URL)."""
+    def test_a_big_form_is_decoded_in_steps(self) -> Any:
+        """A schedule.json form of FORM_IN_STEPS bytes or more is decoded a step per turn of the reactor (on its
+        thread: a decode on another thread holds the GIL, and the reactor waits), not in one call, and is
+        accepted as a small one is (its job holds every start URL)."""
         threads: list[str] = []
-        decode = serving.parse_qs
+        decode = serving.decode_form
 
         def spy(*args: Any) -> Any:
-            threads.append(threading.current_thread().name)
-            return decode(*args)
+            for step in decode(*args):
+                threads.append(threading.current_thread().name)
+                yield step
 
-        self.patch(serving, "parse_qs", spy)
-        service = self.worker(max_body_size=4 * serving.FORM_ON_LANE)
-        paths = [f"/item/{i}.html?pad={'x' * 40}" for i in range(serving.FORM_ON_LANE // 50)]
+        self.patch(serving, "decode_form", spy)
+        service = self.worker(max_body_size=16 * serving.FORM_IN_STEPS)
+        paths = [f"/item/{i}.html?pad={'x' * 40}" for i in range(4 * serving.FORM_IN_STEPS // 50)]
         jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
                                     ("setting", self.urls(*paths)))
-        self.assertEqual(len(threads), 1)
-        self.assertNotEqual(threads[0], threading.main_thread().name)
+        self.assertGreaterEqual(len(threads), 4 * serving.FORM_IN_STEPS // forms.STEP)
+        self.assertEqual(set(threads), {threading.main_thread().name})
         job = service.runner.jobs[jobid]
         self.assertEqual(service.job_store.load_urls(job), [self.root + p for p in paths])
         yield service.runner.cancel(jobid)
+
+    @defer.inlineCallbacks
+    def test_a_start_url_list_over_the_cap_is_refused_by_its_length(self) -> Any:
+        """A DISTRIBUTED_START_URLS list longer than max_job_urls is refused for its length before its items are
+        looked at (a hostile list of millions is not scanned on the reactor thread)."""
+        self.worker(max_job_urls=2)
+        code, answer, _ = yield self.call("POST", "/schedule.json", [("project", "spiderd"), ("spider", "demo-shop"),
+                                                                     ("setting", "DISTRIBUTED_START_URLS=[1, 2, 3]")])
+        self.assertEqual((code, answer["status"]), (200, "error"))
+        self.assertIn("3 URLs, at most 2 in one job (worker.max_job_urls)", answer["message"])
 
     @defer.inlineCallbacks
     def test_errors(self) -> Any:

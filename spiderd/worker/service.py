@@ -95,8 +95,7 @@ class WorkerService(Service):
         auth = Auth(username=config.username, password=config.password)
         self._api = api = WorkerAPI(self.runner, self.validator, config.host_name, auth)
         self.ready: Deferred[None] = defer.succeed(None)  # the jobs on disk loaded and running (after startService)
-        self.site = JsonSite(api, config.max_body_size, config.host_name, "Worker API", reactor=reactor,
-                             lane=self._lane)  # a big schedule.json form is decoded there, in turn with job files
+        self.site = JsonSite(api, config.max_body_size, config.host_name, "Worker API", reactor=reactor)
         self.port: IListeningPort | None = None
 
     def _io(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:
