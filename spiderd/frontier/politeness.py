@@ -226,6 +226,7 @@ class Politeness:
             return
         if old is not None:
             old.inflight = max(0, old.inflight - slot.own_inflight)
+            self._queue(old)  # the requests in flight it took along may have held back the others of its ring
         slot.group = group
         if group is not None:
             group.inflight += slot.own_inflight
