@@ -12,6 +12,7 @@ from twisted.internet import defer, reactor
 from twisted.internet.address import IPv4Address
 from twisted.internet.interfaces import IHostnameResolver, IHostResolution
 from twisted.internet.task import Clock
+from twisted.trial import unittest
 from twisted.web import resource, server
 from zope.interface import implementer
 
@@ -135,3 +136,27 @@ class PerIPTests(Base):
         """With "host" (the default), each host gives one page per 2 s, both at once."""
         log = yield self.crawl(per_ip=False)
         self.assertEqual([at for _, at in log], [0.0, 0.0, 2.0, 2.0, 4.0, 4.0])
+
+
+class GroupMemoryTests(unittest.SynchronousTestCase):
+    """What per-IP politeness remembers of hosts that come and go."""
+
+    def test_forgotten_hosts_leave_a_bounded_table(self) -> None:
+        """Hosts told their address, crawled and forgotten by ``collect`` leave at most ``groups_kept`` addresses
+        behind (a broad crawl meets millions of hosts once); the most recently told still rejoin their group when
+        they come back, and a host with a slot keeps its group however many come after it."""
+        politeness = Politeness(groups_kept=100)
+        politeness.slot("kept.example", b"k").waiting = 1
+        politeness.set_group("kept.example", "192.0.2.9")
+        for i in range(1000):
+            host = f"h{i}.example"
+            politeness.slot(host, b"h")
+            politeness.set_group(host, f"192.0.2.{i % 7}")
+            if i % 100 == 99:
+                politeness.collect(0.0)
+        politeness.collect(0.0)
+        self.assertLessEqual(len(politeness._group_of), 101)
+        self.assertEqual(politeness.slot("h999.example", b"h").group.key, "192.0.2.5")  # type: ignore[union-attr]
+        self.assertIsNone(politeness.slot("h0.example", b"h").group)  # on its own until its next lookup
+        self.assertEqual(politeness.hosts["kept.example"].group.key, "192.0.2.9")  # type: ignore[union-attr]
+        self.assertIn("kept.example", politeness._group_of)

@@ -15,14 +15,16 @@ robots.txt Crawl-delay (start to start) stay lower bounds.
 Per-IP politeness (``[fetch] politeness = "ip"``): the hosts of one group (their address, told by the fetch
 through ``set_group``) share one next-allowed time and one in-flight count, a :class:`HostGroup`.  The heap
 then holds the group, not its hosts, and the group's hosts take turns in it (a ring).  A host is on its own
-until it is told a group, and moves when its address changes.
+until it is told a group, and moves when its address changes.  The address told of a host is kept while the host
+has a slot; of the others, those told last, up to ``groups_kept`` addresses in all (a host forgotten by ``collect``
+that comes back rejoins its group; one told longer ago is on its own until its next lookup tells it again).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,7 +96,8 @@ class Politeness:
     _heap: list[tuple[float, int, HostSlot | HostGroup]] = field(default_factory=list)
     _tiebreak: itertools.count[int] = field(default_factory=itertools.count)
     _robots_delay: dict[str, float] = field(default_factory=dict)
-    _group_of: dict[str, str] = field(default_factory=dict)  # host -> its group's key (per-IP politeness)
+    groups_kept: int = 100_000  # addresses kept of hosts without a slot (ten times the fetcher's DNS cache)
+    _group_of: OrderedDict[str, str] = field(default_factory=OrderedDict)  # host -> its group (per-IP), last told last
     _groups: dict[str, HostGroup] = field(default_factory=dict)
 
     def slot(self, host: str, hid: bytes) -> HostSlot:
@@ -208,6 +211,7 @@ class Politeness:
             self._group_of.pop(host, None)
         else:
             self._group_of[host] = key
+            self._group_of.move_to_end(host)
         slot = self.hosts.get(host)
         if slot is not None:
             self._join(slot, None if key == host else key)
@@ -222,6 +226,7 @@ class Politeness:
             return
         if old is not None:
             old.inflight = max(0, old.inflight - slot.own_inflight)
+            self._queue(old)  # the requests in flight it took along may have held back the others of its ring
         slot.group = group
         if group is not None:
             group.inflight += slot.own_inflight
@@ -254,10 +259,16 @@ class Politeness:
         slot.throttled_until = max(slot.throttled_until, until)
 
     def collect(self, now: float) -> None:
-        """Forget hosts with nothing waiting, nothing in flight and no pending delay, and groups no host is in."""
+        """Forget hosts with nothing waiting, nothing in flight and no pending delay, groups no host is in, and
+        the addresses of hosts without a slot told longest ago, down to ``groups_kept`` addresses."""
         idle = [h for h, s in self.hosts.items() if not s.waiting and not s.own_inflight and s.next_allowed <= now]
         for host in idle:
             del self.hosts[host]
+        excess = len(self._group_of) - self.groups_kept
+        if excess > 0:
+            gone = list(itertools.islice((h for h in self._group_of if h not in self.hosts), excess))
+            for host in gone:
+                del self._group_of[host]
         if self._groups:
             kept = {id(s.group) for s in self.hosts.values() if s.group is not None}
             for key in [key for key, group in self._groups.items() if id(group) not in kept]:
