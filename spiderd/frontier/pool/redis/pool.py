@@ -23,7 +23,7 @@ from spiderd.frontier.pool.crawled import KINDS, link_value, parallel, recrawl_p
 from spiderd.frontier.pool.hops import REJECTED, HopLimits, RedisHops
 from spiderd.frontier.pool.redis.admin import RedisAdmin
 from spiderd.frontier.pool.redis.handed import LEAVE, Handed
-from spiderd.frontier.pool.redis.link import RedisLink, Script
+from spiderd.frontier.pool.redis.link import Link, Script
 from spiderd.frontier.pool.shared import HostErrors, RecentFailures, URLParsing, parsed, stats_answer, status_parts
 from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
 
@@ -39,7 +39,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
 
     def __init__(
         self,
-        link: RedisLink,
+        link: Link,
         scripts: dict[str, Script],
         clock: IReactorTime,
         *,
