@@ -411,3 +411,17 @@ def test_worker_feed_dirs() -> None:
     assert settings.worker_feed_dirs == ("/srv/feeds", "/data/out")
     with pytest.raises(cfg.ConfigError, match="worker.feed_dirs: expected absolute directories"):
         cfg.from_dict({"worker": {"feed_dirs": ["feeds"]}}, "x.toml")
+
+
+def test_redis_cluster_url_and_partitions() -> None:
+    """A redis+cluster:// URL of seed nodes and a partition count are taken; bad ones are refused."""
+    from spiderd.config.convert import CONVERTERS
+
+    convert = CONVERTERS["redis_url"]
+    assert convert("redis+cluster://:pw@10.0.0.5:7000,10.0.0.6:7001/") == "redis+cluster://:pw@10.0.0.5:7000,10.0.0.6:7001/"
+    for bad in ("redis+cluster://h/", "redis+cluster://h:7000,h/", "redis+cluster://h:70000/"):
+        with pytest.raises(ValueError):
+            convert(bad)
+    assert CONVERTERS["partitions"](12) == 12
+    with pytest.raises(ValueError):
+        CONVERTERS["partitions"](0)

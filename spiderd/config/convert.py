@@ -283,6 +283,12 @@ def _host_value(host: str, key: str, value: Any) -> float:
 
 def _redis_url(value: Any) -> str:
     text = expect(value, str, "a string")
+    if text.startswith("redis+cluster://"):
+        if not re.match(r"^redis\+cluster://([^@/]*@)?[^/:@,]+:\d{1,5}(,[^/:@,]+:\d{1,5})*/?$", text):
+            raise ValueError("expected redis+cluster://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/")
+        if any(not 0 < int(port) < 65536 for port in re.findall(r":(\d+)(?=,|/|$)", text.rpartition("@")[2])):
+            raise ValueError("a port must be a number in 1..65535")
+        return text
     if not re.match(r"^redis://([^@/]*@)?[^/:@]+(:\d+)?(/\d+)?$", text):
         raise ValueError("expected redis://[:PASSWORD@]HOST[:PORT][/DB]")
     _network_port(text)
@@ -310,6 +316,13 @@ def _port(value: Any) -> int:
     number = expect(value, int, "an integer")
     if not -1 <= number <= 65535:
         raise ValueError(f"must be 0..65535 (or -1: 6800 for the worker role, any free port otherwise), got {value!r}")
+    return number
+
+
+def _partitions(value: Any) -> int:
+    number = expect(value, int, "an integer")
+    if not 1 <= number <= 1024:
+        raise ValueError(f"must be 1..1024 (a multiple of the cluster's masters spreads them evenly), got {value!r}")
     return number
 
 
@@ -396,6 +409,7 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "token": _token,
     "abs_dirs": _abs_dirs,
     "bucket_bits": _bucket_bits,
+    "partitions": _partitions,
     "feed_template": _feed_template,
     "url_paths": _url_paths,
     "max_hops": _bounded_int(0, MAX_HOPS, "link hops from a seed; 0 = no limit"),

@@ -28,6 +28,7 @@ SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "redis_prefix": ("redis_prefix", "str"),
         "redis_namespace": ("redis_namespace", "str"),
         "redis_seen_bucket_bits": ("redis_seen_bucket_bits", "bucket_bits"),
+        "redis_partitions": ("redis_partitions", "partitions"),
         "seed_cron": ("seed_cron", "cron"),
         "recrawl_every": ("recrawl_every", "positive"),
         "recrawl_batch": ("recrawl_batch", "positive_int"),

@@ -46,6 +46,7 @@ class Settings:
     redis_prefix: str = "spiderd:"
     redis_namespace: str = ""
     redis_seen_bucket_bits: int = 16
+    redis_partitions: int = 12  # a redis+cluster:// URL only: partitions of the pool (see pool/redis/partitions.py)
     seed_cron: str = ""
     recrawl_every: float = 60.0
     recrawl_batch: int = 1000

@@ -83,7 +83,8 @@ def pool_service(settings: Settings, reactor: IReactorTime) -> PoolService:
     if settings.pool_backend == "redis":
         pool, opener = make_redis_pool(settings.redis_url, reactor, prefix=settings.redis_prefix,
                                        namespace=settings.redis_namespace,
-                                       seen_bucket_bits=settings.redis_seen_bucket_bits, **options)
+                                       seen_bucket_bits=settings.redis_seen_bucket_bits,
+                                       partitions=settings.redis_partitions, **options)
         return PoolService(pool, reactor, opener, where=redact(settings.redis_url))
     if settings.pool_backend == "memory":
         return PoolService(open_memory_pool(reactor, **options), reactor, where="memory")

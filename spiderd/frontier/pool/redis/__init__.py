@@ -144,10 +144,12 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
+from spiderd.frontier.pool.redis.cluster import is_cluster_url
 from spiderd.frontier.pool.redis.link import RedisAddress, RedisLink, RedisPoolError, load_scripts, parse_redis_url
+from spiderd.frontier.pool.redis.partitioned import PartitionedPool, make_cluster_pool
 from spiderd.frontier.pool.redis.pool import RedisPool
 
-__all__ = ["RedisPool", "RedisPoolError", "open_redis_pool"]
+__all__ = ["PartitionedPool", "RedisPool", "RedisPoolError", "open_redis_pool"]
 
 
 def open_redis_pool(
@@ -160,8 +162,9 @@ def open_redis_pool(
     connect_timeout: float = 10.0,
     reply_timeout: float = 30.0,
     **options: Any,
-) -> defer.Deferred[RedisPool]:
-    """Connect to ``redis://[:password@]host:port/db`` and open the pool; fails with RedisPoolError naming host:port.
+) -> defer.Deferred[Any]:
+    """Connect to ``redis://[:password@]host:port/db`` (or a cluster's ``redis+cluster://[:password@]host:port,...``)
+    and open the pool; fails with RedisPoolError naming host:port.
 
     ``options`` are KVPool's: politeness, failure_threshold, pending_threshold,
     done_codes, final_codes, max_url_length, max_urls_per_host.
@@ -169,20 +172,25 @@ def open_redis_pool(
     if not 14 <= seen_bucket_bits <= 24:
         return defer.fail(ValueError(f"seen_bucket_bits must be between 14 and 24, not {seen_bucket_bits!r}"))
     try:
-        address = parse_redis_url(url)
+        address = url if is_cluster_url(url) else parse_redis_url(url)
+        pool, opener = make_redis_pool(address, clock, prefix=prefix, namespace=namespace,
+                                       seen_bucket_bits=seen_bucket_bits, connect_timeout=connect_timeout,
+                                       reply_timeout=reply_timeout, **options)
     except ValueError as e:
         return defer.fail(e)
-    pool, opener = make_redis_pool(address, clock, prefix=prefix, namespace=namespace,
-                                   seen_bucket_bits=seen_bucket_bits, connect_timeout=connect_timeout,
-                                   reply_timeout=reply_timeout, **options)
     return opener().addCallback(lambda _: pool)
 
 
 def make_redis_pool(
     address: str | RedisAddress, clock: IReactorTime, *, prefix: str, namespace: str = "", seen_bucket_bits: int = 16,
     connect_timeout: float = 10.0, reply_timeout: float = 30.0, **options: Any,
-) -> tuple[RedisPool, Callable[[], defer.Deferred[RedisPool]]]:
-    """A pool not connected yet, and the call that connects it (and may be called again after a failure)."""
+) -> tuple[Any, Callable[[], defer.Deferred[Any]]]:
+    """A pool not connected yet, and the call that connects it (and may be called again after a failure); a
+    ``redis+cluster://`` address gives the partitioned pool (``options`` may then set ``partitions``)."""
+    if isinstance(address, str) and is_cluster_url(address):
+        return make_cluster_pool(address, clock, prefix=prefix, namespace=namespace, seen_bucket_bits=seen_bucket_bits,
+                                 connect_timeout=connect_timeout, reply_timeout=reply_timeout, **options)
+    options.pop("partitions", None)  # one Redis: no partitions
     if isinstance(address, str):
         address = parse_redis_url(address)
     scripts = load_scripts()

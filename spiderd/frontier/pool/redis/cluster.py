@@ -261,6 +261,11 @@ class ClusterLink:
 
     # -- closing ----------------------------------------------------------------------
 
+    def drop_connections(self) -> defer.Deferred[None]:
+        """Close the masters' connections (after a failed open): the next command connects again."""
+        links, self._links = list(self._links.values()), {}
+        return defer.gatherResults([link.close() for link in links], consumeErrors=True).addCallback(lambda _: None)
+
     def close(self) -> defer.Deferred[None]:
         """Stop trying again (waiting commands fail), let the commands on their way finish, disconnect."""
         self._closed = True

@@ -148,10 +148,11 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
 
     # -- popping and statuses -------------------------------------------------------
 
-    def pop(self, count: int, hub_percent: int = 50) -> defer.Deferred[dict[str, bool]]:
+    def pop(self, count: int, hub_percent: int = 50, hubs: int | None = None) -> defer.Deferred[dict[str, bool]]:
+        """``hubs``: due hubs to hand out at most, in place of ``hub_percent`` of ``count`` (a partition's share)."""
         now = self._clock.seconds()
         split = self.split
-        args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent)),
+        args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent) if hubs is None else hubs),
                 *map(repr, split.ratios), *map(repr, split.credit), str(RESERVE_SCAN),
                 repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT), "1" if self.conditional_get else "0"]
         return self._run("pop", args, now).addCallback(self._popped)
