@@ -54,9 +54,10 @@ def free_ports(count: int) -> list[int]:
 class RedisCluster:
     """Three Redis masters forming one cluster; ``ports`` and ``url`` once started."""
 
-    def __init__(self, directory: str | os.PathLike[str], masters: int = MASTERS) -> None:
+    def __init__(self, directory: str | os.PathLike[str], masters: int = MASTERS, aof: bool = True) -> None:
         self.directory = Path(directory)
         self.masters = masters
+        self.aof = aof  # False: no persistence (a bench of CPU, not of the disk)
         self.ports: list[int] = []
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -88,7 +89,7 @@ class RedisCluster:
         command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(home),
                    "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                    "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no",
-                   "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+                   "--appendonly", "yes" if self.aof else "no", "--appendfsync", "always", "--save", "",
                    "--logfile", str(home / "redis.log"), "--daemonize", "no"]
         self._procs[i] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

@@ -14,7 +14,7 @@ from spiderd.core.urls import registered_domain
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool.redis import RedisPoolError, open_redis_pool
 from spiderd.frontier.pool.redis.cluster import SLOTS, key_slot
-from spiderd.frontier.pool.redis.partitions import partition_of, partition_tags
+from spiderd.frontier.pool.redis.partitions import partition_of, partition_tags, stride_order
 
 from .clusterkeys import ClusterCase, settle
 
@@ -31,6 +31,9 @@ def test_partition_tags_spread_evenly_over_the_slots() -> None:
     assert [sum(lo <= s <= hi for s in slots) for lo, hi in CREATED] == [4, 4, 4]
     sixths = [(i * SLOTS // 6, (i + 1) * SLOTS // 6 - 1) for i in range(6)]
     assert [sum(lo <= s <= hi for s in slots) for lo, hi in sixths] == [2] * 6
+    order = stride_order(12)
+    assert sorted(order) == list(range(12))
+    assert all(slots[a] // 5461 != slots[b] // 5461 for a, b in zip(order, order[1:]))  # next in turn: another master
     assert partition_tags(12) == tags  # the same on every node
 
 
@@ -129,11 +132,10 @@ class ClusterPoolTests(ClusterCase, TestCase):
         popped = yield pool.pop(200)
         handed.extend(popped)
         tags = partition_tags(12)
-        victim = self.cluster.master_of(key_slot("{%s}" % tags[0]))
-        on_victim = [url for url in popped
-                     if self.cluster.master_of(key_slot("{%s}" % tags[partition_of(registered_domain(
-                         url.split("/")[2]), 12)])) == victim]
-        assert on_victim and len(on_victim) < len(popped)
+        master = {url: self.cluster.master_of(key_slot("{%s}" % tags[partition_of(registered_domain(
+            url.split("/")[2]), 12)])) for url in urls}
+        assert len({master[url] for url in popped}) >= 2  # the pop took from several masters
+        victim = master[next(iter(popped))]
         with capturedLogs() as events:
             self.cluster.kill(victim)
             acks.append(pool.set_statuses([(url, 200) for url in popped]))

@@ -9,6 +9,7 @@ node finds the same ones.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -52,6 +53,15 @@ def url_partition(url: str, count: int, max_length: int) -> int:
         return partition_of(registered_domain(parse(url, max_length).host), count)
     except Exception:  # noqa: BLE001  # BadURL, or not a string: rejected by partition 0's pool
         return 0
+
+
+def stride_order(count: int) -> list[int]:
+    """The partitions in the order pops take them: a stride near 0.618 x count and prime to it, so partitions next
+    in turn lie far apart in the slots (on different masters) and every one comes once per round."""
+    stride = max(1, round(count * 0.618))
+    while math.gcd(stride, count) != 1:
+        stride += 1
+    return [(i * stride) % count for i in range(count)]
 
 
 def spread(total: int, parts: int) -> list[int]:
