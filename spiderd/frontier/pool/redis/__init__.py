@@ -132,8 +132,13 @@ the skew.  Start-up deletes nothing (a host override dropped from the config
 stays in ``P conf`` until deleted by hand; a seed dropped from the config stays
 in ``spider.seed.urls``: ``SREM`` it).  Statuses given while one is on its way
 go out together in one script call, before any later call.  All nodes should
-share the politeness settings (each sends its defaults).  One Redis (with
-replicas if wanted), not Redis Cluster: the scripts use keys they compute.
+share the politeness settings (each sends its defaults).
+
+Redis Cluster (``redis+cluster://``): the scripts compute their key names, so
+on a cluster each key space above is one partition whose prefix and namespace
+end in a hash tag (``P{tag}:``, ``NS{tag}:``), every key of a script is of that
+tag's slot, and each script is sent with that prefix as its one declared key,
+which routes it (:mod:`.partitioned`, :mod:`.partitions`, :mod:`.cluster`).
 """
 
 from __future__ import annotations
