@@ -46,7 +46,7 @@ class ClusterCase:
     def _masters_up(self) -> None:
         """A test that killed a master leaves the next test a whole cluster."""
         for i in range(self.cluster.masters):
-            if i not in self.cluster._procs:
+            if not self.cluster.running(i):
                 self.cluster.restart(i)
 
 

@@ -132,6 +132,10 @@ class RedisCluster:
                     return self.ports.index(port)
         raise LookupError(f"no master serves slot {slot}")
 
+    def running(self, i: int) -> bool:
+        """Whether master ``i`` runs (started here, not killed since)."""
+        return i in self._procs
+
     def kill(self, i: int) -> None:
         """SIGKILL master ``i`` (what it acknowledged is in its AOF)."""
         proc = self._procs.pop(i)

@@ -142,3 +142,24 @@ class ClusterLinkTests(ClusterCase, TestCase):
         down = [line for line in text if "is unavailable" in line]
         assert len(down) == 1 and f"127.0.0.1:{self.cluster.ports[1]}" in down[0], text
         assert any("answers again" in line for line in text), text
+
+    @defer.inlineCallbacks
+    def test_clusterdown_is_tried_again_after_the_backoff(self) -> Gen:
+        """A slot its master stopped serving (CLUSTER DELSLOTS: CLUSTERDOWN) is tried again on the backoff, and the
+        command runs once the slot is served again."""
+        yield self.link.open()
+        key = self.key_on(2)
+        slot, port = key_slot(key), self.cluster.ports[2]
+        assert self.cluster.cli(port, "CLUSTER", "DELSLOTS", str(slot)) == "OK"
+        try:
+            answered: list[Any] = []
+            d = self.link.execute(slot, "SET", key, "later")
+            d.addBoth(lambda result: answered.append(result) or result)
+            yield settle(lambda: bool(answered or self.clock.getDelayedCalls()), "a retry on the backoff")
+            assert not answered
+        finally:
+            assert self.cluster.cli(port, "CLUSTER", "ADDSLOTS", str(slot)) == "OK"
+        while not answered:
+            self.clock.advance(5)
+            yield settle(lambda: bool(answered or self.clock.getDelayedCalls()), "the retry")
+        assert (yield d) == "OK" and self.cluster.cli(port, "GET", key) == "later"

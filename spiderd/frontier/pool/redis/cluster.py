@@ -5,8 +5,8 @@ slot map comes from ``CLUSTER SLOTS`` of the first that answers, and is asked
 again after a ``MOVED`` (whose target serves the slot at once) and after a
 master was lost.  A command goes to the master of its slot (CRC16 of the key's
 hash tag, :func:`key_slot`); ``ASK`` sends ``ASKING`` and the command to the
-node named, once; ``TRYAGAIN`` and ``CLUSTERDOWN`` and a master that cannot be
-reached are tried again after the project's backoff (:class:`spiderd.core.retry.
+node named, once; ``TRYAGAIN``, ``CLUSTERDOWN``, ``LOADING`` and a master that cannot
+be reached are tried again after the project's backoff (:class:`spiderd.core.retry.
 Backoff`), until the master answers or the client is closed: a status or an add
 given while a master is down goes out once it is back.  ``wait=False`` fails
 at once with :class:`SlotUnavailable` instead while the slot's master is known
@@ -40,6 +40,7 @@ SLOTS = 16384
 SCHEME = "redis+cluster://"
 REDIRECTS = 16  # MOVED/ASK hops of one command before it fails
 BACKOFF = Backoff(0.1, 5.0)
+RETRIED = ("TRYAGAIN", "CLUSTERDOWN", "LOADING")  # replies of a command not run: tried again after the backoff
 
 _CRC = []
 for _byte in range(256):
@@ -209,7 +210,7 @@ class ClusterLink:
             word, _, rest = reply.partition(" ")
             if word in ("MOVED", "ASK") and redirects < REDIRECTS:
                 return self._redirected(word, rest, slot, send, wait, failures, redirects)
-            if word in ("TRYAGAIN", "CLUSTERDOWN"):
+            if word in RETRIED:
                 log.info("Redis Cluster: slot {slot} at {address}: {reply}; trying again", slot=slot,
                          address=str(address), reply=reply)
                 return self._later(slot, send, wait, failures + 1, redirects)
