@@ -104,10 +104,29 @@ class ClusterPoolTests(ClusterCase, TestCase):
     def test_another_partition_count_is_refused(self) -> Gen:
         """A node configured with other partitions than the pool has is refused with the count to set."""
         yield self.open()
-        failed = self.open(partitions=6)
+        failed = self.open(redis_partitions=6)
         self.assertFailure(failed, RedisPoolError)
         error = yield failed
         assert "has 12 partitions" in str(error) and "redis_partitions = 12" in str(error)
+
+    @defer.inlineCallbacks
+    def test_host_groups_are_recorded_in_the_host_partition(self) -> Gen:
+        """set_host_group keeps a host's address in P group of its registered domain's partition (where that
+        domain's pops run), none elsewhere; a host told its own name leaves it."""
+        pool = yield self.open()
+        hosts = [f"www.shop{i}.com" for i in range(24)] + ["b.example:8080"]
+        for host in hosts:
+            yield pool.set_host_group(host, "192.0.2.1")
+        yield pool.set_host_group("www.shop0.com", "www.shop0.com")
+        tags = partition_tags(12)
+        recorded: dict[str, int] = {}
+        for p, tag in enumerate(tags):
+            key = f"{self.namespace}spiderd:{{{tag}}}:group"
+            master = self.cluster.master_of(key_slot(key))
+            answer = self.cluster.cli(self.cluster.ports[master], "HKEYS", key).split()
+            recorded.update((host, p) for host in answer)
+        assert recorded == {host: partition_of(registered_domain(host), 12) for host in hosts[1:]}
+        assert len(set(recorded.values())) > 1  # the hosts' partitions differ: it is routed, not all in one
 
     @defer.inlineCallbacks
     def test_a_master_killed_during_a_crawl_loses_nothing(self) -> Gen:

@@ -17,6 +17,9 @@ key                                    type    holds
 ``P waiting``                          zset    host -> waiting URLs (the largest host, max_urls_per_host)
 ``P conf`` / ``P robots``              hash    host -> "delay concurrency [factor min max]" overrides (the
                                                adaptive rule if the host has its own) / Crawl-delay
+``P group``                            hash    host -> its address (``[fetch] politeness = "ip"``,
+                                               ``set_host_group``); not read by the scripts yet: on
+                                               Redis every host keeps a slot of its own
 ``P leases``                           zset    fingerprint (``h`` + fingerprint for a hub) -> lease deadline
 ``P lease``                            hash    same key -> kind, holds-a-host-slot, domain, URL
 ``P fails``                            hash    fingerprint -> failures, for active URLs that failed before
@@ -149,6 +152,8 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
+from spiderd.frontier.politeness import Politeness
+from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.redis.cluster import is_cluster_url
 from spiderd.frontier.pool.redis.link import RedisAddress, RedisLink, RedisPoolError, load_scripts, parse_redis_url
 from spiderd.frontier.pool.redis.partitioned import PartitionedPool, make_cluster_pool
@@ -167,12 +172,12 @@ def open_redis_pool(
     connect_timeout: float = 10.0,
     reply_timeout: float = 30.0,
     **options: Any,
-) -> defer.Deferred[Any]:
+) -> defer.Deferred[RedisPool | PartitionedPool]:
     """Connect to ``redis://[:password@]host:port/db`` (or a cluster's ``redis+cluster://[:password@]host:port,...``)
     and open the pool; fails with RedisPoolError naming host:port.
 
-    ``options`` are KVPool's: politeness, failure_threshold, pending_threshold,
-    done_codes, final_codes, max_url_length, max_urls_per_host.
+    ``options``: ``options`` (a PoolOptions, as the embedded pool's) and ``politeness``, or the keywords of
+    :meth:`~spiderd.frontier.pool.options.PoolOptions.of` (``failure_threshold=2``).
     """
     if not 14 <= seen_bucket_bits <= 24:
         return defer.fail(ValueError(f"seen_bucket_bits must be between 14 and 24, not {seen_bucket_bits!r}"))
@@ -188,19 +193,23 @@ def open_redis_pool(
 
 def make_redis_pool(
     address: str | RedisAddress, clock: IReactorTime, *, prefix: str, namespace: str = "", seen_bucket_bits: int = 16,
-    connect_timeout: float = 10.0, reply_timeout: float = 30.0, **options: Any,
-) -> tuple[Any, Callable[[], defer.Deferred[Any]]]:
-    """A pool not connected yet, and the call that connects it (and may be called again after a failure); a
-    ``redis+cluster://`` address gives the partitioned pool (``options`` may then set ``partitions``)."""
+    connect_timeout: float = 10.0, reply_timeout: float = 30.0, options: PoolOptions | None = None,
+    politeness: Politeness | None = None, **keywords: Any,
+) -> tuple[RedisPool | PartitionedPool, Callable[[], defer.Deferred[Any]]]:
+    """A pool not connected yet, and the call that connects it (and may be called again after a failure);
+    ``keywords`` (without ``options``): those of :meth:`PoolOptions.of`.  A ``redis+cluster://`` address gives the
+    partitioned pool (``[pool] redis_partitions`` of the options: its partitions)."""
+    options = options or PoolOptions.of(**keywords)
     if isinstance(address, str) and is_cluster_url(address):
-        return make_cluster_pool(address, clock, prefix=prefix, namespace=namespace, seen_bucket_bits=seen_bucket_bits,
-                                 connect_timeout=connect_timeout, reply_timeout=reply_timeout, **options)
-    options.pop("partitions", None)  # one Redis: no partitions
+        return make_cluster_pool(address, clock, options, prefix=prefix, namespace=namespace,
+                                 seen_bucket_bits=seen_bucket_bits, politeness=politeness,
+                                 connect_timeout=connect_timeout, reply_timeout=reply_timeout)
     if isinstance(address, str):
         address = parse_redis_url(address)
     scripts = load_scripts()
     link = RedisLink(address, scripts.values(), connect_timeout=connect_timeout, reply_timeout=reply_timeout)
-    pool = RedisPool(link, scripts, clock, prefix=prefix, namespace=namespace, seen_bucket_bits=seen_bucket_bits, **options)
+    pool = RedisPool(link, scripts, clock, options, prefix=prefix, namespace=namespace,
+                     seen_bucket_bits=seen_bucket_bits, politeness=politeness)
 
     def opener() -> defer.Deferred[RedisPool]:
         def failed(failure: Failure) -> Failure:

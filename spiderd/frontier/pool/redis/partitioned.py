@@ -25,15 +25,16 @@ from zope.interface import implementer
 from spiderd.core import conditional as cg
 from spiderd.core.urls import MAX_URL_LENGTH, registered_domain
 from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
+from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.records import ExportReader
 from spiderd.frontier.pool.redis.cluster import ClusterLink, SlotLink, key_slot, parse_cluster_url
 from spiderd.frontier.pool.redis.link import RedisPoolError, load_scripts
 from spiderd.frontier.pool.redis.partitions import (
-    PARTITIONS, ChainedExport, import_groups, merged_imports, merged_stats, partition_of, partition_tags, spread,
+    ChainedExport, import_groups, merged_imports, merged_stats, partition_of, partition_tags, spread,
     stride_order, url_partition,
 )
 from spiderd.frontier.pool.redis.pool import RedisPool
-from spiderd.frontier.politeness import hub_quota
+from spiderd.frontier.politeness import Politeness, hub_quota
 from spiderd.frontier.pool.shared import RecentFailures, host_limit, parsed, status_parts, top_hosts
 
 log = Logger()
@@ -217,6 +218,10 @@ class PartitionedPool:
     def set_host_delay(self, host: str, delay: float) -> defer.Deferred[None]:
         return self._by_host(host).set_host_delay(host, delay)
 
+    def set_host_group(self, host: str, group: str) -> defer.Deferred[None]:
+        """Recorded in the host's partition (its ``P group``), where its domain's pops would read it."""
+        return self._by_host(host).set_host_group(host, group)
+
     def set_seeds(self, urls: Iterable[str]) -> defer.Deferred[int]:
         return self.parts[0].set_seeds(urls)
 
@@ -299,10 +304,12 @@ class PartitionedPool:
 
 
 def make_cluster_pool(
-    url: str, clock: IReactorTime, *, prefix: str, namespace: str = "", seen_bucket_bits: int = 16,
-    partitions: int = PARTITIONS, connect_timeout: float = 10.0, reply_timeout: float = 30.0, **options: Any,
+    url: str, clock: IReactorTime, options: PoolOptions = PoolOptions(), *, prefix: str, namespace: str = "",
+    seen_bucket_bits: int = 16, politeness: Politeness | None = None, connect_timeout: float = 10.0,
+    reply_timeout: float = 30.0,
 ) -> tuple[PartitionedPool, Callable[[], defer.Deferred[PartitionedPool]]]:
-    """A pool on the Redis Cluster of ``redis+cluster://`` ``url``, not connected yet, and the call that connects it.
+    """A pool on the Redis Cluster of ``redis+cluster://`` ``url``, not connected yet, and the call that connects it:
+    ``options.config.redis_partitions`` partitions, each a RedisPool of ``options`` (as the single Redis pool's).
 
     Partition p's keys are ``prefix{tag}:...`` and its seed-002 names ``namespace{tag}:...`` (so neither may hold
     a ``{``)."""
@@ -311,10 +318,10 @@ def make_cluster_pool(
     scripts = load_scripts()
     cluster = ClusterLink(parse_cluster_url(url), list(scripts.values()), clock, connect_timeout=connect_timeout,
                           reply_timeout=reply_timeout)
-    parts = [RedisPool(SlotLink(cluster, f"{prefix}{{{tag}}}:"), scripts, clock, prefix=f"{prefix}{{{tag}}}:",
-                       namespace=f"{namespace}{{{tag}}}:", seen_bucket_bits=seen_bucket_bits, **options)
-             for tag in partition_tags(partitions)]
-    pool = PartitionedPool(cluster, parts, prefix + "{partitions}", options.get("max_url_length", MAX_URL_LENGTH))
+    parts = [RedisPool(SlotLink(cluster, f"{prefix}{{{tag}}}:"), scripts, clock, options, prefix=f"{prefix}{{{tag}}}:",
+                       namespace=f"{namespace}{{{tag}}}:", seen_bucket_bits=seen_bucket_bits, politeness=politeness)
+             for tag in partition_tags(options.config.redis_partitions)]
+    pool = PartitionedPool(cluster, parts, prefix + "{partitions}", options.config.max_url_length)
 
     def opener() -> defer.Deferred[PartitionedPool]:
         def failed(failure: Failure) -> defer.Deferred[Any]:

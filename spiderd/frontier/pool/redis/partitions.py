@@ -22,7 +22,6 @@ from spiderd.frontier.pool.redis.export import FINGERPRINT
 from spiderd.frontier.pool.redis.cluster import SLOTS, key_slot
 from spiderd.frontier.pool.shared import STATE_COUNTS, stats_answer
 
-PARTITIONS = 12  # default: an even share on 1, 2, 3, 4, 6 or 12 masters
 MAX_PARTITIONS = 1024
 TAG_SLACK = 4  # slots a tag's slot may lie off the middle of its share
 
