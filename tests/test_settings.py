@@ -422,6 +422,21 @@ def test_worker_feed_dirs() -> None:
         cfg.from_dict({"worker": {"feed_dirs": ["feeds"]}}, "x.toml")
 
 
+def test_redis_cluster_url_and_partitions() -> None:
+    """A redis+cluster:// URL of seed nodes and a partition count are taken; bad ones are refused."""
+    from spiderd.config.convert import CONVERTERS
+
+    convert = CONVERTERS["redis_url"]
+    assert convert("redis+cluster://:pw@10.0.0.5:7000,10.0.0.6:7001/") == "redis+cluster://:pw@10.0.0.5:7000,10.0.0.6:7001/"
+    for bad in ("redis+cluster://h/", "redis+cluster://h:7000,h/", "redis+cluster://h:70000/"):
+        with pytest.raises(ValueError):
+            convert(bad)
+    assert CONVERTERS["partitions"](12) == 12
+    with pytest.raises(ValueError):
+        CONVERTERS["partitions"](0)
+    assert cfg.from_dict({"pool": {"redis_partitions": 6}}).pool.redis_partitions == 6
+
+
 def test_sections_are_named_as_the_toml() -> None:
     """Each TOML section is a frozen dataclass of Settings whose fields are its keys, valued as the file says."""
     import dataclasses

@@ -274,6 +274,7 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "token": _token,
     "abs_dirs": _abs_dirs,
     "bucket_bits": _bucket_bits,
+    "partitions": _bounded_int(1, 1024, "a multiple of the cluster's masters spreads them evenly"),
     "feed_template": _feed_template,
     "url_paths": url_paths,
     "max_hops": _bounded_int(0, MAX_HOPS, "link hops from a seed; 0 = no limit"),

@@ -68,11 +68,22 @@ def _shards(value: list[Any]) -> tuple[str, ...]:
 
 
 def redis_url(value: Any) -> str:
-    """``redis://[:PASSWORD@]HOST[:PORT][/DB]``."""
+    """``redis://[:PASSWORD@]HOST[:PORT][/DB]``, or a Redis Cluster's ``redis+cluster://[:PASSWORD@]HOST:PORT,...``."""
     text = expect(value, str, "a string")
+    if text.startswith("redis+cluster://"):
+        return _cluster_url(text)
     if not re.match(r"^redis://([^@/]*@)?[^/:@]+(:\d+)?(/\d+)?$", text):
         raise ValueError("expected redis://[:PASSWORD@]HOST[:PORT][/DB]")
     _network_port(text)
+    return text
+
+
+def _cluster_url(text: str) -> str:
+    """``redis+cluster://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/``: some of a cluster's nodes, each with its port."""
+    if not re.match(r"^redis\+cluster://([^@/]*@)?[^/:@,]+:\d{1,5}(,[^/:@,]+:\d{1,5})*/?$", text):
+        raise ValueError("expected redis+cluster://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/")
+    if any(not 0 < int(port) < 65536 for port in re.findall(r":(\d+)(?=,|/|$)", text.rpartition("@")[2])):
+        raise ValueError("a port must be a number in 1..65535")
     return text
 
 

@@ -30,6 +30,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "redis_prefix": "str",
         "redis_namespace": "str",
         "redis_seen_bucket_bits": "bucket_bits",
+        "redis_partitions": "partitions",  # redis+cluster:// only
         "seed_cron": "cron",
         "recrawl_every": "positive",
         "recrawl_batch": "positive_int",

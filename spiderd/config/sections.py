@@ -53,6 +53,7 @@ class PoolSection:
     redis_prefix: str = "spiderd:"
     redis_namespace: str = ""
     redis_seen_bucket_bits: int = 16
+    redis_partitions: int = 12  # redis+cluster:// only: the pool's partitions (12: even on 1, 2, 3, 4, 6, 12 masters)
     seed_cron: str = ""
     recrawl_every: float = 60.0
     recrawl_batch: int = 1000

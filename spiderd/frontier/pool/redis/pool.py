@@ -24,7 +24,7 @@ from spiderd.frontier.pool.hops import REJECTED, HopLimits, RedisHops
 from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.redis.admin import RedisAdmin
 from spiderd.frontier.pool.redis.handed import LEAVE, Handed
-from spiderd.frontier.pool.redis.link import RedisLink, Script
+from spiderd.frontier.pool.redis.link import Link, Script
 from spiderd.frontier.pool.shared import HostErrors, RecentFailures, URLParsing, parsed, stats_answer, status_parts
 from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
 
@@ -38,7 +38,7 @@ DOMAIN_SWEEP_COUNT = 100  # domains a pop looks at while a sweep is under way (S
 class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
     """A polite URL pool shared by every node that opens the same Redis keys; every step is one Lua script."""
 
-    def __init__(self, link: RedisLink, scripts: dict[str, Script], clock: IReactorTime,
+    def __init__(self, link: Link, scripts: dict[str, Script], clock: IReactorTime,
                  options: PoolOptions = PoolOptions(), *, prefix: str = "spiderd:", namespace: str = "",
                  seen_bucket_bits: int = 16, politeness: Politeness | None = None) -> None:
         """``options``: the same as the embedded pool's; ``prefix``, ``namespace`` and ``seen_bucket_bits``: the
@@ -131,10 +131,11 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
 
     # -- popping and statuses -------------------------------------------------------
 
-    def pop(self, count: int, hub_percent: int = 50) -> defer.Deferred[dict[str, bool]]:
+    def pop(self, count: int, hub_percent: int = 50, hubs: int | None = None) -> defer.Deferred[dict[str, bool]]:
+        """``hubs``: due hubs to hand out at most, in place of ``hub_percent`` of ``count`` (a partition's share)."""
         now = self._clock.seconds()
         split = self.split
-        args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent)),
+        args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent) if hubs is None else hubs),
                 *map(repr, split.ratios), *map(repr, split.credit), str(RESERVE_SCAN),
                 repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT), "1" if self.conditional_get else "0"]
         return self._run("pop", args, now).addCallback(self._popped)
