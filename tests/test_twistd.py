@@ -194,3 +194,16 @@ def _wait_for_line(path: Path, text: str, child: subprocess.Popen[str], timeout:
             return True
         time.sleep(0.05)  # waiting for another process to write its log file
     return False
+
+
+def test_command_line_overrides() -> None:
+    """--role, --data-dir and --exit-when-done become [spiderd] overrides (a flag as true); absent ones are none."""
+    from spiderd.tap import Options
+
+    options = Options()
+    options.parseOptions(["--config", "x.toml", "--role", "worker", "--data-dir", "/d", "--exit-when-done"])
+    assert options.overrides() == {"spiderd.role": "worker", "spiderd.data_dir": "/d", "spiderd.exit_when_done": True}
+    assert options.overrides()["spiderd.exit_when_done"] is True  # a bool: [spiderd] exit_when_done refuses 1
+    options = Options()
+    options.parseOptions(["--config", "x.toml"])
+    assert options.overrides() == {}

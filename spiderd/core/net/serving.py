@@ -6,24 +6,23 @@
   connection after ``idle_timeout`` seconds;
 - a request line or header line over 16 KiB answered 414 or 431, in JSON
   (Twisted would close the connection without a word);
-- a form body (``application/x-www-form-urlencoded``) of FORM_ON_LANE bytes or more decoded on the site's
-  ``lane``, not the reactor thread (a ``schedule.json`` of 60,000 start URLs is 2.4 MB to decode);
-- a ``multipart/form-data`` body decoded here (on the lane too when it is that big), with the standard library's
-  MIME parser as Twisted uses it, so a malformed one gets a JSON 400 where Twisted answers a bare one;
+- a form body (``application/x-www-form-urlencoded``) of FORM_IN_STEPS bytes or more decoded a step per
+  turn of the reactor (:mod:`.forms`), not in one call (a ``schedule.json`` of 60,000 start URLs is 3.5 MB
+  to decode, 0.3 s of pure Python), on the reactor thread (a decode on a thread holds the GIL: the reactor
+  waits for it all the same);
+- a ``multipart/form-data`` body decoded here (a big one in steps too), with the standard library's MIME
+  parser as Twisted uses it, so a malformed one gets a JSON 400 where Twisted answers a bare one;
 - requests logged at debug level, without query strings; no tracebacks shown.
 """
 
 from __future__ import annotations
 
-import email
 import json
-from collections.abc import Sequence
-from email.message import Message
-from email.utils import collapse_rfc2231_value
+from collections import deque
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
-from urllib.parse import parse_qs
 
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITCPTransport
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
@@ -31,13 +30,13 @@ from twisted.python.failure import Failure
 from twisted.web import http, server
 from twisted.web.resource import IResource
 
-from spiderd.core.blocking import Lane
+from spiderd.core.net.forms import Form, MalformedForm, decode_form, decode_multipart
 
 log = Logger()
 _ENCODER = json.JSONEncoder(ensure_ascii=True)
 HEADER_TIMEOUT = 30.0
 IDLE_TIMEOUT = 60.0
-FORM_ON_LANE = 256 * 1024  # form bodies at least this long are decoded on the site's lane
+FORM_IN_STEPS = 64 * 1024  # form bodies at least this long are decoded a step per turn of the reactor
 URLENCODED, MULTIPART = b"application/x-www-form-urlencoded", b"multipart/form-data"
 
 
@@ -68,9 +67,11 @@ class JsonSite(server.Site):
 
     def __init__(self, resource: IResource, max_body_size: int, node_name: str, label: str, *,
                  header_timeout: float = HEADER_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
-                 reactor: IReactorTime | None = None, lane: Lane | None = None) -> None:
+                 reactor: IReactorTime | None = None) -> None:
         super().__init__(resource, timeout=idle_timeout, reactor=reactor)
-        self.lane = lane  # decodes big form bodies (none: Twisted decodes them on the reactor thread)
+        clock = self.reactor
+        self.steps = task.Cooperator(terminationPredicateFactory=lambda: _one_step,
+                                     scheduler=lambda work: clock.callLater(0, work))  # big form bodies' decodes
         self.protocol = _DeadlineChannel  # type: ignore[assignment]  # Site's attribute is a class
         self.requestFactory = CappedRequest
         self.max_body_size = max_body_size
@@ -184,7 +185,8 @@ class CappedRequest(server.Request):
         super().requestReceived(command, path, version)
 
     def process(self) -> None:
-        """Go on with the request; a form body decoded here is decoded first (a big one on the site's lane)."""
+        """Go on with the request; a form body decoded here is decoded first (a big one a step per turn of the
+        reactor)."""
         if self._form_type is None:
             super().process()
             return
@@ -196,14 +198,24 @@ class CappedRequest(server.Request):
         content.seek(0)
         body = content.read()
         content.seek(0)
-        lane: Lane | None = getattr(self._site(), "lane", None)
-        if lane is not None and len(body) >= FORM_ON_LANE:
-            d = lane.run(form_args, ctype, body)
-        else:
-            d = defer.maybeDeferred(form_args, ctype, body)
-        d.addCallbacks(self._form_decoded, self._form_failed)
+        args: Form = {}
+        decoding = self._decoding(ctype, body, args)
+        steps: task.Cooperator | None = getattr(self._site(), "steps", None)
+        if steps is not None and len(body) >= FORM_IN_STEPS:
+            done = steps.coiterate(decoding)
+        else:  # a small body: in one call, as Twisted would
+            done = defer.maybeDeferred(deque, decoding, 0)
+        done.addCallbacks(lambda _: self._form_decoded(args), self._form_failed)
 
-    def _form_decoded(self, args: dict[bytes, list[bytes]]) -> None:
+    def _decoding(self, ctype: bytes, body: bytes, args: Form) -> Iterator[None]:
+        """The steps of the body's decode (multipart or urlencoded), until the client goes away."""
+        kind = _media_type([ctype])
+        for step in decode_multipart(ctype, body, args) if kind == MULTIPART else decode_form(body, args):
+            if self.channel is None:
+                return
+            yield step
+
+    def _form_decoded(self, args: Form) -> None:
         merged: dict[bytes, list[bytes]] = dict(cast(Any, self.args) or {})
         merged.update(args)  # as Twisted does: the body's fields over the query string's
         self.args = cast(Any, merged)
@@ -222,12 +234,11 @@ class CappedRequest(server.Request):
 
     def _decodes_form(self) -> bool:
         """True when this request decodes its POST body itself (Twisted then leaves it alone): a multipart one
-        (not empty), or an urlencoded one of FORM_ON_LANE bytes or more, for the site's lane."""
+        (not empty), or an urlencoded one of FORM_IN_STEPS bytes or more."""
         kind = _media_type(self.requestHeaders.getRawHeaders(b"content-type"))
         if kind == MULTIPART:
             return self._received > 0
-        lane = getattr(self._site(), "lane", None)
-        return kind == URLENCODED and lane is not None and self._received >= FORM_ON_LANE
+        return kind == URLENCODED and self._received >= FORM_IN_STEPS
 
     def _cap(self) -> int:
         return int(getattr(self._site(), "max_body_size", 16 * 1024 * 1024))
@@ -262,36 +273,14 @@ def raw_answer(status: bytes, message: str, node_name: str) -> bytes:
     return head % (status, len(body)) + body
 
 
-class MalformedForm(ValueError):
-    """A form body that cannot be decoded (a multipart/form-data one that is not multipart)."""
-
-
-def form_args(ctype: bytes, body: bytes) -> dict[bytes, list[bytes]]:
-    """A POST form body's fields as ``Request.args`` holds them: multipart/form-data or urlencoded."""
-    if _media_type([ctype]) == MULTIPART:
-        return multipart_args(ctype, body)
-    return parse_qs(body, True)
-
-
-def multipart_args(ctype: bytes, body: bytes) -> dict[bytes, list[bytes]]:
-    """The named parts of a multipart/form-data body, read by the standard library's MIME parser with the
-    request's content type (boundary included) as its header, as Twisted reads them; MalformedForm if the
-    body is not multipart."""
-    message = email.message_from_bytes(b"MIME-Version: 1.0\r\nContent-Type: " + ctype + b"\r\n" + body)
-    if not message.is_multipart():
-        raise MalformedForm("malformed multipart/form-data body")
-    args: dict[bytes, list[bytes]] = {}
-    for part in cast(list[Message], message.get_payload()):
-        name = part.get_param("name", header="content-disposition")
-        if name:
-            payload = cast(bytes, part.get_payload(decode=True))
-            args.setdefault(collapse_rfc2231_value(name).encode("utf-8"), []).append(payload)
-    return args
-
-
 def _media_type(ctype: Sequence[bytes] | None) -> bytes:
     """The media type of a Content-Type header's first value, lower case, without its parameters."""
     return (ctype or [b""])[0].partition(b";")[0].strip().lower()
+
+
+def _one_step() -> bool:
+    """A Cooperator's slice: one step of one decode per turn of the reactor, whatever the clock says."""
+    return True
 
 
 def _text(value: bytes | None) -> str:
