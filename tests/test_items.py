@@ -13,8 +13,10 @@ from twisted.internet import defer, reactor
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from spiderd.core.blocking import Lane
+from spiderd.config.sections import ItemsSection
+from spiderd.core.blocking import Blocking, Lane
 from spiderd.feed.items import ItemWriter, checkpoint_name
+from spiderd.feed.writers import item_writers
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 
@@ -181,6 +183,22 @@ class ItemWriterTests(unittest.TestCase):
         yield writer.write({"url": "x"})
         yield writer.stopService()
         self.assertEqual(self.lines(), ["x"])
+
+    @defer.inlineCallbacks
+    def test_the_node_writer_works_on_the_nodes_items_lane(self) -> Any:
+        """The items writer of ``[items]`` (item_writers) writes on the ``items`` lane of the node's Blocking, which
+        runs while the writer does."""
+        blocking = Blocking(reactor)
+        self.addCleanup(blocking.stopService)
+        writer, archive = item_writers(ItemsSection(), str(self.dir / "items"), reactor, self.pool, blocking)
+        assert writer is not None and archive is None
+        writer.startService()
+        yield writer.ready
+        self.assertTrue(blocking.lane("items").running)
+        yield writer.write({"url": self.popped[0]}, [(self.popped[0], 200)])
+        yield writer.stopService()
+        self.assertFalse(blocking.lane("items").running)
+        self.assertEqual((self.lines("*.jl"), self.state(self.popped[0])), ([self.popped[0]], "done"))
 
     @defer.inlineCallbacks
     def test_memory_pool(self) -> Any:
