@@ -136,7 +136,7 @@ def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiSer
     by_address = pool.set_host_group if pool is not None and s.fetch.politeness == "ip" else None
     fetcher = Fetcher(reactor, fetch_config(s.fetch, s.sites), on_crawl_delay=pool.set_host_delay if pool else None,
                       on_address=by_address)
-    store = page_store(s.store, node.data_dir, reactor)
+    store = page_store(s.store, node.data_dir, reactor, blocking.lane("store"))
     for service in (pooled, store, parser, lifecycle.Closer("fetcher", fetcher.close)):
         top.add(service)
     return Base(s, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher)

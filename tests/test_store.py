@@ -19,9 +19,10 @@ from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface.verify import verifyObject
 
-from spiderd.core.blocking import Lane
+from spiderd.config.sections import StoreSection
+from spiderd.core.blocking import Blocking, Lane
 from spiderd.core.digest import content_digest
-from spiderd.store import NullStore, StoreNotRunning, StoreUnavailable, base, open_store
+from spiderd.store import NullStore, StoreNotRunning, StoreUnavailable, base, open_store, page_store
 from spiderd.store import mysql as mysql_backend
 from spiderd.store import sqlite as sqlite_backend
 from spiderd.store.interfaces import IPageStore
@@ -393,6 +394,18 @@ class SQLiteStoreTests(StoreContract, TestCase):
         self.assertIn("spiderd-store-test", threads[0])
         yield store.stopService()
         self.assertFalse(lane.running)
+
+    @inlineCallbacks
+    def test_the_node_store_works_on_the_nodes_store_lane(self) -> Any:
+        """The page store of ``[store]`` (page_store) given the ``store`` lane of the node's Blocking runs its
+        SQLite work there: the lane runs from the store's start to its stop."""
+        blocking = Blocking(reactor)
+        self.addCleanup(blocking.stopService)
+        store = page_store(StoreSection(), self.data_dir, SplitReactor(self.clock), blocking.lane("store"))
+        store.startService()
+        self.assertTrue(blocking.lane("store").running)
+        yield store.stopService()
+        self.assertFalse(blocking.lane("store").running)
 
     @inlineCallbacks
     def test_table_without_digest_gets_the_column(self) -> Any:

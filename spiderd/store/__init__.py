@@ -109,8 +109,11 @@ def open_store(
     raise ValueError(f"expected sqlite:///PATH, mysql://USER:PASS@HOST:PORT/DB or none, got {redact(url)!r}")
 
 
-def page_store(config: StoreSection, data_dir: str, reactor: IThreadedClock) -> PageStore | ShardedStore | None:
-    """The page store of the ``[store]`` section, or None with ``url = "none"``."""
+def page_store(config: StoreSection, data_dir: str, reactor: IThreadedClock,
+               lane: Lane | None = None) -> PageStore | ShardedStore | None:
+    """The page store of the ``[store]`` section, or None with ``url = "none"``; ``lane``: the SQLite store's (the
+    node's ``store`` lane)."""
     if config.url == "none":
         return None
-    return open_store(config.url, data_dir, reactor, preset=config.compression_preset, batch_size=config.batch_size)
+    return open_store(config.url, data_dir, reactor, preset=config.compression_preset, batch_size=config.batch_size,
+                      lane=lane)
