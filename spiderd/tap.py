@@ -166,7 +166,7 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
     batcher = build_batcher(s.batch, reactor, pool, node.path("batches"), worker, base.parser.rules,
                             base.blocking.lane("batcher"))
     seeds = SeedService(pool, s.pool.seeds, s.pool.hubs, s.pool.hub_refresh_span, store=base.store,
-                        state_path=node.path("hubs-added.json"))
+                        state_path=node.path("hubs-added.json"), lane=base.blocking.lane("seeds"))
     seed_timer, recrawler = schedulers(s.pool, s.sites, reactor, pool, lambda: stats.counts["requests"])
     outputs = "feeds" if batcher is not None else s.items.dir
     site = demo.DemoSiteService(reactor, pool, node.data_dir, outputs) if demo_site else None
