@@ -136,7 +136,7 @@ def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiSer
     by_address = pool.set_host_group if pool is not None and s.fetch.politeness == "ip" else None
     fetcher = Fetcher(reactor, fetch_config(s.fetch, s.sites), on_crawl_delay=pool.set_host_delay if pool else None,
                       on_address=by_address)
-    store = page_store(s.store, node.data_dir, reactor)
+    store = page_store(s.store, node.data_dir, reactor, blocking.lane("store"))
     for service in (pooled, store, parser, lifecycle.Closer("fetcher", fetcher.close)):
         top.add(service)
     return Base(s, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher)
@@ -166,7 +166,7 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
     batcher = build_batcher(s.batch, reactor, pool, node.path("batches"), worker, base.parser.rules,
                             base.blocking.lane("batcher"))
     seeds = SeedService(pool, s.pool.seeds, s.pool.hubs, s.pool.hub_refresh_span, store=base.store,
-                        state_path=node.path("hubs-added.json"))
+                        state_path=node.path("hubs-added.json"), lane=base.blocking.lane("seeds"))
     seed_timer, recrawler = schedulers(s.pool, s.sites, reactor, pool, lambda: stats.counts["requests"])
     outputs = "feeds" if batcher is not None else s.items.dir
     site = demo.DemoSiteService(reactor, pool, node.data_dir, outputs) if demo_site else None
