@@ -3,6 +3,10 @@
     python bench/cluster.py                          # 200 thousand URLs per pop run, 1 million seen URLs
     python bench/cluster.py --urls 50000 --seen 100000 --redis redis://127.0.0.1:6379/0
 
+Without ``--redis`` it starts a redis-server of its own (``--save "" --appendonly no``, a free port, a temp
+directory; ``redis-server`` must be on PATH) and stops it at the end, so that ``INFO cpu`` counts this run's
+commands only; with ``--redis`` it uses that server, whose CPU other clients may add to.
+
 A node is a process with its own RedisPool on the same keys, popping 64 URLs
 at a time and acking each with set_status(200), with a few such loops in
 flight, as fast as it can, over URLs spread over 1000 hosts with no delay and a
@@ -19,21 +23,25 @@ URLs are recorded with seen_add (``MEMORY USAGE`` of the bucket keys is shown
 too).  scrapy-redis's dupefilter keeps each request fingerprint, the 40-hex
 SHA-1 of the request, in one Redis set through SADD; scrapy-redis is not
 installed here: the same storage is reproduced directly, with the SHA-1 hex of
-the same URLs.  Redis is shared with other work, so ``used_memory`` may move a
-little by itself.  Every key lives under a prefix of this run and is deleted at
+the same URLs.  A shared Redis (``--redis``) may move ``used_memory`` a little by
+itself.  Every key lives under a prefix of this run and is deleted at
 the end.  Ends with one ``RESULT key=value ...`` line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Generator
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -43,6 +51,8 @@ from twisted.internet import defer, task, threads  # noqa: E402
 from spiderd.frontier.politeness import Politeness  # noqa: E402
 from spiderd.frontier.pool.redis import open_redis_pool  # noqa: E402
 from spiderd.frontier.pool.redis.link import RedisLink, parse_redis_url  # noqa: E402
+
+from faultkit import PrivateRedis  # noqa: E402  (bench/ is on sys.path: this script's folder)
 
 HOSTS = 1000
 BATCH = 2000
@@ -240,7 +250,8 @@ def driver(reactor: Any, args: argparse.Namespace) -> Gen:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--redis", default=None,
+                        help="a redis:// URL to use (default: a private redis-server started and stopped by this run)")
     parser.add_argument("--urls", type=int, default=200_000, help="URLs per pop+ack run")
     parser.add_argument("--seen", type=int, default=1_000_000, help="URLs in the memory measurement")
     parser.add_argument("--mix-pages", type=int, default=51_000, help="pages in the crawl-shaped mix")
@@ -249,7 +260,27 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    task.react(worker if args.worker else driver, (args,))
+    if args.worker or args.redis is not None:
+        task.react(worker if args.worker else driver, (args,))
+    else:
+        with private_redis() as url:  # task.react exits: the server stops on the way out
+            args.redis = url
+            print(f"private redis-server at {url} (--save '' --appendonly no)", flush=True)
+            task.react(driver, (args,))
+
+
+@contextlib.contextmanager
+def private_redis() -> Generator[str, None, None]:
+    """A redis-server of this run's own in a temp directory, its URL; stopped (and the directory removed) after."""
+    if shutil.which("redis-server") is None:
+        sys.exit("redis-server is not on PATH: install it, or give --redis redis://host:port/db")
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as directory:
+        server = PrivateRedis(Path(directory), aof=False)
+        server.start()
+        try:
+            yield f"redis://127.0.0.1:{server.port}/0"
+        finally:
+            server.proc.term()
 
 
 if __name__ == "__main__":
