@@ -23,6 +23,7 @@ from spiderd.frontier.pool.crawled import KINDS, link_value, parallel, recrawl_p
 from spiderd.frontier.pool.hops import REJECTED, HopLimits, RedisHops
 from spiderd.frontier.pool.redis.admin import RedisAdmin
 from spiderd.frontier.pool.redis.handed import LEAVE, Handed
+from spiderd.frontier.pool.redis.keys import located
 from spiderd.frontier.pool.redis.link import RedisLink, Script
 from spiderd.frontier.pool.shared import HostErrors, RecentFailures, URLParsing, parsed, stats_answer, status_parts
 from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
@@ -217,7 +218,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         self.host_errors.add(host)
         outcome = f"throttle {self._outcome(status_code)} {float(until)!r}"
         return self._queue_statuses([outcome, url, host, domain, self._kept.get(domain, "-"),
-                                     st.recorded(status_code, reason), LEAVE])
+                                     st.recorded(status_code, reason), LEAVE, *self._seen_at(url)])
 
     def set_statuses(
         self, statuses: Iterable[tuple[Any, ...]], checkpoint: tuple[str, int] | None = None
@@ -233,14 +234,15 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
                 why = "" if outcome == "done" else st.recorded(code, reason)
                 if outcome != "done":
                     self.host_errors.add(host)
-                args += (outcome, url, host, domain, self._kept.get(domain, "-"), why, self._handed.arg(validators))
+                args += (outcome, url, host, domain, self._kept.get(domain, "-"), why, self._handed.arg(validators),
+                         *self._seen_at(url))
                 self._handed.forget(url)
         if checkpoint is not None:
-            args += ("checkpoint", checkpoint[0], str(int(checkpoint[1])), "", "", "", "")
+            args += ("checkpoint", checkpoint[0], str(int(checkpoint[1])), "", "", "", "", "", "", "")
         return self._queue_statuses(args)
 
     def _queue_statuses(self, args: list[str]) -> defer.Deferred[None]:
-        """Send status entries (seven arguments each) with the others given meanwhile, in one script call."""
+        """Send status entries (ten arguments each) with the others given meanwhile, in one script call."""
         if not args:
             return defer.succeed(None)
         d: defer.Deferred[None] = defer.Deferred()
@@ -381,6 +383,10 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         return self._link.close()
 
     # -- internals ------------------------------------------------------------------
+
+    def _seen_at(self, url: str) -> tuple[str, str, str]:
+        """A canonical URL's fingerprint, seen bucket and member base, as the scripts take them."""
+        return located(url, self.prefix, self._bits)
 
     @staticmethod
     def _located(u: URL) -> tuple[str, str, str]:

@@ -1,7 +1,8 @@
 -- set_status, for one or more URLs: end each URL's lease (or take it out of its queue), then record done,
 -- failed, or queue a retry.  ARGV[7]: failure threshold, ARGV[8]: max throttles; then outcome (done, final or retry), url, host, domain,
 -- the kinds kept in crawled sets for that domain ('0' list, '1' detail, '-' none), the reason of a failure, and
--- the fetch's validators ("seconds etag"; '' none; '~' leave those kept alone: conditional GET is off).
+-- the fetch's validators ("seconds etag"; '' none; '~' leave those kept alone: conditional GET is off), and the
+-- URL's fingerprint, seen bucket and member base (computed by the node: keys.py).
 -- A done URL whose kind is known (it was leased or waiting; not a hub) and kept goes into its crawled set.
 -- A leased URL added again (always) meanwhile is queued again instead, whatever the outcome.
 -- A failure is kept as the URL's last one (WHY: "at failures reason") until the URL is done after it.
@@ -42,8 +43,8 @@ local function keep_validators(fp, done, validators)
   end
 end
 
-local function set_status(outcome, url, host, domain, kept, reason, validators)
-  local fp, bucket, base = locate(url)
+local function set_status(outcome, url, host, domain, kept, reason, validators, fp, bucket, base)
+  hosts_of[url] = host  -- (a lease record's URL is this one: its host is not parsed again)
   local hub_key = 'h' .. fp
   local recs = redis.call('HMGET', LEASE, hub_key, fp)
   local hub = recs[1] and not ended[hub_key] and close_lease(hub_key, recs[1]) ~= nil
@@ -108,11 +109,12 @@ local function set_status(outcome, url, host, domain, kept, reason, validators)
   end
 end
 
-for i = 9, #ARGV, 7 do
+for i = 9, #ARGV, 10 do
   if ARGV[i] == 'checkpoint' then
     redis.call('HSET', CHECKPOINTS, ARGV[i + 1], ARGV[i + 2])
   else
-    set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6])
+    set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7],
+      ARGV[i + 8], tonumber(ARGV[i + 9]))
   end
 end
 flush_ends()
