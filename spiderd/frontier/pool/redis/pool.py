@@ -154,8 +154,15 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         split = self.split
         args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent)),
                 *map(repr, split.ratios), *map(repr, split.credit), str(RESERVE_SCAN),
-                repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT), "1" if self.conditional_get else "0"]
+                repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT), self._conditional_arg()]
         return self._run("pop", args, now).addCallback(self._popped)
+
+    def _conditional_arg(self) -> str:
+        """pop.lua's validators switch: for every URL, for hubs only (no recrawled kind: only a hub keeps any;
+        the embedded pool's rule, all nodes sharing the recrawl settings), or none."""
+        if not self.conditional_get:
+            return "0"
+        return "1" if self._kept else "h"
 
     def _popped(self, answer: list[Any]) -> Any:
         flat, foreign, (wanted, lists, details) = answer
