@@ -1,20 +1,21 @@
 -- add: queue URLs unless known (or, with always, unless waiting; a pending one is queued when its lease ends).
--- ARGV[7..9]: always (1/0), prio, new URLs a host may take in all (its budget: link traps); ARGV[10]: the page
--- the URLs were found on ('' none: seeds, hubs, the API), whose hop count + 1 is theirs when a hop limit is set;
--- then url, host, domain, hop limit (0 none) per URL.  Returns {added, host-full, past the hop limit}.  Re-adds
+-- ARGV[7..9]: always (1/0), prio, new URLs a host may take in all (its budget: link traps); ARGV[10]: the
+-- fingerprint of the page the URLs were found on ('' none: seeds, hubs, the API), whose hop count + 1 is theirs
+-- when a hop limit is set; then url, host, domain, hop limit (0 none), fingerprint, seen bucket and member base
+-- per URL (the node computes the last three: keys.py).  Returns {added, host-full, past the hop limit}.  Re-adds
 -- (always) do not count against the budget.
 local ALWAYS, PRIO, MAX = ARGV[7] == '1', tonumber(ARGV[8]), tonumber(ARGV[9])
 local LIMITED = MAX > 0  -- 0: no budget, so no hostseen read or write per URL
 local HOPS = 0  -- the URLs' hops from a seed: kept (hops_bucket) only when 1 or more
 if ARGV[10] ~= '' then
-  local parent = locate(ARGV[10])
+  local parent = ARGV[10]
   HOPS = tonumber(redis.call('HGET', hops_bucket(parent), parent) or '0') + 1
 end
 local added, full, far = 0, 0, 0
 SUM_COUNTS, BATCH_PUSHES = true, true
-for i = 11, #ARGV, 4 do
+for i = 11, #ARGV, 7 do
   local url, host, domain, hop_limit = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-  local fp, bucket, base = locate(url)
+  local fp, bucket, base = ARGV[i + 4], ARGV[i + 5], tonumber(ARGV[i + 6])
   if redis.call('HEXISTS', LEASE, fp) == 1 then
     if ALWAYS then added = added + redis.call('HSETNX', AGAIN, fp, PRIO) end
   else

@@ -23,7 +23,7 @@ from spiderd.frontier.pool.crawled import KINDS, link_value, parallel, recrawl_p
 from spiderd.frontier.pool.hops import REJECTED, HopLimits, RedisHops
 from spiderd.frontier.pool.redis.admin import RedisAdmin
 from spiderd.frontier.pool.redis.handed import LEAVE, Handed
-from spiderd.frontier.pool.redis.keys import located
+from spiderd.frontier.pool.redis.keys import fingerprint_hex, located
 from spiderd.frontier.pool.redis.link import RedisLink, Script
 from spiderd.frontier.pool.shared import HostErrors, RecentFailures, URLParsing, parsed, stats_answer, status_parts
 from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
@@ -134,9 +134,10 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         hops = self.hops
         found_on = parsed(parent, self._max_url_length) if parent is not None and hops.tracking else None
         args = ["1" if always else "0", "1" if detail else "0", str(self._max_per_host),
-                found_on.url if found_on is not None else ""]
+                fingerprint_hex(found_on.url) if found_on is not None else ""]
         for u in fresh.values():
-            args += (u.url, u.host, registered_domain(u.host), str(hops.limit(u.host)) if found_on else "0")
+            args += (u.url, u.host, registered_domain(u.host), str(hops.limit(u.host)) if found_on else "0",
+                     *self._seen_at(u.url))
         return self._run("add", args).addCallback(self._added)
 
     def _added(self, answer: list[int]) -> int:
