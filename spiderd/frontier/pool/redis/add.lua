@@ -1,8 +1,8 @@
 -- add: queue URLs unless known (or, with always, unless waiting; a pending one is queued when its lease ends).
 -- ARGV[7..9]: always (1/0), prio, new URLs a host may take in all (its budget: link traps); ARGV[10]: the
 -- fingerprint of the page the URLs were found on ('' none: seeds, hubs, the API), whose hop count + 1 is theirs
--- when a hop limit is set; then url, host, domain, hop limit (0 none), fingerprint, seen bucket and member base
--- per URL (the node computes the last three: keys.py).  Returns {added, host-full, past the hop limit}.  Re-adds
+-- when a hop limit is set; then url, host, domain, hop limit (0 none), fingerprint, seen bucket and its five
+-- members in the bucket (state codes 1-5) per URL (the node computes the last seven: keys.py).  Returns {added, host-full, past the hop limit}.  Re-adds
 -- (always) do not count against the budget.
 local ALWAYS, PRIO, MAX = ARGV[7] == '1', tonumber(ARGV[8]), tonumber(ARGV[9])
 local LIMITED = MAX > 0  -- 0: no budget, so no hostseen read or write per URL
@@ -13,13 +13,13 @@ if ARGV[10] ~= '' then
 end
 local added, full, far = 0, 0, 0
 SUM_COUNTS, BATCH_PUSHES = true, true
-for i = 11, #ARGV, 7 do
+for i = 11, #ARGV, 11 do
   local url, host, domain, hop_limit = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-  local fp, bucket, base = ARGV[i + 4], ARGV[i + 5], tonumber(ARGV[i + 6])
+  local fp, bucket, ms = ARGV[i + 4], ARGV[i + 5], {ARGV[i + 6], ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10]}
   if redis.call('HEXISTS', LEASE, fp) == 1 then
     if ALWAYS then added = added + redis.call('HSETNX', AGAIN, fp, PRIO) end
   else
-    local code = known(bucket, base)
+    local code = known(bucket, ms)
     if not code or (ALWAYS and code < WAITING_LIST) then
       if not code and hop_limit > 0 and HOPS > hop_limit then
         far = far + 1
@@ -28,7 +28,7 @@ for i = 11, #ARGV, 7 do
       else
         if not code and LIMITED then redis.call('HINCRBY', HOSTS_SEEN, host, '1') end
         if code then
-          redis.call('SREM', bucket, member(base, code))
+          redis.call('SREM', bucket, ms[code])
           count(FINAL_NAME[code], -1)
           if code == DONE then  -- out of its crawled set until done again
             redis.call('ZREM', crawled(0, domain), url)
@@ -36,7 +36,7 @@ for i = 11, #ARGV, 7 do
           end
         end
         if filled(FAILS) then redis.call('HDEL', FAILS, fp) end
-        enqueue(url, host, domain, PRIO, bucket, base)
+        enqueue(url, host, domain, PRIO, bucket, ms)
         if HOPS > 0 then redis.call('HSET', hops_bucket(fp), fp, int(HOPS)) end
         added = added + 1
       end

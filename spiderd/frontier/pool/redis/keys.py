@@ -11,10 +11,10 @@ def fingerprint_hex(url: str) -> str:
     return hashlib.sha1(url.encode("utf-8")).hexdigest()[:16]
 
 
-def located(url: str, prefix: str, bits: int) -> tuple[str, str, str]:
-    """``url``'s fingerprint, seen bucket key (``P s:<top bits>``) and member base (the other bits times 8, in
-    decimal), as ``locate`` in common.lua computes them."""
+def located(url: str, prefix: str, bits: int) -> tuple[str, str, int]:
+    """``url``'s fingerprint, seen bucket key (``P s:<top bits>``) and member base (the other bits times 8: its
+    member for state code ``c`` is ``base + c``, in decimal), as ``locate`` in common.lua computes them."""
     fp = fingerprint_hex(url)
     n = int(fp, 16)
     low = 64 - bits
-    return fp, f"{prefix}s:{n >> low}", str((n & ((1 << low) - 1)) << 3)
+    return fp, f"{prefix}s:{n >> low}", (n & ((1 << low) - 1)) << 3

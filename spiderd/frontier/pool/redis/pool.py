@@ -136,8 +136,9 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         args = ["1" if always else "0", "1" if detail else "0", str(self._max_per_host),
                 fingerprint_hex(found_on.url) if found_on is not None else ""]
         for u in fresh.values():
-            args += (u.url, u.host, registered_domain(u.host), str(hops.limit(u.host)) if found_on else "0",
-                     *self._seen_at(u.url))
+            fp, bucket, base = located(u.url, self.prefix, self._bits)
+            args += (u.url, u.host, registered_domain(u.host), str(hops.limit(u.host)) if found_on else "0", fp, bucket,
+                     str(base + 1), str(base + 2), str(base + 3), str(base + 4), str(base + 5))
         return self._run("add", args).addCallback(self._added)
 
     def _added(self, answer: list[int]) -> int:
@@ -393,8 +394,9 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
     # -- internals ------------------------------------------------------------------
 
     def _seen_at(self, url: str) -> tuple[str, str, str]:
-        """A canonical URL's fingerprint, seen bucket and member base, as the scripts take them."""
-        return located(url, self.prefix, self._bits)
+        """A canonical URL's fingerprint, seen bucket and member for state 1 (done), as status.lua takes them."""
+        fp, bucket, base = located(url, self.prefix, self._bits)
+        return fp, bucket, str(base + 1)
 
     @staticmethod
     def _located(u: URL) -> tuple[str, str, str]:

@@ -43,8 +43,8 @@ local function expire()
     if not kind then
       redis.call('ZREM', LEASES, key)
     elseif kind ~= 'h' then
-      local _, bucket, base = locate(url)
-      enqueue(url, host_of(url), domain, take_again(key) or tonumber(kind), bucket, base)
+      local _, bucket, ms = locate(url)
+      enqueue(url, host_of(url), domain, take_again(key) or tonumber(kind), bucket, ms)
     end
   end
   for _, entry in ipairs(redis.call('ZRANGEBYSCORE', ADOPTING, '-inf', '(' .. NOW_S, 'LIMIT', 0, ADOPT_BATCH)) do
@@ -93,10 +93,10 @@ end
 
 -- Lease a URL just taken from the head of a queue; nil for an entry the pool did not queue (dropped, or to add).
 local function take(url, domain, prio)
-  local fp, bucket, base = locate(url)
-  local queued = redis.call('SREM', bucket, member(base, WAITING_LIST + prio))
+  local fp, bucket, ms = locate(url)
+  local queued = redis.call('SREM', bucket, ms[WAITING_LIST + prio])
   if queued == 0 then
-    if not leasing[fp] and redis.call('HEXISTS', LEASE, fp) == 0 and not known(bucket, base) then
+    if not leasing[fp] and redis.call('HEXISTS', LEASE, fp) == 0 and not known(bucket, ms) then
       adopt(url, prio)  -- pushed by another tool: the node adds it (canonical, deduplicated) as waiting
     end
     return nil

@@ -2,7 +2,7 @@
 -- failed, or queue a retry.  ARGV[7]: failure threshold, ARGV[8]: max throttles; then outcome (done, final or retry), url, host, domain,
 -- the kinds kept in crawled sets for that domain ('0' list, '1' detail, '-' none), the reason of a failure, and
 -- the fetch's validators ("seconds etag"; '' none; '~' leave those kept alone: conditional GET is off), and the
--- URL's fingerprint, seen bucket and member base (computed by the node: keys.py).
+-- URL's fingerprint, seen bucket and member for state 1 (done) in it (computed by the node: keys.py).
 -- A done URL whose kind is known (it was leased or waiting; not a hub) and kept goes into its crawled set.
 -- A leased URL added again (always) meanwhile is queued again instead, whatever the outcome.
 -- A failure is kept as the URL's last one (WHY: "at failures reason") until the URL is done after it.
@@ -43,7 +43,7 @@ local function keep_validators(fp, done, validators)
   end
 end
 
-local function set_status(outcome, url, host, domain, kept, reason, validators, fp, bucket, base)
+local function set_status(outcome, url, host, domain, kept, reason, validators, fp, bucket, ms)
   hosts_of[url] = host  -- (a lease record's URL is this one: its host is not parsed again)
   local hub_key = 'h' .. fp
   local recs = redis.call('HMGET', LEASE, hub_key, fp)
@@ -53,14 +53,14 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
   local again = kind and take_again(fp)
   if again then  -- added again while leased: this fetch's outcome makes way for a new one
     if outcome == 'done' and (hub or string.find(kept, kind, 1, true)) then keep_validators(fp, true, validators) end
-    enqueue(url, host, domain, again, bucket, base)
+    enqueue(url, host, domain, again, bucket, ms)
     return
   elseif kind then
     prio = tonumber(kind)
   else
-    local code = known(bucket, base)
+    local code = known(bucket, ms)
     if code and code >= WAITING_LIST then
-      prio = unqueue(url, host, domain, bucket, base, code)
+      prio = unqueue(url, host, domain, bucket, ms, code)
     elseif code then
       if outcome ~= 'retry' and validators ~= '~' and (hub or redis.call('HEXISTS', HUB, fp) == 1) then
         keep_validators(fp, outcome == 'done', validators)  -- a hub: done again at every hand-out
@@ -75,7 +75,7 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
   if fallback then
     if throttled(fp, host, tonumber(block_end)) then
       redis.call('HSET', WHY, fp, NOW_S .. ' ' .. failures .. ' ' .. reason)
-      enqueue(url, host, domain, prio, bucket, base)
+      enqueue(url, host, domain, prio, bucket, ms)
       return
     end
     outcome = fallback
@@ -86,7 +86,7 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
   if outcome == 'retry' and failures < THRESHOLD then
     redis.call('HSET', FAILS, fp, failures + 1)
     fill(FAILS)
-    enqueue(url, host, domain, prio, bucket, base)
+    enqueue(url, host, domain, prio, bucket, ms)
   else
     local code = outcome == 'done' and DONE or FAILED
     if filled(THROTTLES) then redis.call('HDEL', THROTTLES, fp) end
@@ -95,7 +95,7 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
       redis.call('HDEL', FAILS, fp)
       if code == DONE then redis.call('HDEL', WHY, fp) end
     end
-    redis.call('SADD', bucket, member(base, code))
+    redis.call('SADD', bucket, ms[code])
     count(FINAL_NAME[code], 1)
     local in_set = was_known and string.find(kept, D1[prio], 1, true)
     if code == DONE and in_set then
@@ -114,7 +114,7 @@ for i = 9, #ARGV, 10 do
     redis.call('HSET', CHECKPOINTS, ARGV[i + 1], ARGV[i + 2])
   else
     set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7],
-      ARGV[i + 8], tonumber(ARGV[i + 9]))
+      ARGV[i + 8], setmetatable({ARGV[i + 9], base = tonumber(ARGV[i + 9]) - DONE}, MEMBERS))
   end
 end
 flush_ends()
