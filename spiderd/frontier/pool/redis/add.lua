@@ -37,7 +37,10 @@ for i = 11, #ARGV, 11 do
         end
         if filled(FAILS) then redis.call('HDEL', FAILS, fp) end
         enqueue(url, host, domain, PRIO, bucket, ms)
-        if HOPS > 0 then redis.call('HSET', hops_bucket(fp), fp, int(HOPS)) end
+        if HOPS > 0 then
+          redis.call('HSET', hops_bucket(fp), fp, int(HOPS))
+          mark_hops()
+        end
         added = added + 1
       end
     end

@@ -522,6 +522,20 @@ local function hops_bucket(fp)
   return P .. 'h:' .. dec(tonumber(string.sub(fp, 1, 3), 16))
 end
 
+-- Whether any hop count was ever kept (P meta's hops field, set by add.lua with the first one): until then a
+-- final status deletes none (asked once per script).
+local hops_marked, hops_ever = false, nil
+local function mark_hops()
+  if not hops_marked then
+    redis.call('HSET', META, 'hops', '1')
+    hops_marked, hops_ever = true, true
+  end
+end
+local function hops_kept()
+  if hops_ever == nil then hops_ever = redis.call('HEXISTS', META, 'hops') == 1 end
+  return hops_ever
+end
+
 -- The validators bucket of a fingerprint (conditional GET): one hash per 12 top bits, fingerprint -> "seconds etag".
 local function validators_bucket(fp)
   return P .. 'v:' .. dec(tonumber(string.sub(fp, 1, 3), 16))

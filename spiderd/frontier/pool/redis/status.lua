@@ -90,7 +90,7 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
   else
     local code = outcome == 'done' and DONE or FAILED
     if filled(THROTTLES) then redis.call('HDEL', THROTTLES, fp) end
-    redis.call('HDEL', hops_bucket(fp), fp)
+    if hops_kept() then redis.call('HDEL', hops_bucket(fp), fp) end
     if failures > 0 then
       redis.call('HDEL', FAILS, fp)
       if code == DONE then redis.call('HDEL', WHY, fp) end
