@@ -43,13 +43,11 @@ local function keep_validators(fp, done, validators)
   end
 end
 
-local function set_status(outcome, url, host, domain, kept, reason, validators, fp, bucket, ms)
+local function set_status(outcome, url, host, domain, kept, reason, validators, fp, bucket, ms, hub_key, hub_rec, rec)
   hosts_of[url] = host  -- (a lease record's URL is this one: its host is not parsed again)
-  local hub_key = 'h' .. fp
-  local recs = redis.call('HMGET', LEASE, hub_key, fp)
-  local hub = recs[1] and not ended[hub_key] and close_lease(hub_key, recs[1]) ~= nil
+  local hub = hub_rec and not ended[hub_key] and close_lease(hub_key, hub_rec) ~= nil
   local prio, was_known = 0, true
-  local kind = recs[2] and not ended[fp] and close_lease(fp, recs[2])
+  local kind = rec and not ended[fp] and close_lease(fp, rec)
   local again = kind and take_again(fp)
   if again then  -- added again while leased: this fetch's outcome makes way for a new one
     if outcome == 'done' and (hub or string.find(kept, kind, 1, true)) then keep_validators(fp, true, validators) end
@@ -109,12 +107,29 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
   end
 end
 
+-- Every URL's hub hold and lease records, read in one HMGET before any is ended (a later entry for the same URL
+-- then finds it in ended, as a read after the first one's HDEL would find nothing).
+local lease_keys, recs = {}, {}
+for i = 9, #ARGV, 10 do
+  if ARGV[i] ~= 'checkpoint' then
+    lease_keys[#lease_keys + 1] = 'h' .. ARGV[i + 7]
+    lease_keys[#lease_keys + 1] = ARGV[i + 7]
+  end
+end
+for j = 1, #lease_keys, 1000 do
+  local got = redis.call('HMGET', LEASE, unpack(lease_keys, j, math.min(j + 999, #lease_keys)))
+  for k = 1, #got do recs[j + k - 1] = got[k] end
+end
+
+local n = 0
 for i = 9, #ARGV, 10 do
   if ARGV[i] == 'checkpoint' then
     redis.call('HSET', CHECKPOINTS, ARGV[i + 1], ARGV[i + 2])
   else
+    n = n + 2
     set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7],
-      ARGV[i + 8], setmetatable({ARGV[i + 9], base = tonumber(ARGV[i + 9]) - DONE}, MEMBERS))
+      ARGV[i + 8], setmetatable({ARGV[i + 9], base = tonumber(ARGV[i + 9]) - DONE}, MEMBERS), lease_keys[n - 1],
+      recs[n - 1], recs[n])
   end
 end
 flush_ends()
