@@ -13,10 +13,18 @@ if ARGV[10] ~= '' then
 end
 local added, full, far = 0, 0, 0
 SUM_COUNTS, BATCH_PUSHES = true, true
+local fps, leased = {}, {}  -- every URL's lease, read in one HMGET
+for i = 15, #ARGV, 11 do fps[#fps + 1] = ARGV[i] end
+for j = 1, #fps, 1000 do
+  local got = redis.call('HMGET', LEASE, unpack(fps, j, math.min(j + 999, #fps)))
+  for k = 1, #got do leased[j + k - 1] = got[k] end
+end
+local n = 0
 for i = 11, #ARGV, 11 do
+  n = n + 1
   local url, host, domain, hop_limit = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
   local fp, bucket, ms = ARGV[i + 4], ARGV[i + 5], {ARGV[i + 6], ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10]}
-  if redis.call('HEXISTS', LEASE, fp) == 1 then
+  if leased[n] then
     if ALWAYS then added = added + redis.call('HSETNX', AGAIN, fp, PRIO) end
   else
     local code = known(bucket, ms)
