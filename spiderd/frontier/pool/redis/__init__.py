@@ -43,8 +43,11 @@ key                                    type    holds
 =====================================  ======  ==================================================
 
 ``P`` is the prefix (``spiderd:``).  A URL's fingerprint is the first 64 bits
-of the SHA-1 of its canonical form, so the scripts compute it themselves
-(``redis.sha1hex``) from the URLs they pop out of the seed-002 lists.  The top
+of the SHA-1 of its canonical form, so the scripts can compute it themselves
+(``redis.sha1hex``) from the URLs they pop out of the seed-002 lists; for the
+URLs a node adds or gives a status, the node computes it, with the bucket key
+and members (:mod:`.keys`), since hashing and number-to-string work in Lua
+costs Redis more than passing the strings.  The top
 ``seen_bucket_bits`` bits (16) pick the bucket; the other bits times 8 plus a
 state code (1 done, 2 failed, 3 batched, 4 waiting list, 5 waiting detail) are
 the member, an integer that keeps each bucket an intset (8 bytes a URL) while
