@@ -13,12 +13,9 @@ if ARGV[10] ~= '' then
 end
 local added, full, far = 0, 0, 0
 SUM_COUNTS, BATCH_PUSHES = true, true
-local fps, leased = {}, {}  -- every URL's lease, read in one HMGET
+local fps = {}
 for i = 15, #ARGV, 11 do fps[#fps + 1] = ARGV[i] end
-for j = 1, #fps, 1000 do
-  local got = redis.call('HMGET', LEASE, unpack(fps, j, math.min(j + 999, #fps)))
-  for k = 1, #got do leased[j + k - 1] = got[k] end
-end
+local leased = read_fields(LEASE, fps)  -- every URL's lease, read at once
 local n = 0
 for i = 11, #ARGV, 11 do
   n = n + 1

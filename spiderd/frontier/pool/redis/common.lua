@@ -88,6 +88,16 @@ local function locate(url)
   return locate_fp(string.sub(redis.sha1hex(url), 1, 16))
 end
 
+-- The values of many fields of a hash (false where none), 1000 fields an HMGET.
+local function read_fields(key, fields)
+  local values = {}
+  for j = 1, #fields, 1000 do
+    local got = redis.call('HMGET', key, unpack(fields, j, math.min(j + 999, #fields)))
+    for k = 1, #got do values[j + k - 1] = got[k] end
+  end
+  return values
+end
+
 -- The state code stored for a URL in its bucket (1-3 final, 4-5 waiting), or nil.
 local function known(bucket, ms)
   local found = redis.call('SMISMEMBER', bucket, ms[1], ms[2], ms[3], ms[4], ms[5])

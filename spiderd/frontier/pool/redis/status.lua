@@ -109,17 +109,14 @@ end
 
 -- Every URL's hub hold and lease records, read in one HMGET before any is ended (a later entry for the same URL
 -- then finds it in ended, as a read after the first one's HDEL would find nothing).
-local lease_keys, recs = {}, {}
+local lease_keys = {}
 for i = 9, #ARGV, 10 do
   if ARGV[i] ~= 'checkpoint' then
     lease_keys[#lease_keys + 1] = 'h' .. ARGV[i + 7]
     lease_keys[#lease_keys + 1] = ARGV[i + 7]
   end
 end
-for j = 1, #lease_keys, 1000 do
-  local got = redis.call('HMGET', LEASE, unpack(lease_keys, j, math.min(j + 999, #lease_keys)))
-  for k = 1, #got do recs[j + k - 1] = got[k] end
-end
+local recs = read_fields(LEASE, lease_keys)
 
 local n = 0
 for i = 9, #ARGV, 10 do
