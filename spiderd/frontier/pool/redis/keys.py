@@ -18,3 +18,15 @@ def located(url: str, prefix: str, bits: int) -> tuple[str, str, int]:
     n = int(fp, 16)
     low = 64 - bits
     return fp, f"{prefix}s:{n >> low}", (n & ((1 << low) - 1)) << 3
+
+
+def add_keys(url: str, prefix: str, bits: int) -> tuple[str, ...]:
+    """add.lua's fingerprint, seen bucket and five members (state codes 1-5) of ``url``."""
+    fp, bucket, base = located(url, prefix, bits)
+    return fp, bucket, str(base + 1), str(base + 2), str(base + 3), str(base + 4), str(base + 5)
+
+
+def status_keys(url: str, prefix: str, bits: int) -> tuple[str, str, str]:
+    """status.lua's fingerprint, seen bucket and done member (state code 1) of ``url``."""
+    fp, bucket, base = located(url, prefix, bits)
+    return fp, bucket, str(base + 1)

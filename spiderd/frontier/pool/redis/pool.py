@@ -23,7 +23,7 @@ from spiderd.frontier.pool.crawled import KINDS, link_value, parallel, recrawl_p
 from spiderd.frontier.pool.hops import REJECTED, HopLimits, RedisHops
 from spiderd.frontier.pool.redis.admin import RedisAdmin
 from spiderd.frontier.pool.redis.handed import LEAVE, Handed
-from spiderd.frontier.pool.redis.keys import fingerprint_hex, located
+from spiderd.frontier.pool.redis.keys import add_keys, fingerprint_hex, status_keys
 from spiderd.frontier.pool.redis.link import RedisLink, Script
 from spiderd.frontier.pool.shared import HostErrors, RecentFailures, URLParsing, parsed, stats_answer, status_parts
 from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
@@ -99,6 +99,8 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         d.addCallback(self._adopt_bits)
         for host, value in self._host_conf().items():
             d.addCallback(lambda _, h, v: self._link.execute("HSET", self.prefix + "conf", h, v), host, value)
+        if self.hops.tracking:  # hop counts (perhaps kept by an older version, which set no mark) go at final statuses
+            d.addCallback(lambda _: self._link.execute("HSET", meta, "hops", "1"))
         return d.addCallback(lambda _: self)
 
     def _host_conf(self) -> dict[str, str]:
@@ -136,9 +138,8 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         args = ["1" if always else "0", "1" if detail else "0", str(self._max_per_host),
                 fingerprint_hex(found_on.url) if found_on is not None else ""]
         for u in fresh.values():
-            fp, bucket, base = located(u.url, self.prefix, self._bits)
-            args += (u.url, u.host, registered_domain(u.host), str(hops.limit(u.host)) if found_on else "0", fp, bucket,
-                     str(base + 1), str(base + 2), str(base + 3), str(base + 4), str(base + 5))
+            args += (u.url, u.host, registered_domain(u.host), str(hops.limit(u.host)) if found_on else "0",
+                     *add_keys(u.url, self.prefix, self._bits))
         return self._run("add", args).addCallback(self._added)
 
     def _added(self, answer: list[int]) -> int:
@@ -160,11 +161,8 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         return self._run("pop", args, now).addCallback(self._popped)
 
     def _conditional_arg(self) -> str:
-        """pop.lua's validators switch: for every URL, for hubs only (no recrawled kind: only a hub keeps any;
-        the embedded pool's rule, all nodes sharing the recrawl settings), or none."""
-        if not self.conditional_get:
-            return "0"
-        return "1" if self._kept else "h"
+        """pop.lua's validators switch: every URL's, hubs' only (no recrawled kind: all nodes share it), none."""
+        return "0" if not self.conditional_get else "1" if self._kept else "h"
 
     def _popped(self, answer: list[Any]) -> Any:
         flat, foreign, (wanted, lists, details) = answer
@@ -227,7 +225,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         self.host_errors.add(host)
         outcome = f"throttle {self._outcome(status_code)} {float(until)!r}"
         return self._queue_statuses([outcome, url, host, domain, self._kept.get(domain, "-"),
-                                     st.recorded(status_code, reason), LEAVE, *self._seen_at(url)])
+                                     st.recorded(status_code, reason), LEAVE, *status_keys(url, self.prefix, self._bits)])
 
     def set_statuses(
         self, statuses: Iterable[tuple[Any, ...]], checkpoint: tuple[str, int] | None = None
@@ -244,7 +242,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
                 if outcome != "done":
                     self.host_errors.add(host)
                 args += (outcome, url, host, domain, self._kept.get(domain, "-"), why, self._handed.arg(validators),
-                         *self._seen_at(url))
+                         *status_keys(url, self.prefix, self._bits))
                 self._handed.forget(url)
         if checkpoint is not None:
             args += ("checkpoint", checkpoint[0], str(int(checkpoint[1])), "", "", "", "", "", "", "")
@@ -392,11 +390,6 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         return self._link.close()
 
     # -- internals ------------------------------------------------------------------
-
-    def _seen_at(self, url: str) -> tuple[str, str, str]:
-        """A canonical URL's fingerprint, seen bucket and member for state 1 (done), as status.lua takes them."""
-        fp, bucket, base = located(url, self.prefix, self._bits)
-        return fp, bucket, str(base + 1)
 
     @staticmethod
     def _located(u: URL) -> tuple[str, str, str]:
