@@ -4,6 +4,10 @@
     python bench/cluster.py --urls 50000 --seen 100000 --redis redis://127.0.0.1:6379/0
     python bench/cluster.py --cluster --urls 50000 --seen 100000   # a 3-master Redis Cluster of its own
 
+Without ``--redis`` it starts a redis-server of its own (``--save "" --appendonly no``, a free port, a temp
+directory; ``redis-server`` must be on PATH) and stops it at the end, so that ``INFO cpu`` counts this run's
+commands only; with ``--redis`` it uses that server, whose CPU other clients may add to.
+
 A node is a process with its own RedisPool on the same keys, popping 64 URLs
 at a time and acking each with set_status(200), with a few such loops in
 flight, as fast as it can, over URLs spread over 1000 hosts with no delay and a
@@ -20,8 +24,8 @@ URLs are recorded with seen_add (``MEMORY USAGE`` of the bucket keys is shown
 too).  scrapy-redis's dupefilter keeps each request fingerprint, the 40-hex
 SHA-1 of the request, in one Redis set through SADD; scrapy-redis is not
 installed here: the same storage is reproduced directly, with the SHA-1 hex of
-the same URLs.  Redis is shared with other work, so ``used_memory`` may move a
-little by itself.  Every key lives under a prefix of this run and is deleted at
+the same URLs.  A shared Redis (``--redis``) may move ``used_memory`` a little by
+itself.  Every key lives under a prefix of this run and is deleted at
 the end.  Memory per waiting URL is the growth of ``used_memory`` while as many URLs are added (queued).
 
 ``--cluster`` starts a Redis Cluster of three masters on free loopback ports
@@ -36,14 +40,17 @@ gives the single Redis the same URLs.  Ends with one ``RESULT key=value ...`` li
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any, Generator
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -55,6 +62,8 @@ from spiderd.frontier.pool.redis import open_redis_pool  # noqa: E402
 from spiderd.frontier.pool.redis.cluster import key_slot  # noqa: E402
 from spiderd.frontier.pool.redis.link import RedisAddress, RedisLink, parse_redis_url  # noqa: E402
 from tests.rediscluster import RedisCluster  # noqa: E402
+
+from faultkit import PrivateRedis  # noqa: E402  (bench/ is on sys.path: this script's folder)
 
 HOSTS = 1000
 HOST = "www.shop{n}.example.com"  # 1000 hosts of one registered domain; www.shop{n}.com with --domains/--cluster
@@ -323,6 +332,12 @@ def driver(reactor: Any, args: argparse.Namespace) -> Gen:
 def main() -> None:
     global HOST
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--redis", default=None,
+                        help="a redis:// URL to use (default: a private redis-server started and stopped by this run)")
+    parser.add_argument("--cluster", action="store_true", help="start a 3-master Redis Cluster and bench on it")
+    parser.add_argument("--aof", action="store_true", help="--cluster: AOF with fsync always (as the tests run it)")
+    parser.add_argument("--domains", action="store_true", help="hosts are 1000 registered domains (www.shopN.com)")
+    parser.add_argument("--bucket-bits", type=int, default=16, help="seen_bucket_bits (per partition on a cluster)")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--cluster", action="store_true", help="start a 3-master Redis Cluster and bench on it")
     parser.add_argument("--aof", action="store_true", help="--cluster: AOF with fsync always (as the tests run it)")
@@ -340,17 +355,36 @@ def main() -> None:
     args.domains = args.domains or args.cluster
     if args.domains:
         HOST = "www.shop{n}.com"
-    if args.worker or not args.cluster:
+    if args.worker or (args.redis is not None and not args.cluster):
         task.react(worker if args.worker else driver, (args,))
-        return
-    with tempfile.TemporaryDirectory(prefix="spiderd-bench-cluster-") as directory:
-        cluster = RedisCluster(directory, aof=args.aof).start()
-        try:
-            args.redis, args.ports = cluster.url, cluster.ports
-            print(f"Redis Cluster of {len(cluster.ports)} masters on ports {cluster.ports}", flush=True)
+    elif args.cluster:
+        with tempfile.TemporaryDirectory(prefix="spiderd-bench-cluster-") as directory:
+            cluster = RedisCluster(directory, aof=args.aof).start()
+            try:
+                args.redis, args.ports = cluster.url, cluster.ports
+                print(f"Redis Cluster of {len(cluster.ports)} masters on ports {cluster.ports}", flush=True)
+                task.react(driver, (args,))
+            finally:
+                cluster.stop()
+    else:
+        with private_redis() as url:  # task.react exits: the server stops on the way out
+            args.redis = url
+            print(f"private redis-server at {url} (--save '' --appendonly no)", flush=True)
             task.react(driver, (args,))
+
+
+@contextlib.contextmanager
+def private_redis() -> Generator[str, None, None]:
+    """A redis-server of this run's own in a temp directory, its URL; stopped (and the directory removed) after."""
+    if shutil.which("redis-server") is None:
+        sys.exit("redis-server is not on PATH: install it, or give --redis redis://host:port/db")
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as directory:
+        server = PrivateRedis(Path(directory), aof=False)
+        server.start()
+        try:
+            yield f"redis://127.0.0.1:{server.port}/0"
         finally:
-            cluster.stop()
+            server.proc.term()
 
 
 if __name__ == "__main__":

@@ -335,6 +335,18 @@ class PoolContract:
         assert (stats["done"], stats["failed"], stats["pending"]) == (1, 0, 0)
 
     @defer.inlineCallbacks
+    def test_validators_of_a_hub_queued_as_a_page(self) -> Gen:
+        """With no recrawled kind, a hub's URL queued again as a page is handed out with the hub's validators."""
+        pool = yield self.make_pool(concurrency=10)
+        hub = "http://hub.example/"
+        yield pool.set_hubs([hub], 60)
+        assert (yield pool.pop(1)) == {hub: True}
+        yield pool.set_statuses([(hub, 200, None, V1)])
+        assert (yield pool.add(hub, always=True))
+        assert (yield pool.pop(1)) == {hub: False}
+        assert (yield pool.validators(hub)) == V1
+
+    @defer.inlineCallbacks
     def test_validators_kept_only_for_recrawled_kinds(self) -> Gen:
         """Pages of a recrawled (domain, kind) keep their validators; other kinds and domains keep none."""
         pool = yield self.make_pool(concurrency=10, recrawl=[("a.example", "list")])

@@ -275,6 +275,33 @@ class TwoNodeTests(RedisKeys, TestCase):
 
 
     @defer.inlineCallbacks
+    def test_hop_counts_dropped_at_the_final_status(self) -> Gen:
+        """A link's hop count lives while it is active and goes at its final status, given by any node."""
+        tracking = yield self.node(concurrency=10, max_hops=3)
+        other = yield self.node(concurrency=10)
+        seed, link = "http://a.example/", "http://a.example/1"
+        yield tracking.add(seed)
+        yield tracking.addmany([link], parent=seed)
+        hops = [key for key in (yield self.keys()) if key.startswith(self.prefix + "h:")]
+        assert (yield defer.gatherResults([self.admin.execute("HLEN", key) for key in hops])) == [1]
+        assert sorted((yield other.pop(10))) == [seed, link]
+        yield other.set_statuses([(seed, 200), (link, 404)])
+        assert [key for key in (yield self.keys()) if key.startswith(self.prefix + "h:")] == []
+
+    @defer.inlineCallbacks
+    def test_hop_counts_kept_without_the_mark_still_dropped(self) -> Gen:
+        """A node with a hop limit marks hop counts as kept when it starts: counts an older version left go too."""
+        seed, link = "http://a.example/", "http://a.example/1"
+        older = yield self.node(concurrency=10, max_hops=3)
+        yield older.add(seed)
+        yield older.addmany([link], parent=seed)
+        yield self.admin.execute("HDEL", self.prefix + "meta", "hops")  # as an older version left it
+        tracking = yield self.node(concurrency=10, max_hops=3)
+        assert sorted((yield tracking.pop(10))) == [seed, link]
+        yield tracking.set_statuses([(seed, 200), (link, 200)])
+        assert [key for key in (yield self.keys()) if key.startswith(self.prefix + "h:")] == []
+
+    @defer.inlineCallbacks
     def test_bucket_bits_fixed_by_the_first_node(self) -> Gen:
         """The first node records its seen_bucket_bits; a node asking for other bits adopts the recorded ones."""
         first = yield self.node(seen_bucket_bits=18)

@@ -30,7 +30,8 @@ key                                    type    holds
 ``P why``                              hash    fingerprint -> "at failures reason": the last failure of a URL
                                                that failed (retried or for good), until it is done
 ``P hubs`` / ``P hub``                 zset    fingerprint -> next due time / hash: fingerprint -> domain, URL
-``P counters`` / ``P meta``            hash    waiting pending done failed batched / bucket bits, hub span, sweep
+``P counters`` / ``P meta``            hash    waiting pending done failed batched / bucket bits, hub span, sweep,
+                                               ``hops`` once any hop count was kept (``P h:``)
 ``P adopting``                         zset    ``prio url`` of a tool's list entry a node is adding -> deadline
 ``P batch``                            string  the last batch number handed out (``next_batch``)
 ``P crawled:<kind>:<domain>``          zset    URL -> fetch time of done pages to recrawl (seed 004)
@@ -45,8 +46,11 @@ key                                    type    holds
 =====================================  ======  ==================================================
 
 ``P`` is the prefix (``spiderd:``).  A URL's fingerprint is the first 64 bits
-of the SHA-1 of its canonical form, so the scripts compute it themselves
-(``redis.sha1hex``) from the URLs they pop out of the seed-002 lists.  The top
+of the SHA-1 of its canonical form, so the scripts can compute it themselves
+(``redis.sha1hex``) from the URLs they pop out of the seed-002 lists; for the
+URLs a node adds or gives a status, the node computes it, with the bucket key
+and members (:mod:`.keys`), since hashing and number-to-string work in Lua
+costs Redis more than passing the strings.  The top
 ``seen_bucket_bits`` bits (16) pick the bucket; the other bits times 8 plus a
 state code (1 done, 2 failed, 3 batched, 4 waiting list, 5 waiting detail) are
 the member, an integer that keeps each bucket an intset (8 bytes a URL) while

@@ -1,24 +1,30 @@
 -- add: queue URLs unless known (or, with always, unless waiting; a pending one is queued when its lease ends).
--- ARGV[7..9]: always (1/0), prio, new URLs a host may take in all (its budget: link traps); ARGV[10]: the page
--- the URLs were found on ('' none: seeds, hubs, the API), whose hop count + 1 is theirs when a hop limit is set;
--- then url, host, domain, hop limit (0 none) per URL.  Returns {added, host-full, past the hop limit}.  Re-adds
+-- ARGV[7..9]: always (1/0), prio, new URLs a host may take in all (its budget: link traps); ARGV[10]: the
+-- fingerprint of the page the URLs were found on ('' none: seeds, hubs, the API), whose hop count + 1 is theirs
+-- when a hop limit is set; then url, host, domain, hop limit (0 none), fingerprint, seen bucket and its five
+-- members in the bucket (state codes 1-5) per URL (the node computes the last seven: keys.py).  Returns {added, host-full, past the hop limit}.  Re-adds
 -- (always) do not count against the budget.
 local ALWAYS, PRIO, MAX = ARGV[7] == '1', tonumber(ARGV[8]), tonumber(ARGV[9])
 local LIMITED = MAX > 0  -- 0: no budget, so no hostseen read or write per URL
 local HOPS = 0  -- the URLs' hops from a seed: kept (hops_bucket) only when 1 or more
 if ARGV[10] ~= '' then
-  local parent = locate(ARGV[10])
+  local parent = ARGV[10]
   HOPS = tonumber(redis.call('HGET', hops_bucket(parent), parent) or '0') + 1
 end
 local added, full, far = 0, 0, 0
 SUM_COUNTS, BATCH_PUSHES = true, true
-for i = 11, #ARGV, 4 do
+local fps = {}
+for i = 15, #ARGV, 11 do fps[#fps + 1] = ARGV[i] end
+local leased = read_fields(LEASE, fps)  -- every URL's lease, read at once
+local n = 0
+for i = 11, #ARGV, 11 do
+  n = n + 1
   local url, host, domain, hop_limit = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-  local fp, bucket, base = locate(url)
-  if redis.call('HEXISTS', LEASE, fp) == 1 then
+  local fp, bucket, ms = ARGV[i + 4], ARGV[i + 5], {ARGV[i + 6], ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10]}
+  if leased[n] then
     if ALWAYS then added = added + redis.call('HSETNX', AGAIN, fp, PRIO) end
   else
-    local code = known(bucket, base)
+    local code = known(bucket, ms)
     if not code or (ALWAYS and code < WAITING_LIST) then
       if not code and hop_limit > 0 and HOPS > hop_limit then
         far = far + 1
@@ -27,7 +33,7 @@ for i = 11, #ARGV, 4 do
       else
         if not code and LIMITED then redis.call('HINCRBY', HOSTS_SEEN, host, '1') end
         if code then
-          redis.call('SREM', bucket, member(base, code))
+          redis.call('SREM', bucket, ms[code])
           count(FINAL_NAME[code], -1)
           if code == DONE then  -- out of its crawled set until done again
             redis.call('ZREM', crawled(0, domain), url)
@@ -35,8 +41,11 @@ for i = 11, #ARGV, 4 do
           end
         end
         if filled(FAILS) then redis.call('HDEL', FAILS, fp) end
-        enqueue(url, host, domain, PRIO, bucket, base)
-        if HOPS > 0 then redis.call('HSET', hops_bucket(fp), fp, int(HOPS)) end
+        enqueue(url, host, domain, PRIO, bucket, ms)
+        if HOPS > 0 then
+          redis.call('HSET', hops_bucket(fp), fp, int(HOPS))
+          mark_hops()
+        end
         added = added + 1
       end
     end

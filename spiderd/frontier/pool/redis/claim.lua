@@ -4,7 +4,7 @@
 -- takes the target again.  A claim's lease record says 'c' where others say whether they hold a host slot.
 local url, host, domain, by = ARGV[8], ARGV[9], ARGV[10], ARGV[11]
 local deadline = tonumber(ARGV[7])
-local fp, bucket, base = locate(url)
+local fp, bucket, ms = locate(url)
 local owner = nil
 if by ~= '' then owner = locate(by) end
 local rec = redis.call('HGET', LEASE, fp)
@@ -14,9 +14,9 @@ if rec then
   redis.call('ZADD', LEASES, deadline, fp)
   return 1
 end
-local prio, code = 0, known(bucket, base)
+local prio, code = 0, known(bucket, ms)
 if code and code >= WAITING_LIST then
-  prio = unqueue(url, host, domain, bucket, base, code)
+  prio = unqueue(url, host, domain, bucket, ms, code)
 elseif code then
   return 0
 end

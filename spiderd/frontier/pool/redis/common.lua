@@ -58,8 +58,15 @@ local function int(n)
   return dec(n)
 end
 
--- The 64-bit fingerprint (hex), its bucket key and the base of its members (fingerprint bits below the bucket, times 8).
--- Its hex digits are read as bytes (no substrings).
+-- A URL's members in its seen bucket, ms[code] for the state codes 1-5: given by the node (keys.py), or made
+-- from ms.base (the fingerprint bits below the bucket, times 8) when first asked for.
+local MEMBERS = {__index = function(ms, code)
+  local m = dec(ms.base + code)
+  ms[code] = m
+  return m
+end}
+
+-- The 64-bit fingerprint (hex), its bucket key and its members.  Its hex digits are read as bytes (no substrings).
 local HEX = {}
 for i = 0, 9 do HEX[48 + i] = i end
 for i = 0, 5 do
@@ -73,21 +80,27 @@ end
 
 local function locate_fp(fp)
   local hi, lo = hex8(fp, 1), hex8(fp, 9)
-  return fp, P .. 's:' .. dec(math.floor(hi / SPLIT)), ((hi % SPLIT) * 4294967296 + lo) * 8
+  return fp, P .. 's:' .. dec(math.floor(hi / SPLIT)), setmetatable({base = ((hi % SPLIT) * 4294967296 + lo) * 8},
+    MEMBERS)
 end
 
 local function locate(url)
   return locate_fp(string.sub(redis.sha1hex(url), 1, 16))
 end
 
-local function member(base, code)
-  return dec(base + code)
+-- The values of many fields of a hash (false where none), 1000 fields an HMGET.
+local function read_fields(key, fields)
+  local values = {}
+  for j = 1, #fields, 1000 do
+    local got = redis.call('HMGET', key, unpack(fields, j, math.min(j + 999, #fields)))
+    for k = 1, #got do values[j + k - 1] = got[k] end
+  end
+  return values
 end
 
 -- The state code stored for a URL in its bucket (1-3 final, 4-5 waiting), or nil.
-local function known(bucket, base)
-  local found = redis.call('SMISMEMBER', bucket, member(base, 1), member(base, 2), member(base, 3),
-    member(base, 4), member(base, 5))
+local function known(bucket, ms)
+  local found = redis.call('SMISMEMBER', bucket, ms[1], ms[2], ms[3], ms[4], ms[5])
   for code = 1, 5 do
     if found[code] == 1 then return code end
   end
@@ -404,8 +417,8 @@ local function flush_inflight()
 end
 
 local registered = {}  -- domains this script put in spider.website.domains
-local function enqueue(url, host, domain, prio, bucket, base)
-  redis.call('SADD', bucket, member(base, WAITING_LIST + prio))
+local function enqueue(url, host, domain, prio, bucket, ms)
+  redis.call('SADD', bucket, ms[WAITING_LIST + prio])
   local q = queue(domain, prio)
   push(q, url)
   if views[q] and views[q].whole then views[q].urls[#views[q].urls + 1] = url end
@@ -418,9 +431,9 @@ local function enqueue(url, host, domain, prio, bucket, base)
 end
 
 -- Take a waiting URL out of its queue (claim, or a status for a URL that was never handed out).
-local function unqueue(url, host, domain, bucket, base, code)
+local function unqueue(url, host, domain, bucket, ms, code)
   local prio = code - WAITING_LIST
-  redis.call('SREM', bucket, member(base, code))
+  redis.call('SREM', bucket, ms[code])
   local q = queue(domain, prio)
   flush_push(q)
   trim(q)
@@ -517,6 +530,20 @@ end
 -- waiting and leased URLs at 1 hop or more (add.lua writes it, status.lua drops it at a final status).
 local function hops_bucket(fp)
   return P .. 'h:' .. dec(tonumber(string.sub(fp, 1, 3), 16))
+end
+
+-- Whether any hop count was ever kept (P meta's hops field, set by add.lua with the first one): until then a
+-- final status deletes none (asked once per script).
+local hops_marked, hops_ever = false, nil
+local function mark_hops()
+  if not hops_marked then
+    redis.call('HSET', META, 'hops', '1')
+    hops_marked, hops_ever = true, true
+  end
+end
+local function hops_kept()
+  if hops_ever == nil then hops_ever = redis.call('HEXISTS', META, 'hops') == 1 end
+  return hops_ever
 end
 
 -- The validators bucket of a fingerprint (conditional GET): one hash per 12 top bits, fingerprint -> "seconds etag".

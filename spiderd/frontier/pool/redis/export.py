@@ -9,13 +9,15 @@ pool goes on changing while the export runs.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Any, Callable
 
 from twisted.internet import defer
 
 from spiderd.frontier.pool.records import final_record, last_failure, url_record
+from spiderd.frontier.pool.redis.keys import fingerprint_hex
+
+__all__ = ["FINGERPRINT", "RedisExport", "fingerprint_hex", "parse_failure"]
 
 FINGERPRINT = "sha1-64"  # the first 64 bits of the SHA-1 of the canonical URL (the Lua scripts compute it)
 _FINAL = {1: "done", 2: "failed", 3: "batched"}
@@ -26,11 +28,6 @@ def parse_failure(value: str) -> dict[str, Any]:
     """A ``P why`` value (``at failures reason``) as ``why`` and the export give it."""
     at, failures, reason = (value.split(" ", 2) + ["", ""])[:3]
     return last_failure(reason, float(at), int(failures))
-
-
-def fingerprint_hex(url: str) -> str:
-    """The Redis pool's fingerprint of a canonical URL, as its scripts write it."""
-    return hashlib.sha1(url.encode("utf-8")).hexdigest()[:16]
 
 
 class RedisExport:

@@ -24,6 +24,7 @@ from spiderd.frontier.pool.hops import REJECTED, HopLimits, RedisHops
 from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.redis.admin import RedisAdmin
 from spiderd.frontier.pool.redis.handed import LEAVE, Handed
+from spiderd.frontier.pool.redis.keys import add_keys, fingerprint_hex, status_keys
 from spiderd.frontier.pool.redis.link import Link, Script
 from spiderd.frontier.pool.shared import HostErrors, RecentFailures, URLParsing, parsed, stats_answer, status_parts
 from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
@@ -81,6 +82,8 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         d.addCallback(self._adopt_bits)
         for host, value in self._host_conf().items():
             d.addCallback(lambda _, h, v: self._link.execute("HSET", self.prefix + "conf", h, v), host, value)
+        if self.hops.tracking:  # hop counts (perhaps kept by an older version, which set no mark) go at final statuses
+            d.addCallback(lambda _: self._link.execute("HSET", meta, "hops", "1"))
         return d.addCallback(lambda _: self)
 
     def _host_conf(self) -> dict[str, str]:
@@ -116,9 +119,10 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         hops = self.hops
         found_on = parsed(parent, self._max_url_length) if parent is not None and hops.tracking else None
         args = ["1" if always else "0", "1" if detail else "0", str(self._max_per_host),
-                found_on.url if found_on is not None else ""]
+                fingerprint_hex(found_on.url) if found_on is not None else ""]
         for u in fresh.values():
-            args += (u.url, u.host, registered_domain(u.host), str(hops.limit(u.host)) if found_on else "0")
+            args += (u.url, u.host, registered_domain(u.host), str(hops.limit(u.host)) if found_on else "0",
+                     *add_keys(u.url, self.prefix, self._bits))
         return self._run("add", args).addCallback(self._added)
 
     def _added(self, answer: list[int]) -> int:
@@ -137,8 +141,12 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         split = self.split
         args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent) if hubs is None else hubs),
                 *map(repr, split.ratios), *map(repr, split.credit), str(RESERVE_SCAN),
-                repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT), "1" if self.conditional_get else "0"]
+                repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT), self._conditional_arg()]
         return self._run("pop", args, now).addCallback(self._popped)
+
+    def _conditional_arg(self) -> str:
+        """pop.lua's validators switch: every URL's, hubs' only (no recrawled kind: all nodes share it), none."""
+        return "0" if not self.conditional_get else "1" if self._kept else "h"
 
     def _popped(self, answer: list[Any]) -> Any:
         flat, foreign, (wanted, lists, details) = answer
@@ -201,7 +209,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         self.host_errors.add(host)
         outcome = f"throttle {self._outcome(status_code)} {float(until)!r}"
         return self._queue_statuses([outcome, url, host, domain, self._kept.get(domain, "-"),
-                                     st.recorded(status_code, reason), LEAVE])
+                                     st.recorded(status_code, reason), LEAVE, *status_keys(url, self.prefix, self._bits)])
 
     def set_statuses(
         self, statuses: Iterable[tuple[Any, ...]], checkpoint: tuple[str, int] | None = None
@@ -217,14 +225,15 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
                 why = "" if outcome == "done" else st.recorded(code, reason)
                 if outcome != "done":
                     self.host_errors.add(host)
-                args += (outcome, url, host, domain, self._kept.get(domain, "-"), why, self._handed.arg(validators))
+                args += (outcome, url, host, domain, self._kept.get(domain, "-"), why, self._handed.arg(validators),
+                         *status_keys(url, self.prefix, self._bits))
                 self._handed.forget(url)
         if checkpoint is not None:
-            args += ("checkpoint", checkpoint[0], str(int(checkpoint[1])), "", "", "", "")
+            args += ("checkpoint", checkpoint[0], str(int(checkpoint[1])), "", "", "", "", "", "", "")
         return self._queue_statuses(args)
 
     def _queue_statuses(self, args: list[str]) -> defer.Deferred[None]:
-        """Send status entries (seven arguments each) with the others given meanwhile, in one script call."""
+        """Send status entries (ten arguments each) with the others given meanwhile, in one script call."""
         if not args:
             return defer.succeed(None)
         d: defer.Deferred[None] = defer.Deferred()

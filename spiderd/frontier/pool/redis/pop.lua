@@ -1,7 +1,9 @@
 -- pop: expire due leases, sweep the registered domains, hand out due hubs, then waiting URLs, one domain turn
 -- at a time.  ARGV[7..9]: lease deadline, count, hubs wanted; ARGV[10..14]: list and detail ratios, their credits
 -- (seed 004's get_list and get_detail, see spiderd/frontier/pool/split.py) and RESERVE_SCAN; ARGV[15..16]: seconds
--- between domain sweeps, domains per sweep step; ARGV[17]: '1' to hand out each URL's validators (conditional GET).
+-- between domain sweeps, domains per sweep step; ARGV[17]: '1' to hand out each URL's validators (conditional GET),
+-- 'h' to hand out those of hubs only (no recrawled kind is kept: a queued URL has some only if it is a hub too,
+-- so they are read only while any hub exists), '0' none.
 -- Returns {url, is_hub, validators, url, is_hub, validators, ...} (validators '' where none are kept, or not
 -- asked for), {url, prio, ...} of list entries the pool did not queue (to add), and {waiting URLs wanted, list
 -- URLs leased, detail URLs leased}.
@@ -10,7 +12,8 @@ local RATIOS = {[0] = tonumber(ARGV[10]), [1] = tonumber(ARGV[11])}
 local CREDIT = {[0] = tonumber(ARGV[12]), [1] = tonumber(ARGV[13])}
 local RESERVE_SCAN = tonumber(ARGV[14])
 local SWEEP_EVERY, SWEEP_COUNT = tonumber(ARGV[15]), ARGV[16]
-local CONDITIONAL = ARGV[17] == '1'
+local CONDITIONAL = ARGV[17] ~= '0'
+local CONDITIONAL_QUEUED = ARGV[17] == '1' or (CONDITIONAL and filled(HUB))
 local leased_kind = {[0] = 0, [1] = 0}
 local EXPIRE_BATCH, HUB_SCAN, ADOPT_BATCH = 1000, 1000, 1000
 local out, foreign = {}, {}
@@ -22,7 +25,8 @@ local KIND_HELD = {[0] = '01 ', [1] = '11 '}  -- a lease record's start: kind, h
 local function hand_out(url, fp, is_hub)
   out[#out + 1] = url
   out[#out + 1] = is_hub
-  out[#out + 1] = CONDITIONAL and (redis.call('HGET', validators_bucket(fp), fp) or '') or ''
+  local look = is_hub == 1 and CONDITIONAL or is_hub == 0 and CONDITIONAL_QUEUED
+  out[#out + 1] = look and (redis.call('HGET', validators_bucket(fp), fp) or '') or ''
 end
 
 -- Another tool's entry (not queued by the pool) for the node to add: held in ADOPTING until that node added it,
@@ -39,8 +43,8 @@ local function expire()
     if not kind then
       redis.call('ZREM', LEASES, key)
     elseif kind ~= 'h' then
-      local _, bucket, base = locate(url)
-      enqueue(url, host_of(url), domain, take_again(key) or tonumber(kind), bucket, base)
+      local _, bucket, ms = locate(url)
+      enqueue(url, host_of(url), domain, take_again(key) or tonumber(kind), bucket, ms)
     end
   end
   for _, entry in ipairs(redis.call('ZRANGEBYSCORE', ADOPTING, '-inf', '(' .. NOW_S, 'LIMIT', 0, ADOPT_BATCH)) do
@@ -89,10 +93,10 @@ end
 
 -- Lease a URL just taken from the head of a queue; nil for an entry the pool did not queue (dropped, or to add).
 local function take(url, domain, prio)
-  local fp, bucket, base = locate(url)
-  local queued = redis.call('SREM', bucket, member(base, WAITING_LIST + prio))
+  local fp, bucket, ms = locate(url)
+  local queued = redis.call('SREM', bucket, ms[WAITING_LIST + prio])
   if queued == 0 then
-    if not leasing[fp] and redis.call('HEXISTS', LEASE, fp) == 0 and not known(bucket, base) then
+    if not leasing[fp] and redis.call('HEXISTS', LEASE, fp) == 0 and not known(bucket, ms) then
       adopt(url, prio)  -- pushed by another tool: the node adds it (canonical, deduplicated) as waiting
     end
     return nil

@@ -9,11 +9,11 @@ for i = 8, #ARGV, 3 do
   local key = crawled(prio, domain)
   for _, url in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', ARGV[i + 2], 'LIMIT', 0, left)) do
     redis.call('ZREM', key, url)
-    local fp, bucket, base = locate(url)
-    if redis.call('HEXISTS', LEASE, fp) == 0 and known(bucket, base) == DONE then
-      redis.call('SREM', bucket, member(base, DONE))
+    local fp, bucket, ms = locate(url)
+    if redis.call('HEXISTS', LEASE, fp) == 0 and known(bucket, ms) == DONE then
+      redis.call('SREM', bucket, ms[DONE])
       redis.call('HINCRBY', COUNTERS, 'done', -1)
-      enqueue(url, host_of(url), domain, prio, bucket, base)
+      enqueue(url, host_of(url), domain, prio, bucket, ms)
       queued = queued + 1
       left = left - 1
     end

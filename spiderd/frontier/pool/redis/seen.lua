@@ -3,10 +3,10 @@
 local MARK = ARGV[7] == '1'
 local out = {}
 for i = 8, #ARGV do
-  local fp, bucket, base = locate(ARGV[i])
-  local fresh = redis.call('HEXISTS', LEASE, fp) == 0 and not known(bucket, base)
+  local fp, bucket, ms = locate(ARGV[i])
+  local fresh = redis.call('HEXISTS', LEASE, fp) == 0 and not known(bucket, ms)
   if fresh and MARK then
-    redis.call('SADD', bucket, member(base, BATCHED))
+    redis.call('SADD', bucket, ms[BATCHED])
     redis.call('HINCRBY', COUNTERS, 'batched', 1)
   end
   out[#out + 1] = fresh and 1 or 0

@@ -1,7 +1,8 @@
 -- set_status, for one or more URLs: end each URL's lease (or take it out of its queue), then record done,
 -- failed, or queue a retry.  ARGV[7]: failure threshold, ARGV[8]: max throttles; then outcome (done, final or retry), url, host, domain,
 -- the kinds kept in crawled sets for that domain ('0' list, '1' detail, '-' none), the reason of a failure, and
--- the fetch's validators ("seconds etag"; '' none; '~' leave those kept alone: conditional GET is off).
+-- the fetch's validators ("seconds etag"; '' none; '~' leave those kept alone: conditional GET is off), and the
+-- URL's fingerprint, seen bucket and member for state 1 (done) in it (computed by the node: keys.py).
 -- A done URL whose kind is known (it was leased or waiting; not a hub) and kept goes into its crawled set.
 -- A leased URL added again (always) meanwhile is queued again instead, whatever the outcome.
 -- A failure is kept as the URL's last one (WHY: "at failures reason") until the URL is done after it.
@@ -42,24 +43,22 @@ local function keep_validators(fp, done, validators)
   end
 end
 
-local function set_status(outcome, url, host, domain, kept, reason, validators)
-  local fp, bucket, base = locate(url)
-  local hub_key = 'h' .. fp
-  local recs = redis.call('HMGET', LEASE, hub_key, fp)
-  local hub = recs[1] and not ended[hub_key] and close_lease(hub_key, recs[1]) ~= nil
+local function set_status(outcome, url, host, domain, kept, reason, validators, fp, bucket, ms, hub_key, hub_rec, rec)
+  hosts_of[url] = host  -- (a lease record's URL is this one: its host is not parsed again)
+  local hub = hub_rec and not ended[hub_key] and close_lease(hub_key, hub_rec) ~= nil
   local prio, was_known = 0, true
-  local kind = recs[2] and not ended[fp] and close_lease(fp, recs[2])
+  local kind = rec and not ended[fp] and close_lease(fp, rec)
   local again = kind and take_again(fp)
   if again then  -- added again while leased: this fetch's outcome makes way for a new one
     if outcome == 'done' and (hub or string.find(kept, kind, 1, true)) then keep_validators(fp, true, validators) end
-    enqueue(url, host, domain, again, bucket, base)
+    enqueue(url, host, domain, again, bucket, ms)
     return
   elseif kind then
     prio = tonumber(kind)
   else
-    local code = known(bucket, base)
+    local code = known(bucket, ms)
     if code and code >= WAITING_LIST then
-      prio = unqueue(url, host, domain, bucket, base, code)
+      prio = unqueue(url, host, domain, bucket, ms, code)
     elseif code then
       if outcome ~= 'retry' and validators ~= '~' and (hub or redis.call('HEXISTS', HUB, fp) == 1) then
         keep_validators(fp, outcome == 'done', validators)  -- a hub: done again at every hand-out
@@ -74,7 +73,7 @@ local function set_status(outcome, url, host, domain, kept, reason, validators)
   if fallback then
     if throttled(fp, host, tonumber(block_end)) then
       redis.call('HSET', WHY, fp, NOW_S .. ' ' .. failures .. ' ' .. reason)
-      enqueue(url, host, domain, prio, bucket, base)
+      enqueue(url, host, domain, prio, bucket, ms)
       return
     end
     outcome = fallback
@@ -85,16 +84,16 @@ local function set_status(outcome, url, host, domain, kept, reason, validators)
   if outcome == 'retry' and failures < THRESHOLD then
     redis.call('HSET', FAILS, fp, failures + 1)
     fill(FAILS)
-    enqueue(url, host, domain, prio, bucket, base)
+    enqueue(url, host, domain, prio, bucket, ms)
   else
     local code = outcome == 'done' and DONE or FAILED
     if filled(THROTTLES) then redis.call('HDEL', THROTTLES, fp) end
-    redis.call('HDEL', hops_bucket(fp), fp)
+    if hops_kept() then redis.call('HDEL', hops_bucket(fp), fp) end
     if failures > 0 then
       redis.call('HDEL', FAILS, fp)
       if code == DONE then redis.call('HDEL', WHY, fp) end
     end
-    redis.call('SADD', bucket, member(base, code))
+    redis.call('SADD', bucket, ms[code])
     count(FINAL_NAME[code], 1)
     local in_set = was_known and string.find(kept, D1[prio], 1, true)
     if code == DONE and in_set then
@@ -108,11 +107,26 @@ local function set_status(outcome, url, host, domain, kept, reason, validators)
   end
 end
 
-for i = 9, #ARGV, 7 do
+-- Every URL's hub hold and lease records, read in one HMGET before any is ended (a later entry for the same URL
+-- then finds it in ended, as a read after the first one's HDEL would find nothing).
+local lease_keys = {}
+for i = 9, #ARGV, 10 do
+  if ARGV[i] ~= 'checkpoint' then
+    lease_keys[#lease_keys + 1] = 'h' .. ARGV[i + 7]
+    lease_keys[#lease_keys + 1] = ARGV[i + 7]
+  end
+end
+local recs = read_fields(LEASE, lease_keys)
+
+local n = 0
+for i = 9, #ARGV, 10 do
   if ARGV[i] == 'checkpoint' then
     redis.call('HSET', CHECKPOINTS, ARGV[i + 1], ARGV[i + 2])
   else
-    set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6])
+    n = n + 2
+    set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7],
+      ARGV[i + 8], setmetatable({ARGV[i + 9], base = tonumber(ARGV[i + 9]) - DONE}, MEMBERS), lease_keys[n - 1],
+      recs[n - 1], recs[n])
   end
 end
 flush_ends()

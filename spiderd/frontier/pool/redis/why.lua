@@ -1,12 +1,12 @@
 -- why: a URL's state, its host's slot, its linkbase entry, its last failure and its validators.  ARGV[7..8]: url, host.
 local url, host = ARGV[7], ARGV[8]
-local fp, bucket, base = locate(url)
+local fp, bucket, ms = locate(url)
 local state, kind, lease_until = 'unknown', '', ''
 if redis.call('HEXISTS', LEASE, fp) == 1 then
   state, kind = 'pending', string.sub(redis.call('HGET', LEASE, fp), 1, 1)
   lease_until = redis.call('ZSCORE', LEASES, fp)
 else
-  local code = known(bucket, base)
+  local code = known(bucket, ms)
   if code and code >= WAITING_LIST then
     state, kind = 'waiting', tostring(code - WAITING_LIST)
   elseif code then
