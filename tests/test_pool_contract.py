@@ -729,6 +729,19 @@ class PoolContract:
         assert self.hosts_of((yield self.drain(pool))) == [h for h in ("a.example", "b.example") if h != first[0]]
 
     @defer.inlineCallbacks
+    def test_a_drained_group_takes_no_turn(self) -> Gen:
+        """A group whose hosts have nothing left waiting takes no turn from a pop: once its last request is
+        done, pop(1) hands out another host's URL."""
+        pool = yield self.make_pool(delay=0.0, concurrency=1)
+        grouped, other = (f"{h}.example" for h in self.three_hosts[::2])
+        yield pool.set_host_group(grouped, "192.0.2.1")
+        yield pool.add(f"http://{grouped}/0")
+        assert (yield pool.pop(1)) == {f"http://{grouped}/0": False}
+        yield pool.add(f"http://{other}/0")
+        yield pool.set_status(f"http://{grouped}/0", 200)
+        assert (yield pool.pop(1)) == {f"http://{other}/0": False}
+
+    @defer.inlineCallbacks
     def test_a_throttle_holds_the_hosts_group(self) -> Gen:
         """A throttling answer of one host blocks every host of its group (the shared server) until then; a host
         of no group goes on; the group's hosts take their turns after it."""

@@ -403,7 +403,7 @@ local function queue_group(g, empty)
 end
 
 local function wake_group(address)
-  redis.call('ZADD', READY, 'NX', NOW_S, '@' .. address)
+  if redis.call('EXISTS', RING .. address) == 1 then redis.call('ZADD', READY, 'NX', NOW_S, '@' .. address) end
 end
 
 -- A domain whose head host is of a group waits for the group's turn in its ring (a newcomer first, else in its

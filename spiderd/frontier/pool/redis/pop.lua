@@ -138,7 +138,9 @@ local function turn(domain, caps, wanted, alone, g)
   if s.g ~= g then
     if g then return 0 end
     requeue(domain)
-    return group_turn(s.g.host, caps, wanted, alone)
+    local n = group_turn(s.g.host, caps, wanted, alone)
+    if n then queue_group(s.g, redis.call('EXISTS', s.g.ring) == 0) end
+    return n
   end
   if gs.busy >= s.conc or gs.next > NOW then return 0 end
   local quota = math.min(s.conc - gs.busy, wanted)
@@ -184,12 +186,13 @@ function group_turn(member, caps, wanted, alone)
     else
       local n = turn(domain, caps, wanted, alone and #ring == 1, g)
       if n and n > 0 then
-        redis.call('ZADD', g.ring, NOW_S, domain)
+        if head(domain) then redis.call('ZADD', g.ring, NOW_S, domain) else redis.call('ZREM', g.ring, domain) end
         return n
       end
       answer = answer or n
     end
   end
+  if answer == nil then queue_group(g, redis.call('EXISTS', g.ring) == 0) end  -- (the caller requeues a number)
   return answer
 end
 
