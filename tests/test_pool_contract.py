@@ -742,6 +742,18 @@ class PoolContract:
         assert (yield pool.pop(1)) == {f"http://{other}/0": False}
 
     @defer.inlineCallbacks
+    def test_a_grouped_host_that_drained_comes_back(self) -> Gen:
+        """A host of a group whose URLs all went out, one a turn, gets its turn again when a URL is added."""
+        pool = yield self.make_pool(delay=0.0, concurrency=1)
+        yield pool.set_host_group("a.example", "192.0.2.1")
+        yield pool.addmany(["http://a.example/0", "http://a.example/1"])
+        for url in ("http://a.example/0", "http://a.example/1"):
+            assert (yield pool.pop(10)) == {url: False}
+            yield pool.set_status(url, 200)
+        yield pool.add("http://a.example/2")
+        assert (yield pool.pop(10)) == {"http://a.example/2": False}
+
+    @defer.inlineCallbacks
     def test_a_throttle_holds_the_hosts_group(self) -> Gen:
         """A throttling answer of one host blocks every host of its group (the shared server) until then; a host
         of no group goes on; the group's hosts take their turns after it."""

@@ -182,11 +182,16 @@ function group_turn(member, caps, wanted, alone)
     local s = url and slot(host_of(url))
     if not s or s.g ~= g then
       redis.call('ZREM', g.ring, domain)
-      if s then requeue(domain) else wake(domain) end
+      requeue(domain)  -- out of the ready set (empty), or where its head host waits now
     else
       local n = turn(domain, caps, wanted, alone and #ring == 1, g)
       if n and n > 0 then
-        if head(domain) then redis.call('ZADD', g.ring, NOW_S, domain) else redis.call('ZREM', g.ring, domain) end
+        if head(domain) then
+          redis.call('ZADD', g.ring, NOW_S, domain)
+        else  -- drained: it leaves the ring and the ready set (an add wakes it again)
+          redis.call('ZREM', g.ring, domain)
+          requeue(domain)
+        end
         return n
       end
       answer = answer or n
