@@ -754,6 +754,16 @@ class PoolContract:
         assert (yield pool.pop(10)) == {"http://a.example/2": False}
 
     @defer.inlineCallbacks
+    def test_a_domains_next_host_of_no_group_waits_for_no_group(self) -> Gen:
+        """A grouped host and a host of no group of one domain: each goes in its own turn, the one of no group
+        though the group is full (on Redis the grouped one goes first: the domain's queue is in order)."""
+        pool = yield self.make_pool(delay=0.0, concurrency=1)
+        yield pool.addmany(["http://a.example/0", "http://www.a.example/0"])
+        yield pool.set_host_group("a.example", "192.0.2.1")
+        popped = [(yield pool.pop(1)), (yield pool.pop(1))]
+        assert sorted(url for urls in popped for url in urls) == ["http://a.example/0", "http://www.a.example/0"]
+
+    @defer.inlineCallbacks
     def test_a_throttle_holds_the_hosts_group(self) -> Gen:
         """A throttling answer of one host blocks every host of its group (the shared server) until then; a host
         of no group goes on; the group's hosts take their turns after it."""

@@ -186,9 +186,10 @@ function group_turn(member, caps, wanted, alone)
     else
       local n = turn(domain, caps, wanted, alone and #ring == 1, g)
       if n and n > 0 then
-        if head(domain) then
+        local _, next_url = head(domain)
+        if next_url and slot(host_of(next_url)).g == g then
           redis.call('ZADD', g.ring, NOW_S, domain)
-        else  -- drained: it leaves the ring and the ready set (an add wakes it again)
+        else  -- drained (out of the ready set: an add wakes it), or its head host waits elsewhere now
           redis.call('ZREM', g.ring, domain)
           requeue(domain)
         end
