@@ -19,14 +19,12 @@ local THROTTLES = P .. 'throttles'  -- fingerprint -> throttled fetches of an ac
 local finals = {}
 SUM_COUNTS, BATCH_ENDS, BATCH_INFLIGHT = true, true, true
 
--- Block host until the time given; true if the URL's throttle is still within MAX_THROTTLES (counted).
+-- Block host (and its group, per-IP politeness) until the time given; true if the URL's throttle is still within
+-- MAX_THROTTLES (counted).
 local function throttled(fp, host, block_end)
-  redis.call('ZADD', NEXT, 'GT', block_end, host)
-  fill(NEXT)
+  hold(host, block_end, true)
   redis.call('ZREMRANGEBYSCORE', THROTTLED, '-inf', NOW_S)
   redis.call('ZADD', THROTTLED, 'GT', block_end, host)
-  local s = slot(host)
-  s.next = math.max(s.next, block_end)
   if tonumber(filled(THROTTLES) and redis.call('HGET', THROTTLES, fp) or '0') >= MAX_THROTTLES then return false end
   redis.call('HINCRBY', THROTTLES, fp, 1)
   fill(THROTTLES)
