@@ -5,18 +5,22 @@ from __future__ import annotations
 import uuid
 from typing import Any, Generator
 
+import pytest
 from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import TestCase
 
+from spiderd.core.conditional import Validators
 from spiderd.core.urls import registered_domain
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool.redis import RedisPoolError, open_redis_pool
 from spiderd.frontier.pool.redis.cluster import SLOTS, key_slot
 from spiderd.frontier.pool.redis.partitions import partition_of, partition_tags, stride_order
 
+from . import test_pool_redis as single  # (a module, so pytest does not collect its classes here again)
 from .clusterkeys import ClusterCase, settle
+from .test_pool_contract import V1, V2
 
 Gen = Generator[Any, Any, None]
 CREATED = [(0, 5460), (5461, 10922), (10923, 16383)]  # what redis-cli --cluster create gives three masters
@@ -175,3 +179,70 @@ class ClusterPoolTests(ClusterCase, TestCase):
         assert sorted(handed) == sorted(urls)  # each once: none twice, none lost
         stats = yield pool.stats()
         assert (stats["waiting"], stats["pending"], stats["done"]) == (0, 0, 800)
+
+
+
+def _single_redis_only(test: Any) -> Any:
+    """A TwoNodeTests test that reads the keys of the one Redis (layout, encodings, the commands sent) rather than
+    what two nodes see: not run on the cluster, whose partitions' keys are spread over the masters."""
+    return pytest.mark.skip(reason="reads the single Redis's own keys or commands; the cluster's layout is "
+                                   "tested by ClusterPoolTests")(test)
+
+
+class TwoNodeClusterTests(ClusterCase, single.TwoNodeTests):
+    """Two nodes sharing one Redis Cluster: what holds across nodes on one Redis (leases, delays, concurrency, a
+    throttling answer's host block, validators for conditional GET) holds on the partitioned pool too."""
+
+    def open_redis(self, clock: Clock, politeness: Politeness, options: dict[str, Any]) -> defer.Deferred[Any]:
+        return open_redis_pool(self.cluster.url, clock, prefix=self.prefix, namespace=self.namespace,
+                               politeness=politeness, **options)
+
+    test_bucket_bits_fixed_by_the_first_node = _single_redis_only(single.TwoNodeTests.test_bucket_bits_fixed_by_the_first_node)
+    test_hop_counts_dropped_at_the_final_status = _single_redis_only(
+        single.TwoNodeTests.test_hop_counts_dropped_at_the_final_status)
+    test_seed_002_keys_where_tools_expect_them = _single_redis_only(
+        single.TwoNodeTests.test_seed_002_keys_where_tools_expect_them)
+    test_seen_buckets_stay_intsets = _single_redis_only(single.TwoNodeTests.test_seen_buckets_stay_intsets)
+    test_startup_deletes_nothing = _single_redis_only(single.TwoNodeTests.test_startup_deletes_nothing)
+    test_statuses_go_out_together_and_in_order = _single_redis_only(
+        single.TwoNodeTests.test_statuses_go_out_together_and_in_order)
+
+    @defer.inlineCallbacks
+    def test_throttle_block_holds_across_nodes(self) -> Gen:
+        """A host one node's throttling answer (Retry-After) blocks is handed out by no node before then, whatever
+        partition a pop asks first."""
+        a = yield self.node(concurrency=4, failure_threshold=0, max_throttles=1, pending_threshold=600.0)
+        b = yield self.node(concurrency=4, failure_threshold=0, max_throttles=1, pending_threshold=600.0)
+        yield a.addmany(["http://a.example.com/1", "http://a.example.com/2", "http://b.example.net/1"])
+        assert len((yield a.pop(10))) == 3
+        yield a.throttle("http://a.example.com/1", self.clock.seconds() + 120, 429, "throttled: http 429, retry after 120 s")
+        yield a.set_status("http://a.example.com/2", 200)
+        yield a.add("http://a.example.com/3")
+        assert (yield b.pop(10)) == {}
+        self.clock.advance(119)
+        assert (yield b.pop(10)) == {} and (yield a.pop(10)) == {}
+        assert 0 < (yield b.next_due()) <= 1.0
+        self.clock.advance(1)
+        assert set((yield b.pop(10))) == {"http://a.example.com/1", "http://a.example.com/3"}
+
+    @defer.inlineCallbacks
+    def test_validators_hold_across_nodes(self) -> Gen:
+        """The validators one node's done fetches kept (a hub's, a recrawled page's) come back with another node's
+        pop; that node's 304 updates them for all."""
+        recrawl = [("a.example", "list")]
+        a = yield self.node(concurrency=4, recrawl=recrawl)
+        b = yield self.node(concurrency=4, recrawl=recrawl)
+        hub, page = "http://a.example/hub", "http://a.example/l"
+        for node in (a, b):
+            yield node.set_hubs([hub], 60)
+        yield a.add(page)
+        assert (yield a.pop(10)) == {hub: True, page: False}
+        yield a.set_statuses([(hub, 200, None, V1), (page, 200, None, V2)])
+        self.clock.advance(61)
+        assert (yield b.recrawl([("a.example", "list", self.clock.seconds())], 10)) == 1
+        assert (yield b.pop(10)) == {hub: True, page: False}
+        assert [(yield b.validators(hub)), (yield b.validators(page))] == [V1, V2]
+        yield b.set_statuses([(hub, 304, None, V1.updated(V2)), (page, 304, None, V2)])
+        assert (yield a.validators(hub)) == Validators('W/"v2"', V2.last_modified)
+        assert (yield a.validators(page)) == V2
+        assert (yield a.stats())["done"] == 2
