@@ -76,16 +76,17 @@ def run(work: Path, total: int, kill_one: bool) -> tuple[float, int, int, int]:
     """Push ``total`` URLs; (URLs acknowledged per second, batches sent, batches lost, URLs lost)."""
     from twisted.internet import defer, reactor, task
 
-    from spiderd.frontier.batcher import BatchConfig, Batcher
+    from spiderd.config.sections import BatchSection
+    from spiderd.frontier.batcher import Batcher
     from spiderd.core.lifecycle import wait_until
     from spiderd.frontier.pool import open_leveldb_pool
 
     tag = "killed" if kill_one else "normal"
     targets = [start_target(work, f"{tag}-a"), start_target(work, f"{tag}-b")]
     pool = open_leveldb_pool(str(work / f"pool-{tag}"), reactor)
-    config = BatchConfig(tuple(t[1] for t in targets), project="bench", spider="shop", batch_size=1000,
-                         flush_interval=5, timeout=10, retry_first=0.5, retry_max=2)
-    batcher = Batcher(reactor, pool, str(work / f"spool-{tag}"), config)
+    config = BatchSection(tuple(t[1] for t in targets), project="bench", spider="shop", size=1000,
+                          flush_interval=5, timeout=10)
+    batcher = Batcher(reactor, pool, str(work / f"spool-{tag}"), config, retry_first=0.5, retry_max=2)
     outcome: list[float] = []
 
     @defer.inlineCallbacks

@@ -2,6 +2,7 @@
 
     python bench/cluster.py                          # 200 thousand URLs per pop run, 1 million seen URLs
     python bench/cluster.py --urls 50000 --seen 100000 --redis redis://127.0.0.1:6379/0
+    python bench/cluster.py --cluster --urls 50000 --seen 100000   # a 3-master Redis Cluster of its own
 
 Without ``--redis`` it starts a redis-server of its own (``--save "" --appendonly no``, a free port, a temp
 directory; ``redis-server`` must be on PATH) and stops it at the end, so that ``INFO cpu`` counts this run's
@@ -25,7 +26,15 @@ SHA-1 of the request, in one Redis set through SADD; scrapy-redis is not
 installed here: the same storage is reproduced directly, with the SHA-1 hex of
 the same URLs.  A shared Redis (``--redis``) may move ``used_memory`` a little by
 itself.  Every key lives under a prefix of this run and is deleted at
-the end.  Ends with one ``RESULT key=value ...`` line.
+the end.  Memory per waiting URL is the growth of ``used_memory`` while as many URLs are added (queued).
+
+``--cluster`` starts a Redis Cluster of three masters on free loopback ports
+(tests/rediscluster.py; no persistence, as the machine's Redis runs, unless ``--aof``: fsync always) and runs
+everything on the partitioned pool; Redis CPU is each master's ``INFO cpu``,
+reported per shard with the spread between shards ((max - min) / mean), and
+memory is summed over the masters.  Its 1000 hosts are 1000 registered domains
+(``www.shopN.com``: the pool partitions by registered domain); ``--domains``
+gives the single Redis the same URLs.  Ends with one ``RESULT key=value ...`` line.
 """
 
 from __future__ import annotations
@@ -50,23 +59,26 @@ from twisted.internet import defer, task, threads  # noqa: E402
 
 from spiderd.frontier.politeness import Politeness  # noqa: E402
 from spiderd.frontier.pool.redis import open_redis_pool  # noqa: E402
-from spiderd.frontier.pool.redis.link import RedisLink, parse_redis_url  # noqa: E402
+from spiderd.frontier.pool.redis.cluster import key_slot  # noqa: E402
+from spiderd.frontier.pool.redis.link import RedisAddress, RedisLink, parse_redis_url  # noqa: E402
+from tests.rediscluster import RedisCluster  # noqa: E402
 
 from faultkit import PrivateRedis  # noqa: E402  (bench/ is on sys.path: this script's folder)
 
 HOSTS = 1000
+HOST = "www.shop{n}.example.com"  # 1000 hosts of one registered domain; www.shop{n}.com with --domains/--cluster
 BATCH = 2000
 Gen = Generator[Any, Any, Any]
 
 
 def url(i: int) -> str:
     """A realistic URL of about 70 characters; host ``i % HOSTS``."""
-    return f"http://www.shop{i % HOSTS}.example.com/category/{(i // HOSTS) % 97}/item-{i}.html?ref=list&page={i % 7}"
+    return f"http://{HOST.format(n=i % HOSTS)}/category/{(i // HOSTS) % 97}/item-{i}.html?ref=list&page={i % 7}"
 
 
 def open_pool(args: argparse.Namespace, reactor: Any, prefix: str) -> defer.Deferred[Any]:
     """A pool whose keys (its own and the seed-002 ones) start with ``prefix``, about as long as ``spiderd:``."""
-    return open_redis_pool(args.redis, reactor, prefix=prefix, namespace=prefix,
+    return open_redis_pool(args.redis, reactor, prefix=prefix, namespace=prefix, seen_bucket_bits=args.bucket_bits,
                            politeness=Politeness(0.0, 100000), pending_threshold=3600)
 
 
@@ -103,6 +115,77 @@ def pop_ack_loop(pool: Any) -> Gen:
         acked += len(urls)
 
 
+# -- the Redis servers (one, or the cluster's masters) ------------------------------------
+
+
+class Servers:
+    """Admin connections to each Redis server: the one Redis, or every master of the cluster."""
+
+    def __init__(self, links: list[RedisLink], ranges: list[tuple[int, int, int]]) -> None:
+        self.links = links
+        self._ranges = ranges  # (first slot, last slot, index of its master) on a cluster
+
+    @classmethod
+    @defer.inlineCallbacks
+    def open(cls, url_: str, ports: list[int] | None) -> Gen:
+        if not ports:
+            return cls([RedisLink(parse_redis_url(url_))], [])
+        links = [RedisLink(RedisAddress("127.0.0.1", port, 0)) for port in ports]
+        slots = yield links[0].execute("CLUSTER", "SLOTS")
+        return cls(links, [(int(a), int(b), ports.index(int(m[1]))) for a, b, m, *_ in slots])
+
+    def at(self, key: str) -> RedisLink:
+        """The server of ``key`` (its slot's master on a cluster)."""
+        slot = key_slot(key)
+        return next((self.links[i] for a, b, i in self._ranges if a <= slot <= b), self.links[0])
+
+    @defer.inlineCallbacks
+    def cpu(self) -> Gen:
+        """Seconds of CPU each server has used (all its clients)."""
+        infos = yield defer.gatherResults([link.execute("INFO", "cpu") for link in self.links])
+        out = []
+        for info in infos:
+            fields = dict(line.split(":") for line in info.split() if ":" in line)
+            out.append(float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"]))
+        return out
+
+    @defer.inlineCallbacks
+    def used_memory(self) -> Gen:
+        infos = yield defer.gatherResults([link.execute("INFO", "memory") for link in self.links])
+        return sum(int(next(line for line in info.split() if line.startswith("used_memory:")).split(":")[1])
+                   for info in infos)
+
+    @defer.inlineCallbacks
+    def scan(self, pattern: str) -> Gen:
+        """(server, key) of every key matching ``pattern``."""
+        found = []
+        for link in self.links:
+            cursor = "0"
+            while True:
+                cursor, batch = yield link.execute("SCAN", cursor, "MATCH", pattern, "COUNT", "10000")
+                found += [(link, key) for key in batch]
+                if cursor == "0":
+                    break
+        return sorted(set(found), key=lambda pair: pair[1])
+
+    @defer.inlineCallbacks
+    def delete(self, prefix: str) -> Gen:
+        keys = yield self.scan(_glob_escape(prefix) + "*")
+        for i in range(0, len(keys), 1000):
+            yield defer.gatherResults([link.execute("UNLINK", key) for link, key in keys[i:i + 1000]])
+
+    def close(self) -> defer.Deferred[Any]:
+        return defer.gatherResults([link.close() for link in self.links])
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\{}" else c for c in text)
+
+
+def cpu_used(before: list[float], after: list[float]) -> list[float]:
+    return [b - a for a, b in zip(before, after)]
+
+
 # -- the driver -------------------------------------------------------------------------
 
 
@@ -115,25 +198,25 @@ def fill(args: argparse.Namespace, reactor: Any, prefix: str) -> Gen:
 
 
 @defer.inlineCallbacks
-def pop_ack_rate(args: argparse.Namespace, reactor: Any, admin: RedisLink, nodes: int) -> Gen:
+def pop_ack_rate(args: argparse.Namespace, reactor: Any, servers: Servers, nodes: int) -> Gen:
     """URLs popped and acked per second by ``nodes`` processes on the same keys."""
     prefix = f"{args.prefix}{nodes}:"
     yield fill(args, reactor, prefix)
-    cpu = yield redis_cpu(admin)
+    cpu = yield servers.cpu()
     start_at = time.time() + 2.0
     command = [sys.executable, os.path.abspath(__file__), "--worker", "--prefix", prefix, "--redis", args.redis,
-               "--start-at", repr(start_at), "--loops", str(args.loops)]
+               "--start-at", repr(start_at), "--loops", str(args.loops), "--bucket-bits", str(args.bucket_bits)] + (["--domains"] if args.domains else [])
     procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(nodes)]
     outputs = yield defer.gatherResults([threads.deferToThread(p.communicate) for p in procs])
     runs = [json.loads(out[0].strip().splitlines()[-1]) for out in outputs]
-    cpu = (yield redis_cpu(admin)) - cpu
+    cpu = sum(cpu_used(cpu, (yield servers.cpu())))
     acked = sum(r["acked"] for r in runs)
     rate = acked / (max(r["end"] for r in runs) - min(r["start"] for r in runs))
     print(f"{nodes} node(s): {acked} URLs popped and acked, {rate:,.0f} per second "
           f"({', '.join(str(r['acked']) for r in runs)} per node); CPU per URL: nodes "
           f"{sum(r['cpu'] for r in runs) / acked * 1e6:.0f} us, Redis {cpu / acked * 1e6:.0f} us "
           f"(this machine has {os.cpu_count()} CPUs)", flush=True)
-    yield delete_keys(admin, prefix)
+    yield servers.delete(prefix)
     return rate
 
 
@@ -143,15 +226,15 @@ def detail_links(list_id: int) -> list[str]:
 
 
 @defer.inlineCallbacks
-def crawl_mix(args: argparse.Namespace, reactor: Any, admin: RedisLink) -> Gen:
+def crawl_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
     """Redis CPU (and the node's) per page over a crawl-shaped mix: lists add 50 links each, every page acked."""
     prefix = f"{args.prefix}mix:"
     pool = yield open_pool(args, reactor, prefix)
     lists = max(1, args.mix_pages // 51)
     for base in range(0, lists, BATCH):
-        yield pool.addmany([f"http://www.shop{i % HOSTS}.example.com/list/{i}.html"
+        yield pool.addmany([f"http://{HOST.format(n=i % HOSTS)}/list/{i}.html"
                             for i in range(base, min(lists, base + BATCH))])
-    cpu, node_cpu, started = (yield redis_cpu(admin)), process_cpu(), time.time()
+    cpu, node_cpu, started = (yield servers.cpu()), process_cpu(), time.time()
     pages = 0
     while True:
         urls = yield pool.pop(64, 0)
@@ -165,103 +248,119 @@ def crawl_mix(args: argparse.Namespace, reactor: Any, admin: RedisLink) -> Gen:
         yield defer.gatherResults([pool.set_statuses([(u, 200)]) for u in urls])
         pages += len(urls)
     seconds, node_cpu = time.time() - started, process_cpu() - node_cpu
-    cpu = (yield redis_cpu(admin)) - cpu
+    shards = [used / pages * 1e6 for used in cpu_used(cpu, (yield servers.cpu()))]
     yield pool.close()
     print(f"crawl mix: {pages} pages ({lists} lists of 50 links) in {seconds:.1f} s, {pages / seconds:,.0f} pages/s; "
-          f"CPU per page: Redis {cpu / pages * 1e6:.1f} us, node {node_cpu / pages * 1e6:.1f} us", flush=True)
-    yield delete_keys(admin, prefix)
-    return cpu / pages * 1e6, pages / seconds
+          f"CPU per page: Redis {sum(shards):.1f} us, node {node_cpu / pages * 1e6:.1f} us", flush=True)
+    if len(shards) > 1:
+        print(f"  per shard: {', '.join(f'{us:.1f}' for us in shards)} us a page (spread {spread(shards):.0%}); "
+              f"ceiling per shard {1e6 / max(shards):,.0f} pages/s", flush=True)
+    yield servers.delete(prefix)
+    return shards, pages / seconds
+
+
+def spread(values: list[float]) -> float:
+    """(max - min) / mean."""
+    return (max(values) - min(values)) / (sum(values) / len(values))
 
 
 @defer.inlineCallbacks
-def seen_memory(args: argparse.Namespace, reactor: Any, admin: RedisLink) -> Gen:
+def seen_memory(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
     """Bytes of Redis memory per URL in spiderd's seen set and in a scrapy-redis-style fingerprint set."""
     prefix = args.prefix
     pool = yield open_pool(args, reactor, prefix)
-    before = yield used_memory(admin)
+    before = yield servers.used_memory()
     for base in range(0, args.seen, BATCH):
         yield pool.seen_add([url(i) for i in range(base, min(args.seen, base + BATCH))])
-    ours = ((yield used_memory(admin)) - before) / args.seen
-    buckets = yield scan(admin, prefix + "s:*")
-    usage = yield defer.gatherResults([admin.execute("MEMORY", "USAGE", k, "SAMPLES", "0") for k in buckets])
-    encodings = set((yield defer.gatherResults([admin.execute("OBJECT", "ENCODING", k) for k in buckets])))
+    ours = ((yield servers.used_memory()) - before) / args.seen
+    buckets = [(link, key) for link, key in (yield servers.scan(_glob_escape(prefix) + "*s:*")) if ":s:" in key]
+    usage = yield defer.gatherResults([link.execute("MEMORY", "USAGE", k, "SAMPLES", "0") for link, k in buckets])
+    encodings = set((yield defer.gatherResults([link.execute("OBJECT", "ENCODING", k) for link, k in buckets])))
     yield pool.close()
     print(f"spiderd seen set: {args.seen} URLs, {len(buckets)} buckets ({', '.join(sorted(encodings))}): "
           f"{ours:.1f} bytes per URL (used_memory), {sum(map(int, usage)) / args.seen:.1f} (MEMORY USAGE)", flush=True)
     dupefilter = prefix + "dupefilter"
-    before = yield used_memory(admin)
+    admin = servers.at(dupefilter)
+    before = yield servers.used_memory()
     for base in range(0, args.seen, BATCH):
         fps = [hashlib.sha1(url(i).encode()).hexdigest() for i in range(base, min(args.seen, base + BATCH))]
         yield admin.execute("SADD", dupefilter, *fps)
-    theirs = ((yield used_memory(admin)) - before) / args.seen
+    theirs = ((yield servers.used_memory()) - before) / args.seen
     usage = yield admin.execute("MEMORY", "USAGE", dupefilter, "SAMPLES", "0")
     print(f"scrapy-redis dupefilter (SHA-1 hex in one set, reproduced): {theirs:.1f} bytes per URL (used_memory), "
           f"{int(usage) / args.seen:.1f} (MEMORY USAGE)", flush=True)
-    yield delete_keys(admin, prefix)
+    yield servers.delete(prefix)
     return ours, theirs
 
 
 @defer.inlineCallbacks
-def used_memory(admin: RedisLink) -> Gen:
-    info = yield admin.execute("INFO", "memory")
-    return int(next(line for line in info.split() if line.startswith("used_memory:")).split(":")[1])
-
-
-@defer.inlineCallbacks
-def redis_cpu(admin: RedisLink) -> Gen:
-    """Seconds of CPU the Redis server has used (all its clients)."""
-    info = yield admin.execute("INFO", "cpu")
-    fields = dict(line.split(":") for line in info.split() if ":" in line)
-    return float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"])
-
-
-@defer.inlineCallbacks
-def scan(admin: RedisLink, pattern: str) -> Gen:
-    cursor, found = "0", set()
-    while True:
-        cursor, batch = yield admin.execute("SCAN", cursor, "MATCH", pattern, "COUNT", "10000")
-        found.update(batch)
-        if cursor == "0":
-            return sorted(found)
-
-
-@defer.inlineCallbacks
-def delete_keys(admin: RedisLink, prefix: str) -> Gen:
-    keys = yield scan(admin, prefix + "*")
-    for i in range(0, len(keys), 1000):
-        yield admin.execute("UNLINK", *keys[i:i + 1000])
+def waiting_memory(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
+    """Bytes of Redis memory per waiting URL: ``used_memory`` growth while ``--seen`` URLs are queued."""
+    prefix = f"{args.prefix}wait:"
+    pool = yield open_pool(args, reactor, prefix)
+    before = yield servers.used_memory()
+    for base in range(0, args.seen, BATCH):
+        yield pool.addmany([url(i) for i in range(base, min(args.seen, base + BATCH))])
+    per_url = ((yield servers.used_memory()) - before) / args.seen
+    yield pool.close()
+    print(f"waiting URLs: {args.seen} queued over {HOSTS} hosts: {per_url:.1f} bytes per URL (used_memory)", flush=True)
+    yield servers.delete(prefix)
+    return per_url
 
 
 @defer.inlineCallbacks
 def driver(reactor: Any, args: argparse.Namespace) -> Gen:
-    admin = RedisLink(parse_redis_url(args.redis))
+    servers = yield Servers.open(args.redis, args.ports)
     try:
-        mix_us, mix_rate = yield crawl_mix(args, reactor, admin)
-        one = yield pop_ack_rate(args, reactor, admin, 1)
-        two = yield pop_ack_rate(args, reactor, admin, 2)
-        ours, theirs = yield seen_memory(args, reactor, admin)
+        shards, mix_rate = yield crawl_mix(args, reactor, servers)
+        one = yield pop_ack_rate(args, reactor, servers, 1)
+        two = yield pop_ack_rate(args, reactor, servers, 2)
+        ours, theirs = yield seen_memory(args, reactor, servers)
+        waiting = yield waiting_memory(args, reactor, servers)
     finally:
-        yield delete_keys(admin, args.prefix)
-        yield admin.close()
-    print(f"RESULT redis_us_per_page={mix_us:.1f} mix_pages_per_s={mix_rate:.0f} "
+        yield servers.delete(args.prefix)
+        yield servers.close()
+    per_shard = ""
+    if len(shards) > 1:
+        per_shard = (f"shards={len(shards)} redis_us_per_page_per_shard={'/'.join(f'{us:.1f}' for us in shards)} "
+                     f"shard_spread={spread(shards):.2f} pages_per_s_ceiling_per_shard={1e6 / max(shards):.0f} ")
+    print(f"RESULT redis_us_per_page={sum(shards):.1f} {per_shard}mix_pages_per_s={mix_rate:.0f} "
           f"pop_ack_1node={one:.0f} pop_ack_2node={two:.0f} redis_bytes_per_url={ours:.1f} "
-          f"scrapy_redis_bytes_per_url={theirs:.1f}", flush=True)
+          f"scrapy_redis_bytes_per_url={theirs:.1f} redis_bytes_per_waiting_url={waiting:.1f}", flush=True)
 
 
 def main() -> None:
+    global HOST
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--redis", default=None,
                         help="a redis:// URL to use (default: a private redis-server started and stopped by this run)")
+    parser.add_argument("--cluster", action="store_true", help="start a 3-master Redis Cluster and bench on it")
+    parser.add_argument("--aof", action="store_true", help="--cluster: AOF with fsync always (as the tests run it)")
+    parser.add_argument("--domains", action="store_true", help="hosts are 1000 registered domains (www.shopN.com)")
+    parser.add_argument("--bucket-bits", type=int, default=16, help="seen_bucket_bits (per partition on a cluster)")
     parser.add_argument("--urls", type=int, default=200_000, help="URLs per pop+ack run")
-    parser.add_argument("--seen", type=int, default=1_000_000, help="URLs in the memory measurement")
+    parser.add_argument("--seen", type=int, default=1_000_000, help="URLs in the memory measurements")
     parser.add_argument("--mix-pages", type=int, default=51_000, help="pages in the crawl-shaped mix")
     parser.add_argument("--loops", type=int, default=4, help="pop+ack loops in flight per node")
     parser.add_argument("--prefix", default=f"bcl{os.getpid() % 100000}:")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.worker or args.redis is not None:
+    args.ports = None
+    args.domains = args.domains or args.cluster
+    if args.domains:
+        HOST = "www.shop{n}.com"
+    if args.worker or (args.redis is not None and not args.cluster):
         task.react(worker if args.worker else driver, (args,))
+    elif args.cluster:
+        with tempfile.TemporaryDirectory(prefix="spiderd-bench-cluster-") as directory:
+            cluster = RedisCluster(directory, aof=args.aof).start()
+            try:
+                args.redis, args.ports = cluster.url, cluster.ports
+                print(f"Redis Cluster of {len(cluster.ports)} masters on ports {cluster.ports}", flush=True)
+                task.react(driver, (args,))
+            finally:
+                cluster.stop()
     else:
         with private_redis() as url:  # task.react exits: the server stops on the way out
             args.redis = url

@@ -184,7 +184,7 @@ def main(args: argparse.Namespace) -> Any:
     print(f"extract(): {timings['list']:.0f} us per list page, {timings['detail']:.0f} us per detail page")
     figures: dict[str, float] = {"extract_list_us": timings["list"], "extract_detail_us": timings["detail"]}
     for workers, name in ((0, "inline"), (1, "pool1"), (2, "pool2")):
-        pool = ParsePool(reactor, settings, workers)
+        pool = ParsePool(reactor, settings.raw, workers)
         pool.startService()
         yield pool.ready()
         meter = LagMeter()

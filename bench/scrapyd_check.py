@@ -220,13 +220,14 @@ def run_batcher(reactor: Any, pool: Any, spool: Path, target: str, feed_uri: str
     """Fires with the batcher's status once every URL was accepted by Scrapyd (sealed, split, POSTed)."""
     from twisted.internet import defer
 
-    from spiderd.frontier.batcher import BatchConfig, Batcher, _make_client
+    from spiderd.config.sections import BatchSection
+    from spiderd.frontier.batcher import Batcher, _make_client
     from spiderd.core.lifecycle import wait_until
 
-    config = BatchConfig((target,), project=PROJECT, spider=SPIDER, feed_uri=feed_uri, batch_size=batch_size,
-                         flush_interval=1.0, timeout=30.0, retry_first=1.0, retry_max=5.0)
+    config = BatchSection((target,), project=PROJECT, spider=SPIDER, feed_uri=feed_uri or "", size=batch_size,
+                          flush_interval=1.0, timeout=30.0)
     http = RecordingClient(_make_client(reactor))
-    batcher = Batcher(reactor, pool, str(spool), config, http=http)
+    batcher = Batcher(reactor, pool, str(spool), config, http=http, retry_first=1.0, retry_max=5.0)
 
     @defer.inlineCallbacks
     def go() -> Any:
@@ -377,7 +378,7 @@ def run_phases(args: argparse.Namespace, python: Path, base: str, work: Path, si
     """The reactor part: batches, the hand-made oversize job, the split batch; blocking calls in threads."""
     from twisted.internet import defer, reactor, threads
 
-    from spiderd.frontier.batcher import BatchConfig
+    from spiderd.config.sections import BatchSection
     from spiderd.frontier.pool import open_memory_pool
 
     pool = open_memory_pool(reactor)
@@ -402,7 +403,7 @@ def run_phases(args: argparse.Namespace, python: Path, base: str, work: Path, si
         step(f"the oversize job: {outcome['hand']['fate']}")
 
         # 3. the same URLs through the batcher, in one batch: split under max_setting_bytes
-        max_bytes = BatchConfig(("x:1",)).max_setting_bytes
+        max_bytes = BatchSection(("x:1",)).max_setting_bytes
         outcome["max_setting_bytes"] = max_bytes
         before = set((yield threads.deferToThread(jobs, base)))
         step(f"batcher: the same {len(oversize)} URLs in one batch (batch_size {len(oversize)})")

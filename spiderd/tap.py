@@ -1,16 +1,17 @@
 """The composition root: ``twistd spiderd`` options and ``makeService``, the only place services are wired.
 
-Each part is made by its own factory, beside it (``pool_service``, ``fetch_config``, ``build_worker``,
-``build_batcher``, ``schedulers``); here they are only put together, in the order they start."""
+Each part is made by its own factory, beside it, from its own section of the settings (``pool_service``,
+``fetch_config``, ``build_worker``, ``build_batcher``, ``schedulers``, ...); here they are only put together,
+in the order they start."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, cast
 
-from twisted.application.service import IService, Service
+from twisted.application.service import IService
 from twisted.python import usage
 
 from spiderd.config import settings as cfg
@@ -18,27 +19,24 @@ from spiderd.core import lifecycle
 from spiderd.core.blocking import Blocking
 from spiderd.core.reactors import INodeReactor
 from spiderd.core.stats import CrawlStats, ProgressLogger
-from spiderd.demo import config as demo_config
-from spiderd.feed.items import ItemWriter
-from spiderd.feed.warcfiles import WarcWriter
+from spiderd.demo import config as demo
+from spiderd.feed.writers import item_writers
 from spiderd.feed.shipper import FeedShipper
 from spiderd.fetch.fetcher import Fetcher, fetch_config
-from spiderd.fetch.parsepool import ParsePool
+from spiderd.fetch.parsepool import ParsePool, parse_rules
 from spiderd.frontier.batcher import Batcher, build_batcher
+from spiderd.frontier.build import crawl_service
+from spiderd.frontier.pool.service import pool_service
 from spiderd.frontier.crawler import CrawlService
 from spiderd.frontier.interfaces import IURLPool
-from spiderd.frontier.pool.service import pool_service
 from spiderd.frontier.scheduler import Recrawler, schedulers
 from spiderd.frontier.seeds import SeedService
 from spiderd.frontier.sitemapservice import sitemap_service
 from spiderd.ops.reload import ReloadService
 from spiderd.ops.systemd import SystemdNotifier
-from spiderd.ops.web import ApiService, Auth, Node
-from spiderd.store import PageStore, ShardedStore, open_store
-from spiderd.worker import WorkerConfigError, WorkerService, build_worker
-
-S = TypeVar("S", bound="Service | None")  # a service, or None for a part this configuration has not
-
+from spiderd.ops.web import Node, api_service
+from spiderd.store import PageStore, ShardedStore, page_store
+from spiderd.worker import WorkerConfigError, WorkerService, build_worker, worker_config
 
 class Options(usage.Options):
     """``twistd -n spiderd [--config FILE] [--role ROLE] [--demo]``."""
@@ -57,6 +55,12 @@ class Options(usage.Options):
         if not self["demo"] and not self["config"]:
             raise usage.UsageError("give --config FILE (see etc/spiderd.toml), or --demo")
 
+    def overrides(self) -> dict[str, Any]:
+        """The ``section.key`` values the command line sets."""
+        given = {"spiderd.role": self["role"], "spiderd.data_dir": self["data-dir"],
+                 "spiderd.exit_when_done": True if self["exit-when-done"] else None}
+        return {key: value for key, value in given.items() if value}
+
 
 def makeService(options: Options, reactor: INodeReactor | None = None) -> IService:
     """Build the service tree; a bad configuration exits with one line naming file and key, and status 2."""
@@ -65,7 +69,7 @@ def makeService(options: Options, reactor: INodeReactor | None = None) -> IServi
 
         reactor = cast(INodeReactor, global_reactor)  # Twisted types it by fewer of the interfaces it provides
     try:
-        settings = _settings(options)
+        settings = demo.fresh(options.overrides()) if options["demo"] else cfg.load(options["config"], options.overrides())
         cfg.check_data_dir(settings)
         return build(settings, reactor, bool(options["demo"]), True, lifecycle.exit_on_start_failure(reactor))
     except cfg.ConfigError as e:
@@ -73,26 +77,11 @@ def makeService(options: Options, reactor: INodeReactor | None = None) -> IServi
         raise SystemExit(2) from None
 
 
-def _settings(options: Options) -> cfg.Settings:
-    overrides: dict[str, Any] = {}
-    if options["role"]:
-        overrides["spiderd.role"] = options["role"]
-    if options["data-dir"]:
-        overrides["spiderd.data_dir"] = options["data-dir"]
-    if options["exit-when-done"]:
-        overrides["spiderd.exit_when_done"] = True
-    if not options["demo"]:
-        return cfg.load(options["config"], overrides)
-    settings = demo_config.settings(overrides)
-    demo_config.clean(settings.data_dir)
-    return settings
-
-
 @dataclass(frozen=True)
 class Base:
-    """What every role's parts are built on (``pool`` is None in the worker role, ``store`` with ``url = none``)."""
+    """The parts every role builds on (``pool`` is None in the worker role, ``store`` with ``url = none``)."""
 
-    settings: cfg.Settings
+    s: cfg.Settings
     reactor: INodeReactor
     top: lifecycle.OrderedMultiService
     blocking: Blocking
@@ -101,12 +90,6 @@ class Base:
     store: PageStore | ShardedStore | None
     parser: ParsePool
     fetcher: Fetcher
-
-    def add(self, service: S) -> S:
-        """``service`` (unless None) as the next child of ``top``, to start after those before; returns it."""
-        if service is not None:
-            service.setServiceParent(self.top)
-        return service
 
 
 @dataclass(frozen=True)
@@ -119,101 +102,86 @@ class Frontier:
     recrawler: Recrawler | None = None
 
 
-def build(settings: cfg.Settings, reactor: INodeReactor, demo: bool = False, signals: bool = False,
+def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signals: bool = False,
           on_start_failure: Callable[[Any, BaseException], object] | None = None) -> lifecycle.OrderedMultiService:
     """Wire the services of one node: they start in this order (after the pool is ready) and stop in reverse.
 
     ``signals``: handle SIGHUP (twistd's makeService asks; tests building services directly do not)."""
-    top = lifecycle.OrderedMultiService(on_start_failure)
-    blocking = Blocking(reactor)  # first to start, last to stop: every lane of blocking work
-    blocking.setServiceParent(top)
-    pooled = pool_service(settings, reactor) if settings.role != "worker" else None
+    base = _base(s, reactor, lifecycle.OrderedMultiService(on_start_failure))
+    role, add = s.spiderd.role, base.top.add
+    worker = _worker(base) if role == "worker" or (role == "all" and "local" in s.batch.targets) else None
+    frontier = _frontier(base, worker, demo_site) if base.pool is not None else Frontier()
+    crawler = frontier.crawler
+    add(api_service(s.api, reactor, Node(
+        role, reactor, stats=base.stats, pool=base.pool, crawler=crawler, seeds=frontier.seeds,
+        batcher=frontier.batcher, worker=worker, shipper=worker.shipper if worker is not None else None,
+        store=base.store, recrawler=frontier.recrawler, robots=base.fetcher.robots, rules=base.parser.rules,
+        max_url_length=s.pool.max_url_length)))
+    if signals:
+        add(ReloadService(reactor, s.source, s.spiderd, base.blocking.lane("reload"), frontier.seeds))
+        lifecycle.calm_repeated_stop_signals(reactor)
+    add(SystemdNotifier(reactor, status=lambda: f"{base.stats.counts['pages']} pages",
+                        healthy=lambda: crawler is None or crawler.healthy))
+    return base.top
+
+
+def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiService) -> Base:
+    """The lanes of blocking work (first to start, last to stop), the pool, the store, the parsers, the fetcher."""
+    blocking, node = top.add(Blocking(reactor)), s.spiderd
+    pooled = None if node.role == "worker" else pool_service(s.pool, s.fetch, s.sites, reactor,
+                                                             path=node.path("pool"), source=s.source)
     pool = pooled.pool if pooled is not None else None
-    store = None if settings.store_url == "none" else open_store(
-        settings.store_url, settings.data_dir, reactor, preset=settings.store_preset,
-        batch_size=settings.store_batch_size)
-    parser = ParsePool(reactor, settings, settings.parse_workers, max_rss=settings.parse_max_rss_mb * 2**20)
-    fetcher = Fetcher(reactor, fetch_config(settings), on_crawl_delay=pool.set_host_delay if pool is not None else None)
-    base = Base(settings, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher)
+    parser = ParsePool(reactor, parse_rules(s.sites, s.pool, s.fetch), s.parse.workers,
+                       max_rss=s.parse.max_rss_mb * 2**20)
+    by_address = pool.set_host_group if pool is not None and s.fetch.politeness == "ip" else None
+    fetcher = Fetcher(reactor, fetch_config(s.fetch, s.sites), on_crawl_delay=pool.set_host_delay if pool else None,
+                      on_address=by_address)
+    store = page_store(s.store, node.data_dir, reactor)
     for service in (pooled, store, parser, lifecycle.Closer("fetcher", fetcher.close)):
-        base.add(service)
-    worker = _worker(base)
-    frontier = _frontier(base, worker, demo) if pool is not None else Frontier()
-    _api(base, frontier, worker, signals)
-    base.add(SystemdNotifier(reactor, status=lambda: f"{base.stats.counts['pages']} pages",
-                             healthy=lambda: frontier.crawler is None or frontier.crawler.healthy))
-    return top
+        top.add(service)
+    return Base(s, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher)
 
 
-def _worker(base: Base) -> WorkerService | None:
+def _worker(base: Base) -> WorkerService:
     """The Scrapyd-compatible worker and its feed shipper: in the worker role, and in "all" with a local target
     (which, with ``[items] skip_duplicate_content``, claims its pages' content digests in the pool)."""
-    s = base.settings
-    if s.role != "worker" and not (s.role == "all" and "local" in s.batch_targets):
-        return None
-    shipper = base.add(FeedShipper(base.reactor, s.path("spool"), retry_max=s.feed_retry_max,
-                                   stop_timeout=s.feed_stop_timeout, lane=base.blocking.lane("feed", 3)))
+    s, node = base.s, base.s.spiderd
+    shipper = base.top.add(FeedShipper(base.reactor, node.path("spool"), retry_max=s.feed.retry_max,
+                                       stop_timeout=s.feed.stop_timeout, lane=base.blocking.lane("feed", 3)))
+    claim = base.pool.claim_content if base.pool is not None and s.items.skip_duplicate_content else None
+    config = worker_config(s.worker, s.fetch, data_dir=node.data_dir, role=node.role,
+                           failure_threshold=s.pool.failure_threshold, feed_format=s.items.format)
     try:
-        claim = base.pool.claim_content if base.pool is not None and s.skip_duplicate_content else None
-        return base.add(build_worker(s, base.reactor, base.fetcher, base.parser, base.store, shipper,
-                                     base.blocking.lane("worker-io"), base.stats, claim))
+        return base.top.add(build_worker(config, base.reactor, base.fetcher, base.parser, base.store, shipper,
+                                         base.blocking.lane("worker-io"), base.stats, claim))
     except WorkerConfigError as e:
         raise cfg.ConfigError(f"{s.source}: {e}") from None
 
 
-def _frontier(base: Base, worker: WorkerService | None, demo: bool) -> Frontier:
+def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Frontier:
     """The frontier: items, batcher, seeds, timers, (demo site), progress, sitemaps, and the fetch loop last."""
-    s, reactor, pool, stats = base.settings, base.reactor, base.pool, base.stats
+    s, node, reactor, pool, stats = base.s, base.s.spiderd, base.reactor, base.pool, base.stats
     assert pool is not None  # (built only with a pool)
-    items = base.add(ItemWriter(reactor, s.path(s.items_dir), s.items_rotate_count, pool=pool)) \
-        if s.items_format != "warc" else None
-    archive = base.add(WarcWriter(reactor, s.path(s.items_dir), base.blocking.lane("warc"),
-                                  rotate_count=s.items_rotate_count, rotate_bytes=s.warc_rotate_mb * 2**20)) \
-        if s.items_format != "jsonl" else None
-    batcher = base.add(build_batcher(s, reactor, pool, worker, base.parser.rules, base.blocking.lane("batcher")))
-    seeds = base.add(SeedService(pool, s.seeds, s.hubs, s.hub_refresh_span, store=base.store,
-                                 state_path=s.path("hubs-added.json")))
-    seed_timer, recrawler = schedulers(s, reactor, pool, lambda: stats.counts["requests"])
-    for service in (seed_timer, recrawler, demo_config.DemoSiteService(reactor, pool, s) if demo else None):
-        base.add(service)
+    items, archive = item_writers(s.items, node.path(s.items.dir), reactor, pool, base.blocking)
+    batcher = build_batcher(s.batch, reactor, pool, node.path("batches"), worker, base.parser.rules,
+                            base.blocking.lane("batcher"))
+    seeds = SeedService(pool, s.pool.seeds, s.pool.hubs, s.pool.hub_refresh_span, store=base.store,
+                        state_path=node.path("hubs-added.json"))
+    seed_timer, recrawler = schedulers(s.pool, s.sites, reactor, pool, lambda: stats.counts["requests"])
+    outputs = "feeds" if batcher is not None else s.items.dir
+    site = demo.DemoSiteService(reactor, pool, node.data_dir, outputs) if demo_site else None
     extra = {"batches": batcher.status} if batcher is not None else {}
     if worker is not None:
         extra.update(worker=worker.status, feeds=worker.shipper.status)
-    base.add(ProgressLogger(stats, pool, reactor, s.log_interval, extra))
-    sitemaps = base.add(sitemap_service(s, reactor, pool, base.fetcher, base.blocking.lane("sitemaps"), stats,
-                                        detail_sink=batcher.add if batcher is not None else None))
-    crawler = base.add(CrawlService(
-        reactor, pool, base.fetcher, base.parser, base.parser.rules, stats, store=base.store, items=items, archive=archive,
-        detail_sink=batcher.add if batcher is not None else None, concurrency=s.concurrency,
-        exit_when_done=s.exit_when_done, stop_timeout=s.timeout + 5, linkbase=s.linkbase, hub_percent=s.hub_percent,
-        max_retry_after=s.max_retry_after, conditional_get=s.conditional_get,
-        discovery=(sitemaps,) if sitemaps is not None else (),
-        skip_duplicate_content=s.skip_duplicate_content))
-    if s.exit_when_done:
-        crawler.finished.addCallback(lambda _: _when_idle(batcher, worker, reactor))
+    sink = batcher.add if batcher is not None else None
+    sitemaps = sitemap_service(s.sitemaps, s.fetch, s.pool, s.sites, reactor, pool, base.fetcher,
+                               base.blocking.lane("sitemaps"), stats, detail_sink=sink)
+    crawler = crawl_service(node, s.fetch, s.pool, s.items, reactor, pool, base.fetcher, base.parser, stats,
+                            store=base.store, items=items, archive=archive, detail_sink=sink,
+                            discovery=(sitemaps,) if sitemaps is not None else ())
+    for service in (items, archive, batcher, seeds, seed_timer, recrawler, site,
+                    ProgressLogger(stats, pool, reactor, node.log_interval, extra), sitemaps, crawler):
+        base.top.add(service)
+    if node.exit_when_done:
+        crawler.finished.addCallback(lambda _: lifecycle.stop_when_idle(reactor, batcher, worker))
     return Frontier(crawler, seeds, batcher, recrawler)
-
-
-def _when_idle(batcher: Batcher | None, worker: WorkerService | None, reactor: INodeReactor) -> Any:
-    """Stop once the crawl is done and, with batches, once every batch was accepted and (here) its job ran."""
-    if batcher is None:
-        return reactor.stop()
-    d = batcher.flush()
-    activity = [batcher.settled] + ([worker.settled] if worker is not None else [])
-    d.addCallback(lambda _: lifecycle.wait_idle(
-        reactor, lambda: batcher.idle() and (worker is None or worker.idle()), *activity))
-    return d.addCallback(lambda _: reactor.stop())
-
-
-def _api(base: Base, frontier: Frontier, worker: WorkerService | None, signals: bool) -> None:
-    """The HTTP API (status, metrics, status page, admin) over what this role has; SIGHUP reloads under twistd."""
-    s = base.settings
-    node = Node(s.role, base.reactor, stats=base.stats, pool=base.pool, crawler=frontier.crawler, seeds=frontier.seeds,
-                batcher=frontier.batcher, worker=worker, shipper=worker.shipper if worker is not None else None,
-                store=base.store, recrawler=frontier.recrawler, robots=base.fetcher.robots, rules=base.parser.rules,
-                max_url_length=s.max_url_length)
-    base.add(ApiService(base.reactor, node, bind=s.api_bind, port=s.api_port,
-                        auth=Auth(s.api_token, s.api_username, s.api_password)))
-    if signals:
-        base.add(ReloadService(base.reactor, s, base.blocking.lane("reload"), frontier.seeds))
-        lifecycle.calm_repeated_stop_signals(base.reactor)

@@ -59,6 +59,15 @@ def mysql_url(database: str | None = None) -> str:
     return f"mysql://{auth}@{m['host']}:{m['port']}/{database or m['database']}"
 
 
+def need_redis_cluster_tools() -> None:
+    """redis-server and redis-cli on PATH (a test starts its own Redis Cluster with them), or skip/fail."""
+    from .rediscluster import available
+
+    missing = available()
+    if missing is not None:
+        _unavailable("a Redis Cluster", OSError(missing))
+
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 

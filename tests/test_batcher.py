@@ -14,7 +14,8 @@ from twisted.internet.task import Clock
 from twisted.trial import unittest
 from twisted.web import resource, server
 
-from spiderd.frontier.batcher import SETTING_PREFIX, BatchConfig, Batcher, split, target_url
+from spiderd.config.sections import BatchSection
+from spiderd.frontier.batcher import SETTING_PREFIX, Batcher, split, target_url
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 
 
@@ -76,12 +77,12 @@ class BatcherTests(unittest.TestCase):
         port.stopListening()
         return f"127.0.0.1:{number}"
 
-    def batcher(self, targets: list[str], pool: Any = None, **config: Any) -> Batcher:
-        config.setdefault("batch_size", 10)
-        config.setdefault("flush_interval", 30)
-        config.setdefault("feed_uri", "ftp://user:secret@spark/%(batch)s_%(name)s_%(time)s.jl")
-        b = Batcher(reactor, pool or open_memory_pool(self.clock), self.spool,
-                    BatchConfig(tuple(targets), project="shop", spider="items", **config), clock=self.clock)
+    def batcher(self, targets: list[str], pool: Any = None, batch_size: int = 10, flush_interval: float = 30,
+                feed_uri: str = "ftp://user:secret@spark/%(batch)s_%(name)s_%(time)s.jl", timeout: float = 10.0,
+                max_setting_bytes: int = 100_000, **options: Any) -> Batcher:
+        config = BatchSection(tuple(targets), project="shop", spider="items", feed_uri=feed_uri, size=batch_size,
+                              flush_interval=flush_interval, timeout=timeout, max_setting_bytes=max_setting_bytes)
+        b = Batcher(reactor, pool or open_memory_pool(self.clock), self.spool, config, clock=self.clock, **options)
         b.startService()
         self.addCleanup(lambda: b.stopService() if b.running else None)
         return b
@@ -149,8 +150,8 @@ class BatcherTests(unittest.TestCase):
         """Seed 003's DISTRIBUTED_BATCH_SIZE default, 1000 URLs, is the batcher's and the configuration's."""
         from spiderd.config import settings as cfg
 
-        self.assertEqual(BatchConfig(("h:1",)).batch_size, 1000)
-        self.assertEqual(cfg.from_dict({}, "<test>").batch_size, 1000)
+        self.assertEqual(BatchSection().size, 1000)
+        self.assertEqual(cfg.from_dict({}, "<test>").batch.size, 1000)
 
     @defer.inlineCallbacks
     def test_posts_in_flight_are_capped(self) -> Any:

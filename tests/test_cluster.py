@@ -1,5 +1,8 @@
 """Three real nodes (``twistd -n spiderd``) share one Redis frontier and one MariaDB store; one is killed halfway.
 
+The frontier is the machine's Redis, or a real 3-master Redis Cluster started for the test (the partitioned
+pool; the demo site is one host, so its URLs are one partition's, on one master).
+
 Each node runs the all role with ``[batch] targets = []`` (it fetches detail
 pages itself) and ``exit_when_done``.  The generated site logs every request
 with the fetching node's User-Agent, so fetches are counted per page and node.
@@ -20,17 +23,22 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pymysql
 import pytest
 
 from spiderd.demo.config import DEMO
 from spiderd.demo.site import SiteSpec
+from spiderd.frontier.pool.redis.cluster import key_slot
+from spiderd.frontier.pool.redis.partitions import partition_tags
 
 from . import services
+from .rediscluster import RedisCluster
 from .test_twistd import ROOT, TWISTD
 
 SPEC = SiteSpec(lists=20, details=600)
@@ -84,12 +92,44 @@ def fingerprint(url: str) -> str:
     return hashlib.sha1(url.encode()).hexdigest()[:16]
 
 
-@pytest.fixture
-def namespace() -> Iterator[str]:
-    """A Redis key space of this test, deleted after it."""
-    services.need_redis()
+@dataclass
+class Frontier:
+    """The shared pool's Redis as the test reads it: its URL, key space and the pool's key prefixes."""
+
+    url: str
+    namespace: str
+    prefixes: list[str]  # one for one Redis, one per partition on a cluster (partition 0 first)
+    command: Callable[..., Any]  # (command, key, *args) -> the reply
+
+    def leased(self) -> set[str]:
+        return {fp for prefix in self.prefixes for fp in self.command("HKEYS", prefix + "lease")}
+
+    def counters(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for prefix in self.prefixes:
+            flat = self.command("HGETALL", prefix + "counters")
+            total.update({k: int(v) for k, v in zip(flat[::2], flat[1::2])})
+        return total
+
+    def checkpoint(self, name: str) -> str | None:
+        return self.command("HGET", self.prefixes[0] + "checkpoints", name)  # type: ignore[no-any-return]
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def frontier(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Frontier]:
+    """A Redis key space of this test on the machine's Redis (deleted after it) or a Redis Cluster of its own."""
     namespace = f"spiderd-cluster:{uuid.uuid4().hex[:12]}:"
-    yield namespace
+    if request.param == "cluster":
+        services.need_redis_cluster_tools()
+        cluster = RedisCluster(tmp_path / "redis-cluster").start()
+        try:
+            yield Frontier(cluster.url, namespace, [f"{namespace}spiderd:{{{tag}}}:" for tag in partition_tags(12)],
+                           partial(cluster_command, cluster))
+        finally:
+            cluster.stop()
+        return
+    services.need_redis()
+    yield Frontier(f"redis://{services.REDIS[0]}:{services.REDIS[1]}/0", namespace, [f"{namespace}spiderd:"], redis)
     cursor = "0"
     while True:
         cursor, keys = redis("SCAN", cursor, "MATCH", namespace + "*", "COUNT", "1000")
@@ -97,6 +137,12 @@ def namespace() -> Iterator[str]:
             redis("DEL", *keys)
         if cursor == "0":
             break
+
+
+def cluster_command(cluster: RedisCluster, command: str, key: str, *args: str) -> Any:
+    """One read of ``key`` through redis-cli on its master: a hash's keys or fields as a list, a field or None."""
+    text = cluster.cli(cluster.ports[cluster.master_of(key_slot(key))], command, key, *args)
+    return (text or None) if command == "HGET" else text.split()
 
 
 @pytest.fixture
@@ -125,7 +171,7 @@ def site(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     child.wait()
 
 
-def node_config(tmp_path: Path, index: int, root: str, namespace: str, database: str) -> Path:
+def node_config(tmp_path: Path, index: int, root: str, frontier: Frontier, database: str) -> Path:
     """The TOML of node ``index``: all role, Redis pool, MariaDB store, short leases, its own User-Agent."""
     m = services.need_mysql()
     sites = "".join(
@@ -140,9 +186,9 @@ log_interval = 2
 exit_when_done = true
 [pool]
 backend = "redis"
-redis_url = "redis://{services.REDIS[0]}:{services.REDIS[1]}/0"
-redis_prefix = "{namespace}spiderd:"
-redis_namespace = "{namespace}"
+redis_url = "{frontier.url}"
+redis_prefix = "{frontier.namespace}spiderd:"
+redis_namespace = "{frontier.namespace}"
 seeds = ["{root}"]
 pending_threshold = {PENDING_THRESHOLD}
 failure_threshold = 1
@@ -210,18 +256,18 @@ def every_node_fetched(log: Path) -> bool:
     return agents >= {f"spiderd-node{i}" for i in range(NODES)}
 
 
-def test_nodes_share_the_crawl_and_survive_a_kill(tmp_path: Path, namespace: str, database: str,
+def test_nodes_share_the_crawl_and_survive_a_kill(tmp_path: Path, frontier: Frontier, database: str,
                                                    site: tuple[str, Path]) -> None:
     """Every detail page stored once, none missing; a page fetched twice only if the killed node held its lease."""
     root, log = site
-    configs = [node_config(tmp_path, i, root, namespace, database) for i in range(NODES)]
+    configs = [node_config(tmp_path, i, root, frontier, database) for i in range(NODES)]
     nodes = [start_node(config) for config in configs]
     try:
         wait_for(lambda: len(stored(database)) >= KILL_AT and every_node_fetched(log),
                  f"{KILL_AT} stored pages, every node fetching", nodes)
         nodes[0].kill()
         nodes[0].wait()
-        leased = set(redis("HKEYS", f"{namespace}spiderd:lease"))  # node 0's leases among them, until they expire
+        leased = frontier.leased()  # node 0's leases among them, until they expire
         for node in nodes[1:]:
             node.wait(timeout=DEADLINE)
     finally:
@@ -237,21 +283,21 @@ def test_nodes_share_the_crawl_and_survive_a_kill(tmp_path: Path, namespace: str
     paths = sorted(url[len(root) - 1:] for url, _ in rows)
     assert paths == sorted(expected.details_ok)
     assert len({urlhash for _, urlhash in rows}) == len(rows)
-    counters = {k: int(v) for k, v in zip(*[iter(redis("HGETALL", f"{namespace}spiderd:counters"))] * 2)}
+    counters = frontier.counters()
     assert (counters["waiting"], counters["pending"]) == (0, 0)
     assert_fetched_once_unless_leased_by_the_dead(fetches(log), leased, root, expected)
-    items = sorted(url[len(root) - 1:] for url in item_urls(tmp_path, namespace))
+    items = sorted(url[len(root) - 1:] for url in item_urls(tmp_path, frontier))
     assert items == sorted(expected.details_ok)  # once each, over the nodes, node 0's files cut where it died
 
 
-def item_urls(tmp_path: Path, namespace: str) -> list[str]:
+def item_urls(tmp_path: Path, frontier: Frontier) -> list[str]:
     """The URLs of every node's item lines; a .part file (node 0 was killed, never restarted) cut at the
     checkpoint the shared pool holds for it, as that node's next start would."""
     urls = []
     for path in sorted(tmp_path.glob("node*/items/*.jl*")):
         data = path.read_bytes()
         if path.name.endswith(".part"):
-            committed = redis("HGET", f"{namespace}spiderd:checkpoints", "items:" + path.name[: -len(".part")])
+            committed = frontier.checkpoint("items:" + path.name[: -len(".part")])
             data = data[: int(committed or 0)]
         urls += [json.loads(line)["url"] for line in data.splitlines()]
     return urls

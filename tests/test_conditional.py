@@ -228,12 +228,12 @@ class CrawlTests(unittest.TestCase):
                                   "sites": SITES}, "<test>")
         policy = RecrawlPolicy.from_sites(settings.sites)
         self.pool = yield self.open_pool(politeness=Politeness(concurrency=10), recrawl=policy.pairs(),
-                                         conditional_get=settings.conditional_get)
+                                         conditional_get=settings.fetch.conditional_get)
         self.addCleanup(self.pool.close)
         clocked = ClockedReactor(reactor, self.clock)
         self.fetcher = Fetcher(clocked, FetchConfig(timeout=10))
         self.addCleanup(self.fetcher.close)
-        parser = ParsePool(reactor, settings, 0)
+        parser = ParsePool(reactor, settings.raw, 0)
         parser.startService()
         self.addCleanup(parser.stopService)
         self.items = ItemWriter(reactor, str(self.dir / "items"), flush_interval=0.01, pool=self.pool)
@@ -244,7 +244,7 @@ class CrawlTests(unittest.TestCase):
         self.stats = CrawlStats(self.clock)
         self.crawler = CrawlService(clocked, self.pool, self.fetcher, parser, parser.rules, self.stats,
                                     store=self.store, items=self.items, concurrency=4,
-                                    conditional_get=settings.conditional_get)
+                                    conditional_get=settings.fetch.conditional_get)
         self.recrawler = Recrawler(self.clock, self.pool, policy, lambda: self.stats.counts["requests"], every=60,
                                    batch=100)
         yield self.pool.set_hubs([self.base + "/e/hub"], HUB_SPAN)

@@ -82,7 +82,7 @@ class RedirectTests(unittest.TestCase):
         clock.advance(1_000_000)
         self.pool = open_memory_pool(clock, politeness=Politeness(concurrency=10), failure_threshold=2)
         sites = [dict(DEMO["sites"][0], allowed_hosts=["shop.example"])]
-        self.parser = ParsePool(reactor, cfg.from_dict({"sites": sites}, "<test>"), 0)
+        self.parser = ParsePool(reactor, {"sites": sites}, 0)
         self.parser.startService()
         self.addCleanup(self.parser.stopService)
 

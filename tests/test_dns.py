@@ -111,6 +111,23 @@ class CachingResolverTests(unittest.TestCase):
     def test_ttl_zero_keeps_the_reactor(self) -> None:
         self.assertIs(caching_reactor(reactor, 0), reactor)
 
+    def test_each_lookup_tells_its_first_address(self) -> None:
+        """``on_resolved`` hears (name, port, first address) once per lookup, not per cached answer; with ttl 0
+        too (a resolver is then made all the same); a listener that fails is logged, not raised."""
+        told: list[tuple[str, int, str]] = []
+        cache = CachingResolver(self.inner, self.clock, ttl=300, on_resolved=lambda *a: told.append(a))
+        cache.resolveHostName(Receiver(), "shop.example", 8080)
+        self.inner.answer("192.0.2.7", "192.0.2.8")
+        cache.resolveHostName(Receiver(), "shop.example", 8080)
+        self.assertEqual(told, [("shop.example", 8080, "192.0.2.7")])
+        uncached = caching_reactor(reactor, 0, lambda *a: 1 / 0)
+        self.assertIsNot(uncached, reactor)
+        self.assertEqual(uncached.nameResolver.ttl, 0)
+        failing = CachingResolver(self.inner, self.clock, ttl=0, on_resolved=lambda *a: 1 / 0)
+        failing.resolveHostName(Receiver(), "shop.example", 80)
+        self.inner.answer("192.0.2.7")
+        self.assertEqual(len(self.flushLoggedErrors(ZeroDivisionError)), 1)
+
 
 class FetcherLookupsTests(unittest.TestCase):
     """Against a server that closes every connection, a crawl of one host looks its name up once."""

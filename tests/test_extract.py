@@ -39,7 +39,7 @@ PAGE = "https://shop.example.com/c/shoes/index.html"
 def make_rules(*sites: dict[str, Any], **pool: Any) -> Rules:
     """Rules built the way the daemon builds them: from a raw config through settings.from_dict."""
     settings = from_dict({"sites": list(sites or (SHOP, BLOG)), "pool": pool})
-    return Rules(settings.sites, settings.max_url_length, settings.max_path_depth)
+    return Rules(settings.sites, settings.pool.max_url_length, settings.pool.max_path_depth)
 
 
 RULES = make_rules()

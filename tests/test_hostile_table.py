@@ -41,7 +41,7 @@ from .test_worker import Gate
 
 SITE, FEEDS = "{site}", "{feeds}"  # replaced, in every string of a row, by the demo site's root and a feed directory
 SCHEDULE = [("project", "spiderd"), ("spider", "demo-shop")]
-MAX_JOB_URLS = cfg.from_dict({}, "<defaults>").worker_max_job_urls  # 50,000: the table's node keeps the default
+MAX_JOB_URLS = cfg.from_dict({}, "<defaults>").worker.max_job_urls  # 50,000: the table's node keeps the default
 ODD_PASSWORDS = {"space": "pa ssLEAK2", "quote": "it'sLEAK", "backslash": "back\\LEAK", "dquote": 'q"LEAK',
                  "lt": "<LEAK>"}
 

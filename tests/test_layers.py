@@ -64,3 +64,20 @@ def test_imports_are_resolved(tmp_path: Path) -> None:
                       "    from . import schema\n    import spiderd.worker.config\n")
     expected = {"spiderd.feed", "spiderd.frontier", "spiderd.config", "spiderd.worker.config"}
     assert imported(module, tmp_path / "spiderd") == expected
+
+
+# The modules that load a configuration (the command line, the demo, SIGHUP, the Scrapy spider, the schema tool, the
+# parse pool's raw form); every other part is given the sections it reads (spiderd.config.sections).
+LOADERS = {"spiderd.tap", "spiderd.demo.config", "spiderd.ops.reload", "spiderd.contrib.scrapy", "spiderd.feed.schema",
+           "spiderd.fetch.parsepool"}
+
+
+def test_parts_take_sections_not_the_whole_settings() -> None:
+    """Outside the configuration package, only the loaders import spiderd.config.settings (the whole Settings)."""
+    readers = {
+        _name(path)
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not _within(_name(path), ("spiderd.config",))
+        and {"spiderd.config.settings", "spiderd.config"} & {name for name in imported(path)}
+    }
+    assert readers <= LOADERS, sorted(readers - LOADERS)

@@ -163,7 +163,7 @@ class PageRobotsWorkerTests(WorkerTestBase):
         if spider not in self._parsers:
             sites = [dict(SITES[0], name=spider)]
             settings = cfg.from_dict({"parse": {"workers": 0}, "sites": sites}, "<test>")
-            parser = self._parsers[spider] = ParsePool(reactor, settings, 0)
+            parser = self._parsers[spider] = ParsePool(reactor, settings.raw, 0)
             parser.startService()
             self.addCleanup(parser.stopService)
         return self._parsers[spider]

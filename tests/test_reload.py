@@ -36,7 +36,8 @@ class ReloadTests(unittest.TestCase):
         self.file = self.dir / "spiderd.toml"
         write(self.file, self.dir, ["http://a.example/"], [])
         self.seeds = Seeds()
-        self.service = ReloadService(reactor, cfg.load(str(self.file)), Lane(reactor, "reload"), self.seeds,
+        settings = cfg.load(str(self.file))
+        self.service = ReloadService(reactor, settings.source, settings.spiderd, Lane(reactor, "reload"), self.seeds,
                                      install=False)
         self.service.startService()
         self.addCleanup(self.service.stopService)

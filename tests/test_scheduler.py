@@ -74,7 +74,7 @@ def test_bad_cron_is_a_config_error() -> None:
     """A bad seed_cron is a ConfigError naming pool.seed_cron at load, before anything starts."""
     with pytest.raises(cfg.ConfigError, match=r"^x.toml: pool.seed_cron: .*not both"):
         cfg.from_dict({"pool": {"seed_cron": "0 10 1 ? * ?"}}, "x.toml")
-    assert cfg.from_dict({"pool": {"seed_cron": "0 10 1 * * ?"}}).seed_cron == "0 10 1 * * ?"
+    assert cfg.from_dict({"pool": {"seed_cron": "0 10 1 * * ?"}}).pool.seed_cron == "0 10 1 * * ?"
 
 
 # -- the seed timer -----------------------------------------------------------------------

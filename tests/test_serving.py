@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
+from urllib.parse import quote_from_bytes
 
 from twisted.internet import defer, reactor
 from twisted.internet.defer import Deferred
@@ -10,9 +12,11 @@ from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 from twisted.internet.protocol import Protocol
 from twisted.internet.task import Clock
 from twisted.trial import unittest
+from twisted.web.http import parse_qs
 from twisted.web.resource import Resource
 
-from spiderd.core.net.serving import JsonSite
+from spiderd.core.net.forms import STEP
+from spiderd.core.net.serving import FORM_IN_STEPS, JsonSite
 
 from .helpers import ClockedReactor
 
@@ -21,6 +25,20 @@ class Hello(Resource):
     isLeaf = True
 
     def render_GET(self, request: Any) -> bytes:
+        return b'{"status": "ok"}'
+
+
+class FormEcho(Resource):
+    """Answers a POST with ok, and keeps the form it was given and the thread that rendered it."""
+
+    isLeaf = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forms: list[tuple[dict[bytes, list[bytes]], str]] = []
+
+    def render_POST(self, request: Any) -> bytes:
+        self.forms.append((dict(request.args), threading.current_thread().name))
         return b'{"status": "ok"}'
 
 
@@ -82,6 +100,69 @@ class DeadlineTests(unittest.TestCase):
         self.assertFalse(client.closed.called)
         self.clock.advance(2)
         yield client.closed
+
+
+class FormTests(unittest.TestCase):
+    """A big form body on a real port; the Site's calls on a Clock, and its calls for the next turn counted."""
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.turns = 0  # calls made for the next turn of the reactor (callLater(0))
+        clocked = ClockedReactor(reactor, self.clock)
+        clocked.callLater = self.call_later
+        self.echo = FormEcho()
+        site = JsonSite(self.echo, 4 * FORM_IN_STEPS, "node", "Test API", reactor=clocked)
+        self.port = reactor.listenTCP(0, site, interface="127.0.0.1")
+        self.addCleanup(self.port.stopListening)
+
+    def call_later(self, delay: float, f: Any, *args: Any, **kwargs: Any) -> Any:
+        self.turns += delay == 0
+        return self.clock.callLater(delay, f, *args, **kwargs)
+
+    def due(self) -> bool:
+        """Something waits for the next turn of the site's reactor (a step of a decode)."""
+        return any(call.getTime() <= self.clock.seconds() for call in self.clock.getDelayedCalls())
+
+    @defer.inlineCallbacks
+    def post(self, body: bytes) -> Any:
+        """A client that has sent ``body`` as a form to the site, once the site has it all."""
+        endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", self.port.getHost().port)
+        client = Client()
+        yield connectProtocol(endpoint, client)
+        client.transport.write(b"POST /schedule.json HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/"
+                               b"x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        while not self.due() and not self.echo.forms:
+            yield deferLater()  # the body reaches the server
+        return client
+
+    @defer.inlineCallbacks
+    def test_a_big_form_is_decoded_a_step_per_turn(self) -> Any:
+        """A form of FORM_IN_STEPS bytes or more is not decoded when it arrives but a step per turn of the
+        reactor, on the reactor thread, and the resource gets the fields as Twisted decodes them (escapes,
+        ";", non-ASCII)."""
+        value = quote_from_bytes("caf\u00e9 \"/%".encode() * (FORM_IN_STEPS // 8)).encode()
+        body = b"project=spiderd;spider=shop&setting=A%3D" + value + b"&empty=&bare"
+        client = yield self.post(body)
+        self.assertEqual(self.echo.forms, [])
+        self.clock.advance(0)  # every turn the decode asks for
+        yield client.answered
+        self.assertGreaterEqual(self.turns, len(body) // STEP)
+        self.assertEqual(self.echo.forms, [(parse_qs(body, 1), threading.main_thread().name)])
+        client.transport.loseConnection()
+        yield client.closed
+
+    @defer.inlineCallbacks
+    def test_a_decode_stops_when_its_client_goes_away(self) -> Any:
+        """A client that closes its connection in the middle of the decode ends the decode: no more turns, no
+        answer."""
+        client = yield self.post(b"setting=" + b"%41" * FORM_IN_STEPS)
+        client.transport.loseConnection()
+        yield client.closed
+        for _ in range(3):
+            yield deferLater()  # the server sees the connection closed
+        turns = self.turns
+        self.clock.advance(0)
+        self.assertEqual((self.turns - turns, self.echo.forms), (0, []))
 
 
 def deferLater() -> Deferred[None]:

@@ -18,31 +18,31 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_example_config_loads() -> None:
     """etc/spiderd.toml, the annotated example, is valid and says what it says."""
     settings = cfg.load(str(ROOT / "etc" / "spiderd.toml"))
-    assert settings.concurrency == 64 and settings.robots is True and settings.keepalive_timeout == 10
+    assert settings.fetch.concurrency == 64 and settings.fetch.robots is True and settings.fetch.keepalive_timeout == 10
     assert settings.sites[0].detail_urls == (r"/item/\d+\.html$",)
     assert [f.name for f in settings.sites[0].fields] == ["title", "price", "tags"]
     assert settings.sites[0].fields[2].all is True
-    assert (settings.api_bind, settings.api_port, settings.api_token) == ("127.0.0.1", 6810, "")
+    assert (settings.api.bind, settings.api.port, settings.api.token) == ("127.0.0.1", 6810, "")
     import tomllib
 
     raw = tomllib.loads((ROOT / "etc" / "spiderd.toml").read_text())
     assert set(raw["sitemaps"]) == set(SCHEMA["sitemaps"])  # every [sitemaps] key is shown, at its default
-    assert (settings.sitemap_max_files, settings.sitemap_refresh, settings.sitemap_paths) == (100, 86400.0, ())
+    assert (settings.sitemaps.max_files, settings.sitemaps.refresh, settings.sitemaps.paths) == (100, 86400.0, ())
 
 
 def test_defaults_without_file() -> None:
     """An empty configuration is valid: every key has a default."""
     settings = cfg.from_dict({})
-    assert settings.store_url.startswith("sqlite:///") and settings.pool_backend == "leveldb"
+    assert settings.store.url.startswith("sqlite:///") and settings.pool.backend == "leveldb"
 
 
 def test_api_defaults_and_credentials() -> None:
     """[api]: 127.0.0.1:6810 without credentials; another address with a token or basic auth."""
     settings = cfg.from_dict({})
-    assert (settings.api_bind, settings.api_port, settings.api_token, settings.api_username) == ("127.0.0.1", 6810, "", "")
-    assert cfg.from_dict({"api": {"bind": "0.0.0.0", "token": "t0k"}}).api_token == "t0k"
-    assert cfg.from_dict({"api": {"bind": "::", "username": "ops", "password": "pw"}}).api_username == "ops"
-    assert cfg.from_dict({"api": {"bind": "localhost", "port": 0}}).api_port == 0
+    assert (settings.api.bind, settings.api.port, settings.api.token, settings.api.username) == ("127.0.0.1", 6810, "", "")
+    assert cfg.from_dict({"api": {"bind": "0.0.0.0", "token": "t0k"}}).api.token == "t0k"
+    assert cfg.from_dict({"api": {"bind": "::", "username": "ops", "password": "pw"}}).api.username == "ops"
+    assert cfg.from_dict({"api": {"bind": "localhost", "port": 0}}).api.port == 0
     assert "t0k" not in repr(cfg.from_dict({"api": {"token": "t0k"}}))
 
 
@@ -50,39 +50,48 @@ def test_adaptive_politeness_settings() -> None:
     """Adaptive politeness is off by default; a host's table takes its own keys and [fetch]'s for the others."""
     from spiderd.core.rules import AdaptiveDelay
 
-    assert cfg.from_dict({}).adaptive == AdaptiveDelay(0.0, 0.0, 30.0)
-    assert not cfg.from_dict({}).adaptive.on
+    assert cfg.from_dict({}).fetch.adaptive == AdaptiveDelay(0.0, 0.0, 30.0)
+    assert not cfg.from_dict({}).fetch.adaptive.on
     settings = cfg.from_dict({"fetch": {"delay_factor": 3, "min_delay": 1, "max_delay": 20,
                                         "hosts": {"A.example": {"delay_factor": 0.5, "max_delay": 4}}}})
-    assert settings.adaptive == AdaptiveDelay(3.0, 1.0, 20.0)
-    assert settings.host_rules["a.example"].adaptive(settings.adaptive) == AdaptiveDelay(0.5, 1.0, 4.0)
-    rule = settings.adaptive
+    assert settings.fetch.adaptive == AdaptiveDelay(3.0, 1.0, 20.0)
+    assert settings.fetch.hosts["a.example"].adaptive(settings.fetch.adaptive) == AdaptiveDelay(0.5, 1.0, 4.0)
+    rule = settings.fetch.adaptive
     assert (rule.wait(0.1), rule.wait(2.0), rule.wait(60.0)) == (1.0, 6.0, 20.0)
+
+
+def test_politeness_by_host_or_address() -> None:
+    """[fetch] politeness: "host" by default (and in the example), "ip" on asking; anything else is refused."""
+    assert cfg.from_dict({}).fetch.politeness == "host"
+    assert cfg.load(str(ROOT / "etc" / "spiderd.toml")).fetch.politeness == "host"
+    assert cfg.from_dict({"fetch": {"politeness": "ip"}}).fetch.politeness == "ip"
+    with pytest.raises(cfg.ConfigError, match="fetch.politeness"):
+        cfg.from_dict({"fetch": {"politeness": "domain"}})
 
 
 def test_conditional_get_on_by_default() -> None:
     """[fetch] conditional_get: on unless turned off; it reaches the pool's options."""
     from spiderd.frontier.pool.service import pool_options
 
-    assert cfg.from_dict({}).conditional_get is True
-    assert cfg.load(str(ROOT / "etc" / "spiderd.toml")).conditional_get is True
+    assert cfg.from_dict({}).fetch.conditional_get is True
+    assert cfg.load(str(ROOT / "etc" / "spiderd.toml")).fetch.conditional_get is True
     off = cfg.from_dict({"fetch": {"conditional_get": False}})
-    assert off.conditional_get is False and pool_options(off)["conditional_get"] is False
+    assert off.fetch.conditional_get is False and pool_options(off.pool, off.fetch).conditional_get is False
 
 
 def test_sitemap_settings() -> None:
     """[sitemaps]: robots.txt's Sitemap: lines read, no path guessed, the protocol's limits, a daily refresh and
     lastmod on, by default; each can be changed."""
     settings = cfg.from_dict({})
-    assert (settings.sitemap_from_robots, settings.sitemap_paths, settings.sitemap_lastmod) == (True, (), True)
-    assert (settings.sitemap_max_urls, settings.sitemap_max_size) == (50_000, 52_428_800)
-    assert (settings.sitemap_max_files, settings.sitemap_refresh) == (100, 86400.0)
+    assert (settings.sitemaps.from_robots, settings.sitemaps.paths, settings.sitemaps.lastmod) == (True, (), True)
+    assert (settings.sitemaps.max_urls, settings.sitemaps.max_size) == (50_000, 52_428_800)
+    assert (settings.sitemaps.max_files, settings.sitemaps.refresh) == (100, 86400.0)
     changed = cfg.from_dict({"sitemaps": {
         "from_robots": False, "paths": ["/sitemap.xml", "/news/sitemap.xml.gz?x=1", "/sitemap.xml"], "max_urls": 10,
         "max_size": 4096, "max_files": 3, "refresh": 0, "lastmod": False}})
-    assert (changed.sitemap_from_robots, changed.sitemap_lastmod, changed.sitemap_refresh) == (False, False, 0.0)
-    assert changed.sitemap_paths == ("/sitemap.xml", "/news/sitemap.xml.gz?x=1")
-    assert (changed.sitemap_max_urls, changed.sitemap_max_size, changed.sitemap_max_files) == (10, 4096, 3)
+    assert (changed.sitemaps.from_robots, changed.sitemaps.lastmod, changed.sitemaps.refresh) == (False, False, 0.0)
+    assert changed.sitemaps.paths == ("/sitemap.xml", "/news/sitemap.xml.gz?x=1")
+    assert (changed.sitemaps.max_urls, changed.sitemaps.max_size, changed.sitemaps.max_files) == (10, 4096, 3)
 
 
 def test_site_headers() -> None:
@@ -158,15 +167,15 @@ def test_site_cookies() -> None:
 def test_skip_duplicate_content_off_by_default() -> None:
     """[items] skip_duplicate_content: off unless turned on (etc/spiderd.toml leaves it off); tests/test_duplicate_content
     turns it on in a node's crawl."""
-    assert cfg.from_dict({}).skip_duplicate_content is False
-    assert cfg.load(str(ROOT / "etc" / "spiderd.toml")).skip_duplicate_content is False
-    assert cfg.from_dict({"items": {"skip_duplicate_content": True}}).skip_duplicate_content is True
+    assert cfg.from_dict({}).items.skip_duplicate_content is False
+    assert cfg.load(str(ROOT / "etc" / "spiderd.toml")).items.skip_duplicate_content is False
+    assert cfg.from_dict({"items": {"skip_duplicate_content": True}}).items.skip_duplicate_content is True
 
 
 def test_overrides() -> None:
     """section.key overrides (from the command line) win over the file."""
     settings = cfg.from_dict({"spiderd": {"role": "all"}}, overrides={"spiderd.role": "worker"})
-    assert settings.role == "worker"
+    assert settings.spiderd.role == "worker"
 
 
 @pytest.mark.parametrize(
@@ -326,11 +335,11 @@ def test_cluster_values() -> None:
         "store": {"url": ["mysql://u@h/a", "mysql://u@h/b"]},
         "sites": [{"allowed_hosts": ["a.example"], "recrawl_list": 3600}],
     })
-    assert settings.store_url == ("mysql://u@h/a", "mysql://u@h/b")
-    assert (settings.seed_cron, settings.recrawl_detail_ratio, settings.linkbase) == ("0 10 1 * * ?", 0.3, True)
+    assert settings.store.url == ("mysql://u@h/a", "mysql://u@h/b")
+    assert (settings.pool.seed_cron, settings.pool.recrawl_detail_ratio, settings.pool.linkbase) == ("0 10 1 * * ?", 0.3, True)
     assert (settings.sites[0].recrawl_list, settings.sites[0].recrawl_detail) == (3600.0, 0.0)
-    assert (settings.list_ratio, settings.detail_ratio) == (0.25, 0.75)
-    assert cfg.from_dict({}).store_url == "sqlite:///pages.sqlite3"
+    assert (settings.pool.list_ratio, settings.pool.detail_ratio) == (0.25, 0.75)
+    assert cfg.from_dict({}).store.url == "sqlite:///pages.sqlite3"
 
 
 def test_max_hops() -> None:
@@ -338,15 +347,15 @@ def test_max_hops() -> None:
     sites' limits by the registered domains of their allowed hosts, the lower one for a domain of two sites."""
     from spiderd.frontier.pool.service import pool_options
 
-    assert (cfg.from_dict({}).max_hops, cfg.from_dict({"sites": [{"allowed_hosts": ["a"]}]}).sites[0].max_hops) == (0, 0)
+    assert (cfg.from_dict({}).pool.max_hops, cfg.from_dict({"sites": [{"allowed_hosts": ["a"]}]}).sites[0].max_hops) == (0, 0)
     settings = cfg.from_dict({"pool": {"max_hops": 5}, "sites": [
         {"name": "one", "allowed_hosts": ["www.a.example", "b.example"], "max_hops": 3},
         {"name": "two", "allowed_hosts": ["shop.a.example"], "max_hops": 2},
         {"name": "three", "allowed_hosts": ["c.example"]},
     ]})
-    assert (settings.max_hops, [site.max_hops for site in settings.sites]) == (5, [3, 2, 0])
-    options = pool_options(settings)
-    assert (options["max_hops"], options["site_hops"]) == (5, {"a.example": 2, "b.example": 3})
+    assert (settings.pool.max_hops, [site.max_hops for site in settings.sites]) == (5, [3, 2, 0])
+    options = pool_options(settings.pool, settings.fetch, settings.sites)
+    assert (options.config.max_hops, options.site_hops) == (5, {"a.example": 2, "b.example": 3})
 
 
 def _wrong_value(kind: str) -> object:
@@ -355,7 +364,7 @@ def _wrong_value(kind: str) -> object:
 
 
 def _every_key() -> list[tuple[str, str, str]]:
-    return [(section, key, kind) for section, keys in SCHEMA.items() for key, (_, kind) in keys.items()]
+    return [(section, key, kind) for section, keys in SCHEMA.items() for key, kind in keys.items()]
 
 
 @pytest.mark.parametrize("section, key, kind", _every_key(), ids=[f"{s}.{k}" for s, k, _ in _every_key()])
@@ -402,12 +411,53 @@ def test_feed_templates_checked_at_load(value: str, words: str) -> None:
         with pytest.raises(cfg.ConfigError, match=f"etc/bad.toml: {section}.{key}: .*{re.escape(words)}"):
             cfg.from_dict({section: {key: value}}, "etc/bad.toml")
     ok = "ftp://u:pw@spark/in/%(batch)s_%(name)s_%(time)s.jl"
-    assert cfg.from_dict({"batch": {"feed_uri": ok}, "worker": {"feed_template": ok}}).batch_feed_uri == ok
+    assert cfg.from_dict({"batch": {"feed_uri": ok}, "worker": {"feed_template": ok}}).batch.feed_uri == ok
 
 
 def test_worker_feed_dirs() -> None:
     """worker.feed_dirs: absolute directories, normalised; a relative one is refused."""
     settings = cfg.from_dict({"worker": {"feed_dirs": ["/srv/feeds/", "/data//out"]}})
-    assert settings.worker_feed_dirs == ("/srv/feeds", "/data/out")
+    assert settings.worker.feed_dirs == ("/srv/feeds", "/data/out")
     with pytest.raises(cfg.ConfigError, match="worker.feed_dirs: expected absolute directories"):
         cfg.from_dict({"worker": {"feed_dirs": ["feeds"]}}, "x.toml")
+
+
+def test_redis_cluster_url_and_partitions() -> None:
+    """A redis+cluster:// URL of seed nodes and a partition count are taken; bad ones are refused."""
+    from spiderd.config.convert import CONVERTERS
+
+    convert = CONVERTERS["redis_url"]
+    assert convert("redis+cluster://:pw@10.0.0.5:7000,10.0.0.6:7001/") == "redis+cluster://:pw@10.0.0.5:7000,10.0.0.6:7001/"
+    for bad in ("redis+cluster://h/", "redis+cluster://h:7000,h/", "redis+cluster://h:70000/"):
+        with pytest.raises(ValueError):
+            convert(bad)
+    assert CONVERTERS["partitions"](12) == 12
+    with pytest.raises(ValueError):
+        CONVERTERS["partitions"](0)
+    assert cfg.from_dict({"pool": {"redis_partitions": 6}}).pool.redis_partitions == 6
+
+
+def test_sections_are_named_as_the_toml() -> None:
+    """Each TOML section is a frozen dataclass of Settings whose fields are its keys, valued as the file says."""
+    import dataclasses
+
+    from spiderd.config.settings import SECTIONS
+
+    settings = cfg.from_dict({"fetch": {"timeout": 20, "hosts": {"A.example": {"delay": 2}}},
+                              "batch": {"targets": [], "size": 7}, "sitemaps": {"max_files": 3}})
+    for name, keys in SCHEMA.items():
+        section = getattr(settings, name)
+        assert isinstance(section, SECTIONS[name]) and dataclasses.is_dataclass(section)
+        assert [f.name for f in dataclasses.fields(section)] == list(keys), name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(section, next(iter(keys)), None)
+    assert (settings.fetch.timeout, settings.batch.targets, settings.batch.size) == (20.0, (), 7)
+    assert (settings.sitemaps.max_files, settings.fetch.hosts["a.example"].delay) == (3, 2.0)
+
+
+def test_local_target_needs_the_all_role() -> None:
+    """batch.targets = ["local"] (the default) in the frontier role is one line at load naming batch.targets."""
+    with pytest.raises(cfg.ConfigError, match=r'^x.toml: batch.targets: "local" needs the all role'):
+        cfg.from_dict({"spiderd": {"role": "frontier"}}, "x.toml")
+    assert cfg.from_dict({"spiderd": {"role": "frontier"}, "batch": {"targets": ["h:6800"]}}).batch.targets == ("h:6800",)
+    assert cfg.from_dict({"spiderd": {"role": "worker"}}).spiderd.role == "worker"

@@ -22,7 +22,7 @@ from spiderd.core.stats import CrawlStats
 from spiderd.fetch.fetcher import Fetcher, FetchConfig
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.fetch.extract import Rules
-from spiderd.frontier.sitemapservice import SitemapConfig, SitemapService, sitemap_service
+from spiderd.frontier.sitemapservice import SitemapService, sitemap_service
 
 from .test_crawl import node_settings, run_crawl
 
@@ -194,8 +194,8 @@ class SitemapReaderTests(SitemapSiteTest):
         self.addCleanup(fetcher.close)
         self.pool = open_memory_pool(self.clock)
         self.stats = CrawlStats(self.clock)
-        service = sitemap_service(settings, self.clock, self.pool, fetcher, Lane(reactor, "sitemaps-test"), self.stats,
-                                  detail_sink=detail_sink)
+        service = sitemap_service(settings.sitemaps, settings.fetch, settings.pool, settings.sites, self.clock,
+                                  self.pool, fetcher, Lane(reactor, "sitemaps-test"), self.stats, detail_sink=detail_sink)
         self.kicks: list[None] = []
         service.add_listener(lambda: self.kicks.append(None))
         service.startService()
@@ -340,7 +340,7 @@ class SitemapReaderTests(SitemapSiteTest):
         rules = (Rules(settings.sites), Rules(settings.sites))
         pool = open_memory_pool(self.clock)
         service = SitemapService(self.clock, pool, fetcher.robots, fetch, Lane(reactor, "sitemaps-delay"), rules,
-                                 SitemapConfig.of(settings), CrawlStats(self.clock))
+                                 settings.sitemaps, CrawlStats(self.clock), fetching=settings.fetch)
         service.startService()
         self.addCleanup(service.stopService)
         first, second = asked

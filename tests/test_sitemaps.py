@@ -25,7 +25,7 @@ SITES = [
 
 def rules(**pool: Any) -> Rules:
     settings = from_dict({"sites": SITES, "pool": pool})
-    return Rules(settings.sites, settings.max_url_length, settings.max_path_depth)
+    return Rules(settings.sites, settings.pool.max_url_length, settings.pool.max_path_depth)
 
 
 def urlset(*locs: str, lastmod: str | None = None, ns: str = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"') -> bytes:

@@ -696,8 +696,8 @@ def test_the_fast_preset_is_plain_xz_and_the_default() -> None:
     page = b"".join(b"<li><a href='/item/%d.html'>Item %d</a></li>\n" % (i, i) for i in range(2000))
     blob = compress(page, FAST)
     assert lzma.decompress(blob) == page and blob.startswith(b"\xfd7zXZ") and len(blob) < len(page) / 4
-    assert cfg.from_dict({}).store_preset == FAST
-    assert cfg.from_dict({"store": {"compression_preset": "fast"}}).store_preset == FAST
-    assert cfg.from_dict({"store": {"compression_preset": 6}}).store_preset == 6
+    assert cfg.from_dict({}).store.compression_preset == FAST
+    assert cfg.from_dict({"store": {"compression_preset": "fast"}}).store.compression_preset == FAST
+    assert cfg.from_dict({"store": {"compression_preset": 6}}).store.compression_preset == 6
     with pytest.raises(cfg.ConfigError, match="fast"):
         cfg.from_dict({"store": {"compression_preset": "quick"}})

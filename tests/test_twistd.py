@@ -165,3 +165,16 @@ def test_bad_store_port_is_one_line(tmp_path: Path) -> None:
     assert child.returncode == 2, out
     assert "store.url: the port of 'mysql://u:***@127.0.0.1:99999/db' must be a number" in out, out
     assert "Traceback" not in out and "pw@" not in out, out
+
+
+def test_command_line_overrides() -> None:
+    """--role, --data-dir and --exit-when-done become [spiderd] overrides (a flag as true); absent ones are none."""
+    from spiderd.tap import Options
+
+    options = Options()
+    options.parseOptions(["--config", "x.toml", "--role", "worker", "--data-dir", "/d", "--exit-when-done"])
+    assert options.overrides() == {"spiderd.role": "worker", "spiderd.data_dir": "/d", "spiderd.exit_when_done": True}
+    assert options.overrides()["spiderd.exit_when_done"] is True  # a bool: [spiderd] exit_when_done refuses 1
+    options = Options()
+    options.parseOptions(["--config", "x.toml"])
+    assert options.overrides() == {}

@@ -325,8 +325,8 @@ class ShipTests(unittest.TestCase):
 
 class ConfigTests(unittest.TestCase):
     def test_format_setting(self) -> None:
-        self.assertEqual(cfg.from_dict({}).items_format, "jsonl")
-        self.assertEqual(cfg.from_dict({"items": {"format": "both", "warc_rotate_mb": 5}}).warc_rotate_mb, 5)
+        self.assertEqual(cfg.from_dict({}).items.format, "jsonl")
+        self.assertEqual(cfg.from_dict({"items": {"format": "both", "warc_rotate_mb": 5}}).items.warc_rotate_mb, 5)
         with self.assertRaisesRegex(cfg.ConfigError, "items.format: must be one of jsonl, warc, both"):
             cfg.from_dict({"items": {"format": "warcs"}})
 
@@ -336,4 +336,4 @@ class ConfigTests(unittest.TestCase):
         self.patch(importlib.util, "find_spec", lambda name, *a: None if name == "warcio" else real(name, *a))
         with self.assertRaisesRegex(cfg.ConfigError, r"items.format = 'warc': .*pip install 'spiderd\[warc\]'"):
             cfg.from_dict({"items": {"format": "warc"}})
-        self.assertEqual(cfg.from_dict({}).items_format, "jsonl")  # the default needs no warcio
+        self.assertEqual(cfg.from_dict({}).items.format, "jsonl")  # the default needs no warcio

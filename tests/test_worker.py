@@ -25,8 +25,9 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from treq.client import HTTPClient
 
 from spiderd.config import settings as cfg
+from spiderd.config.sections import FetchSection, WorkerSection
 from spiderd.core.blocking import Lane
-from spiderd.core.net import serving
+from spiderd.core.net import forms, serving
 from spiderd.demo.config import DEMO
 from spiderd.demo.site import PRIVATE, SiteSpec, listen, port_of, render
 from spiderd.feed.shipper import FeedShipper
@@ -132,7 +133,7 @@ class WorkerTestBase(unittest.TestCase):
     def parser(self, spider: str = "demo-shop") -> ParsePool:
         if spider not in self._parsers:
             settings = cfg.from_dict({"parse": {"workers": 0}, "sites": site_rules(spider)}, "<test>")
-            parser = self._parsers[spider] = ParsePool(reactor, settings, 0)
+            parser = self._parsers[spider] = ParsePool(reactor, settings.raw, 0)
             parser.startService()
             self.addCleanup(parser.stopService)
         return self._parsers[spider]
@@ -254,7 +255,7 @@ class BatchTests(WorkerTestBase):
         """With a parser child process, each page is compressed there and stored as the site served it."""
         self.gate.open()
         settings = cfg.from_dict({"parse": {"workers": 1}, "sites": site_rules("demo-shop")}, "<test>")
-        parser = self._parsers["demo-shop"] = ParsePool(reactor, settings, 1)
+        parser = self._parsers["demo-shop"] = ParsePool(reactor, settings.raw, 1)
         parser.startService()
         self.addCleanup(parser.stopService)
         yield parser.ready()
@@ -386,26 +387,38 @@ class ErrorTests(WorkerTestBase):
     """Every refusal is a clear JSON error with the code Scrapyd 1.6 uses, and persists nothing."""
 
     @defer.inlineCallbacks
-    def test_a_big_form_is_decoded_on_the_lane(self) -> Any:
-        """A schedule.json form of FORM_ON_LANE bytes or more is decoded on the worker's lane, not the reactor
-        thread, and is accepted as a small one is (its job holds every start URL)."""
+    def test_a_big_form_is_decoded_in_steps(self) -> Any:
+        """A schedule.json form of FORM_IN_STEPS bytes or more is decoded a step per turn of the reactor (on its
+        thread: a decode on another thread holds the GIL, and the reactor waits), not in one call, and is
+        accepted as a small one is (its job holds every start URL)."""
         threads: list[str] = []
-        decode = serving.parse_qs
+        decode = serving.decode_form
 
         def spy(*args: Any) -> Any:
-            threads.append(threading.current_thread().name)
-            return decode(*args)
+            for step in decode(*args):
+                threads.append(threading.current_thread().name)
+                yield step
 
-        self.patch(serving, "parse_qs", spy)
-        service = self.worker(max_body_size=4 * serving.FORM_ON_LANE)
-        paths = [f"/item/{i}.html?pad={'x' * 40}" for i in range(serving.FORM_ON_LANE // 50)]
+        self.patch(serving, "decode_form", spy)
+        service = self.worker(max_body_size=16 * serving.FORM_IN_STEPS)
+        paths = [f"/item/{i}.html?pad={'x' * 40}" for i in range(4 * serving.FORM_IN_STEPS // 50)]
         jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
                                     ("setting", self.urls(*paths)))
-        self.assertEqual(len(threads), 1)
-        self.assertNotEqual(threads[0], threading.main_thread().name)
+        self.assertGreaterEqual(len(threads), 4 * serving.FORM_IN_STEPS // forms.STEP)
+        self.assertEqual(set(threads), {threading.main_thread().name})
         job = service.runner.jobs[jobid]
         self.assertEqual(service.job_store.load_urls(job), [self.root + p for p in paths])
         yield service.runner.cancel(jobid)
+
+    @defer.inlineCallbacks
+    def test_a_start_url_list_over_the_cap_is_refused_by_its_length(self) -> Any:
+        """A DISTRIBUTED_START_URLS list longer than max_job_urls is refused for its length before its items are
+        looked at (a hostile list of millions is not scanned on the reactor thread)."""
+        self.worker(max_job_urls=2)
+        code, answer, _ = yield self.call("POST", "/schedule.json", [("project", "spiderd"), ("spider", "demo-shop"),
+                                                                     ("setting", "DISTRIBUTED_START_URLS=[1, 2, 3]")])
+        self.assertEqual((code, answer["status"]), (200, "error"))
+        self.assertIn("3 URLs, at most 2 in one job (worker.max_job_urls)", answer["message"])
 
     @defer.inlineCallbacks
     def test_errors(self) -> Any:
@@ -949,23 +962,25 @@ class PartsTests(unittest.SynchronousTestCase):
         self.successResultOf(slots.acquire("off.example"))
 
     def test_worker_config_from_settings(self) -> None:
-        """build_worker's mapping: worker_* attributes when present, else defaults; pool/fetch values reused."""
-        settings = cfg.from_dict({"spiderd": {"data_dir": "/d", "role": "worker"}, "pool": {"failure_threshold": 5}})
-        config = worker_config(settings)
+        """build_worker's mapping: the [worker] section's keys, else defaults; pool/fetch values reused."""
+
+        def of(raw: dict[str, Any]) -> WorkerConfig:
+            s = cfg.from_dict(raw)
+            return worker_config(s.worker, s.fetch, data_dir=s.spiderd.data_dir, role=s.spiderd.role,
+                                 failure_threshold=s.pool.failure_threshold, feed_format=s.items.format)
+
+        config = of({"spiderd": {"data_dir": "/d", "role": "worker"}, "pool": {"failure_threshold": 5}})
         self.assertEqual((config.data_dir, config.bind, config.port, config.failure_threshold),
                          ("/d", "127.0.0.1", 6800, 5))
-        self.assertEqual(worker_config(cfg.from_dict({"spiderd": {"data_dir": "/d"}})).port, 0)  # the all role's
+        self.assertEqual(of({"spiderd": {"data_dir": "/d"}}).port, 0)  # the all role's
         self.assertEqual(config.default_feed_uri, "file:///d/feeds/%(batch)s_%(name)s_%(time)s.jl")
-        paced = worker_config(cfg.from_dict({"spiderd": {"data_dir": "/d"}, "fetch": {
-            "per_host_delay": 1.5, "hosts": {"slow.example": {"delay": 10, "concurrency": 1}}}}))
+        paced = of({"spiderd": {"data_dir": "/d"}, "fetch": {
+            "per_host_delay": 1.5, "hosts": {"slow.example": {"delay": 10, "concurrency": 1}}}})
         self.assertEqual((paced.per_host_delay, dict(paced.host_overrides)), (1.5, {"slow.example": (10.0, 1)}))
-        adaptive = worker_config(cfg.from_dict({"spiderd": {"data_dir": "/d"}, "fetch": {
-            "delay_factor": 2, "hosts": {"slow.example": {"delay": 1}, "fast.example": {"delay_factor": 0}}}}))
+        adaptive = of({"spiderd": {"data_dir": "/d"}, "fetch": {
+            "delay_factor": 2, "hosts": {"slow.example": {"delay": 1}, "fast.example": {"delay_factor": 0}}}})
         self.assertEqual((adaptive.adaptive, dict(adaptive.adaptive_overrides)),
                          (AdaptiveDelay(2.0, 0.0, 30.0), {"fast.example": AdaptiveDelay(0.0, 0.0, 30.0)}))
 
-        class Extended:
-            data_dir, failure_threshold, per_host_concurrency = "/d", 3, 2
-            worker_bind, worker_username, worker_password = "0.0.0.0", "", ""
-
-        self.assertRaises(WorkerConfigError, build_worker, Extended(), None, None, None, None, None)
+        exposed = worker_config(WorkerSection(bind="0.0.0.0"), FetchSection(per_host_concurrency=2), data_dir="/d")
+        self.assertRaises(WorkerConfigError, build_worker, exposed, None, None, None, None, None)

@@ -8,22 +8,25 @@ domain checks use the pure helpers of :mod:`spiderd.core` (feed URI templates, c
 
 from __future__ import annotations
 
-import math
 import os
 import re
-from typing import Any, Callable, TypeVar, overload
+from typing import Any, Callable
 
 from spiderd.core.cron import parse as parse_cron
 from spiderd.core.feeduri import render_uri
 from spiderd.core.rules import MAX_HOPS, SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS, HostRule
+from spiderd.config.endpoints import addresses, redis_url, store_url, targets, url_paths, urls
+from spiderd.config.values import MAX_SECONDS, expect, finite_number, strings
 from spiderd.core.secrets import redact_text
 from spiderd.core.compression import FAST
 
-T = TypeVar("T")
-
 ROLES = ("all", "frontier", "worker")
 POOL_BACKENDS = ("leveldb", "memory", "redis")
+POLITENESS = ("host", "ip")  # [fetch] politeness: a slot per host, or per address (the hosts on one IP share it)
 FEED_FORMATS = ("jsonl", "warc", "both")  # [items] format: items as JSON lines, answers as WARC, or both
+
+
+__all__ = ["CONVERTERS", "MAX_SECONDS", "ConfigError", "convert", "expect", "finite_number", "strings"]
 
 
 class ConfigError(ValueError):
@@ -49,44 +52,17 @@ def _redacted(message: str) -> str:
 _HINT = re.compile(r":(PASS|PASSWORD)@")
 
 
-@overload
-def expect(value: object, types: type[T], what: str) -> T: ...
-@overload
-def expect(value: object, types: tuple[type[T], ...], what: str) -> T: ...
-
-
-def expect(value: Any, types: type[Any] | tuple[type[Any], ...], what: str) -> Any:
-    """``value`` if it is of ``types`` (a boolean only where ``bool`` is asked for); TypeError naming ``what``."""
-    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-        raise TypeError(f"expected {what}, got {value!r}")
-    if not isinstance(value, types):
-        raise TypeError(f"expected {what}, got {value!r}")
-    return value
-
-
-MAX_SECONDS = 1e9  # about 31 years: the largest duration (or number) a setting or a request may give
-
-
-def finite_number(value: Any) -> float:
-    """``value`` as a float; refuses booleans, non-numbers, NaN, infinities and magnitudes over MAX_SECONDS."""
-    number = float(expect(value, (int, float), "a number"))
-    if not math.isfinite(number) or abs(number) > MAX_SECONDS:
-        raise ValueError(f"must be a finite number of at most {MAX_SECONDS:.0e}, got {value!r}")
-    return number
-
-
-_number = finite_number
 
 
 def _positive(value: Any) -> float:
-    number = _number(value)
+    number = finite_number(value)
     if not number > 0:
         raise ValueError(f"must be greater than 0, got {value!r}")
     return number
 
 
 def _non_negative(value: Any) -> float:
-    number = _number(value)
+    number = finite_number(value)
     if not number >= 0:
         raise ValueError(f"must be 0 or more, got {value!r}")
     return number
@@ -133,14 +109,6 @@ def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
     return check
 
 
-def strings(value: Any) -> tuple[str, ...]:
-    """A list of strings, as a tuple."""
-    items = expect(value, list, "a list of strings")
-    for item in items:
-        expect(item, str, "a list of strings")
-    return tuple(items)
-
-
 def _feed_template(value: Any) -> str:
     """"" (the worker's default) or a file:// / ftp:// template that renders with batch, name and time (the errors
     of render_uri show the template with its password redacted)."""
@@ -158,18 +126,6 @@ def _abs_dirs(value: Any) -> tuple[str, ...]:
     return tuple(os.path.normpath(d) for d in dirs)
 
 
-def _urls(value: Any) -> tuple[str, ...]:
-    from spiderd.core.urls import BadURL, canonicalize
-
-    items = strings(value)
-    for item in items:
-        try:
-            canonicalize(item)
-        except BadURL as e:
-            raise ValueError(f"bad URL {item!r} ({e.reason})") from None
-    return items
-
-
 def _header(value: Any) -> str:
     text = expect(value, str, "a string")
     if not text or any(c in text for c in "\r\n\0"):
@@ -177,57 +133,11 @@ def _header(value: Any) -> str:
     return text
 
 
-def _addresses(value: Any) -> tuple[str, ...]:
-    import ipaddress
-
-    items = strings(value)
-    for item in items:
-        ipaddress.ip_address(item)
-    return items
-
-
 def _workers(value: Any) -> int:
     number = expect(value, int, "an integer")
     if number < -1 or number > 64:
         raise ValueError(f"must be -1 (one per CPU), 0 (in the main process) or 1..64, got {value!r}")
     return number
-
-
-def _store_url(value: Any) -> str | tuple[str, ...]:
-    if isinstance(value, list):
-        return _shards(value)
-    text = expect(value, str, "a string or a list of mysql:// URLs")
-    if text != "none" and not re.match(r"^(sqlite:///.+|mysql://.+)$", text):
-        raise ValueError(f"expected sqlite:///PATH, mysql://USER:PASS@HOST:PORT/DB or none, got {text!r}")
-    if text.startswith("mysql://"):
-        _network_port(text)
-    return text
-
-
-def _network_port(url: str) -> None:
-    """Refuse a URL whose port is not a number in 1..65535 (urllib would raise later, with a traceback)."""
-    from urllib.parse import urlsplit
-
-    try:
-        port = urlsplit(url).port
-    except ValueError:
-        port = 0
-    if port == 0:  # None (no port: the default) is fine
-        raise ValueError(f"the port of {url!r} must be a number in 1..65535")
-
-
-def _shards(value: list[Any]) -> tuple[str, ...]:
-    """MySQL shards: one or more distinct mysql:// URLs (a page goes to shard urlhash % count)."""
-    urls = strings(value)
-    if not urls:
-        raise ValueError("a list of shards needs at least one mysql:// URL")
-    for url in urls:
-        if not url.startswith("mysql://"):
-            raise ValueError(f"shards must be mysql:// URLs, got {url.partition('://')[0] + '://...'!r}")
-        _network_port(url)
-    if len(set(urls)) != len(urls):
-        raise ValueError("the same shard is listed twice")
-    return urls
 
 
 def _cron(value: Any) -> str:
@@ -238,7 +148,7 @@ def _cron(value: Any) -> str:
 
 
 def _ratio(value: Any) -> float:
-    number = _number(value)
+    number = finite_number(value)
     if not 0 <= number <= 1:
         raise ValueError(f"must be between 0 and 1, got {value!r}")
     return number
@@ -279,24 +189,6 @@ def _host_value(host: str, key: str, value: Any) -> float:
         return _delay_factor(value) if key == "delay_factor" else _non_negative(value)
     except (TypeError, ValueError) as e:
         raise type(e)(f"host {host!r}: {key}: {e}") from None
-
-
-def _redis_url(value: Any) -> str:
-    text = expect(value, str, "a string")
-    if not re.match(r"^redis://([^@/]*@)?[^/:@]+(:\d+)?(/\d+)?$", text):
-        raise ValueError("expected redis://[:PASSWORD@]HOST[:PORT][/DB]")
-    _network_port(text)
-    return text
-
-
-def _targets(value: Any) -> tuple[str, ...]:
-    items = strings(value)
-    for item in items:
-        if item != "local" and not re.match(r"^(https?://([^@/]*@)?)?[^/:@\s]+:\d+/?$", item):
-            raise ValueError(f"expected \"local\", HOST:PORT or http://[USER:PASS@]HOST:PORT, got {item!r}")
-        if item != "local":
-            _network_port(item if "://" in item else "http://" + item)
-    return items
 
 
 def _name(value: Any) -> str:
@@ -341,21 +233,6 @@ def _setting_bytes(value: Any) -> int:
     return number
 
 
-def _url_paths(value: Any) -> tuple[str, ...]:
-    """Paths tried on every site host (``/sitemap.xml``): each absolute, with no host of its own."""
-    from spiderd.core.urls import BadURL, canonicalize
-
-    paths = strings(value)
-    for path in paths:
-        if not path.startswith("/") or path.startswith("//") or any(c.isspace() for c in path) or "#" in path:
-            raise ValueError(f"expected paths such as '/sitemap.xml', got {path!r}")
-        try:
-            canonicalize("http://example.com" + path)
-        except BadURL as e:
-            raise ValueError(f"bad path {path!r} ({e.reason})") from None
-    return tuple(dict.fromkeys(paths))
-
-
 def _bounded_int(low: int, high: int, why: str) -> Callable[[Any], int]:
     def check(value: Any) -> int:
         number = expect(value, int, "an integer")
@@ -372,21 +249,22 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "role": _choice(ROLES),
     "backend": _choice(POOL_BACKENDS),
     "feed_format": _choice(FEED_FORMATS),
+    "politeness": _choice(POLITENESS),
     "positive": _positive,
     "non_negative": _non_negative,
     "delay_factor": _delay_factor,
     "count": _count,
     "percent": _percent,
     "positive_int": _positive_int,
-    "urls": _urls,
+    "urls": urls,
     "header": _header,
-    "addresses": _addresses,
+    "addresses": addresses,
     "workers": _workers,
-    "store_url": _store_url,
+    "store_url": store_url,
     "preset": _preset,
     "hosts": _hosts,
-    "redis_url": _redis_url,
-    "targets": _targets,
+    "redis_url": redis_url,
+    "targets": targets,
     "name": _name,
     "port": _port,
     "setting_bytes": _setting_bytes,
@@ -396,8 +274,9 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "token": _token,
     "abs_dirs": _abs_dirs,
     "bucket_bits": _bucket_bits,
+    "partitions": _bounded_int(1, 1024, "a multiple of the cluster's masters spreads them evenly"),
     "feed_template": _feed_template,
-    "url_paths": _url_paths,
+    "url_paths": url_paths,
     "max_hops": _bounded_int(0, MAX_HOPS, "link hops from a seed; 0 = no limit"),
     "sitemap_urls": _bounded_int(1, SITEMAP_MAX_URLS, "the sitemap protocol's limit per file"),
     "sitemap_size": _bounded_int(1, SITEMAP_MAX_SIZE, "bytes uncompressed: the sitemap protocol's limit per file"),

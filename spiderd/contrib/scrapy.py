@@ -133,10 +133,9 @@ class DistributedSpider(scrapy.Spider):
         self.start_urls_given = parse_start_urls(settings.get(START_URLS_SETTING))
         site_name = settings.get(SITE_SETTING) or self.name
         self.spiderd_settings, self.spiderd_site = load_site(settings.get(CONFIG_SETTING), site_name)
-        self.spiderd_rules = Rules(
-            (self.spiderd_site,), self.spiderd_settings.max_url_length, self.spiderd_settings.max_path_depth,
-            page_robots=page_robots(self.spiderd_settings),
-        )
+        pool = self.spiderd_settings.pool
+        self.spiderd_rules = Rules((self.spiderd_site,), pool.max_url_length, pool.max_path_depth,
+                                   page_robots=page_robots(self.spiderd_settings.fetch))
         self._made: set[str] = set()
         self.logger.info(
             "Batch %s: %d start URLs for site %r of %s",

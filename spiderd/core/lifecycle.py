@@ -7,7 +7,7 @@ import signal
 import sys
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from twisted.application.service import IService, MultiService, Service
 from twisted.internet import defer, task
@@ -20,6 +20,7 @@ from twisted.python.failure import Failure
 from spiderd.core.reactors import INodeReactor
 
 log = Logger()
+S = TypeVar("S", bound="Service | None")  # a service, or None
 
 
 EXPECTED_START_ERRORS = (OSError, CannotListenError, ValueError)  # a port in use, a directory that cannot open
@@ -40,6 +41,12 @@ class OrderedMultiService(MultiService):
     def __init__(self, on_start_failure: Callable[[Any, BaseException], object] | None = None) -> None:
         super().__init__()
         self.on_start_failure = on_start_failure
+
+    def add(self, service: S) -> S:
+        """``service`` (unless None: a part the configuration has not) as the next child; returns it."""
+        if service is not None:
+            service.setServiceParent(self)
+        return service
 
     def privilegedStartService(self) -> None:
         """Children that bind their ports early (twistd calls this first) fail the same way as at start."""
@@ -212,6 +219,30 @@ def wait_idle(clock: IReactorTime, idle: Callable[[], bool], *activity: Callable
     while not idle():
         waits = [d for d in (start() for start in activity) if not d.called]
         yield settled(waits) if waits else task.deferLater(clock, interval, lambda: None)
+
+
+class Settles(Protocol):
+    """Work that can say whether it is idle, and when what it runs now is over."""
+
+    def idle(self) -> bool: ...
+
+    def settled(self) -> Deferred[None]: ...
+
+
+class Flushes(Settles, Protocol):
+    """Work that holds a part of what it sends until flushed (the batcher)."""
+
+    def flush(self) -> Deferred[None]: ...
+
+
+def stop_when_idle(reactor: INodeReactor, sender: Flushes | None, *others: Settles | None) -> Any:
+    """Stop the reactor, after ``sender`` (if any) flushed and it and ``others`` (those not None) are idle."""
+    if sender is None:
+        return reactor.stop()
+    parts = [sender, *(part for part in others if part is not None)]
+    d = sender.flush().addCallback(lambda _: wait_idle(reactor, lambda: all(part.idle() for part in parts),
+                                                       *(part.settled for part in parts)))
+    return d.addCallback(lambda _: reactor.stop())
 
 
 class Closer(Service):

@@ -43,7 +43,7 @@ class Site:
     recrawl_list: float = 0.0  # seconds after which a done list page is fetched again; 0: never
     recrawl_detail: float = 0.0
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # extra request headers (name, value); may hold a token
-    proxy: str = field(default="", repr=False)  # http://[user:pass@]host:port the site's http:// URLs go through; "": none
+    proxy: str = field(default="", repr=False)  # http://[user:pass@]host:port the site's URLs go through; "": none
     cookies: bool = False  # keep the cookies the site's hosts set (a jar per site, in memory) and send them back
     max_hops: int = 0  # link hops from a seed its URLs may be (its hosts' registered domains); 0: [pool] max_hops
 

@@ -47,16 +47,25 @@ def settings(overrides: Mapping[str, Any]) -> cfg.Settings:
     return cfg.from_dict(DEMO, "<demo>", overrides)
 
 
+def fresh(overrides: Mapping[str, Any]) -> cfg.Settings:
+    """The demo's settings, its data directory emptied (``twistd spiderd --demo``)."""
+    demo = settings(overrides)
+    clean(demo.spiderd.data_dir)
+    return demo
+
+
 class DemoSiteService(Service):
     """Serves the demo site on 127.0.0.1 (a free port) and seeds the pool with its front page.
 
     The demo starts from an empty data directory every time, so each run crawls the whole site.
     """
 
-    def __init__(self, reactor: ITCPClock, pool: IURLPool, settings: cfg.Settings) -> None:
+    def __init__(self, reactor: ITCPClock, pool: IURLPool, data_dir: str, items_dir: str) -> None:
+        """``items_dir``: where the items end up (the feeds of batches, or ``[items] dir``), under ``data_dir``."""
         self._reactor = reactor
         self._pool = pool
-        self._settings = settings
+        self._data_dir = data_dir
+        self._items_dir = items_dir
         self._port: IListeningPort | None = None
 
     def startService(self) -> None:
@@ -66,12 +75,12 @@ class DemoSiteService(Service):
         self._port = listen(SiteSpec(slow_delay=1.0), self._reactor)
         root = f"http://127.0.0.1:{port_of(self._port)}/"
         self._pool.add(root)
-        log.info("Demo: crawling {root} into {data_dir}", root=root, data_dir=os.path.abspath(self._settings.data_dir))
+        log.info("Demo: crawling {root} into {data_dir}", root=root, data_dir=os.path.abspath(self._data_dir))
 
     def stopService(self) -> Any:
         super().stopService()
-        data = os.path.abspath(self._settings.data_dir)
-        items = os.path.join(data, "feeds" if self._settings.batch_targets else self._settings.items_dir)
+        data = os.path.abspath(self._data_dir)
+        items = os.path.join(data, self._items_dir)
         log.info("Demo finished. Items: {items}/*.jl  Pages: {pages} (table crawler_html, html lzma-compressed)",
                  items=items, pages=os.path.join(data, "pages.sqlite3"))
         return self._port.stopListening() if self._port is not None else None

@@ -24,7 +24,7 @@ from twisted.internet.protocol import Factory
 from twisted.web import client
 from twisted.web.client import URI
 from twisted.web.error import SchemeNotSupported
-from twisted.web.iweb import IResponse
+from twisted.web.iweb import IPolicyForHTTPS, IResponse
 from zope.interface import implementer
 
 
@@ -32,12 +32,13 @@ class CachedEndpoints:
     """Endpoints per (scheme, host, port), made once: Agent builds one per request, IDNA-checking the host each time."""
 
     def __init__(self, reactor: IReactorTCP, connect_timeout: float, bind: tuple[str, int] | None,
-                 size: int = 4096) -> None:
+                 size: int = 4096, tls: IPolicyForHTTPS | None = None) -> None:
+        """``tls``: the policy of https:// connections (Twisted's browser-like one, the system's trust roots)."""
         self._reactor = reactor
         self._timeout = connect_timeout
         self._bind = bind
         self._size = size
-        self._tls = client.BrowserLikePolicyForHTTPS()
+        self._tls = tls or client.BrowserLikePolicyForHTTPS()
         self._cache: dict[tuple[bytes, bytes, int], IStreamClientEndpoint] = {}
 
     def endpointForURI(self, uri: URI) -> IStreamClientEndpoint:
@@ -52,15 +53,14 @@ class CachedEndpoints:
 
     def _make(self, uri: URI) -> IStreamClientEndpoint:
         host = uri.host.decode("ascii")
-        endpoint = self._tcp(host, uri.port)
+        endpoint = self.tcp(host, uri.port)
         if uri.scheme == b"https":
             return _QuietEndpoint(wrapClientTLS(self._tls.creatorForNetloc(uri.host, uri.port), endpoint))
         if uri.scheme != b"http":
             raise SchemeNotSupported(f"unsupported scheme {uri.scheme!r}")
         return _QuietEndpoint(endpoint)
 
-
-    def _tcp(self, host: str, port: int) -> IStreamClientEndpoint:
+    def tcp(self, host: str, port: int) -> IStreamClientEndpoint:
         """A plain TCP endpoint for an IP address (one connection attempt, nothing to resolve: a third of the
         cost of a ``HostnameEndpoint``'s connect, which builds a resolution receiver class and a timer for
         every connection, what a server that closes after each answer makes the fetcher pay per page); a

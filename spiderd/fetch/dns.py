@@ -9,7 +9,9 @@ Scrapy's DNS cache does, a name is looked up once and its addresses reused,
 here for ``ttl`` seconds (``getaddrinfo`` gives no record TTL); lookups of a
 name already being looked up wait for that one.  Failures and empty answers
 are not kept, so a name that did not resolve is asked again at the next
-connection.
+connection.  Each answer's first address is told to ``on_resolved(name, port,
+address)`` (per-IP politeness: the pool groups the hosts of one address), so
+once per lookup: once per ``ttl``, at every connection with ``ttl`` 0.
 
 :class:`ResolvingReactor` hands a ``HostnameEndpoint`` the caching resolver in
 place of the reactor's own (the public ``IReactorPluggableNameResolver`` way),
@@ -19,9 +21,10 @@ and is the reactor in every other respect.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
+from twisted.internet.defer import maybeDeferred
 from twisted.internet.interfaces import (
     IAddress,
     IHostnameResolver,
@@ -30,7 +33,10 @@ from twisted.internet.interfaces import (
     IReactorTime,
     IResolutionReceiver,
 )
+from twisted.logger import Logger
 from zope.interface import directlyProvides, implementer, providedBy
+
+log = Logger()
 
 _Key = tuple[str, int, tuple[type[IAddress], ...] | None, str]
 R = TypeVar("R", bound=IReactorTime)  # a reactor: its timers are the cache's clock
@@ -49,8 +55,10 @@ class _Resolution:
 class CachingResolver:
     """Wraps an ``IHostnameResolver``: addresses of a name are kept ``ttl`` seconds (at most ``size`` names)."""
 
-    def __init__(self, resolver: IHostnameResolver, clock: IReactorTime, ttl: float = 300.0, size: int = 10_000) -> None:
+    def __init__(self, resolver: IHostnameResolver, clock: IReactorTime, ttl: float = 300.0, size: int = 10_000,
+                 on_resolved: Callable[[str, int, str], Any] | None = None) -> None:
         self._resolver = resolver
+        self._on_resolved = on_resolved
         self._clock = clock
         self.ttl = ttl
         self._size = size
@@ -88,6 +96,8 @@ class CachingResolver:
         return addresses
 
     def _done(self, key: _Key, addresses: list[IAddress]) -> None:
+        if addresses and self._on_resolved is not None:
+            self._tell(key[0], key[1], addresses[0])
         if addresses and self.ttl > 0:
             self._cache[key] = (self._clock.seconds() + self.ttl, addresses)
             self._cache.move_to_end(key)
@@ -95,6 +105,14 @@ class CachingResolver:
                 self._cache.popitem(last=False)
         for receiver in self._waiting.pop(key, []):
             _replay(receiver, addresses)
+
+
+    def _tell(self, name: str, port: int, address: IAddress) -> None:
+        """``on_resolved(name, port, address)``; a failure (a pool over the network) is logged, not raised."""
+        host = getattr(address, "host", None)
+        if isinstance(host, str) and self._on_resolved is not None:
+            d = maybeDeferred(self._on_resolved, name, port, host)
+            d.addErrback(lambda f: log.failure("Telling the address of {name}", f, name=name))
 
 
 @implementer(IResolutionReceiver)
@@ -134,11 +152,13 @@ class ResolvingReactor:
         return getattr(self._reactor, name)
 
 
-def caching_reactor(reactor: R, ttl: float) -> R:
-    """The reactor ``HostnameEndpoint`` should get: ``reactor`` itself with ``ttl`` 0 (no cache).
+def caching_reactor(reactor: R, ttl: float, on_resolved: Callable[[str, int, str], Any] | None = None) -> R:
+    """The reactor ``HostnameEndpoint`` should get: ``reactor`` itself with ``ttl`` 0 (no cache) and no
+    ``on_resolved`` (see :class:`CachingResolver`).
 
     The other is a ``ResolvingReactor``: it provides what ``reactor`` provides, and passes for it."""
-    if ttl <= 0 or not IReactorPluggableNameResolver.providedBy(reactor):
+    if (ttl <= 0 and on_resolved is None) or not IReactorPluggableNameResolver.providedBy(reactor):
         return reactor
     resolving = cast(IReactorPluggableNameResolver, reactor)
-    return cast(R, ResolvingReactor(reactor, CachingResolver(resolving.nameResolver, reactor, ttl)))
+    resolver = CachingResolver(resolving.nameResolver, reactor, max(ttl, 0.0), on_resolved=on_resolved)
+    return cast(R, ResolvingReactor(reactor, resolver))

@@ -31,9 +31,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import client
 from twisted.web.http_headers import Headers
-from twisted.web.iweb import IResponse
+from twisted.web.iweb import IPolicyForHTTPS, IResponse
 
-from spiderd.config.settings import Settings
+from spiderd.config.sections import FetchSection
 from spiderd.core import status as st
 from spiderd.core.conditional import NOT_MODIFIED, Validators, from_headers
 from spiderd.core.reactors import ITCPClock
@@ -45,6 +45,7 @@ from spiderd.fetch.dns import caching_reactor
 from spiderd.fetch.robots import ROBOTS_REDIRECTS, Robots, robots_url
 from spiderd.fetch.proxy import Proxies, ProxyUnsupported
 from spiderd.fetch.siteopts import SiteOptions
+from spiderd.fetch.tunnel import TunnelError, TunnelTimeout
 
 log = Logger()
 T = TypeVar("T")
@@ -95,14 +96,14 @@ class FetchConfig:
     sites: tuple[Any, ...] = ()  # the [[sites]] (spiderd.core.rules.Site): their request headers and proxies, by host
 
 
-def fetch_config(settings: Settings) -> FetchConfig:
-    """The FetchConfig of spiderd settings (``[fetch]``; per-host connections are ``per_host_concurrency``)."""
+def fetch_config(fetch: FetchSection, sites: tuple[Any, ...] = ()) -> FetchConfig:
+    """The FetchConfig of the ``[fetch]`` section and the ``[[sites]]`` (per-host connections are
+    ``per_host_concurrency``)."""
     return FetchConfig(
-        user_agent=settings.user_agent, connect_timeout=settings.connect_timeout, timeout=settings.timeout,
-        max_body_size=settings.max_body_size, max_redirects=settings.max_redirects,
-        per_host_connections=settings.per_host_concurrency, keepalive_timeout=settings.keepalive_timeout,
-        dns_cache_ttl=settings.dns_cache_ttl, source_addresses=settings.source_addresses, robots=settings.robots,
-        sites=settings.sites,
+        user_agent=fetch.user_agent, connect_timeout=fetch.connect_timeout, timeout=fetch.timeout,
+        max_body_size=fetch.max_body_size, max_redirects=fetch.max_redirects,
+        per_host_connections=fetch.per_host_concurrency, keepalive_timeout=fetch.keepalive_timeout,
+        dns_cache_ttl=fetch.dns_cache_ttl, source_addresses=fetch.source_addresses, robots=fetch.robots, sites=sites,
     )
 
 
@@ -110,30 +111,36 @@ class Fetcher:
     """Fetches URLs over pooled connections; ``robots`` (optional) vetoes disallowed URLs."""
 
     def __init__(self, reactor: ITCPClock, config: FetchConfig, robots: Robots | None = None,
-                 on_crawl_delay: Callable[[str, float], Any] | None = None) -> None:
+                 on_crawl_delay: Callable[[str, float], Any] | None = None,
+                 tls: IPolicyForHTTPS | None = None, on_address: Callable[[str, str], Any] | None = None) -> None:
         """Without ``robots``, ``config.robots`` makes one that fetches robots.txt through this fetcher
-        (following up to ROBOTS_REDIRECTS redirects) and tells ``on_crawl_delay(host, seconds)`` a Crawl-delay."""
+        (following up to ROBOTS_REDIRECTS redirects) and tells ``on_crawl_delay(host, seconds)`` a Crawl-delay.
+        ``tls``: the policy of https:// connections, direct or through a proxy (Twisted's browser-like one);
+        ``on_address(host, address)``: each lookup of a host name's addresses, its first (per-IP politeness;
+        ``host`` as the pool has it: ``name:port`` but for the ports 80 and 443)."""
         self._reactor = reactor
         self._config = config
+        self._tls = tls or client.BrowserLikePolicyForHTTPS()
         if robots is None and config.robots:
             fetch_robots = functools.partial(self.fetch_raw, redirects=ROBOTS_REDIRECTS)
             robots = Robots(fetch_robots, reactor, config.user_agent, on_delay=on_crawl_delay)
         self.robots = robots
         self._pools: list[ConnectionPool] = []
-        self._connecting = caching_reactor(reactor, config.dns_cache_ttl)  # endpoints resolve through its cache
+        told = None if on_address is None else functools.partial(_tell_address, on_address)
+        self._connecting = caching_reactor(reactor, config.dns_cache_ttl, told)  # endpoints resolve through it
         self.resolver = getattr(self._connecting, "nameResolver", None) if self._connecting is not reactor else None
         self._agents = [self._agent(address) for address in (config.source_addresses or (None,))]
         self._next_agent = itertools.cycle(self._agents).__next__
         self._headers = _headers(config.user_agent)  # Agent copies them for each request
         self._agent_headers: dict[str, Headers] = {}  # other user agents' (a worker job's USER_AGENT)
-        proxies = Proxies(reactor, self._connecting, config, self._pools)  # its pools close with the fetcher's
+        proxies = Proxies(reactor, self._connecting, config, self._pools, self._tls)  # pools close with the fetcher's
         self._sites = SiteOptions(config.sites, proxies)  # each hop's site: its headers, proxy, cookies
 
     def _agent(self, address: str | None) -> client.Agent:
         pool = ConnectionPool(self._reactor, self._config.per_host_connections, self._config.keepalive_timeout)
         self._pools.append(pool)
         bind = (address, 0) if address else None
-        endpoints = CachedEndpoints(self._connecting, self._config.connect_timeout, bind)
+        endpoints = CachedEndpoints(self._connecting, self._config.connect_timeout, bind, tls=self._tls)
         agent: client.Agent = client.Agent.usingEndpointFactory(self._reactor, endpoints, pool=pool)  # (untyped)
         return agent
 
@@ -250,6 +257,11 @@ class Fetcher:
         return defer.gatherResults([pool.closeCachedConnections() for pool in self._pools])
 
 
+def _tell_address(on_address: Callable[[str, str], Any], name: str, port: int, address: str) -> Any:
+    """``on_address`` with the host as the pool keys it (spiderd.core.urls: the default ports left out)."""
+    return on_address(name if port in (80, 443) else f"{name}:{port}", address)
+
+
 def _headers(user_agent: str) -> Headers:
     return Headers({
         b"User-Agent": [user_agent.encode()],
@@ -336,7 +348,8 @@ def _stop_timer(result: T, timer: IDelayedCall) -> T:
 _FAILURES: list[tuple[tuple[type, ...], int, str]] = [
     ((TooLarge,), st.TOO_LARGE, "too-large"),
     ((error.DNSLookupError,), st.DNS_ERROR, "dns"),
-    ((ProxyUnsupported,), st.CONNECT_ERROR, "proxy"),
+    ((TunnelTimeout,), st.TIMEOUT, "timeout"),
+    ((ProxyUnsupported, TunnelError), st.CONNECT_ERROR, "proxy"),
     ((error.ConnectionRefusedError,), st.CONNECT_REFUSED, "refused"),
     ((CancelledError, error.TimeoutError, defer.TimeoutError, error.ConnectingCancelledError), st.TIMEOUT, "timeout"),
     ((error.ConnectError,), st.CONNECT_ERROR, "connect"),
@@ -355,7 +368,7 @@ def failure_detail(failure: Failure, timeout: float) -> str:
         inner = list(getattr(failure.value, "reasons", []))
         if inner:
             failure = inner[0]
-    if failure.check(TooLarge, ProxyUnsupported):
+    if failure.check(TooLarge, ProxyUnsupported, TunnelError):
         return failure.getErrorMessage()
     if failure.check(CancelledError):
         return f"no whole answer within {timeout:g} s"

@@ -1,7 +1,7 @@
 """The parse pool: :func:`spiderd.fetch.extract.extract` in child processes, so parsing never stalls the reactor.
 
-``ParsePool(reactor, settings_raw, workers)`` is a Service.  ``workers=0`` parses
-inline (tests, tiny crawls), ``-1`` starts one child per CPU.  Each child holds
+``ParsePool(reactor, rules, workers)`` is a Service (``rules``: :func:`parse_rules`, or a raw
+configuration).  ``workers=0`` parses inline (tests, tiny crawls), ``-1`` starts one child per CPU.  Each child holds
 at most ``queue_size`` requests; the rest wait in the parent (at most
 ``max_waiting``).  A child that dies fails the requests it held with
 :class:`ParseWorkerDied` and is restarted after a capped, growing delay; while
@@ -40,18 +40,25 @@ from spiderd.fetch.extract import MAX_LINKS, Extracted, Rules, extract
 from spiderd.fetch.pagerobots import PageRobots
 from spiderd.fetch.robots import agent_token
 from spiderd.fetch.parseworker import MAX_MESSAGE, FrameDecoder, FrameError, extracted_from, frame, init_message
-from spiderd.config.settings import Settings, from_dict
+from spiderd.config.sections import FetchSection, PoolSection
+from spiderd.config.settings import from_dict
+from spiderd.core.rules import Site
 
 log = Logger()
 _Request = tuple[int, bytes, "Deferred[Extracted]"]
 
 
-def page_robots(settings: Settings) -> PageRobots:
+def page_robots(fetch: FetchSection) -> PageRobots:
     """The page directives honoured, from ``[fetch]`` (obey_nofollow, obey_meta_robots, canonical); the meta
     name of our own user agent (``<meta name="spiderd">``) counts as ``robots``."""
-    token = agent_token(settings.user_agent).strip().lower()
-    return PageRobots(settings.obey_nofollow, settings.obey_meta_robots, settings.canonical,
-                      (token,) if token else ())
+    token = agent_token(fetch.user_agent).strip().lower()
+    return PageRobots(fetch.obey_nofollow, fetch.obey_meta_robots, fetch.canonical, (token,) if token else ())
+
+
+def parse_rules(sites: tuple[Site, ...], pool: PoolSection, fetch: FetchSection) -> Rules:
+    """The rules pages are parsed by: the ``[[sites]]``, the URL limits and linkbase of ``[pool]``, and the page
+    directives of ``[fetch]`` (all the parse children need of the configuration)."""
+    return Rules(sites, pool.max_url_length, pool.max_path_depth, pool.linkbase, page_robots(fetch))
 
 
 class ParseError(Exception):
@@ -72,7 +79,7 @@ class ParsePool(Service):
     def __init__(
         self,
         reactor: IProcessClock,
-        settings_raw: Mapping[str, Any] | Settings,
+        rules: Rules | Mapping[str, Any],
         workers: int = -1,
         *,
         queue_size: int = 16,
@@ -85,10 +92,11 @@ class ParsePool(Service):
         max_rss: int = 512 * 1024 * 1024,
         rss: Callable[[int], int | None] = rss_of,
     ) -> None:
-        settings = settings_raw if isinstance(settings_raw, Settings) else from_dict(settings_raw)
+        if not isinstance(rules, Rules):  # a raw configuration (tests, benches): its rules
+            settings = from_dict(rules)
+            rules = parse_rules(settings.sites, settings.pool, settings.fetch)
         self._reactor = reactor
-        self.rules = Rules(settings.sites, settings.max_url_length, settings.max_path_depth, settings.linkbase,
-                           page_robots(settings))
+        self.rules = rules
         self.workers = (os.cpu_count() or 1) if workers < 0 else workers
         self.queue_size = queue_size
         self.max_waiting = max_waiting

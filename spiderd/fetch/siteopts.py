@@ -2,7 +2,7 @@
 
 A request takes the options of the site allowing its own host (exactly, or as a subdomain): every hop of a
 redirect is looked up again, so a redirect to another host never carries the first site's headers there, nor goes
-through its proxy.  A site with ``cookies = true`` keeps the cookies its hosts set in a jar of its own, in memory
+through its proxy (http:// and https://).  A site with ``cookies = true`` keeps the cookies its hosts set in a jar of its own, in memory
 (lost at a restart, shared by the frontier's fetches and the worker's jobs of the site), and sends them back.
 """
 
@@ -46,7 +46,7 @@ class SiteOptions:
     def route(self, url: str, base: Headers, default: Callable[[], IAgent]) -> tuple[IAgent, Headers]:
         """The agent for ``url`` (its site's proxy's, or ``default()``; wrapped in a CookieAgent with the site's
         jar when the site keeps cookies) and its headers: ``base`` with the site's headers set (a copy), or
-        ``base`` itself if the site adds none.  ProxyUnsupported for an https:// URL of a proxied site."""
+        ``base`` itself if the site adds none.  ProxyUnsupported for a URL its site's proxy cannot carry."""
         site = self.site_for(url)
         if site is None or not (site.headers or site.proxy or site.cookies):
             return default(), base
@@ -57,11 +57,8 @@ class SiteOptions:
         if site.proxy:
             if self._proxies is None:
                 raise ProxyUnsupported("no proxies here")
-            if not url.startswith("http://"):
-                raise ProxyUnsupported(f"site {site.name!r}: https:// through its proxy is not supported yet "
-                                       "(no CONNECT tunnel): not fetched, so as not to bypass the proxy")
-            agent, parsed = self._proxies.agent(site.proxy)
-            if parsed.authorization is not None:
+            agent, parsed = self._proxies.agent(site.proxy, url)
+            if parsed.authorization is not None and url.startswith("http://"):  # https: in the CONNECT only
                 headers.setRawHeaders(b"proxy-authorization", [parsed.authorization])
         agent = agent or default()
         if site.cookies:

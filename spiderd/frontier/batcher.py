@@ -26,7 +26,7 @@ import json
 import os
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 from urllib.parse import urlsplit
 
@@ -37,7 +37,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from spiderd.config.settings import ConfigError, Settings
+from spiderd.config.sections import BatchSection
 from spiderd.core.blocking import Lane
 from spiderd.core.fsutil import unlink_quietly, write_many_atomically
 from spiderd.core.lifecycle import InFlight, settled
@@ -57,24 +57,6 @@ log = Logger()
 T = TypeVar("T")
 
 SETTING_PREFIX = "DISTRIBUTED_START_URLS="
-
-
-@dataclass(frozen=True)
-class BatchConfig:
-    """What the batcher sends, where, and how often."""
-
-    targets: tuple[str, ...]
-    project: str = "spiderd"
-    spider: str = "default"
-    feed_uri: str | None = None
-    batch_size: int = 1000
-    flush_interval: float = 30.0
-    timeout: float = 10.0
-    max_setting_bytes: int = 100_000
-    retry_first: float = 1.0
-    retry_max: float = 300.0
-    stop_timeout: float = 30.0
-    max_posts: int = 8  # POSTs in flight at once (the rest wait in order, spooled)
 
 
 @dataclass
@@ -122,14 +104,18 @@ class Batcher(Service):
     name = "batcher"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(
-        self, reactor: INodeReactor, pool: IURLPool, spool_dir: str, config: BatchConfig, http: HTTPClient | None = None,
+        self, reactor: INodeReactor, pool: IURLPool, spool_dir: str, config: BatchSection, http: HTTPClient | None = None,
         clock: IReactorTime | None = None, local: Callable[[], str] | None = None,
-        spider_of: Callable[[str], str] | None = None, lane: Lane | None = None,
+        spider_of: Callable[[str], str] | None = None, lane: Lane | None = None, *,
+        retry_first: float = 1.0, retry_max: float = 300.0, stop_timeout: float = 30.0, max_posts: int = 8,
     ) -> None:
-        """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the flush, retry and timeout timers;
+        """``config``: the ``[batch]`` section (its ``spider`` names the batches unless ``spider_of`` does);
+        ``reactor`` does the I/O; ``clock`` (default: the reactor) runs the flush, retry and timeout timers;
         ``local()`` gives the target that ``"local"`` stands for (this node's worker), asked at start;
         ``spider_of(url)`` names the spider (site) of a URL: a batch holds one spider's URLs; ``lane``
-        (default: one of its own) writes the spool."""
+        (default: one of its own) writes the spool; a failed POST is retried after ``retry_first`` seconds,
+        doubling up to ``retry_max``; at most ``max_posts`` POSTs are in flight (the rest wait in order,
+        spooled); a stop waits ``stop_timeout`` seconds for them."""
         if not config.targets:
             raise ValueError("the batcher needs at least one target")
         self._reactor = reactor
@@ -137,6 +123,9 @@ class Batcher(Service):
         self._pool = pool
         self._dir = spool_dir
         self._config = config
+        self._retry = Backoff(retry_first, retry_max)
+        self._stop_timeout = stop_timeout
+        self._max_posts = max_posts
         self._http = http
         self._local = local
         self._spider_of = spider_of or (lambda url: config.spider)
@@ -175,7 +164,7 @@ class Batcher(Service):
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         yield self._lock.run(self._seal)
-        deadline = self._clock.callLater(self._config.stop_timeout, self._cut)
+        deadline = self._clock.callLater(self._stop_timeout, self._cut)
         yield self._posts.wait()
         if deadline.active():
             deadline.cancel()
@@ -205,7 +194,7 @@ class Batcher(Service):
         yield self._pool.seen_add(fresh)
         self._open.extend(fresh)
         self._open_set.update(fresh)
-        if len(self._open) >= self._config.batch_size:
+        if len(self._open) >= self._config.size:
             yield self._seal(everything=False)
         self._arm_timer()
         return len(fresh)
@@ -236,7 +225,7 @@ class Batcher(Service):
         byte limit), spool them in one write and send them: work per call, never a chain per batch."""
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
-        size = self._config.batch_size
+        size = self._config.size
         count = len(self._open) if everything else len(self._open) // size * size
         if not count:
             return
@@ -263,7 +252,7 @@ class Batcher(Service):
         self._pump()
 
     def _pump(self) -> None:
-        while self._ready and len(self._posts) < self._config.max_posts and not self._cut_off:
+        while self._ready and len(self._posts) < self._max_posts and not self._cut_off:
             batch = self._ready.popleft()
             index = next_target(batch.number, batch.attempts, len(self._targets))
             url, auth = self._targets[index]
@@ -316,7 +305,7 @@ class Batcher(Service):
         figures.in_flight -= 1
         figures.failures += 1
         figures.last_error = failure.getErrorMessage()
-        delay = Backoff(self._config.retry_first, self._config.retry_max).delay(batch.attempts)
+        delay = self._retry.delay(batch.attempts)
         log.warn("Batch {n} not accepted by {url} ({why}); next target in {delay:.0f}s",
                  n=batch.number, url=url, why=failure.getErrorMessage(), delay=delay)
         if self.running:
@@ -435,24 +424,19 @@ def _read_spool(directory: str, open_path: str) -> tuple[list[tuple[int, str, li
     return spooled, list(dict.fromkeys(open_urls))
 
 
-def build_batcher(settings: Settings, reactor: INodeReactor, pool: IURLPool, worker: WorkerService | None, rules: Rules,
-                  lane: Lane) -> Batcher | None:
-    """Detail URLs to workers in batches; none (details fetched here) when batch.targets is empty.
+def build_batcher(batch: BatchSection, reactor: INodeReactor, pool: IURLPool, spool_dir: str,
+                  worker: WorkerService | None, rules: Rules, lane: Lane) -> Batcher | None:
+    """Detail URLs to workers in batches (spooled in ``spool_dir``); none (details fetched here) when
+    batch.targets is empty.
 
-    ``worker``: this node's own (``"local"`` needs it), else None; ``rules`` name the site of a URL."""
-    if not settings.batch_targets:
+    ``worker``: this node's own (``"local"`` stands for it: its project is the batches'), else None; ``rules``
+    name the site of a URL (the batch's spider, unless ``[batch] spider`` names one)."""
+    if not batch.targets:
         return None
-    if "local" in settings.batch_targets and worker is None:
-        raise ConfigError(f"{settings.source}: batch.targets: \"local\" needs the all role (this node's worker)")
-    config = BatchConfig(
-        settings.batch_targets, project=settings.worker_project if worker else settings.batch_project,
-        spider=settings.batch_spider or (settings.sites[0].name if settings.sites else "default"),
-        feed_uri=settings.batch_feed_uri or None, batch_size=settings.batch_size,
-        flush_interval=settings.batch_flush_interval, timeout=settings.batch_timeout,
-        max_setting_bytes=settings.batch_max_setting_bytes,
-    )
-    spider_of = None if settings.batch_spider else _site_name(rules, config.spider)
-    return Batcher(reactor, pool, settings.path("batches"), config, local=worker.local_target if worker else None,
+    default = rules.sites[0].name if rules.sites else "default"
+    config = replace(batch, project=worker.config.project if worker else batch.project, spider=batch.spider or default)
+    spider_of = None if batch.spider else _site_name(rules, default)
+    return Batcher(reactor, pool, spool_dir, config, local=worker.local_target if worker else None,
                    spider_of=spider_of, lane=lane)
 
 

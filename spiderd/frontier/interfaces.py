@@ -22,8 +22,9 @@ class IURLPool(Interface):
     next_batch), the items writer (set_statuses with a checkpoint, checkpoint,
     drop_checkpoint), the seeds (addmany, set_seeds, set_hubs), the seed timer
     (claim_once, seed_urls), the recrawler (size, recrawl), robots.txt
-    (set_host_delay), the progress log and the status (stats) and the pool
-    service (close); ``size`` and ``empty`` are seed 000's questions.  What
+    (set_host_delay), the fetcher's name lookups (set_host_group), the
+    progress log and the status (stats) and the pool service (close);
+    ``size`` and ``empty`` are seed 000's questions.  What
     only operators and tools use (why, export, import) is
     :class:`IURLPoolAdmin`, which a backend may lack.
 
@@ -136,6 +137,11 @@ class IURLPool(Interface):
 
     def set_host_delay(host: str, delay: float) -> Deferred[None]:
         """Raise a host's minimum delay (robots.txt Crawl-delay)."""
+
+    def set_host_group(host: str, group: str) -> Deferred[None]:
+        """Per-IP politeness: ``host`` shares one politeness slot (next-allowed time, requests in flight) with
+        the other hosts of ``group`` (their address, as the fetch connected to it); ``group == host``: a slot
+        of its own again.  A host is on its own until told a group."""
 
     def size() -> Deferred[int]:
         """Fires with the number of waiting URLs."""

@@ -11,33 +11,76 @@ when a fetch ends, the host's next request waits ``delay_factor x`` that
 fetch's duration from its end, within ``min_delay`` and ``max_delay``.  It
 only ever pushes the next-allowed time later, so the configured delay and a
 robots.txt Crawl-delay (start to start) stay lower bounds.
+
+Per-IP politeness (``[fetch] politeness = "ip"``): the hosts of one group (their address, told by the fetch
+through ``set_group``) share one next-allowed time and one in-flight count, a :class:`HostGroup`.  The heap
+then holds the group, not its hosts, and the group's hosts take turns in it (a ring).  A host is on its own
+until it is told a group, and moves when its address changes.  The address told of a host is kept while the host
+has a slot; of the others, those told last, up to ``groups_kept`` addresses in all (a host forgotten by ``collect``
+that comes back rejoins its group; one told longer ago is on its own until its next lookup tells it again).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from spiderd.core.rules import AdaptiveDelay
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
+class HostGroup:
+    """The hosts of one address (per-IP politeness): one next-allowed time and one in-flight count, and the ring
+    of its hosts that wait for a turn (each at most once)."""
+
+    key: str
+    next_allowed: float = 0.0
+    inflight: int = 0
+    cap: int = 1  # the highest concurrency of its hosts: below it, one of them may have a free slot
+    queued: bool = False
+    ring: deque[HostSlot] = field(default_factory=deque)
+
+
+@dataclass(slots=True, eq=False)
 class HostSlot:
-    """What the pool knows of one host."""
+    """What the pool knows of one host; ``inflight`` and ``next_allowed`` are its group's when it has one."""
 
     host: str
     hid: bytes
     delay: float
     concurrency: int
     waiting: int = 0
-    inflight: int = 0
-    next_allowed: float = 0.0
-    queued: bool = False
+    own_inflight: int = 0  # this host's requests in flight (its group counts those of all its hosts)
+    own_next: float = 0.0
+    queued: bool = False  # in the heap, or in its group's ring
     cursor: Any = None  # the backend's read state in this host's queues
     seen: int | None = None  # new URLs the host took in all, when the backend counts them (None: not read yet)
     throttled_until: float = 0.0  # the end of the last block by a throttling answer (see Politeness.block)
+    group: HostGroup | None = None
+
+    @property
+    def inflight(self) -> int:
+        return self.own_inflight if self.group is None else self.group.inflight
+
+    @inflight.setter
+    def inflight(self, value: int) -> None:
+        change = value - self.inflight
+        self.own_inflight = max(0, self.own_inflight + change)
+        if self.group is not None:
+            self.group.inflight = max(0, self.group.inflight + change)
+
+    @property
+    def next_allowed(self) -> float:
+        return self.own_next if self.group is None else self.group.next_allowed
+
+    @next_allowed.setter
+    def next_allowed(self, value: float) -> None:
+        self.own_next = value
+        if self.group is not None:
+            self.group.next_allowed = value
 
 
 @dataclass
@@ -50,29 +93,61 @@ class Politeness:
     adaptive: AdaptiveDelay = field(default_factory=AdaptiveDelay)  # off unless its factor is above 0
     adaptive_overrides: dict[str, AdaptiveDelay] = field(default_factory=dict)  # host -> its own rule
     hosts: dict[str, HostSlot] = field(default_factory=dict)
-    _heap: list[tuple[float, int, HostSlot]] = field(default_factory=list)
+    _heap: list[tuple[float, int, HostSlot | HostGroup]] = field(default_factory=list)
     _tiebreak: itertools.count[int] = field(default_factory=itertools.count)
     _robots_delay: dict[str, float] = field(default_factory=dict)
+    groups_kept: int = 100_000  # addresses kept of hosts without a slot (ten times the fetcher's DNS cache)
+    _group_of: OrderedDict[str, str] = field(default_factory=OrderedDict)  # host -> its group (per-IP), last told last
+    _groups: dict[str, HostGroup] = field(default_factory=dict)
 
     def slot(self, host: str, hid: bytes) -> HostSlot:
-        """The slot of ``host``, created on first use."""
+        """The slot of ``host``, created on first use (in its group, if it was told one)."""
         slot = self.hosts.get(host)
         if slot is None:
             delay, concurrency = self.overrides.get(host, (self.delay, self.concurrency))
             delay = max(delay, self._robots_delay.get(host, 0.0))
             slot = self.hosts[host] = HostSlot(host, hid, delay, concurrency)
+            key = self._group_of.get(host)
+            if key is not None:
+                self._join(slot, key)
         return slot
 
     def ready(self, now: float) -> HostSlot | None:
         """Take the host whose turn it is, if its next-allowed time has come."""
         heap = self._heap
         while heap and heap[0][0] <= now:
-            slot = heapq.heappop(heap)[2]
+            item = heapq.heappop(heap)[2]
+            if isinstance(item, HostGroup):
+                item.queued = False
+                member = self._member(item, now)
+                if member is not None:
+                    return member
+                continue
+            if item.group is not None:  # queued before it joined a group: its group's ring has it now
+                continue
+            item.queued = False
+            if item.next_allowed > now:
+                self.requeue(item)
+            elif item.waiting > 0 and item.inflight < item.concurrency:
+                return item
+        return None
+
+    def _member(self, group: HostGroup, now: float) -> HostSlot | None:
+        """The next host of ``group``'s ring that may go now (it leaves the ring), or None."""
+        if group.next_allowed > now:
+            self._queue(group)
+            return None
+        ring = group.ring
+        for _ in range(len(ring)):
+            slot = ring.popleft()
+            if slot.group is not group:  # moved to another group since (it is queued there)
+                continue
             slot.queued = False
-            if slot.next_allowed > now:
-                self.requeue(slot)
-            elif slot.waiting > 0 and slot.inflight < slot.concurrency:
+            if slot.waiting > 0 and group.inflight < slot.concurrency:
                 return slot
+            if slot.waiting > 0:  # no free slot for this host now: it keeps its place for a release
+                slot.queued = True
+                ring.append(slot)
         return None
 
     def quota(self, slot: HostSlot, now: float, wanted: int) -> int:
@@ -95,7 +170,7 @@ class Politeness:
 
     def release(self, slot: HostSlot) -> None:
         """A leased URL of ``slot`` finished (or its lease expired)."""
-        if slot.inflight > 0:
+        if slot.own_inflight > 0:
             slot.inflight -= 1
         self.requeue(slot)
 
@@ -111,10 +186,56 @@ class Politeness:
         return self.adaptive_overrides.get(host, self.adaptive)
 
     def requeue(self, slot: HostSlot) -> None:
-        """Put ``slot`` in the heap if it has work and a free slot."""
-        if not slot.queued and slot.waiting > 0 and slot.inflight < slot.concurrency:
+        """Put ``slot`` in the heap (or its group's ring, and the group in the heap) if it has work and a free
+        slot."""
+        group = slot.group
+        if group is None:
+            if not slot.queued and slot.waiting > 0 and slot.inflight < slot.concurrency:
+                slot.queued = True
+                heapq.heappush(self._heap, (slot.next_allowed, next(self._tiebreak), slot))
+            return
+        if not slot.queued and slot.waiting > 0:
             slot.queued = True
-            heapq.heappush(self._heap, (slot.next_allowed, next(self._tiebreak), slot))
+            group.ring.append(slot)
+        self._queue(group)
+
+    def _queue(self, group: HostGroup) -> None:
+        """Put ``group`` in the heap at its next-allowed time if a host of its ring may have a free slot."""
+        if not group.queued and group.ring and group.inflight < group.cap:
+            group.queued = True
+            heapq.heappush(self._heap, (group.next_allowed, next(self._tiebreak), group))
+
+    def set_group(self, host: str, key: str) -> None:
+        """Put ``host`` in the politeness group ``key`` (its address); ``key == host``: on its own again."""
+        if key == host:
+            self._group_of.pop(host, None)
+        else:
+            self._group_of[host] = key
+            self._group_of.move_to_end(host)
+        slot = self.hosts.get(host)
+        if slot is not None:
+            self._join(slot, None if key == host else key)
+
+    def _join(self, slot: HostSlot, key: str | None) -> None:
+        """Move ``slot`` (its in-flight requests, its next-allowed time) into group ``key`` (None: no group)."""
+        old = slot.group
+        group = None if key is None else self._groups.get(key)
+        if key is not None and group is None:
+            group = self._groups[key] = HostGroup(key)
+        if group is old:
+            return
+        if old is not None:
+            old.inflight = max(0, old.inflight - slot.own_inflight)
+            self._queue(old)  # the requests in flight it took along may have held back the others of its ring
+        slot.group = group
+        if group is not None:
+            group.inflight += slot.own_inflight
+            group.next_allowed = max(group.next_allowed, slot.own_next)
+            group.cap = max(group.cap, slot.concurrency)
+        else:
+            slot.own_next = max(slot.own_next, old.next_allowed if old is not None else 0.0)
+        slot.queued = False  # an entry left in the heap or the old ring is skipped there
+        self.requeue(slot)
 
     def next_time(self) -> float | None:
         """The earliest next-allowed time of a ready host, or None."""
@@ -138,10 +259,20 @@ class Politeness:
         slot.throttled_until = max(slot.throttled_until, until)
 
     def collect(self, now: float) -> None:
-        """Forget hosts with nothing waiting, nothing in flight and no pending delay."""
-        idle = [h for h, s in self.hosts.items() if not s.waiting and not s.inflight and s.next_allowed <= now]
+        """Forget hosts with nothing waiting, nothing in flight and no pending delay, groups no host is in, and
+        the addresses of hosts without a slot told longest ago, down to ``groups_kept`` addresses."""
+        idle = [h for h, s in self.hosts.items() if not s.waiting and not s.own_inflight and s.next_allowed <= now]
         for host in idle:
             del self.hosts[host]
+        excess = len(self._group_of) - self.groups_kept
+        if excess > 0:
+            gone = list(itertools.islice((h for h in self._group_of if h not in self.hosts), excess))
+            for host in gone:
+                del self._group_of[host]
+        if self._groups:
+            kept = {id(s.group) for s in self.hosts.values() if s.group is not None}
+            for key in [key for key, group in self._groups.items() if id(group) not in kept]:
+                del self._groups[key]
 
     def top(self, count: int) -> list[list[Any]]:
         """The ``count`` hosts with the most waiting URLs, as ``[host, waiting]``, largest first."""

@@ -53,7 +53,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from spiderd.config.settings import Settings
+from spiderd.config.sections import PoolSection
 from spiderd.core.cron import Cron, CronError, parse
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.urls import registered_domain
@@ -235,13 +235,14 @@ class Recrawler(Service):
         return total
 
 
-def schedulers(settings: Settings, clock: IReactorTime, pool: IURLPool,
+def schedulers(config: PoolSection, sites: Iterable[Any], clock: IReactorTime, pool: IURLPool,
                fetches: Callable[[], int]) -> tuple[SeedTimer | None, Recrawler | None]:
-    """The seed timer (``pool.seed_cron``) and the recrawler (sites with recrawl intervals), each when configured."""
-    timer = SeedTimer(clock, pool, parse(settings.seed_cron)) if settings.seed_cron else None
-    policy = RecrawlPolicy.from_sites(settings.sites)
+    """The seed timer (``[pool] seed_cron``) and the recrawler (sites with recrawl intervals; the ``recrawl_*``
+    keys of ``[pool]``), each when configured."""
+    timer = SeedTimer(clock, pool, parse(config.seed_cron)) if config.seed_cron else None
+    policy = RecrawlPolicy.from_sites(sites)
     if not policy.intervals:
         return timer, None
-    ratios = {"list": settings.recrawl_list_ratio, "detail": settings.recrawl_detail_ratio}
-    return timer, Recrawler(clock, pool, policy, fetches, every=settings.recrawl_every, batch=settings.recrawl_batch,
+    ratios = {"list": config.recrawl_list_ratio, "detail": config.recrawl_detail_ratio}
+    return timer, Recrawler(clock, pool, policy, fetches, every=config.recrawl_every, batch=config.recrawl_batch,
                             ratios=ratios)

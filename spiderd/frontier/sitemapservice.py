@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from twisted.application.service import Service
@@ -36,11 +35,11 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from spiderd.config.settings import Settings
+from spiderd.config.sections import FetchSection, PoolSection, SitemapsSection
 from spiderd.core.blocking import Lane
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.stats import CrawlStats
-from spiderd.core.rules import SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS
+from spiderd.core.rules import Site
 from spiderd.core.urls import BadURL, canonicalize, host_of
 from spiderd.fetch import sitemaps
 from spiderd.fetch.extract import Rules
@@ -60,32 +59,6 @@ REDIRECTS = 5
 ONCE_TTL = 86400.0  # refresh = 0: how long nodes sharing a pool leave a host's sitemaps to the node that read them
 
 
-@dataclass(frozen=True)
-class SitemapConfig:
-    """The ``[sitemaps]`` settings (and the delay between two files of one host)."""
-
-    from_robots: bool = True
-    paths: tuple[str, ...] = ()
-    max_urls: int = SITEMAP_MAX_URLS
-    max_size: int = SITEMAP_MAX_SIZE
-    max_files: int = 100
-    refresh: float = 86400.0
-    lastmod: bool = True
-    delay: float = 0.0
-    host_delays: tuple[tuple[str, float], ...] = ()
-
-    @classmethod
-    def of(cls, settings: Settings) -> SitemapConfig:
-        return cls(settings.sitemap_from_robots, settings.sitemap_paths, settings.sitemap_max_urls,
-                   settings.sitemap_max_size, settings.sitemap_max_files, settings.sitemap_refresh,
-                   settings.sitemap_lastmod, settings.per_host_delay,
-                   tuple((host, rule.delay) for host, rule in settings.host_rules.items()))
-
-    def delay_of(self, host: str) -> float:
-        """Seconds between two sitemap files of ``host``."""
-        return dict(self.host_delays).get(host, self.delay)
-
-
 class _Host:
     __slots__ = ("named", "read_at", "reading", "call")
 
@@ -103,17 +76,21 @@ class SitemapService(Service):
 
     def __init__(self, clock: IReactorTime, pool: IURLPool, robots: Robots,
                  fetch_raw: Callable[[str, int], Deferred[Any]], lane: Lane, rules: tuple[Rules, Rules],
-                 config: SitemapConfig, stats: CrawlStats,
+                 config: SitemapsSection, stats: CrawlStats,
                  detail_sink: Callable[[list[str]], Deferred[Any]] | None = None,
-                 cooperate: Callable[[Iterator[Any]], Any] = task.cooperate) -> None:
+                 cooperate: Callable[[Iterator[Any]], Any] = task.cooperate, *,
+                 fetching: FetchSection = FetchSection()) -> None:
         """``fetch_raw(url, max_size)`` fetches a file; ``rules`` are two compiled copies of the site rules, one for
-        the reactor thread and one for the lane; ``detail_sink`` takes detail URLs (else the pool's detail queue)."""
+        the reactor thread and one for the lane; ``config`` is the ``[sitemaps]`` section; ``detail_sink`` takes
+        detail URLs (else the pool's detail queue); two files of one host are fetched its ``[fetch]`` delay apart
+        (``fetching``: per_host_delay, or its ``[fetch.hosts]`` table's)."""
         self._clock = clock
         self._pool = pool
         self._fetch_raw = fetch_raw
         self._lane = lane
         self._rules, self._lane_rules = rules
         self._config = config
+        self._fetching = fetching
         self._stats = stats
         self._detail_sink = detail_sink
         self._cooperate = cooperate
@@ -213,6 +190,11 @@ class SitemapService(Service):
 
     # -- one host --------------------------------------------------------------------
 
+    def _delay_of(self, host: str) -> float:
+        """Seconds between two sitemap files of ``host``: its ``[fetch.hosts]`` delay, else ``per_host_delay``."""
+        rule = self._fetching.hosts.get(host)
+        return rule.delay if rule is not None else self._fetching.per_host_delay
+
     def _sitemap_urls(self, origin: str, host: _Host) -> list[str]:
         """The host's sitemap files to start from: its robots.txt's, then the configured paths, on site hosts."""
         urls = []
@@ -242,8 +224,8 @@ class SitemapService(Service):
                          max=self._config.max_files)
                 break
             seen.add(url)
-            if files and self._config.delay_of(origin_host) > 0:
-                yield task.deferLater(self._clock, self._config.delay_of(origin_host), lambda: None)
+            if files and self._delay_of(origin_host) > 0:
+                yield task.deferLater(self._clock, self._delay_of(origin_host), lambda: None)
             files += 1
             found = yield self._read_file(url, origin_host, since)
             if found is None:
@@ -328,19 +310,19 @@ _WHY = {
 }
 
 
-def sitemap_service(settings: Settings, clock: IReactorTime, pool: IURLPool, fetcher: Fetcher, lane: Lane,
-                    stats: CrawlStats,
+def sitemap_service(config: SitemapsSection, fetching: FetchSection, limits: PoolSection, sites: tuple[Site, ...],
+                    clock: IReactorTime, pool: IURLPool, fetcher: Fetcher, lane: Lane, stats: CrawlStats,
                     detail_sink: Callable[[list[str]], Deferred[Any]] | None = None) -> SitemapService | None:
-    """The sitemap reader of a node's settings, or None when no sitemap is to be read (or robots.txt is not)."""
-    config = SitemapConfig.of(settings)
+    """The sitemap reader of ``[sitemaps]`` (the URL limits of ``[pool]``, the ``[[sites]]``), or None when no
+    sitemap is to be read (or robots.txt is not)."""
     if not (config.from_robots or config.paths):
         return None
     if fetcher.robots is None:
         log.info("Sitemaps are not read: they are found when robots.txt is read, and fetch.robots is false")
         return None
     def compiled() -> Rules:
-        return Rules(settings.sites, settings.max_url_length, settings.max_path_depth)
+        return Rules(sites, limits.max_url_length, limits.max_path_depth)
 
     fetch = functools.partial(fetcher.fetch_raw, redirects=REDIRECTS, truncate=True)
     return SitemapService(clock, pool, fetcher.robots, fetch, lane, (compiled(), compiled()), config, stats,
-                          detail_sink=detail_sink)
+                          detail_sink=detail_sink, fetching=fetching)

@@ -24,6 +24,7 @@ from twisted.logger import Logger, globalLogPublisher
 from twisted.python.logfile import BaseLogFile
 
 from spiderd.config import settings as cfg
+from spiderd.config.sections import SpiderdSection
 from spiderd.core.blocking import Lane
 from spiderd.core.reactors import INodeReactor
 
@@ -38,11 +39,14 @@ class ReloadService(Service):
 
     name = "reload"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, reactor: INodeReactor, settings: cfg.Settings, lane: Lane, seeds: SeedService | None = None,
-                 install: bool = True) -> None:
+    def __init__(self, reactor: INodeReactor, source: str, node: SpiderdSection, lane: Lane,
+                 seeds: SeedService | None = None, install: bool = True) -> None:
+        """``source``: the configuration file; ``node``: the running ``[spiderd]`` section (what the command line
+        may have set, which a reload keeps)."""
         self._reactor = reactor
         self._lane = lane
-        self._settings = settings
+        self._source = source
+        self._node = node
         self._seeds = seeds
         self._install = install
         self._previous: Any = None  # the SIGHUP handler before ours
@@ -75,7 +79,7 @@ class ReloadService(Service):
     def reload(self) -> defer.Deferred[bool]:
         """Reopen the log files, then load seeds and hubs from the file; fires with False if the file was bad."""
         reopened = reopen_log_files()
-        source = self._settings.source
+        source = self._source
         d = self._lane.run(_read, source, self._overrides())
         return d.addCallback(self._apply, source, reopened)
 
@@ -90,17 +94,17 @@ class ReloadService(Service):
             return False
         if self._seeds is None:
             log.info("Reload (SIGHUP): {source} is valid; no seeds in the {role} role; {reopened} log files reopened",
-                     source=source, role=self._settings.role, reopened=reopened)
+                     source=source, role=self._node.role, reopened=reopened)
             return True
         log.info("Reload (SIGHUP): {seeds} seeds and {hubs} hubs from {source}; {reopened} log files reopened "
-                 "(other changes need a restart)", seeds=len(fresh.seeds), hubs=len(fresh.hubs), source=source,
+                 "(other changes need a restart)", seeds=len(fresh.pool.seeds), hubs=len(fresh.pool.hubs), source=source,
                  reopened=reopened)
-        d = defer.maybeDeferred(self._seeds.load, fresh.seeds, fresh.hubs, fresh.hub_refresh_span)
+        d = defer.maybeDeferred(self._seeds.load, fresh.pool.seeds, fresh.pool.hubs, fresh.pool.hub_refresh_span)
         return d.addCallback(lambda _: True)
 
     def _overrides(self) -> dict[str, Any]:
         """What the command line set (and a reload cannot change): taken from the running settings."""
-        s = self._settings
+        s = self._node
         return {"spiderd.role": s.role, "spiderd.data_dir": s.data_dir, "spiderd.exit_when_done": s.exit_when_done}
 
 

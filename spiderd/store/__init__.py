@@ -45,6 +45,7 @@ from __future__ import annotations
 import os
 from typing import Sequence, TypedDict
 
+from spiderd.config.sections import StoreSection
 from spiderd.core.compression import FAST
 from spiderd.core.reactors import IThreadedClock
 from spiderd.store.base import NullStore, PageStore, StoreNotRunning, StoreUnavailable
@@ -62,6 +63,7 @@ __all__ = [
     "StoreNotRunning",
     "StoreUnavailable",
     "open_store",
+    "page_store",
 ]
 
 DEFAULT_PRESET = FAST
@@ -103,3 +105,10 @@ def open_store(
     if url.startswith("mysql://"):
         return MySQLStore(parse_mysql_url(url), reactor, stop_timeout=stop_timeout, **options)
     raise ValueError(f"expected sqlite:///PATH, mysql://USER:PASS@HOST:PORT/DB or none, got {redact(url)!r}")
+
+
+def page_store(config: StoreSection, data_dir: str, reactor: IThreadedClock) -> PageStore | ShardedStore | None:
+    """The page store of the ``[store]`` section, or None with ``url = "none"``."""
+    if config.url == "none":
+        return None
+    return open_store(config.url, data_dir, reactor, preset=config.compression_preset, batch_size=config.batch_size)

@@ -11,7 +11,7 @@ shipper it writes to (``OrderedMultiService`` stops in reverse order).
 from __future__ import annotations
 
 import os
-from dataclasses import fields
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.application.service import Service
@@ -27,7 +27,8 @@ from spiderd.core.blocking import Lane
 from spiderd.core.net.auth import Auth
 from spiderd.core.net.serving import JsonSite
 from spiderd.core.reactors import INodeReactor
-from spiderd.core.rules import AdaptiveDelay, host_adaptive
+from spiderd.config.sections import FetchSection, WorkerSection
+from spiderd.core.rules import host_adaptive
 from spiderd.store.interfaces import IPageStore
 from spiderd.worker.api import WorkerAPI
 from spiderd.worker.config import WorkerConfig
@@ -38,7 +39,6 @@ from spiderd.worker.validate import Validator
 from spiderd.worker.table import job_rows
 
 if TYPE_CHECKING:
-    from spiderd.config.settings import Settings
     from spiderd.core.stats import CrawlStats
     from spiderd.feed.shipper import FeedShipper
     from spiderd.fetch.extract import Rules
@@ -95,8 +95,7 @@ class WorkerService(Service):
         auth = Auth(username=config.username, password=config.password)
         self._api = api = WorkerAPI(self.runner, self.validator, config.host_name, auth)
         self.ready: Deferred[None] = defer.succeed(None)  # the jobs on disk loaded and running (after startService)
-        self.site = JsonSite(api, config.max_body_size, config.host_name, "Worker API", reactor=reactor,
-                             lane=self._lane)  # a big schedule.json form is decoded there, in turn with job files
+        self.site = JsonSite(api, config.max_body_size, config.host_name, "Worker API", reactor=reactor)
         self.port: IListeningPort | None = None
 
     def _io(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:
@@ -197,43 +196,35 @@ def default_incoming_dir(shipper: FeedShipper) -> str:
     return os.path.join(str(shipper.spool_dir), "incoming")
 
 
-def worker_config(settings: Settings) -> WorkerConfig:
-    """The WorkerConfig of spiderd settings: ``worker_<key>`` attributes, with the defaults for absent ones.
+def worker_config(worker: WorkerSection, fetch: FetchSection, *, data_dir: str, role: str = "worker",
+                  failure_threshold: int = 3, feed_format: str = "jsonl") -> WorkerConfig:
+    """The WorkerConfig of the ``[worker]`` section, in the data directory ``data_dir``.
 
-    ``failure_threshold`` comes from ``[pool]``; ``per_host_concurrency``, ``per_host_delay``, the adaptive
-    politeness rule, the per-host overrides, ``max_retry_after`` and ``max_throttles`` from ``[fetch]``.
+    ``port = -1`` is 6800 in the worker role (where Scrapyd listens), any free port for the all role's own worker;
+    ``concurrency = 0`` is ``[fetch]``'s.  ``per_host_concurrency``, ``per_host_delay``, the adaptive politeness
+    rule, the per-host tables, ``max_retry_after`` and ``max_throttles`` come from ``[fetch]``;
+    ``failure_threshold`` is ``[pool]``'s, ``feed_format`` ``[items]``'s ``format``.
     """
-    values: dict[str, Any] = {"data_dir": settings.data_dir}
-    for f in fields(WorkerConfig):
-        if hasattr(settings, "worker_" + f.name):
-            values[f.name] = getattr(settings, "worker_" + f.name)
-    if values.get("port", -1) == -1:  # the worker role listens where Scrapyd does; the all role's own worker anywhere
-        values["port"] = 6800 if getattr(settings, "role", "worker") == "worker" else 0
-    if not values.get("concurrency"):  # 0: as many URLs in flight as the node's fetch loop has
-        values["concurrency"] = getattr(settings, "concurrency", 64)
-    values.setdefault("failure_threshold", settings.failure_threshold)
-    values.setdefault("feed_format", getattr(settings, "items_format", "jsonl"))
-    values.setdefault("per_host_concurrency", settings.per_host_concurrency)
-    values.setdefault("per_host_delay", getattr(settings, "per_host_delay", 0.0))
-    values.setdefault("max_retry_after", getattr(settings, "max_retry_after", 3600.0))
-    values.setdefault("max_throttles", getattr(settings, "max_throttles", 10))
-    rules = getattr(settings, "host_rules", {})
-    values.setdefault("host_overrides", {host: (rule.delay, rule.concurrency) for host, rule in rules.items()})
-    adaptive = getattr(settings, "adaptive", AdaptiveDelay())
-    values.setdefault("adaptive", adaptive)
-    values.setdefault("adaptive_overrides", host_adaptive(rules, adaptive))
-    return WorkerConfig(**values)
+    values: dict[str, Any] = asdict(worker)
+    if worker.port == -1:
+        values["port"] = 6800 if role == "worker" else 0
+    values["concurrency"] = worker.concurrency or fetch.concurrency
+    return WorkerConfig(
+        data_dir=data_dir, failure_threshold=failure_threshold, feed_format=feed_format,
+        per_host_concurrency=fetch.per_host_concurrency, per_host_delay=fetch.per_host_delay,
+        max_retry_after=fetch.max_retry_after, max_throttles=fetch.max_throttles,
+        host_overrides={host: (rule.delay, rule.concurrency) for host, rule in fetch.hosts.items()},
+        adaptive=fetch.adaptive, adaptive_overrides=host_adaptive(fetch.hosts, fetch.adaptive), **values)
 
 
-def build_worker(settings: Settings, reactor: INodeReactor, fetcher: Fetcher, parser: ParsePool,
+def build_worker(config: WorkerConfig, reactor: INodeReactor, fetcher: Fetcher, parser: ParsePool,
                  store: IPageStore | None, shipper: FeedShipper, lane: Lane | None = None,
                  stats: CrawlStats | None = None, claim_content: ClaimContent | None = None) -> WorkerService:
-    """The worker role's service for ``tap.build`` (raises WorkerConfigError, a ValueError, on bad settings).
+    """The worker role's service for ``tap.build`` (raises WorkerConfigError, a ValueError, on a bad ``config``).
 
     The robots.txt Crawl-delays that the fetcher's ``robots`` (if any) finds raise the jobs' per-host delays."""
-    worker = WorkerService(reactor, worker_config(settings), fetcher, parser, store, shipper, lane=lane, stats=stats,
+    worker = WorkerService(reactor, config, fetcher, parser, store, shipper, lane=lane, stats=stats,
                            claim_content=claim_content)
-    robots = getattr(fetcher, "robots", None)
-    if robots is not None:
-        robots.add_delay_listener(worker.set_host_delay)
+    if fetcher.robots is not None:
+        fetcher.robots.add_delay_listener(worker.set_host_delay)
     return worker

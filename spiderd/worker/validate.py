@@ -125,16 +125,20 @@ class Validator:
         return settings
 
     def _url_list(self, raw: str) -> list[str]:
-        """The start URLs as sent: a JSON list of at most max_job_urls strings."""
+        """The start URLs as sent: a JSON list of at most max_job_urls strings (a longer list is refused before
+        its items are looked at: millions of them would hold the reactor)."""
         try:
             value = jsontext.loads(raw)
         except ValueError as e:
             raise ApiError(f"DISTRIBUTED_START_URLS is invalid: not JSON ({e})") from None
-        if not isinstance(value, list) or not all(isinstance(u, str) for u in value):
-            raise ApiError("DISTRIBUTED_START_URLS is invalid: expected a JSON list of URL strings")
+        not_strings = ApiError("DISTRIBUTED_START_URLS is invalid: expected a JSON list of URL strings")
+        if not isinstance(value, list):
+            raise not_strings
         if len(value) > self._max_urls:
             raise ApiError(f"DISTRIBUTED_START_URLS is invalid: {len(value)} URLs, at most {self._max_urls} in one "
                            "job (worker.max_job_urls): send smaller batches")
+        if not all(isinstance(u, str) for u in value):
+            raise not_strings
         return value
 
     def _canonical(self, listed: list[str], site: Site) -> Deferred[list[str]]:

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from spiderd.core import status as st
-from spiderd.core.urls import MAX_URL_LENGTH, host_of
+from spiderd.core.urls import host_of
 from spiderd.frontier.politeness import HostSlot, Politeness
 from spiderd.frontier.pool import keys as k
 from spiderd.frontier.pool.crawled import CrawledSets
 from spiderd.frontier.pool.hops import HopLimits
+from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.shared import HostErrors, RecentFailures, URLParsing
 from spiderd.frontier.pool.split import KindSplit
 
@@ -36,47 +36,28 @@ TRIM_EVERY = 4096
 class KVCore(CrawledSets, URLParsing):
     """KVPool's state over a plyvel-like store (``get``, ``write_batch``, ``iterator``) and its primitives.
 
-    ``recrawl`` names the (registered domain, kind) pairs whose done pages are
-    kept in crawled sets; ``linkbase`` turns the linkbase on (see crawled.py).
+    ``options`` (the same for every backend): its ``recrawl`` names the (registered domain, kind) pairs whose
+    done pages are kept in crawled sets; ``config.linkbase`` turns the linkbase on (see crawled.py). ``trim``
+    compacts the store now and then.
     """
 
-    def __init__(
-        self,
-        kv: Any,
-        clock: IReactorTime,
-        *,
-        politeness: Politeness | None = None,
-        failure_threshold: int = st.FAILURE_THRESHOLD,
-        pending_threshold: float = 300.0,
-        done_codes: frozenset[int] = st.DONE_CODES,
-        final_codes: frozenset[int] = st.FINAL_CODES,
-        max_url_length: int = MAX_URL_LENGTH,
-        max_urls_per_host: int = 0,
-        trim: Callable[[], Any] | None = None,
-        recrawl: Iterable[tuple[str, str]] = (),
-        linkbase: bool = False,
-        linkbase_max: int = 0,
-        list_ratio: float = 0.0,
-        detail_ratio: float = 0.0,
-        max_throttles: int = 10,
-        conditional_get: bool = True,
-        max_hops: int = 0,
-        site_hops: Mapping[str, int] | None = None,
-    ) -> None:
+    def __init__(self, kv: Any, clock: IReactorTime, options: PoolOptions = PoolOptions(), *,
+                 politeness: Politeness | None = None, trim: Callable[[], Any] | None = None) -> None:
+        config = options.config
         self._kv = kv
-        self.hops = HopLimits(max_hops, site_hops)  # link-hop limits (hops.py): counts kept in Q and L values
+        self.hops = HopLimits(config.max_hops, options.site_hops)  # link-hop limits (hops.py): counts in Q, L values
         self._clock = clock
         self.politeness = politeness or Politeness()
-        self.failure_threshold = failure_threshold
-        self.max_throttles = max_throttles
-        self.conditional_get = conditional_get  # keep hubs' and recrawled pages' validators (set_statuses)
+        self.failure_threshold = config.failure_threshold
+        self.max_throttles = options.max_throttles
+        self.conditional_get = options.conditional_get  # keep hubs' and recrawled pages' validators (set_statuses)
         self._throttles: dict[int, int] = {}  # fp -> throttled fetches of an active URL (its Y entry)
-        self.pending_threshold = pending_threshold
-        self._done_codes = done_codes
-        self._final_codes = final_codes
-        self._max_url_length = max_url_length
-        self._max_per_host = max_urls_per_host
-        self.split = KindSplit(list_ratio, detail_ratio)
+        self.pending_threshold = config.pending_threshold
+        self._done_codes = options.done_codes
+        self._final_codes = options.final_codes
+        self._max_url_length = config.max_url_length
+        self._max_per_host = config.max_urls_per_host
+        self.split = KindSplit(config.list_ratio, config.detail_ratio)
         self.rejected: Counter[str] = Counter()
         self.recent_failures = RecentFailures()
         self.host_errors = HostErrors()
@@ -94,7 +75,7 @@ class KVCore(CrawledSets, URLParsing):
         self._ops = 0
         self._trim = trim
         self._touched = 0
-        self._init_crawled(recrawl, linkbase, linkbase_max)
+        self._init_crawled(options.recrawl, config.linkbase, config.linkbase_max)
         self._load()
 
     # -- opening --------------------------------------------------------------------

@@ -51,6 +51,10 @@ class KVPool(KVStatuses, KVAdmin, KVContent):
         self.politeness.set_robots_delay(host, delay)
         return defer.succeed(None)
 
+    def set_host_group(self, host: str, group: str) -> defer.Deferred[None]:
+        self.politeness.set_group(host, group)
+        return defer.succeed(None)
+
     # -- questions ------------------------------------------------------------------
 
     def size(self) -> defer.Deferred[int]:

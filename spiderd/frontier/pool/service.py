@@ -1,6 +1,6 @@
 """The pool as a service: opened before the rest starts (connecting, for Redis, with retries), closed last.
 
-:func:`pool_service` opens the backend that the settings name (``pool.backend``). The Redis backend's
+:func:`pool_service` opens the backend that the ``[pool]`` section names (``backend``). The Redis backend's
 package is imported here at import time: it imports txredisapi (which installs the default reactor) only
 when a connection is opened (see :mod:`spiderd.frontier.pool.redis.link`).
 """
@@ -17,13 +17,16 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from spiderd.config.settings import ConfigError, Settings
+from spiderd.config.convert import ConfigError
+from spiderd.config.sections import FetchSection, PoolSection
+from spiderd.core.rules import Site
 from spiderd.core.rules import host_adaptive
 from spiderd.core.secrets import redact
 from spiderd.frontier.interfaces import IURLPool
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 from spiderd.frontier.pool.hops import HopLimits
+from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.redis import make_redis_pool
 from spiderd.frontier.scheduler import RecrawlPolicy
 
@@ -77,41 +80,37 @@ class PoolService(Service):
         return defer.maybeDeferred(self.pool.close)
 
 
-def pool_service(settings: Settings, reactor: IReactorTime) -> PoolService:
-    """The pool that ``pool.backend`` names, as a service (a LevelDB pool that cannot open is a ConfigError)."""
-    options = pool_options(settings)
-    if settings.pool_backend == "redis":
-        pool, opener = make_redis_pool(settings.redis_url, reactor, prefix=settings.redis_prefix,
-                                       namespace=settings.redis_namespace,
-                                       seen_bucket_bits=settings.redis_seen_bucket_bits, **options)
-        return PoolService(pool, reactor, opener, where=redact(settings.redis_url))
-    if settings.pool_backend == "memory":
-        return PoolService(open_memory_pool(reactor, **options), reactor, where="memory")
+def pool_service(config: PoolSection, fetching: FetchSection, sites: tuple[Site, ...], reactor: IReactorTime, *,
+                 path: str, source: str = "<config>") -> PoolService:
+    """The pool that ``[pool] backend`` names, as a service (LevelDB's at ``path``: a LevelDB pool that cannot open
+    is a ConfigError naming ``spiderd.data_dir`` of ``source``)."""
+    options, politeness = pool_options(config, fetching, sites), pool_politeness(fetching)
+    if config.backend == "redis":
+        if fetching.politeness == "ip":
+            log.warn("[fetch] politeness = \"ip\": the Redis pool records hosts' addresses but does not group "
+                     "them yet; every host keeps a politeness slot of its own")
+        pool, opener = make_redis_pool(config.redis_url, reactor, prefix=config.redis_prefix,
+                                       namespace=config.redis_namespace, seen_bucket_bits=config.redis_seen_bucket_bits,
+                                       options=options, politeness=politeness)
+        return PoolService(pool, reactor, opener, where=redact(config.redis_url))
+    if config.backend == "memory":
+        return PoolService(open_memory_pool(reactor, options, politeness=politeness), reactor, where="memory")
     try:
-        return PoolService(open_leveldb_pool(settings.path("pool"), reactor, **options), reactor,
-                           where=settings.path("pool"))
+        return PoolService(open_leveldb_pool(path, reactor, options, politeness=politeness), reactor, where=path)
     except Exception as e:  # noqa: BLE001  # leveldb.IOError when another spiderd holds the lock
-        raise ConfigError(f"{settings.source}: spiderd.data_dir: cannot open the pool: {e}") from None
+        raise ConfigError(f"{source}: spiderd.data_dir: cannot open the pool: {e}") from None
 
 
-def pool_options(settings: Settings) -> dict[str, Any]:
-    """Every backend's options (KVPool's): politeness, thresholds, limits, recrawl intervals, the linkbase, splits."""
-    overrides = {host: (rule.delay, rule.concurrency) for host, rule in settings.host_rules.items()}
-    adaptive = host_adaptive(settings.host_rules, settings.adaptive)
-    return {
-        "politeness": Politeness(settings.per_host_delay, settings.per_host_concurrency, overrides,
-                                 settings.adaptive, adaptive),
-        "failure_threshold": settings.failure_threshold,
-        "pending_threshold": settings.pending_threshold,
-        "max_url_length": settings.max_url_length,
-        "max_urls_per_host": settings.max_urls_per_host,
-        "recrawl": RecrawlPolicy.from_sites(settings.sites).pairs(),
-        "linkbase": settings.linkbase,
-        "linkbase_max": settings.linkbase_max,
-        "list_ratio": settings.list_ratio,
-        "detail_ratio": settings.detail_ratio,
-        "max_throttles": settings.max_throttles,
-        "conditional_get": settings.conditional_get,
-        "max_hops": settings.max_hops,
-        "site_hops": HopLimits.from_sites(0, settings.sites).by_domain,
-    }
+def pool_options(config: PoolSection, fetching: FetchSection, sites: tuple[Site, ...] = ()) -> PoolOptions:
+    """Every backend's options: ``[pool]``; the throttling and conditional GET of ``[fetch]``; the recrawl
+    intervals and hop limits of the sites."""
+    return PoolOptions(config, max_throttles=fetching.max_throttles, conditional_get=fetching.conditional_get,
+                       recrawl=tuple(RecrawlPolicy.from_sites(sites).pairs()),
+                       site_hops=HopLimits.from_sites(0, sites).by_domain)
+
+
+def pool_politeness(fetching: FetchSection) -> Politeness:
+    """The per-host turns of ``[fetch]``: delay, concurrency, the adaptive rule, and each ``[fetch.hosts]`` table's."""
+    overrides = {host: (rule.delay, rule.concurrency) for host, rule in fetching.hosts.items()}
+    return Politeness(fetching.per_host_delay, fetching.per_host_concurrency, overrides, fetching.adaptive,
+                      host_adaptive(fetching.hosts, fetching.adaptive))

@@ -9,6 +9,6 @@
 
 from spiderd.core.net.auth import Auth
 from spiderd.ops.web.node import Node
-from spiderd.ops.web.service import ApiService
+from spiderd.ops.web.service import ApiService, api_service
 
-__all__ = ["ApiService", "Auth", "Node"]
+__all__ = ["ApiService", "Auth", "Node", "api_service"]

@@ -14,6 +14,7 @@ from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IListeningPort, IReactorTime
 from twisted.logger import Logger
 
+from spiderd.config.sections import ApiSection
 from spiderd.core.net.auth import Auth
 from spiderd.core.net.serving import JsonSite
 from spiderd.core.reactors import ITCPClock
@@ -31,6 +32,12 @@ MAX_BODY = 32 * 1024 * 1024  # bytes: an import's chunk (spiderctl sends 5,000 l
 def page_html() -> bytes:
     """The status page (one self-contained file)."""
     return resources.files(__package__).joinpath("status.html").read_bytes()
+
+
+def api_service(config: ApiSection, reactor: ITCPClock, node: Node) -> ApiService:
+    """The HTTP API of ``[api]``: its address and credentials (a bearer token, basic auth, or none on loopback)."""
+    return ApiService(reactor, node, bind=config.bind, port=config.port,
+                      auth=Auth(config.token, config.username, config.password))
 
 
 class ApiService(Service):

@@ -17,6 +17,9 @@ key                                    type    holds
 ``P waiting``                          zset    host -> waiting URLs (the largest host, max_urls_per_host)
 ``P conf`` / ``P robots``              hash    host -> "delay concurrency [factor min max]" overrides (the
                                                adaptive rule if the host has its own) / Crawl-delay
+``P group``                            hash    host -> its address (``[fetch] politeness = "ip"``,
+                                               ``set_host_group``); not read by the scripts yet: on
+                                               Redis every host keeps a slot of its own
 ``P leases``                           zset    fingerprint (``h`` + fingerprint for a hub) -> lease deadline
 ``P lease``                            hash    same key -> kind, holds-a-host-slot, domain, URL
 ``P fails``                            hash    fingerprint -> failures, for active URLs that failed before
@@ -136,8 +139,13 @@ the skew.  Start-up deletes nothing (a host override dropped from the config
 stays in ``P conf`` until deleted by hand; a seed dropped from the config stays
 in ``spider.seed.urls``: ``SREM`` it).  Statuses given while one is on its way
 go out together in one script call, before any later call.  All nodes should
-share the politeness settings (each sends its defaults).  One Redis (with
-replicas if wanted), not Redis Cluster: the scripts use keys they compute.
+share the politeness settings (each sends its defaults).
+
+Redis Cluster (``redis+cluster://``): the scripts compute their key names, so
+on a cluster each key space above is one partition whose prefix and namespace
+end in a hash tag (``P{tag}:``, ``NS{tag}:``), every key of a script is of that
+tag's slot, and each script is sent with that prefix as its one declared key,
+which routes it (:mod:`.partitioned`, :mod:`.partitions`, :mod:`.cluster`).
 """
 
 from __future__ import annotations
@@ -148,10 +156,14 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
+from spiderd.frontier.politeness import Politeness
+from spiderd.frontier.pool.options import PoolOptions
+from spiderd.frontier.pool.redis.cluster import is_cluster_url
 from spiderd.frontier.pool.redis.link import RedisAddress, RedisLink, RedisPoolError, load_scripts, parse_redis_url
+from spiderd.frontier.pool.redis.partitioned import PartitionedPool, make_cluster_pool
 from spiderd.frontier.pool.redis.pool import RedisPool
 
-__all__ = ["RedisPool", "RedisPoolError", "open_redis_pool"]
+__all__ = ["PartitionedPool", "RedisPool", "RedisPoolError", "open_redis_pool"]
 
 
 def open_redis_pool(
@@ -164,34 +176,44 @@ def open_redis_pool(
     connect_timeout: float = 10.0,
     reply_timeout: float = 30.0,
     **options: Any,
-) -> defer.Deferred[RedisPool]:
-    """Connect to ``redis://[:password@]host:port/db`` and open the pool; fails with RedisPoolError naming host:port.
+) -> defer.Deferred[RedisPool | PartitionedPool]:
+    """Connect to ``redis://[:password@]host:port/db`` (or a cluster's ``redis+cluster://[:password@]host:port,...``)
+    and open the pool; fails with RedisPoolError naming host:port.
 
-    ``options`` are KVPool's: politeness, failure_threshold, pending_threshold,
-    done_codes, final_codes, max_url_length, max_urls_per_host.
+    ``options``: ``options`` (a PoolOptions, as the embedded pool's) and ``politeness``, or the keywords of
+    :meth:`~spiderd.frontier.pool.options.PoolOptions.of` (``failure_threshold=2``).
     """
     if not 14 <= seen_bucket_bits <= 24:
         return defer.fail(ValueError(f"seen_bucket_bits must be between 14 and 24, not {seen_bucket_bits!r}"))
     try:
-        address = parse_redis_url(url)
+        address = url if is_cluster_url(url) else parse_redis_url(url)
+        pool, opener = make_redis_pool(address, clock, prefix=prefix, namespace=namespace,
+                                       seen_bucket_bits=seen_bucket_bits, connect_timeout=connect_timeout,
+                                       reply_timeout=reply_timeout, **options)
     except ValueError as e:
         return defer.fail(e)
-    pool, opener = make_redis_pool(address, clock, prefix=prefix, namespace=namespace,
-                                   seen_bucket_bits=seen_bucket_bits, connect_timeout=connect_timeout,
-                                   reply_timeout=reply_timeout, **options)
     return opener().addCallback(lambda _: pool)
 
 
 def make_redis_pool(
     address: str | RedisAddress, clock: IReactorTime, *, prefix: str, namespace: str = "", seen_bucket_bits: int = 16,
-    connect_timeout: float = 10.0, reply_timeout: float = 30.0, **options: Any,
-) -> tuple[RedisPool, Callable[[], defer.Deferred[RedisPool]]]:
-    """A pool not connected yet, and the call that connects it (and may be called again after a failure)."""
+    connect_timeout: float = 10.0, reply_timeout: float = 30.0, options: PoolOptions | None = None,
+    politeness: Politeness | None = None, **keywords: Any,
+) -> tuple[RedisPool | PartitionedPool, Callable[[], defer.Deferred[Any]]]:
+    """A pool not connected yet, and the call that connects it (and may be called again after a failure);
+    ``keywords`` (without ``options``): those of :meth:`PoolOptions.of`.  A ``redis+cluster://`` address gives the
+    partitioned pool (``[pool] redis_partitions`` of the options: its partitions)."""
+    options = options or PoolOptions.of(**keywords)
+    if isinstance(address, str) and is_cluster_url(address):
+        return make_cluster_pool(address, clock, options, prefix=prefix, namespace=namespace,
+                                 seen_bucket_bits=seen_bucket_bits, politeness=politeness,
+                                 connect_timeout=connect_timeout, reply_timeout=reply_timeout)
     if isinstance(address, str):
         address = parse_redis_url(address)
     scripts = load_scripts()
     link = RedisLink(address, scripts.values(), connect_timeout=connect_timeout, reply_timeout=reply_timeout)
-    pool = RedisPool(link, scripts, clock, prefix=prefix, namespace=namespace, seen_bucket_bits=seen_bucket_bits, **options)
+    pool = RedisPool(link, scripts, clock, options, prefix=prefix, namespace=namespace,
+                     seen_bucket_bits=seen_bucket_bits, politeness=politeness)
 
     def opener() -> defer.Deferred[RedisPool]:
         def failed(failure: Failure) -> Failure:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 from urllib.parse import unquote, urlsplit
 
 from twisted.internet import defer
@@ -27,6 +27,26 @@ SCRIPTS = ("add", "pop", "status", "fetched", "claim", "seen", "hubs", "next_due
 
 class RedisPoolError(Exception):
     """Redis could not be reached or answered with an error; the message names host:port, never the password."""
+
+
+class RedisReplyError(RedisPoolError):
+    """Redis answered with an error (``reply``: its text, e.g. ``MOVED 3999 127.0.0.1:7002``); the connection is fine."""
+
+    def __init__(self, message: str, reply: str) -> None:
+        super().__init__(message)
+        self.reply = reply
+
+
+class Link(Protocol):
+    """What a pool sends through: scripts and commands to one Redis (RedisLink) or to one slot of a cluster."""
+
+    def open(self) -> defer.Deferred[None]: ...
+
+    def run(self, script: Script, args: Sequence[Any]) -> defer.Deferred[Any]: ...
+
+    def execute(self, *args: Any) -> defer.Deferred[Any]: ...
+
+    def close(self) -> defer.Deferred[None]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +126,11 @@ class RedisLink:
         """Connect (loading the scripts, so EVALSHA finds them); fails with RedisPoolError."""
         return self._connection().addCallback(lambda _: None)
 
-    def run(self, script: Script, args: Sequence[Any]) -> defer.Deferred[Any]:
-        """Run ``script`` with ``args`` (no KEYS) by EVALSHA, falling back to EVAL when Redis lost it."""
-        d = self._send("EVALSHA", script.sha, 0, *args)
-        d.addErrback(self._noscript, script, args)
+    def run(self, script: Script, args: Sequence[Any], keys: Sequence[str] = ()) -> defer.Deferred[Any]:
+        """Run ``script`` with ``args`` (and ``keys``, which a cluster routes by) by EVALSHA, falling back to EVAL
+        when Redis lost it."""
+        d = self._send("EVALSHA", script.sha, len(keys), *keys, *args)
+        d.addErrback(self._noscript, script, args, keys)
         return self._track(d.addErrback(self._wrap))
 
     def execute(self, *args: Any) -> defer.Deferred[Any]:
@@ -164,12 +185,12 @@ class RedisLink:
             return self._connection().addCallback(lambda conn: conn.execute_command(*args))
         return failure
 
-    def _noscript(self, failure: Failure, script: Script, args: Sequence[Any]) -> Any:
+    def _noscript(self, failure: Failure, script: Script, args: Sequence[Any], keys: Sequence[str]) -> Any:
         import txredisapi
 
         if failure.check(txredisapi.ResponseError) and str(failure.value).startswith("NOSCRIPT"):
             log.info("Redis at {address} lost script {name}: sending it again", address=str(self.address), name=script.name)
-            return self._send("EVAL", script.source, 0, *args)
+            return self._send("EVAL", script.source, len(keys), *keys, *args)
         return failure
 
     def _wrap(self, failure: Failure) -> Failure:
@@ -181,6 +202,9 @@ class RedisLink:
             self._forget()
             what = "timed out" if failure.check(txredisapi.TimeoutError) else "connection lost"
             raise RedisPoolError(f"Redis at {self.address}: {what}: {self._scrub(failure)}")
+        if failure.check(txredisapi.ResponseError):
+            reply = self._scrub(failure)
+            raise RedisReplyError(f"Redis at {self.address}: {reply}", reply)
         raise RedisPoolError(f"Redis at {self.address}: {self._scrub(failure)}")
 
     def _forget(self) -> None:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from twisted.internet import defer
@@ -15,16 +15,17 @@ from zope.interface import implementer
 
 from spiderd.core import conditional as cg
 from spiderd.core import status as st
-from spiderd.core.urls import MAX_URL_LENGTH, URL, registered_domain
+from spiderd.core.urls import URL, registered_domain
 from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.frontier.politeness import Politeness, hub_quota
 from spiderd.frontier.pool.content import RedisContent
 from spiderd.frontier.pool.crawled import KINDS, link_value, parallel, recrawl_pairs
 from spiderd.frontier.pool.hops import REJECTED, HopLimits, RedisHops
+from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.redis.admin import RedisAdmin
 from spiderd.frontier.pool.redis.handed import LEAVE, Handed
 from spiderd.frontier.pool.redis.keys import add_keys, fingerprint_hex, status_keys
-from spiderd.frontier.pool.redis.link import RedisLink, Script
+from spiderd.frontier.pool.redis.link import Link, Script
 from spiderd.frontier.pool.shared import HostErrors, RecentFailures, URLParsing, parsed, stats_answer, status_parts
 from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
 
@@ -38,58 +39,40 @@ DOMAIN_SWEEP_COUNT = 100  # domains a pop looks at while a sweep is under way (S
 class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
     """A polite URL pool shared by every node that opens the same Redis keys; every step is one Lua script."""
 
-    def __init__(
-        self,
-        link: RedisLink,
-        scripts: dict[str, Script],
-        clock: IReactorTime,
-        *,
-        prefix: str = "spiderd:",
-        namespace: str = "",
-        seen_bucket_bits: int = 16,
-        politeness: Politeness | None = None,
-        failure_threshold: int = st.FAILURE_THRESHOLD,
-        pending_threshold: float = 300.0,
-        done_codes: frozenset[int] = st.DONE_CODES,
-        final_codes: frozenset[int] = st.FINAL_CODES,
-        max_url_length: int = MAX_URL_LENGTH,
-        max_urls_per_host: int = 0,
-        recrawl: Iterable[tuple[str, str]] = (),
-        linkbase: bool = False,
-        linkbase_max: int = 0,
-        list_ratio: float = 0.0,
-        detail_ratio: float = 0.0,
-        max_throttles: int = 10,
-        conditional_get: bool = True,
-        max_hops: int = 0,
-        site_hops: Mapping[str, int] | None = None,
-    ) -> None:
+    def __init__(self, link: Link, scripts: dict[str, Script], clock: IReactorTime,
+                 options: PoolOptions = PoolOptions(), *, prefix: str = "spiderd:", namespace: str = "",
+                 seen_bucket_bits: int = 16, politeness: Politeness | None = None) -> None:
+        """``options``: the same as the embedded pool's; ``prefix``, ``namespace`` and ``seen_bucket_bits``: the
+        key space (``[pool] redis_prefix``, ``redis_namespace``, ``redis_seen_bucket_bits``)."""
+        config = options.config
         self._link = link
-        self.hops = HopLimits(max_hops, site_hops)  # link-hop limits (hops.py): counts in P h:<bucket>
+        self.hops = HopLimits(config.max_hops, options.site_hops)  # link-hop limits (hops.py): counts in P h:<bucket>
         self._scripts = scripts
         self._clock = clock
         self.prefix = prefix
         self.namespace = namespace
         self.politeness = politeness or Politeness()
-        self.failure_threshold = failure_threshold
-        self.max_throttles = max_throttles
-        self.conditional_get = conditional_get
-        self.pending_threshold = pending_threshold
-        self._done_codes = done_codes
-        self._final_codes = final_codes
-        self._max_url_length = max_url_length
-        self._max_per_host = max_urls_per_host  # 0: no budget (add.lua then leaves the hostseen counts alone)
-        self.split = KindSplit(list_ratio, detail_ratio)
+        self.failure_threshold = config.failure_threshold
+        self.max_throttles = options.max_throttles
+        self.conditional_get = options.conditional_get
+        self.pending_threshold = config.pending_threshold
+        self._done_codes = options.done_codes
+        self._final_codes = options.final_codes
+        self._max_url_length = config.max_url_length
+        self._max_per_host = config.max_urls_per_host  # 0: no budget (add.lua then leaves the hostseen counts alone)
+        self.split = KindSplit(config.list_ratio, config.detail_ratio)
         self._bits = seen_bucket_bits
         self.rejected: Counter[str] = Counter()
         self.recent_failures = RecentFailures()
         self.host_errors = HostErrors()  # this node's failed fetches per host (hosts())
         self._statuses: list[tuple[list[str], defer.Deferred[None]]] = []  # waiting to go out together
         self._statuses_in_flight = 0
-        self._kept = {domain: "".join(str(p) for p in sorted(prios)) for domain, prios in recrawl_pairs(recrawl).items()}
-        self._linkbase = linkbase
-        self._linkbase_max = linkbase_max
-        self._handed = Handed(lambda *args: self._execute(*args), prefix, max_url_length, conditional_get)
+        self._kept = {domain: "".join(str(p) for p in sorted(prios))
+                      for domain, prios in recrawl_pairs(options.recrawl).items()}
+        self._linkbase = config.linkbase
+        self._linkbase_max = config.linkbase_max
+        self._handed = Handed(lambda *args: self._execute(*args), prefix, config.max_url_length,
+                              options.conditional_get)
 
     def start(self) -> defer.Deferred[RedisPool]:
         """Record the bucket layout (or adopt the one already there) and this node's host overrides; deletes nothing."""
@@ -152,10 +135,11 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
 
     # -- popping and statuses -------------------------------------------------------
 
-    def pop(self, count: int, hub_percent: int = 50) -> defer.Deferred[dict[str, bool]]:
+    def pop(self, count: int, hub_percent: int = 50, hubs: int | None = None) -> defer.Deferred[dict[str, bool]]:
+        """``hubs``: due hubs to hand out at most, in place of ``hub_percent`` of ``count`` (a partition's share)."""
         now = self._clock.seconds()
         split = self.split
-        args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent)),
+        args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent) if hubs is None else hubs),
                 *map(repr, split.ratios), *map(repr, split.credit), str(RESERVE_SCAN),
                 repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT), self._conditional_arg()]
         return self._run("pop", args, now).addCallback(self._popped)
@@ -324,6 +308,13 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
     def set_host_delay(self, host: str, delay: float) -> defer.Deferred[None]:
         """Raise a host's delay to its robots.txt Crawl-delay, for every node."""
         return self._execute("HSET", self.prefix + "robots", host, repr(float(delay))).addCallback(lambda _: None)
+
+    def set_host_group(self, host: str, group: str) -> defer.Deferred[None]:
+        """Record ``host``'s address in ``P group`` for every node (per-IP politeness; pop.lua does not group
+        hosts yet: each keeps a slot of its own)."""
+        key = self.prefix + "group"
+        d = self._execute("HDEL", key, host) if group == host else self._execute("HSET", key, host, group)
+        return d.addCallback(lambda _: None)
 
     def set_seeds(self, urls: Iterable[str]) -> defer.Deferred[int]:
         """Add the canonical ``urls`` to the seed-002 set ``spider.seed.urls`` (deleting nothing: other tools

@@ -1,0 +1,194 @@
+"""One frozen dataclass per section of the configuration, its fields named as the TOML keys.
+
+Each component receives the section (or the few sections) it reads, not the whole
+:class:`~spiderd.config.settings.Settings`.  The kind of each key (its converter) is in
+:mod:`spiderd.config.schema`; a test checks that the two name the same keys.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from spiderd.core.compression import FAST
+from spiderd.core.rules import SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS, AdaptiveDelay, HostRule
+
+__all__ = [
+    "ApiSection", "BatchSection", "FeedSection", "FetchSection", "ItemsSection", "ParseSection", "PoolSection",
+    "SitemapsSection", "SpiderdSection", "StoreSection", "WorkerSection",
+]
+
+
+@dataclass(frozen=True)
+class SpiderdSection:
+    """``[spiderd]``: the node's role and data directory."""
+
+    role: str = "all"
+    data_dir: str = "./spiderd-data"
+    log_interval: float = 60.0
+    exit_when_done: bool = False
+
+    def path(self, relative: str) -> str:
+        """A path under the data directory (absolute paths are kept)."""
+        return os.path.join(self.data_dir, relative)
+
+
+@dataclass(frozen=True)
+class PoolSection:
+    """``[pool]``: the URL pool (frontier), its backend, seeds, limits and recrawls."""
+
+    backend: str = "leveldb"
+    seeds: tuple[str, ...] = ()
+    hubs: tuple[str, ...] = ()
+    hub_refresh_span: float = 600.0
+    hub_percent: int = 50  # seed 000's pop(count, hub_percent): the share of a pop that may go to due hubs
+    failure_threshold: int = 3
+    pending_threshold: float = 300.0
+    max_url_length: int = 2083
+    max_path_depth: int = 32
+    max_urls_per_host: int = 0
+    max_hops: int = 0  # links from a seed a URL may be (seeds, hubs, API adds: 0); 0 = no limit
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "spiderd:"
+    redis_namespace: str = ""
+    redis_seen_bucket_bits: int = 16
+    redis_partitions: int = 12  # redis+cluster:// only: the pool's partitions (12: even on 1, 2, 3, 4, 6, 12 masters)
+    seed_cron: str = ""
+    recrawl_every: float = 60.0
+    recrawl_batch: int = 1000
+    recrawl_list_ratio: float = 0.2
+    recrawl_detail_ratio: float = 0.1
+    list_ratio: float = 0.0  # seed 004's get_list: the share of a pop's waiting URLs reserved for list URLs
+    detail_ratio: float = 0.0  # seed 004's get_detail: the same for detail URLs
+    linkbase: bool = False
+    linkbase_max: int = 0
+
+
+@dataclass(frozen=True)
+class FetchSection:
+    """``[fetch]`` and its ``[fetch.hosts."name"]`` tables: how pages are fetched, and how politely."""
+
+    concurrency: int = 64
+    per_host_concurrency: int = 8
+    per_host_delay: float = 0.0
+    politeness: str = "host"  # "ip": the hosts on one address share one politeness slot (delay, concurrency)
+    delay_factor: float = 0.0  # adaptive politeness: a host's next request waits this many times the last fetch's duration; 0: off
+    min_delay: float = 0.0  # ... at least this long (seconds, from the fetch's end), when delay_factor > 0
+    max_delay: float = 30.0  # ... at most this long
+    hosts: Mapping[str, HostRule] = field(default_factory=dict)  # [fetch.hosts."name"], by lowercased host
+    connect_timeout: float = 10.0
+    timeout: float = 30.0
+    max_body_size: int = 10 * 1024 * 1024
+    max_redirects: int = 5
+    keepalive_timeout: float = 10.0
+    dns_cache_ttl: float = 300.0  # seconds a host name's addresses are reused; 0: look up at every connection
+    user_agent: str = "spiderd/0.1 (+https://github.com/spiderd/spiderd)"
+    robots: bool = True
+    obey_nofollow: bool = True  # rel="nofollow" links are not followed
+    obey_meta_robots: bool = True  # <meta name="robots"> and X-Robots-Tag: noindex, nofollow, none
+    canonical: bool = True  # a detail page's <link rel="canonical">: the item's url, and that URL done
+    source_addresses: tuple[str, ...] = ()
+    max_retry_after: float = 3600.0  # a 429/503's Retry-After (or back-off) blocks its host this long at most
+    max_throttles: int = 10  # a URL's throttled fetches before the next one counts as its failure
+    conditional_get: bool = True  # hubs and recrawled pages are fetched with If-None-Match / If-Modified-Since
+
+    @property
+    def adaptive(self) -> AdaptiveDelay:
+        """The adaptive politeness rule (off with ``delay_factor = 0``)."""
+        return AdaptiveDelay(self.delay_factor, self.min_delay, self.max_delay)
+
+
+@dataclass(frozen=True)
+class SitemapsSection:
+    """``[sitemaps]``: which sitemaps are read, how much of them, and how often."""
+
+    from_robots: bool = True  # the Sitemap: lines of robots.txt (read when robots.txt is: fetch.robots)
+    paths: tuple[str, ...] = ()  # paths tried on every site host besides, such as "/sitemap.xml"
+    max_urls: int = SITEMAP_MAX_URLS  # entries read per sitemap file (the protocol's 50,000 at most)
+    max_size: int = SITEMAP_MAX_SIZE  # uncompressed bytes read per file (the protocol's 50 MB at most)
+    max_files: int = 100  # sitemap files (indexes included) read per host each time its sitemaps are read
+    refresh: float = 86400.0  # seconds between two reads of one host's sitemaps; 0: once per run
+    lastmod: bool = True  # on a later read, a URL whose lastmod is after the previous read is queued again
+
+
+@dataclass(frozen=True)
+class ParseSection:
+    """``[parse]``: the parse children."""
+
+    workers: int = -1  # -1: one per CPU; 0: in the main process
+    max_rss_mb: int = 512  # a parser process holding more is replaced (it answers what it holds first)
+
+
+@dataclass(frozen=True)
+class StoreSection:
+    """``[store]``: the page store."""
+
+    url: str | tuple[str, ...] = "sqlite:///pages.sqlite3"  # a tuple: MySQL shards; "none": no store
+    compression_preset: int = FAST  # "fast" (XZ preset 0, short match search), or an XZ preset 0..9
+    batch_size: int = 100
+
+
+@dataclass(frozen=True)
+class ItemsSection:
+    """``[items]``: the items written by this node (and the format of its worker's feeds)."""
+
+    dir: str = "items"
+    rotate_count: int = 10000
+    format: str = "jsonl"  # "warc" or "both": the fetched answers as WARC files too (needs warcio)
+    warc_rotate_mb: int = 1000  # a WARC file is complete at this size (or at rotate_count answers)
+    skip_duplicate_content: bool = False  # a detail page whose content digest another URL gave first: no item
+
+
+@dataclass(frozen=True)
+class BatchSection:
+    """``[batch]``: detail URLs sent in batches to Scrapyd-compatible workers."""
+
+    targets: tuple[str, ...] = ("local",)
+    project: str = "spiderd"
+    spider: str = ""  # "": each batch names the site of its URLs
+    feed_uri: str = ""
+    size: int = 1000
+    flush_interval: float = 30.0
+    timeout: float = 10.0
+    max_setting_bytes: int = 100_000
+
+
+@dataclass(frozen=True)
+class WorkerSection:
+    """``[worker]``: the Scrapyd-compatible worker (the worker role, or the all role's own)."""
+
+    bind: str = "127.0.0.1"
+    port: int = -1  # -1: 6800 in the worker role, a free port for the all role's own worker
+    username: str = ""
+    password: str = field(default="", repr=False)
+    project: str = "spiderd"
+    node_name: str = ""
+    max_jobs: int = 4
+    concurrency: int = 0  # 0: fetch.concurrency
+    job_concurrency: int = 0
+    redirect_window: float = 86400.0
+    max_job_urls: int = 50_000
+    feed_template: str = ""
+    feed_dirs: tuple[str, ...] = ()
+    stop_timeout: float = 30.0
+    finished_to_keep: int = 100
+
+
+@dataclass(frozen=True)
+class FeedSection:
+    """``[feed]``: shipping the feed files."""
+
+    retry_max: float = 300.0
+    stop_timeout: float = 30.0
+
+
+@dataclass(frozen=True)
+class ApiSection:
+    """``[api]``: the status and admin HTTP API."""
+
+    bind: str = "127.0.0.1"
+    port: int = 6810
+    token: str = field(default="", repr=False)
+    username: str = ""
+    password: str = field(default="", repr=False)

@@ -1,0 +1,19 @@
+"""The in-process item writers of ``[items]``: JSON-lines items, WARC files of the answers, or both."""
+
+from __future__ import annotations
+
+from spiderd.config.sections import ItemsSection
+from spiderd.core.blocking import Blocking
+from spiderd.core.reactors import IThreadedClock
+from spiderd.feed.items import ItemWriter
+from spiderd.feed.warcfiles import WarcWriter
+from spiderd.frontier.interfaces import IURLPool
+
+
+def item_writers(config: ItemsSection, directory: str, reactor: IThreadedClock, pool: IURLPool,
+                 blocking: Blocking) -> tuple[ItemWriter | None, WarcWriter | None]:
+    """The items writer (unless ``format = "warc"``) and the WARC writer (unless ``"jsonl"``), into ``directory``."""
+    items = ItemWriter(reactor, directory, config.rotate_count, pool=pool) if config.format != "warc" else None
+    archive = WarcWriter(reactor, directory, blocking.lane("warc"), rotate_count=config.rotate_count,
+                         rotate_bytes=config.warc_rotate_mb * 2**20) if config.format != "jsonl" else None
+    return items, archive
