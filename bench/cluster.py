@@ -40,6 +40,7 @@ gives the single Redis the same URLs.  Ends with one ``RESULT key=value ...`` li
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import hashlib
 import json
@@ -306,6 +307,8 @@ class CrawlerModel:
         return None
 
     def idle(self, waiting: int) -> None:
+        if self.done.called:
+            return
         if waiting == 0:
             self.done.callback(self.pages)
         else:  # none due yet
@@ -339,15 +342,30 @@ def crawler_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen
                             for i in range(base, min(lists, base + BATCH))])
     cpu, node_cpu, started = (yield servers.cpu()), process_cpu(), time.time()
     model = CrawlerModel(pool, reactor, 64, args.fetch_ms / 1000)
+    calls = count_calls(pool)
     pages = yield model.run()
     seconds, node_cpu = time.time() - started, process_cpu() - node_cpu
     shards = [used / pages * 1e6 for used in cpu_used(cpu, (yield servers.cpu()))]
     yield pool.close()
     print(f"crawler-shaped mix (64 fetches in flight, {args.fetch_ms:g} ms a fetch on average): {pages} pages in "
           f"{seconds:.1f} s, {pages / seconds:,.0f} pages/s, {pages / model.pops:.1f} URLs a pop; CPU per page: "
-          f"Redis {sum(shards):.1f} us, node {node_cpu / pages * 1e6:.1f} us", flush=True)
+          f"Redis {sum(shards):.1f} us, node {node_cpu / pages * 1e6:.1f} us; script calls a page: "
+          f"{', '.join(f'{name} {n / pages:.2f}' for name, n in calls.most_common())}", flush=True)
     yield servers.delete(prefix)
     return sum(shards)
+
+
+def count_calls(pool: Any) -> collections.Counter[str]:
+    """Script calls by name through ``pool``'s link from now on."""
+    calls: collections.Counter[str] = collections.Counter()
+    run = pool._link.run
+
+    def counted(script: Any, args: Any, *rest: Any) -> Any:
+        calls[script.name] += 1
+        return run(script, args, *rest)
+
+    pool._link.run = counted
+    return calls
 
 
 def spread(values: list[float]) -> float:

@@ -21,7 +21,7 @@ from spiderd.core.secrets import mask_secret, redact
 
 log = Logger()
 
-SCRIPTS = ("add", "pop", "status", "fetched", "claim", "seen", "hubs", "next_due", "stats", "why", "hosts", "seeds",
+SCRIPTS = ("add", "pop", "status", "claim", "seen", "hubs", "next_due", "stats", "why", "hosts", "seeds",
            "restore", "recrawl", "links")
 
 
