@@ -402,6 +402,21 @@ class ConnectionTests(RedisKeys, TestCase):
         assert (yield link.execute("SCRIPT", "EXISTS", script.sha)) == [1]
         assert (yield link.run(script, [])) == self.namespace
 
+    @defer.inlineCallbacks
+    def test_lost_function_library_is_loaded_again(self) -> Gen:
+        """Scripts run by FCALL from the library loaded at connecting; a library Redis lost (FUNCTION DELETE,
+        a restart without persistence) is loaded again by the next call, which then runs."""
+        lib = "probe_" + self.namespace.split(":")[1]
+        library = f"#!lua name={lib}\nredis.register_function('{lib}_f', function(KEYS, ARGV) return ARGV[1] end)\n"
+        script = Script("probe", "return 'eval'", hashlib.sha1(b"return 'eval'").hexdigest(), f"{lib}_f", library)
+        link = RedisLink(parse_redis_url(self.redis_url), [script])
+        self.addCleanup(link.close)
+        self.addCleanup(lambda: self.admin.execute("FUNCTION", "DELETE", lib).addErrback(lambda _: None))
+        assert (yield link.run(script, ["fcall"])) == "fcall"
+        assert (yield self.admin.execute("FUNCTION", "DELETE", lib)) == "OK"
+        assert (yield link.run(script, ["again"])) == "again"
+        assert len((yield self.admin.execute("FUNCTION", "LIST", "LIBRARYNAME", lib))) == 1
+
     def test_bad_urls(self) -> None:
         """A URL that is not redis:// is refused without showing its password."""
         for url in ("http://x:6379/0", "redis://:pw@host:notaport/0"):
