@@ -356,16 +356,19 @@ def crawler_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen
 
 
 def count_calls(pool: Any) -> collections.Counter[str]:
-    """Script calls by name through ``pool``'s link from now on."""
+    """Script calls by name through ``pool``'s links (each partition's on a cluster) from now on."""
     calls: collections.Counter[str] = collections.Counter()
-    run = pool._link.run
+    for part in getattr(pool, "parts", [pool]):
+        part._link.run = counted_run(part._link.run, calls)
+    return calls
 
+
+def counted_run(run: Any, calls: collections.Counter[str]) -> Any:
     def counted(script: Any, args: Any, *rest: Any) -> Any:
         calls[script.name] += 1
         return run(script, args, *rest)
 
-    pool._link.run = counted
-    return calls
+    return counted
 
 
 def spread(values: list[float]) -> float:

@@ -137,9 +137,15 @@ Time is the injected clock's, passed to every script; nodes should keep their
 clocks in step (NTP), since a node running ahead may hand out a host early by
 the skew.  Start-up deletes nothing (a host override dropped from the config
 stays in ``P conf`` until deleted by hand; a seed dropped from the config stays
-in ``spider.seed.urls``: ``SREM`` it).  Statuses given while one is on its way
-go out together in one script call, before any later call.  All nodes should
-share the politeness settings (each sends its defaults).
+in ``spider.seed.urls``: ``SREM`` it).  Statuses (and ``fetched``, which frees a
+host slot) given while a status call is on its way go out together in the next
+one, before any later call.  All nodes should share the politeness settings (each
+sends its defaults).
+
+The scripts are one function library on Redis 7.0 and later (``FUNCTION LOAD`` on
+each connection, named after its code's digest; ``FCALL``), so ``common.lua`` is
+built once; an older Redis gets each as an ``EVALSHA`` script, prelude included
+(:mod:`.link`).
 
 Redis Cluster (``redis+cluster://``): the scripts compute their key names, so
 on a cluster each key space above is one partition whose prefix and namespace
