@@ -228,14 +228,21 @@ def detail_links(list_id: int) -> list[str]:
 
 
 @defer.inlineCallbacks
-def crawl_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
-    """Redis CPU (and the node's) per page over a crawl-shaped mix: lists add 50 links each, every page acked."""
-    prefix = f"{args.prefix}mix:"
+def mix_pool(args: argparse.Namespace, reactor: Any, prefix: str) -> Gen:
+    """A pool under ``prefix`` holding the mix's list pages (one in 51 of ``--mix-pages``); (pool, list pages)."""
     pool = yield open_pool(args, reactor, prefix)
     lists = max(1, args.mix_pages // 51)
     for base in range(0, lists, BATCH):
         yield pool.addmany([f"http://{HOST.format(n=i % HOSTS)}/list/{i}.html"
                             for i in range(base, min(lists, base + BATCH))])
+    return pool, lists
+
+
+@defer.inlineCallbacks
+def crawl_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
+    """Redis CPU (and the node's) per page over a crawl-shaped mix: lists add 50 links each, every page acked."""
+    prefix = f"{args.prefix}mix:"
+    pool, lists = yield mix_pool(args, reactor, prefix)
     cpu, node_cpu, started = (yield servers.cpu()), process_cpu(), time.time()
     pages = 0
     while True:
@@ -335,11 +342,7 @@ class CrawlerModel:
 def crawler_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
     """Redis CPU per page over the same mix as ``crawl_mix``, driven as the crawler drives the pool (CrawlerModel)."""
     prefix = f"{args.prefix}cmix:"
-    pool = yield open_pool(args, reactor, prefix)
-    lists = max(1, args.mix_pages // 51)
-    for base in range(0, lists, BATCH):
-        yield pool.addmany([f"http://{HOST.format(n=i % HOSTS)}/list/{i}.html"
-                            for i in range(base, min(lists, base + BATCH))])
+    pool, _ = yield mix_pool(args, reactor, prefix)
     cpu, node_cpu, started = (yield servers.cpu()), process_cpu(), time.time()
     model = CrawlerModel(pool, reactor, 64, args.fetch_ms / 1000)
     calls = count_calls(pool)
