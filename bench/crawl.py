@@ -52,7 +52,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from spiderd.demo.site import SiteSpec, nginx_conf, write_static  # noqa: E402
+from spiderd.demo.pages import SiteSpec  # noqa: E402
+from spiderd.demo.static import nginx_conf, write_static  # noqa: E402
 
 TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
 GZIP = False

@@ -55,7 +55,7 @@ from faultkit import (FTP_SERVER, ROOT, STOP_LIMIT, TWISTD, PrivateMariaDB, Priv
 
 sys.path.insert(0, str(ROOT))
 
-from spiderd.demo.site import SiteSpec  # noqa: E402
+from spiderd.demo.pages import SiteSpec  # noqa: E402
 
 class Scenario:
     """One crawl of the site by a frontier and a worker, with hooks to break things."""

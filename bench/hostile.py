@@ -203,7 +203,7 @@ def as_expected(code: int, text: str, expected: str) -> bool:
 
 def main() -> None:
     sys.path.insert(0, str(ROOT))
-    from spiderd.demo.site import SiteSpec  # noqa: F401  (the site comes from the demo's generator)
+    from spiderd.demo.pages import SiteSpec  # noqa: F401  (the site comes from the demo's generator)
 
     work = Path(tempfile.mkdtemp(prefix="spiderd-bench-hostile-"))
     site_port, api_port, worker_port = free_port(), free_port(), free_port()

@@ -209,7 +209,7 @@ class RecordingClient:
         self.setting_bytes: list[int] = []
 
     def post(self, url: str, data: list[tuple[str, str]], **kwargs: Any) -> Any:
-        from spiderd.frontier.batcher import SETTING_PREFIX
+        from spiderd.frontier.batchwire import SETTING_PREFIX
 
         self.setting_bytes += [len(v.encode()) for k, v in data if k == "setting" and v.startswith(SETTING_PREFIX)]
         return self._client.post(url, data=data, **kwargs)
@@ -221,12 +221,13 @@ def run_batcher(reactor: Any, pool: Any, spool: Path, target: str, feed_uri: str
     from twisted.internet import defer
 
     from spiderd.config.sections import BatchSection
-    from spiderd.frontier.batcher import Batcher, _make_client
+    from spiderd.frontier.batcher import Batcher
+    from spiderd.frontier.batchwire import make_client
     from spiderd.core.lifecycle import wait_until
 
     config = BatchSection((target,), project=PROJECT, spider=SPIDER, feed_uri=feed_uri or "", size=batch_size,
                           flush_interval=1.0, timeout=30.0)
-    http = RecordingClient(_make_client(reactor))
+    http = RecordingClient(make_client(reactor))
     batcher = Batcher(reactor, pool, str(spool), config, http=http, retry_first=1.0, retry_max=5.0)
 
     @defer.inlineCallbacks
@@ -258,7 +259,7 @@ def read_feeds(feeds: Path) -> dict[str, list[dict[str, Any]]]:
 
 def check_items(items: list[dict[str, Any]], expected_urls: list[str], spec: Any, base_url: str) -> list[str]:
     """Problems: URLs without exactly one item, unexpected items, items that differ from spiderd's extraction."""
-    from spiderd.demo.site import render
+    from spiderd.demo.pages import render
     from spiderd.fetch.extract import Rules, extract
     from spiderd.config.settings import load
 
@@ -273,7 +274,7 @@ def check_items(items: list[dict[str, Any]], expected_urls: list[str], spec: Any
             problems.append(f"{url}: {count} items")
     for url in set(by_url) - set(expected_urls):
         problems.append(f"unexpected item for {url!r}")
-    from spiderd.demo.site import render
+    from spiderd.demo.pages import render
 
     for url, found in by_url.items():
         if url not in expected_urls or not found:
@@ -306,7 +307,7 @@ def main() -> None:
     feeds = work / "feeds"
     children: list[subprocess.Popen[Any]] = []
     try:
-        from spiderd.demo.site import SiteSpec
+        from spiderd.demo.pages import SiteSpec
 
         total = args.details + args.oversize
         lists = max(1, total // 100)
@@ -436,7 +437,7 @@ def oversize_by_hand(python: Path, work: Path, site_url: str, urls: list[str]) -
     state, error lines in scrapyd.log, and what ``reactor.spawnProcess`` (which Scrapyd's launcher calls)
     does with such an argument.
     """
-    from spiderd.frontier.batcher import SETTING_PREFIX
+    from spiderd.frontier.batchwire import SETTING_PREFIX
 
     work.mkdir()
     feeds = work / "feeds"

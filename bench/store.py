@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from spiderd.core.compression import FAST, compress
 from spiderd.core.memory import keep_heap
-from spiderd.demo.site import SiteSpec, write_static
+from spiderd.demo.pages import SiteSpec
+from spiderd.demo.static import write_static
 from spiderd.fetch.parseworker import FrameDecoder, frame
 from spiderd.store.sqlite import SCHEMA
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 from twisted.application.service import IService
-from twisted.python import usage
 
 from spiderd.config import settings as cfg
 from spiderd.core import lifecycle
@@ -32,34 +31,14 @@ from spiderd.frontier.interfaces import IURLPool
 from spiderd.frontier.scheduler import Recrawler, schedulers
 from spiderd.frontier.seeds import SeedService
 from spiderd.frontier.sitemapservice import sitemap_service
+from spiderd.ops.options import Options
 from spiderd.ops.reload import ReloadService
 from spiderd.ops.systemd import SystemdNotifier
 from spiderd.ops.web import Node, api_service
 from spiderd.store import PageStore, ShardedStore, page_store
 from spiderd.worker import WorkerConfigError, WorkerService, build_worker, worker_config
 
-class Options(usage.Options):
-    """``twistd -n spiderd [--config FILE] [--role ROLE] [--demo]``."""
-
-    optFlags: ClassVar[list[list[Any]]] = [
-        ["demo", None, "Crawl the bundled demo site on loopback to completion (starts from a clean demo data dir)."],
-        ["exit-when-done", None, "Stop when nothing is left to crawl."],
-    ]
-    optParameters: ClassVar[list[list[Any]]] = [
-        ["config", "c", None, "Path to the spiderd TOML configuration."],
-        ["role", "r", None, "all, frontier or worker (overrides spiderd.role)."],
-        ["data-dir", "d", None, "Data directory (overrides spiderd.data_dir)."],
-    ]
-
-    def postOptions(self) -> None:
-        if not self["demo"] and not self["config"]:
-            raise usage.UsageError("give --config FILE (see etc/spiderd.toml), or --demo")
-
-    def overrides(self) -> dict[str, Any]:
-        """The ``section.key`` values the command line sets."""
-        given = {"spiderd.role": self["role"], "spiderd.data_dir": self["data-dir"],
-                 "spiderd.exit_when_done": True if self["exit-when-done"] else None}
-        return {key: value for key, value in given.items() if value}
+__all__ = ["Options", "build", "makeService"]
 
 
 def makeService(options: Options, reactor: INodeReactor | None = None) -> IService:
@@ -136,7 +115,7 @@ def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiSer
     by_address = pool.set_host_group if pool is not None and s.fetch.politeness == "ip" else None
     fetcher = Fetcher(reactor, fetch_config(s.fetch, s.sites), on_crawl_delay=pool.set_host_delay if pool else None,
                       on_address=by_address)
-    store = page_store(s.store, node.data_dir, reactor)
+    store = page_store(s.store, node.data_dir, reactor, blocking.lane("store"))
     for service in (pooled, store, parser, lifecycle.Closer("fetcher", fetcher.close)):
         top.add(service)
     return Base(s, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher)
@@ -166,7 +145,7 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
     batcher = build_batcher(s.batch, reactor, pool, node.path("batches"), worker, base.parser.rules,
                             base.blocking.lane("batcher"))
     seeds = SeedService(pool, s.pool.seeds, s.pool.hubs, s.pool.hub_refresh_span, store=base.store,
-                        state_path=node.path("hubs-added.json"))
+                        state_path=node.path("hubs-added.json"), lane=base.blocking.lane("seeds"))
     seed_timer, recrawler = schedulers(s.pool, s.sites, reactor, pool, lambda: stats.counts["requests"])
     outputs = "feeds" if batcher is not None else s.items.dir
     site = demo.DemoSiteService(reactor, pool, node.data_dir, outputs) if demo_site else None

@@ -15,7 +15,8 @@ from twisted.trial import unittest
 from twisted.web import resource, server
 
 from spiderd.config.sections import BatchSection
-from spiderd.frontier.batcher import SETTING_PREFIX, Batcher, split, target_url
+from spiderd.frontier.batcher import Batcher
+from spiderd.frontier.batchwire import SETTING_PREFIX, split, target_url
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 
 

@@ -33,7 +33,7 @@ import pymysql
 import pytest
 
 from spiderd.demo.config import DEMO
-from spiderd.demo.site import SiteSpec
+from spiderd.demo.pages import SiteSpec
 from spiderd.frontier.pool.redis.cluster import key_slot
 from spiderd.frontier.pool.redis.partitions import partition_tags
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from spiderd.demo.site import SiteSpec, render
+from spiderd.demo.pages import SiteSpec, render
 from spiderd.fetch.extract import Rules, extract
 from spiderd.config.settings import load
 

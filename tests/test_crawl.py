@@ -18,7 +18,8 @@ from twisted.web import resource, server
 from spiderd.config import settings as cfg
 from spiderd import tap
 from spiderd.demo.config import DEMO
-from spiderd.demo.site import SiteSpec, listen, render
+from spiderd.demo.pages import SiteSpec, render
+from spiderd.demo.site import listen
 from spiderd.core.lifecycle import wait_idle
 
 
@@ -242,3 +243,28 @@ class FailureReasonTests(unittest.TestCase):
         self.assertEqual(reasons["private"], f"robots: disallowed by {self.root}robots.txt")
         self.assertEqual(reasons["broken"], "processing error: KeyError: 'no title'")
         self.assertEqual(len(self.flushLoggedErrors(KeyError)), 2)  # "Processing ... failed", at each try
+
+
+class LaneTests(unittest.TestCase):
+    """The node's blocking work on the lanes of its one Blocking service."""
+
+    timeout = 60
+
+    @defer.inlineCallbacks
+    def test_store_items_and_seeds_work_on_the_nodes_lanes(self) -> Any:
+        """The SQLite page store, the items writer and the seeds' file run on the node's ``store``, ``items`` and
+        ``seeds`` lanes (of the ``blocking`` service), from their start to their stop."""
+        data = Path(tempfile.mkdtemp(prefix="spiderd-lanes-"))
+        self.addCleanup(shutil.rmtree, data, True)
+        settings = node_settings(str(data), "http://127.0.0.1:9/", pool={"seeds": []})
+        cfg.check_data_dir(settings)
+        top = tap.build(settings, reactor)
+        blocking = top.getServiceNamed("blocking")
+        names = ("store", "items", "seeds")
+        top.startService()
+        try:
+            yield top.getServiceNamed("crawler").finished
+            self.assertEqual([blocking.lane(n).running for n in names], [True] * len(names))
+        finally:
+            yield top.stopService()
+        self.assertEqual([blocking.lane(n).running for n in names], [False] * len(names))

@@ -19,7 +19,7 @@ from twisted.internet import defer, reactor, threads
 from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
-from spiderd.ops import ctl
+from spiderd.ops import ctl, ctlclient
 from spiderd.core import status as st
 from spiderd.ops.web import Auth
 
@@ -144,11 +144,11 @@ class RealDaemonTests(TestCase):
             (0, "imported: 0 URLs queued, 0 finished entries restored, 5 known, 0 rejected\n")
 
         code, _, err = Run(self, daemon.url, token="wrong")("status")
-        assert code == ctl.UNAUTHORIZED and "refused the credentials (401)" in err
+        assert code == ctlclient.UNAUTHORIZED and "refused the credentials (401)" in err
         code, _, err = run("add", "hubs", "--refresh-span", "0", f"{self.dead}/hub")
-        assert code == ctl.REFUSED and err == ("spiderctl: spiderd refused the request (400): 'refresh_span' must "
+        assert code == ctlclient.REFUSED and err == ("spiderctl: spiderd refused the request (400): 'refresh_span' must "
                                                "be a number of seconds, more than 0 and at most 1e+09, got 0.0\n")
-        assert run("add", "seeds")[0] == ctl.USAGE
+        assert run("add", "seeds")[0] == ctlclient.USAGE
 
         script = subprocess.run([sys.executable, "-m", "spiderd.ops.ctl", "--url", daemon.url, "status", "--json"],
                                 capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT),
@@ -158,7 +158,7 @@ class RealDaemonTests(TestCase):
 
         assert daemon.stop() in (-signal.SIGTERM, 128 + signal.SIGTERM)
         code, _, err = run("status")
-        assert code == ctl.UNREACHABLE and f"cannot reach spiderd at {daemon.url}: connection refused" in err
+        assert code == ctlclient.UNREACHABLE and f"cannot reach spiderd at {daemon.url}: connection refused" in err
 
     def test_sighup_reloads_seeds_and_reopens_the_log(self) -> None:
         """SIGHUP: the new seeds are added, the moved log file is reopened; a bad file is one error line, no more."""
@@ -242,7 +242,7 @@ class InProcessTests(TestCase):
         self.patch(self.node.pool, "export", lambda chunk=1000: Broken())
         self.patch(sys, "stderr", io.StringIO())
         code, _ = yield self.ctl("export", "-o", str(self.tmp / "x.jl"))
-        assert code == ctl.REFUSED
+        assert code == ctlclient.REFUSED
         assert "the export stopped after 1 entries: the export failed: the disk is gone" in sys.stderr.getvalue()
         assert len(self.flushLoggedErrors(RuntimeError)) == 1
 
@@ -321,7 +321,7 @@ class InProcessTests(TestCase):
                            (("import", str(dump)), "import"), (("hosts",), "hosts")]:
             self.patch(sys, "stderr", io.StringIO())
             code, _ = yield self.ctl(*argv)
-            assert code == ctl.REFUSED, argv
+            assert code == ctlclient.REFUSED, argv
             assert (f"refused the request (404): /api/{path}: not available for this pool: its backend has no "
                     "admin interface (why, hosts, export, import)") in sys.stderr.getvalue(), sys.stderr.getvalue()
 
@@ -330,7 +330,7 @@ class InProcessTests(TestCase):
         """Without credentials: 401, exit status 4; --user without --password is a usage error."""
         self.patch(sys, "stderr", io.StringIO())
         code = yield threads.deferToThread(ctl.main, ["--url", self.api.url, "status"], io.StringIO())
-        assert code == ctl.UNAUTHORIZED
-        assert ctl.main(["--url", self.api.url, "--user", "ops", "status"], io.StringIO()) == ctl.USAGE
+        assert code == ctlclient.UNAUTHORIZED
+        assert ctl.main(["--url", self.api.url, "--user", "ops", "status"], io.StringIO()) == ctlclient.USAGE
         code, out = yield self.ctl("status")
         assert code == 0 and out.startswith("spiderd ") and "pool:     0 waiting" in out

@@ -1,4 +1,4 @@
-"""Tests for spiderd.demo.site: determinism, layout, faults, robots, gzip, static copies and the CLI."""
+"""Tests for spiderd.demo (pages, site, static): determinism, layout, faults, robots, gzip, static copies and the CLI."""
 
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ from twisted.trial import unittest
 from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.web.http_headers import Headers
 
-from spiderd.demo import site
-from spiderd.demo.site import (
-    PRIVATE, SiteSpec, listen, make_site, nginx_conf, port_of, render, static_paths, write_static,
-)
+from spiderd.demo import pages
+from spiderd.demo.pages import PRIVATE, SiteSpec, render
+from spiderd.demo.site import listen, make_site, port_of
+from spiderd.demo.static import nginx_conf, static_paths, write_static
 
 SMALL = SiteSpec(lists=4, details=60, seed=7)
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def links(spec: SiteSpec, path: str) -> list[str]:
 
 def clear_caches() -> None:
     """Forget every cached plan, corpus and page, so the next render starts from scratch."""
-    for cached in (site._render, site._plan, site._corpus):
+    for cached in (pages._render, pages._plan, pages._corpus):
         cached.cache_clear()
 
 
@@ -70,7 +70,7 @@ def test_same_spec_same_bytes() -> None:
 def test_same_bytes_in_another_process() -> None:
     """A process with another hash seed renders the very same site."""
     code = (
-        "import hashlib; from spiderd.demo.site import SiteSpec, render;"
+        "import hashlib; from spiderd.demo.pages import SiteSpec, render;"
         "s = SiteSpec(lists=4, details=60, seed=7); h = hashlib.sha256();"
         "[h.update(render(s, p)[2]) for p in ['/', '/list/2.html'] + [f'/item/{i}.html' for i in range(1, 61)]];"
         "print(h.hexdigest(), sorted(s.expected().redirects.items()))"

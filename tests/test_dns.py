@@ -15,7 +15,8 @@ from twisted.internet.task import Clock
 from twisted.trial import unittest
 from zope.interface import implementer
 
-from spiderd.demo.site import SiteSpec, static_paths, write_static
+from spiderd.demo.pages import SiteSpec
+from spiderd.demo.static import static_paths, write_static
 from spiderd.fetch.dns import CachingResolver, caching_reactor
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 

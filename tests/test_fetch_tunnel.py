@@ -100,6 +100,9 @@ class _Relay(Protocol):
     def _close(self, head: bytes) -> None:
         self.transport.loseConnection()
 
+    def _escape(self, head: bytes) -> None:
+        self.transport.write(b"HTTP/1.1 403 Nope\x1b[2J\x00\x7f forged\r\nContent-Length: 0\r\n\r\n")
+
     def _silent(self, head: bytes) -> None:
         pass
 
@@ -180,6 +183,15 @@ class TunnelTests(unittest.TestCase):
             self.assertNotIn(self.PASSWORD, text)
             self.assertNotIn(quote(self.PASSWORD, safe=""), text)
         self.assertEqual(self.origin.seen, [])
+
+    @defer.inlineCallbacks
+    def test_a_refusal_phrase_keeps_no_control_characters(self) -> Any:
+        """A proxy's reason phrase with terminal escapes and NUL: the reason names it with those characters replaced."""
+        self.relay.mode = "escape"
+        result = yield self.fetcher().fetch(self.url + "/page")
+        self.assertEqual(result.status, st.CONNECT_ERROR)
+        self.assertIn("refused CONNECT: 403 Nope?[2J?? forged", result.reason)
+        self.assertNotRegex(result.reason, "[\x00-\x1f\x7f]")
 
     @defer.inlineCallbacks
     def test_a_proxy_that_closes(self) -> Any:

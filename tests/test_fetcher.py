@@ -450,13 +450,15 @@ class DripTests(unittest.TestCase):
     def drip(self, request: Any) -> Any:
         request.setHeader(b"content-length", b"1000000")
         self.requests.append(request)
-        self.tick(request)
+        over = request.notifyFinish()  # fires when the answer is finished or the client has gone
+        over.addErrback(lambda _: None)
+        self.tick(request, over)
         return server.NOT_DONE_YET
 
-    def tick(self, request: Any) -> None:
-        if not request.finished and not request._disconnected:
+    def tick(self, request: Any, over: defer.Deferred[None]) -> None:
+        if not over.called:
             request.write(b"x")
-            self.calls.append(reactor.callLater(0, self.tick, request))  # a byte every reactor turn
+            self.calls.append(reactor.callLater(0, self.tick, request, over))  # a byte every reactor turn
 
     def tearDown(self) -> Any:
         for call in self.calls:

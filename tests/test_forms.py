@@ -1,4 +1,4 @@
-"""A urlencoded form body decoded in steps (spiderd.core.net.forms): Twisted's decode, a step at a time."""
+"""A form body decoded in steps (spiderd.core.net.forms): Twisted's decode, a step at a time."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as s
 from twisted.trial import unittest
 from twisted.web.http import parse_qs
 
-from spiderd.core.net.forms import STEP, Form, decode_form
+from spiderd.core.net.forms import STEP, Form, MalformedForm, decode_form, decode_multipart
 
 # the bytes that matter to a decoder: escapes whole, cut and invalid, both separators, "+", "=", non-ASCII
 _PIECES = [b"%", b"%4", b"%41", b"%e9", b"%C3%A9", b"%%", b"%zz", b"=", b"&", b";", b"+", b"4", b"1", b"a", b"F",
@@ -52,3 +52,29 @@ class DecodeFormTests(unittest.SynchronousTestCase):
         form, steps = decoded(body)
         self.assertEqual(form, parse_qs(body, 1))
         self.assertGreater(steps, len(body) // STEP)
+
+
+def multipart(ctype: bytes, body: bytes, step: int = STEP) -> Form:
+    """The fields of a multipart/form-data body, decoded ``step`` bytes at a time."""
+    form: Form = {}
+    for _ in decode_multipart(ctype, body, form, step):
+        pass
+    return form
+
+
+def test_multipart_and_urlencoded_bodies_read_their_fields() -> None:
+    """A multipart/form-data body gives its named parts (a repeated name twice, an unnamed part none) wherever
+    its steps cut, as an urlencoded body gives its fields; a multipart body that is not one is MalformedForm."""
+    ctype = b"multipart/form-data; boundary=b0"
+    parts = [(b'name="setting"', b"A=1"), (b'name="setting"', b"B=2"), (b"filename=x", b"skipped"),
+             (b'name="spider"', b"demo\r\nshop")]
+    body = b"".join(b"--b0\r\nContent-Disposition: form-data; %s\r\n\r\n%s\r\n" % p for p in parts) + b"--b0--\r\n"
+    for step in (1, 2, 3, 7, STEP):
+        assert multipart(ctype, body, step) == {b"setting": [b"A=1", b"B=2"], b"spider": [b"demo\r\nshop"]}
+    assert decoded(b"a=1&a=&b=2")[0] == {b"a": [b"1", b""], b"b": [b"2"]}
+    try:
+        multipart(ctype, b"garbage")
+    except MalformedForm as e:
+        assert "multipart" in str(e)
+    else:
+        raise AssertionError("a body that is not multipart was read")

@@ -32,7 +32,8 @@ from twisted.logger import formatEvent, globalLogPublisher
 from spiderd.config import settings as cfg
 from spiderd import tap
 from spiderd.demo.config import DEMO
-from spiderd.demo.site import SiteSpec, listen, port_of
+from spiderd.demo.pages import SiteSpec
+from spiderd.demo.site import listen, port_of
 from spiderd.core.lifecycle import wait_until
 from spiderd.config.convert import MAX_SECONDS
 from spiderd.ops.web.api import MAX_JSON_BODY, MAX_URLS
@@ -373,8 +374,21 @@ def running() -> Iterator[Node]:
         globalLogPublisher.removeObserver(up.observe)
         spin(defer.maybeDeferred(top.stopService))
         spin(defer.maybeDeferred(site.stopListening))
-        reactor._stopThreadPool()  # type: ignore[attr-defined]  # as trial does after each class: its threads would
-        shutil.rmtree(tmp, True)  # keep the process from exiting, for the reactor is crashed, never stopped
+        end_reactor_threads()
+        shutil.rmtree(tmp, True)
+
+
+def end_reactor_threads() -> None:
+    """End the reactor's pool threads (name lookups ran there): the reactor is crashed, never stopped, so its
+    shutdown never stops them, and they would keep the process from exiting.  Public calls only: the pool shrinks
+    to no thread, then may grow again for whoever uses the reactor next."""
+    pool = reactor.getThreadPool()
+    size = pool.max
+    reactor.suggestThreadPoolSize(0)
+    reactor.suggestThreadPoolSize(size)
+    for thread in list(pool.threads):
+        thread.join(30)
+        assert not thread.is_alive(), f"the reactor's pool thread {thread.name} did not end"
 
 
 # -- sending a row -------------------------------------------------------------------------------------------

@@ -13,7 +13,10 @@ from twisted.internet import defer, reactor
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
+from spiderd.config.sections import ItemsSection
+from spiderd.core.blocking import Blocking, Lane
 from spiderd.feed.items import ItemWriter, checkpoint_name
+from spiderd.feed.writers import item_writers
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 
@@ -59,9 +62,10 @@ class ItemWriterTests(unittest.TestCase):
     def writer(self, pool: Any = None, **options: Any) -> Any:
         """A started writer (its previous-run files settled)."""
         options.setdefault("flush_interval", 0.01)
-        writer = ItemWriter(reactor, str(self.dir / "items"), pool=pool or self.pool, **options)
+        self.lane = Lane(reactor, "items-test")  # the writer's; closed at the end whatever the test did
+        writer = ItemWriter(reactor, str(self.dir / "items"), pool=pool or self.pool, lane=self.lane, **options)
         writer.startService()
-        self.addCleanup(lambda: writer._threads.stop() if writer._threads.started else None)
+        self.addCleanup(self.lane.close)
         yield writer.ready
         return writer
 
@@ -106,7 +110,7 @@ class ItemWriterTests(unittest.TestCase):
         self.assertEqual(result(self.pool.checkpoint(checkpoint)), part.stat().st_size)
         with part.open("ab") as f:  # the next group's lines reached the file; then the process was killed
             f.write(b'{"url":"%s"}\n{"url":"%s"}\n{"url":"torn' % (self.popped[2].encode(), self.popped[3].encode()))
-        writer._threads.stop()  # no stopService: the process is gone
+        self.lane.close()  # no stopService: the process is gone
         writer = yield self.writer()
         self.assertFalse(part.exists())
         self.assertEqual(self.lines(), self.popped[:2])
@@ -171,13 +175,30 @@ class ItemWriterTests(unittest.TestCase):
     @defer.inlineCallbacks
     def test_without_a_pool(self) -> Any:
         """With no pool the lines are written and the torn tail of an old file is cut, as before."""
-        writer = ItemWriter(reactor, str(self.dir / "items"), flush_interval=0.01)
+        lane = Lane(reactor, "items-test")
+        writer = ItemWriter(reactor, str(self.dir / "items"), flush_interval=0.01, lane=lane)
         writer.startService()
-        self.addCleanup(lambda: writer._threads.stop() if writer._threads.started else None)
+        self.addCleanup(lane.close)
         yield writer.ready
         yield writer.write({"url": "x"})
         yield writer.stopService()
         self.assertEqual(self.lines(), ["x"])
+
+    @defer.inlineCallbacks
+    def test_the_node_writer_works_on_the_nodes_items_lane(self) -> Any:
+        """The items writer of ``[items]`` (item_writers) writes on the ``items`` lane of the node's Blocking, which
+        runs while the writer does."""
+        blocking = Blocking(reactor)
+        self.addCleanup(blocking.stopService)
+        writer, archive = item_writers(ItemsSection(), str(self.dir / "items"), reactor, self.pool, blocking)
+        assert writer is not None and archive is None
+        writer.startService()
+        yield writer.ready
+        self.assertTrue(blocking.lane("items").running)
+        yield writer.write({"url": self.popped[0]}, [(self.popped[0], 200)])
+        yield writer.stopService()
+        self.assertFalse(blocking.lane("items").running)
+        self.assertEqual((self.lines("*.jl"), self.state(self.popped[0])), ([self.popped[0]], "done"))
 
     @defer.inlineCallbacks
     def test_memory_pool(self) -> Any:

@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 import pytest
 
 from spiderd.demo.config import DEMO
-from spiderd.demo.site import SiteSpec
+from spiderd.demo.pages import SiteSpec
 
 from .helpers import result
 from .test_cluster import literals

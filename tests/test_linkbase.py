@@ -17,7 +17,8 @@ from twisted.trial import unittest
 from spiderd.config import settings as cfg
 from spiderd import tap
 from spiderd.demo.config import DEMO
-from spiderd.demo.site import SiteSpec, listen
+from spiderd.demo.pages import SiteSpec
+from spiderd.demo.site import listen
 from spiderd.fetch.extract import Rules, extract
 from spiderd.fetch.parseworker import answer, extracted_from
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet import defer, reactor
+from twisted.internet import defer, reactor, task
 from twisted.internet.address import IPv4Address
 from twisted.internet.interfaces import IHostnameResolver, IHostResolution
 from twisted.internet.task import Clock
@@ -26,6 +26,7 @@ from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 
 from .helpers import ClockedReactor
+from .test_pool_contract import RedisKeys
 from .test_throttle import START, Base
 
 HOSTS = {"a.test": "127.0.0.2", "b.test": "127.0.0.2"}
@@ -96,7 +97,7 @@ class PerIPTests(Base):
         factory.noisy = False
         port = reactor.listenTCP(0, factory, interface="127.0.0.2")
         self.addCleanup(port.stopListening)
-        pool = open_memory_pool(self.clock, politeness=Politeness(delay=2.0, concurrency=4))
+        pool = yield self.open_pool(per_ip)
         clocked = MappedReactor(reactor, self.clock)
         fetcher = Fetcher(clocked, FetchConfig(timeout=10), on_address=pool.set_host_group if per_ip else None)
         self.addCleanup(fetcher.close)
@@ -108,20 +109,26 @@ class PerIPTests(Base):
         yield pool.addmany([f"http://{host}:{port_number}/{i}" for i in range(3) for host in HOSTS])
         crawler.startService()
         self.addCleanup(crawler.stopService)
-        done = lambda: self.pool_done(pool) == 6  # noqa: E731
         for _ in range(20):
-            yield self.settle(lambda: crawler.processing == 0 and crawler.fetching == 0)
-            if done():
+            yield self.settle(lambda: crawler.processing == 0 and crawler.fetching == 0 and not crawler._popping)
+            if (yield self.pool_done(pool)) == 6:
                 break
             yield self.advance(1.0, step=1.0)
-        yield self.settle(done)
+        for _ in range(200):  # the last statuses on their way (no clock time passes)
+            if (yield self.pool_done(pool)) == 6:
+                break
+            yield self.settle(lambda: True)
+            yield task.deferLater(reactor, 0.01, lambda: None)
+        self.assertEqual((yield self.pool_done(pool)), 6)
         self.assertIsInstance(fetcher.resolver, CachingResolver)
         return sorted(site.log, key=lambda entry: entry[1])
 
-    def pool_done(self, pool: Any) -> int:
-        box: list[Any] = []
-        pool.stats().addCallback(box.append)
-        return int(box[0]["done"])
+    def open_pool(self, per_ip: bool) -> defer.Deferred[Any]:
+        """The pool crawled from: 2 s between two requests of one slot, 4 at once."""
+        return defer.succeed(open_memory_pool(self.clock, politeness=Politeness(delay=2.0, concurrency=4)))
+
+    def pool_done(self, pool: Any) -> defer.Deferred[int]:
+        return pool.stats().addCallback(lambda stats: int(stats["done"]))
 
     @defer.inlineCallbacks
     def test_hosts_on_one_address_share_one_turn(self) -> Any:
@@ -136,6 +143,17 @@ class PerIPTests(Base):
         """With "host" (the default), each host gives one page per 2 s, both at once."""
         log = yield self.crawl(per_ip=False)
         self.assertEqual([at for _, at in log], [0.0, 0.0, 2.0, 2.0, 4.0, 4.0])
+
+
+class RedisPerIPTests(RedisKeys, PerIPTests):
+    """The same crawls on the Redis pool (``per_ip`` is ``[fetch] politeness = "ip"``'s pool option): its scripts
+    group the hosts by the addresses the fetch told it (``P group``)."""
+
+    @defer.inlineCallbacks
+    def open_pool(self, per_ip: bool) -> Any:
+        pool = yield self.open_redis(self.clock, Politeness(delay=2.0, concurrency=4), {"per_ip": per_ip})
+        self.addCleanup(pool.close)
+        return pool
 
 
 class GroupMemoryTests(unittest.SynchronousTestCase):

@@ -20,6 +20,7 @@ from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 from spiderd.frontier.pool.redis import open_redis_pool
 from spiderd.frontier.pool.redis.link import RedisLink, parse_redis_url
+from spiderd.frontier.pool.redis.partitions import partition_of
 
 from . import services
 from .clusterkeys import ClusterCase
@@ -660,6 +661,8 @@ class PoolContract:
 
     # -- per-IP politeness (set_host_group) ------------------------------------------
 
+    three_hosts = "abc"  # the names (x.example) of three hosts of one address (of one partition on a cluster)
+
     def hosts_of(self, popped: Any) -> list[str]:
         return sorted(u.split("/")[2] for u in popped)
 
@@ -691,8 +694,9 @@ class PoolContract:
         """Without a delay, a group's hosts have ``concurrency`` requests in flight between them; a host that
         moves to another group takes its requests in flight along."""
         pool = yield self.make_pool(delay=0.0, concurrency=2)
-        yield pool.addmany([f"http://{h}.example/{i}" for h in "abc" for i in range(5)])
-        for host in ("a.example", "b.example", "c.example"):
+        hosts = [f"{h}.example" for h in self.three_hosts]
+        yield pool.addmany([f"http://{h}/{i}" for h in hosts for i in range(5)])
+        for host in hosts:
             yield pool.set_host_group(host, "192.0.2.1")
         first = yield self.drain(pool)
         assert len(first) == 2, first
@@ -702,7 +706,7 @@ class PoolContract:
         assert len(second) == 1
         moved = next(iter(second)).split("/")[2]
         yield pool.set_host_group(moved, "192.0.2.2")  # its request in flight goes with it
-        others = [h for h in ("a.example", "b.example", "c.example") if h != moved]
+        others = [h for h in hosts if h != moved]
         again = self.hosts_of((yield self.drain(pool)))
         assert moved in again, again  # its turn in its new group
         again.remove(moved)
@@ -723,6 +727,81 @@ class PoolContract:
         assert (yield self.drain(pool)) == {}
         yield pool.set_host_group(first[0], "192.0.2.2")  # its request in flight goes with it
         assert self.hosts_of((yield self.drain(pool))) == [h for h in ("a.example", "b.example") if h != first[0]]
+
+    @defer.inlineCallbacks
+    def test_a_drained_group_takes_no_turn(self) -> Gen:
+        """A group whose hosts have nothing left waiting takes no turn from a pop: once its last request is
+        done, pop(1) hands out another host's URL."""
+        pool = yield self.make_pool(delay=0.0, concurrency=1)
+        grouped, other = (f"{h}.example" for h in self.three_hosts[::2])
+        yield pool.set_host_group(grouped, "192.0.2.1")
+        yield pool.add(f"http://{grouped}/0")
+        assert (yield pool.pop(1)) == {f"http://{grouped}/0": False}
+        yield pool.add(f"http://{other}/0")
+        yield pool.set_status(f"http://{grouped}/0", 200)
+        assert (yield pool.pop(1)) == {f"http://{other}/0": False}
+
+    @defer.inlineCallbacks
+    def test_a_grouped_host_that_drained_comes_back(self) -> Gen:
+        """A host of a group whose URLs all went out, one a turn, gets its turn again when a URL is added."""
+        pool = yield self.make_pool(delay=0.0, concurrency=1)
+        yield pool.set_host_group("a.example", "192.0.2.1")
+        yield pool.addmany(["http://a.example/0", "http://a.example/1"])
+        for url in ("http://a.example/0", "http://a.example/1"):
+            assert (yield pool.pop(10)) == {url: False}
+            yield pool.set_status(url, 200)
+        yield pool.add("http://a.example/2")
+        assert (yield pool.pop(10)) == {"http://a.example/2": False}
+
+    @defer.inlineCallbacks
+    def test_a_domains_next_host_of_no_group_waits_for_no_group(self) -> Gen:
+        """A grouped host and a host of no group of one domain: each goes in its own turn, the one of no group
+        though the group is full (on Redis the grouped one goes first: the domain's queue is in order)."""
+        pool = yield self.make_pool(delay=0.0, concurrency=1)
+        yield pool.addmany(["http://a.example/0", "http://www.a.example/0"])
+        yield pool.set_host_group("a.example", "192.0.2.1")
+        popped = [(yield pool.pop(1)), (yield pool.pop(1))]
+        assert sorted(url for urls in popped for url in urls) == ["http://a.example/0", "http://www.a.example/0"]
+
+    @defer.inlineCallbacks
+    def test_a_throttle_holds_the_hosts_group(self) -> Gen:
+        """A throttling answer of one host blocks every host of its group (the shared server) until then; a host
+        of no group goes on; the group's hosts take their turns after it."""
+        pool = yield self.make_pool(delay=0.0, concurrency=10)
+        hosts = [f"{h}.example" for h in self.three_hosts]
+        for host in hosts[:2]:
+            yield pool.set_host_group(host, "192.0.2.1")
+        yield pool.addmany([f"http://{h}/{i}" for h in hosts for i in range(2)])
+        popped = yield pool.pop(1)
+        assert len(popped) == 1 and next(iter(popped)).split("/")[2] in hosts[:2], popped
+        now = self.clock.seconds()
+        yield pool.throttle(next(iter(popped)), now + 30, 429)
+        assert self.hosts_of((yield self.drain(pool))) == [hosts[2], hosts[2]]
+        self.clock.advance(29.9)
+        assert (yield self.drain(pool)) == {}
+        self.clock.advance(0.1)
+        assert {h for h in self.hosts_of((yield self.drain(pool)))} == set(hosts[:2])
+
+    @defer.inlineCallbacks
+    def test_fetched_frees_and_paces_the_hosts_group(self) -> Gen:
+        """A grouped host's fetch reported over frees its group's request in flight and holds every host of the
+        group by the adaptive wait (3 x 2 s), while a host of no group goes on."""
+        pool = yield self.make_pool(delay=0.0, concurrency=1, adaptive=AdaptiveDelay(3.0, 0.0, 30.0))
+        hosts = [f"{h}.example" for h in self.three_hosts]
+        for host in hosts[:2]:
+            yield pool.set_host_group(host, "192.0.2.1")
+        yield pool.addmany([f"http://{h}/{i}" for h in hosts for i in range(2)])
+        popped = yield self.drain(pool)
+        grouped = [u for u in popped if u.split("/")[2] != hosts[2]]
+        assert len(grouped) == 1 and self.hosts_of(popped).count(hosts[2]) == 1, popped
+        self.clock.advance(2.0)
+        yield pool.fetched(grouped[0], 2.0)
+        assert self.hosts_of((yield self.drain(pool))) == []  # the group waits 6 s; c's slot is still taken
+        self.clock.advance(5.99)
+        assert (yield self.drain(pool)) == {}
+        self.clock.advance(0.01)
+        again = self.hosts_of((yield self.drain(pool)))
+        assert len(again) == 1 and again[0] in hosts[:2], again
 
     # -- adaptive politeness (delay_factor) ----------------------------------------
 
@@ -1351,23 +1430,6 @@ class RedisPoolTests(RedisKeys, PoolContract, TestCase):
         assert sorted(popped) == ["http://a.example/1", "http://a.example/2"]
         assert [key for key in (yield self.keys()) if ":h:" in key] == []
 
-    # Per-IP politeness on Redis: set_host_group records P group, but pop.lua does not group hosts yet (each
-    # domain of the ready set is scored by its own head host; a group needs pop to take turns over groups, a
-    # change of pop.lua left until its rewrite for speed is merged).
-    NO_GROUPS = "Redis: pop.lua does not group hosts by address yet (per-IP politeness, issue 16)"
-
-    @pytest.mark.xfail(reason=NO_GROUPS, strict=True)
-    def test_hosts_of_one_group_share_a_turn(self) -> Any:
-        return PoolContract.test_hosts_of_one_group_share_a_turn(self)
-
-    @pytest.mark.xfail(reason=NO_GROUPS, strict=True)
-    def test_hosts_of_one_group_share_the_requests_in_flight(self) -> Any:
-        return PoolContract.test_hosts_of_one_group_share_the_requests_in_flight(self)
-
-    @pytest.mark.xfail(reason=NO_GROUPS, strict=True)
-    def test_a_host_that_moves_frees_its_old_group(self) -> Any:
-        return PoolContract.test_a_host_that_moves_frees_its_old_group(self)
-
     @defer.inlineCallbacks
     def test_host_groups_are_recorded(self) -> Gen:
         """set_host_group keeps a host's address in P group for every node; a host told its own name leaves it."""
@@ -1425,15 +1487,19 @@ class RedisClusterPoolTests(ClusterCase, PoolContract, TestCase):
         return open_redis_pool(self.cluster.url, self.clock, prefix=other + "spiderd:", namespace=other,
                                politeness=politeness)
 
-    # Each partition is a RedisPool: the same pop.lua, which does not group hosts by address yet.
-    @pytest.mark.xfail(reason=RedisPoolTests.NO_GROUPS, strict=True)
-    def test_hosts_of_one_group_share_a_turn(self) -> Any:
-        return PoolContract.test_hosts_of_one_group_share_a_turn(self)
+    # A group lives in its hosts' domain partition: the contract's three hosts of one address are of one partition
+    # (a, b and q.example: partition 2 of 12; c.example is of partition 8).
+    three_hosts = "abq"
 
-    @pytest.mark.xfail(reason=RedisPoolTests.NO_GROUPS, strict=True)
-    def test_hosts_of_one_group_share_the_requests_in_flight(self) -> Any:
-        return PoolContract.test_hosts_of_one_group_share_the_requests_in_flight(self)
-
-    @pytest.mark.xfail(reason=RedisPoolTests.NO_GROUPS, strict=True)
-    def test_a_host_that_moves_frees_its_old_group(self) -> Any:
-        return PoolContract.test_a_host_that_moves_frees_its_old_group(self)
+    @defer.inlineCallbacks
+    def test_hosts_of_one_address_are_grouped_per_partition(self) -> Gen:
+        """Hosts of one address whose domains are in different partitions are grouped per partition: a and b
+        (partition 2) share one request in flight, c (partition 8) has its own group's."""
+        assert {partition_of(f"{h}.example", 12) for h in "ab"} == {2} and partition_of("c.example", 12) == 8
+        pool = yield self.make_pool(delay=0.0, concurrency=1)
+        yield pool.addmany([f"http://{h}.example/{i}" for h in "abc" for i in range(2)])
+        for host in ("a.example", "b.example", "c.example"):
+            yield pool.set_host_group(host, "192.0.2.1")
+        first = self.hosts_of((yield self.drain(pool)))
+        assert len(first) == 2 and first[0] in ("a.example", "b.example") and first[1] == "c.example", first
+        assert (yield self.drain(pool)) == {}

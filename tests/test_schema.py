@@ -19,7 +19,8 @@ from spiderd.core.rules import Site
 from spiderd.core.digest import content_digest, is_digest
 from spiderd import tap
 from spiderd.demo.config import DEMO
-from spiderd.demo.site import SiteSpec, listen
+from spiderd.demo.pages import SiteSpec
+from spiderd.demo.site import listen
 from spiderd.fetch.extract import Rules, extract
 from spiderd.feed.items import json_line
 from spiderd.core.urls import fingerprint, to_signed64

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from typing import Any
 
-from twisted.internet import defer
+from twisted.internet import defer, reactor
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
+from spiderd.core.blocking import Lane
+from spiderd.frontier import seeds as seeds_module
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.frontier.seeds import SeedService
 
@@ -26,10 +29,38 @@ class SeedServiceTests(unittest.TestCase):
     @defer.inlineCallbacks
     def started(self) -> Any:
         pool = open_memory_pool(self.clock)
-        seeds = SeedService(pool, ["http://h.example/"], CONFIGURED, 600.0, state_path=self.path)
+        self.lane = Lane(reactor, "seeds-test")  # the service's; closed at the end whatever the test did
+        self.addCleanup(self.lane.close)
+        seeds = SeedService(pool, ["http://h.example/"], CONFIGURED, 600.0, state_path=self.path, lane=self.lane)
         yield seeds.startService()
         self.addCleanup(seeds.stopService)
         return seeds, pool
+
+    @defer.inlineCallbacks
+    def test_the_state_file_is_read_and_written_on_the_lane_given(self) -> Any:
+        """The added hubs' file is read at start and written by add_hubs on the lane the service is given (the
+        node's), not on the reactor's thread pool, and the lane stops with the service."""
+        threads: list[str] = []
+
+        def spy(real: Any) -> Any:
+            def call(*args: Any) -> Any:
+                threads.append(threading.current_thread().name)
+                return real(*args)
+            return call
+
+        for name in ("_read_hubs", "write_atomically"):
+            self.patch(seeds_module, name, spy(getattr(seeds_module, name)))
+        seeds, _ = yield self.started()
+        yield seeds.add_hubs(["http://h.example/sale"])
+        self.assertEqual(len(threads), 2)
+        self.assertTrue(all("spiderd-seeds-test" in t for t in threads), threads)
+        yield seeds.stopService()
+        self.assertFalse(self.lane.running)
+
+    def test_a_state_file_needs_a_lane(self) -> None:
+        """A SeedService with a state file and no lane to write it on is refused when it is made."""
+        with self.assertRaises(ValueError):
+            SeedService(open_memory_pool(self.clock), [], [], 600.0, state_path=self.path)
 
     @defer.inlineCallbacks
     def test_added_hubs_survive_a_restart(self) -> Any:

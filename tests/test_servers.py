@@ -17,7 +17,8 @@ from twisted.trial import unittest
 from twisted.web import resource, server
 
 from spiderd.core import status as st
-from spiderd.demo.site import SiteSpec, static_paths, write_static
+from spiderd.demo.pages import SiteSpec
+from spiderd.demo.static import static_paths, write_static
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 
 from . import test_worker

@@ -170,3 +170,4 @@ def deferLater() -> Deferred[None]:
     d: Deferred[None] = Deferred()
     reactor.callLater(0.01, d.callback, None)
     return d
+

@@ -19,8 +19,10 @@ from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface.verify import verifyObject
 
+from spiderd.config.sections import StoreSection
+from spiderd.core.blocking import Blocking, Lane
 from spiderd.core.digest import content_digest
-from spiderd.store import NullStore, StoreNotRunning, StoreUnavailable, base, open_store
+from spiderd.store import NullStore, StoreNotRunning, StoreUnavailable, base, open_store, page_store
 from spiderd.store import mysql as mysql_backend
 from spiderd.store import sqlite as sqlite_backend
 from spiderd.store.interfaces import IPageStore
@@ -369,6 +371,41 @@ class SQLiteStoreTests(StoreContract, TestCase):
     def raw_digests(self) -> dict[str, str | None]:
         with sqlite3.connect(os.path.join(self.data_dir, "pages.sqlite3")) as db:
             return dict(db.execute("SELECT url, digest FROM crawler_html").fetchall())
+
+    @inlineCallbacks
+    def test_works_on_the_lane_it_is_given(self) -> Any:
+        """The SQLite store does its database work on the lane it is given (the node's), and lets go of it at
+        stop."""
+        lane = Lane(reactor, "store-test")
+        self.addCleanup(lane.close)
+        store = self.started(lane=lane)
+        threads = []
+        real = self.backend.write_rows
+
+        def spy(*args: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            return real(*args)
+
+        self.patch(self.backend, "write_rows", spy)
+        d = store.save("http://a.example/1", 1, HTML)
+        self.tick(store)
+        yield d
+        self.assertEqual(threads, [threads[0]])
+        self.assertIn("spiderd-store-test", threads[0])
+        yield store.stopService()
+        self.assertFalse(lane.running)
+
+    @inlineCallbacks
+    def test_the_node_store_works_on_the_nodes_store_lane(self) -> Any:
+        """The page store of ``[store]`` (page_store) given the ``store`` lane of the node's Blocking runs its
+        SQLite work there: the lane runs from the store's start to its stop."""
+        blocking = Blocking(reactor)
+        self.addCleanup(blocking.stopService)
+        store = page_store(StoreSection(), self.data_dir, SplitReactor(self.clock), blocking.lane("store"))
+        store.startService()
+        self.assertTrue(blocking.lane("store").running)
+        yield store.stopService()
+        self.assertFalse(blocking.lane("store").running)
 
     @inlineCallbacks
     def test_table_without_digest_gets_the_column(self) -> Any:

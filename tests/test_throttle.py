@@ -26,7 +26,8 @@ from spiderd.frontier.crawler import CrawlService
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.worker.config import WorkerConfig
-from spiderd.worker.pipeline import Pipeline, Run
+from spiderd.worker.pipeline import Pipeline
+from spiderd.worker.run import Run
 
 from .helpers import ClockedReactor
 

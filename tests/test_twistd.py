@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from spiderd.demo.site import SiteSpec
+from spiderd.demo.pages import SiteSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
@@ -165,6 +165,35 @@ def test_bad_store_port_is_one_line(tmp_path: Path) -> None:
     assert child.returncode == 2, out
     assert "store.url: the port of 'mysql://u:***@127.0.0.1:99999/db' must be a number" in out, out
     assert "Traceback" not in out and "pw@" not in out, out
+
+
+def test_sighup_reopens_the_logfile(tmp_path: Path) -> None:
+    """With ``--logfile``, a SIGHUP after logrotate moved the file makes the daemon write a new one at its path."""
+    log = tmp_path / "spiderd.log"
+    config = tmp_path / "idle.toml"
+    config.write_text(f'[spiderd]\ndata_dir = "{tmp_path / "data"}"\n[parse]\nworkers = 0\n[api]\nport = 0\n')
+    command = [sys.executable, "-c", TWISTD, "-n", "--pidfile=", f"--logfile={log}", "spiderd", "--config", str(config)]
+    child = subprocess.Popen(command, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert _wait_for_line(log, "Nothing left to crawl", child)  # logged from the running reactor
+        log.rename(tmp_path / "spiderd.log.1")
+        child.send_signal(signal.SIGHUP)
+        assert _wait_for_line(log, "1 log files reopened", child), (tmp_path / "spiderd.log.1").read_text()
+    finally:
+        child.send_signal(signal.SIGTERM)
+        child.communicate(timeout=60)
+    assert "Server Shut Down." in log.read_text()
+
+
+def _wait_for_line(path: Path, text: str, child: subprocess.Popen[str], timeout: float = 60.0) -> bool:
+    """True once ``path`` holds ``text``; False if ``child`` exits or ``timeout`` passes first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and child.poll() is None:
+        if path.exists() and text in path.read_text():
+            return True
+        time.sleep(0.05)  # waiting for another process to write its log file
+    return False
 
 
 def test_command_line_overrides() -> None:

@@ -22,7 +22,8 @@ from warcio.archiveiterator import ArchiveIterator
 
 from spiderd.config import settings as cfg
 from spiderd.core.blocking import Lane
-from spiderd.demo.site import SiteSpec, listen, render
+from spiderd.demo.pages import SiteSpec, render
+from spiderd.demo.site import listen
 from spiderd.feed import warc
 from spiderd.feed.errors import BadFeedError
 from spiderd.feed.shipper import FeedShipper
@@ -244,6 +245,16 @@ class WriterTests(unittest.TestCase):
         self.assertEqual(path, part[:-len(".part")])
         self.assertEqual(warc.validate_warc(path), 5)
         yield again.stopService()
+
+    @defer.inlineCallbacks
+    def test_unsettled_previous_file_is_a_start_failure(self) -> Any:
+        """A .part of a previous run that cannot be read makes ``ready`` fail (a start failure, as the shipper's
+        unreadable spool is), instead of the node archiving on beside it; the stop still works."""
+        (self.dir / f"spiderd-x{warc.EXTENSION}.part").mkdir()  # listed like a torn file, unreadable as one
+        w = self.writer()
+        yield self.assertFailure(w.ready, IsADirectoryError)
+        self.assertEqual(self.rotated, [])
+        yield w.stopService()
 
     def test_check_refuses_what_is_not_whole(self) -> None:
         """The feed check: not gzip, bytes past the last record, no record."""

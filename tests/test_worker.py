@@ -29,7 +29,8 @@ from spiderd.config.sections import FetchSection, WorkerSection
 from spiderd.core.blocking import Lane
 from spiderd.core.net import forms, serving
 from spiderd.demo.config import DEMO
-from spiderd.demo.site import PRIVATE, SiteSpec, listen, port_of, render
+from spiderd.demo.pages import PRIVATE, SiteSpec, render
+from spiderd.demo.site import listen, port_of
 from spiderd.feed.shipper import FeedShipper
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.fetch.parsepool import ParsePool
@@ -386,20 +387,26 @@ class ScrapydCompatibilityTests(WorkerTestBase):
 class ErrorTests(WorkerTestBase):
     """Every refusal is a clear JSON error with the code Scrapyd 1.6 uses, and persists nothing."""
 
+    def threads_of(self, name: str) -> list[str]:
+        """The names of the threads each step of ``serving.<name>`` (a decode) runs on, from now on (patched for
+        the test)."""
+        threads: list[str] = []
+        real = getattr(serving, name)
+
+        def spy(*args: Any) -> Any:
+            for step in real(*args):
+                threads.append(threading.current_thread().name)
+                yield step
+
+        self.patch(serving, name, spy)
+        return threads
+
     @defer.inlineCallbacks
     def test_a_big_form_is_decoded_in_steps(self) -> Any:
         """A schedule.json form of FORM_IN_STEPS bytes or more is decoded a step per turn of the reactor (on its
         thread: a decode on another thread holds the GIL, and the reactor waits), not in one call, and is
         accepted as a small one is (its job holds every start URL)."""
-        threads: list[str] = []
-        decode = serving.decode_form
-
-        def spy(*args: Any) -> Any:
-            for step in decode(*args):
-                threads.append(threading.current_thread().name)
-                yield step
-
-        self.patch(serving, "decode_form", spy)
+        threads = self.threads_of("decode_form")
         service = self.worker(max_body_size=16 * serving.FORM_IN_STEPS)
         paths = [f"/item/{i}.html?pad={'x' * 40}" for i in range(4 * serving.FORM_IN_STEPS // 50)]
         jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
@@ -409,6 +416,25 @@ class ErrorTests(WorkerTestBase):
         job = service.runner.jobs[jobid]
         self.assertEqual(service.job_store.load_urls(job), [self.root + p for p in paths])
         yield service.runner.cancel(jobid)
+
+    @defer.inlineCallbacks
+    def test_a_big_multipart_body_is_decoded_in_steps(self) -> Any:
+        """A multipart/form-data schedule.json of FORM_IN_STEPS bytes or more is decoded a step per turn of the
+        reactor too, on its thread, and is accepted as an urlencoded one is (its job holds every start URL)."""
+        threads = self.threads_of("decode_multipart")
+        service = self.worker(max_body_size=16 * serving.FORM_IN_STEPS)
+        paths = [f"/item/{i}.html?pad={'x' * 40}" for i in range(4 * serving.FORM_IN_STEPS // 50)]
+        fields = (("project", "spiderd"), ("spider", "demo-shop"), ("jobid", "big-multi"),
+                  ("setting", self.feed_setting()), ("setting", self.urls(*paths)))
+        form = "".join(f'--xyz\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n' for k, v in fields)
+        headers = {"Content-Type": "multipart/form-data; boundary=xyz"}
+        code, answer, _ = yield self.call("POST", "/schedule.json", (form + "--xyz--\r\n").encode(), headers=headers)
+        self.assertEqual((code, answer["status"], answer["jobid"]), (200, "ok", "big-multi"))
+        self.assertGreaterEqual(len(threads), 4 * serving.FORM_IN_STEPS // forms.STEP)
+        self.assertEqual(set(threads), {threading.main_thread().name})
+        job = service.runner.jobs["big-multi"]
+        self.assertEqual(service.job_store.load_urls(job), [self.root + p for p in paths])
+        yield service.runner.cancel("big-multi")
 
     @defer.inlineCallbacks
     def test_a_start_url_list_over_the_cap_is_refused_by_its_length(self) -> Any:

@@ -14,7 +14,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 from zope.interface import directlyProvides, providedBy
 
-from spiderd.demo.site import render
+from spiderd.demo.pages import render
 from spiderd.feed.shipper import FeedShipper
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.store import open_store
@@ -56,6 +56,7 @@ class Holding(Resource):
         super().__init__()
         self.spec = spec
         self.held: list[Request] = []
+        self._over: dict[int, Deferred[None]] = {}  # id(request) -> fires when it is finished or its client gone
         self.requests = 0
         self._waiters: list[tuple[int, Deferred[None]]] = []
 
@@ -70,6 +71,8 @@ class Holding(Resource):
         if number < 1000:
             return render(self.spec, f"/item/{number}.html")[2]
         self.held.append(request)
+        over = self._over[id(request)] = request.notifyFinish()
+        over.addErrback(lambda _: None)
         for count, d in list(self._waiters):
             if len(self.held) >= count:
                 self._waiters.remove((count, d))
@@ -89,7 +92,7 @@ class Holding(Resource):
         """Answer every held request (with the page of item 1)."""
         held, self.held = self.held, []
         for request in held:
-            if not request.finished and not request._disconnected:
+            if not self._over.pop(id(request)).called:
                 request.write(render(self.spec, "/item/1.html")[2])
                 request.finish()
 

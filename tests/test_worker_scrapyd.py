@@ -26,7 +26,7 @@ from twisted.trial import unittest
 from twisted.web import resource, server
 
 from spiderd.core.rules import AdaptiveDelay
-from spiderd.demo.site import PRIVATE
+from spiderd.demo.pages import PRIVATE
 from spiderd.worker import WorkerService, joblog
 from spiderd.worker.files import JobHosts
 from tests.test_worker import SECRET, UA, WorkerTestBase

@@ -70,8 +70,9 @@ class DemoSiteService(Service):
 
     def startService(self) -> None:
         super().startService()
-        from spiderd.demo.site import SiteSpec, listen, port_of
+        from spiderd.demo.pages import SiteSpec
 
+        from spiderd.demo.site import listen, port_of
         self._port = listen(SiteSpec(slow_delay=1.0), self._reactor)
         root = f"http://127.0.0.1:{port_of(self._port)}/"
         self._pool.add(root)

@@ -3,7 +3,8 @@
 A file is written as ``<name>.jl.part`` and renamed to ``<name>.jl`` when it
 holds ``rotate_count`` items or the service stops, so whatever picks up
 ``*.jl`` files (the FTP shipper, a Spark job) never sees half a file.  Lines
-are UTF-8 JSON objects, one per line, written on a thread of the writer's own.
+are UTF-8 JSON objects, one per line, written on the writer's lane (one thread, in order); the queue,
+the groups and the file names are :mod:`spiderd.feed.rotated`'s.
 
 Exactly once, with the pool as the source of truth.  Items go out in groups:
 a group's lines are appended and fsynced, then the statuses that depend on
@@ -26,40 +27,37 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from typing import IO, Any, Callable, Iterable
 
-from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IDelayedCall
-from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.python.threadpool import ThreadPool
 
+from spiderd.core.blocking import Lane
 from spiderd.core.conditional import Validators
 from spiderd.core.fsutil import fsync_dir, unlink_quietly
 from spiderd.core.reactors import IThreadedClock
+from spiderd.feed.rotated import PART, Pending, RotatedFiles
 from spiderd.frontier.interfaces import IURLPool
 
 log = Logger()
 
-PART = ".part"
 # (url, code[, reason[, validators]]): as IURLPool.set_statuses takes
 Status = tuple[str, int] | tuple[str, int, str | None] | tuple[str, int, str | None, Validators | None]
-_Pending = tuple[dict[str, Any], list[Status], "Deferred[None]"]
 
 
-class ItemWriter(Service):
+class ItemWriter(RotatedFiles):
     """``write(item, statuses)`` fires once the item's line is on disk and ``statuses`` are recorded with it.
 
     ``pool`` (an IURLPool) records the statuses and the checkpoints; without
     one, lines are only made durable and nothing is recorded.  ``ready`` fires
     once the files of a previous run are settled (the crawl starts after it).
+    ``lane`` (default: one of its own) does the file work.
     """
 
     name = "items"  # type: ignore[assignment]  # Service declares it None
+    what, label = "item", "Items"
 
     def __init__(
         self,
@@ -70,64 +68,32 @@ class ItemWriter(Service):
         batch_size: int = 500,
         on_rotate: Callable[[str], Any] | None = None,
         pool: IURLPool | None = None,
+        lane: Lane | None = None,
     ) -> None:
-        self._reactor = reactor
-        self.directory = directory
+        super().__init__(reactor, directory, lane or Lane(reactor, "items"), flush_interval=flush_interval,
+                         batch_size=batch_size, on_rotate=on_rotate)
         self._rotate_count = rotate_count
-        self._flush_interval = flush_interval
-        self._batch_size = batch_size
-        self._on_rotate = on_rotate
         self._pool = pool
-        self.ready: Deferred[None] = Deferred()
-        self._queue: list[_Pending] = []
-        self._timer: IDelayedCall | None = None
-        self._threads = ThreadPool(1, 1, name="spiderd-items")
-        self._writing: Deferred[None] = defer.succeed(None)
-        self._file: IO[bytes] | None = None  # the open .part file (used on the writer's thread only)
+        self._file: IO[bytes] | None = None  # the open .part file (used on the lane's thread only)
         self._path = ""  # its final name
         self._in_file = 0  # committed lines in it
-        self._serial = 0
-        self._token = os.urandom(4).hex()  # this process's file names are unique across nodes and restarts
-        self.written = 0
-        self.files: list[str] = []
 
     def startService(self) -> None:
-        super().startService()
         os.makedirs(self.directory, exist_ok=True)
-        self._threads.start()
-        self._settle_previous().addBoth(self._settled)
+        super().startService()
 
-    def _settled(self, result: Any) -> None:
-        if isinstance(result, Failure):
-            log.failure("Settling the items files of a previous run failed; they stay as they are", result)
-        self.ready.callback(None)  # the crawl may start: those files' URLs are not done, or their lines are kept
+    def _settle_failed(self, failure: Failure) -> None:
+        log.failure("Settling the items files of a previous run failed; they stay as they are", failure)
+        # the crawl may start: those files' URLs are not done, or their lines are kept
 
     def write(self, item: dict[str, Any], statuses: Iterable[Status] = ()) -> Deferred[None]:
         """Queue one item and the statuses to record with its line."""
-        if not self.running:
-            return defer.fail(RuntimeError("the item writer is stopped"))
-        d: Deferred[None] = Deferred()
-        self._queue.append((item, list(statuses), d))
-        if len(self._queue) >= self._batch_size:
-            self._flush()
-        elif self._timer is None:
-            self._timer = self._reactor.callLater(self._flush_interval, self._flush)
-        return d
-
-    def _flush(self) -> Deferred[None]:
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        self._timer = None
-        group, self._queue = self._queue, []
-        if group:
-            self._writing.addCallback(lambda _: self._commit(group))
-            self._writing.addErrback(lambda f: log.failure("Writing items failed", f))
-        return self._writing
+        return self._enqueue((item, list(statuses)))
 
     # -- one group ----------------------------------------------------------------------
 
     @defer.inlineCallbacks
-    def _commit(self, group: list[_Pending]) -> Any:
+    def _commit(self, group: list[Pending]) -> Any:
         """Write ``group`` (into as many files as rotation asks) and record it; each item's Deferred fires."""
         while group:
             if self._file is None and not (yield self._open(group)):
@@ -139,7 +105,7 @@ class ItemWriter(Service):
                 yield self._rotate()
 
     @defer.inlineCallbacks
-    def _open(self, group: list[_Pending]) -> Any:
+    def _open(self, group: list[Pending]) -> Any:
         """A new file, with its checkpoint at 0; False (the group failed) if that cannot be done."""
         try:
             yield self._in_thread(self._create)
@@ -154,11 +120,11 @@ class ItemWriter(Service):
         return True
 
     @defer.inlineCallbacks
-    def _commit_part(self, group: list[_Pending]) -> Any:
+    def _commit_part(self, group: list[Pending]) -> Any:
         try:
-            length = yield self._in_thread(self._append, [item for item, _, _ in group])
+            length = yield self._in_thread(self._append, [item for (item, _), _ in group])
             if self._pool is not None:
-                statuses = [status for _, some, _ in group for status in some]
+                statuses = [status for (_, some), _ in group for status in some]
                 yield self._pool.set_statuses(statuses, checkpoint=(self._checkpoint, length))
         except Exception:
             failure = Failure()
@@ -167,7 +133,7 @@ class ItemWriter(Service):
             return
         self._in_file += len(group)
         self.written += len(group)
-        for _, _, d in group:
+        for _, d in group:
             d.callback(None)
 
     @defer.inlineCallbacks
@@ -177,8 +143,7 @@ class ItemWriter(Service):
         if self._pool is not None:
             yield self._drop_checkpoint(self._checkpoint)
         final = yield self._in_thread(finish_part, self._path + PART)
-        if final is not None:
-            self._rotated(final)
+        self._completed([final] if final is not None else [])
 
     @defer.inlineCallbacks
     def _abandon(self) -> Any:
@@ -198,21 +163,10 @@ class ItemWriter(Service):
         d = self._pool.drop_checkpoint(name)
         return d.addErrback(lambda f: log.failure("Dropping checkpoint {name} failed (harmless)", f, name=name))
 
-    def _rotated(self, path: str) -> None:
-        self.files.append(path)
-        log.info("Items file complete: {path}", path=path)
-        if self._on_rotate is not None:
-            self._on_rotate(path)
-
-    def _in_thread(self, work: Callable[..., Any], *args: Any) -> Deferred[Any]:
-        return deferToThreadPool(self._reactor, self._threads, work, *args)
-
     # -- the writer thread ------------------------------------------------------------
 
     def _create(self) -> None:
-        self._serial += 1
-        stamp = time.strftime("%Y-%m-%dT%H-%M-%S", time.gmtime())
-        self._path = os.path.join(self.directory, f"items-{stamp}-{self._token}-{self._serial:05d}.jl")
+        self._path = os.path.join(self.directory, self._next_name("items", ".jl", "%Y-%m-%dT%H-%M-%S"))
         self._file = open(self._path + PART, "xb")
         self._in_file = 0
         fsync_dir(self.directory)  # the file exists before any checkpoint names it
@@ -234,7 +188,8 @@ class ItemWriter(Service):
 
     @defer.inlineCallbacks
     def _settle_previous(self) -> Any:
-        """Cut each ``.part`` file of a previous run to its checkpoint, then complete it."""
+        """Cut each ``.part`` file of a previous run to its checkpoint, then complete it; the files completed."""
+        completed = []
         for name in sorted(os.listdir(self.directory)):
             path = os.path.join(self.directory, name)
             if not name.endswith(".jl" + PART) or path == self._path + PART:
@@ -247,24 +202,20 @@ class ItemWriter(Service):
             final = yield self._in_thread(finish_part, path)
             if final is not None:
                 log.info("Recovered items file {path} from a previous run", path=final)
-                self._rotated(final)
+                completed.append(final)
+        return completed
 
     @defer.inlineCallbacks
-    def stopService(self) -> Any:
-        yield self.ready
-        yield self._flush()
-        super().stopService()
-        try:
-            if self._file is not None:
-                yield self._rotate()
-            yield self._settle_previous()  # files abandoned on errors, if the pool answers now
-        finally:
-            self._threads.stop()
+    def _complete_open(self) -> Any:
+        if self._file is not None:
+            yield self._rotate()
+        completed = yield self._settle_previous()  # files abandoned on errors, if the pool answers now
+        self._completed(completed)
 
 
-def _fail(group: list[_Pending], failure: Failure, message: str) -> None:
+def _fail(group: list[Pending], failure: Failure, message: str) -> None:
     log.failure(message, failure, count=len(group))
-    for _, _, d in group:
+    for _, d in group:
         d.errback(failure)
 
 

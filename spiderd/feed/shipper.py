@@ -6,97 +6,36 @@ record read back whole by warcio) and uploaded (:mod:`spiderd.feed.upload`) to t
 (:mod:`spiderd.core.feeduri`, which also renders the templates).  A refused file (bad JSON lines, or its final name
 taken) is quarantined with a clear error.
 
-The spool (``spool_dir``)::
-
-    incoming/          callers may write here, so that ship()'s move is a rename
-    queue/<id>.json    sidecar: target URI, original name, attempts, first seen, rename_sent
-    queue/<id>.jl      the file (JSON lines, or WARC for a ``.warc.gz`` target)
-    bad/<id>.*         refused files (bad JSON lines, or final name taken), with a ``.reason``
-
-``ship()`` writes the sidecar first (temp file, fsync, rename), then moves the file in, and removes
-the file before the sidecar once uploaded.  So at start: sidecar and file -> resume; a sidecar
-alone -> the move never happened (ship never fired, the caller still has its file) or the upload
-had finished -> removed; a file alone cannot come from this code -> quarantined, never deleted;
-``*.tmp`` -> half-written, removed.  The sidecar holds the FTP password, so the spool is 0700.
+The spool on disk, and how a crash at any point is recovered, is :mod:`spiderd.feed.spool`'s.
 """
 
 from __future__ import annotations
 
-import errno
-import json
 import os
-import shutil
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from spiderd.core.blocking import Lane
 from spiderd.core.feeduri import parse_target
-from spiderd.core.fsutil import fsync_dir, fsync_file, unlink_quietly, write_atomically
 from spiderd.core.lifecycle import InFlight, settled
 from spiderd.core.reactors import IThreadedClock
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import mask_secret, redact
 from spiderd.feed.errors import BadFeedError, FeedExistsError
 from spiderd.feed.jsonl import validate_jsonl
+from spiderd.feed.spool import FeedSpool, SpoolEntry
 from spiderd.feed.spoolview import RefusedFiles, file_rows
 from spiderd.feed.warc import is_warc, validate_warc
 from spiderd.feed.upload import Abort, upload
 
 log = Logger()
-
-
-# -- spool files (run in a thread) ---------------------------------------------------------------
-
-
-def _write_json(path: str, record: dict[str, Any]) -> None:
-    """Atomically: a temp file, fsynced, renamed over ``path``."""
-    write_atomically(path, json.dumps(record).encode())
-
-
-def _move(src: str, dst: str) -> None:
-    """Rename, or copy then remove across filesystems."""
-    try:
-        os.replace(src, dst)
-    except OSError as e:
-        if e.errno != errno.EXDEV:
-            raise
-        shutil.copyfile(src, dst + ".tmp")
-        fsync_file(dst + ".tmp")
-        os.replace(dst + ".tmp", dst)
-        os.unlink(src)
-
-
-# -- the service ----------------------------------------------------------------------------------
-
-
-@dataclass(slots=True, eq=False)
-class _Entry:
-    """One spooled file."""
-
-    id: str
-    target: str
-    name: str
-    first_seen: float
-    attempts: int = 0
-    rename_sent: bool = False
-    delay: float = 0.0
-    warned: bool = False
-    busy: bool = False
-    timer: IDelayedCall | None = None
-    abort: Abort | None = None
-    error: str | None = None  # the last failed attempt's, without a password
-
-    def record(self) -> dict[str, Any]:
-        return {"target": self.target, "name": self.name, "attempts": self.attempts,
-                "first_seen": self.first_seen, "rename_sent": self.rename_sent}
-
 
 _SKIPPED = object()
 
@@ -113,15 +52,14 @@ class FeedShipper(Service):
                  ftp_timeout: float = 60.0, lane: Lane | None = None) -> None:
         self._reactor = reactor
         self._clock = reactor if clock is None else clock
-        self.spool_dir = spool_dir
-        self.incoming_dir = os.path.join(spool_dir, "incoming")
-        self.queue_dir = os.path.join(spool_dir, "queue")
-        self.bad_dir = os.path.join(spool_dir, "bad")
+        self.spool = FeedSpool(spool_dir)
+        self.spool_dir, self.incoming_dir = spool_dir, self.spool.incoming_dir
+        self.queue_dir, self.bad_dir = self.spool.queue_dir, self.spool.bad_dir
         self._retry = Backoff(retry_first, retry_max)
         self._stop_timeout = stop_timeout
         self._concurrency = concurrency
         self._ftp_timeout = ftp_timeout
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, SpoolEntry] = {}
         self._inflight = InFlight()
         self.ready: Deferred[None] = defer.succeed(None)  # the spool recovered (after startService)
         self._lane = lane or Lane(reactor, "feed", concurrency + 1)
@@ -132,7 +70,6 @@ class FeedShipper(Service):
         self.quarantined = 0
         self.last_error: str | None = None
         self.refused = RefusedFiles()
-        self._start_refusals: list[tuple[str, str]] = []  # (stem, reason) quarantined by _recover, on the lane
 
     @property
     def waiting(self) -> int:
@@ -166,53 +103,18 @@ class FeedShipper(Service):
         super().startService()
         self._lane.start()
         self._slots = defer.DeferredSemaphore(self._concurrency)
-        self.ready = self._lane.run(self._recover).addCallback(self._resume)
+        self.ready = self._lane.run(self.spool.recover).addCallback(self._resume)
 
-    def _resume(self, entries: list[_Entry]) -> None:
+    def _resume(self, recovered: tuple[list[SpoolEntry], list[tuple[str, str]]]) -> None:
+        entries, refusals = recovered
         self._entries = {e.id: e for e in entries}
-        for stem, reason in self._start_refusals:
+        self.quarantined += len(refusals)
+        for stem, reason in refusals:
             self.refused.add(stem + ".jl", None, 0, None, reason, self._clock.seconds())
-        self._start_refusals = []
         if self._entries:
             log.info("Resuming {count} spooled feed files", count=len(self._entries))
         for entry in list(self._entries.values()):
             self._attempt(entry)
-
-    def _recover(self) -> list[_Entry]:
-        """Thread: the spool's directories made, half-written files dropped, bad entries quarantined."""
-        for path in (self.incoming_dir, self.queue_dir, self.bad_dir):
-            os.makedirs(path, mode=0o700, exist_ok=True)
-        names = set(os.listdir(self.queue_dir))
-        entries = []
-        for name in sorted(names):
-            stem, ext = os.path.splitext(name)
-            if ext == ".tmp":
-                os.unlink(os.path.join(self.queue_dir, name))
-            elif ext == ".json" and stem + ".jl" not in names:
-                os.unlink(os.path.join(self.queue_dir, name))
-            elif ext == ".json":
-                entries.extend(self._load(stem))
-            elif ext == ".jl" and stem + ".json" not in names:
-                self._refuse_at_start(stem, "a spooled file without its sidecar (the target is unknown)")
-        return sorted(entries, key=lambda e: (e.first_seen, e.id))
-
-    def _load(self, stem: str) -> list[_Entry]:
-        try:
-            with open(os.path.join(self.queue_dir, stem + ".json"), encoding="utf-8") as f:
-                raw = json.load(f)
-            entry = _Entry(stem, raw["target"], raw["name"], float(raw["first_seen"]),
-                           int(raw["attempts"]), bool(raw.get("rename_sent")))
-            parse_target(entry.target)
-        except (ValueError, KeyError, TypeError) as e:
-            self._refuse_at_start(stem, f"unreadable sidecar: {redact(str(e))}")
-            return []
-        return [entry]
-
-    def _refuse_at_start(self, stem: str, reason: str) -> None:
-        self._quarantine(stem, reason)
-        self.quarantined += 1
-        self._start_refusals.append((stem, reason))  # into self.refused on the reactor thread (_resume)
-        log.error("Spooled feed file {id} moved to {bad}: {reason}", id=stem, bad=self.bad_dir, reason=reason)
 
     # -- ship -------------------------------------------------------------------------------------
 
@@ -229,7 +131,7 @@ class FeedShipper(Service):
             parse_target(target_uri)
         except ValueError as e:
             return defer.fail(e)
-        entry = _Entry(self._new_id(), target_uri, os.path.basename(local_path), self._clock.seconds())
+        entry = SpoolEntry(self._new_id(), target_uri, os.path.basename(local_path), self._clock.seconds())
         inner = self._lane.run(self._spool, entry, local_path)
         inner.addCallbacks(self._accepted, self._not_accepted, callbackArgs=(entry,), errbackArgs=(entry,))
         self._inflight.track(inner)
@@ -240,31 +142,24 @@ class FeedShipper(Service):
     def _new_id(self) -> str:
         return f"{int(self._clock.seconds() * 1000):013d}-{os.urandom(4).hex()}"
 
-    def _spool(self, entry: _Entry, local_path: str) -> None:
-        """Thread: sidecar first, then the file; then the JSON-lines check."""
-        sidecar = self._path(entry.id, ".json")
-        _write_json(sidecar, entry.record())
-        try:
-            _move(local_path, self._path(entry.id, ".jl"))
-        except OSError:
-            unlink_quietly(sidecar)
-            raise
-        fsync_dir(self.queue_dir)
+    def _spool(self, entry: SpoolEntry, local_path: str) -> None:
+        """Thread: into the spool (sidecar first, then the file); then the check."""
+        self.spool.put(entry, local_path)
         self._check(entry)
 
-    def _accepted(self, _: None, entry: _Entry) -> None:
+    def _accepted(self, _: None, entry: SpoolEntry) -> None:
         self._entries[entry.id] = entry
         log.debug("Feed {name} spooled for {target}", name=entry.name, target=redact(entry.target))
         self._attempt(entry)
 
-    def _not_accepted(self, failure: Failure, entry: _Entry) -> Failure:
+    def _not_accepted(self, failure: Failure, entry: SpoolEntry) -> Failure:
         if failure.check(BadFeedError):
             self._refused(entry, failure)
         return failure
 
     # -- uploads ---------------------------------------------------------------------------------
 
-    def _attempt(self, entry: _Entry) -> None:
+    def _attempt(self, entry: SpoolEntry) -> None:
         entry.timer = None
         if not self.running or entry.busy:
             return
@@ -274,7 +169,7 @@ class FeedShipper(Service):
         d.addErrback(lambda f: log.failure("Feed shipper bug with {name}", f, name=entry.name))
         self._inflight.track(d)
 
-    def _one_at_a_time(self, entry: _Entry) -> Deferred[Any]:
+    def _one_at_a_time(self, entry: SpoolEntry) -> Deferred[Any]:
         """Uploads bound for one name go one after the other: FTP cannot rename without overwriting, so a
         second file for a name must find the first one there (and be refused), not race it."""
         lock = self._names.setdefault(entry.target, defer.DeferredLock())
@@ -287,43 +182,42 @@ class FeedShipper(Service):
 
         return d.addBoth(forget)
 
-    def _upload(self, entry: _Entry) -> Deferred[Any]:
+    def _upload(self, entry: SpoolEntry) -> Deferred[Any]:
         if not self.running or not self._lane.running:
             return defer.succeed(_SKIPPED)
         entry.abort = Abort()
         return self._lane.run(self._deliver, entry, entry.abort)
 
-    def _deliver(self, entry: _Entry, abort: Abort) -> int:
+    def _deliver(self, entry: SpoolEntry, abort: Abort) -> int:
         """Thread: check, upload, then forget the spool entry (file first, sidecar last)."""
         records = self._check(entry)
         try:
             target = replace(parse_target(entry.target), tag=entry.id.rsplit("-", 1)[-1])
-            upload(self._path(entry.id, ".jl"), target, timeout=self._ftp_timeout,
+            upload(self.spool.path(entry.id, ".jl"), target, timeout=self._ftp_timeout,
                    abort=abort, renamed_before=entry.rename_sent, before_rename=lambda: self._renaming(entry))
         except FeedExistsError as e:
-            self._quarantine(entry.id, str(e))
+            self.spool.quarantine(entry.id, str(e))
             raise
         except Exception:
-            _write_json(self._path(entry.id, ".json"), dict(entry.record(), attempts=entry.attempts + 1))
+            self.spool.save(entry, attempts=entry.attempts + 1)
             raise
-        os.unlink(self._path(entry.id, ".jl"))
-        os.unlink(self._path(entry.id, ".json"))
+        self.spool.remove(entry)
         return records
 
-    def _check(self, entry: _Entry) -> int:
+    def _check(self, entry: SpoolEntry) -> int:
         """Thread: the number of records, or quarantine and BadFeedError (the target's name says the format)."""
         check = validate_warc if is_warc(parse_target(entry.target).name) else validate_jsonl
         try:
-            return check(self._path(entry.id, ".jl"))
+            return check(self.spool.path(entry.id, ".jl"))
         except BadFeedError as e:
-            self._quarantine(entry.id, str(e))
+            self.spool.quarantine(entry.id, str(e))
             raise
 
-    def _renaming(self, entry: _Entry) -> None:
+    def _renaming(self, entry: SpoolEntry) -> None:
         entry.rename_sent = True
-        _write_json(self._path(entry.id, ".json"), entry.record())
+        self.spool.save(entry)
 
-    def _uploaded(self, records: Any, entry: _Entry) -> None:
+    def _uploaded(self, records: Any, entry: SpoolEntry) -> None:
         entry.busy, entry.abort = False, None
         if records is _SKIPPED:
             return
@@ -332,7 +226,7 @@ class FeedShipper(Service):
         log.info("Feed {name} shipped to {target}: {records} records, {failed} failed attempts before",
                  name=entry.name, target=redact(entry.target), records=records, failed=entry.attempts)
 
-    def _upload_failed(self, failure: Failure, entry: _Entry) -> None:
+    def _upload_failed(self, failure: Failure, entry: SpoolEntry) -> None:
         entry.busy, entry.abort = False, None
         if failure.check(BadFeedError, FeedExistsError):
             del self._entries[entry.id]
@@ -353,7 +247,7 @@ class FeedShipper(Service):
         emit("Feed {name} not shipped to {target} ({error}); spooled, retrying in {delay}s and backing off",
              name=entry.name, target=redact(entry.target), error=error, delay=entry.delay)
 
-    def _refused(self, entry: _Entry, failure: Failure) -> None:
+    def _refused(self, entry: SpoolEntry, failure: Failure) -> None:
         self.quarantined += 1
         error = self._describe(failure, entry)
         self.last_error = f"{entry.name}: {error}"
@@ -362,24 +256,11 @@ class FeedShipper(Service):
                   name=entry.name, bad=self.bad_dir, error=error)
 
     @staticmethod
-    def _describe(failure: Failure, entry: _Entry) -> str:
+    def _describe(failure: Failure, entry: SpoolEntry) -> str:
         """The error as text with no password in it."""
         message = failure.getErrorMessage()
         text = f"{failure.type.__name__}: {message}" if message else f"{failure.type.__name__} (connection closed?)"
         return redact(mask_secret(text, parse_target(entry.target).password))
-
-    # -- spool paths ------------------------------------------------------------------------------
-
-    def _path(self, stem: str, ext: str) -> str:
-        return os.path.join(self.queue_dir, stem + ext)
-
-    def _quarantine(self, stem: str, reason: str) -> None:
-        """Move a spool entry into ``bad/`` with a ``.reason`` file."""
-        with open(os.path.join(self.bad_dir, stem + ".reason"), "w", encoding="utf-8") as f:
-            f.write(reason + "\n")
-        for ext in (".jl", ".json"):
-            if os.path.exists(self._path(stem, ext)):
-                os.replace(self._path(stem, ext), os.path.join(self.bad_dir, stem + ext))
 
     # -- stop -------------------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """WARC files of fetched answers, written off the reactor and rotated like the items files.
 
-A file is written as ``<name>.warc.gz.part`` (a ``warcinfo`` record first, then a request and a response record
+The queue, the groups and the file names are :mod:`spiderd.feed.rotated`'s.  A file is written as
+``<name>.warc.gz.part`` (a ``warcinfo`` record first, then a request and a response record
 per answer, each its own gzip member) and renamed to ``<name>.warc.gz`` once it holds ``rotate_count`` answers
 or ``rotate_bytes`` bytes, or the writer stops; ``on_rotate(path)`` is then told (the worker ships it with the
 feed shipper).  Answers go out in groups on a lane of one thread (in order): their records are appended and
@@ -12,74 +13,47 @@ left by a killed run is cut after its last whole record and completed at the nex
 from __future__ import annotations
 
 import os
-import time
 from typing import IO, Any, Callable
 
-from twisted.application.service import Service
-from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from spiderd.core.blocking import Lane
 from spiderd.core.fsutil import LaneFile, fsync_dir, unlink_quietly
+from spiderd.core.reactors import IThreadedClock
 from spiderd.feed import warc
-from spiderd.feed.items import PART
+from spiderd.feed.rotated import PART, Pending, RotatedFiles
 
 log = Logger()
-_Pending = tuple[Any, "Deferred[None]"]
 
 
-class WarcWriter(Service):
-    """``write(result)`` fires once the request and response records of a FetchResult are on disk."""
+class WarcWriter(RotatedFiles):
+    """``write(result)`` fires once the request and response records of a FetchResult are on disk.
+
+    ``ready`` fires once the ``.part`` files of a previous run are settled, and fails (a start failure, as the
+    feed shipper's) if they cannot be."""
 
     name = "warc"  # type: ignore[assignment]  # Service declares it None
+    what = label = "WARC"
 
-    def __init__(self, reactor: Any, directory: str, lane: Lane | None = None, *, rotate_count: int = 10000,
+    def __init__(self, reactor: IThreadedClock, directory: str, lane: Lane | None = None, *, rotate_count: int = 10000,
                  rotate_bytes: int = 1 << 30, flush_interval: float = 0.5, batch_size: int = 200,
                  prefix: str = "spiderd", on_rotate: Callable[[str], Any] | None = None) -> None:
         warc.require()
-        self._reactor = reactor
-        self.directory = directory
-        self._lane = lane or Lane(reactor, "warc")
+        super().__init__(reactor, directory, lane or Lane(reactor, "warc"),
+                         flush_interval=flush_interval, batch_size=batch_size, on_rotate=on_rotate)
         self._rotate_count = rotate_count
         self._rotate_bytes = rotate_bytes
-        self._flush_interval = flush_interval
-        self._batch_size = batch_size
         self._prefix = prefix
-        self._on_rotate = on_rotate
-        self.ready: Deferred[None] = Deferred()
-        self._queue: list[_Pending] = []
-        self._timer: Any = None
-        self._writing: Deferred[Any] = defer.succeed(None)
-        self._token = os.urandom(4).hex()
-        self._serial = 0
         # the lane's thread only:
         self._file: Any = None
         self._path = ""
         self._in_file = 0
-        self.written = 0  # answers on disk
-        self.files: list[str] = []
-
-    def startService(self) -> None:
-        super().startService()
-        self._lane.start()
-        d = self._lane.run(self._settle_previous)
-        d.addCallback(self._completed)
-        d.addErrback(lambda f: log.failure("Settling the WARC files of a previous run failed", f))
-        d.addBoth(lambda _: self.ready.callback(None))
 
     def write(self, result: Any) -> Deferred[None]:
         """Queue the records of one FetchResult (one with an HTTP answer)."""
-        if not self.running:
-            return defer.fail(RuntimeError("the WARC writer is stopped"))
-        d: Deferred[None] = Deferred()
-        self._queue.append((result, d))
-        if len(self._queue) >= self._batch_size:
-            self._flush()
-        elif self._timer is None:
-            self._timer = self._reactor.callLater(self._flush_interval, self._flush)
-        return d
+        return self._enqueue(result)
 
     def flush(self) -> Deferred[Any]:
         """Write what is queued now; fires once it is on disk."""
@@ -88,49 +62,32 @@ class WarcWriter(Service):
     def rotate(self) -> Deferred[Any]:
         """Write what is queued and complete the open file (the worker, at a job's end)."""
         self._flush()
+        return self._complete_open()
+
+    def _complete_open(self) -> Deferred[Any]:
         self._writing.addCallback(lambda _: self._lane.run(self._close_current))
         self._writing.addCallback(self._completed)
         self._writing.addErrback(lambda f: log.failure("Completing a WARC file failed", f))
         return self._writing
 
-    def _flush(self) -> Deferred[Any]:
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        self._timer = None
-        group, self._queue = self._queue, []
-        if group:
-            self._writing.addCallback(lambda _: self._commit(group))
-        return self._writing
-
-    def _commit(self, group: list[_Pending]) -> Deferred[Any]:
+    def _commit(self, group: list[Pending]) -> Deferred[Any]:
         d: Deferred[Any] = self._lane.run(self._append_group, [result for result, _ in group])
         return d.addCallbacks(lambda done: self._committed(done, group), lambda f: self._failed(f, group))
 
-    def _committed(self, completed: list[str], group: list[_Pending]) -> None:
+    def _committed(self, completed: list[str], group: list[Pending]) -> None:
         self.written += len(group)
         self._completed(completed)
         for _, d in group:
             d.callback(None)
 
-    def _failed(self, failure: Failure, group: list[_Pending]) -> None:
+    def _failed(self, failure: Failure, group: list[Pending]) -> None:
         log.failure("Writing {count} WARC answers failed; the file is left for the next start to cut", failure,
                     count=len(group))
         for _, d in group:
             d.errback(failure)
 
-    def _completed(self, paths: list[str]) -> None:
-        for path in paths:
-            self.files.append(path)
-            log.info("WARC file complete: {path}", path=path)
-            if self._on_rotate is not None:
-                self._on_rotate(path)
-
-    @defer.inlineCallbacks
-    def stopService(self) -> Any:
-        yield self.ready
-        yield self.rotate()
-        super().stopService()
-        self._lane.stop()
+    def _settle_previous(self) -> Deferred[list[str]]:
+        return self._lane.run(self._settle_parts)
 
     # -- the lane's thread --------------------------------------------------------------------------
 
@@ -154,9 +111,7 @@ class WarcWriter(Service):
         return completed
 
     def _create(self) -> None:
-        self._serial += 1
-        stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
-        name = f"{self._prefix}-{stamp}-{self._token}-{self._serial:05d}{warc.EXTENSION}"
+        name = self._next_name(self._prefix, warc.EXTENSION, "%Y%m%d%H%M%S")
         os.makedirs(self.directory, exist_ok=True)
         self._path = os.path.join(self.directory, name)
         self._file = open(self._path + PART, "xb")
@@ -185,7 +140,7 @@ class WarcWriter(Service):
             except OSError:
                 pass
 
-    def _settle_previous(self) -> list[str]:
+    def _settle_parts(self) -> list[str]:
         """Cut each ``.warc.gz.part`` of a previous run after its last whole record and complete it."""
         if not os.path.isdir(self.directory):
             return []

@@ -12,8 +12,10 @@ from spiderd.frontier.interfaces import IURLPool
 
 def item_writers(config: ItemsSection, directory: str, reactor: IThreadedClock, pool: IURLPool,
                  blocking: Blocking) -> tuple[ItemWriter | None, WarcWriter | None]:
-    """The items writer (unless ``format = "warc"``) and the WARC writer (unless ``"jsonl"``), into ``directory``."""
-    items = ItemWriter(reactor, directory, config.rotate_count, pool=pool) if config.format != "warc" else None
+    """The items writer (unless ``format = "warc"``) and the WARC writer (unless ``"jsonl"``), into ``directory``,
+    each on its lane of ``blocking`` (``items``, ``warc``)."""
+    items = ItemWriter(reactor, directory, config.rotate_count, pool=pool,
+                       lane=blocking.lane("items")) if config.format != "warc" else None
     archive = WarcWriter(reactor, directory, blocking.lane("warc"), rotate_count=config.rotate_count,
                          rotate_bytes=config.warc_rotate_mb * 2**20) if config.format != "jsonl" else None
     return items, archive

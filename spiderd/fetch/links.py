@@ -11,13 +11,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from lxml import etree
 
+from spiderd.core.linkinfo import clean_anchor, clean_xpath
 from spiderd.core.urls import BadURL, canonicalize
 
 if TYPE_CHECKING:
     from spiderd.fetch.extract import Extracted, Rules
 
-MAX_ANCHOR = 200
-MAX_XPATH = 500
 GETPATH_BUDGET = 1_000_000  # links x elements below which lxml's getpath costs at most a few milliseconds
 _COUNT_ELEMENTS = etree.XPath("count(//*)")
 _TEXT = functools.partial(etree.tostring, method="text", encoding=str, with_tail=False)  # 6x itertext's speed
@@ -103,8 +102,7 @@ class _LinkMetadata:
 
     def add(self, kind: str, element: etree._Element) -> None:
         self.anchors[kind].append(_anchor(element))
-        path = self.path(element)
-        self.xpaths[kind].append(path if len(path) <= MAX_XPATH else "")
+        self.xpaths[kind].append(clean_xpath(self.path(element)))
 
 
 def _path_function(root: etree._Element, links: int) -> Callable[[etree._Element], str]:
@@ -168,7 +166,7 @@ def _anchor(element: etree._Element) -> str:
     text = _TEXT(element) if len(element) else element.text
     if not text or text.isspace():
         text = element.get("title") or element.get("alt") or ""
-    return " ".join(text.split())[:MAX_ANCHOR].rstrip()
+    return clean_anchor(text)
 
 
 def _is_pagination(element: etree._Element) -> bool:

@@ -17,29 +17,25 @@ hold and exit, and kills them at the deadline.
 
 from __future__ import annotations
 
-import marshal
 import os
-import sys
 from collections import deque
 from typing import Any, Callable, Mapping
 
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IDelayedCall, IProcessTransport
-from twisted.internet.protocol import ProcessProtocol
+from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-
-import spiderd
 
 from spiderd.core.memory import rss_of
 from spiderd.core.reactors import IProcessClock
 from spiderd.fetch.extract import MAX_LINKS, Extracted, Rules, extract
 from spiderd.fetch.pagerobots import PageRobots
+from spiderd.fetch.parsechild import ParseChild, spawn
+from spiderd.fetch.parseworker import MAX_MESSAGE, frame, init_message
 from spiderd.fetch.robots import agent_token
-from spiderd.fetch.parseworker import MAX_MESSAGE, FrameDecoder, FrameError, extracted_from, frame, init_message
 from spiderd.config.sections import FetchSection, PoolSection
 from spiderd.config.settings import from_dict
 from spiderd.core.rules import Site
@@ -108,9 +104,9 @@ class ParsePool(Service):
         self.max_rss = max_rss
         self._rss = rss
         self.retired = 0
-        self._retiring: set[_Child] = set()
+        self._retiring: set[ParseChild] = set()
         self._init = frame(init_message(self.rules, max_links))
-        self._children: list[_Child | None] = [None] * self.workers
+        self._children: list[ParseChild | None] = [None] * self.workers
         self._failures = [0] * self.workers
         self._restarts: dict[int, IDelayedCall] = {}
         self._waiting: deque[_Request] = deque()
@@ -225,7 +221,7 @@ class ParsePool(Service):
             self._waiting.append((request_id, payload, d))
         return d
 
-    def _pick(self) -> _Child | None:
+    def _pick(self) -> ParseChild | None:
         """The least-loaded running child with room in its queue."""
         best = None
         for child in self._children:
@@ -234,7 +230,7 @@ class ParsePool(Service):
                     best = child
         return best
 
-    def _drain(self, child: _Child) -> None:
+    def _drain(self, child: ParseChild) -> None:
         while self._waiting and len(child.pending) < self.queue_size:
             child.send(*self._waiting.popleft())
 
@@ -248,10 +244,10 @@ class ParsePool(Service):
                 continue
             min(live, key=lambda c: len(c.pending)).send(request_id, payload, d)
 
-    def _live(self) -> list[_Child]:
+    def _live(self) -> list[ParseChild]:
         return [c for c in self._children if c is not None]
 
-    def _all(self) -> list[_Child]:
+    def _all(self) -> list[ParseChild]:
         """Running children, those retiring included (they still answer what they hold)."""
         return self._live() + list(self._retiring)
 
@@ -259,14 +255,10 @@ class ParsePool(Service):
 
     def _spawn(self, slot: int) -> None:
         self._restarts.pop(slot, None)
-        child = _Child(self, slot)
-        env = dict(os.environ)
-        root = os.path.dirname(os.path.dirname(os.path.abspath(spiderd.__file__)))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        args = [sys.executable, "-m", "spiderd.fetch.parseworker"]
+        child = ParseChild(self, slot, self._reactor)
         self._children[slot] = child
         try:
-            self._reactor.spawnProcess(child, sys.executable, args, env=env)
+            spawn(self._reactor, child)
         except Exception:
             log.failure("Cannot start parse worker {slot}", slot=slot)
             self._children[slot] = None
@@ -275,20 +267,22 @@ class ParsePool(Service):
         child.transport.write(self._init)
         self._drain(child)
 
-    def _child_ready(self, child: _Child) -> None:
+    def child_ready(self, child: ParseChild) -> None:
+        """See ChildOwner: a child is ready; the pool is once all are."""
         log.debug("Parse worker {slot} (pid {pid}) is ready", slot=child.slot, pid=child.transport.pid)
         if all(c is not None and c.ready for c in self._children):
             waiters, self._ready_waiters = self._ready_waiters, []
             for d in waiters:
                 d.callback(None)
 
-    def _child_answered(self, child: _Child) -> None:
+    def child_answered(self, child: ParseChild) -> None:
+        """See ChildOwner: hand the child a waiting request (unless it is retiring)."""
         if child in self._retiring:
             return
         self._failures[child.slot] = 0
         self._drain(child)
 
-    def _retire(self, child: _Child, rss: int) -> None:
+    def _retire(self, child: ParseChild, rss: int) -> None:
         """Replace ``child`` by a new one; it answers what it holds, then exits at the end of its input."""
         log.info("Parse worker {slot} (pid {pid}) holds {mb:.0f} MB (limit {limit:.0f} MB): replacing it",
                  slot=child.slot, pid=child.pid, mb=rss / 2**20, limit=self.max_rss / 2**20)
@@ -298,7 +292,8 @@ class ParsePool(Service):
         child.transport.closeStdin()
         self._spawn(child.slot)
 
-    def _child_ended(self, child: _Child, reason: Failure) -> None:
+    def child_ended(self, child: ParseChild, reason: Failure) -> None:
+        """See ChildOwner: fail what it held, and start another in its slot (unless stopping or retired)."""
         if child in self._retiring:
             self._retiring.discard(child)
             if not child.pending and not child.killed_because:
@@ -365,71 +360,6 @@ class ParsePool(Service):
         assert self._stopped is not None
         self._stopped.addCallback(lambda _: d.callback(None))
         return d
-
-
-class _Child(ProcessProtocol):
-    """One child process: frames out on stdin, frames in on stdout, a FIFO of pending requests."""
-
-    transport: IProcessTransport  # set by spawnProcess, before anything here uses it
-
-    def __init__(self, pool: ParsePool, slot: int) -> None:
-        self.pool = pool
-        self.slot = slot
-        self.pending: deque[tuple[int, Deferred[Extracted]]] = deque()
-        self.ready = False
-        self.pid: int | None = None
-        self.progress = 0.0
-        self.killed_because = ""
-        self._frames = FrameDecoder()
-
-    def connectionMade(self) -> None:
-        self.pid = self.transport.pid
-        log.info("Parse worker {slot} started (pid {pid})", slot=self.slot, pid=self.pid)
-
-    def send(self, request_id: int, payload: bytes, d: Deferred[Extracted]) -> None:
-        if not self.pending:
-            self.progress = self.pool._reactor.seconds()
-        self.pending.append((request_id, d))
-        self.transport.write(payload)
-
-    def kill(self, because: str) -> None:
-        """SIGKILL the child; its requests fail in processEnded, naming ``because``."""
-        log.warn("Killing parse worker {slot} (pid {pid}): {because}", slot=self.slot, pid=self.pid, because=because)
-        self.killed_because = self.killed_because or because
-        try:
-            self.transport.signalProcess("KILL")
-        except Exception:  # already gone: processEnded follows
-            pass
-
-    def childDataReceived(self, childFD: int, data: bytes) -> None:
-        if childFD != 1:
-            self._stderr(data)
-            return
-        try:
-            for payload in self._frames.feed(data):
-                self._message(marshal.loads(payload))
-        except (FrameError, ValueError, EOFError, TypeError) as e:
-            self.kill(f"protocol error ({e})")
-
-    def _message(self, message: tuple[Any, ...]) -> None:
-        if message[0] == "ready":
-            self.ready = True
-            self.pool._child_ready(self)
-            return
-        if not self.pending or self.pending[0][0] != message[0]:
-            raise ValueError(f"answer {message[0]!r} matches no pending request")
-        _, d = self.pending.popleft()
-        self.progress = self.pool._reactor.seconds()
-        d.callback(extracted_from(message))
-        self.pool._child_answered(self)
-
-    def _stderr(self, data: bytes) -> None:
-        text = data.decode("utf-8", "replace").rstrip()
-        if text:
-            log.warn("Parse worker {slot} says: {text}", slot=self.slot, text=text[:2000])
-
-    def processEnded(self, reason: Failure) -> None:
-        self.pool._child_ended(self, reason)
 
 
 __all__ = ["ParseError", "ParsePool", "ParsePoolUnavailable", "ParseWorkerDied"]

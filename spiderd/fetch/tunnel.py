@@ -33,6 +33,7 @@ from spiderd.core.reactors import ITCPClock
 from spiderd.fetch.connections import CachedEndpoints, _QuietEndpoint
 
 MAX_ANSWER = 16 * 1024  # bytes of the proxy's status line and headers read, at most
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # a proxy's reason phrase goes into reasons and logs without these
 _STATUS = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?: ([^\r\n]*))?\r\n")
 
 
@@ -103,7 +104,7 @@ class _Handshake(Protocol):
             return self._fail(TunnelError(f"proxy {self._where} answered CONNECT with no HTTP status: {first!r}"))
         code = int(status.group(1))
         if not 200 <= code < 300:
-            phrase = (status.group(2) or b"").decode("latin-1")[:100]
+            phrase = _CONTROL.sub("?", (status.group(2) or b"").decode("latin-1")[:100])
             return self._fail(TunnelError(f"proxy {self._where} refused CONNECT: {code} {phrase}".rstrip()))
         self._open(self._answer[end + 4 :])
 

@@ -22,13 +22,10 @@ by ``stop_timeout``); unsent batches stay spooled for the next start.
 
 from __future__ import annotations
 
-import json
 import os
-import uuid
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
-from urllib.parse import urlsplit
 
 from twisted.application.service import Service
 from twisted.internet import defer
@@ -39,12 +36,13 @@ from twisted.python.failure import Failure
 
 from spiderd.config.sections import BatchSection
 from spiderd.core.blocking import Lane
-from spiderd.core.fsutil import unlink_quietly, write_many_atomically
 from spiderd.core.lifecycle import InFlight, settled
-from spiderd.core.reactors import INodeReactor, ITCPClock
+from spiderd.core.reactors import INodeReactor
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import redact
+from spiderd.frontier.batchspool import Batch, append_lines, open_path, read_spool, remove, write_sealed
 from spiderd.frontier.batchtargets import TargetFigures, next_target, target_rows
+from spiderd.frontier.batchwire import check_answer, make_client, schedule_form, split, target_url
 from spiderd.frontier.interfaces import IURLPool
 
 if TYPE_CHECKING:
@@ -55,47 +53,6 @@ if TYPE_CHECKING:
 
 log = Logger()
 T = TypeVar("T")
-
-SETTING_PREFIX = "DISTRIBUTED_START_URLS="
-
-
-@dataclass
-class _Batch:
-    number: int
-    urls: list[str]
-    spider: str = ""
-    job_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # the same at every resend: run once
-    attempts: int = 0
-    path: str = ""
-    timer: IDelayedCall | None = field(default=None, repr=False)
-
-
-def split(urls: list[str], max_bytes: int) -> list[list[str]]:
-    """Consecutive chunks of ``urls`` whose ``DISTRIBUTED_START_URLS=<json>`` fits in ``max_bytes``."""
-    chunks: list[list[str]] = []
-    current: list[str] = []
-    size = len(SETTING_PREFIX) + 2  # the brackets
-    for url in urls:
-        cost = len(json.dumps(url).encode()) + (2 if current else 0)  # ", " between items
-        if current and size + cost > max_bytes:
-            chunks.append(current)
-            current, size, cost = [], len(SETTING_PREFIX) + 2, cost - 2
-        current.append(url)
-        size += cost
-    if current:
-        chunks.append(current)
-    return chunks
-
-
-def target_url(target: str) -> tuple[str, tuple[str, str] | None]:
-    """``host:port`` or ``http://[user:pass@]host:port`` -> (schedule.json URL, basic auth or None)."""
-    if "://" not in target:
-        target = "http://" + target
-    parts = urlsplit(target)
-    auth = (parts.username or "", parts.password or "") if parts.username else None
-    netloc = parts.hostname + (f":{parts.port}" if parts.port else "") if parts.hostname else ""
-    base = f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}"
-    return base + "/schedule.json", auth
 
 
 class Batcher(Service):
@@ -137,9 +94,9 @@ class Batcher(Service):
         self._timer: IDelayedCall | None = None
         self._lane = lane or Lane(reactor, "batcher")
         self._posts = InFlight()
-        self._ready: deque[_Batch] = deque()  # sealed, waiting for a POST slot
+        self._ready: deque[Batch] = deque()  # sealed, waiting for a POST slot
         self._cut_off = False  # the stop deadline passed: start no more POSTs
-        self._spooled: dict[int, _Batch] = {}
+        self._spooled: dict[int, Batch] = {}
         self.sent = self.urls_sent = self.failures = 0
         self.last_error = ""
 
@@ -155,7 +112,7 @@ class Batcher(Service):
             self._figures = [TargetFigures(url.removesuffix("/schedule.json")) for url, _ in self._targets]
         self._lane.start()
         if self._http is None:
-            self._http = _make_client(self._reactor)
+            self._http = make_client(self._reactor)
         self._lock.run(self._recover).addErrback(lambda f: log.failure("Recovering the batch spool", f))
 
     @defer.inlineCallbacks
@@ -190,7 +147,7 @@ class Batcher(Service):
         fresh = [u for u in fresh if u not in self._open_set]
         if not fresh:
             return 0
-        yield self._in_thread(_append_lines, self._open_path(), fresh)
+        yield self._in_thread(append_lines, open_path(self._dir), fresh)
         yield self._pool.seen_add(fresh)
         self._open.extend(fresh)
         self._open_set.update(fresh)
@@ -234,8 +191,8 @@ class Batcher(Service):
                   for spider, same in _by_spider(cut[start:start + size], self._spider_of).items()
                   for chunk in split(same, self._config.max_setting_bytes)]
         first = yield self._pool.next_batch(len(chunks))
-        batches = [_Batch(first + i, chunk, spider) for i, (spider, chunk) in enumerate(chunks)]
-        yield self._in_thread(self._write_sealed, batches, rest)
+        batches = [Batch(first + i, chunk, spider) for i, (spider, chunk) in enumerate(chunks)]
+        yield self._in_thread(write_sealed, self._dir, batches, rest)
         self._open = rest
         self._open_set = set(rest)
         for batch in batches:
@@ -244,7 +201,7 @@ class Batcher(Service):
 
     # -- sending --------------------------------------------------------------------
 
-    def _send(self, batch: _Batch) -> None:
+    def _send(self, batch: Batch) -> None:
         """POST ``batch`` when a slot is free (at most ``max_posts`` at once, in order)."""
         if not self.running and batch.attempts:
             return
@@ -272,22 +229,15 @@ class Batcher(Service):
         self._cut_off = True
         self._posts.cancel_all()
 
-    def _post(self, url: str, auth: tuple[str, str] | None, batch: _Batch) -> Deferred[Any]:
-        data = [
-            ("project", self._config.project),
-            ("spider", batch.spider or self._config.spider),
-            ("batch", str(batch.number)),
-            ("jobid", batch.job_id),
-            ("setting", SETTING_PREFIX + json.dumps(batch.urls)),
-        ]
-        if self._config.feed_uri:
-            data.insert(2, ("setting", f"FEED_URI={self._config.feed_uri}"))
+    def _post(self, url: str, auth: tuple[str, str] | None, batch: Batch) -> Deferred[Any]:
+        data = schedule_form(self._config.project, batch.spider or self._config.spider, batch.number, batch.job_id,
+                             batch.urls, self._config.feed_uri)
         assert self._http is not None  # made at start
         d = self._http.post(url, data=data, auth=auth, timeout=self._config.timeout,
                             reactor=self._clock)  # type: ignore[arg-type]  # treq needs only its timers here
-        return d.addCallback(_check_answer)
+        return d.addCallback(check_answer)
 
-    def _accepted(self, batch: _Batch, url: str, figures: TargetFigures) -> Deferred[None]:
+    def _accepted(self, batch: Batch, url: str, figures: TargetFigures) -> Deferred[None]:
         self._spooled.pop(batch.number, None)
         self.sent += 1
         self.urls_sent += len(batch.urls)
@@ -296,9 +246,9 @@ class Batcher(Service):
         figures.urls_sent += len(batch.urls)
         figures.last_accepted = self._clock.seconds()
         log.debug("Batch {n} ({count} URLs) accepted by {url}", n=batch.number, count=len(batch.urls), url=url)
-        return self._in_thread(_remove, batch.path)
+        return self._in_thread(remove, batch.path)
 
-    def _refused(self, batch: _Batch, url: str, failure: Failure, figures: TargetFigures) -> None:
+    def _refused(self, batch: Batch, url: str, failure: Failure, figures: TargetFigures) -> None:
         batch.attempts += 1
         self.failures += 1
         self.last_error = f"{redact(url)}: {failure.getErrorMessage()}"
@@ -313,25 +263,12 @@ class Batcher(Service):
 
     # -- the spool ------------------------------------------------------------------
 
-    def _open_path(self) -> str:
-        return os.path.join(self._dir, "open.jl")
-
-    def _write_sealed(self, batches: list[_Batch], rest: list[str]) -> None:
-        files = []
-        for batch in batches:
-            batch.path = os.path.join(self._dir, f"batch-{batch.number}.json")
-            data = {"batch": batch.number, "spider": batch.spider, "job_id": batch.job_id, "urls": batch.urls}
-            files.append((batch.path, json.dumps(data).encode()))
-        files.append((self._open_path(), "".join(u + "\n" for u in rest).encode()))
-        write_many_atomically(files)
-
     @defer.inlineCallbacks
     def _recover(self) -> Any:
         """Resend the spooled batches; reopen the open batch (minus URLs already spooled)."""
-        spooled, open_urls = yield self._in_thread(_read_spool, self._dir, self._open_path())
-        for number, path, urls, spider, job_id in spooled:
-            batch = _Batch(number, urls, spider, path=path, **({"job_id": job_id} if job_id else {}))
-            self._spooled[number] = batch
+        spooled, open_urls = yield self._in_thread(read_spool, self._dir)
+        for batch in spooled:
+            self._spooled[batch.number] = batch
             self._send(batch)
         if spooled or open_urls:
             log.info("Spool: resending {batches} batches, {urls} URLs in the open batch",
@@ -360,68 +297,12 @@ class Batcher(Service):
         }
 
 
-class BatchRefused(Exception):
-    """A target answered, but not with Scrapyd's ``"status": "ok"``."""
-
-
-@defer.inlineCallbacks
-def _check_answer(response: Any) -> Any:
-    body = yield response.content()
-    if response.code != 200:
-        raise BatchRefused(f"HTTP {response.code}: {body[:200]!r}")
-    try:
-        answer = json.loads(body)
-    except ValueError:
-        raise BatchRefused(f"not JSON: {body[:200]!r}") from None
-    if not isinstance(answer, dict) or answer.get("status") != "ok":
-        message = answer.get("message", answer) if isinstance(answer, dict) else answer
-        raise BatchRefused(f"status {answer.get('status') if isinstance(answer, dict) else '?'}: {message}")
-    return answer
-
-
-def _make_client(reactor: ITCPClock) -> HTTPClient:
-    """A treq client without persistent connections (Scrapyd handles them badly, says seed 003)."""
-    from treq.client import HTTPClient
-    from twisted.web.client import Agent, HTTPConnectionPool
-
-    return HTTPClient(Agent(reactor, pool=HTTPConnectionPool(reactor, persistent=False)))
-
-
-def _append_lines(path: str, lines: list[str]) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write("".join(line + "\n" for line in lines))
-
-
-def _remove(path: str) -> None:
-    if path:
-        unlink_quietly(path)
-
-
 def _by_spider(urls: list[str], spider_of: Callable[[str], str]) -> dict[str, list[str]]:
     """``urls`` grouped by spider, in order."""
     groups: dict[str, list[str]] = {}
     for url in urls:
         groups.setdefault(spider_of(url), []).append(url)
     return groups
-
-
-def _read_spool(directory: str, open_path: str) -> tuple[list[tuple[int, str, list[str], str, str]], list[str]]:
-    spooled = []
-    for name in sorted(os.listdir(directory)):
-        if name.startswith("batch-") and name.endswith(".json"):
-            path = os.path.join(directory, name)
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-            spooled.append((int(data["batch"]), path, list(data["urls"]), str(data.get("spider", "")),
-                            str(data.get("job_id", ""))))
-    in_batches = {url for _, _, urls, _, _ in spooled for url in urls}
-    open_urls: list[str] = []
-    if os.path.exists(open_path):
-        with open(open_path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
-        # the last line is torn if the process died while appending: keep only complete lines
-        open_urls = [u for u in lines[:-1] if u and u not in in_batches]
-    return spooled, list(dict.fromkeys(open_urls))
 
 
 def build_batcher(batch: BatchSection, reactor: INodeReactor, pool: IURLPool, spool_dir: str,

@@ -7,10 +7,11 @@ import os
 from typing import Any, Generator, Sequence
 
 from twisted.application.service import Service
-from twisted.internet import defer, threads
+from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from spiderd.core.blocking import Lane
 from spiderd.core.fsutil import write_atomically
 from spiderd.frontier.interfaces import IURLPool
 from spiderd.store.interfaces import IPageStore
@@ -25,15 +26,18 @@ class SeedService(Service):
     configured ones: the pool's hub set is replaced as a whole, by the configured
     hubs plus those.  With ``state_path``, the added hubs are written there
     (JSON, atomically) before ``add_hubs`` fires, and read back at start, so a
-    restart keeps them.  With a page store, every hub is also recorded in its
+    restart keeps them; that file work runs on ``lane`` (needed with ``state_path``).  With a page store, every hub is also recorded in its
     ``crawler_hub`` table (seed 000).
     """
 
     name = "seeds"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, pool: IURLPool, seeds: Sequence[str], hubs: Sequence[str], hub_refresh_span: float,
-                 store: IPageStore | None = None, state_path: str | None = None) -> None:
+                 store: IPageStore | None = None, state_path: str | None = None, lane: Lane | None = None) -> None:
+        if state_path and lane is None:
+            raise ValueError("a SeedService with a state_path needs a lane for its file")
         self._pool = pool
+        self._lane = lane
         self._store = store
         self._state_path = state_path
         self.ready: defer.Deferred[Any] | None = None
@@ -45,14 +49,21 @@ class SeedService(Service):
     def startService(self) -> Any:
         """Restore the added hubs, then load; ``ready`` fires once the pool has them (the crawl starts after)."""
         super().startService()
+        if self._lane is not None:
+            self._lane.start()
         self.ready = self._restore().addCallback(lambda _: self.load())
         self.ready.addErrback(lambda f: log.failure("Seeds and hubs not loaded", f))
         return self.ready
 
+    def stopService(self) -> Any:
+        super().stopService()
+        if self._lane is not None:
+            self._lane.stop()  # a save already asked for is written first
+
     @defer.inlineCallbacks
     def _restore(self) -> Any:
-        if self._state_path:
-            self._added_hubs = yield threads.deferToThread(_read_hubs, self._state_path)
+        if self._state_path and self._lane is not None:
+            self._added_hubs = yield self._lane.run(_read_hubs, self._state_path)
 
     @defer.inlineCallbacks
     def load(self, seeds: Sequence[str] | None = None, hubs: Sequence[str] | None = None,
@@ -91,9 +102,9 @@ class SeedService(Service):
         self._added_hubs.extend(new)
         if hub_refresh_span is not None:
             self._span = hub_refresh_span
-        if new and self._state_path:
+        if new and self._state_path and self._lane is not None:
             data = json.dumps({"added_hubs": self._added_hubs}, indent=0).encode()
-            yield threads.deferToThread(write_atomically, self._state_path, data)
+            yield self._lane.run(write_atomically, self._state_path, data)
         self._record(new)
         yield self._pool.set_hubs(self.hubs, self._span)
         return len(new)

@@ -9,19 +9,25 @@ import time
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any
 
+from spiderd.ops.ctlclient import OK
+
 if TYPE_CHECKING:
-    from spiderd.ops.ctl import Client
-
-OK = 0
+    from spiderd.ops.ctlclient import Client
 
 
-def _listing(client: Client, args: argparse.Namespace, out: IO[str], what: str) -> list[dict[str, Any]] | None:
-    """``GET /api/<what>?limit=``: the rows to print, or None once the whole answer went out as JSON (--json)."""
+def _listing(client: Client, args: argparse.Namespace, out: IO[str], what: str,
+             empty: str) -> list[dict[str, Any]] | None:
+    """``GET /api/<what>?limit=``: the rows to print, or None once the answer went out, whole as JSON (--json)
+    or as the line ``empty`` says when there is no row."""
     answer = client.call("GET", f"/api/{what}?limit={args.limit}")
     if args.json:
         out.write(json.dumps(answer, indent=2) + "\n")
         return None
-    return list(answer.get(what, []))
+    rows = list(answer.get(what, []))
+    if not rows:
+        out.write(empty + "\n")
+        return None
+    return rows
 
 
 def _columns(out: IO[str], head: Sequence[str], lines: list[Sequence[str]]) -> None:
@@ -33,11 +39,8 @@ def _columns(out: IO[str], head: Sequence[str], lines: list[Sequence[str]]) -> N
 
 
 def cmd_jobs(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
-    rows = _listing(client, args, out, "jobs")
+    rows = _listing(client, args, out, "jobs", "no jobs")
     if rows is None:
-        return OK
-    if not rows:
-        out.write("no jobs\n")
         return OK
     _columns(out, ("STATE", "JOB", "SPIDER", "BATCH", "URLS", "ITEMS", "FAILED", "FEED"),
              [(r["state"], r["id"], r["spider"], r["batch"], f"{r['done']}/{r['urls']}", str(r["items"]),
@@ -47,11 +50,9 @@ def cmd_jobs(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def cmd_failures(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
-    rows = _listing(client, args, out, "failures")
+    rows = _listing(client, args, out, "failures", "no URL failed for good (since this node started)")
     if rows is None:
         return OK
-    if not rows:
-        out.write("no URL failed for good (since this node started)\n")
     for r in rows:
         at = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["at"]))
         out.write(f"{at} UTC  {r['url']}\n    {r['reason']}  (spiderctl why URL tells more)\n")
@@ -59,11 +60,8 @@ def cmd_failures(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def cmd_hosts(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
-    rows = _listing(client, args, out, "hosts")
+    rows = _listing(client, args, out, "hosts", "no host has waiting URLs")
     if rows is None:
-        return OK
-    if not rows:
-        out.write("no host has waiting URLs\n")
         return OK
     _columns(out, ("HOST", "WAITING", "IN FLIGHT", "NEXT TURN", "DELAY", "ERRORS", "WHY"),
              [(r["host"], f"{r['waiting']:,}", f"{r['inflight']}/{r['concurrency']}", _next_turn(r),

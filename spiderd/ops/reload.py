@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.application.service import Service
 from twisted.internet import defer
-from twisted.logger import Logger, globalLogPublisher
-from twisted.python.logfile import BaseLogFile
+from twisted.logger import Logger
 
 from spiderd.config import settings as cfg
 from spiderd.config.sections import SpiderdSection
 from spiderd.core.blocking import Lane
+from spiderd.core.logfiles import reopen_log_files
 from spiderd.core.reactors import INodeReactor
 
 if TYPE_CHECKING:
@@ -117,13 +117,3 @@ def _read(source: str, overrides: dict[str, Any]) -> cfg.Settings | str | None:
     except cfg.ConfigError as e:
         return str(e)
 
-
-def reopen_log_files() -> int:
-    """Reopen every log file a twisted.logger observer writes to (twistd's ``--logfile``); the number reopened."""
-    count = 0
-    for observer in list(getattr(globalLogPublisher, "_observers", ())):
-        out = getattr(observer, "_outFile", None)
-        if isinstance(out, BaseLogFile):
-            out.reopen()
-            count += 1
-    return count

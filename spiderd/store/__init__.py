@@ -46,6 +46,7 @@ import os
 from typing import Sequence, TypedDict
 
 from spiderd.config.sections import StoreSection
+from spiderd.core.blocking import Lane
 from spiderd.core.compression import FAST
 from spiderd.core.reactors import IThreadedClock
 from spiderd.store.base import NullStore, PageStore, StoreNotRunning, StoreUnavailable
@@ -86,11 +87,12 @@ def open_store(
     batch_size: int = 100,
     flush_interval: float = 1.0,
     stop_timeout: float = 60.0,
+    lane: Lane | None = None,
 ) -> PageStore | ShardedStore:
     """The page store named by ``url`` (a Service: start it before use, stop it to flush and close).
 
     ``stop_timeout`` bounds how long a MySQL store keeps retrying at stop
-    while the server is unreachable.
+    while the server is unreachable; ``lane`` is the SQLite store's (default: one of its own).
     """
     options: _Options = {"preset": preset, "batch_size": batch_size, "flush_interval": flush_interval}
     if not isinstance(url, str):
@@ -101,14 +103,17 @@ def open_store(
         return NullStore(reactor, **options)
     if url.startswith("sqlite:///") and len(url) > len("sqlite:///"):
         path = url[len("sqlite:///"):]
-        return SQLiteStore(path if os.path.isabs(path) else os.path.join(data_dir, path), reactor, **options)
+        return SQLiteStore(path if os.path.isabs(path) else os.path.join(data_dir, path), reactor, lane, **options)
     if url.startswith("mysql://"):
         return MySQLStore(parse_mysql_url(url), reactor, stop_timeout=stop_timeout, **options)
     raise ValueError(f"expected sqlite:///PATH, mysql://USER:PASS@HOST:PORT/DB or none, got {redact(url)!r}")
 
 
-def page_store(config: StoreSection, data_dir: str, reactor: IThreadedClock) -> PageStore | ShardedStore | None:
-    """The page store of the ``[store]`` section, or None with ``url = "none"``."""
+def page_store(config: StoreSection, data_dir: str, reactor: IThreadedClock,
+               lane: Lane | None = None) -> PageStore | ShardedStore | None:
+    """The page store of the ``[store]`` section, or None with ``url = "none"``; ``lane``: the SQLite store's (the
+    node's ``store`` lane)."""
     if config.url == "none":
         return None
-    return open_store(config.url, data_dir, reactor, preset=config.compression_preset, batch_size=config.batch_size)
+    return open_store(config.url, data_dir, reactor, preset=config.compression_preset, batch_size=config.batch_size,
+                      lane=lane)

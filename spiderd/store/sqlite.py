@@ -1,4 +1,4 @@
-"""The embedded page store: SQLite on one dedicated thread that owns the connection.
+"""The embedded page store: SQLite on one lane (one thread, in order) that owns the connection.
 
 The schema is seed 000's, in SQLite's types, plus a ``digest`` column (the page's
 content digest; added, NULL for the rows already there, to a table made before it,
@@ -21,10 +21,9 @@ import sqlite3
 from typing import Any, Callable, TypeVar
 
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
-from twisted.python.threadpool import ThreadPool
 
+from spiderd.core.blocking import Lane
 from spiderd.core.reactors import IThreadedClock
 from spiderd.store.base import Batch, Outcome, PageStore, Statements, decompress, write_rows
 
@@ -144,30 +143,31 @@ class SQLiteDB:
 
 
 class SQLiteStore(PageStore):
-    """Pages in a SQLite file, written by one thread of the store's own."""
+    """Pages in a SQLite file, written on a lane of one thread (``lane``, default one of the store's own)."""
 
     _reactor: IThreadedClock
 
-    def __init__(self, path: str, reactor: IThreadedClock, **options: Any) -> None:
+    def __init__(self, path: str, reactor: IThreadedClock, lane: Lane | None = None, **options: Any) -> None:
         super().__init__(reactor, **options)
         self.path = path
         self._db = SQLiteDB(path)
-        self._threads: ThreadPool | None = None
+        self._lane = lane or Lane(reactor, "store")
+        self._opened = False
 
     @property
     def where(self) -> str:
         return f"sqlite:{self.path}"
 
     def _open(self) -> None:
-        self._threads = ThreadPool(1, 1, name="spiderd-store-sqlite")
-        self._threads.start()
+        self._lane.start()
+        self._opened = True
         self._call(self._db.open).addErrback(
             lambda f: log.failure("page store: cannot open {where}", f, where=self.where)
         )
 
     def _call(self, work: Callable[..., T], *args: Any) -> Deferred[T]:
-        assert self._threads is not None, "the store is not started"
-        return deferToThreadPool(self._reactor, self._threads, work, *args)
+        assert self._opened, "the store is not started"
+        return self._lane.run(work, *args)
 
     def _write(self, batch: Batch) -> Deferred[Outcome]:
         return self._call(self._db.write, batch)
@@ -185,15 +185,15 @@ class SQLiteStore(PageStore):
         return self._call(self._db.hubs)
 
     def _close(self) -> Deferred[None]:
-        if self._threads is None:
+        if not self._opened:
             return succeed(None)
         d = self._call(self._db.close)
-        d.addBoth(self._stop_thread)
+        d.addBoth(self._stop_lane)
         return d
 
-    def _stop_thread(self, result: Any) -> Any:
-        """Stop the (idle) thread; joining it takes no time, as its queue is empty."""
-        if self._threads is not None:
-            self._threads.stop()
-            self._threads = None
+    def _stop_lane(self, result: Any) -> Any:
+        """This store is done with its lane (idle: its queue is empty)."""
+        if self._opened:
+            self._opened = False
+            self._lane.stop()
         return result

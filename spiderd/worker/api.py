@@ -290,9 +290,7 @@ class WorkerAPI(JsonResource):
 
     def _pending(self, job: Job) -> dict[str, Any]:
         return {
-            "id": job.id,
-            "project": job.project,
-            "spider": job.spider,
+            **_job_head(job),
             "version": job.version,
             "settings": {k: redact_value(v) for k, v in job.settings.items()},
             "args": {k: redact_value(v) for k, v in job.args.items()},
@@ -300,32 +298,24 @@ class WorkerAPI(JsonResource):
         }
 
     def _running(self, job: Job) -> dict[str, Any]:
-        return {
-            "id": job.id,
-            "project": job.project,
-            "spider": job.spider,
-            "pid": os.getpid(),
-            "start_time": _when(job.start_time),
-            "log_url": self._log_url(job),
-            "items_url": None,
-            "ignored_settings": list(job.ignored_settings),
-        }
+        return {**_job_head(job), "pid": os.getpid(), "start_time": _when(job.start_time), **self._job_tail(job)}
 
     def _finished(self, job: Job) -> dict[str, Any]:
-        return {
-            "id": job.id,
-            "project": job.project,
-            "spider": job.spider,
-            "start_time": _when(job.start_time),
-            "end_time": _when(job.end_time),
-            "log_url": self._log_url(job),
-            "items_url": None,
-            "ignored_settings": list(job.ignored_settings),
-        }
+        return {**_job_head(job), "start_time": _when(job.start_time), "end_time": _when(job.end_time),
+                **self._job_tail(job)}
+
+    def _job_tail(self, job: Job) -> dict[str, Any]:
+        """The last fields of a started job in listjobs.json: its log, no items URL, the settings ignored."""
+        return {"log_url": self._log_url(job), "items_url": None, "ignored_settings": list(job.ignored_settings)}
 
     def _log_url(self, job: Job) -> str | None:
         """Scrapyd's ``/logs/<project>/<spider>/<job>.log`` when the job has a log, as Scrapyd checks the file."""
         return log_path(job) if self._runner.logs.has(job.id) else None
+
+
+def _job_head(job: Job) -> dict[str, Any]:
+    """The first fields of every job in listjobs.json (Scrapyd's order)."""
+    return {"id": job.id, "project": job.project, "spider": job.spider}
 
 
 def _finished(jobs: Iterable[Job]) -> list[Job]:

@@ -6,8 +6,8 @@ ships its feed, so the next one starts at once.  Every job ships a feed file,
 an empty one when it made no items (a reader can tell "batch done, nothing in
 it" from "batch lost"), as Scrapy's feed exports do.
 
-A run (see :mod:`.pipeline`) writes the job's items to ``<incoming>/<job id>.jl``,
-rewritten from scratch at each start.  The file is handed to the feed shipper
+A run (see :mod:`.execution`, :mod:`.run` and :mod:`.pipeline`) writes the job's items to
+``<incoming>/<job id>.jl``, rewritten from scratch at each start.  The file is handed to the feed shipper
 only when every URL is done, after the job is persisted as ``shipping``; the
 target name is rendered at the job's first start and kept.  So a job cut short
 by a crash or a stop runs again and ships one whole file, never a second file
@@ -21,7 +21,6 @@ deadline; then they are interrupted and persisted as pending for the next start.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable
@@ -38,15 +37,15 @@ from spiderd.core.memory import release_memory
 from spiderd.core.secrets import redact
 from spiderd.store.interfaces import IPageStore
 from spiderd.worker.accepted import Accepted, digest
-from spiderd.worker.config import WorkerConfig
 from spiderd.feed import warc
-from spiderd.feed.warcfiles import JobWarc, warc_uri
-from spiderd.worker.files import ItemsFile, JobHosts
+from spiderd.worker.config import WorkerConfig
+from spiderd.worker.execution import Execution
 from spiderd.worker.itemized import Itemized
 from spiderd.worker.joblog import JobLogs
 from spiderd.worker.jobs import CANCELLED, ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
-from spiderd.worker.jobsettings import HONOURED, JobOptions, SettingError, job_options
-from spiderd.worker.pipeline import ClaimContent, Pipeline, Run
+from spiderd.worker.jobsettings import HONOURED
+from spiderd.worker.pipeline import ClaimContent, Pipeline
+from spiderd.worker.run import Run
 
 if TYPE_CHECKING:
     from spiderd.core.stats import CrawlStats
@@ -99,9 +98,8 @@ class JobRunner:
                                   claim_content)
         self.accepted = Accepted(config.accepted_dir)
         self.logs = JobLogs(config.logs_dir, io, reactor)
-        self._shipper = shipper
-        self._render_uri = render_uri
-        self.incoming_dir = incoming_dir
+        self._execution = Execution(reactor, config, store, io, self._pipeline, self._itemized, self.logs, shipper,
+                                    render_uri, incoming_dir)
         self.jobs: dict[str, Job] = {}
         self.runs: dict[str, Run] = {}
         self._queue: list[Job] = []
@@ -213,7 +211,7 @@ class JobRunner:
     def _accepted(self, _: None, job: Job, old: Job | None) -> Job:
         if old is not None:
             self.logs.reset(job.id)  # the log of the ended job that had this id
-        feed = redact(self._options(job).feed_uri or "(the default)")
+        feed = redact(self._execution.options(job).feed_uri or "(the default)")
         self._note(LogLevel.info, job, "Worker: accepted job {id} (spider {spider}, {count} URLs, priority "
                    "{priority}, feed {feed})", spider=job.spider, count=job.url_count, priority=job.priority, feed=feed)
         if job.ignored_settings:
@@ -282,9 +280,14 @@ class JobRunner:
         """Pending jobs in the order they will run."""
         return list(self._queue)
 
+    @property
+    def incoming_dir(self) -> str:
+        """Where the jobs' items files are written (the shipper's ``incoming`` directory)."""
+        return self._execution.incoming_dir
+
     def items_path(self, job: Job) -> str:
         """The local file of a job's items (in the shipper's ``incoming`` directory)."""
-        return os.path.join(self.incoming_dir, job.id + ".jl")
+        return self._execution.items_path(job)
 
     # -- scheduling jobs --------------------------------------------------------------------------------------
 
@@ -301,17 +304,8 @@ class JobRunner:
         self._kick_call = None
         while self._queue and self.fetching() < self._config.max_jobs and not self.stopping:
             job = self._queue.pop(0)
-            items = ItemsFile(self.items_path(job), self._io)
-            options = self._options(job)
-            run = self.runs[job.id] = Run(job, items, self._pipeline.totals,
-                                          _cap(self._config.job_concurrency, options.concurrent_requests))
-            run.note = functools.partial(self.logs.line, job.id, url=True)
-            if self._config.feed_format != "jsonl":  # the job's answers as WARC too, shipped beside its feed
-                run.warc = JobWarc(self.items_path(job)[: -len(".jl")] + warc.EXTENSION, self._io)
-            run.fetch_options = options.fetch_options()
-            if options.per_domain or options.download_delay:
-                run.hosts = JobHosts(options.per_domain, options.download_delay, self._pipeline.clock)
-            d = self._execute(run)
+            run = self.runs[job.id] = self._execution.new_run(job)
+            d = self._execution.execute(run, self.kick)
             d.addErrback(self._execution_failed, run)
             d.addBoth(self._execution_over, run)
             self._executions.track(d)
@@ -341,98 +335,14 @@ class JobRunner:
             self._prune()
         self.kick()
 
-    # -- one job ----------------------------------------------------------------------------------------------
-
-    @defer.inlineCallbacks
-    def _execute(self, run: Run) -> Any:
-        job = run.job
-        now = self._reactor.seconds()
-        job.state, job.start_time, job.end_time, job.error = RUNNING, now, None, None
-        if job.feed_uri is None:
-            job.feed_uri = self._render_uri(self._options(job).feed_uri or self._config.default_feed_uri,
-                                            job.feed_params(now))
-        run.shipping = job.shipping  # the items file was complete when the worker went down: ship it, no re-run
-        yield self._store.save(job)
-        if job.shipping:
-            yield self._ship(run)
-            return
-        job.stats = {}
-        yield run.items.open()
-        if run.warc is not None:
-            yield run.warc.open()
-        if not run.halted:
-            urls = yield self._io(self._store.load_urls, job)
-            run.add(urls)
-        self._note(LogLevel.info, job, "Worker: job {id} ({spider}) started: {count} URLs{settings}",
-                   spider=job.spider, count=len(run.todo), settings=self._options(job).in_effect(self._config))
-        self._pipeline.start(run)
-        yield run.settled
-        self.kick()  # its slot is free: the next pending job starts while this one ships
-        job.stats = dict(run.stats)
-        if run.halted is None:
-            yield self._ship(run)
-        else:
-            self._itemized.release(job.id)
-            yield run.items.discard()
-            if run.warc is not None:
-                yield run.warc.discard()
-            if run.halted == "interrupted":
-                job.state, job.start_time = PENDING, None
-            yield self._store.save(job)
-
-    @defer.inlineCallbacks
-    def _ship(self, run: Run) -> Any:
-        """Make the items file durable, mark the job ``shipping``, hand the file over, then finish.
-
-        With WARC output, the WARC file goes first (if not gone already): the items file, handed over last
-        (or, format "warc", dropped), says the job still has to ship."""
-        job = run.job
-        run.shipping = True
-        if not job.shipping:
-            yield run.items.close()
-            if run.warc is not None:
-                yield run.warc.close()
-            job.shipping = True
-            yield self._store.save(job)
-        assert job.feed_uri is not None
-        if run.warc is not None and os.path.exists(run.warc.path):
-            yield self._shipper.ship(run.warc.path, warc_uri(job.feed_uri))
-        if self._config.feed_format == "warc":
-            yield self._io(unlink_quietly, run.items.path)
-        else:
-            yield self._shipper.ship(run.items.path, job.feed_uri)  # an empty file too: "batch done, no items"
-        self._itemized.commit(job.id)
-        job.shipping = False
-        self._end(job, FINISHED)
-        yield self._store.save(job)
-        self._finished(job)
-
-    def _finished(self, job: Job) -> None:
-        """The job's last lines: its counts (and its stats, in its log only)."""
-        stats = ", ".join(f"{k}={v}" for k, v in sorted(job.stats.items())) or "none"
-        self.logs.line(job.id, f"Worker: job {job.id} stats: {stats}; feed {redact(job.feed_uri or '')}")
-        left_out = self.logs.take_dropped(job.id)
-        self._note(LogLevel.info, job, "Worker: job {id} finished: {items} items from {pages} pages, {failed} URLs "
-                   "failed{left_out}", items=job.stats.get("items", 0), pages=job.stats.get("pages", 0),
-                   failed=job.stats.get("failed", 0),
-                   left_out=f" ({left_out} lines about single URLs not in this log)" if left_out else "")
-
-    def _options(self, job: Job) -> JobOptions:
-        """What the job's settings ask for (checked when it was accepted)."""
-        try:
-            return job_options(job.settings)
-        except SettingError as e:  # a job file from elsewhere: run it with the worker's own settings
-            log.error("Worker: job {id}: {error}; running it without its settings", id=job.id, error=str(e))
-            return JobOptions()
-
     def _note(self, level: LogLevel, job: Job, fmt: str, **fields: Any) -> None:
         """A line of the worker's log that is about ``job``: in the job's own log too."""
-        self.logs.note(log, level, job.id, fmt, id=job.id, **fields)
+        self._execution.note(level, job, fmt, **fields)
 
     # -- bookkeeping ------------------------------------------------------------------------------------------
 
     def _end(self, job: Job, state: str) -> None:
-        job.state, job.end_time = state, self._reactor.seconds()
+        self._execution.end(job, state)
 
     def _notify(self, job: Job) -> None:
         """The job ended (and is saved so): its URLs go, waiters hear, a big job's memory goes back."""
@@ -450,8 +360,3 @@ class JobRunner:
             self._store.delete(job.id).addErrback(lambda f: log.failure("Worker: deleting a job file failed", f))
             self.logs.delete(job.id)
 
-
-
-def _cap(*caps: int) -> int:
-    """The lowest of the caps that are set (0: none)."""
-    return min((c for c in caps if c), default=0)

@@ -16,7 +16,7 @@ from spiderd.core.secrets import redact
 from spiderd.worker.jobs import CANCELLED, ENDED, PENDING, RUNNING, Job
 
 if TYPE_CHECKING:
-    from spiderd.worker.pipeline import Run
+    from spiderd.worker.run import Run
     from spiderd.worker.runner import JobRunner
 
 

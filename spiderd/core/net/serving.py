@@ -8,17 +8,21 @@
   (Twisted would close the connection without a word);
 - a form body (``application/x-www-form-urlencoded``) of FORM_IN_STEPS bytes or more decoded a step per
   turn of the reactor (:mod:`.forms`), not in one call (a ``schedule.json`` of 60,000 start URLs is 3.5 MB
-  to decode, 0.3 s of pure Python);
+  to decode, 0.3 s of pure Python), on the reactor thread (a decode on a thread holds the GIL: the reactor
+  waits for it all the same);
+- a ``multipart/form-data`` body decoded here (a big one in steps too), with the standard library's MIME
+  parser as Twisted uses it, so a malformed one gets a JSON 400 where Twisted answers a bare one;
 - requests logged at debug level, without query strings; no tracebacks shown.
 """
 
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
-from twisted.internet import task
+from twisted.internet import defer, task
 from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITCPTransport
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
@@ -26,13 +30,14 @@ from twisted.python.failure import Failure
 from twisted.web import http, server
 from twisted.web.resource import IResource
 
-from spiderd.core.net.forms import Form, decode_form
+from spiderd.core.net.forms import Form, MalformedForm, decode_form, decode_multipart
 
 log = Logger()
 _ENCODER = json.JSONEncoder(ensure_ascii=True)
 HEADER_TIMEOUT = 30.0
 IDLE_TIMEOUT = 60.0
 FORM_IN_STEPS = 64 * 1024  # form bodies at least this long are decoded a step per turn of the reactor
+URLENCODED, MULTIPART = b"application/x-www-form-urlencoded", b"multipart/form-data"
 
 
 def json_body(data: dict[str, Any], node_name: str) -> bytes:
@@ -150,7 +155,7 @@ class CappedRequest(server.Request):
     _refused = False
     _received = 0
     _drain_limit = 0
-    _form_type: Sequence[bytes] | None = None  # a big form body's content type, until it is decoded
+    _form_type: Sequence[bytes] | None = None  # the content type of a form body decoded here, until it is
 
     def gotLength(self, length: int | None) -> None:
         cap = self._cap()
@@ -174,21 +179,18 @@ class CappedRequest(server.Request):
         if self._refused:
             self.channel.loseConnection()
             return
-        if command == b"POST" and _bad_multipart(self):
-            # Twisted would answer a bare "400 Bad Request"; say why, in JSON
-            self._raw_answer(b"400 Bad Request", "malformed multipart/form-data body")
-            self.channel.loseConnection()
-            return
-        if command == b"POST" and self._form_in_steps():
+        if command == b"POST" and self._decodes_form():
             self._form_type = self.requestHeaders.getRawHeaders(b"content-type")
             self.requestHeaders.removeHeader(b"content-type")  # Twisted then leaves the body alone
         super().requestReceived(command, path, version)
 
     def process(self) -> None:
-        """Go on with the request; a big form body is decoded first, a step per turn of the reactor."""
+        """Go on with the request; a form body decoded here is decoded first (a big one a step per turn of the
+        reactor)."""
         if self._form_type is None:
             super().process()
             return
+        ctype = self._form_type[0]
         self.requestHeaders.setRawHeaders(b"content-type", self._form_type)
         self._form_type = None
         content = self.content
@@ -197,13 +199,18 @@ class CappedRequest(server.Request):
         body = content.read()
         content.seek(0)
         args: Form = {}
-        steps = cast(task.Cooperator, self._site().steps)
-        done = steps.coiterate(self._decoding(body, args))
+        decoding = self._decoding(ctype, body, args)
+        steps: task.Cooperator | None = getattr(self._site(), "steps", None)
+        if steps is not None and len(body) >= FORM_IN_STEPS:
+            done = steps.coiterate(decoding)
+        else:  # a small body: in one call, as Twisted would
+            done = defer.maybeDeferred(deque, decoding, 0)
         done.addCallbacks(lambda _: self._form_decoded(args), self._form_failed)
 
-    def _decoding(self, body: bytes, args: Form) -> Iterator[None]:
-        """The steps of the body's decode, until the client goes away."""
-        for step in decode_form(body, args):
+    def _decoding(self, ctype: bytes, body: bytes, args: Form) -> Iterator[None]:
+        """The steps of the body's decode (multipart or urlencoded), until the client goes away."""
+        kind = _media_type([ctype])
+        for step in decode_multipart(ctype, body, args) if kind == MULTIPART else decode_form(body, args):
             if self.channel is None:
                 return
             yield step
@@ -216,16 +223,22 @@ class CappedRequest(server.Request):
             super().process()
 
     def _form_failed(self, failure: Failure) -> None:
-        log.failure("Decoding a form body", failure)
-        if self.channel is not None:
+        if self.channel is None:
+            return
+        if failure.check(MalformedForm):  # Twisted would answer a bare "400 Bad Request"; say why, in JSON
+            self._raw_answer(b"400 Bad Request", failure.getErrorMessage())
+        else:
+            log.failure("Decoding a form body", failure)
             self._raw_answer(b"500 Internal Server Error", "the form body could not be decoded")
-            self.channel.loseConnection()
+        self.channel.loseConnection()
 
-    def _form_in_steps(self) -> bool:
-        if getattr(self._site(), "steps", None) is None or self._received < FORM_IN_STEPS:
-            return False
-        ctype = (self.requestHeaders.getRawHeaders(b"content-type") or [b""])[0]
-        return ctype.partition(b";")[0].strip().lower() == b"application/x-www-form-urlencoded"
+    def _decodes_form(self) -> bool:
+        """True when this request decodes its POST body itself (Twisted then leaves it alone): a multipart one
+        (not empty), or an urlencoded one of FORM_IN_STEPS bytes or more."""
+        kind = _media_type(self.requestHeaders.getRawHeaders(b"content-type"))
+        if kind == MULTIPART:
+            return self._received > 0
+        return kind == URLENCODED and self._received >= FORM_IN_STEPS
 
     def _cap(self) -> int:
         return int(getattr(self._site(), "max_body_size", 16 * 1024 * 1024))
@@ -260,27 +273,9 @@ def raw_answer(status: bytes, message: str, node_name: str) -> bytes:
     return head % (status, len(body)) + body
 
 
-def _bad_multipart(request: server.Request) -> bool:
-    """True for a multipart/form-data body Twisted cannot parse (it would answer 400 with no body)."""
-    ctype = (request.requestHeaders.getRawHeaders(b"content-type") or [b""])[0]
-    if not ctype.lower().lstrip().startswith(b"multipart/form-data"):
-        return False
-    try:
-        from twisted.web.http import _getMultiPartArgs, _MultiPartParseException
-    except ImportError:  # a Twisted without them: its own bare 400 stands
-        return False
-    body: Any = request.content
-    end = body.tell()  # requestReceived takes the body's length from the position
-    body.seek(0)
-    content = body.read()
-    body.seek(end)
-    if not content:
-        return False
-    try:
-        _getMultiPartArgs(content, ctype)
-    except _MultiPartParseException:
-        return True
-    return False
+def _media_type(ctype: Sequence[bytes] | None) -> bytes:
+    """The media type of a Content-Type header's first value, lower case, without its parameters."""
+    return (ctype or [b""])[0].partition(b";")[0].strip().lower()
 
 
 def _one_step() -> bool:

@@ -27,28 +27,19 @@ from typing import Any, Iterable, Sequence
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 
+from spiderd.core.linkinfo import clean_anchor, clean_xpath
 from spiderd.core.urls import host_of, registered_domain
 from spiderd.frontier.pool import keys as k
 from spiderd.frontier.pool.shared import parsed
 
 KINDS = {"list": 0, "detail": 1}
-MAX_ANCHOR = 200
-MAX_XPATH = 500
 LINK_FIELDS = ("parent", "anchor", "xpath")
-
-
-def clean_anchor(text: str | None) -> str:
-    """Anchor text on one line, whitespace collapsed, at most MAX_ANCHOR characters."""
-    return " ".join((text or "").split())[:MAX_ANCHOR].rstrip()
 
 
 def link_value(url: str, parent: str, anchor: str | None, xpath: str | None) -> str:
     """A linkbase entry (both backends): URL, parent, anchor and xpath, one per line; a path that is not one
-    line of at most MAX_XPATH characters is left out ("")."""
-    path = xpath or ""
-    if len(path) > MAX_XPATH or "\n" in path or "\r" in path:
-        path = ""
-    return "\n".join((url, parent, clean_anchor(anchor), path))
+    line of at most MAX_XPATH characters is left out ("", see :mod:`spiderd.core.linkinfo`)."""
+    return "\n".join((url, parent, clean_anchor(anchor), clean_xpath(xpath)))
 
 
 def link_info(value: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ class PoolOptions:
     config: PoolSection = field(default_factory=PoolSection)  # thresholds, limits, linkbase, kinds' shares, hops
     max_throttles: int = 10  # [fetch]: a URL's throttled fetches before the next one counts as its failure
     conditional_get: bool = True  # [fetch]: keep hubs' and recrawled pages' validators
+    per_ip: bool = False  # [fetch] politeness = "ip": the Redis pool groups hosts by address from its first pop
     recrawl: tuple[tuple[str, str], ...] = ()  # (registered domain, kind) whose done pages are kept in crawled sets
     site_hops: Mapping[str, int] = field(default_factory=dict)  # the sites' own max_hops by registered domain
     done_codes: frozenset[int] = st.DONE_CODES

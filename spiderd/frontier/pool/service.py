@@ -86,9 +86,6 @@ def pool_service(config: PoolSection, fetching: FetchSection, sites: tuple[Site,
     is a ConfigError naming ``spiderd.data_dir`` of ``source``)."""
     options, politeness = pool_options(config, fetching, sites), pool_politeness(fetching)
     if config.backend == "redis":
-        if fetching.politeness == "ip":
-            log.warn("[fetch] politeness = \"ip\": the Redis pool records hosts' addresses but does not group "
-                     "them yet; every host keeps a politeness slot of its own")
         pool, opener = make_redis_pool(config.redis_url, reactor, prefix=config.redis_prefix,
                                        namespace=config.redis_namespace, seen_bucket_bits=config.redis_seen_bucket_bits,
                                        options=options, politeness=politeness)
@@ -105,7 +102,7 @@ def pool_options(config: PoolSection, fetching: FetchSection, sites: tuple[Site,
     """Every backend's options: ``[pool]``; the throttling and conditional GET of ``[fetch]``; the recrawl
     intervals and hop limits of the sites."""
     return PoolOptions(config, max_throttles=fetching.max_throttles, conditional_get=fetching.conditional_get,
-                       recrawl=tuple(RecrawlPolicy.from_sites(sites).pairs()),
+                       per_ip=fetching.politeness == "ip",                       recrawl=tuple(RecrawlPolicy.from_sites(sites).pairs()),
                        site_hops=HopLimits.from_sites(0, sites).by_domain)
 
 

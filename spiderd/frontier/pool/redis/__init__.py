@@ -9,19 +9,25 @@ key                                    type    holds
 ``NS <domain>.higher`` / ``.lower``    list    waiting list (hub) / detail URLs, head first (seed 002)
 ``NS spider.seed.urls``                set     the seeds: every node's ``set_seeds`` adds, tools add (seed 002)
 ``P s:<bucket>``                       set     URL states: ``(fingerprint bits below the bucket) * 8 + code``
-``P ready``                            zset    domain -> time its head URL's host may go (a lower bound)
-``P next``                             zset    host -> next allowed time (only future times are kept;
-                                               ``fetched`` raises it by the adaptive delay; a throttling
-                                               answer's block, Retry-After, is one such time)
-``P inflight``                         hash    host -> requests in flight (all nodes)
+``P ready``                            zset    domain -> time its head URL's host may go (a lower bound);
+                                               per-IP: ``@address`` -> its group's next time, and
+                                               +inf for a domain waiting in its group's ring
+``P next``                             zset    host (per-IP: and ``@address``, its group) -> next allowed
+                                               time (only future times are kept; ``fetched`` raises it
+                                               by the adaptive delay; a throttling answer's block,
+                                               Retry-After, is one such time, of the host's group too)
+``P inflight``                         hash    host (per-IP: and ``@address``) -> requests in flight
 ``P waiting``                          zset    host -> waiting URLs (the largest host, max_urls_per_host)
 ``P conf`` / ``P robots``              hash    host -> "delay concurrency [factor min max]" overrides (the
                                                adaptive rule if the host has its own) / Crawl-delay
 ``P group``                            hash    host -> its address (``[fetch] politeness = "ip"``,
-                                               ``set_host_group``); not read by the scripts yet: on
-                                               Redis every host keeps a slot of its own
+                                               ``set_host_group``: ``group.lua``), read by the scripts
+                                               only on nodes with "ip" (pop's last argument)
+``P ring:<address>``                   zset    per-IP: domain -> time of its last turn in its group (0:
+                                               none yet): the group's domains, least recently served first
 ``P leases``                           zset    fingerprint (``h`` + fingerprint for a hub) -> lease deadline
-``P lease``                            hash    same key -> kind, holds-a-host-slot, domain, URL
+``P lease``                            hash    same key -> kind, holds-a-host-slot (1; ``g``: taken with
+                                               per-IP, frees its host's group too; 0 no), domain, URL
 ``P fails``                            hash    fingerprint -> failures, for active URLs that failed before
 ``P again``                            hash    fingerprint -> prio of a pending URL added again (``always``)
 ``P throttles``                        hash    fingerprint -> throttled fetches of an active URL (``throttle``)
@@ -77,6 +83,22 @@ hashes by the same 12 bits: about 50 bytes a page for a 9-character ETag while a
 (``hash-max-listpack-entries``: some 500,000 pages), about 110 beyond; ``pop`` hands each URL's out with it.  A ``cron:<epoch>``
 key is set with ``SET NX PX``: the node whose SET succeeds injects the seeds,
 every member of ``spider.seed.urls`` (``seed_urls``).
+
+Per-IP politeness (``[fetch] politeness = "ip"``: ``PoolOptions.per_ip``, or a node's first
+``set_host_group``).  The hosts of one address share one slot, as the embedded pools' ``HostGroup``: its next
+time and requests in flight are ``@address`` in ``P next`` and ``P inflight`` (each host's own are kept too).
+A domain whose head host has a group waits in the group's ring (parked in ``P ready`` at +inf, where a wake
+leaves it), and the group is a member of ``P ready`` scored by its next time: its turn goes to the first
+domains of its ring whose head host is still of the group, until one takes URLs (a host goes while the
+group's requests in flight are below its own concurrency; the delay is that host's) and goes to the ring's
+end, so the group's domains take turns.  A full group leaves ``P ready``; a release puts it back.  A lease
+taken so is marked ``g``: its release frees its host's group of that moment, since ``group.lua`` moves a
+host's requests in flight from its old group to its new one (and wakes the old group).  Only ``pop`` and
+``group`` read ``P group`` for a host's slot (a throttle reads it to hold the group, and a ``fetched`` entry of
+the status call a ``g`` lease's, to free the group and hold it by the adaptive wait); with "host", the default, nothing is read or written for groups but one
+``EXISTS`` of ``P group`` in a status call that throttles.  All nodes
+should share the setting.  On a cluster the group lives in its host's domain partition: hosts of one address
+in different partitions are grouped per partition.
 
 Queues and politeness.  The seed-002 lists are the queues themselves (no
 second copy), one pair per registered domain, and politeness is per host, as in
@@ -144,8 +166,9 @@ sends its defaults).
 
 The scripts are one function library on Redis 7.0 and later (``FUNCTION LOAD`` on
 each connection, named after its code's digest; ``FCALL``), so ``common.lua`` is
-built once; an older Redis gets each as an ``EVALSHA`` script, prelude included
-(:mod:`.link`).
+built once; ``begin(ARGV)`` sets each call's key names and empties its per-call
+state (the group flag and the hosts' groups read included).  An older Redis gets
+each as an ``EVALSHA`` script, prelude included (:mod:`.link`).
 
 Redis Cluster (``redis+cluster://``): the scripts compute their key names, so
 on a cluster each key space above is one partition whose prefix and namespace

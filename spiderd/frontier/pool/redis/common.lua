@@ -10,6 +10,7 @@ local ADOPTING  -- "prio url" of another tool's list entries a node is adding ->
 local AGAIN  -- fingerprint of a pending URL added again (always) -> prio: queued when the lease ends
 local WHY  -- fingerprint -> "at failures reason": a URL's last failure, kept once final (status.lua)
 local THROTTLED  -- host -> end of its block by a throttling answer (status.lua; past ones trimmed)
+local GROUP  -- host -> its address (per-IP politeness: group.lua)
 local DOMAINS
 local SUFFIX = {[0] = '.higher', [1] = '.lower'}
 local FINAL_NAME = {'done', 'failed', 'batched'}
@@ -121,7 +122,8 @@ local function host_of(url)
 end
 
 local function parse_lease(rec)
-  return string.match(rec, '^(.)(.) (%S+) (.*)$')  -- kind (0, 1 or h), holds a host slot (1, 0; c: a claim), domain, url
+  -- kind (0, 1 or h), holds a host slot (1; g: per address, see GROUPS; 0 no; c: a claim), domain, url
+  return string.match(rec, '^(.)(.) (%S+) (.*)$')
 end
 
 -- Whether a key holds anything, asked once per script (EXISTS): a read of a field of an empty hash or sorted
@@ -217,6 +219,52 @@ local function busy_touched(host)
   if not busy_known[host] and not busy_change[host] then busy_hosts[#busy_hosts + 1] = host end
 end
 
+-- A field's count of requests in flight, with the changes this script made before reading it (BATCH_INFLIGHT).
+local function read_busy(field)
+  local busy = tonumber(redis.call('HGET', INFLIGHT, field) or '0')
+  if busy_change[field] then  -- released before this read: the slot keeps the count from now on
+    busy = busy + busy_change[field]
+    busy_change[field] = nil
+    busy_known[field] = true
+  end
+  return busy
+end
+
+-- Per-IP politeness ([fetch] politeness = "ip"): a host told its address (GROUP) shares one next-allowed time and
+-- one count of requests in flight with the other hosts of that address, the group's slot "@address" in NEXT,
+-- INFLIGHT and READY (slots["@address"]: busy, next, cap: the highest concurrency of its hosts seen here); the host's
+-- own count and next time are kept too (a host that moves takes its count along).  Its domains wait their turn in
+-- the group's ring (RING .. address: domain -> time of its last turn, 0 before one), parked in READY at +inf.
+-- Only scripts that set GROUPS (pop.lua, group.lua: the node's option) read a host's group for its slot; a lease
+-- taken then is marked 'g' (holds a slot, per address), and its release frees its host's group of that moment.
+local GROUPS = false
+local RING  -- P .. 'ring:'
+local groups_of = {}  -- host -> its address, or false (read once per call)
+local function group_of(host)
+  local g = groups_of[host]
+  if g == nil then
+    g = filled(GROUP) and redis.call('HGET', GROUP, host) or false
+    groups_of[host] = g
+  end
+  return g
+end
+
+local function group_slot(address)
+  local key = '@' .. address
+  local g = slots[key]
+  if not g then
+    g = {host = key, address = address, ring = RING .. address, cap = 0, busy = read_busy(key),
+         next = tonumber(filled(NEXT) and redis.call('ZSCORE', NEXT, key) or '0')}
+    slots[key] = g
+  end
+  return g
+end
+
+-- The slot whose next time and requests in flight gate a host: its group's, if it has one (GROUPS), else its own.
+local function gate(s)
+  return s.g or s
+end
+
 local function slot(host)
   local s = slots[host]
   if s then return s end
@@ -230,17 +278,29 @@ local function slot(host)
   end
   local configured, robots = delay, tonumber(filled(ROBOTS) and redis.call('HGET', ROBOTS, host) or '0')
   delay = math.max(delay, robots)
-  local busy = tonumber(redis.call('HGET', INFLIGHT, host) or '0')
-  if busy_change[host] then  -- released before this read (BATCH_INFLIGHT): the slot keeps the count from now on
-    busy = busy + busy_change[host]
-    busy_change[host] = nil
-    busy_known[host] = true
-  end
-  s = {host = host, delay = delay, conc = conc, busy = busy,
+  s = {host = host, delay = delay, conc = conc, busy = read_busy(host),
        next = tonumber(filled(NEXT) and redis.call('ZSCORE', NEXT, host) or '0'), adaptive = adaptive,
        configured = configured, crawl_delay = robots}
   slots[host] = s
+  local address = GROUPS and group_of(host)
+  if address then
+    s.g = group_slot(address)
+    s.g.cap = math.max(s.g.cap, conc)
+  end
   return s
+end
+
+-- Hold a host (and, if grouped, its group) until at least time t: its next-allowed time in NEXT.
+local function hold(host, t, grouped)
+  redis.call('ZADD', NEXT, 'GT', score_arg(t), host)
+  fill(NEXT)
+  if slots[host] then slots[host].next = math.max(slots[host].next, t) end
+  local address = grouped and group_of(host)
+  if address then
+    local key = '@' .. address
+    redis.call('ZADD', NEXT, 'GT', score_arg(t), key)
+    if slots[key] then slots[key].next = math.max(slots[key].next, t) end
+  end
 end
 
 -- URLs are pushed onto a queue at once, or, in a script that sets BATCH_PUSHES, in one RPUSH per queue before
@@ -323,6 +383,30 @@ end
 -- Score a domain by the time its head URL's host may go, or take it out of the ready set (empty, or that host
 -- is full).  It stays in spider.website.domains: seed 002's tools register a domain once and push to it later.
 local ready = {}  -- domain -> whether it is in READY, as this script last read or wrote it
+
+-- Score a group in READY by its next time, or take it out: its ring is empty, or its requests in flight fill it
+-- (the release of one of them puts it back: wake_group).
+local function queue_group(g, empty)
+  if empty or (g.cap > 0 and g.busy >= g.cap) then
+    redis.call('ZREM', READY, g.host)
+  else
+    redis.call('ZADD', READY, g.next <= NOW and NOW_S or score_arg(g.next), g.host)
+  end
+end
+
+local function wake_group(address)
+  if redis.call('EXISTS', RING .. address) == 1 then redis.call('ZADD', READY, 'NX', NOW_S, '@' .. address) end
+end
+
+-- A domain whose head host is of a group waits for the group's turn in its ring (a newcomer first, else in its
+-- place), parked in READY at +inf (so wake leaves it there).
+local function park(domain, g)
+  redis.call('ZADD', READY, '+inf', domain)
+  ready[domain] = true
+  redis.call('ZADD', g.ring, 'NX', '0', domain)
+  queue_group(g, false)
+end
+
 local function requeue(domain)
   local _, url = head(domain)
   if not url then
@@ -331,7 +415,9 @@ local function requeue(domain)
     return
   end
   local s = slot(host_of(url))
-  if s.busy >= s.conc then
+  if s.g then
+    park(domain, s.g)
+  elseif s.busy >= s.conc then
     redis.call('ZREM', READY, domain)
     ready[domain] = false
   else
@@ -350,24 +436,34 @@ local function wake(domain)
   if not in_ready then requeue(domain) end
 end
 
--- A host slot freed: its count of requests in flight goes down (its other fields are not read for that).
-local function release(host, domain)
+-- A field's count of requests in flight goes down by one (its slot's other fields are not read for that).
+local function free(field)
   if not BATCH_INFLIGHT then
-    local busy = redis.call('HINCRBY', INFLIGHT, host, '-1')
-    if slots[host] then slots[host].busy = busy end
-    if busy <= 0 then redis.call('HDEL', INFLIGHT, host) end
-  elseif slots[host] then
-    busy_touched(host)
-    busy_known[host] = true
-    slots[host].busy = slots[host].busy - 1
+    local busy = redis.call('HINCRBY', INFLIGHT, field, '-1')
+    if slots[field] then slots[field].busy = busy end
+    if busy <= 0 then redis.call('HDEL', INFLIGHT, field) end
+  elseif slots[field] then
+    busy_touched(field)
+    busy_known[field] = true
+    slots[field].busy = slots[field].busy - 1
   else
-    busy_touched(host)
-    busy_change[host] = (busy_change[host] or 0) - 1
+    busy_touched(field)
+    busy_change[field] = (busy_change[field] or 0) - 1
+  end
+end
+
+-- A host slot freed (grouped: a lease marked 'g', whose host's group of now is freed too and woken).
+local function release(host, domain, grouped)
+  free(host)
+  local address = grouped and group_of(host)
+  if address then
+    free('@' .. address)
+    wake_group(address)
   end
   wake(domain)
 end
 
-local function occupy(s, taken)
+local function take_slot(s, taken)
   if BATCH_INFLIGHT then
     busy_touched(s.host)
     busy_known[s.host] = true
@@ -375,11 +471,12 @@ local function occupy(s, taken)
   else
     s.busy = redis.call('HINCRBY', INFLIGHT, s.host, int(taken))
   end
-  if s.delay > 0 then
-    redis.call('ZADD', NEXT, 'GT', NOW + s.delay, s.host)
-    fill(NEXT)
-    s.next = math.max(s.next, NOW + s.delay)
-  end
+end
+
+local function occupy(s, taken)
+  take_slot(s, taken)
+  if s.g then take_slot(s.g, taken) end
+  if s.delay > 0 then hold(s.host, NOW + s.delay, s.g ~= nil) end
 end
 
 local function flush_inflight()
@@ -476,7 +573,7 @@ local function close_lease(key, rec)
     redis.call('ZREM', LEASES, key)
   end
   local kind, holds, domain, url = parse_lease(rec)
-  if holds == '1' then release(host_of(url), domain) end
+  if holds == '1' or holds == 'g' then release(host_of(url), domain, holds == 'g') end
   if holds == 'c' then redis.call('HDEL', CLAIMS, key) end
   if kind ~= 'h' then count('pending', -1) end
   return kind, domain, url
@@ -543,6 +640,19 @@ local function validators_bucket(fp)
   return P .. 'v:' .. dec(tonumber(string.sub(fp, 1, 3), 16))
 end
 
+-- A call's per-call state above emptied (begin() below; apart from the key names, for Lua 5.1's limit of 60
+-- upvalues a function).
+local function reset()
+  queues, hosts_of, nonempty, slots, views, taken_from, ready, registered = {}, {}, {}, {}, {}, {}, {}, {}
+  SUM_COUNTS, counts, count_names, host_counts, count_hosts = false, {}, {}, {}, {}
+  BATCH_INFLIGHT, busy_change, busy_known, busy_hosts = false, {}, {}, {}
+  BATCH_PUSHES, pushes, pushed = false, {}, {}
+  BATCH_LEASES, lease_fields, lease_scores, leasing = false, {}, {}, {}
+  BATCH_ENDS, ended, ended_keys = false, {}, {}
+  hops_marked, hops_ever = false, nil
+  GROUPS, groups_of = false, {}
+end
+
 -- A call's start: its arguments (ARGV[1..6]: prefix, namespace, seen bucket bits, default delay, default
 -- concurrency, now), key names, and the per-call state above emptied.  As a Redis function library (FUNCTION
 -- LOAD, once per server) everything above is built once and begin() runs at every FCALL; as an EVAL script, the
@@ -555,13 +665,7 @@ local function begin(ARGV)
   CONF, ROBOTS, LEASES, LEASE = P .. 'conf', P .. 'robots', P .. 'leases', P .. 'lease'
   FAILS, HUBS, HUB, COUNTERS, META = P .. 'fails', P .. 'hubs', P .. 'hub', P .. 'counters', P .. 'meta'
   CLAIMS, CHECKPOINTS, HOSTS_SEEN, ADOPTING = P .. 'claims', P .. 'checkpoints', P .. 'hostseen', P .. 'adopting'
-  AGAIN, WHY, THROTTLED = P .. 'again', P .. 'why', P .. 'throttled'
+  AGAIN, WHY, THROTTLED, GROUP, RING = P .. 'again', P .. 'why', P .. 'throttled', P .. 'group', P .. 'ring:'
   DOMAINS = NS .. 'spider.website.domains'
-  queues, hosts_of, nonempty, slots, views, taken_from, ready, registered = {}, {}, {}, {}, {}, {}, {}, {}
-  SUM_COUNTS, counts, count_names, host_counts, count_hosts = false, {}, {}, {}, {}
-  BATCH_INFLIGHT, busy_change, busy_known, busy_hosts = false, {}, {}, {}
-  BATCH_PUSHES, pushes, pushed = false, {}, {}
-  BATCH_LEASES, lease_fields, lease_scores, leasing = false, {}, {}, {}
-  BATCH_ENDS, ended, ended_keys = false, {}, {}
-  hops_marked, hops_ever = false, nil
+  reset()
 end

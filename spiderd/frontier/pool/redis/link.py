@@ -23,7 +23,7 @@ from spiderd.core.secrets import mask_secret, redact
 log = Logger()
 
 SCRIPTS = ("add", "pop", "status", "claim", "seen", "hubs", "next_due", "stats", "why", "hosts", "seeds",
-           "restore", "recrawl", "links")
+           "restore", "recrawl", "links", "group")
 
 
 class RedisPoolError(Exception):

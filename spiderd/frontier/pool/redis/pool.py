@@ -55,6 +55,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         self.failure_threshold = config.failure_threshold
         self.max_throttles = options.max_throttles
         self.conditional_get = options.conditional_get
+        self.per_ip = options.per_ip  # pops group hosts by address (P group); set by the first set_host_group too
         self.pending_threshold = config.pending_threshold
         self._done_codes = options.done_codes
         self._final_codes = options.final_codes
@@ -141,7 +142,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         split = self.split
         args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent) if hubs is None else hubs),
                 *map(repr, split.ratios), *map(repr, split.credit), str(RESERVE_SCAN),
-                repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT), self._conditional_arg()]
+                repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT), self._conditional_arg(), "1" if self.per_ip else "0"]
         return self._run("pop", args, now).addCallback(self._popped)
 
     def _conditional_arg(self) -> str:
@@ -312,11 +313,11 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         return self._execute("HSET", self.prefix + "robots", host, repr(float(delay))).addCallback(lambda _: None)
 
     def set_host_group(self, host: str, group: str) -> defer.Deferred[None]:
-        """Record ``host``'s address in ``P group`` for every node (per-IP politeness; pop.lua does not group
-        hosts yet: each keeps a slot of its own)."""
-        key = self.prefix + "group"
-        d = self._execute("HDEL", key, host) if group == host else self._execute("HSET", key, host, group)
-        return d.addCallback(lambda _: None)
+        """Put ``host`` in the politeness group ``group`` (its address; ``host``: on its own again) for every node,
+        with its requests in flight (``group.lua``); from now on this node's pops group hosts by address."""
+        self.per_ip = True
+        args = [host, "" if group == host else group, registered_domain(host)]
+        return self._run("group", args).addCallback(lambda _: None)
 
     def set_seeds(self, urls: Iterable[str]) -> defer.Deferred[int]:
         """Add the canonical ``urls`` to the seed-002 set ``spider.seed.urls`` (deleting nothing: other tools

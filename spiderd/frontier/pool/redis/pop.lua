@@ -3,7 +3,8 @@
 -- (seed 004's get_list and get_detail, see spiderd/frontier/pool/split.py) and RESERVE_SCAN; ARGV[15..16]: seconds
 -- between domain sweeps, domains per sweep step; ARGV[17]: '1' to hand out each URL's validators (conditional GET),
 -- 'h' to hand out those of hubs only (no recrawled kind is kept: a queued URL has some only if it is a hub too,
--- so they are read only while any hub exists), '0' none.
+-- so they are read only while any hub exists), '0' none; ARGV[18]: '1' to group hosts by address (per-IP politeness:
+-- GROUPS in common.lua, the ready set then holds groups too, "@address", whose domains take turns in their ring).
 -- Returns {url, is_hub, validators, url, is_hub, validators, ...} (validators '' where none are kept, or not
 -- asked for), {url, prio, ...} of list entries the pool did not queue (to add), and {waiting URLs wanted, list
 -- URLs leased, detail URLs leased}.
@@ -19,7 +20,10 @@ local EXPIRE_BATCH, HUB_SCAN, ADOPT_BATCH = 1000, 1000, 1000
 local out, foreign = {}, {}
 SUM_COUNTS, BATCH_LEASES, BATCH_INFLIGHT = true, true, true
 local DEADLINE_S = ARGV[7]
-local KIND_HELD = {[0] = '01 ', [1] = '11 '}  -- a lease record's start: kind, holds a host slot
+GROUPS = ARGV[18] == '1'
+local HELD = GROUPS and 'g' or '1'  -- holds a host slot (per address: released by its group of then)
+local KIND_HELD = {[0] = '0' .. HELD .. ' ', [1] = '1' .. HELD .. ' '}  -- a lease record's start: kind, holds
+local RING_SCAN = 100  -- domains of a group's ring a turn looks at, at most
 
 -- Hand out a leased URL (is_hub 1 or 0) with its validators.
 local function hand_out(url, fp, is_hub)
@@ -78,10 +82,10 @@ local function pop_hubs()
     elseif redis.call('HEXISTS', LEASE, 'h' .. fp) == 0 then  -- not still held by an earlier hand-out
       local url = string.match(rec, '^%S+ (.*)$')
       local s = slot(host_of(url))
-      if s.next <= NOW and s.busy < s.conc then
+      if gate(s).next <= NOW and gate(s).busy < s.conc then
         redis.call('ZADD', HUBS, NOW + span, fp)
         occupy(s, 1)
-        lease('h' .. fp, 'h1 ' .. rec, DEADLINE_S)
+        lease('h' .. fp, 'h' .. HELD .. ' ' .. rec, DEADLINE_S)
         hand_out(url, fp, 1)
         taken = taken + 1
         if taken >= HUBS_WANTED then break end
@@ -119,8 +123,10 @@ end
 
 -- One turn of a domain: URLs of its head host, one unless that host has no delay and no other domain is ready,
 -- at most caps[prio] of each kind (caps go down by what is taken). nil: the domain has none of those kinds.
--- The caller requeues a domain that took its turn (a number).
-local function turn(domain, caps, wanted, alone)
+-- The caller requeues a domain that took its turn (a number).  g: the group whose turn it is; a domain whose head
+-- host is of a group (g nil) is parked in that group's ring, which takes the turn in its place.
+local group_turn
+local function turn(domain, caps, wanted, alone, g)
   local want = alone and wanted + 1 or 2  -- URLs read from a queue at once: its next heads too when alone
   local prio, url = head_within(domain, caps, want)
   if not url then
@@ -128,8 +134,16 @@ local function turn(domain, caps, wanted, alone)
     return nil
   end
   local s = slot(host_of(url))
-  if s.busy >= s.conc or s.next > NOW then return 0 end
-  local quota = math.min(s.conc - s.busy, wanted)
+  local gs = gate(s)
+  if s.g ~= g then
+    if g then return 0 end
+    requeue(domain)
+    local n = group_turn(s.g.host, caps, wanted, alone)
+    if n then queue_group(s.g, redis.call('EXISTS', s.g.ring) == 0) end
+    return n
+  end
+  if gs.busy >= s.conc or gs.next > NOW then return 0 end
+  local quota = math.min(s.conc - gs.busy, wanted)
   if s.delay > 0 or not alone then quota = math.min(quota, 1) end
   local taken = 0
   while taken < quota and prio <= 1 do
@@ -155,12 +169,61 @@ local function turn(domain, caps, wanted, alone)
   return taken
 end
 
--- Whether requeue would score a domain due now (its head's host is free and may go).
+-- A group's turn ("@address" in READY): the first domains of its ring (least recently served first) whose head host
+-- is still of the group try in turn until one takes URLs, which goes to the ring's end; the others keep their
+-- places, and those whose head host is of another group (or none) now, or that are empty, leave the ring.
+function group_turn(member, caps, wanted, alone)
+  local g = group_slot(string.sub(member, 2))
+  if g.next > NOW then return 0 end
+  local ring = redis.call('ZRANGE', g.ring, 0, RING_SCAN - 1)
+  local answer = nil
+  for _, domain in ipairs(ring) do
+    local _, url = head(domain)
+    local s = url and slot(host_of(url))
+    if not s or s.g ~= g then
+      redis.call('ZREM', g.ring, domain)
+      requeue(domain)  -- out of the ready set (empty), or where its head host waits now
+    else
+      local n = turn(domain, caps, wanted, alone and #ring == 1, g)
+      if n and n > 0 then
+        local _, next_url = head(domain)
+        if next_url and slot(host_of(next_url)).g == g then
+          redis.call('ZADD', g.ring, NOW_S, domain)
+        else  -- drained (out of the ready set: an add wakes it), or its head host waits elsewhere now
+          redis.call('ZREM', g.ring, domain)
+          requeue(domain)
+        end
+        return n
+      end
+      answer = answer or n
+    end
+  end
+  if answer == nil then queue_group(g, redis.call('EXISTS', g.ring) == 0) end  -- (the caller requeues a number)
+  return answer
+end
+
+local function is_group(member)
+  return string.byte(member) == 64  -- '@': a group (no domain name starts so)
+end
+
+-- Requeue a member of the ready set taken in turn: a domain, or a group (by its next time; out if its ring is
+-- empty or it is full).
+local function again(member)
+  if not is_group(member) then return requeue(member) end
+  local g = group_slot(string.sub(member, 2))
+  queue_group(g, redis.call('EXISTS', g.ring) == 0)
+end
+
+-- Whether requeue would score a domain (or group) due now (its head's host is free and may go).
 local function due(domain)
+  if is_group(domain) then
+    local g = group_slot(string.sub(domain, 2))
+    return g.next <= NOW and (g.cap == 0 or g.busy < g.cap)
+  end
   local _, url = head(domain)
   if not url then return false end
   local s = slot(host_of(url))
-  return s.busy < s.conc and s.next <= NOW
+  return not s.g and s.busy < s.conc and s.next <= NOW
 end
 
 -- Domains in turn give up to caps[prio] URLs of each kind, caps[0] + caps[1] in all when strict (a domain with
@@ -172,7 +235,7 @@ local function pop_urls(caps, strict)
   local leased, passed, skipped = 0, {}, 0
   local domains, held = nil, nil
   local function settle()
-    if held then requeue(held) end
+    if held then again(held) end
     held = nil
   end
   while wanted > 0 do
@@ -184,10 +247,12 @@ local function pop_urls(caps, strict)
     for _, domain in ipairs(domains) do
       if got >= wanted then break end
       if not passed[domain] then
-        local n = turn(domain, caps, wanted - got, alone)
+        local n
+        if is_group(domain) then n = group_turn(domain, caps, wanted - got, alone)
+        else n = turn(domain, caps, wanted - got, alone) end
         if n then
           got = got + n
-          if alone then held = domain else requeue(domain) end
+          if alone then held = domain else again(domain) end
         elseif strict then
           passed[domain], skipped = true, skipped + 1
         end

@@ -15,8 +15,9 @@
 -- An entry whose outcome is 'fetched' (RedisPool.fetched) frees the host slot of a handed-out URL or hub, its lease
 -- staying: url, the fetch's duration in seconds ('' if not known), the node's adaptive rule (factor, min delay, max
 -- delay) for hosts whose override in CONF has none, '', then the fingerprint.  With a factor above 0, the host's next
--- allowed time becomes at least now + factor x duration, within the bounds (only ever later).  These entries are
--- applied before the statuses: a URL's fetched is given before its status, and a batch never spans a pop or claim.
+-- allowed time becomes at least now + factor x duration, within the bounds (only ever later); a lease marked 'g'
+-- (per-IP politeness) frees and paces the host's group too.  These entries are applied before the statuses: a
+-- URL's fetched is given before its status, and a batch never spans a pop or claim.
 -- Returns url, reason of each URL that failed for good (for the log).
 local THRESHOLD = tonumber(ARGV[7])
 local MAX_THROTTLES = tonumber(ARGV[8])
@@ -24,14 +25,12 @@ local THROTTLES = P .. 'throttles'  -- fingerprint -> throttled fetches of an ac
 local finals = {}
 SUM_COUNTS, BATCH_ENDS, BATCH_INFLIGHT = true, true, true
 
--- Block host until the time given; true if the URL's throttle is still within MAX_THROTTLES (counted).
+-- Block host (and its group, per-IP politeness) until the time given; true if the URL's throttle is still within
+-- MAX_THROTTLES (counted).
 local function throttled(fp, host, block_end)
-  redis.call('ZADD', NEXT, 'GT', block_end, host)
-  fill(NEXT)
+  hold(host, block_end, true)
   redis.call('ZREMRANGEBYSCORE', THROTTLED, '-inf', NOW_S)
   redis.call('ZADD', THROTTLED, 'GT', block_end, host)
-  local s = slot(host)
-  s.next = math.max(s.next, block_end)
   if tonumber(filled(THROTTLES) and redis.call('HGET', THROTTLES, fp) or '0') >= MAX_THROTTLES then return false end
   redis.call('HINCRBY', THROTTLES, fp, 1)
   fill(THROTTLES)
@@ -112,18 +111,14 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
   end
 end
 
--- Pace a host by a fetch's duration (a 'fetched' entry's; rule: the node's default adaptive rule).
-local function pace(host, elapsed, rule)
+-- Pace a host (and its group: grouped, a lease marked 'g') by a fetch's duration (a 'fetched' entry's; rule: the
+-- node's default adaptive rule).
+local function pace(host, elapsed, rule, grouped)
   if not elapsed then return end
-  local s = slot(host)
-  rule = s.adaptive or rule
+  rule = slot(host).adaptive or rule
   if rule[1] <= 0 then return end
   local wait = math.min(rule[3], math.max(rule[2], rule[1] * math.max(0, elapsed)))
-  if wait > 0 then
-    redis.call('ZADD', NEXT, 'GT', NOW + wait, host)
-    fill(NEXT)
-    s.next = math.max(s.next, NOW + wait)
-  end
+  if wait > 0 then hold(host, NOW + wait, grouped) end
 end
 
 -- The 'fetched' entries: every one's hub hold and lease records in one HMGET, the records that still hold a slot
@@ -144,13 +139,14 @@ local function free_slots()
       local rec, key = recs[k], keys[k]
       if rec and not freed[key] then
         local kind, holds, domain, url = parse_lease(rec)
-        if holds == '1' then
+        if holds == '1' or holds == 'g' then
           freed[key] = true
           fields[#fields + 1] = key
           fields[#fields + 1] = kind .. '0 ' .. domain .. ' ' .. url
-          local host = host_of(url)
-          pace(host, tonumber(ARGV[i + 2]), {tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])})
-          release(host, domain)
+          local host, grouped = host_of(url), holds == 'g'
+          pace(host, tonumber(ARGV[i + 2]), {tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])},
+            grouped)
+          release(host, domain, grouped)
           break
         end
       end

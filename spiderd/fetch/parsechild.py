@@ -1,0 +1,111 @@
+"""One parse child process as the parse pool sees it: started with ``python -m spiderd.fetch.parseworker``,
+frames out on its stdin, frames in on its stdout, a FIFO of the requests it holds."""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+from collections import deque
+from typing import Any, Protocol
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IProcessTransport, IReactorProcess, IReactorTime
+from twisted.internet.protocol import ProcessProtocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+import spiderd
+
+from spiderd.fetch.extract import Extracted
+from spiderd.fetch.parseworker import FrameDecoder, FrameError, extracted_from
+
+log = Logger()
+
+
+class ChildOwner(Protocol):
+    """What a child tells its pool."""
+
+    def child_ready(self, child: ParseChild) -> None:
+        """The child loaded the rules and takes pages."""
+
+    def child_answered(self, child: ParseChild) -> None:
+        """The child answered its oldest request: it has room for one more."""
+
+    def child_ended(self, child: ParseChild, reason: Failure) -> None:
+        """The child process exited; the requests it still holds are the owner's to fail."""
+
+
+def spawn(reactor: IReactorProcess, child: ParseChild) -> None:
+    """Start ``child``'s process with this interpreter, this ``spiderd`` first on its path."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(spiderd.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    args = [sys.executable, "-m", "spiderd.fetch.parseworker"]
+    reactor.spawnProcess(child, sys.executable, args, env=env)
+
+
+class ParseChild(ProcessProtocol):
+    """One child process: frames out on stdin, frames in on stdout, a FIFO of pending requests."""
+
+    transport: IProcessTransport  # set by spawnProcess, before anything here uses it
+
+    def __init__(self, owner: ChildOwner, slot: int, clock: IReactorTime) -> None:
+        self.owner = owner
+        self.slot = slot
+        self.clock = clock
+        self.pending: deque[tuple[int, Deferred[Extracted]]] = deque()
+        self.ready = False
+        self.pid: int | None = None
+        self.progress = 0.0
+        self.killed_because = ""
+        self._frames = FrameDecoder()
+
+    def connectionMade(self) -> None:
+        self.pid = self.transport.pid
+        log.info("Parse worker {slot} started (pid {pid})", slot=self.slot, pid=self.pid)
+
+    def send(self, request_id: int, payload: bytes, d: Deferred[Extracted]) -> None:
+        if not self.pending:
+            self.progress = self.clock.seconds()
+        self.pending.append((request_id, d))
+        self.transport.write(payload)
+
+    def kill(self, because: str) -> None:
+        """SIGKILL the child; its requests fail in processEnded, naming ``because``."""
+        log.warn("Killing parse worker {slot} (pid {pid}): {because}", slot=self.slot, pid=self.pid, because=because)
+        self.killed_because = self.killed_because or because
+        try:
+            self.transport.signalProcess("KILL")
+        except Exception:  # already gone: processEnded follows
+            pass
+
+    def childDataReceived(self, childFD: int, data: bytes) -> None:
+        if childFD != 1:
+            self._stderr(data)
+            return
+        try:
+            for payload in self._frames.feed(data):
+                self._message(marshal.loads(payload))
+        except (FrameError, ValueError, EOFError, TypeError) as e:
+            self.kill(f"protocol error ({e})")
+
+    def _message(self, message: tuple[Any, ...]) -> None:
+        if message[0] == "ready":
+            self.ready = True
+            self.owner.child_ready(self)
+            return
+        if not self.pending or self.pending[0][0] != message[0]:
+            raise ValueError(f"answer {message[0]!r} matches no pending request")
+        _, d = self.pending.popleft()
+        self.progress = self.clock.seconds()
+        d.callback(extracted_from(message))
+        self.owner.child_answered(self)
+
+    def _stderr(self, data: bytes) -> None:
+        text = data.decode("utf-8", "replace").rstrip()
+        if text:
+            log.warn("Parse worker {slot} says: {text}", slot=self.slot, text=text[:2000])
+
+    def processEnded(self, reason: Failure) -> None:
+        self.owner.child_ended(self, reason)

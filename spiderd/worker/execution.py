@@ -1,0 +1,172 @@
+"""One job's execution: its run set up, its URLs through the pipeline, its feed (and WARC file) shipped.
+
+The :class:`~.runner.JobRunner` decides which job runs when; this module does what one run is.  The
+items file is written under ``<incoming>/<job id>.jl`` from scratch at each start, handed to the feed
+shipper only once every URL is done and the job is persisted as ``shipping``; a job that was shipping
+when the worker went down is shipped again without fetching.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import TYPE_CHECKING, Any, Callable
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger, LogLevel
+
+from spiderd.core.fsutil import unlink_quietly
+from spiderd.core.secrets import redact
+from spiderd.feed import warc
+from spiderd.feed.warcfiles import JobWarc, warc_uri
+from spiderd.worker.config import WorkerConfig
+from spiderd.worker.files import ItemsFile, JobHosts
+from spiderd.worker.itemized import Itemized
+from spiderd.worker.joblog import JobLogs
+from spiderd.worker.jobs import FINISHED, PENDING, RUNNING, Job, JobStore, Runner
+from spiderd.worker.jobsettings import JobOptions, SettingError, job_options
+from spiderd.worker.pipeline import Pipeline
+from spiderd.worker.run import Run
+
+if TYPE_CHECKING:
+    from spiderd.feed.shipper import FeedShipper
+
+log = Logger()
+
+
+class Execution:
+    """Runs one job at a time per call of :meth:`execute`; shared by every job of the worker."""
+
+    def __init__(self, reactor: IReactorTime, config: WorkerConfig, store: JobStore, io: Runner, pipeline: Pipeline,
+                 itemized: Itemized, logs: JobLogs, shipper: FeedShipper,
+                 render_uri: Callable[[str, dict[str, str]], str], incoming_dir: str) -> None:
+        self._reactor = reactor
+        self._config = config
+        self._store = store
+        self._io = io
+        self._pipeline = pipeline
+        self._itemized = itemized
+        self._logs = logs
+        self._shipper = shipper
+        self._render_uri = render_uri
+        self.incoming_dir = incoming_dir
+
+    def items_path(self, job: Job) -> str:
+        """The local file of a job's items (in the shipper's ``incoming`` directory)."""
+        return os.path.join(self.incoming_dir, job.id + ".jl")
+
+    def new_run(self, job: Job) -> Run:
+        """The run of ``job``: its items file (and WARC file), its caps, its fetch options, its log."""
+        items = ItemsFile(self.items_path(job), self._io)
+        options = self.options(job)
+        run = Run(job, items, self._pipeline.totals, _cap(self._config.job_concurrency, options.concurrent_requests))
+        run.note = functools.partial(self._logs.line, job.id, url=True)
+        if self._config.feed_format != "jsonl":  # the job's answers as WARC too, shipped beside its feed
+            run.warc = JobWarc(self.items_path(job)[: -len(".jl")] + warc.EXTENSION, self._io)
+        run.fetch_options = options.fetch_options()
+        if options.per_domain or options.download_delay:
+            run.hosts = JobHosts(options.per_domain, options.download_delay, self._pipeline.clock)
+        return run
+
+    @defer.inlineCallbacks
+    def execute(self, run: Run, fetched: Callable[[], None]) -> Any:
+        """Run ``run`` to its end; ``fetched()`` is called once its URLs are done (its slot is free)."""
+        job = run.job
+        now = self._reactor.seconds()
+        job.state, job.start_time, job.end_time, job.error = RUNNING, now, None, None
+        if job.feed_uri is None:
+            job.feed_uri = self._render_uri(self.options(job).feed_uri or self._config.default_feed_uri,
+                                            job.feed_params(now))
+        run.shipping = job.shipping  # the items file was complete when the worker went down: ship it, no re-run
+        yield self._store.save(job)
+        if job.shipping:
+            yield self._ship(run)
+            return
+        job.stats = {}
+        yield run.items.open()
+        if run.warc is not None:
+            yield run.warc.open()
+        if not run.halted:
+            urls = yield self._io(self._store.load_urls, job)
+            run.add(urls)
+        self.note(LogLevel.info, job, "Worker: job {id} ({spider}) started: {count} URLs{settings}",
+                  spider=job.spider, count=len(run.todo), settings=self.options(job).in_effect(self._config))
+        self._pipeline.start(run)
+        yield run.settled
+        fetched()  # the next pending job starts while this one ships
+        job.stats = dict(run.stats)
+        if run.halted is None:
+            yield self._ship(run)
+        else:
+            yield self._halted(run)
+
+    @defer.inlineCallbacks
+    def _halted(self, run: Run) -> Any:
+        """A cancelled or interrupted run: its files go; an interrupted job is pending again."""
+        job = run.job
+        self._itemized.release(job.id)
+        yield run.items.discard()
+        if run.warc is not None:
+            yield run.warc.discard()
+        if run.halted == "interrupted":
+            job.state, job.start_time = PENDING, None
+        yield self._store.save(job)
+
+    @defer.inlineCallbacks
+    def _ship(self, run: Run) -> Any:
+        """Make the items file durable, mark the job ``shipping``, hand the file over, then finish.
+
+        With WARC output, the WARC file goes first (if not gone already): the items file, handed over last
+        (or, format "warc", dropped), says the job still has to ship."""
+        job = run.job
+        run.shipping = True
+        if not job.shipping:
+            yield run.items.close()
+            if run.warc is not None:
+                yield run.warc.close()
+            job.shipping = True
+            yield self._store.save(job)
+        assert job.feed_uri is not None
+        if run.warc is not None and os.path.exists(run.warc.path):
+            yield self._shipper.ship(run.warc.path, warc_uri(job.feed_uri))
+        if self._config.feed_format == "warc":
+            yield self._io(unlink_quietly, run.items.path)
+        else:
+            yield self._shipper.ship(run.items.path, job.feed_uri)  # an empty file too: "batch done, no items"
+        self._itemized.commit(job.id)
+        job.shipping = False
+        self.end(job, FINISHED)
+        yield self._store.save(job)
+        self._finished(job)
+
+    def _finished(self, job: Job) -> None:
+        """The job's last lines: its counts (and its stats, in its log only)."""
+        stats = ", ".join(f"{k}={v}" for k, v in sorted(job.stats.items())) or "none"
+        self._logs.line(job.id, f"Worker: job {job.id} stats: {stats}; feed {redact(job.feed_uri or '')}")
+        left_out = self._logs.take_dropped(job.id)
+        self.note(LogLevel.info, job, "Worker: job {id} finished: {items} items from {pages} pages, {failed} URLs "
+                  "failed{left_out}", items=job.stats.get("items", 0), pages=job.stats.get("pages", 0),
+                  failed=job.stats.get("failed", 0),
+                  left_out=f" ({left_out} lines about single URLs not in this log)" if left_out else "")
+
+    def options(self, job: Job) -> JobOptions:
+        """What the job's settings ask for (checked when it was accepted)."""
+        try:
+            return job_options(job.settings)
+        except SettingError as e:  # a job file from elsewhere: run it with the worker's own settings
+            log.error("Worker: job {id}: {error}; running it without its settings", id=job.id, error=str(e))
+            return JobOptions()
+
+    def note(self, level: LogLevel, job: Job, fmt: str, **fields: Any) -> None:
+        """A line of the worker's log that is about ``job``: in the job's own log too."""
+        self._logs.note(log, level, job.id, fmt, id=job.id, **fields)
+
+    def end(self, job: Job, state: str) -> None:
+        """``job`` ended in ``state`` now."""
+        job.state, job.end_time = state, self._reactor.seconds()
+
+
+def _cap(*caps: int) -> int:
+    """The lowest of the caps that are set (0: none)."""
+    return min((c for c in caps if c), default=0)

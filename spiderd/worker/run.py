@@ -1,0 +1,92 @@
+"""A job's run as the pipeline works it: its URLs to do (with the attempt each is at), what they wait on, its
+counters (teed to the worker's totals), and when it is settled."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from typing import Any, Callable
+
+from twisted.internet.defer import Deferred
+from twisted.logger import LogLevel
+
+from spiderd.core.urls import fingerprint
+from spiderd.worker.files import ItemsFile, JobHosts
+from spiderd.worker.jobs import Job
+
+
+class TeeCounter(Counter[str]):
+    """A Counter whose changes also go to ``parent`` (the worker's totals over every job)."""
+
+    def __init__(self, parent: Counter[str] | None = None) -> None:
+        super().__init__()
+        self._parent = parent
+
+    def __setitem__(self, key: str, value: int) -> None:
+        if self._parent is not None:
+            self._parent[key] += value - self.get(key, 0)
+        super().__setitem__(key, value)
+
+
+class Run:
+    """One execution of a job: its URLs to do (with the attempt each is at), what they wait on, its counters."""
+
+    def __init__(self, job: Job, items: ItemsFile, totals: Counter[str] | None = None, cap: int = 0) -> None:
+        self.job = job
+        self.items = items
+        self.cap = cap  # URLs in flight at most (0: only the worker's concurrency)
+        self.todo: deque[tuple[str, int]] = deque()
+        self.direct: set[int] = set()  # fingerprints of the URLs the job was given
+        self.active = 0  # URLs being fetched or parsed
+        self.delayed = 0  # URLs waiting for their retry
+        self.storing = 0
+        self.halted: str | None = None  # "cancelled" or "interrupted"
+        self.shipping = False
+        self.seen: set[str] = set()
+        self.throttles: Counter[str] = Counter()  # URL -> its throttled fetches (429, 503)
+        self.stats: Counter[str] = TeeCounter(totals)
+        self.blocking: set[Deferred[Any]] = set()
+        self.settled: Deferred[None] = Deferred()
+        self.note: Callable[..., None] = _no_note  # (text, level): a line about one URL for the job's log
+        self.hosts: JobHosts | None = None  # the job's own per-host limits, if its settings set any
+        self.fetch_options: dict[str, Any] = {}  # the fetcher's per-request arguments (user agent, robots)
+        self.warc: Any = None  # a JobWarc: every HTTP answer's records (the [items] format asks for WARC)
+
+    def add(self, urls: list[str]) -> None:
+        """Queue the job's URLs (first attempts)."""
+        self.todo.extend((url, 0) for url in urls)
+        self.direct.update(fingerprint(url) for url in urls)
+
+    def can_start(self) -> bool:
+        """True if a URL of this run may start now."""
+        return bool(self.todo) and not self.halted and (not self.cap or self.active < self.cap)
+
+    def wait(self, d: Deferred[Any]) -> Deferred[Any]:
+        """Track ``d`` so that halting cancels it."""
+        self.blocking.add(d)
+        return d.addBoth(self._untrack, d)
+
+    def _untrack(self, result: Any, d: Deferred[Any]) -> Any:
+        self.blocking.discard(d)
+        return result
+
+    def halt(self, why: str) -> None:
+        """Stop fetching: drop the URLs not started, cancel what the others wait on."""
+        self.halted = self.halted or why
+        self.todo.clear()
+        for d in list(self.blocking):
+            d.cancel()
+        self.check_settled()
+
+    @property
+    def fetching_done(self) -> bool:
+        """True when no URL is left to fetch or in flight (pages may still be committing)."""
+        return self.active == 0 and self.delayed == 0 and (bool(self.halted) or not self.todo)
+
+    def check_settled(self) -> None:
+        """Fire ``settled`` once no URL is in flight and none is left (or the run is halted)."""
+        if self.fetching_done and self.storing == 0 and not self.settled.called:
+            self.settled.callback(None)
+
+
+def _no_note(text: str, level: LogLevel = LogLevel.info) -> None:
+    """A run's lines go nowhere unless the runner gives it a log."""
