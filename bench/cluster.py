@@ -40,10 +40,12 @@ gives the single Redis the same URLs.  Ends with one ``RESULT key=value ...`` li
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import hashlib
 import json
 import os
+import random
 import resource
 import shutil
 import subprocess
@@ -226,14 +228,21 @@ def detail_links(list_id: int) -> list[str]:
 
 
 @defer.inlineCallbacks
-def crawl_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
-    """Redis CPU (and the node's) per page over a crawl-shaped mix: lists add 50 links each, every page acked."""
-    prefix = f"{args.prefix}mix:"
+def mix_pool(args: argparse.Namespace, reactor: Any, prefix: str) -> Gen:
+    """A pool under ``prefix`` holding the mix's list pages (one in 51 of ``--mix-pages``); (pool, list pages)."""
     pool = yield open_pool(args, reactor, prefix)
     lists = max(1, args.mix_pages // 51)
     for base in range(0, lists, BATCH):
         yield pool.addmany([f"http://{HOST.format(n=i % HOSTS)}/list/{i}.html"
                             for i in range(base, min(lists, base + BATCH))])
+    return pool, lists
+
+
+@defer.inlineCallbacks
+def crawl_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
+    """Redis CPU (and the node's) per page over a crawl-shaped mix: lists add 50 links each, every page acked."""
+    prefix = f"{args.prefix}mix:"
+    pool, lists = yield mix_pool(args, reactor, prefix)
     cpu, node_cpu, started = (yield servers.cpu()), process_cpu(), time.time()
     pages = 0
     while True:
@@ -257,6 +266,112 @@ def crawl_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
               f"ceiling per shard {1e6 / max(shards):,.0f} pages/s", flush=True)
     yield servers.delete(prefix)
     return shards, pages / seconds
+
+
+class CrawlerModel:
+    """What spiderd.frontier.crawler does with the pool for each page, with fetches that take a random time.
+
+    One pop in flight at a time, asking for ``concurrency`` minus the fetches
+    under way (the crawler's ``_pull``, kicked at every fetch's end); each URL
+    fetched in an exponentially distributed time (mean ``fetch_s``), then
+    ``fetched`` (not awaited), its links added if it is a list page, then its
+    status set, as each page completes: not in lockstep with the pops.
+    """
+
+    def __init__(self, pool: Any, reactor: Any, concurrency: int, fetch_s: float, seed: int = 17) -> None:
+        self.pool, self.reactor, self.concurrency, self.fetch_s = pool, reactor, concurrency, fetch_s
+        self.rng = random.Random(seed)
+        self.fetching = self.processing = self.pages = self.pops = 0
+        self.popping = False
+        self.kicked: Any = None
+        self.done: defer.Deferred[int] = defer.Deferred()
+
+    def run(self) -> defer.Deferred[int]:
+        self.kick()
+        return self.done
+
+    def kick(self) -> None:
+        if self.kicked is None and not self.done.called:
+            self.kicked = self.reactor.callLater(0, self.pull)
+
+    def pull(self) -> None:
+        self.kicked = None
+        if self.popping or self.fetching >= self.concurrency:
+            return
+        self.popping = True
+        self.pops += 1
+        self.pool.pop(self.concurrency - self.fetching, 0).addCallback(self.popped).addErrback(self.done.errback)
+
+    def popped(self, urls: dict[str, bool]) -> Any:
+        self.popping = False
+        for u in urls:
+            self.fetching += 1
+            self.reactor.callLater(self.rng.expovariate(1 / self.fetch_s), self.fetched, u, time.time())
+        if urls:
+            self.kick()
+        elif not self.fetching and not self.processing:
+            return self.pool.size().addCallback(self.idle)
+        return None
+
+    def idle(self, waiting: int) -> None:
+        if self.done.called:
+            return
+        if waiting == 0:
+            self.done.callback(self.pages)
+        else:  # none due yet
+            self.reactor.callLater(0.01, self.kick)
+
+    def fetched(self, u: str, started: float) -> None:
+        self.pool.fetched(u, time.time() - started)
+        self.fetching -= 1
+        self.processing += 1
+        self.kick()
+        d = defer.succeed(0)
+        if "/list/" in u:
+            d = self.pool.addmany(detail_links(int(u.rsplit("/", 1)[1].split(".")[0])), detail=True, parent=u)
+        d.addCallback(lambda _: self.pool.set_statuses([(u, 200)]))
+        d.addCallbacks(self.processed, self.done.errback)
+
+    def processed(self, _: object) -> None:
+        self.processing -= 1
+        self.pages += 1
+        self.kick()
+
+
+@defer.inlineCallbacks
+def crawler_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
+    """Redis CPU per page over the same mix as ``crawl_mix``, driven as the crawler drives the pool (CrawlerModel)."""
+    prefix = f"{args.prefix}cmix:"
+    pool, _ = yield mix_pool(args, reactor, prefix)
+    cpu, node_cpu, started = (yield servers.cpu()), process_cpu(), time.time()
+    model = CrawlerModel(pool, reactor, 64, args.fetch_ms / 1000)
+    calls = count_calls(pool)
+    pages = yield model.run()
+    seconds, node_cpu = time.time() - started, process_cpu() - node_cpu
+    shards = [used / pages * 1e6 for used in cpu_used(cpu, (yield servers.cpu()))]
+    yield pool.close()
+    print(f"crawler-shaped mix (64 fetches in flight, {args.fetch_ms:g} ms a fetch on average): {pages} pages in "
+          f"{seconds:.1f} s, {pages / seconds:,.0f} pages/s, {pages / model.pops:.1f} URLs a pop; CPU per page: "
+          f"Redis {sum(shards):.1f} us, node {node_cpu / pages * 1e6:.1f} us; script calls a page: "
+          f"{', '.join(f'{name} {n / pages:.2f}' for name, n in calls.most_common())}", flush=True)
+    yield servers.delete(prefix)
+    return sum(shards)
+
+
+def count_calls(pool: Any) -> collections.Counter[str]:
+    """Script calls by name through ``pool``'s links (each partition's on a cluster) from now on."""
+    calls: collections.Counter[str] = collections.Counter()
+    for part in getattr(pool, "parts", [pool]):
+        part._link.run = counted_run(part._link.run, calls)
+    return calls
+
+
+def counted_run(run: Any, calls: collections.Counter[str]) -> Any:
+    def counted(script: Any, args: Any, *rest: Any) -> Any:
+        calls[script.name] += 1
+        return run(script, args, *rest)
+
+    return counted
 
 
 def spread(values: list[float]) -> float:
@@ -313,6 +428,7 @@ def driver(reactor: Any, args: argparse.Namespace) -> Gen:
     servers = yield Servers.open(args.redis, args.ports)
     try:
         shards, mix_rate = yield crawl_mix(args, reactor, servers)
+        crawler = yield crawler_mix(args, reactor, servers)
         one = yield pop_ack_rate(args, reactor, servers, 1)
         two = yield pop_ack_rate(args, reactor, servers, 2)
         ours, theirs = yield seen_memory(args, reactor, servers)
@@ -324,7 +440,7 @@ def driver(reactor: Any, args: argparse.Namespace) -> Gen:
     if len(shards) > 1:
         per_shard = (f"shards={len(shards)} redis_us_per_page_per_shard={'/'.join(f'{us:.1f}' for us in shards)} "
                      f"shard_spread={spread(shards):.2f} pages_per_s_ceiling_per_shard={1e6 / max(shards):.0f} ")
-    print(f"RESULT redis_us_per_page={sum(shards):.1f} {per_shard}mix_pages_per_s={mix_rate:.0f} "
+    print(f"RESULT redis_us_per_page={sum(shards):.1f} redis_us_per_page_crawler={crawler:.1f} {per_shard}mix_pages_per_s={mix_rate:.0f} "
           f"pop_ack_1node={one:.0f} pop_ack_2node={two:.0f} redis_bytes_per_url={ours:.1f} "
           f"scrapy_redis_bytes_per_url={theirs:.1f} redis_bytes_per_waiting_url={waiting:.1f}", flush=True)
 
@@ -338,13 +454,9 @@ def main() -> None:
     parser.add_argument("--aof", action="store_true", help="--cluster: AOF with fsync always (as the tests run it)")
     parser.add_argument("--domains", action="store_true", help="hosts are 1000 registered domains (www.shopN.com)")
     parser.add_argument("--bucket-bits", type=int, default=16, help="seen_bucket_bits (per partition on a cluster)")
-    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
-    parser.add_argument("--cluster", action="store_true", help="start a 3-master Redis Cluster and bench on it")
-    parser.add_argument("--aof", action="store_true", help="--cluster: AOF with fsync always (as the tests run it)")
-    parser.add_argument("--domains", action="store_true", help="hosts are 1000 registered domains (www.shopN.com)")
-    parser.add_argument("--bucket-bits", type=int, default=16, help="seen_bucket_bits (per partition on a cluster)")
     parser.add_argument("--urls", type=int, default=200_000, help="URLs per pop+ack run")
     parser.add_argument("--seen", type=int, default=1_000_000, help="URLs in the memory measurements")
+    parser.add_argument("--fetch-ms", type=float, default=20.0, help="mean fetch time in the crawler-shaped mix")
     parser.add_argument("--mix-pages", type=int, default=51_000, help="pages in the crawl-shaped mix")
     parser.add_argument("--loops", type=int, default=4, help="pop+ack loops in flight per node")
     parser.add_argument("--prefix", default=f"bcl{os.getpid() % 100000}:")

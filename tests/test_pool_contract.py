@@ -782,6 +782,27 @@ class PoolContract:
         self.clock.advance(0.1)
         assert {h for h in self.hosts_of((yield self.drain(pool)))} == set(hosts[:2])
 
+    @defer.inlineCallbacks
+    def test_fetched_frees_and_paces_the_hosts_group(self) -> Gen:
+        """A grouped host's fetch reported over frees its group's request in flight and holds every host of the
+        group by the adaptive wait (3 x 2 s), while a host of no group goes on."""
+        pool = yield self.make_pool(delay=0.0, concurrency=1, adaptive=AdaptiveDelay(3.0, 0.0, 30.0))
+        hosts = [f"{h}.example" for h in self.three_hosts]
+        for host in hosts[:2]:
+            yield pool.set_host_group(host, "192.0.2.1")
+        yield pool.addmany([f"http://{h}/{i}" for h in hosts for i in range(2)])
+        popped = yield self.drain(pool)
+        grouped = [u for u in popped if u.split("/")[2] != hosts[2]]
+        assert len(grouped) == 1 and self.hosts_of(popped).count(hosts[2]) == 1, popped
+        self.clock.advance(2.0)
+        yield pool.fetched(grouped[0], 2.0)
+        assert self.hosts_of((yield self.drain(pool))) == []  # the group waits 6 s; c's slot is still taken
+        self.clock.advance(5.99)
+        assert (yield self.drain(pool)) == {}
+        self.clock.advance(0.01)
+        again = self.hosts_of((yield self.drain(pool)))
+        assert len(again) == 1 and again[0] in hosts[:2], again
+
     # -- adaptive politeness (delay_factor) ----------------------------------------
 
     @defer.inlineCallbacks

@@ -198,6 +198,26 @@ class TwoNodeTests(RedisKeys, TestCase):
         assert (yield pool.stats())["done"] == 3
 
     @defer.inlineCallbacks
+    def test_fetched_goes_out_with_the_statuses(self) -> Gen:
+        """fetched() calls and statuses given while one call is on its way share the next call, in their order:
+        every host slot freed once, every URL done, and the adaptive delay of a fetch still paces its host."""
+        pool = yield self.node(concurrency=3, adaptive=AdaptiveDelay(2.0, 0.0, 30.0))
+        yield pool.addmany([f"http://a.example/{i}" for i in range(3)] + ["http://b.example/0"])
+        first = list((yield pool.pop(10)))
+        sent: list[str] = []
+        run = pool._link.run
+        pool._link.run = lambda script, args: sent.append(script.name) or run(script, args)
+        calls = [call for url in first for call in (pool.fetched(url, 1.0), pool.set_status(url, 200))]
+        yield defer.gatherResults(calls)
+        assert sent == ["status", "status"]  # the first fetched alone, the rest together
+        assert (yield pool.stats())["done"] == 4
+        assert (yield pool.why("http://a.example/0"))["host_inflight"] == 0
+        yield pool.addmany(["http://a.example/9", "http://c.example/0"])
+        assert list((yield pool.pop(10))) == ["http://c.example/0"]  # a.example paced for 2 s by its fetches
+        self.clock.advance(2)
+        assert list((yield pool.pop(10))) == ["http://a.example/9"]
+
+    @defer.inlineCallbacks
     def test_seed_002_keys_where_tools_expect_them(self) -> Gen:
         """Domains in spider.website.domains, list URLs in <domain>.higher, details in <domain>.lower, seeds in spider.seed.urls."""
         pool = yield self.node(concurrency=10)
@@ -381,6 +401,21 @@ class ConnectionTests(RedisKeys, TestCase):
         assert (yield link.run(script, [])) == self.namespace
         assert (yield link.execute("SCRIPT", "EXISTS", script.sha)) == [1]
         assert (yield link.run(script, [])) == self.namespace
+
+    @defer.inlineCallbacks
+    def test_lost_function_library_is_loaded_again(self) -> Gen:
+        """Scripts run by FCALL from the library loaded at connecting; a library Redis lost (FUNCTION DELETE,
+        a restart without persistence) is loaded again by the next call, which then runs."""
+        lib = "probe_" + self.namespace.split(":")[1]
+        library = f"#!lua name={lib}\nredis.register_function('{lib}_f', function(KEYS, ARGV) return ARGV[1] end)\n"
+        script = Script("probe", "return 'eval'", hashlib.sha1(b"return 'eval'").hexdigest(), f"{lib}_f", library)
+        link = RedisLink(parse_redis_url(self.redis_url), [script])
+        self.addCleanup(link.close)
+        self.addCleanup(lambda: self.admin.execute("FUNCTION", "DELETE", lib).addErrback(lambda _: None))
+        assert (yield link.run(script, ["fcall"])) == "fcall"
+        assert (yield self.admin.execute("FUNCTION", "DELETE", lib)) == "OK"
+        assert (yield link.run(script, ["again"])) == "again"
+        assert len((yield self.admin.execute("FUNCTION", "LIST", "LIBRARYNAME", lib))) == 1
 
     def test_bad_urls(self) -> None:
         """A URL that is not redis:// is refused without showing its password."""

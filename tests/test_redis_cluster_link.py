@@ -19,6 +19,9 @@ from .clusterkeys import ClusterCase, settle
 Gen = Generator[Any, Any, None]
 ECHO = Script("echo", "return {KEYS[1], ARGV[1], redis.call('INCR', KEYS[1])}", "")
 ECHO = Script("echo", ECHO.source, __import__("hashlib").sha1(ECHO.source.encode()).hexdigest())
+ECHO_LIBRARY = ("#!lua name=echo_lib\nredis.register_function('echo_f', function(KEYS, ARGV) "
+                "return {KEYS[1], ARGV[1], redis.call('INCR', KEYS[1])} end)\n")
+ECHO_FCALL = Script("echo", ECHO.source, ECHO.sha, "echo_f", ECHO_LIBRARY)  # the same, as a Redis 7 function
 
 
 def test_key_slots_follow_redis() -> None:
@@ -111,6 +114,18 @@ class ClusterLinkTests(ClusterCase, TestCase):
         assert (yield self.link.run(key, ECHO, ["x"])) == [key, "x", 1]
         assert self.cluster.cli(self.cluster.ports[1], "SCRIPT", "FLUSH") == "OK"
         assert (yield self.link.run(key, ECHO, ["y"])) == [key, "y", 2]
+
+    @defer.inlineCallbacks
+    def test_every_master_gets_the_function_library(self) -> Gen:
+        """A function whose key (KEYS[1]) is on any master runs there by FCALL; a master that lost the library
+        (FUNCTION FLUSH) gets it again."""
+        link = ClusterLink([RedisAddress("127.0.0.1", self.cluster.ports[0], 0)], [ECHO_FCALL], self.clock,
+                           reply_timeout=10)
+        self.addCleanup(link.close)
+        keys = [self.key_on(master) for master in range(3)]
+        assert (yield defer.gatherResults([link.run(k, ECHO_FCALL, ["x"]) for k in keys])) == [[k, "x", 1] for k in keys]
+        assert self.cluster.cli(self.cluster.ports[2], "FUNCTION", "FLUSH") == "OK"
+        assert (yield link.run(keys[2], ECHO_FCALL, ["y"])) == [keys[2], "y", 2]
 
     @defer.inlineCallbacks
     def test_a_master_down_is_logged_waited_for_and_used_again(self) -> Gen:

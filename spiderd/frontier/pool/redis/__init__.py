@@ -94,8 +94,8 @@ group's requests in flight are below its own concurrency; the delay is that host
 end, so the group's domains take turns.  A full group leaves ``P ready``; a release puts it back.  A lease
 taken so is marked ``g``: its release frees its host's group of that moment, since ``group.lua`` moves a
 host's requests in flight from its old group to its new one (and wakes the old group).  Only ``pop`` and
-``group`` read ``P group`` for a host's slot (a throttle reads it to hold the group, and ``fetched`` for a
-``g`` lease's adaptive wait); with "host", the default, nothing is read or written for groups but one
+``group`` read ``P group`` for a host's slot (a throttle reads it to hold the group, and a ``fetched`` entry of
+the status call a ``g`` lease's, to free the group and hold it by the adaptive wait); with "host", the default, nothing is read or written for groups but one
 ``EXISTS`` of ``P group`` in a status call that throttles.  All nodes
 should share the setting.  On a cluster the group lives in its host's domain partition: hosts of one address
 in different partitions are grouped per partition.
@@ -159,9 +159,16 @@ Time is the injected clock's, passed to every script; nodes should keep their
 clocks in step (NTP), since a node running ahead may hand out a host early by
 the skew.  Start-up deletes nothing (a host override dropped from the config
 stays in ``P conf`` until deleted by hand; a seed dropped from the config stays
-in ``spider.seed.urls``: ``SREM`` it).  Statuses given while one is on its way
-go out together in one script call, before any later call.  All nodes should
-share the politeness settings (each sends its defaults).
+in ``spider.seed.urls``: ``SREM`` it).  Statuses (and ``fetched``, which frees a
+host slot) given while a status call is on its way go out together in the next
+one, before any later call.  All nodes should share the politeness settings (each
+sends its defaults).
+
+The scripts are one function library on Redis 7.0 and later (``FUNCTION LOAD`` on
+each connection, named after its code's digest; ``FCALL``), so ``common.lua`` is
+built once; ``begin(ARGV)`` sets each call's key names and empties its per-call
+state (the group flag and the hosts' groups read included).  An older Redis gets
+each as an ``EVALSHA`` script, prelude included (:mod:`.link`).
 
 Redis Cluster (``redis+cluster://``): the scripts compute their key names, so
 on a cluster each key space above is one partition whose prefix and namespace

@@ -11,7 +11,7 @@ Backoff`), until the master answers or the client is closed: a status or an add
 given while a master is down goes out once it is back.  ``wait=False`` fails
 at once with :class:`SlotUnavailable` instead while the slot's master is known
 to be down (a pop skips that partition).  Scripts are loaded on each master's
-connection (RedisLink); ``NOSCRIPT`` sends the script to that node again.
+connection (RedisLink); a node that lost the function library (or, before Redis 7, a script) gets it again.
 
 Why not redis-py's cluster client: it is blocking (a lane thread per call, or its
 asyncio client under the asyncio reactor, a change of the whole daemon), and

@@ -1,28 +1,20 @@
--- Prepended to every script: key names, URL states, host slots and domain turns.
--- ARGV[1..6]: prefix, namespace, seen bucket bits, default delay, default concurrency, now.
-local P, NS = ARGV[1], ARGV[2]
-local BITS = tonumber(ARGV[3])
-local DELAY, CONC = tonumber(ARGV[4]), tonumber(ARGV[5])
-local NOW_S = ARGV[6]
-local NOW = tonumber(NOW_S)
-
-local READY, NEXT, INFLIGHT, WAITING = P .. 'ready', P .. 'next', P .. 'inflight', P .. 'waiting'
-local CONF, ROBOTS, LEASES, LEASE = P .. 'conf', P .. 'robots', P .. 'leases', P .. 'lease'
-local FAILS, HUBS, HUB = P .. 'fails', P .. 'hubs', P .. 'hub'
-local COUNTERS, META = P .. 'counters', P .. 'meta'
-local CLAIMS = P .. 'claims'  -- fingerprint of a claimed redirect target -> fingerprint of the URL that claimed it
-local CHECKPOINTS = P .. 'checkpoints'  -- name -> count, recorded with statuses (set_statuses)
-local HOSTS_SEEN = P .. 'hostseen'  -- host -> new URLs it took in all (the max_urls_per_host budget)
-local ADOPTING = P .. 'adopting'  -- "prio url" of another tool's list entries a node is adding -> its deadline
-local AGAIN = P .. 'again'  -- fingerprint of a pending URL added again (always) -> prio: queued when the lease ends
-local WHY = P .. 'why'  -- fingerprint -> "at failures reason": a URL's last failure, kept once final (status.lua)
-local THROTTLED = P .. 'throttled'  -- host -> end of its block by a throttling answer (status.lua; past ones trimmed)
-local GROUP = P .. 'group'  -- host -> its address (per-IP politeness: group.lua)
-local DOMAINS = NS .. 'spider.website.domains'
+-- The prelude of every script (the head of the function library): key names, URL states, host slots and domain
+-- turns.  ARGV[1..6]: prefix, namespace, seen bucket bits, default delay, default concurrency, now; set for each
+-- call by begin() (at the end of this prelude).
+local P, NS, BITS, DELAY, CONC, NOW_S, NOW, SPLIT
+local READY, NEXT, INFLIGHT, WAITING, CONF, ROBOTS, LEASES, LEASE, FAILS, HUBS, HUB, COUNTERS, META
+local CLAIMS  -- fingerprint of a claimed redirect target -> fingerprint of the URL that claimed it
+local CHECKPOINTS  -- name -> count, recorded with statuses (set_statuses)
+local HOSTS_SEEN  -- host -> new URLs it took in all (the max_urls_per_host budget)
+local ADOPTING  -- "prio url" of another tool's list entries a node is adding -> its deadline
+local AGAIN  -- fingerprint of a pending URL added again (always) -> prio: queued when the lease ends
+local WHY  -- fingerprint -> "at failures reason": a URL's last failure, kept once final (status.lua)
+local THROTTLED  -- host -> end of its block by a throttling answer (status.lua; past ones trimmed)
+local GROUP  -- host -> its address (per-IP politeness: group.lua)
+local DOMAINS
 local SUFFIX = {[0] = '.higher', [1] = '.lower'}
 local FINAL_NAME = {'done', 'failed', 'batched'}
 local DONE, FAILED, BATCHED, WAITING_LIST = 1, 2, 3, 4  -- state codes; WAITING_LIST + prio is waiting
-local SPLIT = 2 ^ (32 - BITS)
 
 -- Decimal digits of a whole number below 2^53 (as string.format('%.0f') writes it), in one string: creating a
 -- string is among the dearest steps of these scripts, so no conversion and no intermediate strings.
@@ -246,8 +238,8 @@ end
 -- Only scripts that set GROUPS (pop.lua, group.lua: the node's option) read a host's group for its slot; a lease
 -- taken then is marked 'g' (holds a slot, per address), and its release frees its host's group of that moment.
 local GROUPS = false
-local RING = P .. 'ring:'
-local groups_of = {}  -- host -> its address, or false
+local RING  -- P .. 'ring:'
+local groups_of = {}  -- host -> its address, or false (read once per call)
 local function group_of(host)
   local g = groups_of[host]
   if g == nil then
@@ -646,4 +638,34 @@ end
 -- The validators bucket of a fingerprint (conditional GET): one hash per 12 top bits, fingerprint -> "seconds etag".
 local function validators_bucket(fp)
   return P .. 'v:' .. dec(tonumber(string.sub(fp, 1, 3), 16))
+end
+
+-- A call's per-call state above emptied (begin() below; apart from the key names, for Lua 5.1's limit of 60
+-- upvalues a function).
+local function reset()
+  queues, hosts_of, nonempty, slots, views, taken_from, ready, registered = {}, {}, {}, {}, {}, {}, {}, {}
+  SUM_COUNTS, counts, count_names, host_counts, count_hosts = false, {}, {}, {}, {}
+  BATCH_INFLIGHT, busy_change, busy_known, busy_hosts = false, {}, {}, {}
+  BATCH_PUSHES, pushes, pushed = false, {}, {}
+  BATCH_LEASES, lease_fields, lease_scores, leasing = false, {}, {}, {}
+  BATCH_ENDS, ended, ended_keys = false, {}, {}
+  hops_marked, hops_ever = false, nil
+  GROUPS, groups_of = false, {}
+end
+
+-- A call's start: its arguments (ARGV[1..6]: prefix, namespace, seen bucket bits, default delay, default
+-- concurrency, now), key names, and the per-call state above emptied.  As a Redis function library (FUNCTION
+-- LOAD, once per server) everything above is built once and begin() runs at every FCALL; as an EVAL script, the
+-- whole prelude runs at every call.
+local function begin(ARGV)
+  P, NS, BITS = ARGV[1], ARGV[2], tonumber(ARGV[3])
+  DELAY, CONC, NOW_S = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+  NOW, SPLIT = tonumber(NOW_S), 2 ^ (32 - BITS)
+  READY, NEXT, INFLIGHT, WAITING = P .. 'ready', P .. 'next', P .. 'inflight', P .. 'waiting'
+  CONF, ROBOTS, LEASES, LEASE = P .. 'conf', P .. 'robots', P .. 'leases', P .. 'lease'
+  FAILS, HUBS, HUB, COUNTERS, META = P .. 'fails', P .. 'hubs', P .. 'hub', P .. 'counters', P .. 'meta'
+  CLAIMS, CHECKPOINTS, HOSTS_SEEN, ADOPTING = P .. 'claims', P .. 'checkpoints', P .. 'hostseen', P .. 'adopting'
+  AGAIN, WHY, THROTTLED, GROUP, RING = P .. 'again', P .. 'why', P .. 'throttled', P .. 'group', P .. 'ring:'
+  DOMAINS = NS .. 'spider.website.domains'
+  reset()
 end

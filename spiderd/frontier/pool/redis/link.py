@@ -1,4 +1,5 @@
-"""The connection to Redis: ``redis://`` URLs, connecting, Lua scripts (EVALSHA, EVAL on NOSCRIPT), clear errors.
+"""The connection to Redis: ``redis://`` URLs, connecting, Lua scripts (a function library and FCALL on Redis 7;
+EVALSHA, EVAL on NOSCRIPT before), clear errors.
 
 txredisapi is imported only when a connection is opened: importing it
 installs the default reactor, so no module that the twistd plugin or
@@ -21,7 +22,7 @@ from spiderd.core.secrets import mask_secret, redact
 
 log = Logger()
 
-SCRIPTS = ("add", "pop", "status", "fetched", "claim", "seen", "hubs", "next_due", "stats", "why", "hosts", "seeds",
+SCRIPTS = ("add", "pop", "status", "claim", "seen", "hubs", "next_due", "stats", "why", "hosts", "seeds",
            "restore", "recrawl", "links", "group")
 
 
@@ -78,21 +79,31 @@ def parse_redis_url(url: str) -> RedisAddress:
 
 @dataclass(frozen=True, slots=True)
 class Script:
-    """A Lua script with the shared prelude; ``sha`` is what EVALSHA takes."""
+    """A Lua script with the shared prelude; ``sha`` is what EVALSHA takes.  ``function`` is its name in
+    ``library``, the function library of every script (Redis 7: FUNCTION LOAD once per server, then FCALL)."""
 
     name: str
     source: str
     sha: str
+    function: str = ""
+    library: str = field(default="", repr=False)
 
 
 def load_scripts() -> dict[str, Script]:
-    """The pool's scripts, each prefixed with ``common.lua``."""
+    """The pool's scripts, each prefixed with ``common.lua`` (as EVAL scripts) and together as one library whose
+    prelude runs once, when loaded; its name carries a digest of its code, so nodes of two versions sharing a
+    Redis each call their own."""
     folder = resources.files(__package__)
     common = folder.joinpath("common.lua").read_text()
+    bodies = {name: folder.joinpath(f"{name}.lua").read_text() for name in SCRIPTS}
+    code = common + "".join(f"\nredis.register_function('{{lib}}_{name}', function(KEYS, ARGV)\nbegin(ARGV)\n{body}\nend)\n"
+                            for name, body in bodies.items())
+    lib = "spiderd_" + hashlib.sha1(code.encode()).hexdigest()[:16]
+    library = f"#!lua name={lib}\n" + code.replace("{lib}", lib)
     scripts = {}
-    for name in SCRIPTS:
-        source = common + "\n" + folder.joinpath(f"{name}.lua").read_text()
-        scripts[name] = Script(name, source, hashlib.sha1(source.encode()).hexdigest())
+    for name, body in bodies.items():
+        source = common + "\nbegin(ARGV)\n" + body
+        scripts[name] = Script(name, source, hashlib.sha1(source.encode()).hexdigest(), f"{lib}_{name}", library)
     return scripts
 
 
@@ -121,17 +132,26 @@ class RedisLink:
         self._inflight: set[defer.Deferred[Any]] = set()
         self._closers: list[defer.Deferred[None]] = []
         self._closed = False
+        self._functions = False  # Redis has functions (7.0 on) and the library is loaded: FCALL
 
     def open(self) -> defer.Deferred[None]:
         """Connect (loading the scripts, so EVALSHA finds them); fails with RedisPoolError."""
         return self._connection().addCallback(lambda _: None)
 
     def run(self, script: Script, args: Sequence[Any], keys: Sequence[str] = ()) -> defer.Deferred[Any]:
-        """Run ``script`` with ``args`` (and ``keys``, which a cluster routes by) by EVALSHA, falling back to EVAL
-        when Redis lost it."""
-        d = self._send("EVALSHA", script.sha, len(keys), *keys, *args)
-        d.addErrback(self._noscript, script, args, keys)
+        """Run ``script`` with ``args`` (and ``keys``, which a cluster routes by): FCALL where Redis has functions
+        (loading the library again if Redis lost it), else EVALSHA, falling back to EVAL when Redis lost it."""
+        if self._conn is None and not self._closed:  # which of the two is known once connected
+            d = self._connection().addCallback(lambda _: self._call(script, args, keys))
+        else:
+            d = self._call(script, args, keys)
         return self._track(d.addErrback(self._wrap))
+
+    def _call(self, script: Script, args: Sequence[Any], keys: Sequence[str]) -> defer.Deferred[Any]:
+        if self._functions and script.function:
+            d = self._send("FCALL", script.function, len(keys), *keys, *args)
+            return d.addErrback(self._nofunction, script, args, keys)
+        return self._send("EVALSHA", script.sha, len(keys), *keys, *args).addErrback(self._noscript, script, args, keys)
 
     def execute(self, *args: Any) -> defer.Deferred[Any]:
         """Run one Redis command."""
@@ -193,6 +213,15 @@ class RedisLink:
             return self._send("EVAL", script.source, len(keys), *keys, *args)
         return failure
 
+    def _nofunction(self, failure: Failure, script: Script, args: Sequence[Any], keys: Sequence[str]) -> Any:
+        import txredisapi
+
+        if failure.check(txredisapi.ResponseError) and "Function not found" in str(failure.value):
+            log.info("Redis at {address} lost the function library: loading it again", address=str(self.address))
+            d = self._send("FUNCTION", "LOAD", "REPLACE", script.library)
+            return d.addCallback(lambda _: self._send("FCALL", script.function, len(keys), *keys, *args))
+        return failure
+
     def _wrap(self, failure: Failure) -> Failure:
         import txredisapi
 
@@ -247,15 +276,37 @@ class RedisLink:
         return d.addCallbacks(self._load_scripts, failed)
 
     def _load_scripts(self, conn: Any) -> defer.Deferred[Any]:
-        """SCRIPT LOAD every script on a new connection (Redis may have restarted); fires with the connection."""
-        loads = [conn.execute_command("SCRIPT", "LOAD", script.source) for script in self._scripts]
-        d = defer.gatherResults(loads, consumeErrors=True).addCallback(lambda _: conn)
+        """On a new connection (Redis may have restarted), FUNCTION LOAD the library (one already there of the same
+        name is the same code), or on a Redis without functions (before 7.0) SCRIPT LOAD every script; fires with
+        the connection."""
+        libraries = {script.library for script in self._scripts if script.library}
+        loads = [conn.execute_command("FUNCTION", "LOAD", library).addErrback(self._loaded)
+                 for library in libraries]
+        d = defer.gatherResults(loads, consumeErrors=True)
+        d.addCallback(lambda answers: self._eval_scripts(conn, all(answers)))
 
         def failed(failure: Failure) -> Failure:
             conn.disconnect()
             return failure.value.subFailure if isinstance(failure.value, defer.FirstError) else failure
 
         return d.addErrback(failed).addErrback(self._wrap)
+
+    @staticmethod
+    def _loaded(failure: Failure) -> bool | Failure:
+        """A library already there is ours (its name is its code's digest); a Redis without functions says so."""
+        message = str(failure.value)
+        if "already exists" in message:
+            return True
+        if "unknown command" in message.lower():
+            return False
+        return failure
+
+    def _eval_scripts(self, conn: Any, functions: bool) -> defer.Deferred[Any]:
+        self._functions = functions and any(script.library for script in self._scripts)
+        if self._functions:
+            return defer.succeed(conn)
+        loads = [conn.execute_command("SCRIPT", "LOAD", script.source) for script in self._scripts]
+        return defer.gatherResults(loads, consumeErrors=True).addCallback(lambda _: conn)
 
     def _connected(self, result: Any) -> None:
         if not isinstance(result, Failure):

@@ -191,9 +191,11 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
 
     def fetched(self, url: str, elapsed: float | None = None) -> defer.Deferred[None]:
         """The request for a handed-out URL is over (it took ``elapsed`` seconds, if given: adaptive politeness
-        paces its host by it, for every node): free its host slot (the lease stays until set_status)."""
+        paces its host by it, for every node): free its host slot (the lease stays until set_status).  Goes out
+        with the statuses, in status.lua's call (a 'fetched' entry)."""
         took = "" if elapsed is None else repr(float(elapsed))
-        return self._run("fetched", [url, took, *self.politeness.adaptive.args()]).addCallback(lambda _: None)
+        return self._queue_statuses(["fetched", url, took, *self.politeness.adaptive.args(), "",
+                                     fingerprint_hex(url), "", ""])
 
     def set_status(self, url: str, status_code: int, reason: str | None = None) -> defer.Deferred[None]:
         """Record a fetch outcome; statuses given while one is on its way go out together, in one script call."""

@@ -12,6 +12,12 @@
 -- past them it is recorded as <outcome>.  A done or final URL drops its count.
 -- Validators are kept (VALIDATORS) only for hubs and the kinds kept in crawled sets: a done URL of those keeps the
 -- ones given (none given: drops them), a final one drops them; a hub is done again at every hand-out.
+-- An entry whose outcome is 'fetched' (RedisPool.fetched) frees the host slot of a handed-out URL or hub, its lease
+-- staying: url, the fetch's duration in seconds ('' if not known), the node's adaptive rule (factor, min delay, max
+-- delay) for hosts whose override in CONF has none, '', then the fingerprint.  With a factor above 0, the host's next
+-- allowed time becomes at least now + factor x duration, within the bounds (only ever later); a lease marked 'g'
+-- (per-IP politeness) frees and paces the host's group too.  These entries are applied before the statuses: a
+-- URL's fetched is given before its status, and a batch never spans a pop or claim.
 -- Returns url, reason of each URL that failed for good (for the log).
 local THRESHOLD = tonumber(ARGV[7])
 local MAX_THROTTLES = tonumber(ARGV[8])
@@ -105,11 +111,56 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
   end
 end
 
+-- Pace a host (and its group: grouped, a lease marked 'g') by a fetch's duration (a 'fetched' entry's; rule: the
+-- node's default adaptive rule).
+local function pace(host, elapsed, rule, grouped)
+  if not elapsed then return end
+  rule = slot(host).adaptive or rule
+  if rule[1] <= 0 then return end
+  local wait = math.min(rule[3], math.max(rule[2], rule[1] * math.max(0, elapsed)))
+  if wait > 0 then hold(host, NOW + wait, grouped) end
+end
+
+-- The 'fetched' entries: every one's hub hold and lease records in one HMGET, the records that still hold a slot
+-- rewritten (holds 0) in one HSET.
+local function free_slots()
+  local keys, at = {}, {}
+  for i = 9, #ARGV, 10 do
+    if ARGV[i] == 'fetched' then
+      keys[#keys + 1] = 'h' .. ARGV[i + 7]
+      keys[#keys + 1] = ARGV[i + 7]
+      at[#at + 1] = i
+    end
+  end
+  if #keys == 0 then return end
+  local recs, freed, fields = read_fields(LEASE, keys), {}, {}
+  for n, i in ipairs(at) do
+    for k = 2 * n - 1, 2 * n do
+      local rec, key = recs[k], keys[k]
+      if rec and not freed[key] then
+        local kind, holds, domain, url = parse_lease(rec)
+        if holds == '1' or holds == 'g' then
+          freed[key] = true
+          fields[#fields + 1] = key
+          fields[#fields + 1] = kind .. '0 ' .. domain .. ' ' .. url
+          local host, grouped = host_of(url), holds == 'g'
+          pace(host, tonumber(ARGV[i + 2]), {tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])},
+            grouped)
+          release(host, domain, grouped)
+          break
+        end
+      end
+    end
+  end
+  for j = 1, #fields, 1000 do redis.call('HSET', LEASE, unpack(fields, j, math.min(j + 999, #fields))) end
+end
+free_slots()
+
 -- Every URL's hub hold and lease records, read in one HMGET before any is ended (a later entry for the same URL
 -- then finds it in ended, as a read after the first one's HDEL would find nothing).
 local lease_keys = {}
 for i = 9, #ARGV, 10 do
-  if ARGV[i] ~= 'checkpoint' then
+  if ARGV[i] ~= 'checkpoint' and ARGV[i] ~= 'fetched' then
     lease_keys[#lease_keys + 1] = 'h' .. ARGV[i + 7]
     lease_keys[#lease_keys + 1] = ARGV[i + 7]
   end
@@ -120,7 +171,7 @@ local n = 0
 for i = 9, #ARGV, 10 do
   if ARGV[i] == 'checkpoint' then
     redis.call('HSET', CHECKPOINTS, ARGV[i + 1], ARGV[i + 2])
-  else
+  elseif ARGV[i] ~= 'fetched' then
     n = n + 2
     set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7],
       ARGV[i + 8], setmetatable({ARGV[i + 9], base = tonumber(ARGV[i + 9]) - DONE}, MEMBERS), lease_keys[n - 1],
