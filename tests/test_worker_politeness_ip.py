@@ -18,7 +18,6 @@ from twisted.internet import defer, reactor
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.task import Clock
 from twisted.trial import unittest
-from twisted.web import server
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from spiderd.config import settings as cfg
@@ -30,7 +29,7 @@ from spiderd.fetch.parsepool import ParsePool
 from spiderd.worker import build_worker, worker_config
 from spiderd.worker.hostslots import HostSlots
 
-from .test_politeness_ip import HOSTS, Log, MappedReactor
+from .test_politeness_ip import HOSTS, MappedReactor, listen_shared
 from .test_throttle import START, Base
 
 SITES = [dict(DEMO["sites"][0], name="shared", allowed_hosts=list(HOSTS), detail_urls=["/\\d+$"])]
@@ -205,11 +204,7 @@ class WorkerPerIPTests(Base):
         """The (host, clock second) of each request of the job, once it is finished."""
         self.clock = Clock()
         self.clock.advance(START)
-        site = Log(self.clock)
-        factory = server.Site(site)
-        factory.noisy = False
-        port = reactor.listenTCP(0, factory, interface="127.0.0.2")
-        self.addCleanup(port.stopListening)
+        site, port = listen_shared(self, self.clock)
         data = tempfile.mkdtemp(prefix="spiderd-workerip-")
         self.addCleanup(shutil.rmtree, data, True)
         settings = cfg.from_dict({
@@ -280,11 +275,7 @@ class FanOutTests(Base):
         """With ``tell_addresses`` (``politeness = "ip"``), a fetch by name tells both listeners the host (with its
         port) and its address; a listener that raises is logged and the next is still told."""
         self.clock = Clock()
-        site = Log(self.clock)
-        factory = server.Site(site)
-        factory.noisy = False
-        port = reactor.listenTCP(0, factory, interface="127.0.0.2")
-        self.addCleanup(port.stopListening)
+        _, port = listen_shared(self, self.clock)
         settings = cfg.from_dict({"fetch": {"politeness": "ip", "robots": False}}, "<test>")
         fetcher = Fetcher(MappedReactor(reactor, self.clock), fetch_config(settings.fetch))
         self.addCleanup(fetcher.close)
