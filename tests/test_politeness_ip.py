@@ -84,6 +84,16 @@ class Log(resource.Resource):
         return b"<html><body>ok</body></html>"
 
 
+def listen_shared(case: unittest.TestCase, clock: Any) -> tuple[Log, Any]:
+    """A :class:`Log` site listening on 127.0.0.2 (the address of ``HOSTS``) until ``case`` ends; (site, port)."""
+    site = Log(clock)
+    factory = server.Site(site)
+    factory.noisy = False
+    port = reactor.listenTCP(0, factory, interface="127.0.0.2")
+    case.addCleanup(port.stopListening)
+    return site, port
+
+
 class PerIPTests(Base):
     """``[fetch] politeness = "ip"`` against ``"host"``: two hosts on one address, per_host_delay 2 s."""
 
@@ -92,11 +102,7 @@ class PerIPTests(Base):
         """Three pages of each host; the (host, clock second) of each request, once all are done."""
         self.clock = Clock()
         self.clock.advance(START)
-        site = Log(self.clock)
-        factory = server.Site(site)
-        factory.noisy = False
-        port = reactor.listenTCP(0, factory, interface="127.0.0.2")
-        self.addCleanup(port.stopListening)
+        site, port = listen_shared(self, self.clock)
         pool = yield self.open_pool(per_ip)
         clocked = MappedReactor(reactor, self.clock)
         fetcher = Fetcher(clocked, FetchConfig(timeout=10), on_address=pool.set_host_group if per_ip else None)

@@ -40,7 +40,7 @@ from spiderd.core.urls import fingerprint, to_signed64
 from spiderd.worker import WorkerConfig, WorkerConfigError, WorkerService, build_worker, worker_config
 from spiderd.core.secrets import is_loopback
 from spiderd.core.rules import AdaptiveDelay
-from spiderd.worker.files import HostSlots
+from spiderd.worker.hostslots import HostSlots
 from spiderd.worker.jobs import Job, JobStore, safe_name, write_atomically
 from spiderd.worker.pipeline import retryable
 

@@ -52,6 +52,7 @@ T = TypeVar("T")
 
 REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
 MAX_AGENT_HEADERS = 64  # per-request user agents whose headers are kept built
+AddressListener = Callable[[str, str], object]  # (host, its address): per-IP politeness' set_host_group / set_group
 
 
 @dataclass(slots=True)
@@ -94,6 +95,7 @@ class FetchConfig:
     source_addresses: tuple[str, ...] = ()
     robots: bool = False  # obey robots.txt: the fetcher checks every URL against its own Robots
     sites: tuple[Any, ...] = ()  # the [[sites]] (spiderd.core.rules.Site): their request headers and proxies, by host
+    tell_addresses: bool = False  # per-IP politeness: each lookup's first address goes to the address listeners
 
 
 def fetch_config(fetch: FetchSection, sites: tuple[Any, ...] = ()) -> FetchConfig:
@@ -104,6 +106,7 @@ def fetch_config(fetch: FetchSection, sites: tuple[Any, ...] = ()) -> FetchConfi
         max_body_size=fetch.max_body_size, max_redirects=fetch.max_redirects,
         per_host_connections=fetch.per_host_concurrency, keepalive_timeout=fetch.keepalive_timeout,
         dns_cache_ttl=fetch.dns_cache_ttl, source_addresses=fetch.source_addresses, robots=fetch.robots, sites=sites,
+        tell_addresses=fetch.politeness == "ip",
     )
 
 
@@ -117,7 +120,8 @@ class Fetcher:
         (following up to ROBOTS_REDIRECTS redirects) and tells ``on_crawl_delay(host, seconds)`` a Crawl-delay.
         ``tls``: the policy of https:// connections, direct or through a proxy (Twisted's browser-like one);
         ``on_address(host, address)``: each lookup of a host name's addresses, its first (per-IP politeness;
-        ``host`` as the pool has it: ``name:port`` but for the ports 80 and 443)."""
+        ``host`` as the pool has it: ``name:port`` but for the ports 80 and 443), the first address listener;
+        with ``config.tell_addresses`` others may be added (``add_address_listener``)."""
         self._reactor = reactor
         self._config = config
         self._tls = tls or client.BrowserLikePolicyForHTTPS()
@@ -126,7 +130,8 @@ class Fetcher:
             robots = Robots(fetch_robots, reactor, config.user_agent, on_delay=on_crawl_delay)
         self.robots = robots
         self._pools: list[ConnectionPool] = []
-        told = None if on_address is None else functools.partial(_tell_address, on_address)
+        self._address_listeners: list[AddressListener] = [] if on_address is None else [on_address]
+        told = self._tell_address if on_address is not None or config.tell_addresses else None
         self._connecting = caching_reactor(reactor, config.dns_cache_ttl, told)  # endpoints resolve through it
         self.resolver = getattr(self._connecting, "nameResolver", None) if self._connecting is not reactor else None
         self._agents = [self._agent(address) for address in (config.source_addresses or (None,))]
@@ -256,10 +261,19 @@ class Fetcher:
         """Close idle pooled connections."""
         return defer.gatherResults([pool.closeCachedConnections() for pool in self._pools])
 
+    def add_address_listener(self, listener: AddressListener) -> None:
+        """Tell ``listener(host, address)`` each lookup's first address too (per-IP politeness: the pool and the
+        all role's local worker both group hosts by address); told only with ``config.tell_addresses`` or an
+        ``on_address``."""
+        self._address_listeners.append(listener)
 
-def _tell_address(on_address: Callable[[str, str], Any], name: str, port: int, address: str) -> Any:
-    """``on_address`` with the host as the pool keys it (spiderd.core.urls: the default ports left out)."""
-    return on_address(name if port in (80, 443) else f"{name}:{port}", address)
+    def _tell_address(self, name: str, port: int, address: str) -> None:
+        """Each listener, with the host as the pool keys it (spiderd.core.urls: the default ports left out); a
+        failure of one (a pool over the network) is logged."""
+        host = name if port in (80, 443) else f"{name}:{port}"
+        for listener in self._address_listeners:
+            d = defer.maybeDeferred(listener, host, address)
+            d.addErrback(lambda f: log.failure("Telling the address of {host}", f, host=host))
 
 
 def _headers(user_agent: str) -> Headers:

@@ -6,6 +6,7 @@
 - :mod:`.pages`, :mod:`.joblog`: Scrapyd's web pages (``/``, ``/jobs``, ``/logs/``) and each job's log file;
 - :mod:`.jobs`: jobs, one JSON file each, written atomically;
 - :mod:`.runner`, :mod:`.pipeline`, :mod:`.files`: running jobs (fetch, parse, store, items file, feed);
+- :mod:`.hostslots`: per-host politeness over all jobs (per address with ``[fetch] politeness = "ip"``);
 - :mod:`.service`: :class:`WorkerService` and :func:`build_worker`, for ``tap.build``.
 """
 

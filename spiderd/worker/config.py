@@ -40,6 +40,7 @@ class WorkerConfig:
     host_overrides: Mapping[str, tuple[float, int]] = field(default_factory=dict)  # host -> (delay, concurrency)
     adaptive: AdaptiveDelay = field(default_factory=AdaptiveDelay)  # [fetch] delay_factor, min_delay, max_delay
     adaptive_overrides: Mapping[str, AdaptiveDelay] = field(default_factory=dict)  # host -> its own rule
+    per_ip: bool = False  # [fetch] politeness = "ip": the hosts of one address share one slot (HostSlots.set_group)
     failure_threshold: int = 3
     retry_delay: float = 1.0
     max_retry_after: float = 3600.0  # a 429/503 blocks its host this long at most ([fetch] max_retry_after)

@@ -1,16 +1,15 @@
-"""Small parts of the job runner: a job's local items file, per-host politeness shared by all jobs, and a job's own."""
+"""Small parts of the job runner: a job's local items file and a job's own per-host limits (the worker's, over
+all jobs, are :class:`~spiderd.worker.hostslots.HostSlots`)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 from twisted.internet import defer, task
 from twisted.internet.defer import Deferred, DeferredLock, DeferredSemaphore
 from twisted.internet.interfaces import IReactorTime
-from twisted.python.failure import Failure
 
 from spiderd.core.fsutil import LaneFile
-from spiderd.core.rules import AdaptiveDelay
 from spiderd.feed.items import json_line
 from spiderd.worker.jobs import Runner
 
@@ -60,103 +59,8 @@ class ItemsFile(LaneFile):
             self._io(self._write, data)
 
 
-class HostSlots:
-    """Per-host politeness of the worker, over all jobs: at most ``limit`` requests at once per host, and
-    request starts at least ``delay`` seconds apart (raised by a robots.txt Crawl-delay; ``overrides`` maps a
-    host to its own (delay, limit), as ``[fetch.hosts]``).  With adaptive politeness (``adaptive``, per host
-    ``adaptive_overrides``), a request released with its duration also holds the host's next start until
-    ``delay_factor x`` that duration after the release, within the rule's bounds.  Idle hosts whose next start
-    is due are forgotten.
-    """
-
-    def __init__(self, limit: int, delay: float = 0.0, clock: IReactorTime | None = None,
-                 overrides: Mapping[str, tuple[float, int]] | None = None,
-                 adaptive: AdaptiveDelay | None = None,
-                 adaptive_overrides: Mapping[str, AdaptiveDelay] | None = None) -> None:
-        self.limit = limit
-        self.delay = delay
-        self._clock = clock
-        self._overrides = dict(overrides or {})
-        self._adaptive = adaptive or AdaptiveDelay()
-        self._adaptive_overrides = dict(adaptive_overrides or {})
-        self._robots: dict[str, float] = {}
-        self._slots: dict[str, DeferredSemaphore] = {}
-        self._next: dict[str, float] = {}  # host -> earliest start of its next request
-
-    def set_delay(self, host: str, delay: float) -> None:
-        """Raise ``host``'s delay to ``delay`` (its robots.txt Crawl-delay)."""
-        self._robots[host] = float(delay)
-
-    def block(self, host: str, until: float) -> None:
-        """Start no request to ``host`` before ``until`` (clock time: a throttling answer's Retry-After)."""
-        self._next[host] = max(self._next.get(host, until), until)
-
-    def blocked_until(self, host: str) -> float:
-        """The earliest start of ``host``'s next request (0: none booked)."""
-        return self._next.get(host, 0.0)
-
-    def delay_of(self, host: str) -> float:
-        """Seconds between two request starts to ``host``."""
-        configured = self._overrides.get(host, (self.delay, self.limit))[0]
-        return max(configured, self._robots.get(host, 0.0))
-
-    def acquire(self, host: str) -> Deferred[Any]:
-        """Fires when the host has a free slot and its turn has come (cancellable while waiting)."""
-        slot = self._slots.get(host)
-        if slot is None:
-            slot = self._slots[host] = DeferredSemaphore(self._overrides.get(host, (0.0, self.limit))[1])
-        d = slot.acquire()
-        if self._clock is not None:
-            d.addCallback(self._pace, host)
-        return d
-
-    def adaptive_of(self, host: str) -> AdaptiveDelay:
-        """The adaptive rule of ``host``: its own, else the worker's."""
-        return self._adaptive_overrides.get(host, self._adaptive)
-
-    def _pace(self, _: Any, host: str) -> Any:
-        """Book the host's next start; wait for this one's (a cancelled wait gives its slot back).  Read once
-        the slot is taken, so a block set meanwhile (``block``) or an adaptive wait holds."""
-        assert self._clock is not None  # (paced only with a clock)
-        delay = self.delay_of(host)
-        now = self._clock.seconds()
-        if delay <= 0 and self._next.get(host, now) <= now:
-            return None
-        start = max(now, self._next.get(host, now))
-        self._next[host] = start + delay
-        if start <= now:
-            return None
-        wait = task.deferLater(self._clock, start - now, lambda: None)
-        return wait.addErrback(self._cancelled, host)
-
-    def _cancelled(self, failure: Failure, host: str) -> Failure:
-        self.release(host)
-        return failure
-
-    def release(self, host: str, elapsed: float | None = None) -> None:
-        """Give back a slot taken with ``acquire``; ``elapsed``: the request's duration (adaptive politeness)."""
-        if elapsed is not None and self._clock is not None:
-            self._hold(host, self.adaptive_of(host).wait(elapsed))
-        slot = self._slots[host]
-        slot.release()
-        if slot.tokens == slot.limit and not slot.waiting:
-            del self._slots[host]
-            if self._next.get(host, 0.0) <= (self._clock.seconds() if self._clock is not None else 0.0):
-                self._next.pop(host, None)
-
-    def _hold(self, host: str, wait: float) -> None:
-        """No request to ``host`` starts within ``wait`` seconds from now (an earlier booked start moves later)."""
-        if wait > 0:
-            assert self._clock is not None  # (held only with a clock)
-            now = self._clock.seconds()
-            self._next[host] = max(self._next.get(host, now), now + wait)
-
-    def __len__(self) -> int:
-        return len(self._slots)
-
-
 class JobHosts:
-    """One job's own per-host limits (its Scrapy settings), inside the worker's :class:`HostSlots`: at most
+    """One job's own per-host limits (its Scrapy settings), inside the worker's :class:`~spiderd.worker.hostslots.HostSlots`: at most
     ``limit`` of its requests in flight per host (CONCURRENT_REQUESTS_PER_DOMAIN; 0 = none of its own), and its
     request starts to one host ``delay`` seconds apart (DOWNLOAD_DELAY), counted from each request's actual start,
     after the worker's own slot and delay: so the larger of the two delays applies.

@@ -49,7 +49,7 @@ from spiderd.core.retry import Backoff
 from spiderd.core.urls import fingerprint, host_of
 from spiderd.store.interfaces import IPageStore
 from spiderd.worker.config import WorkerConfig
-from spiderd.worker.files import HostSlots
+from spiderd.worker.hostslots import HostSlots
 from spiderd.worker.run import Run
 
 if TYPE_CHECKING:

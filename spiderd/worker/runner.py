@@ -273,6 +273,10 @@ class JobRunner:
         """Raise ``host``'s delay between request starts for every job."""
         self._pipeline.hosts.set_delay(host, delay)
 
+    def set_host_group(self, host: str, address: str) -> None:
+        """Per-IP politeness: ``host`` shares the slot of ``address`` for every job."""
+        self._pipeline.hosts.set_group(host, address)
+
     def now(self) -> float:
         return float(self._reactor.seconds())
 

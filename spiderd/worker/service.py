@@ -133,6 +133,10 @@ class WorkerService(Service):
         """Raise ``host``'s delay between request starts (its robots.txt Crawl-delay) for every job."""
         self.runner.set_host_delay(host, delay)
 
+    def set_host_group(self, host: str, address: str) -> None:
+        """Per-IP politeness: ``host`` (looked up at ``address``) shares that address's slot, for every job."""
+        self.runner.set_host_group(host, address)
+
     def idle(self) -> bool:
         """True when no job is pending or running and the shipper has nothing waiting."""
         return not self.runner.runs and not self.runner.pending() and not self._shipper_waiting()
@@ -202,7 +206,7 @@ def worker_config(worker: WorkerSection, fetch: FetchSection, *, data_dir: str, 
 
     ``port = -1`` is 6800 in the worker role (where Scrapyd listens), any free port for the all role's own worker;
     ``concurrency = 0`` is ``[fetch]``'s.  ``per_host_concurrency``, ``per_host_delay``, the adaptive politeness
-    rule, the per-host tables, ``max_retry_after`` and ``max_throttles`` come from ``[fetch]``;
+    rule, the per-host tables, ``politeness``, ``max_retry_after`` and ``max_throttles`` come from ``[fetch]``;
     ``failure_threshold`` is ``[pool]``'s, ``feed_format`` ``[items]``'s ``format``.
     """
     values: dict[str, Any] = asdict(worker)
@@ -214,7 +218,8 @@ def worker_config(worker: WorkerSection, fetch: FetchSection, *, data_dir: str, 
         per_host_concurrency=fetch.per_host_concurrency, per_host_delay=fetch.per_host_delay,
         max_retry_after=fetch.max_retry_after, max_throttles=fetch.max_throttles,
         host_overrides={host: (rule.delay, rule.concurrency) for host, rule in fetch.hosts.items()},
-        adaptive=fetch.adaptive, adaptive_overrides=host_adaptive(fetch.hosts, fetch.adaptive), **values)
+        adaptive=fetch.adaptive, adaptive_overrides=host_adaptive(fetch.hosts, fetch.adaptive),
+        per_ip=fetch.politeness == "ip", **values)
 
 
 def build_worker(config: WorkerConfig, reactor: INodeReactor, fetcher: Fetcher, parser: ParsePool,
@@ -222,9 +227,12 @@ def build_worker(config: WorkerConfig, reactor: INodeReactor, fetcher: Fetcher, 
                  stats: CrawlStats | None = None, claim_content: ClaimContent | None = None) -> WorkerService:
     """The worker role's service for ``tap.build`` (raises WorkerConfigError, a ValueError, on a bad ``config``).
 
-    The robots.txt Crawl-delays that the fetcher's ``robots`` (if any) finds raise the jobs' per-host delays."""
+    The robots.txt Crawl-delays that the fetcher's ``robots`` (if any) finds raise the jobs' per-host delays; with
+    ``config.per_ip`` the addresses the fetcher looks up group the hosts (the fetcher's ``tell_addresses``)."""
     worker = WorkerService(reactor, config, fetcher, parser, store, shipper, lane=lane, stats=stats,
                            claim_content=claim_content)
     if fetcher.robots is not None:
         fetcher.robots.add_delay_listener(worker.set_host_delay)
+    if config.per_ip:
+        fetcher.add_address_listener(worker.set_host_group)
     return worker
