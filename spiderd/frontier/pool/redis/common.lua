@@ -653,6 +653,20 @@ local function reset()
   GROUPS, groups_of = false, {}
 end
 
+-- The key names of a prefix and namespace (concatenations: made again only when a call's differ from the last
+-- call's, on a server whose library serves one pool; a separate function for Lua 5.1's limit of 60 upvalues).
+local NAMED_P, NAMED_NS = nil, nil
+local function name_keys()
+  if P == NAMED_P and NS == NAMED_NS then return end
+  NAMED_P, NAMED_NS = P, NS
+  READY, NEXT, INFLIGHT, WAITING = P .. 'ready', P .. 'next', P .. 'inflight', P .. 'waiting'
+  CONF, ROBOTS, LEASES, LEASE = P .. 'conf', P .. 'robots', P .. 'leases', P .. 'lease'
+  FAILS, HUBS, HUB, COUNTERS, META = P .. 'fails', P .. 'hubs', P .. 'hub', P .. 'counters', P .. 'meta'
+  CLAIMS, CHECKPOINTS, HOSTS_SEEN, ADOPTING = P .. 'claims', P .. 'checkpoints', P .. 'hostseen', P .. 'adopting'
+  AGAIN, WHY, THROTTLED, GROUP, RING = P .. 'again', P .. 'why', P .. 'throttled', P .. 'group', P .. 'ring:'
+  DOMAINS = NS .. 'spider.website.domains'
+end
+
 -- A call's start: its arguments (ARGV[1..6]: prefix, namespace, seen bucket bits, default delay, default
 -- concurrency, now), key names, and the per-call state above emptied.  As a Redis function library (FUNCTION
 -- LOAD, once per server) everything above is built once and begin() runs at every FCALL; as an EVAL script, the
@@ -661,11 +675,6 @@ local function begin(ARGV)
   P, NS, BITS = ARGV[1], ARGV[2], tonumber(ARGV[3])
   DELAY, CONC, NOW_S = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
   NOW, SPLIT = tonumber(NOW_S), 2 ^ (32 - BITS)
-  READY, NEXT, INFLIGHT, WAITING = P .. 'ready', P .. 'next', P .. 'inflight', P .. 'waiting'
-  CONF, ROBOTS, LEASES, LEASE = P .. 'conf', P .. 'robots', P .. 'leases', P .. 'lease'
-  FAILS, HUBS, HUB, COUNTERS, META = P .. 'fails', P .. 'hubs', P .. 'hub', P .. 'counters', P .. 'meta'
-  CLAIMS, CHECKPOINTS, HOSTS_SEEN, ADOPTING = P .. 'claims', P .. 'checkpoints', P .. 'hostseen', P .. 'adopting'
-  AGAIN, WHY, THROTTLED, GROUP, RING = P .. 'again', P .. 'why', P .. 'throttled', P .. 'group', P .. 'ring:'
-  DOMAINS = NS .. 'spider.website.domains'
+  name_keys()
   reset()
 end

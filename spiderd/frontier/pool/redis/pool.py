@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -140,10 +141,15 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         """``hubs``: due hubs to hand out at most, in place of ``hub_percent`` of ``count`` (a partition's share)."""
         now = self._clock.seconds()
         split = self.split
-        args = [repr(now + self.pending_threshold), str(count), str(hub_quota(count, hub_percent) if hubs is None else hubs),
+        args = [self._deadline(now), str(count), str(hub_quota(count, hub_percent) if hubs is None else hubs),
                 *map(repr, split.ratios), *map(repr, split.credit), str(RESERVE_SCAN),
                 repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT), self._conditional_arg(), "1" if self.per_ip else "0"]
         return self._run("pop", args, now).addCallback(self._popped)
+
+    def _deadline(self, now: float) -> str:
+        """A lease's deadline, now + pending_threshold rounded up to a whole second: a whole number is kept as an
+        integer in a small sorted set (a listpack), where Redis compares it without parsing a decimal string."""
+        return str(math.ceil(now + self.pending_threshold))
 
     def _conditional_arg(self) -> str:
         """pop.lua's validators switch: every URL's, hubs' only (no recrawled kind: all nodes share it), none."""
@@ -186,7 +192,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
             return defer.succeed(False)
         owner = parsed(by, self._max_url_length)
         now = self._clock.seconds()
-        args = [repr(now + self.pending_threshold), *self._located(u), owner.url if owner is not None else ""]
+        args = [self._deadline(now), *self._located(u), owner.url if owner is not None else ""]
         return self._run("claim", args, now).addCallback(bool)
 
     def fetched(self, url: str, elapsed: float | None = None) -> defer.Deferred[None]:
