@@ -1,3 +1,14 @@
+-- The globals these scripts use, as locals (a global is read through Redis 7's empty proxy table and its
+-- __index at every use).  A function library's prelude runs at FUNCTION LOAD, where only `redis` (its loader
+-- API: register_function) exists: begin() binds them all at the first call (globals() reads them, declared
+-- before the locals shadow their names); an EVAL script binds them at every call.
+local function globals()
+  return redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs
+end
+local redis = redis
+local string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs
+local BOUND = false
+
 -- The prelude of every script (the head of the function library): key names, URL states, host slots and domain
 -- turns.  ARGV[1..6]: prefix, namespace, seen bucket bits, default delay, default concurrency, now; set for each
 -- call by begin() (at the end of this prelude).
@@ -672,6 +683,10 @@ end
 -- LOAD, once per server) everything above is built once and begin() runs at every FCALL; as an EVAL script, the
 -- whole prelude runs at every call.
 local function begin(ARGV)
+  if not BOUND then
+    redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs = globals()
+    BOUND = true
+  end
   P, NS, BITS = ARGV[1], ARGV[2], tonumber(ARGV[3])
   DELAY, CONC, NOW_S = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
   NOW, SPLIT = tonumber(NOW_S), 2 ^ (32 - BITS)
