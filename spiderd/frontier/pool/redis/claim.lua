@@ -22,5 +22,5 @@ elseif code then
 end
 lease(fp, prio .. 'c ' .. domain .. ' ' .. url, deadline)
 if owner then redis.call('HSET', CLAIMS, fp, owner) end
-redis.call('HINCRBY', COUNTERS, 'pending', 1)
+redis.call('HINCRBY', COUNTERS, 'pending', '1')
 return 1

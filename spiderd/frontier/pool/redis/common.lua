@@ -1,3 +1,14 @@
+-- The globals these scripts use, as locals (a global is read through Redis 7's empty proxy table and its
+-- __index at every use).  A function library's prelude runs at FUNCTION LOAD, where only `redis` (its loader
+-- API: register_function) exists: begin() binds them all at the first call (globals() reads them, declared
+-- before the locals shadow their names); an EVAL script binds them at every call.
+local function globals()
+  return redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs
+end
+local redis = redis
+local string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs
+local BOUND = false
+
 -- The prelude of every script (the head of the function library): key names, URL states, host slots and domain
 -- turns.  ARGV[1..6]: prefix, namespace, seen bucket bits, default delay, default concurrency, now; set for each
 -- call by begin() (at the end of this prelude).
@@ -147,7 +158,7 @@ local SUM_COUNTS = false
 local counts, count_names, host_counts, count_hosts = {}, {}, {}, {}
 local function count(name, change)
   if not SUM_COUNTS then
-    redis.call('HINCRBY', COUNTERS, name, change)
+    redis.call('HINCRBY', COUNTERS, name, int(change))
   elseif counts[name] then
     counts[name] = counts[name] + change
   else
@@ -158,7 +169,7 @@ end
 
 local function host_waiting(host, change)
   if not SUM_COUNTS then
-    if tonumber(redis.call('ZINCRBY', WAITING, change, host)) <= 0 then redis.call('ZREM', WAITING, host) end
+    if tonumber(redis.call('ZINCRBY', WAITING, int(change), host)) <= 0 then redis.call('ZREM', WAITING, host) end
   elseif host_counts[host] then
     host_counts[host] = host_counts[host] + change
   else
@@ -342,7 +353,7 @@ local function peek(q, want)
     views[q] = v
   end
   if v.at > #v.urls and not v.whole then
-    local read = redis.call('LRANGE', q, #v.urls, #v.urls + want - 1)
+    local read = redis.call('LRANGE', q, dec(#v.urls), dec(#v.urls + want - 1))
     for _, url in ipairs(read) do v.urls[#v.urls + 1] = url end
     v.whole = #read < want
   end
@@ -360,7 +371,7 @@ end
 local function trim(q)
   local v = views[q]
   if v and v.at > 1 then
-    redis.call('LTRIM', q, v.at - 1, -1)
+    redis.call('LTRIM', q, dec(v.at - 1), '-1')
     local rest = {}
     for i = v.at, #v.urls do rest[#rest + 1] = v.urls[i] end
     v.urls, v.at = rest, 1
@@ -421,7 +432,7 @@ local function requeue(domain)
     redis.call('ZREM', READY, domain)
     ready[domain] = false
   else
-    redis.call('ZADD', READY, s.next <= NOW and NOW_S or s.next, domain)
+    redis.call('ZADD', READY, s.next <= NOW and NOW_S or score_arg(s.next), domain)
     ready[domain] = true
   end
 end
@@ -527,7 +538,7 @@ local function unqueue(url, host, domain, bucket, ms, code)
   flush_push(q)
   trim(q)
   views[q] = nil
-  redis.call('LREM', q, 1, url)
+  redis.call('LREM', q, '1', url)
   host_waiting(host, -1)
   requeue(domain)  -- its head may have changed
   return prio
@@ -672,6 +683,10 @@ end
 -- LOAD, once per server) everything above is built once and begin() runs at every FCALL; as an EVAL script, the
 -- whole prelude runs at every call.
 local function begin(ARGV)
+  if not BOUND then
+    redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs = globals()
+    BOUND = true
+  end
   P, NS, BITS = ARGV[1], ARGV[2], tonumber(ARGV[3])
   DELAY, CONC, NOW_S = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
   NOW, SPLIT = tonumber(NOW_S), 2 ^ (32 - BITS)

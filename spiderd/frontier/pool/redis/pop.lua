@@ -16,14 +16,15 @@ local SWEEP_EVERY, SWEEP_COUNT = tonumber(ARGV[15]), ARGV[16]
 local CONDITIONAL = ARGV[17] ~= '0'
 local CONDITIONAL_QUEUED = ARGV[17] == '1' or (CONDITIONAL and filled(HUB))
 local leased_kind = {[0] = 0, [1] = 0}
-local EXPIRE_BATCH, HUB_SCAN, ADOPT_BATCH = 1000, 1000, 1000
+-- (numbers given to redis.call as strings: Redis formats a Lua number with %.17g at every call)
+local EXPIRE_BATCH, HUB_SCAN, ADOPT_BATCH, ADOPT_BATCH_S = '1000', '1000', 1000, '1000'
 local out, foreign = {}, {}
 SUM_COUNTS, BATCH_LEASES, BATCH_INFLIGHT = true, true, true
 local DEADLINE_S = ARGV[7]
 GROUPS = ARGV[18] == '1'
 local HELD = GROUPS and 'g' or '1'  -- holds a host slot (per address: released by its group of then)
 local KIND_HELD = {[0] = '0' .. HELD .. ' ', [1] = '1' .. HELD .. ' '}  -- a lease record's start: kind, holds
-local RING_SCAN = 100  -- domains of a group's ring a turn looks at, at most
+local RING_LAST = '99'  -- the last of the domains of a group's ring a turn looks at (100 at most)
 
 -- Hand out a leased URL (is_hub 1 or 0) with its validators.
 local function hand_out(url, fp, is_hub)
@@ -36,13 +37,13 @@ end
 -- Another tool's entry (not queued by the pool) for the node to add: held in ADOPTING until that node added it,
 -- so a node dying in between loses nothing (the entry is handed to a pop again after the deadline).
 local function adopt(url, prio)
-  redis.call('ZADD', ADOPTING, DEADLINE, prio .. ' ' .. url)
+  redis.call('ZADD', ADOPTING, DEADLINE_S, prio .. ' ' .. url)
   foreign[#foreign + 1] = url
   foreign[#foreign + 1] = prio
 end
 
 local function expire()
-  for _, key in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', '(' .. NOW_S, 'LIMIT', 0, EXPIRE_BATCH)) do
+  for _, key in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', '(' .. NOW_S, 'LIMIT', '0', EXPIRE_BATCH)) do
     local kind, domain, url = end_lease(key)
     if not kind then
       redis.call('ZREM', LEASES, key)
@@ -51,7 +52,7 @@ local function expire()
       enqueue(url, host_of(url), domain, take_again(key) or tonumber(kind), bucket, ms)
     end
   end
-  for _, entry in ipairs(redis.call('ZRANGEBYSCORE', ADOPTING, '-inf', '(' .. NOW_S, 'LIMIT', 0, ADOPT_BATCH)) do
+  for _, entry in ipairs(redis.call('ZRANGEBYSCORE', ADOPTING, '-inf', '(' .. NOW_S, 'LIMIT', '0', ADOPT_BATCH_S)) do
     local prio, url = string.match(entry, '^(%d) (.*)$')
     adopt(url, tonumber(prio))
   end
@@ -75,7 +76,7 @@ local function pop_hubs()
   if HUBS_WANTED <= 0 then return 0 end
   local span = tonumber(redis.call('HGET', META, 'hub_span') or '0')
   local taken = 0
-  for _, fp in ipairs(redis.call('ZRANGEBYSCORE', HUBS, '-inf', NOW_S, 'LIMIT', 0, HUB_SCAN)) do
+  for _, fp in ipairs(redis.call('ZRANGEBYSCORE', HUBS, '-inf', NOW_S, 'LIMIT', '0', HUB_SCAN)) do
     local rec = redis.call('HGET', HUB, fp)
     if not rec then
       redis.call('ZREM', HUBS, fp)
@@ -83,7 +84,7 @@ local function pop_hubs()
       local url = string.match(rec, '^%S+ (.*)$')
       local s = slot(host_of(url))
       if gate(s).next <= NOW and gate(s).busy < s.conc then
-        redis.call('ZADD', HUBS, NOW + span, fp)
+        redis.call('ZADD', HUBS, score_arg(NOW + span), fp)
         occupy(s, 1)
         lease('h' .. fp, 'h' .. HELD .. ' ' .. rec, DEADLINE_S)
         hand_out(url, fp, 1)
@@ -175,7 +176,7 @@ end
 function group_turn(member, caps, wanted, alone)
   local g = group_slot(string.sub(member, 2))
   if g.next > NOW then return 0 end
-  local ring = redis.call('ZRANGE', g.ring, 0, RING_SCAN - 1)
+  local ring = redis.call('ZRANGE', g.ring, '0', RING_LAST)
   local answer = nil
   for _, domain in ipairs(ring) do
     local _, url = head(domain)
@@ -241,7 +242,7 @@ local function pop_urls(caps, strict)
   while wanted > 0 do
     if not domains then
       settle()
-      domains = redis.call('ZRANGEBYSCORE', READY, '-inf', NOW_S, 'LIMIT', 0, wanted + skipped)
+      domains = redis.call('ZRANGEBYSCORE', READY, '-inf', NOW_S, 'LIMIT', '0', dec(wanted + skipped))
     end
     local got, passing, alone = 0, skipped, #domains == 1
     for _, domain in ipairs(domains) do

@@ -30,9 +30,9 @@ SUM_COUNTS, BATCH_ENDS, BATCH_INFLIGHT = true, true, true
 local function throttled(fp, host, block_end)
   hold(host, block_end, true)
   redis.call('ZREMRANGEBYSCORE', THROTTLED, '-inf', NOW_S)
-  redis.call('ZADD', THROTTLED, 'GT', block_end, host)
+  redis.call('ZADD', THROTTLED, 'GT', score_arg(block_end), host)
   if tonumber(filled(THROTTLES) and redis.call('HGET', THROTTLES, fp) or '0') >= MAX_THROTTLES then return false end
-  redis.call('HINCRBY', THROTTLES, fp, 1)
+  redis.call('HINCRBY', THROTTLES, fp, '1')
   fill(THROTTLES)
   return true
 end
@@ -76,17 +76,17 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
   local fallback, block_end = string.match(outcome, '^throttle (%S+) (%S+)$')
   if fallback then
     if throttled(fp, host, tonumber(block_end)) then
-      redis.call('HSET', WHY, fp, NOW_S .. ' ' .. failures .. ' ' .. reason)
+      redis.call('HSET', WHY, fp, NOW_S .. ' ' .. int(failures) .. ' ' .. reason)
       enqueue(url, host, domain, prio, bucket, ms)
       return
     end
     outcome = fallback
   end
   if outcome ~= 'done' then
-    redis.call('HSET', WHY, fp, NOW_S .. ' ' .. (failures + 1) .. ' ' .. reason)
+    redis.call('HSET', WHY, fp, NOW_S .. ' ' .. int(failures + 1) .. ' ' .. reason)
   end
   if outcome == 'retry' and failures < THRESHOLD then
-    redis.call('HSET', FAILS, fp, failures + 1)
+    redis.call('HSET', FAILS, fp, int(failures + 1))
     fill(FAILS)
     enqueue(url, host, domain, prio, bucket, ms)
   else
@@ -101,7 +101,7 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
     count(FINAL_NAME[code], 1)
     local in_set = was_known and string.find(kept, D1[prio], 1, true)
     if code == DONE and in_set then
-      redis.call('ZADD', crawled(prio, domain), NOW, url)
+      redis.call('ZADD', crawled(prio, domain), NOW_S, url)
     end
     if hub or in_set then keep_validators(fp, code == DONE, validators) end
     if code == FAILED then
