@@ -83,7 +83,6 @@ class CrawlService(Service):
         self._reactor = reactor
         self.pool = pool
         self._fetcher = fetcher
-        self._parser = parser
         self.stats = stats
         self._processor = Processor(reactor, pool, parser, rules, stats, detail_sink, store=store, items=items,
                                     archive=archive, linkbase=linkbase, max_retry_after=max_retry_after,
