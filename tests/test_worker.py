@@ -96,6 +96,14 @@ class Raw(Protocol):
         self.done.callback(self.data)
 
 
+def assert_fires_after(case: unittest.SynchronousTestCase, clock: Clock, d: Deferred[Any], seconds: float) -> None:
+    """``d`` has no result 0.1 s before ``clock`` has turned ``seconds`` more, and fires then."""
+    clock.advance(seconds - 0.1)
+    case.assertNoResult(d)
+    clock.advance(0.1)
+    case.successResultOf(d)
+
+
 def site_rules(name: str) -> list[dict[str, Any]]:
     return [dict(DEMO["sites"][0], name=name)]
 
@@ -955,11 +963,7 @@ class PartsTests(unittest.SynchronousTestCase):
         self.assertEqual((slots.delay_of("h"), slots.delay_of("fast.example"), slots.delay_of("other")), (5.0, 0.0, 2.0))
         clock.advance(10)
         self.successResultOf(slots.acquire("h"))
-        later = slots.acquire("h")
-        clock.advance(4.9)
-        self.assertNoResult(later)
-        clock.advance(0.1)
-        self.successResultOf(later)
+        assert_fires_after(self, clock, slots.acquire("h"), 5.0)
 
     def test_host_slots_adaptive_delay(self) -> None:
         """With adaptive politeness, a request released with its duration holds the host's next start for

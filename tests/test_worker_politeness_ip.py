@@ -31,6 +31,7 @@ from spiderd.worker.hostslots import HostSlots
 
 from .test_politeness_ip import HOSTS, MappedReactor, listen_shared
 from .test_throttle import START, Base
+from .test_worker import assert_fires_after
 
 SITES = [dict(DEMO["sites"][0], name="shared", allowed_hosts=list(HOSTS), detail_urls=["/\\d+$"])]
 
@@ -88,11 +89,7 @@ class GroupedSlotsTests(unittest.SynchronousTestCase):
         slots.set_group("slow.test", "192.0.2.1")
         self.successResultOf(slots.acquire("fast.test"))
         self.successResultOf(slots.acquire("slow.test"))
-        later = slots.acquire("fast.test")
-        clock.advance(1.9)
-        self.assertNoResult(later)
-        clock.advance(0.1)
-        self.successResultOf(later)
+        assert_fires_after(self, clock, slots.acquire("fast.test"), 2.0)
 
     def test_a_block_and_an_adaptive_wait_hold_the_address(self) -> None:
         """A throttling answer's block of one host and its adaptive wait hold every host of its address."""
@@ -108,11 +105,7 @@ class GroupedSlotsTests(unittest.SynchronousTestCase):
         self.successResultOf(slots.acquire("a.test"))
         slots.release("a.test", 5.0)  # 2 x 5 s from now
         slots.release("b.test")
-        held = slots.acquire("b.test")
-        clock.advance(9.9)
-        self.assertNoResult(held)
-        clock.advance(0.1)
-        self.successResultOf(held)
+        assert_fires_after(self, clock, slots.acquire("b.test"), 10.0)
 
     def test_a_host_that_moves_takes_its_requests_and_frees_its_old_slot(self) -> None:
         """A host whose address changes takes its request in flight and its waiting one to the new address's

@@ -90,14 +90,11 @@ class _Handshake(Protocol):
 
     def _read(self) -> None:
         end = self._answer.find(b"\r\n\r\n")
-        if end < 0:
-            if len(self._answer) > MAX_ANSWER:
-                self._fail(TunnelError(f"proxy {self._where} answered CONNECT with more than {MAX_ANSWER} bytes "
-                                       "of headers"))
-            return
-        if end + 4 > MAX_ANSWER:
+        if (end + 4 if end >= 0 else len(self._answer)) > MAX_ANSWER:
             return self._fail(TunnelError(f"proxy {self._where} answered CONNECT with more than {MAX_ANSWER} "
                                           "bytes of headers"))
+        if end < 0:
+            return
         status = _STATUS.match(self._answer)
         if status is None:
             first = self._answer.split(b"\r\n", 1)[0][:80].decode("latin-1")

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from spiderd.core.addresses import AddressTable
 from spiderd.core.rules import AdaptiveDelay
 
 
@@ -97,7 +98,7 @@ class Politeness:
     _tiebreak: itertools.count[int] = field(default_factory=itertools.count)
     _robots_delay: dict[str, float] = field(default_factory=dict)
     groups_kept: int = 100_000  # addresses kept of hosts without a slot (ten times the fetcher's DNS cache)
-    _group_of: OrderedDict[str, str] = field(default_factory=OrderedDict)  # host -> its group (per-IP), last told last
+    _group_of: AddressTable = field(default_factory=AddressTable)  # host -> its group (per-IP), last told last
     _groups: dict[str, HostGroup] = field(default_factory=dict)
 
     def slot(self, host: str, hid: bytes) -> HostSlot:
@@ -207,11 +208,7 @@ class Politeness:
 
     def set_group(self, host: str, key: str) -> None:
         """Put ``host`` in the politeness group ``key`` (its address); ``key == host``: on its own again."""
-        if key == host:
-            self._group_of.pop(host, None)
-        else:
-            self._group_of[host] = key
-            self._group_of.move_to_end(host)
+        self._group_of.tell(host, None if key == host else key)
         slot = self.hosts.get(host)
         if slot is not None:
             self._join(slot, None if key == host else key)
@@ -264,11 +261,7 @@ class Politeness:
         idle = [h for h, s in self.hosts.items() if not s.waiting and not s.own_inflight and s.next_allowed <= now]
         for host in idle:
             del self.hosts[host]
-        excess = len(self._group_of) - self.groups_kept
-        if excess > 0:
-            gone = list(itertools.islice((h for h in self._group_of if h not in self.hosts), excess))
-            for host in gone:
-                del self._group_of[host]
+        self._group_of.trim(self.groups_kept, self.hosts.__contains__)
         if self._groups:
             kept = {id(s.group) for s in self.hosts.values() if s.group is not None}
             for key in [key for key, group in self._groups.items() if id(group) not in kept]:

@@ -17,7 +17,7 @@ on its own until its next lookup tells it again.
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -26,6 +26,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
+from spiderd.core.addresses import AddressTable
 from spiderd.core.rules import AdaptiveDelay
 
 GROUPS_KEPT = 100_000  # host -> address entries, as the pool's Politeness.groups_kept
@@ -65,7 +66,7 @@ class HostSlots:
         self._slots: dict[str, _Slot] = {}  # by key: the host, or "@address" of its group
         self._next: dict[str, float] = {}  # key -> earliest start of its next request
         self._held: Counter[str] = Counter()  # host -> its requests holding a place in its slot
-        self._group_of: OrderedDict[str, str] = OrderedDict()  # host -> "@address", the last told last
+        self._group_of = AddressTable()  # host -> "@address", the last told last
 
     # -- settings of a host -----------------------------------------------------------------------------------
 
@@ -197,15 +198,11 @@ class HostSlots:
         """``host``'s address is ``address`` (the fetcher's lookup): it shares the slot of that address's hosts
         from now on, taking its requests in flight and waiting along (``address == host``: on its own)."""
         old = self.key_of(host)
-        if address == host:
-            self._group_of.pop(host, None)
-        else:
-            self._group_of[host] = "@" + address
-            self._group_of.move_to_end(host)
+        self._group_of.tell(host, None if address == host else "@" + address)
         new = self.key_of(host)
         if new != old:
             self._move(host, old, new)
-        self._trim()
+        self._group_of.trim(self.groups_kept, self._busy)
 
     def _move(self, host: str, old: str, new: str) -> None:
         """Carry ``host``'s held places, waiting requests and the old slot's next start from ``old`` to ``new``."""
@@ -225,17 +222,6 @@ class HostSlots:
         target.waiting.extend(moving)
         self._wake(old)
         self._wake(new)
-
-    def _trim(self) -> None:
-        """Forget the addresses of the hosts told longest ago, down to ``groups_kept`` (skipping busy hosts)."""
-        for _ in range(len(self._group_of)):
-            if len(self._group_of) <= self.groups_kept:
-                return
-            host = next(iter(self._group_of))
-            if self._busy(host):
-                self._group_of.move_to_end(host)
-            else:
-                del self._group_of[host]
 
     def _busy(self, host: str) -> bool:
         """True if ``host`` holds a place in its slot or waits for one."""
