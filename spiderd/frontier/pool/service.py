@@ -19,8 +19,7 @@ from twisted.python.failure import Failure
 
 from spiderd.config.convert import ConfigError
 from spiderd.config.sections import FetchSection, PoolSection
-from spiderd.core.rules import Site
-from spiderd.core.rules import host_adaptive
+from spiderd.core.rules import Site, host_adaptive
 from spiderd.core.secrets import redact
 from spiderd.frontier.interfaces import IURLPool
 from spiderd.frontier.politeness import Politeness
@@ -102,7 +101,7 @@ def pool_options(config: PoolSection, fetching: FetchSection, sites: tuple[Site,
     """Every backend's options: ``[pool]``; the throttling and conditional GET of ``[fetch]``; the recrawl
     intervals and hop limits of the sites."""
     return PoolOptions(config, max_throttles=fetching.max_throttles, conditional_get=fetching.conditional_get,
-                       per_ip=fetching.politeness == "ip",                       recrawl=tuple(RecrawlPolicy.from_sites(sites).pairs()),
+                       per_ip=fetching.politeness == "ip", recrawl=tuple(RecrawlPolicy.from_sites(sites).pairs()),
                        site_hops=HopLimits.from_sites(0, sites).by_domain)
 
 

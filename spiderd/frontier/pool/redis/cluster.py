@@ -168,9 +168,11 @@ class ClusterLink:
 
     # -- sending ----------------------------------------------------------------------
 
-    def run(self, key: str, script: Script, args: Sequence[Any], *, wait: bool = True) -> defer.Deferred[Any]:
-        """Run ``script`` with KEYS ``[key]`` (every key it touches shares that key's slot) on its master."""
-        return self._call(key_slot(key), lambda link: link.run(script, args, (key,)), wait)
+    def run(self, key: str, script: Script, args: Sequence[Any], *, wait: bool = True,
+            slot: int | None = None) -> defer.Deferred[Any]:
+        """Run ``script`` with KEYS ``[key]`` (every key it touches shares that key's slot) on its master
+        (``slot``: ``key``'s, if the caller knows it)."""
+        return self._call(key_slot(key) if slot is None else slot, lambda link: link.run(script, args, (key,)), wait)
 
     def execute(self, slot: int, *args: Any, wait: bool = True) -> defer.Deferred[Any]:
         """Run one command on the master of ``slot`` (its keys must be of that slot)."""
@@ -296,7 +298,7 @@ class SlotLink:
         return self.cluster.open()
 
     def run(self, script: Script, args: Sequence[Any]) -> defer.Deferred[Any]:
-        return self.cluster.run(self.key, script, args, wait=script.name not in self.NO_WAIT)
+        return self.cluster.run(self.key, script, args, wait=script.name not in self.NO_WAIT, slot=self.slot)
 
     def execute(self, *args: Any) -> defer.Deferred[Any]:
         return self.cluster.execute(self.slot, *args)

@@ -92,14 +92,23 @@ local function locate(url)
   return locate_fp(string.sub(redis.sha1hex(url), 1, 16))
 end
 
--- The values of many fields of a hash (false where none), 1000 fields an HMGET.
-local function read_fields(key, fields)
+-- redis.call(command, key, ...) with a list's items, 1000 of them a call; read_many gathers the replies, one per
+-- item (HMGET's values, false where none; ZMSCORE's scores).
+local function each_chunk(command, key, items)
+  for i = 1, #items, 1000 do redis.call(command, key, unpack(items, i, math.min(i + 999, #items))) end
+end
+local function read_many(command, key, items)
   local values = {}
-  for j = 1, #fields, 1000 do
-    local got = redis.call('HMGET', key, unpack(fields, j, math.min(j + 999, #fields)))
+  for j = 1, #items, 1000 do
+    local got = redis.call(command, key, unpack(items, j, math.min(j + 999, #items)))
     for k = 1, #got do values[j + k - 1] = got[k] end
   end
   return values
+end
+
+-- The values of many fields of a hash (false where none).
+local function read_fields(key, fields)
+  return read_many('HMGET', key, fields)
 end
 
 -- The state code stored for a URL in its bucket (1-3 final, 4-5 waiting), or nil.
@@ -191,22 +200,18 @@ local function flush_host_counts()
   for _, host in ipairs(count_hosts) do
     if host_counts[host] ~= 0 then hosts[#hosts + 1] = host end
   end
-  for i = 1, #hosts, 1000 do
-    local last = math.min(i + 999, #hosts)
-    local scores = redis.call('ZMSCORE', WAITING, unpack(hosts, i, last))
-    local add, drop = {}, {}
-    for j = i, last do
-      local score = tonumber(scores[j - i + 1] or '0') + host_counts[hosts[j]]
-      if score <= 0 then
-        drop[#drop + 1] = hosts[j]
-      else
-        add[#add + 1] = score_arg(score)
-        add[#add + 1] = hosts[j]
-      end
+  local scores, add, drop = read_many('ZMSCORE', WAITING, hosts), {}, {}
+  for j, host in ipairs(hosts) do
+    local score = tonumber(scores[j] or '0') + host_counts[host]
+    if score <= 0 then
+      drop[#drop + 1] = host
+    else
+      add[#add + 1] = score_arg(score)
+      add[#add + 1] = host
     end
-    if #add > 0 then redis.call('ZADD', WAITING, unpack(add)) end
-    if #drop > 0 then redis.call('ZREM', WAITING, unpack(drop)) end
   end
+  each_chunk('ZADD', WAITING, add)
+  each_chunk('ZREM', WAITING, drop)
 end
 
 local function flush_counts()
@@ -332,7 +337,7 @@ end
 local function flush_push(q)
   local urls = pushes[q]
   if urls and #urls > 0 then
-    for i = 1, #urls, 1000 do redis.call('RPUSH', q, unpack(urls, i, math.min(i + 999, #urls))) end
+    each_chunk('RPUSH', q, urls)
     pushes[q] = {}
   end
 end
@@ -495,12 +500,8 @@ local function flush_inflight()
   for _, host in ipairs(busy_hosts) do
     if busy_change[host] then asked[#asked + 1] = host end
   end
-  local now_busy = {}
-  for i = 1, #asked, 1000 do
-    local last = math.min(i + 999, #asked)
-    local values = redis.call('HMGET', INFLIGHT, unpack(asked, i, last))
-    for j = i, last do now_busy[asked[j]] = tonumber(values[j - i + 1] or '0') + busy_change[asked[j]] end
-  end
+  local now_busy, values = {}, read_fields(INFLIGHT, asked)
+  for j, host in ipairs(asked) do now_busy[host] = tonumber(values[j] or '0') + busy_change[host] end
   local set, drop = {}, {}
   for _, host in ipairs(busy_hosts) do
     local busy = busy_known[host] and slots[host].busy or now_busy[host]
@@ -511,8 +512,8 @@ local function flush_inflight()
       set[#set + 1] = int(busy)
     end
   end
-  for i = 1, #set, 1000 do redis.call('HSET', INFLIGHT, unpack(set, i, math.min(i + 999, #set))) end
-  for i = 1, #drop, 1000 do redis.call('HDEL', INFLIGHT, unpack(drop, i, math.min(i + 999, #drop))) end
+  each_chunk('HSET', INFLIGHT, set)
+  each_chunk('HDEL', INFLIGHT, drop)
   busy_change, busy_known, busy_hosts = {}, {}, {}
 end
 
@@ -562,11 +563,8 @@ local function lease(fp, rec, deadline)
 end
 
 local function flush_leases()
-  for i = 1, #lease_fields, 1000 do
-    local last = math.min(i + 999, #lease_fields)
-    redis.call('HSET', LEASE, unpack(lease_fields, i, last))
-    redis.call('ZADD', LEASES, unpack(lease_scores, i, last))
-  end
+  each_chunk('HSET', LEASE, lease_fields)
+  each_chunk('ZADD', LEASES, lease_scores)
   lease_fields, lease_scores, leasing = {}, {}, {}
 end
 
@@ -597,11 +595,8 @@ local function end_lease(key)
 end
 
 local function flush_ends()
-  for i = 1, #ended_keys, 1000 do
-    local last = math.min(i + 999, #ended_keys)
-    redis.call('HDEL', LEASE, unpack(ended_keys, i, last))
-    redis.call('ZREM', LEASES, unpack(ended_keys, i, last))
-  end
+  each_chunk('HDEL', LEASE, ended_keys)
+  each_chunk('ZREM', LEASES, ended_keys)
   ended, ended_keys = {}, {}
 end
 

@@ -152,7 +152,7 @@ local function free_slots()
       end
     end
   end
-  for j = 1, #fields, 1000 do redis.call('HSET', LEASE, unpack(fields, j, math.min(j + 999, #fields))) end
+  each_chunk('HSET', LEASE, fields)
 end
 free_slots()
 
