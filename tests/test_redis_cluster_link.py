@@ -126,6 +126,8 @@ class ClusterLinkTests(ClusterCase, TestCase):
         assert (yield defer.gatherResults([link.run(k, ECHO_FCALL, ["x"]) for k in keys])) == [[k, "x", 1] for k in keys]
         assert self.cluster.cli(self.cluster.ports[2], "FUNCTION", "FLUSH") == "OK"
         assert (yield link.run(keys[2], ECHO_FCALL, ["y"])) == [keys[2], "y", 2]
+        # the same answer would come from EVAL: the library back on that master shows the call was an FCALL
+        assert "echo_lib" in self.cluster.cli(self.cluster.ports[2], "FUNCTION", "LIST", "LIBRARYNAME", "echo_lib")
 
     @defer.inlineCallbacks
     def test_a_master_down_is_logged_waited_for_and_used_again(self) -> Gen:
