@@ -8,22 +8,29 @@ waits for ``cluster_state:ok`` on all of them.  ``cluster-require-full-coverage
 no``: the other masters keep serving their slots while one is down.  ``kill(i)``
 and ``restart(i)`` (same port, same directory, its AOF and nodes.conf) stand for
 a crash; ``stop()`` ends every process (also when a test failed: call it from a
-cleanup).  Blocking: call it from a test's set-up, never from the reactor.
+cleanup).  A master also ends with the thread that started it (``PR_SET_PDEATHSIG``
+on Linux): a run ended without its clean-ups (pytest-timeout's ``os._exit``, a
+SIGKILL) leaves no redis-server behind.  Blocking: call it from a test's set-up, never from the reactor.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 MASTERS = 3
 BUS_OFFSET = 10000  # Redis Cluster's bus port is the client port + 10000
 START_TIMEOUT = 30.0
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def available() -> str | None:
@@ -49,6 +56,20 @@ def free_ports(count: int) -> list[int]:
         if port not in ports and _free(port) and _free(port + BUS_OFFSET):
             ports.append(port)
     return ports
+
+
+def _dying_with(parent: int) -> Callable[[], None] | None:
+    """A child's pre-exec hook: SIGTERM when the thread that started it ends (None where prctl is not Linux's)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the hook itself only calls it
+
+    def hook() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent ended before the hook ran
+            os._exit(1)
+
+    return hook
 
 
 class RedisCluster:
@@ -83,6 +104,8 @@ class RedisCluster:
         return self
 
     def _launch(self, i: int) -> None:
+        if i in self._procs:  # a second process would lose the first one's handle, and stop() would miss it
+            raise RuntimeError(f"redis-server on {self.ports[i]} already runs")
         port = self.ports[i]
         home = self.directory / f"node{port}"
         home.mkdir(parents=True, exist_ok=True)
@@ -91,7 +114,8 @@ class RedisCluster:
                    "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no",
                    "--appendonly", "yes" if self.aof else "no", "--appendfsync", "always", "--save", "",
                    "--logfile", str(home / "redis.log"), "--daemonize", "no"]
-        self._procs[i] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._procs[i] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          preexec_fn=_dying_with(os.getpid()))
 
     def _create(self) -> None:
         addresses = [f"127.0.0.1:{port}" for port in self.ports]

@@ -104,12 +104,13 @@ class Frontier:
     def leased(self) -> set[str]:
         return {fp for prefix in self.prefixes for fp in self.command("HKEYS", prefix + "lease")}
 
-    def counters(self) -> Counter[str]:
+    def counters(self) -> dict[str, int]:
+        """The pool's counters summed over its prefixes; one that no prefix holds is absent (not 0)."""
         total: Counter[str] = Counter()
         for prefix in self.prefixes:
             flat = self.command("HGETALL", prefix + "counters")
             total.update({k: int(v) for k, v in zip(flat[::2], flat[1::2])})
-        return total
+        return dict(total)
 
     def checkpoint(self, name: str) -> str | None:
         return self.command("HGET", self.prefixes[0] + "checkpoints", name)  # type: ignore[no-any-return]

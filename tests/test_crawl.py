@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from twisted.internet import defer, reactor
+from twisted.logger import capturedLogs, formatEvent
 from twisted.trial import unittest
 from twisted.web import resource, server
 
@@ -266,5 +267,8 @@ class LaneTests(unittest.TestCase):
             yield top.getServiceNamed("crawler").finished
             self.assertEqual([blocking.lane(n).running for n in names], [True] * len(names))
         finally:
-            yield top.stopService()
+            with capturedLogs() as events:
+                yield top.stopService()
         self.assertEqual([blocking.lane(n).running for n in names], [False] * len(names))
+        # stopped by their components, not by the blocking service's own stop (the last one), which warns
+        self.assertEqual([formatEvent(e) for e in events if "still running at the stop" in formatEvent(e)], [])

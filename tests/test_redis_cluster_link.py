@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from typing import Any, Generator
 
@@ -17,8 +18,8 @@ from spiderd.frontier.pool.redis.link import RedisAddress, RedisPoolError, Scrip
 from .clusterkeys import ClusterCase, settle
 
 Gen = Generator[Any, Any, None]
-ECHO = Script("echo", "return {KEYS[1], ARGV[1], redis.call('INCR', KEYS[1])}", "")
-ECHO = Script("echo", ECHO.source, __import__("hashlib").sha1(ECHO.source.encode()).hexdigest())
+ECHO_SOURCE = "return {KEYS[1], ARGV[1], redis.call('INCR', KEYS[1])}"
+ECHO = Script("echo", ECHO_SOURCE, hashlib.sha1(ECHO_SOURCE.encode()).hexdigest())
 ECHO_LIBRARY = ("#!lua name=echo_lib\nredis.register_function('echo_f', function(KEYS, ARGV) "
                 "return {KEYS[1], ARGV[1], redis.call('INCR', KEYS[1])} end)\n")
 ECHO_FCALL = Script("echo", ECHO.source, ECHO.sha, "echo_f", ECHO_LIBRARY)  # the same, as a Redis 7 function
@@ -126,6 +127,8 @@ class ClusterLinkTests(ClusterCase, TestCase):
         assert (yield defer.gatherResults([link.run(k, ECHO_FCALL, ["x"]) for k in keys])) == [[k, "x", 1] for k in keys]
         assert self.cluster.cli(self.cluster.ports[2], "FUNCTION", "FLUSH") == "OK"
         assert (yield link.run(keys[2], ECHO_FCALL, ["y"])) == [keys[2], "y", 2]
+        # the same answer would come from EVAL: the library back on that master shows the call was an FCALL
+        assert "echo_lib" in self.cluster.cli(self.cluster.ports[2], "FUNCTION", "LIST", "LIBRARYNAME", "echo_lib")
 
     @defer.inlineCallbacks
     def test_a_master_down_is_logged_waited_for_and_used_again(self) -> Gen:

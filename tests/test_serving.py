@@ -112,6 +112,14 @@ class FormTests(unittest.TestCase):
         clocked.callLater = self.call_later
         self.echo = FormEcho()
         site = JsonSite(self.echo, 4 * FORM_IN_STEPS, "node", "Test API", reactor=clocked)
+        self.channels: list[Any] = []  # the server's side of each connection
+        build = site.buildProtocol
+
+        def built(addr: Any) -> Any:
+            self.channels.append(build(addr))
+            return self.channels[-1]
+
+        site.buildProtocol = built  # type: ignore[method-assign]
         self.port = reactor.listenTCP(0, site, interface="127.0.0.1")
         self.addCleanup(self.port.stopListening)
 
@@ -158,8 +166,8 @@ class FormTests(unittest.TestCase):
         client = yield self.post(b"setting=" + b"%41" * FORM_IN_STEPS)
         client.transport.loseConnection()
         yield client.closed
-        for _ in range(3):
-            yield deferLater()  # the server sees the connection closed
+        while not self.channels[0].transport.disconnected:
+            yield deferLater()  # until the server has seen the connection closed
         turns = self.turns
         self.clock.advance(0)
         self.assertEqual((self.turns - turns, self.echo.forms), (0, []))

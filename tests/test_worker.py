@@ -395,32 +395,37 @@ class ScrapydCompatibilityTests(WorkerTestBase):
 class ErrorTests(WorkerTestBase):
     """Every refusal is a clear JSON error with the code Scrapyd 1.6 uses, and persists nothing."""
 
-    def threads_of(self, name: str) -> list[str]:
-        """The names of the threads each step of ``serving.<name>`` (a decode) runs on, from now on (patched for
-        the test)."""
+    def threads_of(self, name: str) -> tuple[list[str], list[bool]]:
+        """The names of the threads each step of ``serving.<name>`` (a decode) runs on, from now on, and at each
+        step whether the reactor has turned since its decode began (patched for the test)."""
         threads: list[str] = []
+        turned: list[bool] = []
         real = getattr(serving, name)
 
         def spy(*args: Any) -> Any:
+            began: list[bool] = []
+            reactor.callLater(0, began.append, True)  # runs at the reactor's next turn
             for step in real(*args):
                 threads.append(threading.current_thread().name)
+                turned.append(bool(began))
                 yield step
 
         self.patch(serving, name, spy)
-        return threads
+        return threads, turned
 
     @defer.inlineCallbacks
     def test_a_big_form_is_decoded_in_steps(self) -> Any:
         """A schedule.json form of FORM_IN_STEPS bytes or more is decoded a step per turn of the reactor (on its
         thread: a decode on another thread holds the GIL, and the reactor waits), not in one call, and is
         accepted as a small one is (its job holds every start URL)."""
-        threads = self.threads_of("decode_form")
+        threads, turned = self.threads_of("decode_form")
         service = self.worker(max_body_size=16 * serving.FORM_IN_STEPS)
         paths = [f"/item/{i}.html?pad={'x' * 40}" for i in range(4 * serving.FORM_IN_STEPS // 50)]
         jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
                                     ("setting", self.urls(*paths)))
         self.assertGreaterEqual(len(threads), 4 * serving.FORM_IN_STEPS // forms.STEP)
         self.assertEqual(set(threads), {threading.main_thread().name})
+        self.assertTrue(turned[-1])  # over turns of the reactor, not in one call
         job = service.runner.jobs[jobid]
         self.assertEqual(service.job_store.load_urls(job), [self.root + p for p in paths])
         yield service.runner.cancel(jobid)
@@ -429,7 +434,7 @@ class ErrorTests(WorkerTestBase):
     def test_a_big_multipart_body_is_decoded_in_steps(self) -> Any:
         """A multipart/form-data schedule.json of FORM_IN_STEPS bytes or more is decoded a step per turn of the
         reactor too, on its thread, and is accepted as an urlencoded one is (its job holds every start URL)."""
-        threads = self.threads_of("decode_multipart")
+        threads, turned = self.threads_of("decode_multipart")
         service = self.worker(max_body_size=16 * serving.FORM_IN_STEPS)
         paths = [f"/item/{i}.html?pad={'x' * 40}" for i in range(4 * serving.FORM_IN_STEPS // 50)]
         fields = (("project", "spiderd"), ("spider", "demo-shop"), ("jobid", "big-multi"),
@@ -440,6 +445,7 @@ class ErrorTests(WorkerTestBase):
         self.assertEqual((code, answer["status"], answer["jobid"]), (200, "ok", "big-multi"))
         self.assertGreaterEqual(len(threads), 4 * serving.FORM_IN_STEPS // forms.STEP)
         self.assertEqual(set(threads), {threading.main_thread().name})
+        self.assertTrue(turned[-1])  # over turns of the reactor, not in one call
         job = service.runner.jobs["big-multi"]
         self.assertEqual(service.job_store.load_urls(job), [self.root + p for p in paths])
         yield service.runner.cancel("big-multi")
