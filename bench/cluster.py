@@ -59,6 +59,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from twisted.internet import defer, task, threads  # noqa: E402
 
+from spiderd.config.sections import PoolSection  # noqa: E402
+from spiderd.frontier.crawler import pull_waits  # noqa: E402
 from spiderd.frontier.politeness import Politeness  # noqa: E402
 from spiderd.frontier.pool.redis import open_redis_pool  # noqa: E402
 from spiderd.frontier.pool.redis.cluster import key_slot  # noqa: E402
@@ -70,6 +72,7 @@ from faultkit import PrivateRedis  # noqa: E402  (bench/ is on sys.path: this sc
 HOSTS = 1000
 HOST = "www.shop{n}.example.com"  # 1000 hosts of one registered domain; www.shop{n}.com with --domains/--cluster
 BATCH = 2000
+PARTS = ("mix", "crawler", "popack", "seen", "waiting")
 Gen = Generator[Any, Any, Any]
 
 
@@ -78,10 +81,11 @@ def url(i: int) -> str:
     return f"http://{HOST.format(n=i % HOSTS)}/category/{(i // HOSTS) % 97}/item-{i}.html?ref=list&page={i % 7}"
 
 
-def open_pool(args: argparse.Namespace, reactor: Any, prefix: str) -> defer.Deferred[Any]:
-    """A pool whose keys (its own and the seed-002 ones) start with ``prefix``, about as long as ``spiderd:``."""
+def open_pool(args: argparse.Namespace, reactor: Any, prefix: str, status_wait: float = 0.0) -> defer.Deferred[Any]:
+    """A pool whose keys (its own and the seed-002 ones) start with ``prefix``, about as long as ``spiderd:``;
+    each status sent at once unless ``status_wait`` (the crawler-shaped mix: ``[pool] redis_status_wait``)."""
     return open_redis_pool(args.redis, reactor, prefix=prefix, namespace=prefix, seen_bucket_bits=args.bucket_bits,
-                           politeness=Politeness(0.0, 100000), pending_threshold=3600)
+                           politeness=Politeness(0.0, 100000), pending_threshold=3600, status_wait=status_wait)
 
 
 # -- a node -----------------------------------------------------------------------------
@@ -150,6 +154,21 @@ class Servers:
             fields = dict(line.split(":") for line in info.split() if ":" in line)
             out.append(float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"]))
         return out
+
+    @defer.inlineCallbacks
+    def commandstats(self) -> Gen:
+        """command -> (calls, microseconds) summed over the servers (INFO commandstats; script commands too)."""
+        infos = yield defer.gatherResults([link.execute("INFO", "commandstats") for link in self.links])
+        stats: dict[str, list[int]] = {}
+        for info in infos:
+            for line in info.split():
+                if line.startswith("cmdstat_"):
+                    name, fields = line[8:].split(":", 1)
+                    values = dict(pair.split("=") for pair in fields.split(","))
+                    total = stats.setdefault(name, [0, 0])
+                    total[0] += int(values["calls"])
+                    total[1] += int(values["usec"])
+        return stats
 
     @defer.inlineCallbacks
     def used_memory(self) -> Gen:
@@ -228,9 +247,9 @@ def detail_links(list_id: int) -> list[str]:
 
 
 @defer.inlineCallbacks
-def mix_pool(args: argparse.Namespace, reactor: Any, prefix: str) -> Gen:
+def mix_pool(args: argparse.Namespace, reactor: Any, prefix: str, status_wait: float = 0.0) -> Gen:
     """A pool under ``prefix`` holding the mix's list pages (one in 51 of ``--mix-pages``); (pool, list pages)."""
-    pool = yield open_pool(args, reactor, prefix)
+    pool = yield open_pool(args, reactor, prefix, status_wait)
     lists = max(1, args.mix_pages // 51)
     for base in range(0, lists, BATCH):
         yield pool.addmany([f"http://{HOST.format(n=i % HOSTS)}/list/{i}.html"
@@ -243,6 +262,7 @@ def crawl_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
     """Redis CPU (and the node's) per page over a crawl-shaped mix: lists add 50 links each, every page acked."""
     prefix = f"{args.prefix}mix:"
     pool, lists = yield mix_pool(args, reactor, prefix)
+    commands = yield servers.commandstats()
     cpu, node_cpu, started = (yield servers.cpu()), process_cpu(), time.time()
     pages = 0
     while True:
@@ -258,6 +278,7 @@ def crawl_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
         pages += len(urls)
     seconds, node_cpu = time.time() - started, process_cpu() - node_cpu
     shards = [used / pages * 1e6 for used in cpu_used(cpu, (yield servers.cpu()))]
+    yield show_commands(args, servers, commands, pages)
     yield pool.close()
     print(f"crawl mix: {pages} pages ({lists} lists of 50 links) in {seconds:.1f} s, {pages / seconds:,.0f} pages/s; "
           f"CPU per page: Redis {sum(shards):.1f} us, node {node_cpu / pages * 1e6:.1f} us", flush=True)
@@ -272,14 +293,17 @@ class CrawlerModel:
     """What spiderd.frontier.crawler does with the pool for each page, with fetches that take a random time.
 
     One pop in flight at a time, asking for ``concurrency`` minus the fetches
-    under way (the crawler's ``_pull``, kicked at every fetch's end); each URL
+    under way (the crawler's ``_pull``, kicked at every fetch's end, waiting for
+    ``pop_batch`` free slots while more than half are busy: ``pull_waits``); each URL
     fetched in an exponentially distributed time (mean ``fetch_s``), then
     ``fetched`` (not awaited), its links added if it is a list page, then its
     status set, as each page completes: not in lockstep with the pops.
     """
 
-    def __init__(self, pool: Any, reactor: Any, concurrency: int, fetch_s: float, seed: int = 17) -> None:
+    def __init__(self, pool: Any, reactor: Any, concurrency: int, fetch_s: float, pop_batch: int,
+                 seed: int = 17) -> None:
         self.pool, self.reactor, self.concurrency, self.fetch_s = pool, reactor, concurrency, fetch_s
+        self.pop_batch = pop_batch
         self.rng = random.Random(seed)
         self.fetching = self.processing = self.pages = self.pops = 0
         self.popping = False
@@ -297,6 +321,8 @@ class CrawlerModel:
     def pull(self) -> None:
         self.kicked = None
         if self.popping or self.fetching >= self.concurrency:
+            return
+        if pull_waits(self.concurrency, self.fetching, self.pop_batch):
             return
         self.popping = True
         self.pops += 1
@@ -342,20 +368,39 @@ class CrawlerModel:
 def crawler_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
     """Redis CPU per page over the same mix as ``crawl_mix``, driven as the crawler drives the pool (CrawlerModel)."""
     prefix = f"{args.prefix}cmix:"
-    pool, _ = yield mix_pool(args, reactor, prefix)
+    pool, _ = yield mix_pool(args, reactor, prefix, args.status_wait)
+    commands = yield servers.commandstats()
     cpu, node_cpu, started = (yield servers.cpu()), process_cpu(), time.time()
-    model = CrawlerModel(pool, reactor, 64, args.fetch_ms / 1000)
+    model = CrawlerModel(pool, reactor, 64, args.fetch_ms / 1000, args.pop_batch)
     calls = count_calls(pool)
     pages = yield model.run()
     seconds, node_cpu = time.time() - started, process_cpu() - node_cpu
     shards = [used / pages * 1e6 for used in cpu_used(cpu, (yield servers.cpu()))]
+    yield show_commands(args, servers, commands, pages)
     yield pool.close()
-    print(f"crawler-shaped mix (64 fetches in flight, {args.fetch_ms:g} ms a fetch on average): {pages} pages in "
+    print(f"crawler-shaped mix (64 fetches in flight, {args.fetch_ms:g} ms a fetch on average, pops of "
+          f"{args.pop_batch} free slots or more, statuses waiting {args.status_wait:g} s): {pages} pages in "
           f"{seconds:.1f} s, {pages / seconds:,.0f} pages/s, {pages / model.pops:.1f} URLs a pop; CPU per page: "
           f"Redis {sum(shards):.1f} us, node {node_cpu / pages * 1e6:.1f} us; script calls a page: "
           f"{', '.join(f'{name} {n / pages:.2f}' for name, n in calls.most_common())}", flush=True)
     yield servers.delete(prefix)
     return sum(shards)
+
+
+@defer.inlineCallbacks
+def show_commands(args: argparse.Namespace, servers: Servers, before: dict[str, list[int]], pages: int) -> Gen:
+    """With ``--commands``: the Redis commands run per page since ``before`` (scripts' own commands too), and the
+    time ``INFO commandstats`` gives them (FCALL's includes its commands')."""
+    if not args.commands:
+        return
+    after = yield servers.commandstats()
+    rows = sorted(((name, calls - before.get(name, [0, 0])[0], usec - before.get(name, [0, 0])[1])
+                   for name, (calls, usec) in after.items()), key=lambda row: -row[1])
+    total = sum(calls for name, calls, _ in rows if name not in ("fcall", "evalsha", "eval", "info"))
+    print(f"  Redis commands a page: {total / pages:.1f} in all, apart from the script calls", flush=True)
+    for name, calls, usec in rows:
+        if calls:
+            print(f"    {name:<18} {calls / pages:7.3f} a page  {usec / pages:6.2f} us a page", flush=True)
 
 
 def count_calls(pool: Any) -> collections.Counter[str]:
@@ -426,13 +471,15 @@ def waiting_memory(args: argparse.Namespace, reactor: Any, servers: Servers) -> 
 @defer.inlineCallbacks
 def driver(reactor: Any, args: argparse.Namespace) -> Gen:
     servers = yield Servers.open(args.redis, args.ports)
+    only = set(args.only.split(",")) if args.only else set(PARTS)
+    nothing = defer.succeed
     try:
-        shards, mix_rate = yield crawl_mix(args, reactor, servers)
-        crawler = yield crawler_mix(args, reactor, servers)
-        one = yield pop_ack_rate(args, reactor, servers, 1)
-        two = yield pop_ack_rate(args, reactor, servers, 2)
-        ours, theirs = yield seen_memory(args, reactor, servers)
-        waiting = yield waiting_memory(args, reactor, servers)
+        shards, mix_rate = yield (crawl_mix(args, reactor, servers) if "mix" in only else nothing(([0.0], 0.0)))
+        crawler = yield (crawler_mix(args, reactor, servers) if "crawler" in only else nothing(0.0))
+        one = yield (pop_ack_rate(args, reactor, servers, 1) if "popack" in only else nothing(0.0))
+        two = yield (pop_ack_rate(args, reactor, servers, 2) if "popack" in only else nothing(0.0))
+        ours, theirs = yield (seen_memory(args, reactor, servers) if "seen" in only else nothing((0.0, 0.0)))
+        waiting = yield (waiting_memory(args, reactor, servers) if "waiting" in only else nothing(0.0))
     finally:
         yield servers.delete(args.prefix)
         yield servers.close()
@@ -459,6 +506,12 @@ def main() -> None:
     parser.add_argument("--fetch-ms", type=float, default=20.0, help="mean fetch time in the crawler-shaped mix")
     parser.add_argument("--mix-pages", type=int, default=51_000, help="pages in the crawl-shaped mix")
     parser.add_argument("--loops", type=int, default=4, help="pop+ack loops in flight per node")
+    parser.add_argument("--status-wait", type=float, default=PoolSection().redis_status_wait,
+                        help="crawler-shaped mix: [pool] redis_status_wait (seconds)")
+    parser.add_argument("--pop-batch", type=int, default=PoolSection().redis_pop_batch,
+                        help="crawler-shaped mix: [pool] redis_pop_batch")
+    parser.add_argument("--only", default="", help=f"comma-separated parts to run ({','.join(PARTS)}; all by default)")
+    parser.add_argument("--commands", action="store_true", help="print the Redis commands a page (INFO commandstats)")
     parser.add_argument("--prefix", default=f"bcl{os.getpid() % 100000}:")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)

@@ -9,7 +9,7 @@ from twisted.internet.task import Clock
 from twisted.logger import capturedLogs
 from twisted.trial import unittest
 
-from spiderd.frontier.crawler import FAILING_PULLS, CrawlService
+from spiderd.frontier.crawler import FAILING_PULLS, CrawlService, pull_waits
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.core.stats import CrawlStats
 from spiderd.ops.web.node import _crawler
@@ -58,3 +58,56 @@ class LoopTests(unittest.TestCase):
         self.assertTrue(crawler.healthy)
         crawler.stopService()
         self.assertEqual(len(self.flushLoggedErrors(OverflowError)), 1)
+
+
+class CountedPops:
+    """A memory pool that counts pops and what each asked for."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.real = open_memory_pool(clock)
+        self.asked: list[int] = []
+
+    def pop(self, count: int, hub_percent: int = 50) -> Any:
+        self.asked.append(count)
+        return self.real.pop(count, hub_percent)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+class PullBatchTests(unittest.TestCase):
+    """With ``pull_batch`` ([pool] redis_pop_batch), a pull waits for that many free slots while more than half of
+    them are busy; the heartbeat pulls anyway."""
+
+    def test_pull_waits(self) -> None:
+        self.assertFalse(pull_waits(64, 63, 1))  # one slot free: a pull of one, as ever, with a batch of 1
+        self.assertTrue(pull_waits(64, 57, 8))  # 7 free, 57 busy
+        self.assertFalse(pull_waits(64, 56, 8))  # 8 free
+        self.assertFalse(pull_waits(64, 32, 100))  # half free: pulls at once, whatever the batch
+        self.assertTrue(pull_waits(64, 49, 100))  # the batch is a quarter of the slots at most: 16
+        self.assertFalse(pull_waits(64, 48, 100))
+        self.assertTrue(pull_waits(8, 7, 8))  # 8 slots: a batch of 2 at most
+        self.assertFalse(pull_waits(8, 6, 8))
+        self.assertFalse(pull_waits(1, 0, 8))
+
+    def test_crawler_pulls_in_batches_and_at_the_heartbeat(self) -> None:
+        clock = Clock()
+        pool = CountedPops(clock)
+        crawler = CrawlService(clock, pool, fetcher=None, parser=None, rules=None, stats=CrawlStats(clock),
+                               concurrency=16, pull_batch=4)
+        crawler.startService()
+        clock.advance(0)
+        self.assertEqual(pool.asked, [16])  # nothing in flight: pulls at once
+        crawler.fetching = 13  # 3 free
+        crawler.kick()
+        clock.advance(0)
+        self.assertEqual(pool.asked, [16])
+        crawler.fetching = 12  # 4 free
+        crawler.kick()
+        clock.advance(0)
+        self.assertEqual(pool.asked, [16, 4])
+        crawler.fetching = 15
+        clock.advance(5)  # the heartbeat
+        self.assertEqual(pool.asked, [16, 4, 1])
+        crawler.fetching = 0
+        crawler.stopService()

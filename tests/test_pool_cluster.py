@@ -209,6 +209,12 @@ class TwoNodeClusterTests(ClusterCase, single.TwoNodeTests):
     test_statuses_go_out_together_and_in_order = _single_redis_only(
         single.TwoNodeTests.test_statuses_go_out_together_and_in_order)
     test_fetched_goes_out_with_the_statuses = _single_redis_only(single.TwoNodeTests.test_fetched_goes_out_with_the_statuses)
+    test_statuses_wait_for_the_next_pop_or_status_wait = _single_redis_only(
+        single.TwoNodeTests.test_statuses_wait_for_the_next_pop_or_status_wait)
+    test_waiting_statuses_go_out_at_a_thousand = _single_redis_only(
+        single.TwoNodeTests.test_waiting_statuses_go_out_at_a_thousand)
+    test_fetched_left_out_when_its_status_waits_with_it = _single_redis_only(
+        single.TwoNodeTests.test_fetched_left_out_when_its_status_waits_with_it)
 
     @defer.inlineCallbacks
     def test_throttle_block_holds_across_nodes(self) -> Gen:

@@ -15,6 +15,7 @@ from spiderd.core.conditional import Validators
 from spiderd.core.rules import AdaptiveDelay
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool.redis import RedisPoolError, open_redis_pool
+from spiderd.frontier.pool.redis import pool as redis_pool_module
 from spiderd.frontier.pool.redis.link import RedisLink, Script, parse_redis_url
 
 from .test_pool_contract import V1, V2, RedisKeys
@@ -188,7 +189,8 @@ class TwoNodeTests(RedisKeys, TestCase):
 
     @defer.inlineCallbacks
     def test_statuses_go_out_together_and_in_order(self) -> Gen:
-        """Statuses given at once share a script call, and a pop given after them sees them all."""
+        """Statuses given at once share a script call, and a pop given after them sees them all: those still
+        waiting go out in the pop's own call (statuspop), before its pop."""
         pool = yield self.node(concurrency=3)
         yield pool.addmany([f"http://a.example/{i}" for i in range(6)])
         first = yield pool.pop(10)
@@ -198,9 +200,75 @@ class TwoNodeTests(RedisKeys, TestCase):
         acks = [pool.set_status(url, 200) for url in first]
         second = yield pool.pop(10)
         yield defer.gatherResults(acks)
-        assert sent == ["status", "status", "pop"]  # one alone, the next two together, then the pop
+        assert sent == ["status", "statuspop"]  # one alone, the next two together with the pop
         assert len(first) == len(second) == 3 and not set(first) & set(second)
         assert (yield pool.stats())["done"] == 3
+
+    @staticmethod
+    def sent_calls(pool: Any) -> list[tuple[str, list[str]]]:
+        """(script name, arguments) of every script call ``pool`` makes from now on."""
+        sent: list[tuple[str, list[str]]] = []
+        run = pool._link.run
+        pool._link.run = lambda script, args: sent.append((script.name, list(args))) or run(script, args)
+        return sent
+
+    @defer.inlineCallbacks
+    def test_statuses_wait_for_the_next_pop_or_status_wait(self) -> Gen:
+        """With status_wait, statuses wait: they go out in the next pop's call (which then sees their freed host
+        slots), or alone once status_wait has passed, or at close."""
+        pool = yield self.node(concurrency=3, status_wait=5.0)
+        yield pool.addmany([f"http://a.example/{i}" for i in range(8)])
+        first = yield pool.pop(10)
+        sent = self.sent_calls(pool)
+        acks = [pool.set_status(url, 200) for url in first]
+        assert sent == [] and not any(d.called for d in acks)
+        second = yield pool.pop(10)
+        yield defer.gatherResults(acks)
+        assert [name for name, _ in sent] == ["statuspop"]
+        assert len(first) == len(second) == 3 and not set(first) & set(second)
+        acks = [pool.set_status(url, 200) for url in second]
+        self.clock.advance(4.9)
+        assert len(sent) == 1 and not any(d.called for d in acks)
+        self.clock.advance(0.1)
+        yield defer.gatherResults(acks)
+        assert [name for name, _ in sent] == ["statuspop", "status"]
+        third = yield pool.pop(10)
+        last = pool.set_status(sorted(third)[0], 200)
+        yield pool.close()
+        yield last
+        assert [name for name, _ in sent] == ["statuspop", "status", "pop", "status"]
+        assert (yield self.admin.execute("HGET", self.prefix + "counters", "done")) == "7"
+
+    @defer.inlineCallbacks
+    def test_waiting_statuses_go_out_at_a_thousand(self) -> Gen:
+        """However long status_wait is, STATUS_BATCH entries waiting go out at once."""
+        self.patch(redis_pool_module, "STATUS_BATCH", 3)
+        pool = yield self.node(concurrency=5, status_wait=60.0)
+        yield pool.addmany([f"http://a.example/{i}" for i in range(5)])
+        first = sorted((yield pool.pop(10)))
+        sent = self.sent_calls(pool)
+        acks = [pool.set_status(url, 200) for url in first]
+        yield defer.gatherResults(acks[:3])
+        assert [name for name, _ in sent] == ["status"] and not any(d.called for d in acks[3:])
+
+    @defer.inlineCallbacks
+    def test_fetched_left_out_when_its_status_waits_with_it(self) -> Gen:
+        """A status given while its URL's 'fetched' entry still waits frees the host slot itself: the entry is
+        left out; with adaptive politeness it goes too (the fetch's duration paces the host)."""
+        for host, adaptive in (("a.example", AdaptiveDelay()), ("b.example", AdaptiveDelay(2.0, 0.0, 30.0))):
+            pool = yield self.node(concurrency=2, status_wait=5.0, adaptive=adaptive)
+            yield pool.addmany([f"http://{host}/0", f"http://{host}/1"])
+            first = list((yield pool.pop(10)))
+            sent = self.sent_calls(pool)
+            calls = [call for url in first for call in (pool.fetched(url, 1.0), pool.set_status(url, 200))]
+            self.clock.advance(5)
+            yield defer.gatherResults(calls)
+            (name, args), = sent
+            assert name == "status" and args.count("fetched") == (2 if adaptive.on else 0)
+            assert (yield pool.why(f"http://{host}/0"))["host_inflight"] == 0
+            yield pool.addmany([f"http://{host}/2"])
+            assert len((yield pool.pop(10))) == (0 if adaptive.on else 1)  # paced for 2 s by its fetches
+            yield pool.close()
 
     @defer.inlineCallbacks
     def test_fetched_goes_out_with_the_statuses(self) -> Gen:

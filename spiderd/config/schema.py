@@ -31,6 +31,8 @@ SCHEMA: dict[str, dict[str, str]] = {
         "redis_namespace": "str",
         "redis_seen_bucket_bits": "bucket_bits",
         "redis_partitions": "partitions",  # redis+cluster:// only
+        "redis_status_wait": "non_negative",  # 0: each status at once
+        "redis_pop_batch": "positive_int",
         "seed_cron": "cron",
         "recrawl_every": "positive",
         "recrawl_batch": "positive_int",

@@ -54,6 +54,8 @@ class PoolSection:
     redis_namespace: str = ""
     redis_seen_bucket_bits: int = 16
     redis_partitions: int = 12  # redis+cluster:// only: the pool's partitions (12: even on 1, 2, 3, 4, 6, 12 masters)
+    redis_status_wait: float = 0.05  # seconds a status waits to go out with others (with the next pop, or alone)
+    redis_pop_batch: int = 8  # the crawler pops when this many fetch slots are free (or half of them)
     seed_cron: str = ""
     recrawl_every: float = 60.0
     recrawl_batch: int = 1000

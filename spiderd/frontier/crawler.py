@@ -51,6 +51,14 @@ log = Logger()
 FAILING_PULLS = 12  # pulls failed in a row (each heartbeat, every 5 s, tries again): the loop is failing
 
 
+def pull_waits(concurrency: int, fetching: int, batch: int) -> bool:
+    """Whether a pull waits for more free fetch slots: fewer than ``batch`` are free (at most a quarter of them)
+    while more than half are busy.  A pop of a few URLs costs a shared pool (Redis) about as much as one of many;
+    with half the slots or more free the crawler pulls at once."""
+    free = concurrency - fetching
+    return free < min(batch, max(1, concurrency // 4)) and fetching > concurrency // 2
+
+
 class CrawlService(Service):
     """Drives the pool, the fetcher, the parse pool and the sinks."""
 
@@ -70,6 +78,7 @@ class CrawlService(Service):
         items: ItemWriter | None = None,
         archive: WarcWriter | None = None,
         concurrency: int = 64,
+        pull_batch: int = 1,
         max_processing: int | None = None,
         hub_percent: int = 50,
         exit_when_done: bool = False,
@@ -88,6 +97,8 @@ class CrawlService(Service):
                                     archive=archive, linkbase=linkbase, max_retry_after=max_retry_after,
                                     conditional_get=conditional_get, skip_duplicate_content=skip_duplicate_content)
         self.concurrency = concurrency
+        self._pull_batch = pull_batch  # free fetch slots a pull waits for while more than half are busy (pull_waits)
+        self._beat = False  # the heartbeat's pull, which never waits
         self._max_processing = max_processing or max(512, 4 * concurrency)
         self._hub_percent = hub_percent
         self._exit_when_done = exit_when_done
@@ -103,7 +114,7 @@ class CrawlService(Service):
         self._popping = False
         self.pull_failures = 0  # in a row
         self.last_error = ""
-        self._heartbeat = task.LoopingCall(self.kick)
+        self._heartbeat = task.LoopingCall(self._heartbeat_pull)
         self._heartbeat.clock = reactor
         self._discovery = discovery
         for source in discovery:
@@ -149,6 +160,10 @@ class CrawlService(Service):
         if self._kick_call is None and self.running:
             self._kick_call = self._reactor.callLater(0, self._pull)
 
+    def _heartbeat_pull(self) -> None:
+        self._beat = True
+        self.kick()
+
     def needs_backout(self) -> bool:
         """True when no more work should be pulled now."""
         return (
@@ -160,8 +175,11 @@ class CrawlService(Service):
 
     def _pull(self) -> None:
         self._kick_call = None
+        beat, self._beat = self._beat, False
         if self._popping or self.needs_backout():
             return
+        if not beat and pull_waits(self.concurrency, self.fetching, self._pull_batch):
+            return  # a fetch's end kicks again
         self._popping = True
         d = self.pool.pop(self.concurrency - self.fetching, self._hub_percent)
         d.addCallback(self._popped)

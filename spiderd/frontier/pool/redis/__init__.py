@@ -204,6 +204,7 @@ def open_redis_pool(
     seen_bucket_bits: int = 16,
     connect_timeout: float = 10.0,
     reply_timeout: float = 30.0,
+    status_wait: float = 0.0,
     **options: Any,
 ) -> defer.Deferred[RedisPool | PartitionedPool]:
     """Connect to ``redis://[:password@]host:port/db`` (or a cluster's ``redis+cluster://[:password@]host:port,...``)
@@ -218,7 +219,7 @@ def open_redis_pool(
         address = url if is_cluster_url(url) else parse_redis_url(url)
         pool, opener = make_redis_pool(address, clock, prefix=prefix, namespace=namespace,
                                        seen_bucket_bits=seen_bucket_bits, connect_timeout=connect_timeout,
-                                       reply_timeout=reply_timeout, **options)
+                                       reply_timeout=reply_timeout, status_wait=status_wait, **options)
     except ValueError as e:
         return defer.fail(e)
     return opener().addCallback(lambda _: pool)
@@ -227,7 +228,7 @@ def open_redis_pool(
 def make_redis_pool(
     address: str | RedisAddress, clock: IReactorTime, *, prefix: str, namespace: str = "", seen_bucket_bits: int = 16,
     connect_timeout: float = 10.0, reply_timeout: float = 30.0, options: PoolOptions | None = None,
-    politeness: Politeness | None = None, **keywords: Any,
+    politeness: Politeness | None = None, status_wait: float = 0.0, **keywords: Any,
 ) -> tuple[RedisPool | PartitionedPool, Callable[[], defer.Deferred[Any]]]:
     """A pool not connected yet, and the call that connects it (and may be called again after a failure);
     ``keywords`` (without ``options``): those of :meth:`PoolOptions.of`.  A ``redis+cluster://`` address gives the
@@ -236,13 +237,13 @@ def make_redis_pool(
     if isinstance(address, str) and is_cluster_url(address):
         return make_cluster_pool(address, clock, options, prefix=prefix, namespace=namespace,
                                  seen_bucket_bits=seen_bucket_bits, politeness=politeness,
-                                 connect_timeout=connect_timeout, reply_timeout=reply_timeout)
+                                 connect_timeout=connect_timeout, reply_timeout=reply_timeout, status_wait=status_wait)
     if isinstance(address, str):
         address = parse_redis_url(address)
     scripts = load_scripts()
     link = RedisLink(address, scripts.values(), connect_timeout=connect_timeout, reply_timeout=reply_timeout)
     pool = RedisPool(link, scripts, clock, options, prefix=prefix, namespace=namespace,
-                     seen_bucket_bits=seen_bucket_bits, politeness=politeness)
+                     seen_bucket_bits=seen_bucket_bits, politeness=politeness, status_wait=status_wait)
 
     def opener() -> defer.Deferred[RedisPool]:
         def failed(failure: Failure) -> Failure:

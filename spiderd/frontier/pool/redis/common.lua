@@ -677,14 +677,30 @@ end
 -- concurrency, now), key names, and the per-call state above emptied.  As a Redis function library (FUNCTION
 -- LOAD, once per server) everything above is built once and begin() runs at every FCALL; as an EVAL script, the
 -- whole prelude runs at every call.
-local function begin(ARGV)
+local function bind()
   if not BOUND then
     redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs = globals()
     BOUND = true
   end
+end
+
+local function begin(ARGV)
+  bind()
   P, NS, BITS = ARGV[1], ARGV[2], tonumber(ARGV[3])
   DELAY, CONC, NOW_S = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
   NOW, SPLIT = tonumber(NOW_S), 2 ^ (32 - BITS)
   name_keys()
   reset()
+end
+
+-- The arguments of one of two scripts run in one call (link.py's PAIRS: the statuses waiting with a pop): the
+-- common six, then the ARGV[7] arguments after it (which = 1: the first script's) or all after those (2).
+local function split_call(ARGV, which)
+  bind()
+  local n = tonumber(ARGV[7])
+  local from, to = 8, 7 + n
+  if which == 2 then from, to = 8 + n, #ARGV end
+  local args = {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]}
+  for i = from, to do args[#args + 1] = ARGV[i] end
+  return args
 end

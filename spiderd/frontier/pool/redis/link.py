@@ -24,6 +24,7 @@ log = Logger()
 
 SCRIPTS = ("add", "pop", "status", "claim", "seen", "hubs", "next_due", "stats", "why", "hosts", "seeds",
            "restore", "recrawl", "links", "group")
+PAIRS = {"statuspop": ("status", "pop")}  # two scripts run in one call: the statuses waiting go out with a pop
 
 
 class RedisPoolError(Exception):
@@ -96,15 +97,35 @@ def load_scripts() -> dict[str, Script]:
     folder = resources.files(__package__)
     common = folder.joinpath("common.lua").read_text()
     bodies = {name: folder.joinpath(f"{name}.lua").read_text() for name in SCRIPTS}
-    code = common + "".join(f"\nredis.register_function('{{lib}}_{name}', function(KEYS, ARGV)\nbegin(ARGV)\n{body}\nend)\n"
+    code = common + "".join(_body(name, body) + _registered(name, f"return body_{name}(ARGV)")
                             for name, body in bodies.items())
+    code += "".join(_registered(name, _pair(first, second)) for name, (first, second) in PAIRS.items())
     lib = "spiderd_" + hashlib.sha1(code.encode()).hexdigest()[:16]
     library = f"#!lua name={lib}\n" + code.replace("{lib}", lib)
     scripts = {}
     for name, body in bodies.items():
         source = common + "\nbegin(ARGV)\n" + body
         scripts[name] = Script(name, source, hashlib.sha1(source.encode()).hexdigest(), f"{lib}_{name}", library)
+    for name, (first, second) in PAIRS.items():
+        source = common + _body(first, bodies[first]) + _body(second, bodies[second]) + _pair(first, second)
+        scripts[name] = Script(name, source, hashlib.sha1(source.encode()).hexdigest(), f"{lib}_{name}", library)
     return scripts
+
+
+def _body(name: str, body: str) -> str:
+    """A script's body as a local function of the library (each its own closure: Lua 5.1 allows 60 upvalues)."""
+    return f"\nlocal function body_{name}(ARGV)\nbegin(ARGV)\n{body}\nend\n"
+
+
+def _registered(name: str, block: str) -> str:
+    return f"\nredis.register_function('{{lib}}_{name}', function(KEYS, ARGV)\n{block}\nend)\n"
+
+
+def _pair(first: str, second: str) -> str:
+    """Two scripts in one call, the first run first: ARGV[7] says how many of the arguments after it are the
+    first's, the rest the second's (both given the common six); answers {first's answer, second's answer}."""
+    return (f"\nlocal first = body_{first}(split_call(ARGV, 1))\n"
+            f"return {{first, body_{second}(split_call(ARGV, 2))}}\n")
 
 
 class RedisLink:

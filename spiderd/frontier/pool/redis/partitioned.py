@@ -306,7 +306,7 @@ class PartitionedPool:
 def make_cluster_pool(
     url: str, clock: IReactorTime, options: PoolOptions = PoolOptions(), *, prefix: str, namespace: str = "",
     seen_bucket_bits: int = 16, politeness: Politeness | None = None, connect_timeout: float = 10.0,
-    reply_timeout: float = 30.0,
+    reply_timeout: float = 30.0, status_wait: float = 0.0,
 ) -> tuple[PartitionedPool, Callable[[], defer.Deferred[PartitionedPool]]]:
     """A pool on the Redis Cluster of ``redis+cluster://`` ``url``, not connected yet, and the call that connects it:
     ``options.config.redis_partitions`` partitions, each a RedisPool of ``options`` (as the single Redis pool's).
@@ -319,7 +319,8 @@ def make_cluster_pool(
     cluster = ClusterLink(parse_cluster_url(url), list(scripts.values()), clock, connect_timeout=connect_timeout,
                           reply_timeout=reply_timeout)
     parts = [RedisPool(SlotLink(cluster, f"{prefix}{{{tag}}}:"), scripts, clock, options, prefix=f"{prefix}{{{tag}}}:",
-                       namespace=f"{namespace}{{{tag}}}:", seen_bucket_bits=seen_bucket_bits, politeness=politeness)
+                       namespace=f"{namespace}{{{tag}}}:", seen_bucket_bits=seen_bucket_bits, politeness=politeness,
+                       status_wait=status_wait)
              for tag in partition_tags(options.config.redis_partitions)]
     pool = PartitionedPool(cluster, parts, prefix + "{partitions}", options.config.max_url_length)
 

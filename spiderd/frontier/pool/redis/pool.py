@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from twisted.internet import defer
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -34,6 +34,7 @@ log = Logger()
 
 DOMAIN_SWEEP_EVERY = 10.0  # seconds between sweeps of spider.website.domains for domains other tools registered
 DOMAIN_SWEEP_COUNT = 100  # domains a pop looks at while a sweep is under way (SSCAN's COUNT)
+STATUS_BATCH = 1000  # status entries (and fetched ones) waiting that go out at once, whatever status_wait says
 
 
 @implementer(IURLPool, IURLPoolAdmin)
@@ -42,9 +43,10 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
 
     def __init__(self, link: Link, scripts: dict[str, Script], clock: IReactorTime,
                  options: PoolOptions = PoolOptions(), *, prefix: str = "spiderd:", namespace: str = "",
-                 seen_bucket_bits: int = 16, politeness: Politeness | None = None) -> None:
+                 seen_bucket_bits: int = 16, politeness: Politeness | None = None, status_wait: float = 0.0) -> None:
         """``options``: the same as the embedded pool's; ``prefix``, ``namespace`` and ``seen_bucket_bits``: the
-        key space (``[pool] redis_prefix``, ``redis_namespace``, ``redis_seen_bucket_bits``)."""
+        key space (``[pool] redis_prefix``, ``redis_namespace``, ``redis_seen_bucket_bits``); ``status_wait``:
+        seconds a status waits for others to go out with (``[pool] redis_status_wait``; 0: at once)."""
         config = options.config
         self._link = link
         self.hops = HopLimits(config.max_hops, options.site_hops)  # link-hop limits (hops.py): counts in P h:<bucket>
@@ -69,6 +71,9 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         self.host_errors = HostErrors()  # this node's failed fetches per host (hosts())
         self._statuses: list[tuple[list[str], defer.Deferred[None]]] = []  # waiting to go out together
         self._statuses_in_flight = 0
+        self._status_wait = status_wait
+        self._status_timer: IDelayedCall | None = None
+        self._fetched_waiting: dict[str, list[str]] = {}  # url -> its 'fetched' entry, not sent yet
         self._kept = {domain: "".join(str(p) for p in sorted(prios))
                       for domain, prios in recrawl_pairs(options.recrawl).items()}
         self._linkbase = config.linkbase
@@ -144,7 +149,17 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         args = [self._deadline(now), str(count), str(hub_quota(count, hub_percent) if hubs is None else hubs),
                 *map(repr, split.ratios), *map(repr, split.credit), str(RESERVE_SCAN),
                 repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT), self._conditional_arg(), "1" if self.per_ip else "0"]
-        return self._run("pop", args, now).addCallback(self._popped)
+        waiting = self._take_statuses()
+        if not waiting:
+            return self._run("pop", args, now).addCallback(self._popped)
+        entries, batch = waiting
+        d = self._script("statuspop", [str(len(entries)), *entries, *args], now)
+        return d.addBoth(self._statuses_popped, batch).addCallback(self._popped)
+
+    def _statuses_popped(self, answer: Any, batch: list[tuple[list[str], defer.Deferred[None]]]) -> Any:
+        """The statuses that went out with a pop are recorded (or failed, as the pop did); the pop's answer."""
+        self._statuses_sent(answer if isinstance(answer, Failure) else answer[0], batch)
+        return answer if isinstance(answer, Failure) else answer[1]
 
     def _deadline(self, now: float) -> str:
         """A lease's deadline, now + pending_threshold rounded up to a whole second: a whole number is kept as an
@@ -200,8 +215,17 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         paces its host by it, for every node): free its host slot (the lease stays until set_status).  Goes out
         with the statuses, in status.lua's call (a 'fetched' entry)."""
         took = "" if elapsed is None else repr(float(elapsed))
-        return self._queue_statuses(["fetched", url, took, *self.politeness.adaptive.args(), "",
-                                     fingerprint_hex(url), "", ""])
+        entry = ["fetched", url, took, *self.politeness.adaptive.args(), "", fingerprint_hex(url), "", ""]
+        if self._status_wait > 0:
+            self._fetched_waiting[url] = entry
+        return self._queue_statuses(entry)
+
+    def _drop_fetched(self, url: str, host: str) -> None:
+        """A status given while the URL's 'fetched' entry still waits frees the host slot itself: the entry is
+        left out (emptied), unless it paces the host (adaptive politeness: its duration counts)."""
+        entry = self._fetched_waiting.pop(url, None)
+        if entry is not None and not (self.politeness.adaptive.on or host in self.politeness.adaptive_overrides):
+            entry.clear()
 
     def set_status(self, url: str, status_code: int, reason: str | None = None) -> defer.Deferred[None]:
         """Record a fetch outcome; statuses given while one is on its way go out together, in one script call."""
@@ -230,6 +254,8 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
             u = self._parse(url)
             if u is not None:
                 url, host, domain = self._located(u)
+                if self._fetched_waiting:
+                    self._drop_fetched(url, host)
                 outcome = self._outcome(code)
                 why = "" if outcome == "done" else st.recorded(code, reason)
                 if outcome != "done":
@@ -242,13 +268,19 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         return self._queue_statuses(args)
 
     def _queue_statuses(self, args: list[str]) -> defer.Deferred[None]:
-        """Send status entries (ten arguments each) with the others given meanwhile, in one script call."""
+        """Send status entries (ten arguments each) with the others given meanwhile, in one script call: at once
+        if none is on its way (no ``status_wait``), else with the next pop or after ``status_wait`` seconds."""
         if not args:
             return defer.succeed(None)
         d: defer.Deferred[None] = defer.Deferred()
         self._statuses.append((args, d))
-        if not self._statuses_in_flight:
+        if self._status_wait <= 0:
+            if not self._statuses_in_flight:
+                self._send_statuses()
+        elif len(self._statuses) >= STATUS_BATCH:
             self._send_statuses()
+        elif self._status_timer is None:
+            self._status_timer = self._clock.callLater(self._status_wait, self._send_statuses)
         return d
 
     def _outcome(self, status_code: int) -> str:
@@ -267,11 +299,23 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         return self._execute("HDEL", self.prefix + "checkpoints", name).addCallback(lambda _: None)
 
     def _send_statuses(self) -> None:
+        waiting = self._take_statuses()
+        if waiting:
+            entries, batch = waiting
+            self._script("status", entries).addBoth(self._statuses_sent, batch)
+
+    def _take_statuses(self) -> tuple[list[str], list[tuple[list[str], defer.Deferred[None]]]] | None:
+        """The status script's arguments for the entries waiting, and those entries (now on their way)."""
+        timer, self._status_timer = self._status_timer, None
+        if timer is not None and timer.active():
+            timer.cancel()
         batch, self._statuses = self._statuses, []
-        if batch:
-            self._statuses_in_flight += 1
-            args = [str(self.failure_threshold), str(self.max_throttles)] + [arg for entry, _ in batch for arg in entry]
-            self._script("status", args).addBoth(self._statuses_sent, batch)
+        self._fetched_waiting.clear()
+        if not batch:
+            return None
+        self._statuses_in_flight += 1
+        entries = [str(self.failure_threshold), str(self.max_throttles)] + [arg for entry, _ in batch for arg in entry]
+        return entries, batch
 
     def _statuses_sent(self, result: Any, batch: list[tuple[list[str], defer.Deferred[None]]]) -> None:
         if not isinstance(result, Failure):
@@ -279,7 +323,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
                 log.debug("{url} failed for good: {reason}", url=url, reason=why)
                 self.recent_failures.add(url, why, self._clock.seconds())
         self._statuses_in_flight -= 1
-        if not self._statuses_in_flight:
+        if not self._statuses_in_flight and self._status_wait <= 0:
             self._send_statuses()
         for _, d in batch:
             d.errback(result) if isinstance(result, Failure) else d.callback(None)
