@@ -3,10 +3,10 @@
 -- API: register_function) exists: begin() binds them all at the first call (globals() reads them, declared
 -- before the locals shadow their names); an EVAL script binds them at every call.
 local function globals()
-  return redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs
+  return redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs, rawget
 end
 local redis = redis
-local string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs
+local string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs, rawget
 local BOUND = false
 
 -- The prelude of every script (the head of the function library): key names, URL states, host slots and domain
@@ -63,27 +63,22 @@ local function int(n)
 end
 
 -- A URL's members in its seen bucket, ms[code] for the state codes 1-5: given by the node (keys.py), or made
--- from ms.base (the fingerprint bits below the bucket, times 8) when first asked for.
+-- from ms.base (the fingerprint bits below the bucket, times 8; from ms[1], the done member, if not given) when
+-- first asked for.
 local MEMBERS = {__index = function(ms, code)
-  local m = dec(ms.base + code)
+  local base = rawget(ms, 'base')
+  if not base then
+    base = tonumber(ms[1]) - 1
+    ms.base = base
+  end
+  local m = dec(base + code)
   ms[code] = m
   return m
 end}
 
--- The 64-bit fingerprint (hex), its bucket key and its members.  Its hex digits are read as bytes (no substrings).
-local HEX = {}
-for i = 0, 9 do HEX[48 + i] = i end
-for i = 0, 5 do
-  HEX[65 + i], HEX[97 + i] = 10 + i, 10 + i
-end
-local function hex8(s, at)
-  local a, b, c, d, e, f, g, h = string.byte(s, at, at + 7)
-  return ((((((HEX[a] * 16 + HEX[b]) * 16 + HEX[c]) * 16 + HEX[d]) * 16 + HEX[e]) * 16 + HEX[f]) * 16 + HEX[g]) * 16
-    + HEX[h]
-end
-
+-- The 64-bit fingerprint (hex), its bucket key and its members.
 local function locate_fp(fp)
-  local hi, lo = hex8(fp, 1), hex8(fp, 9)
+  local hi, lo = tonumber(string.sub(fp, 1, 8), 16), tonumber(string.sub(fp, 9, 16), 16)
   return fp, P .. 's:' .. dec(math.floor(hi / SPLIT)), setmetatable({base = ((hi % SPLIT) * 4294967296 + lo) * 8},
     MEMBERS)
 end
@@ -446,7 +441,7 @@ end
 local function wake(domain)
   local in_ready = ready[domain]
   if in_ready == nil then
-    in_ready = redis.call('ZSCORE', READY, domain) ~= false
+    in_ready = redis.call('ZRANK', READY, domain) ~= false
     ready[domain] = in_ready
   end
   if not in_ready then requeue(domain) end
@@ -679,7 +674,7 @@ end
 -- whole prelude runs at every call.
 local function bind()
   if not BOUND then
-    redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs = globals()
+    redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs, rawget = globals()
     BOUND = true
   end
 end

@@ -112,10 +112,10 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
 end
 
 -- Pace a host (and its group: grouped, a lease marked 'g') by a fetch's duration (a 'fetched' entry's; rule: the
--- node's default adaptive rule).
+-- node's default adaptive rule, unless the host's override in CONF has its own: read only if CONF holds any).
 local function pace(host, elapsed, rule, grouped)
   if not elapsed then return end
-  rule = slot(host).adaptive or rule
+  if filled(CONF) then rule = slot(host).adaptive or rule end
   if rule[1] <= 0 then return end
   local wait = math.min(rule[3], math.max(rule[2], rule[1] * math.max(0, elapsed)))
   if wait > 0 then hold(host, NOW + wait, grouped) end
@@ -123,6 +123,17 @@ end
 
 -- The 'fetched' entries: every one's hub hold and lease records in one HMGET, the records that still hold a slot
 -- rewritten (holds 0) in one HSET.
+-- The node's adaptive rule of the 'fetched' entry at i, as numbers (made again only when its words differ from
+-- the last entry's: one node gives every entry the same).
+local rule_words, rule = {}, nil
+local function rule_of(i)
+  if ARGV[i + 3] ~= rule_words[1] or ARGV[i + 4] ~= rule_words[2] or ARGV[i + 5] ~= rule_words[3] then
+    rule_words = {ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]}
+    rule = {tonumber(rule_words[1]), tonumber(rule_words[2]), tonumber(rule_words[3])}
+  end
+  return rule
+end
+
 local function free_slots()
   local keys, at = {}, {}
   for i = 9, #ARGV, 10 do
@@ -144,8 +155,7 @@ local function free_slots()
           fields[#fields + 1] = key
           fields[#fields + 1] = kind .. '0 ' .. domain .. ' ' .. url
           local host, grouped = host_of(url), holds == 'g'
-          pace(host, tonumber(ARGV[i + 2]), {tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])},
-            grouped)
+          pace(host, tonumber(ARGV[i + 2]), rule_of(i), grouped)
           release(host, domain, grouped)
           break
         end
@@ -174,7 +184,7 @@ for i = 9, #ARGV, 10 do
   elseif ARGV[i] ~= 'fetched' then
     n = n + 2
     set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7],
-      ARGV[i + 8], setmetatable({ARGV[i + 9], base = tonumber(ARGV[i + 9]) - DONE}, MEMBERS), lease_keys[n - 1],
+      ARGV[i + 8], setmetatable({ARGV[i + 9]}, MEMBERS), lease_keys[n - 1],
       recs[n - 1], recs[n])
   end
 end
