@@ -19,6 +19,12 @@ pops 64 at a time; a list page (1 in 51) adds the 50 detail links found on it; e
 set as the crawler sets it (``set_statuses`` per page); the Redis server's CPU (``INFO cpu``, user+sys)
 before and after, over the pages crawled (issue 17's figure; its target is 10 us a page).
 
+The crawler-shaped mix drives the same pages as the crawler drives the pool (``CrawlerModel``): 64 fetches in
+flight, a pop when ``[pool] redis_pop_batch`` slots are free (or half of them), statuses waiting up to ``[pool]
+redis_status_wait`` to go out with the next pop (``--pop-batch``, ``--status-wait``: the defaults are the
+configuration's).  ``--only mix,crawler`` runs only those parts; ``--commands`` prints the Redis commands a page
+(``INFO commandstats``).
+
 Memory per seen URL is the growth of Redis's ``used_memory`` while one million
 URLs are recorded with seen_add (``MEMORY USAGE`` of the bucket keys is shown
 too).  scrapy-redis's dupefilter keeps each request fingerprint, the 40-hex

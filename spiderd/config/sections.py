@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from spiderd.core.compression import FAST
-from spiderd.core.rules import SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS, AdaptiveDelay, HostRule
+from spiderd.core.rules import SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS, AdaptiveDelay, HostRule, host_adaptive
 
 __all__ = [
     "ApiSection", "BatchSection", "FeedSection", "FetchSection", "ItemsSection", "ParseSection", "PoolSection",
@@ -99,6 +99,16 @@ class FetchSection:
     def adaptive(self) -> AdaptiveDelay:
         """The adaptive politeness rule (off with ``delay_factor = 0``)."""
         return AdaptiveDelay(self.delay_factor, self.min_delay, self.max_delay)
+
+    @property
+    def host_overrides(self) -> dict[str, tuple[float, int]]:
+        """Each ``[fetch.hosts."name"]`` table's (delay, concurrency)."""
+        return {host: (rule.delay, rule.concurrency) for host, rule in self.hosts.items()}
+
+    @property
+    def host_adaptive(self) -> dict[str, AdaptiveDelay]:
+        """The adaptive rule of each host whose table sets one of its keys (the others take ``adaptive``)."""
+        return host_adaptive(self.hosts, self.adaptive)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ from spiderd.core.net.auth import Auth
 from spiderd.core.net.serving import JsonSite
 from spiderd.core.reactors import INodeReactor
 from spiderd.config.sections import FetchSection, WorkerSection
-from spiderd.core.rules import host_adaptive
 from spiderd.store.interfaces import IPageStore
 from spiderd.worker.api import WorkerAPI
 from spiderd.worker.config import WorkerConfig
@@ -217,8 +216,7 @@ def worker_config(worker: WorkerSection, fetch: FetchSection, *, data_dir: str, 
         data_dir=data_dir, failure_threshold=failure_threshold, feed_format=feed_format,
         per_host_concurrency=fetch.per_host_concurrency, per_host_delay=fetch.per_host_delay,
         max_retry_after=fetch.max_retry_after, max_throttles=fetch.max_throttles,
-        host_overrides={host: (rule.delay, rule.concurrency) for host, rule in fetch.hosts.items()},
-        adaptive=fetch.adaptive, adaptive_overrides=host_adaptive(fetch.hosts, fetch.adaptive),
+        host_overrides=fetch.host_overrides, adaptive=fetch.adaptive, adaptive_overrides=fetch.host_adaptive,
         per_ip=fetch.politeness == "ip", **values)
 
 

@@ -19,7 +19,7 @@ from twisted.python.failure import Failure
 
 from spiderd.config.convert import ConfigError
 from spiderd.config.sections import FetchSection, PoolSection
-from spiderd.core.rules import Site, host_adaptive
+from spiderd.core.rules import Site
 from spiderd.core.secrets import redact
 from spiderd.frontier.interfaces import IURLPool
 from spiderd.frontier.politeness import Politeness
@@ -107,6 +107,5 @@ def pool_options(config: PoolSection, fetching: FetchSection, sites: tuple[Site,
 
 def pool_politeness(fetching: FetchSection) -> Politeness:
     """The per-host turns of ``[fetch]``: delay, concurrency, the adaptive rule, and each ``[fetch.hosts]`` table's."""
-    overrides = {host: (rule.delay, rule.concurrency) for host, rule in fetching.hosts.items()}
-    return Politeness(fetching.per_host_delay, fetching.per_host_concurrency, overrides, fetching.adaptive,
-                      host_adaptive(fetching.hosts, fetching.adaptive))
+    return Politeness(fetching.per_host_delay, fetching.per_host_concurrency, fetching.host_overrides,
+                      fetching.adaptive, fetching.host_adaptive)
