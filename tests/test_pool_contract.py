@@ -1445,6 +1445,33 @@ class RedisPoolTests(RedisKeys, PoolContract, TestCase):
                                politeness=politeness)
 
 
+class RedisEvalPoolTests(RedisPoolTests):
+    """The contract on the Redis pool as it runs on a Redis before 7.0 (no functions): each script, and the pair a
+    pop sends with the statuses waiting (statuspop), as an EVALSHA script of its own."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        scripts_only = RedisLink._eval_scripts
+        self.patch(RedisLink, "_eval_scripts", lambda link, conn, functions: scripts_only(link, conn, False))
+
+    @defer.inlineCallbacks
+    def test_scripts_run_by_evalsha(self) -> Gen:
+        """No FCALL: every call is an EVALSHA of a script Redis has (SCRIPT LOAD at connecting), statuspop too."""
+        pool = yield self.make_pool(concurrency=2)
+        commands: list[str] = []
+        send = pool._link._send
+        pool._link._send = lambda *args: commands.append(args[0]) or send(*args)
+        scripts: list[str] = []
+        run = pool._link.run
+        pool._link.run = lambda script, args: scripts.append(script.name) or run(script, args)
+        yield pool.addmany([f"http://a.example/{i}" for i in range(4)])
+        acks = [pool.set_status(url, 200) for url in (yield pool.pop(2))]  # the second waits for the first
+        popped = yield pool.pop(2)  # ... and goes with this pop, which sees its host slot freed
+        yield defer.gatherResults(acks)
+        assert scripts == ["add", "pop", "status", "statuspop"] and set(commands) == {"EVALSHA"}
+        assert len(popped) == 2 and (yield pool.stats())["done"] == 2
+
+
 def test_prefix_end_carries() -> None:
     """The end of a key range carries over 0xff bytes (a host id may end in them)."""
     from spiderd.frontier.pool.keys import prefix_end
