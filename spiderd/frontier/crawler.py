@@ -2,7 +2,8 @@
 
 A deduplicated "kick" (a ``callLater(0)`` that is scheduled at most once)
 pulls work whenever a slot frees, plus a slow heartbeat in case anything was
-missed.  A fetch slot is freed as soon as the response is in; processing
+missed; with ``pull_batch`` (the Redis pool's ``redis_pop_batch``) a pull waits
+for that many free slots while more than half are busy (:func:`pull_waits`).  A fetch slot is freed as soon as the response is in; processing
 (parsing, storing) runs beside it, bounded by ``max_processing``, which is
 large because a page waits there for its batch of writes to be committed.
 What is done with a fetched answer (parse, links, store, item, statuses) is
