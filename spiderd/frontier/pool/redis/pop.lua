@@ -8,23 +8,30 @@
 -- Returns {url, is_hub, validators, url, is_hub, validators, ...} (validators '' where none are kept, or not
 -- asked for), {url, prio, ...} of list entries the pool did not queue (to add), and {waiting URLs wanted, list
 -- URLs leased, detail URLs leased}.
-local DEADLINE, COUNT, HUBS_WANTED = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-local RATIOS = {[0] = tonumber(ARGV[10]), [1] = tonumber(ARGV[11])}
-local CREDIT = {[0] = tonumber(ARGV[12]), [1] = tonumber(ARGV[13])}
-local RESERVE_SCAN = tonumber(ARGV[14])
-local SWEEP_EVERY, SWEEP_COUNT = tonumber(ARGV[15]), ARGV[16]
-local CONDITIONAL = ARGV[17] ~= '0'
-local CONDITIONAL_QUEUED = ARGV[17] == '1' or (CONDITIONAL and filled(HUB))
-local leased_kind = {[0] = 0, [1] = 0}
+-- The definitions below are built once (the library's load); a call's arguments and state are set by setup().
+local DEADLINE, COUNT, HUBS_WANTED, RATIO0, RATIO1, CREDIT0, CREDIT1, RESERVE_SCAN, SWEEP_EVERY, SWEEP_COUNT
+local CONDITIONAL, CONDITIONAL_QUEUED, leased_kind, out, foreign, DEADLINE_S, HELD, KIND_HELD
 -- (numbers given to redis.call as strings: Redis formats a Lua number with %.17g at every call)
 local EXPIRE_BATCH, HUB_SCAN, ADOPT_BATCH, ADOPT_BATCH_S = '1000', '1000', 1000, '1000'
-local out, foreign = {}, {}
-SUM_COUNTS, BATCH_LEASES, BATCH_INFLIGHT = true, true, true
-local DEADLINE_S = ARGV[7]
-GROUPS = ARGV[18] == '1'
-local HELD = GROUPS and 'g' or '1'  -- holds a host slot (per address: released by its group of then)
-local KIND_HELD = {[0] = '0' .. HELD .. ' ', [1] = '1' .. HELD .. ' '}  -- a lease record's start: kind, holds
+-- a lease record's start: kind, holds a host slot (per address, GROUPS: released by its group of then)
+local KIND_HELD_OF = {[false] = {[0] = '01 ', [1] = '11 '}, [true] = {[0] = '0g ', [1] = '1g '}}
 local RING_LAST = '99'  -- the last of the domains of a group's ring a turn looks at (100 at most)
+
+local function setup(ARGV)
+  DEADLINE, COUNT, HUBS_WANTED = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+  RATIO0, RATIO1, CREDIT0, CREDIT1 = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
+  RESERVE_SCAN = tonumber(ARGV[14])
+  SWEEP_EVERY, SWEEP_COUNT = tonumber(ARGV[15]), ARGV[16]
+  CONDITIONAL = ARGV[17] ~= '0'
+  CONDITIONAL_QUEUED = ARGV[17] == '1' or (CONDITIONAL and filled(HUB))
+  leased_kind = {[0] = 0, [1] = 0}
+  out, foreign = {}, {}
+  SUM_COUNTS, BATCH_LEASES, BATCH_INFLIGHT = true, true, true
+  DEADLINE_S = ARGV[7]
+  GROUPS = ARGV[18] == '1'
+  HELD = GROUPS and 'g' or '1'
+  KIND_HELD = KIND_HELD_OF[GROUPS]
+end
 
 -- Hand out a leased URL (is_hub 1 or 0) with its validators.
 local function hand_out(url, fp, is_hub)
@@ -272,11 +279,13 @@ end
 
 -- The URLs of each kind a pop of `wanted` reserves: KindSplit.reserve in spiderd/frontier/pool/split.py.
 local function reserve(wanted)
-  if RATIOS[0] + RATIOS[1] <= 0 or wanted <= 0 then return {[0] = 0, [1] = 0} end
-  local lists = math.min(wanted, math.floor(CREDIT[0] + wanted * RATIOS[0] + 1e-9))
-  return {[0] = lists, [1] = math.min(wanted - lists, math.floor(CREDIT[1] + wanted * RATIOS[1] + 1e-9))}
+  if RATIO0 + RATIO1 <= 0 or wanted <= 0 then return {[0] = 0, [1] = 0} end
+  local lists = math.min(wanted, math.floor(CREDIT0 + wanted * RATIO0 + 1e-9))
+  return {[0] = lists, [1] = math.min(wanted - lists, math.floor(CREDIT1 + wanted * RATIO1 + 1e-9))}
 end
 
+-- (per call)
+setup(ARGV)
 redis.call('ZREMRANGEBYSCORE', NEXT, '-inf', NOW_S)
 expire()
 sweep()
