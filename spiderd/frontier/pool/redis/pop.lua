@@ -9,7 +9,7 @@
 -- asked for), {url, prio, ...} of list entries the pool did not queue (to add), and {waiting URLs wanted, list
 -- URLs leased, detail URLs leased}.
 -- The definitions below are built once (the library's load); a call's arguments and state are set by setup().
-local DEADLINE, COUNT, HUBS_WANTED, RATIO0, RATIO1, CREDIT0, CREDIT1, RESERVE_SCAN, SWEEP_EVERY, SWEEP_COUNT
+local COUNT, HUBS_WANTED, RATIO0, RATIO1, CREDIT0, CREDIT1, RESERVE_SCAN, SWEEP_EVERY, SWEEP_COUNT
 local CONDITIONAL, CONDITIONAL_QUEUED, leased_kind, out, foreign, DEADLINE_S, HELD, KIND_HELD
 -- (numbers given to redis.call as strings: Redis formats a Lua number with %.17g at every call)
 local EXPIRE_BATCH, HUB_SCAN, ADOPT_BATCH, ADOPT_BATCH_S = '1000', '1000', 1000, '1000'
@@ -18,10 +18,11 @@ local KIND_HELD_OF = {[false] = {[0] = '01 ', [1] = '11 '}, [true] = {[0] = '0g 
 local RING_LAST = '99'  -- the last of the domains of a group's ring a turn looks at (100 at most)
 
 local function setup(ARGV)
-  DEADLINE, COUNT, HUBS_WANTED = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-  RATIO0, RATIO1, CREDIT0, CREDIT1 = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
-  RESERVE_SCAN = tonumber(ARGV[14])
-  SWEEP_EVERY, SWEEP_COUNT = tonumber(ARGV[15]), ARGV[16]
+  COUNT, HUBS_WANTED = arg(ARGV, 8), arg(ARGV, 9)
+  RATIO0, RATIO1, CREDIT0, CREDIT1 = arg(ARGV, 10), arg(ARGV, 11), arg(ARGV, 12), arg(ARGV, 13)
+  RESERVE_SCAN = arg(ARGV, 14)
+  SWEEP_EVERY, SWEEP_COUNT = arg(ARGV, 15), ARGV[16]
+  ask_filled(HUB, CONF, ROBOTS, NEXT)  -- (slot() reads the last three)
   CONDITIONAL = ARGV[17] ~= '0'
   CONDITIONAL_QUEUED = ARGV[17] == '1' or (CONDITIONAL and filled(HUB))
   leased_kind = {[0] = 0, [1] = 0}
@@ -68,9 +69,10 @@ end
 -- Wake the domains another tool registered: one SSCAN step of spider.website.domains per pop while a sweep is
 -- under way (the cursor is shared by every node), a new sweep at most every SWEEP_EVERY seconds.
 local function sweep()
-  local cursor = redis.call('HGET', META, 'sweep_cursor') or '0'
+  local meta = redis.call('HMGET', META, 'sweep_cursor', 'sweep_due')
+  local cursor = meta[1] or '0'
   if cursor == '0' then
-    if NOW < tonumber(redis.call('HGET', META, 'sweep_due') or '0') then return end
+    if NOW < tonumber(meta[2] or '0') then return end
     redis.call('HSET', META, 'sweep_due', string.format('%.17g', NOW + SWEEP_EVERY))
   end
   local answer = redis.call('SSCAN', DOMAINS, cursor, 'COUNT', SWEEP_COUNT)
@@ -278,15 +280,16 @@ local function pop_urls(caps, strict)
 end
 
 -- The URLs of each kind a pop of `wanted` reserves: KindSplit.reserve in spiderd/frontier/pool/split.py.
+local NONE = {[0] = 0, [1] = 0}  -- (never changed: pop_urls is given no caps of 0)
 local function reserve(wanted)
-  if RATIO0 + RATIO1 <= 0 or wanted <= 0 then return {[0] = 0, [1] = 0} end
+  if RATIO0 + RATIO1 <= 0 or wanted <= 0 then return NONE end
   local lists = math.min(wanted, math.floor(CREDIT0 + wanted * RATIO0 + 1e-9))
   return {[0] = lists, [1] = math.min(wanted - lists, math.floor(CREDIT1 + wanted * RATIO1 + 1e-9))}
 end
 
 -- (per call)
 setup(ARGV)
-redis.call('ZREMRANGEBYSCORE', NEXT, '-inf', NOW_S)
+if filled(NEXT) then redis.call('ZREMRANGEBYSCORE', NEXT, '-inf', NOW_S) end
 expire()
 sweep()
 local wanted = COUNT - pop_hubs()
