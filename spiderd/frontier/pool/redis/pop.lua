@@ -11,6 +11,7 @@
 -- The definitions below are built once (the library's load); a call's arguments and state are set by setup().
 local COUNT, HUBS_WANTED, RATIO0, RATIO1, CREDIT0, CREDIT1, RESERVE_SCAN, SWEEP_EVERY, SWEEP_COUNT
 local CONDITIONAL, CONDITIONAL_QUEUED, leased_kind, out, foreign, DEADLINE_S, HELD, KIND_HELD
+local HUB_SPAN  -- P meta's hub_span (read by sweep)
 -- (numbers given to redis.call as strings: Redis formats a Lua number with %.17g at every call)
 local EXPIRE_BATCH, HUB_SCAN, ADOPT_BATCH, ADOPT_BATCH_S = '1000', '1000', 1000, '1000'
 -- a lease record's start: kind, holds a host slot (per address, GROUPS: released by its group of then)
@@ -67,9 +68,11 @@ local function expire()
 end
 
 -- Wake the domains another tool registered: one SSCAN step of spider.website.domains per pop while a sweep is
--- under way (the cursor is shared by every node), a new sweep at most every SWEEP_EVERY seconds.
+-- under way (the cursor is shared by every node), a new sweep at most every SWEEP_EVERY seconds.  The same read
+-- of P meta takes pop_hubs' hub_span.
 local function sweep()
-  local meta = redis.call('HMGET', META, 'sweep_cursor', 'sweep_due')
+  local meta = redis.call('HMGET', META, 'sweep_cursor', 'sweep_due', 'hub_span')
+  HUB_SPAN = meta[3]
   local cursor = meta[1] or '0'
   if cursor == '0' then
     if NOW < tonumber(meta[2] or '0') then return end
@@ -83,7 +86,7 @@ end
 
 local function pop_hubs()
   if HUBS_WANTED <= 0 then return 0 end
-  local span = tonumber(redis.call('HGET', META, 'hub_span') or '0')
+  local span = tonumber(HUB_SPAN or '0')
   local taken = 0
   for _, fp in ipairs(redis.call('ZRANGEBYSCORE', HUBS, '-inf', NOW_S, 'LIMIT', '0', HUB_SCAN)) do
     local rec = redis.call('HGET', HUB, fp)
