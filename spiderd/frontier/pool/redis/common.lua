@@ -3,10 +3,10 @@
 -- API: register_function) exists: begin() binds them all at the first call (globals() reads them, declared
 -- before the locals shadow their names); an EVAL script binds them at every call.
 local function globals()
-  return redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs, rawget
+  return redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs, rawget, next
 end
 local redis = redis
-local string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs, rawget
+local string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs, rawget, next
 local BOUND = false
 
 -- The prelude of every script (the head of the function library): key names, URL states, host slots and domain
@@ -657,15 +657,22 @@ end
 -- A call's per-call state above emptied (begin() below: the flush_* helpers above, run at a script's end, leave
 -- theirs as they are; apart from the key names, for Lua 5.1's limit of 60
 -- upvalues a function).
+-- A list and the tables filled only along with it are made again only if the last call added to the list (a
+-- table made and collected at every call is dear); so are two tables seldom filled, if not empty.
 local function reset()
-  queues, hosts_of, nonempty, slots, views, taken_from, ready, registered = {}, {}, {}, {}, {}, {}, {}, {}
-  SUM_COUNTS, counts, count_names, host_counts, count_hosts = false, {}, {}, {}, {}
-  BATCH_INFLIGHT, busy_change, busy_known, busy_hosts = false, {}, {}, {}
-  BATCH_PUSHES, pushes, pushed = false, {}, {}
-  BATCH_LEASES, lease_fields, lease_scores, leasing = false, {}, {}, {}
-  BATCH_ENDS, ended, ended_keys = false, {}, {}
+  queues, hosts_of, nonempty, slots, views, ready = {}, {}, {}, {}, {}, {}
+  if #taken_from > 0 then taken_from = {} end
+  if next(registered) ~= nil then registered = {} end
+  SUM_COUNTS, BATCH_INFLIGHT, BATCH_PUSHES, BATCH_LEASES, BATCH_ENDS = false, false, false, false, false
+  if #count_names > 0 then counts, count_names = {}, {} end  -- counts[name] set with count_names' new name
+  if #count_hosts > 0 then host_counts, count_hosts = {}, {} end  -- host_counts[host]: likewise
+  if #busy_hosts > 0 then busy_change, busy_known, busy_hosts = {}, {}, {} end  -- (busy_touched first)
+  if #pushed > 0 then pushes, pushed = {}, {} end
+  if #lease_fields > 0 then lease_fields, lease_scores, leasing = {}, {}, {} end
+  if #ended_keys > 0 then ended, ended_keys = {}, {} end
   hops_marked, hops_ever = false, nil
-  GROUPS, groups_of = false, {}
+  GROUPS = false
+  if next(groups_of) ~= nil then groups_of = {} end
 end
 
 -- The key names of a prefix and namespace (concatenations: made again only when a call's differ from the last
@@ -688,7 +695,7 @@ end
 -- whole prelude runs at every call.
 local function bind()
   if not BOUND then
-    redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs, rawget = globals()
+    redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs, rawget, next = globals()
     BOUND = true
   end
 end
