@@ -155,11 +155,11 @@ end
 local function fill(key)
   nonempty[key] = true
 end
--- Whether four keys hold anything, asked in one EXISTS at a call's start (the first key named once, the second
--- twice, the third 4 times, the fourth 8 times: the count's bits say which).
-local function ask_filled(k1, k2, k3, k4)
-  local n = redis.call('EXISTS', k1, k2, k2, k3, k3, k3, k3, k4, k4, k4, k4, k4, k4, k4, k4)
-  nonempty[k1], nonempty[k2], nonempty[k3], nonempty[k4] = n % 2 == 1, n % 4 >= 2, n % 8 >= 4, n >= 8
+-- Whether two keys not yet asked about hold anything, in one EXISTS (the second key named twice: the count's
+-- bits say which; each key named costs a lookup, about a fifth of a call's cost).
+local function ask_filled(k1, k2)
+  local n = redis.call('EXISTS', k1, k2, k2)
+  nonempty[k1], nonempty[k2] = n % 2 == 1, n >= 2
 end
 
 -- Counter changes (COUNTERS fields, WAITING per host): written at once, or, in a script that sets SUM_COUNTS,
@@ -294,6 +294,7 @@ local function slot(host)
   local s = slots[host]
   if s then return s end
   local delay, conc, adaptive = DELAY, CONC, nil
+  if nonempty[CONF] == nil and nonempty[ROBOTS] == nil then ask_filled(CONF, ROBOTS) end
   local override = filled(CONF) and redis.call('HGET', CONF, host)
   if override then
     local f = {}

@@ -23,8 +23,8 @@ local function setup(ARGV)
   RATIO0, RATIO1, CREDIT0, CREDIT1 = arg(ARGV, 10), arg(ARGV, 11), arg(ARGV, 12), arg(ARGV, 13)
   RESERVE_SCAN = arg(ARGV, 14)
   SWEEP_EVERY, SWEEP_COUNT = arg(ARGV, 15), ARGV[16]
-  ask_filled(HUB, CONF, ROBOTS, NEXT)  -- (slot() reads the last three)
   CONDITIONAL = ARGV[17] ~= '0'
+  if ARGV[17] == 'h' then ask_filled(HUB, NEXT) end
   CONDITIONAL_QUEUED = ARGV[17] == '1' or (CONDITIONAL and filled(HUB))
   leased_kind = {[0] = 0, [1] = 0}
   out, foreign = {}, {}
