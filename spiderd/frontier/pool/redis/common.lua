@@ -3,10 +3,10 @@
 -- API: register_function) exists: begin() binds them all at the first call (globals() reads them, declared
 -- before the locals shadow their names); an EVAL script binds them at every call.
 local function globals()
-  return redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs, rawget
+  return redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs, rawget, next
 end
 local redis = redis
-local string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs, rawget
+local string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs, rawget, next
 local BOUND = false
 
 -- The prelude of every script (the head of the function library): key names, URL states, host slots and domain
@@ -155,6 +155,12 @@ end
 local function fill(key)
   nonempty[key] = true
 end
+-- Whether two keys not yet asked about hold anything, in one EXISTS (the second key named twice: the count's
+-- bits say which; each key named costs a lookup, about a fifth of a call's cost).
+local function ask_filled(k1, k2)
+  local n = redis.call('EXISTS', k1, k2, k2)
+  nonempty[k1], nonempty[k2] = n % 2 == 1, n >= 2
+end
 
 -- Counter changes (COUNTERS fields, WAITING per host): written at once, or, in a script that sets SUM_COUNTS,
 -- summed and written once by flush_counts() before it returns (no script reads them back).
@@ -189,11 +195,20 @@ local function score_arg(x)
   return string.format('%.17g', x)
 end
 
--- Hosts' waiting counts: one ZMSCORE, then one ZADD and one ZREM (what ZINCRBY and ZREM at zero did per host).
+-- Hosts' waiting counts: one ZMSCORE, then one ZADD and one ZREM (what ZINCRBY and ZREM at zero did per host);
+-- a single host's by ZINCRBY (and ZREM at zero).
 local function flush_host_counts()
   local hosts = {}
   for _, host in ipairs(count_hosts) do
     if host_counts[host] ~= 0 then hosts[#hosts + 1] = host end
+  end
+  if #hosts == 0 then return end
+  if #hosts == 1 then
+    local host = hosts[1]
+    if tonumber(redis.call('ZINCRBY', WAITING, int(host_counts[host]), host)) <= 0 then
+      redis.call('ZREM', WAITING, host)
+    end
+    return
   end
   local scores, add, drop = read_many('ZMSCORE', WAITING, hosts), {}, {}
   for j, host in ipairs(hosts) do
@@ -214,7 +229,6 @@ local function flush_counts()
   for _, name in ipairs(count_names) do
     if counts[name] ~= 0 then redis.call('HINCRBY', COUNTERS, name, int(counts[name])) end
   end
-  counts, count_names, host_counts, count_hosts = {}, {}, {}, {}
 end
 
 -- A host's politeness slot, read once per script: delay, concurrency, requests in flight, next allowed time, and
@@ -280,6 +294,7 @@ local function slot(host)
   local s = slots[host]
   if s then return s end
   local delay, conc, adaptive = DELAY, CONC, nil
+  if nonempty[CONF] == nil and nonempty[ROBOTS] == nil then ask_filled(CONF, ROBOTS) end
   local override = filled(CONF) and redis.call('HGET', CONF, host)
   if override then
     local f = {}
@@ -339,7 +354,6 @@ end
 
 local function flush_pushes()
   for _, q in ipairs(pushed) do flush_push(q) end
-  pushes, pushed = {}, {}
 end
 
 -- The first URLs of each queue as this script read them (LRANGE): urls[at] is its head, the ones before it are
@@ -380,7 +394,6 @@ end
 
 local function trim_taken()
   for _, q in ipairs(taken_from) do trim(q) end
-  taken_from = {}
 end
 
 local function head(domain)
@@ -495,8 +508,12 @@ local function flush_inflight()
   for _, host in ipairs(busy_hosts) do
     if busy_change[host] then asked[#asked + 1] = host end
   end
-  local now_busy, values = {}, read_fields(INFLIGHT, asked)
-  for j, host in ipairs(asked) do now_busy[host] = tonumber(values[j] or '0') + busy_change[host] end
+  local now_busy = busy_change  -- (none asked: not read)
+  if #asked > 0 then
+    local values = read_fields(INFLIGHT, asked)
+    now_busy = {}
+    for j, host in ipairs(asked) do now_busy[host] = tonumber(values[j] or '0') + busy_change[host] end
+  end
   local set, drop = {}, {}
   for _, host in ipairs(busy_hosts) do
     local busy = busy_known[host] and slots[host].busy or now_busy[host]
@@ -509,7 +526,6 @@ local function flush_inflight()
   end
   each_chunk('HSET', INFLIGHT, set)
   each_chunk('HDEL', INFLIGHT, drop)
-  busy_change, busy_known, busy_hosts = {}, {}, {}
 end
 
 local registered = {}  -- domains this script put in spider.website.domains
@@ -560,7 +576,6 @@ end
 local function flush_leases()
   each_chunk('HSET', LEASE, lease_fields)
   each_chunk('ZADD', LEASES, lease_scores)
-  lease_fields, lease_scores, leasing = {}, {}, {}
 end
 
 -- Drop a lease or hub hold (its record rec, just read), freeing its host slot if it still holds one; returns the
@@ -592,7 +607,6 @@ end
 local function flush_ends()
   each_chunk('HDEL', LEASE, ended_keys)
   each_chunk('ZREM', LEASES, ended_keys)
-  ended, ended_keys = {}, {}
 end
 
 -- The prio of a pending URL added again (always) while leased, forgetting that mark and its failures (it is a
@@ -641,17 +655,25 @@ local function validators_bucket(fp)
   return P .. 'v:' .. dec(tonumber(string.sub(fp, 1, 3), 16))
 end
 
--- A call's per-call state above emptied (begin() below; apart from the key names, for Lua 5.1's limit of 60
+-- A call's per-call state above emptied (begin() below: the flush_* helpers above, run at a script's end, leave
+-- theirs as they are; apart from the key names, for Lua 5.1's limit of 60
 -- upvalues a function).
+-- A list and the tables filled only along with it are made again only if the last call added to the list (a
+-- table made and collected at every call is dear); so are two tables seldom filled, if not empty.
 local function reset()
-  queues, hosts_of, nonempty, slots, views, taken_from, ready, registered = {}, {}, {}, {}, {}, {}, {}, {}
-  SUM_COUNTS, counts, count_names, host_counts, count_hosts = false, {}, {}, {}, {}
-  BATCH_INFLIGHT, busy_change, busy_known, busy_hosts = false, {}, {}, {}
-  BATCH_PUSHES, pushes, pushed = false, {}, {}
-  BATCH_LEASES, lease_fields, lease_scores, leasing = false, {}, {}, {}
-  BATCH_ENDS, ended, ended_keys = false, {}, {}
+  queues, hosts_of, nonempty, slots, views, ready = {}, {}, {}, {}, {}, {}
+  if #taken_from > 0 then taken_from = {} end
+  if next(registered) ~= nil then registered = {} end
+  SUM_COUNTS, BATCH_INFLIGHT, BATCH_PUSHES, BATCH_LEASES, BATCH_ENDS = false, false, false, false, false
+  if #count_names > 0 then counts, count_names = {}, {} end  -- counts[name] set with count_names' new name
+  if #count_hosts > 0 then host_counts, count_hosts = {}, {} end  -- host_counts[host]: likewise
+  if #busy_hosts > 0 then busy_change, busy_known, busy_hosts = {}, {}, {} end  -- (busy_touched first)
+  if #pushed > 0 then pushes, pushed = {}, {} end
+  if #lease_fields > 0 then lease_fields, lease_scores, leasing = {}, {}, {} end
+  if #ended_keys > 0 then ended, ended_keys = {}, {} end
   hops_marked, hops_ever = false, nil
-  GROUPS, groups_of = false, {}
+  GROUPS = false
+  if next(groups_of) ~= nil then groups_of = {} end
 end
 
 -- The key names of a prefix and namespace (concatenations: made again only when a call's differ from the last
@@ -674,15 +696,24 @@ end
 -- whole prelude runs at every call.
 local function bind()
   if not BOUND then
-    redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs, rawget = globals()
+    redis, string, math, tonumber, ipairs, unpack, setmetatable, tostring, pairs, rawget, next = globals()
     BOUND = true
   end
 end
 
+-- A call's number argument ARGV[i], converted again only when its text differs from the last call's (most are
+-- the same at every call; tonumber parses a string twice).
+local arg_text, arg_number = {}, {}
+local function arg(ARGV, i)
+  local text = ARGV[i]
+  if text ~= arg_text[i] then arg_text[i], arg_number[i] = text, tonumber(text) end
+  return arg_number[i]
+end
+
 local function begin(ARGV)
   bind()
-  P, NS, BITS = ARGV[1], ARGV[2], tonumber(ARGV[3])
-  DELAY, CONC, NOW_S = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+  P, NS, BITS = ARGV[1], ARGV[2], arg(ARGV, 3)
+  DELAY, CONC, NOW_S = arg(ARGV, 4), arg(ARGV, 5), ARGV[6]
   NOW, SPLIT = tonumber(NOW_S), 2 ^ (32 - BITS)
   name_keys()
   reset()

@@ -104,7 +104,8 @@ def load_scripts() -> dict[str, Script]:
     library = f"#!lua name={lib}\n" + code.replace("{lib}", lib)
     scripts = {}
     for name, body in bodies.items():
-        source = common + "\nbegin(ARGV)\n" + body
+        defs, _, call = body.rpartition(PER_CALL)
+        source = common + "\n" + defs + "\nbegin(ARGV)\n" + call
         scripts[name] = Script(name, source, hashlib.sha1(source.encode()).hexdigest(), f"{lib}_{name}", library)
     for name, (first, second) in PAIRS.items():
         source = common + _body(first, bodies[first]) + _body(second, bodies[second]) + _pair(first, second)
@@ -112,9 +113,16 @@ def load_scripts() -> dict[str, Script]:
     return scripts
 
 
+PER_CALL = "\n-- (per call)\n"  # a script's definitions above this line (built once per library), its call below
+
+
 def _body(name: str, body: str) -> str:
-    """A script's body as a local function of the library (each its own closure: Lua 5.1 allows 60 upvalues)."""
-    return f"\nlocal function body_{name}(ARGV)\nbegin(ARGV)\n{body}\nend\n"
+    """A script's body as a local function of the library (each its own closure: Lua 5.1 allows 60 upvalues).  The
+    part of a body above a line ``-- (per call)`` (its local functions and state) is built once, when the library is
+    loaded (where only ``redis`` exists: the globals are bound by the first begin()), in a block of its own (Lua 5.1
+    allows 200 locals a function); the part below it runs at every call."""
+    defs, _, call = body.rpartition(PER_CALL)
+    return f"\nlocal body_{name}\ndo\n{defs}\nfunction body_{name}(ARGV)\nbegin(ARGV)\n{call}\nend\nend\n"
 
 
 def _registered(name: str, block: str) -> str:

@@ -8,23 +8,32 @@
 -- Returns {url, is_hub, validators, url, is_hub, validators, ...} (validators '' where none are kept, or not
 -- asked for), {url, prio, ...} of list entries the pool did not queue (to add), and {waiting URLs wanted, list
 -- URLs leased, detail URLs leased}.
-local DEADLINE, COUNT, HUBS_WANTED = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-local RATIOS = {[0] = tonumber(ARGV[10]), [1] = tonumber(ARGV[11])}
-local CREDIT = {[0] = tonumber(ARGV[12]), [1] = tonumber(ARGV[13])}
-local RESERVE_SCAN = tonumber(ARGV[14])
-local SWEEP_EVERY, SWEEP_COUNT = tonumber(ARGV[15]), ARGV[16]
-local CONDITIONAL = ARGV[17] ~= '0'
-local CONDITIONAL_QUEUED = ARGV[17] == '1' or (CONDITIONAL and filled(HUB))
-local leased_kind = {[0] = 0, [1] = 0}
+-- The definitions below are built once (the library's load); a call's arguments and state are set by setup().
+local COUNT, HUBS_WANTED, RATIO0, RATIO1, CREDIT0, CREDIT1, RESERVE_SCAN, SWEEP_EVERY, SWEEP_COUNT
+local CONDITIONAL, CONDITIONAL_QUEUED, leased_kind, out, foreign, DEADLINE_S, HELD, KIND_HELD
+local HUB_SPAN  -- P meta's hub_span (read by sweep)
 -- (numbers given to redis.call as strings: Redis formats a Lua number with %.17g at every call)
 local EXPIRE_BATCH, HUB_SCAN, ADOPT_BATCH, ADOPT_BATCH_S = '1000', '1000', 1000, '1000'
-local out, foreign = {}, {}
-SUM_COUNTS, BATCH_LEASES, BATCH_INFLIGHT = true, true, true
-local DEADLINE_S = ARGV[7]
-GROUPS = ARGV[18] == '1'
-local HELD = GROUPS and 'g' or '1'  -- holds a host slot (per address: released by its group of then)
-local KIND_HELD = {[0] = '0' .. HELD .. ' ', [1] = '1' .. HELD .. ' '}  -- a lease record's start: kind, holds
+-- a lease record's start: kind, holds a host slot (per address, GROUPS: released by its group of then)
+local KIND_HELD_OF = {[false] = {[0] = '01 ', [1] = '11 '}, [true] = {[0] = '0g ', [1] = '1g '}}
 local RING_LAST = '99'  -- the last of the domains of a group's ring a turn looks at (100 at most)
+
+local function setup(ARGV)
+  COUNT, HUBS_WANTED = arg(ARGV, 8), arg(ARGV, 9)
+  RATIO0, RATIO1, CREDIT0, CREDIT1 = arg(ARGV, 10), arg(ARGV, 11), arg(ARGV, 12), arg(ARGV, 13)
+  RESERVE_SCAN = arg(ARGV, 14)
+  SWEEP_EVERY, SWEEP_COUNT = arg(ARGV, 15), ARGV[16]
+  CONDITIONAL = ARGV[17] ~= '0'
+  if ARGV[17] == 'h' then ask_filled(HUB, NEXT) end
+  CONDITIONAL_QUEUED = ARGV[17] == '1' or (CONDITIONAL and filled(HUB))
+  leased_kind = {[0] = 0, [1] = 0}
+  out, foreign = {}, {}
+  SUM_COUNTS, BATCH_LEASES, BATCH_INFLIGHT = true, true, true
+  DEADLINE_S = ARGV[7]
+  GROUPS = ARGV[18] == '1'
+  HELD = GROUPS and 'g' or '1'
+  KIND_HELD = KIND_HELD_OF[GROUPS]
+end
 
 -- Hand out a leased URL (is_hub 1 or 0) with its validators.
 local function hand_out(url, fp, is_hub)
@@ -59,11 +68,14 @@ local function expire()
 end
 
 -- Wake the domains another tool registered: one SSCAN step of spider.website.domains per pop while a sweep is
--- under way (the cursor is shared by every node), a new sweep at most every SWEEP_EVERY seconds.
+-- under way (the cursor is shared by every node), a new sweep at most every SWEEP_EVERY seconds.  The same read
+-- of P meta takes pop_hubs' hub_span.
 local function sweep()
-  local cursor = redis.call('HGET', META, 'sweep_cursor') or '0'
+  local meta = redis.call('HMGET', META, 'sweep_cursor', 'sweep_due', 'hub_span')
+  HUB_SPAN = meta[3]
+  local cursor = meta[1] or '0'
   if cursor == '0' then
-    if NOW < tonumber(redis.call('HGET', META, 'sweep_due') or '0') then return end
+    if NOW < tonumber(meta[2] or '0') then return end
     redis.call('HSET', META, 'sweep_due', string.format('%.17g', NOW + SWEEP_EVERY))
   end
   local answer = redis.call('SSCAN', DOMAINS, cursor, 'COUNT', SWEEP_COUNT)
@@ -74,7 +86,7 @@ end
 
 local function pop_hubs()
   if HUBS_WANTED <= 0 then return 0 end
-  local span = tonumber(redis.call('HGET', META, 'hub_span') or '0')
+  local span = tonumber(HUB_SPAN or '0')
   local taken = 0
   for _, fp in ipairs(redis.call('ZRANGEBYSCORE', HUBS, '-inf', NOW_S, 'LIMIT', '0', HUB_SCAN)) do
     local rec = redis.call('HGET', HUB, fp)
@@ -271,13 +283,16 @@ local function pop_urls(caps, strict)
 end
 
 -- The URLs of each kind a pop of `wanted` reserves: KindSplit.reserve in spiderd/frontier/pool/split.py.
+local NONE = {[0] = 0, [1] = 0}  -- (never changed: pop_urls is given no caps of 0)
 local function reserve(wanted)
-  if RATIOS[0] + RATIOS[1] <= 0 or wanted <= 0 then return {[0] = 0, [1] = 0} end
-  local lists = math.min(wanted, math.floor(CREDIT[0] + wanted * RATIOS[0] + 1e-9))
-  return {[0] = lists, [1] = math.min(wanted - lists, math.floor(CREDIT[1] + wanted * RATIOS[1] + 1e-9))}
+  if RATIO0 + RATIO1 <= 0 or wanted <= 0 then return NONE end
+  local lists = math.min(wanted, math.floor(CREDIT0 + wanted * RATIO0 + 1e-9))
+  return {[0] = lists, [1] = math.min(wanted - lists, math.floor(CREDIT1 + wanted * RATIO1 + 1e-9))}
 end
 
-redis.call('ZREMRANGEBYSCORE', NEXT, '-inf', NOW_S)
+-- (per call)
+setup(ARGV)
+if filled(NEXT) then redis.call('ZREMRANGEBYSCORE', NEXT, '-inf', NOW_S) end
 expire()
 sweep()
 local wanted = COUNT - pop_hubs()

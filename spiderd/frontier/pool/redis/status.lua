@@ -19,11 +19,9 @@
 -- (per-IP politeness) frees and paces the host's group too.  These entries are applied before the statuses: a
 -- URL's fetched is given before its status, and a batch never spans a pop or claim.
 -- Returns url, reason of each URL that failed for good (for the log).
-local THRESHOLD = tonumber(ARGV[7])
-local MAX_THROTTLES = tonumber(ARGV[8])
-local THROTTLES = P .. 'throttles'  -- fingerprint -> throttled fetches of an active URL
-local finals = {}
-SUM_COUNTS, BATCH_ENDS, BATCH_INFLIGHT = true, true, true
+-- The definitions below are built once (the library's load); a call's arguments and state are set below them.
+local THRESHOLD, MAX_THROTTLES, finals
+local THROTTLES  -- fingerprint -> throttled fetches of an active URL
 
 -- Block host (and its group, per-IP politeness) until the time given; true if the URL's throttle is still within
 -- MAX_THROTTLES (counted).
@@ -125,8 +123,8 @@ end
 -- rewritten (holds 0) in one HSET.
 -- The node's adaptive rule of the 'fetched' entry at i, as numbers (made again only when its words differ from
 -- the last entry's: one node gives every entry the same).
-local rule_words, rule = {}, nil
-local function rule_of(i)
+local rule_words, rule
+local function rule_of(ARGV, i)
   if ARGV[i + 3] ~= rule_words[1] or ARGV[i + 4] ~= rule_words[2] or ARGV[i + 5] ~= rule_words[3] then
     rule_words = {ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]}
     rule = {tonumber(rule_words[1]), tonumber(rule_words[2]), tonumber(rule_words[3])}
@@ -134,7 +132,7 @@ local function rule_of(i)
   return rule
 end
 
-local function free_slots()
+local function free_slots(ARGV)
   local keys, at = {}, {}
   for i = 9, #ARGV, 10 do
     if ARGV[i] == 'fetched' then
@@ -155,7 +153,7 @@ local function free_slots()
           fields[#fields + 1] = key
           fields[#fields + 1] = kind .. '0 ' .. domain .. ' ' .. url
           local host, grouped = host_of(url), holds == 'g'
-          pace(host, tonumber(ARGV[i + 2]), rule_of(i), grouped)
+          pace(host, tonumber(ARGV[i + 2]), rule_of(ARGV, i), grouped)
           release(host, domain, grouped)
           break
         end
@@ -164,7 +162,12 @@ local function free_slots()
   end
   each_chunk('HSET', LEASE, fields)
 end
-free_slots()
+
+-- (per call)
+THRESHOLD, MAX_THROTTLES, THROTTLES = tonumber(ARGV[7]), tonumber(ARGV[8]), P .. 'throttles'
+finals, rule_words, rule = {}, {}, nil
+SUM_COUNTS, BATCH_ENDS, BATCH_INFLIGHT = true, true, true
+free_slots(ARGV)
 
 -- Every URL's hub hold and lease records, read in one HMGET before any is ended (a later entry for the same URL
 -- then finds it in ended, as a read after the first one's HDEL would find nothing).
