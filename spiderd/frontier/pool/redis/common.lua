@@ -87,6 +87,15 @@ local function locate(url)
   return locate_fp(string.sub(redis.sha1hex(url), 1, 16))
 end
 
+-- A URL's fingerprint, bucket key and one member (state code), without the members table (pop's take: one
+-- SREM a URL); base gives the others (a members table: setmetatable({base = base}, MEMBERS)).
+local function locate_member(url, code)
+  local fp = string.sub(redis.sha1hex(url), 1, 16)
+  local hi, lo = tonumber(string.sub(fp, 1, 8), 16), tonumber(string.sub(fp, 9, 16), 16)
+  local base = ((hi % SPLIT) * 4294967296 + lo) * 8
+  return fp, P .. 's:' .. dec(math.floor(hi / SPLIT)), dec(base + code), base
+end
+
 -- redis.call(command, key, ...) with a list's items, 1000 of them a call; read_many gathers the replies, one per
 -- item (HMGET's values, false where none; ZMSCORE's scores).
 local function each_chunk(command, key, items)
@@ -360,18 +369,20 @@ end
 -- taken (pop) but not yet trimmed off (trim); whole: the queue ends after urls.  Reads skip what is known.
 local views = {}
 local function peek(q, want)
-  flush_push(q)
+  if BATCH_PUSHES then flush_push(q) end  -- (pushes are kept only then)
   local v = views[q]
   if not v then
     v = {urls = {}, at = 1, whole = false}
     views[q] = v
   end
-  if v.at > #v.urls and not v.whole then
-    local read = redis.call('LRANGE', q, dec(#v.urls), dec(#v.urls + want - 1))
-    for _, url in ipairs(read) do v.urls[#v.urls + 1] = url end
-    v.whole = #read < want
-  end
-  return v.urls[v.at] or false
+  local urls, at = v.urls, v.at
+  local url = urls[at]  -- (urls has no holes: nil when at is past its end)
+  if url or v.whole then return url or false end
+  local n = #urls
+  local read = redis.call('LRANGE', q, dec(n), dec(n + want - 1))
+  for i = 1, #read do urls[n + i] = read[i] end
+  v.whole = #read < want
+  return urls[at] or false
 end
 
 -- Take a queue's head (just peeked) off; trim() removes what was taken from Redis.

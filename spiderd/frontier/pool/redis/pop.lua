@@ -110,10 +110,11 @@ end
 
 -- Lease a URL just taken from the head of a queue; nil for an entry the pool did not queue (dropped, or to add).
 local function take(url, domain, prio)
-  local fp, bucket, ms = locate(url)
-  local queued = redis.call('SREM', bucket, ms[WAITING_LIST + prio])
+  local fp, bucket, member, base = locate_member(url, WAITING_LIST + prio)
+  local queued = redis.call('SREM', bucket, member)
   if queued == 0 then
-    if not leasing[fp] and redis.call('HEXISTS', LEASE, fp) == 0 and not known(bucket, ms) then
+    if not leasing[fp] and redis.call('HEXISTS', LEASE, fp) == 0
+      and not known(bucket, setmetatable({base = base}, MEMBERS)) then
       adopt(url, prio)  -- pushed by another tool: the node adds it (canonical, deduplicated) as waiting
     end
     return nil
