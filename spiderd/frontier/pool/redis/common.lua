@@ -418,10 +418,21 @@ end
 -- Score a domain by the time its head URL's host may go, or take it out of the ready set (empty, or that host
 -- is full).  It stays in spider.website.domains: seed 002's tools register a domain once and push to it later.
 local ready = {}  -- domain -> whether it is in READY, as this script last read or wrote it
+-- A script that sets BATCH_READY (pop) keeps requeue's scores {score, domain, ...} for one ZADD, written by
+-- flush_ready() before any other command on READY and before the script returns.
+local BATCH_READY = false
+local ready_adds = {}
+local function flush_ready()
+  if #ready_adds > 0 then
+    each_chunk('ZADD', READY, ready_adds)
+    ready_adds = {}
+  end
+end
 
 -- Score a group in READY by its next time, or take it out: its ring is empty, or its requests in flight fill it
 -- (the release of one of them puts it back: wake_group).
 local function queue_group(g, empty)
+  flush_ready()
   if empty or (g.cap > 0 and g.busy >= g.cap) then
     redis.call('ZREM', READY, g.host)
   else
@@ -430,12 +441,16 @@ local function queue_group(g, empty)
 end
 
 local function wake_group(address)
-  if redis.call('EXISTS', RING .. address) == 1 then redis.call('ZADD', READY, 'NX', NOW_S, '@' .. address) end
+  if redis.call('EXISTS', RING .. address) == 1 then
+    flush_ready()
+    redis.call('ZADD', READY, 'NX', NOW_S, '@' .. address)
+  end
 end
 
 -- A domain whose head host is of a group waits for the group's turn in its ring (a newcomer first, else in its
 -- place), parked in READY at +inf (so wake leaves it there).
 local function park(domain, g)
+  flush_ready()
   redis.call('ZADD', READY, '+inf', domain)
   ready[domain] = true
   redis.call('ZADD', g.ring, 'NX', '0', domain)
@@ -445,6 +460,7 @@ end
 local function requeue(domain)
   local _, url = head(domain)
   if not url then
+    flush_ready()
     redis.call('ZREM', READY, domain)
     ready[domain] = false
     return
@@ -453,10 +469,17 @@ local function requeue(domain)
   if s.g then
     park(domain, s.g)
   elseif s.busy >= s.conc then
+    flush_ready()
     redis.call('ZREM', READY, domain)
     ready[domain] = false
   else
-    redis.call('ZADD', READY, s.next <= NOW and NOW_S or score_arg(s.next), domain)
+    local score = s.next <= NOW and NOW_S or score_arg(s.next)
+    if BATCH_READY then
+      ready_adds[#ready_adds + 1] = score
+      ready_adds[#ready_adds + 1] = domain
+    else
+      redis.call('ZADD', READY, score, domain)
+    end
     ready[domain] = true
   end
 end
@@ -465,6 +488,7 @@ end
 local function wake(domain)
   local in_ready = ready[domain]
   if in_ready == nil then
+    flush_ready()
     in_ready = redis.call('ZRANK', READY, domain) ~= false
     ready[domain] = in_ready
   end
@@ -676,6 +700,8 @@ local function reset()
   if #taken_from > 0 then taken_from = {} end
   if next(registered) ~= nil then registered = {} end
   SUM_COUNTS, BATCH_INFLIGHT, BATCH_PUSHES, BATCH_LEASES, BATCH_ENDS = false, false, false, false, false
+  BATCH_READY = false
+  if #ready_adds > 0 then ready_adds = {} end
   if #count_names > 0 then counts, count_names = {}, {} end  -- counts[name] set with count_names' new name
   if #count_hosts > 0 then host_counts, count_hosts = {}, {} end  -- host_counts[host]: likewise
   if #busy_hosts > 0 then busy_change, busy_known, busy_hosts = {}, {}, {} end  -- (busy_touched first)
