@@ -138,8 +138,13 @@ local hosts_of = {}  -- url -> its host, found once per script
 local function host_of(url)
   local host = hosts_of[url]
   if not host then
-    host = string.match(url, '^[^:/]+://([^/]*)') or ''
-    if string.find(host, '@', 1, true) then host = string.match(host, '([^@]*)$') end
+    local at
+    host, at = string.match(url, '^[^:/]+://([^/@]*)(@?)')
+    if not host then
+      host = ''
+    elseif at ~= '' then  -- user info: the host follows the last '@' before the path
+      host = string.match(string.match(url, '^[^:/]+://([^/]*)'), '([^@]*)$')
+    end
     hosts_of[url] = host
   end
   return host
@@ -403,8 +408,15 @@ local function trim(q)
   end
 end
 
+-- (a pop's last step: its views are dropped, not kept for later reads, which would read the queues again)
 local function trim_taken()
-  for _, q in ipairs(taken_from) do trim(q) end
+  for _, q in ipairs(taken_from) do
+    local v = views[q]
+    if v and v.at > 1 then
+      redis.call('LTRIM', q, dec(v.at - 1), '-1')
+      views[q] = nil
+    end
+  end
 end
 
 local function head(domain)
