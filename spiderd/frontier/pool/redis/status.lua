@@ -71,7 +71,8 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
     end
   end
   local failures = tonumber(filled(FAILS) and redis.call('HGET', FAILS, fp) or '0')
-  local fallback, block_end = string.match(outcome, '^throttle (%S+) (%S+)$')
+  local fallback, block_end
+  if outcome ~= 'done' then fallback, block_end = string.match(outcome, '^throttle (%S+) (%S+)$') end
   if fallback then
     if throttled(fp, host, tonumber(block_end)) then
       redis.call('HSET', WHY, fp, NOW_S .. ' ' .. int(failures) .. ' ' .. reason)
