@@ -226,7 +226,9 @@ local function flush_host_counts()
   end
   local scores, add, drop = read_many('ZMSCORE', WAITING, hosts), {}, {}
   for j, host in ipairs(hosts) do
-    local score = tonumber(scores[j] or '0') + host_counts[host]
+    local score = scores[j]  -- (none: 0, without converting '0')
+    if score then score = tonumber(score) else score = 0 end
+    score = score + host_counts[host]
     if score <= 0 then
       drop[#drop + 1] = host
     else
@@ -260,7 +262,8 @@ end
 
 -- A field's count of requests in flight, with the changes this script made before reading it (BATCH_INFLIGHT).
 local function read_busy(field)
-  local busy = tonumber(redis.call('HGET', INFLIGHT, field) or '0')
+  local busy = redis.call('HGET', INFLIGHT, field)  -- (none: 0, without converting '0')
+  if busy then busy = tonumber(busy) else busy = 0 end
   if busy_change[field] then  -- released before this read: the slot keeps the count from now on
     busy = busy + busy_change[field]
     busy_change[field] = nil
@@ -316,10 +319,12 @@ local function slot(host)
     delay, conc = f[1], f[2]
     if f[5] then adaptive = {f[3], f[4], f[5]} end
   end
-  local configured, robots = delay, tonumber(filled(ROBOTS) and redis.call('HGET', ROBOTS, host) or '0')
+  local configured, robots = delay, filled(ROBOTS) and redis.call('HGET', ROBOTS, host)
+  if robots then robots = tonumber(robots) else robots = 0 end  -- (none: 0, without converting '0')
   delay = math.max(delay, robots)
-  s = {host = host, delay = delay, conc = conc, busy = read_busy(host),
-       next = tonumber(filled(NEXT) and redis.call('ZSCORE', NEXT, host) or '0'), adaptive = adaptive,
+  local next_t = filled(NEXT) and redis.call('ZSCORE', NEXT, host)
+  if next_t then next_t = tonumber(next_t) else next_t = 0 end
+  s = {host = host, delay = delay, conc = conc, busy = read_busy(host), next = next_t, adaptive = adaptive,
        configured = configured, crawl_delay = robots}
   slots[host] = s
   local address = GROUPS and group_of(host)
@@ -559,7 +564,11 @@ local function flush_inflight()
   if #asked > 0 then
     local values = read_fields(INFLIGHT, asked)
     now_busy = {}
-    for j, host in ipairs(asked) do now_busy[host] = tonumber(values[j] or '0') + busy_change[host] end
+    for j, host in ipairs(asked) do
+      local busy = values[j]
+      if busy then busy = tonumber(busy) else busy = 0 end
+      now_busy[host] = busy + busy_change[host]
+    end
   end
   local set, drop = {}, {}
   for _, host in ipairs(busy_hosts) do

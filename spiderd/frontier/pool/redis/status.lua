@@ -70,7 +70,8 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
       was_known = false
     end
   end
-  local failures = tonumber(filled(FAILS) and redis.call('HGET', FAILS, fp) or '0')
+  local failures = filled(FAILS) and redis.call('HGET', FAILS, fp)
+  if failures then failures = tonumber(failures) else failures = 0 end  -- (none: 0, without converting '0')
   local fallback, block_end
   if outcome ~= 'done' then fallback, block_end = string.match(outcome, '^throttle (%S+) (%S+)$') end
   if fallback then
