@@ -375,24 +375,27 @@ local function flush_pushes()
   for _, q in ipairs(pushed) do flush_push(q) end
 end
 
--- The first URLs of each queue as this script read them (LRANGE): urls[at] is its head, the ones before it are
--- taken (pop) but not yet trimmed off (trim); whole: the queue ends after urls.  Reads skip what is known.
+-- The first URLs of each queue as this script read them (LRANGE), v[1..#v] (the first read's reply table itself):
+-- v[v.at] is its head, the ones before it are taken (pop) but not yet trimmed off (trim); v.whole: the queue ends
+-- after them.  Reads skip what is known.
 local views = {}
 local function peek(q, want)
   if BATCH_PUSHES then flush_push(q) end  -- (pushes are kept only then)
   local v = views[q]
   if not v then
-    v = {urls = {}, at = 1, whole = false}
+    v = redis.call('LRANGE', q, '0', dec(want - 1))
+    v.at, v.whole = 1, #v < want
     views[q] = v
+    return v[1] or false
   end
-  local urls, at = v.urls, v.at
-  local url = urls[at]  -- (urls has no holes: nil when at is past its end)
+  local at = v.at
+  local url = v[at]  -- (no holes: nil when at is past the end)
   if url or v.whole then return url or false end
-  local n = #urls
+  local n = #v
   local read = redis.call('LRANGE', q, dec(n), dec(n + want - 1))
-  for i = 1, #read do urls[n + i] = read[i] end
+  for i = 1, #read do v[n + i] = read[i] end
   v.whole = #read < want
-  return urls[at] or false
+  return v[at] or false
 end
 
 -- Take a queue's head (just peeked) off; trim() removes what was taken from Redis.
@@ -407,9 +410,13 @@ local function trim(q)
   local v = views[q]
   if v and v.at > 1 then
     redis.call('LTRIM', q, dec(v.at - 1), '-1')
-    local rest = {}
-    for i = v.at, #v.urls do rest[#rest + 1] = v.urls[i] end
-    v.urls, v.at = rest, 1
+    local n, k = #v, 0
+    for i = v.at, n do
+      k = k + 1
+      v[k] = v[i]
+    end
+    for i = k + 1, n do v[i] = nil end
+    v.at = 1
   end
 end
 
@@ -589,7 +596,8 @@ local function enqueue(url, host, domain, prio, bucket, ms)
   redis.call('SADD', bucket, ms[WAITING_LIST + prio])
   local q = queue(domain, prio)
   push(q, url)
-  if views[q] and views[q].whole then views[q].urls[#views[q].urls + 1] = url end
+  local v = views[q]
+  if v and v.whole then v[#v + 1] = url end
   if not registered[domain] then
     redis.call('SADD', DOMAINS, domain)
     registered[domain] = true
