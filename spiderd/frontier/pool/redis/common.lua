@@ -124,14 +124,15 @@ local function known(bucket, ms)
   return nil
 end
 
-local queues = {}  -- domain -> its two queue keys (built once per script)
+local queues = {[0] = {}, [1] = {}}  -- prio -> domain -> its queue key (built once per script)
 local function queue(domain, prio)
-  local keys = queues[domain]
-  if not keys then
-    keys = {[0] = NS .. domain .. SUFFIX[0], [1] = NS .. domain .. SUFFIX[1]}
-    queues[domain] = keys
+  local keys = queues[prio]
+  local q = keys[domain]
+  if not q then
+    q = NS .. domain .. SUFFIX[prio]
+    keys[domain] = q
   end
-  return keys[prio]
+  return q
 end
 
 local hosts_of = {}  -- url -> its host, found once per script
@@ -725,7 +726,7 @@ end
 -- A list and the tables filled only along with it are made again only if the last call added to the list (a
 -- table made and collected at every call is dear); so are two tables seldom filled, if not empty.
 local function reset()
-  queues, hosts_of, nonempty, slots, views, ready = {}, {}, {}, {}, {}, {}
+  queues, hosts_of, nonempty, slots, views, ready = {[0] = {}, [1] = {}}, {}, {}, {}, {}, {}
   if #taken_from > 0 then taken_from = {} end
   if next(registered) ~= nil then registered = {} end
   SUM_COUNTS, BATCH_INFLIGHT, BATCH_PUSHES, BATCH_LEASES, BATCH_ENDS = false, false, false, false, false
