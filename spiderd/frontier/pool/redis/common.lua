@@ -87,6 +87,15 @@ local function locate(url)
   return locate_fp(string.sub(redis.sha1hex(url), 1, 16))
 end
 
+-- A URL's fingerprint, bucket key and one member (state code), without the members table (pop's take: one
+-- SREM a URL); base gives the others (a members table: setmetatable({base = base}, MEMBERS)).
+local function locate_member(url, code)
+  local fp = string.sub(redis.sha1hex(url), 1, 16)
+  local hi, lo = tonumber(string.sub(fp, 1, 8), 16), tonumber(string.sub(fp, 9, 16), 16)
+  local base = ((hi % SPLIT) * 4294967296 + lo) * 8
+  return fp, P .. 's:' .. dec(math.floor(hi / SPLIT)), dec(base + code), base
+end
+
 -- redis.call(command, key, ...) with a list's items, 1000 of them a call; read_many gathers the replies, one per
 -- item (HMGET's values, false where none; ZMSCORE's scores).
 local function each_chunk(command, key, items)
@@ -115,22 +124,28 @@ local function known(bucket, ms)
   return nil
 end
 
-local queues = {}  -- domain -> its two queue keys (built once per script)
+local queues = {[0] = {}, [1] = {}}  -- prio -> domain -> its queue key (built once per script)
 local function queue(domain, prio)
-  local keys = queues[domain]
-  if not keys then
-    keys = {[0] = NS .. domain .. SUFFIX[0], [1] = NS .. domain .. SUFFIX[1]}
-    queues[domain] = keys
+  local keys = queues[prio]
+  local q = keys[domain]
+  if not q then
+    q = NS .. domain .. SUFFIX[prio]
+    keys[domain] = q
   end
-  return keys[prio]
+  return q
 end
 
 local hosts_of = {}  -- url -> its host, found once per script
 local function host_of(url)
   local host = hosts_of[url]
   if not host then
-    host = string.match(url, '^[^:/]+://([^/]*)') or ''
-    if string.find(host, '@', 1, true) then host = string.match(host, '([^@]*)$') end
+    local at
+    host, at = string.match(url, '^[^:/]+://([^/@]*)(@?)')
+    if not host then
+      host = ''
+    elseif at ~= '' then  -- user info: the host follows the last '@' before the path
+      host = string.match(string.match(url, '^[^:/]+://([^/]*)'), '([^@]*)$')
+    end
     hosts_of[url] = host
   end
   return host
@@ -212,7 +227,9 @@ local function flush_host_counts()
   end
   local scores, add, drop = read_many('ZMSCORE', WAITING, hosts), {}, {}
   for j, host in ipairs(hosts) do
-    local score = tonumber(scores[j] or '0') + host_counts[host]
+    local score = scores[j]  -- (none: 0, without converting '0')
+    if score then score = tonumber(score) else score = 0 end
+    score = score + host_counts[host]
     if score <= 0 then
       drop[#drop + 1] = host
     else
@@ -246,7 +263,8 @@ end
 
 -- A field's count of requests in flight, with the changes this script made before reading it (BATCH_INFLIGHT).
 local function read_busy(field)
-  local busy = tonumber(redis.call('HGET', INFLIGHT, field) or '0')
+  local busy = redis.call('HGET', INFLIGHT, field)  -- (none: 0, without converting '0')
+  if busy then busy = tonumber(busy) else busy = 0 end
   if busy_change[field] then  -- released before this read: the slot keeps the count from now on
     busy = busy + busy_change[field]
     busy_change[field] = nil
@@ -302,10 +320,12 @@ local function slot(host)
     delay, conc = f[1], f[2]
     if f[5] then adaptive = {f[3], f[4], f[5]} end
   end
-  local configured, robots = delay, tonumber(filled(ROBOTS) and redis.call('HGET', ROBOTS, host) or '0')
+  local configured, robots = delay, filled(ROBOTS) and redis.call('HGET', ROBOTS, host)
+  if robots then robots = tonumber(robots) else robots = 0 end  -- (none: 0, without converting '0')
   delay = math.max(delay, robots)
-  s = {host = host, delay = delay, conc = conc, busy = read_busy(host),
-       next = tonumber(filled(NEXT) and redis.call('ZSCORE', NEXT, host) or '0'), adaptive = adaptive,
+  local next_t = filled(NEXT) and redis.call('ZSCORE', NEXT, host)
+  if next_t then next_t = tonumber(next_t) else next_t = 0 end
+  s = {host = host, delay = delay, conc = conc, busy = read_busy(host), next = next_t, adaptive = adaptive,
        configured = configured, crawl_delay = robots}
   slots[host] = s
   local address = GROUPS and group_of(host)
@@ -356,22 +376,27 @@ local function flush_pushes()
   for _, q in ipairs(pushed) do flush_push(q) end
 end
 
--- The first URLs of each queue as this script read them (LRANGE): urls[at] is its head, the ones before it are
--- taken (pop) but not yet trimmed off (trim); whole: the queue ends after urls.  Reads skip what is known.
+-- The first URLs of each queue as this script read them (LRANGE), v[1..#v] (the first read's reply table itself):
+-- v[v.at] is its head, the ones before it are taken (pop) but not yet trimmed off (trim); v.whole: the queue ends
+-- after them.  Reads skip what is known.
 local views = {}
 local function peek(q, want)
-  flush_push(q)
+  if BATCH_PUSHES then flush_push(q) end  -- (pushes are kept only then)
   local v = views[q]
   if not v then
-    v = {urls = {}, at = 1, whole = false}
+    v = redis.call('LRANGE', q, '0', dec(want - 1))
+    v.at, v.whole = 1, #v < want
     views[q] = v
+    return v[1] or false
   end
-  if v.at > #v.urls and not v.whole then
-    local read = redis.call('LRANGE', q, dec(#v.urls), dec(#v.urls + want - 1))
-    for _, url in ipairs(read) do v.urls[#v.urls + 1] = url end
-    v.whole = #read < want
-  end
-  return v.urls[v.at] or false
+  local at = v.at
+  local url = v[at]  -- (no holes: nil when at is past the end)
+  if url or v.whole then return url or false end
+  local n = #v
+  local read = redis.call('LRANGE', q, dec(n), dec(n + want - 1))
+  for i = 1, #read do v[n + i] = read[i] end
+  v.whole = #read < want
+  return v[at] or false
 end
 
 -- Take a queue's head (just peeked) off; trim() removes what was taken from Redis.
@@ -386,14 +411,25 @@ local function trim(q)
   local v = views[q]
   if v and v.at > 1 then
     redis.call('LTRIM', q, dec(v.at - 1), '-1')
-    local rest = {}
-    for i = v.at, #v.urls do rest[#rest + 1] = v.urls[i] end
-    v.urls, v.at = rest, 1
+    local n, k = #v, 0
+    for i = v.at, n do
+      k = k + 1
+      v[k] = v[i]
+    end
+    for i = k + 1, n do v[i] = nil end
+    v.at = 1
   end
 end
 
+-- (a pop's last step: its views are dropped, not kept for later reads, which would read the queues again)
 local function trim_taken()
-  for _, q in ipairs(taken_from) do trim(q) end
+  for _, q in ipairs(taken_from) do
+    local v = views[q]
+    if v and v.at > 1 then
+      redis.call('LTRIM', q, dec(v.at - 1), '-1')
+      views[q] = nil
+    end
+  end
 end
 
 local function head(domain)
@@ -407,10 +443,21 @@ end
 -- Score a domain by the time its head URL's host may go, or take it out of the ready set (empty, or that host
 -- is full).  It stays in spider.website.domains: seed 002's tools register a domain once and push to it later.
 local ready = {}  -- domain -> whether it is in READY, as this script last read or wrote it
+-- A script that sets BATCH_READY (pop) keeps requeue's scores {score, domain, ...} for one ZADD, written by
+-- flush_ready() before any other command on READY and before the script returns.
+local BATCH_READY = false
+local ready_adds = {}
+local function flush_ready()
+  if #ready_adds > 0 then
+    each_chunk('ZADD', READY, ready_adds)
+    ready_adds = {}
+  end
+end
 
 -- Score a group in READY by its next time, or take it out: its ring is empty, or its requests in flight fill it
 -- (the release of one of them puts it back: wake_group).
 local function queue_group(g, empty)
+  flush_ready()
   if empty or (g.cap > 0 and g.busy >= g.cap) then
     redis.call('ZREM', READY, g.host)
   else
@@ -419,12 +466,16 @@ local function queue_group(g, empty)
 end
 
 local function wake_group(address)
-  if redis.call('EXISTS', RING .. address) == 1 then redis.call('ZADD', READY, 'NX', NOW_S, '@' .. address) end
+  if redis.call('EXISTS', RING .. address) == 1 then
+    flush_ready()
+    redis.call('ZADD', READY, 'NX', NOW_S, '@' .. address)
+  end
 end
 
 -- A domain whose head host is of a group waits for the group's turn in its ring (a newcomer first, else in its
 -- place), parked in READY at +inf (so wake leaves it there).
 local function park(domain, g)
+  flush_ready()
   redis.call('ZADD', READY, '+inf', domain)
   ready[domain] = true
   redis.call('ZADD', g.ring, 'NX', '0', domain)
@@ -434,6 +485,7 @@ end
 local function requeue(domain)
   local _, url = head(domain)
   if not url then
+    flush_ready()
     redis.call('ZREM', READY, domain)
     ready[domain] = false
     return
@@ -442,10 +494,17 @@ local function requeue(domain)
   if s.g then
     park(domain, s.g)
   elseif s.busy >= s.conc then
+    flush_ready()
     redis.call('ZREM', READY, domain)
     ready[domain] = false
   else
-    redis.call('ZADD', READY, s.next <= NOW and NOW_S or score_arg(s.next), domain)
+    local score = s.next <= NOW and NOW_S or score_arg(s.next)
+    if BATCH_READY then
+      ready_adds[#ready_adds + 1] = score
+      ready_adds[#ready_adds + 1] = domain
+    else
+      redis.call('ZADD', READY, score, domain)
+    end
     ready[domain] = true
   end
 end
@@ -454,6 +513,7 @@ end
 local function wake(domain)
   local in_ready = ready[domain]
   if in_ready == nil then
+    flush_ready()
     in_ready = redis.call('ZRANK', READY, domain) ~= false
     ready[domain] = in_ready
   end
@@ -512,7 +572,11 @@ local function flush_inflight()
   if #asked > 0 then
     local values = read_fields(INFLIGHT, asked)
     now_busy = {}
-    for j, host in ipairs(asked) do now_busy[host] = tonumber(values[j] or '0') + busy_change[host] end
+    for j, host in ipairs(asked) do
+      local busy = values[j]
+      if busy then busy = tonumber(busy) else busy = 0 end
+      now_busy[host] = busy + busy_change[host]
+    end
   end
   local set, drop = {}, {}
   for _, host in ipairs(busy_hosts) do
@@ -533,7 +597,8 @@ local function enqueue(url, host, domain, prio, bucket, ms)
   redis.call('SADD', bucket, ms[WAITING_LIST + prio])
   local q = queue(domain, prio)
   push(q, url)
-  if views[q] and views[q].whole then views[q].urls[#views[q].urls + 1] = url end
+  local v = views[q]
+  if v and v.whole then v[#v + 1] = url end
   if not registered[domain] then
     redis.call('SADD', DOMAINS, domain)
     registered[domain] = true
@@ -661,10 +726,12 @@ end
 -- A list and the tables filled only along with it are made again only if the last call added to the list (a
 -- table made and collected at every call is dear); so are two tables seldom filled, if not empty.
 local function reset()
-  queues, hosts_of, nonempty, slots, views, ready = {}, {}, {}, {}, {}, {}
+  queues, hosts_of, nonempty, slots, views, ready = {[0] = {}, [1] = {}}, {}, {}, {}, {}, {}
   if #taken_from > 0 then taken_from = {} end
   if next(registered) ~= nil then registered = {} end
   SUM_COUNTS, BATCH_INFLIGHT, BATCH_PUSHES, BATCH_LEASES, BATCH_ENDS = false, false, false, false, false
+  BATCH_READY = false
+  if #ready_adds > 0 then ready_adds = {} end
   if #count_names > 0 then counts, count_names = {}, {} end  -- counts[name] set with count_names' new name
   if #count_hosts > 0 then host_counts, count_hosts = {}, {} end  -- host_counts[host]: likewise
   if #busy_hosts > 0 then busy_change, busy_known, busy_hosts = {}, {}, {} end  -- (busy_touched first)

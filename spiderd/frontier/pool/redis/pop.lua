@@ -28,7 +28,7 @@ local function setup(ARGV)
   CONDITIONAL_QUEUED = ARGV[17] == '1' or (CONDITIONAL and filled(HUB))
   leased_kind = {[0] = 0, [1] = 0}
   out, foreign = {}, {}
-  SUM_COUNTS, BATCH_LEASES, BATCH_INFLIGHT = true, true, true
+  SUM_COUNTS, BATCH_LEASES, BATCH_INFLIGHT, BATCH_READY = true, true, true, true
   DEADLINE_S = ARGV[7]
   GROUPS = ARGV[18] == '1'
   HELD = GROUPS and 'g' or '1'
@@ -110,10 +110,11 @@ end
 
 -- Lease a URL just taken from the head of a queue; nil for an entry the pool did not queue (dropped, or to add).
 local function take(url, domain, prio)
-  local fp, bucket, ms = locate(url)
-  local queued = redis.call('SREM', bucket, ms[WAITING_LIST + prio])
+  local fp, bucket, member, base = locate_member(url, WAITING_LIST + prio)
+  local queued = redis.call('SREM', bucket, member)
   if queued == 0 then
-    if not leasing[fp] and redis.call('HEXISTS', LEASE, fp) == 0 and not known(bucket, ms) then
+    if not leasing[fp] and redis.call('HEXISTS', LEASE, fp) == 0
+      and not known(bucket, setmetatable({base = base}, MEMBERS)) then
       adopt(url, prio)  -- pushed by another tool: the node adds it (canonical, deduplicated) as waiting
     end
     return nil
@@ -254,6 +255,7 @@ local function pop_urls(caps, strict)
   while wanted > 0 do
     if not domains then
       settle()
+      flush_ready()
       domains = redis.call('ZRANGEBYSCORE', READY, '-inf', NOW_S, 'LIMIT', '0', dec(wanted + skipped))
     end
     local got, passing, alone = 0, skipped, #domains == 1
@@ -302,6 +304,7 @@ if reserved[0] + reserved[1] > 0 then leased = pop_urls(reserved, true) end
 leased = leased + pop_urls({[0] = wanted - leased, [1] = wanted - leased}, false)
 if leased > 0 then count('pending', leased) end
 trim_taken()
+flush_ready()
 flush_leases()
 flush_inflight()
 flush_counts()

@@ -45,7 +45,9 @@ local function keep_validators(fp, done, validators)
   end
 end
 
-local function set_status(outcome, url, host, domain, kept, reason, validators, fp, bucket, ms, hub_key, hub_rec, rec)
+-- done_m: the URL's done member in its bucket (its members table, ms, is made only where other members are needed)
+local function set_status(outcome, url, host, domain, kept, reason, validators, fp, bucket, done_m, hub_key, hub_rec,
+                          rec)
   hosts_of[url] = host  -- (a lease record's URL is this one: its host is not parsed again)
   local hub = hub_rec and not ended[hub_key] and close_lease(hub_key, hub_rec) ~= nil
   local prio, was_known = 0, true
@@ -53,11 +55,12 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
   local again = kind and take_again(fp)
   if again then  -- added again while leased: this fetch's outcome makes way for a new one
     if outcome == 'done' and (hub or string.find(kept, kind, 1, true)) then keep_validators(fp, true, validators) end
-    enqueue(url, host, domain, again, bucket, ms)
+    enqueue(url, host, domain, again, bucket, setmetatable({done_m}, MEMBERS))
     return
   elseif kind then
     prio = tonumber(kind)
   else
+    local ms = setmetatable({done_m}, MEMBERS)
     local code = known(bucket, ms)
     if code and code >= WAITING_LIST then
       prio = unqueue(url, host, domain, bucket, ms, code)
@@ -70,12 +73,14 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
       was_known = false
     end
   end
-  local failures = tonumber(filled(FAILS) and redis.call('HGET', FAILS, fp) or '0')
-  local fallback, block_end = string.match(outcome, '^throttle (%S+) (%S+)$')
+  local failures = filled(FAILS) and redis.call('HGET', FAILS, fp)
+  if failures then failures = tonumber(failures) else failures = 0 end  -- (none: 0, without converting '0')
+  local fallback, block_end
+  if outcome ~= 'done' then fallback, block_end = string.match(outcome, '^throttle (%S+) (%S+)$') end
   if fallback then
     if throttled(fp, host, tonumber(block_end)) then
       redis.call('HSET', WHY, fp, NOW_S .. ' ' .. int(failures) .. ' ' .. reason)
-      enqueue(url, host, domain, prio, bucket, ms)
+      enqueue(url, host, domain, prio, bucket, setmetatable({done_m}, MEMBERS))
       return
     end
     outcome = fallback
@@ -86,7 +91,7 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
   if outcome == 'retry' and failures < THRESHOLD then
     redis.call('HSET', FAILS, fp, int(failures + 1))
     fill(FAILS)
-    enqueue(url, host, domain, prio, bucket, ms)
+    enqueue(url, host, domain, prio, bucket, setmetatable({done_m}, MEMBERS))
   else
     local code = outcome == 'done' and DONE or FAILED
     if filled(THROTTLES) then redis.call('HDEL', THROTTLES, fp) end
@@ -95,7 +100,7 @@ local function set_status(outcome, url, host, domain, kept, reason, validators, 
       redis.call('HDEL', FAILS, fp)
       if code == DONE then redis.call('HDEL', WHY, fp) end
     end
-    redis.call('SADD', bucket, ms[code])
+    redis.call('SADD', bucket, code == DONE and done_m or setmetatable({done_m}, MEMBERS)[code])
     count(FINAL_NAME[code], 1)
     local in_set = was_known and string.find(kept, D1[prio], 1, true)
     if code == DONE and in_set then
@@ -187,7 +192,7 @@ for i = 9, #ARGV, 10 do
   elseif ARGV[i] ~= 'fetched' then
     n = n + 2
     set_status(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7],
-      ARGV[i + 8], setmetatable({ARGV[i + 9]}, MEMBERS), lease_keys[n - 1],
+      ARGV[i + 8], ARGV[i + 9], lease_keys[n - 1],
       recs[n - 1], recs[n])
   end
 end
