@@ -17,6 +17,7 @@ local fps = {}
 for i = 15, #ARGV, 11 do fps[#fps + 1] = ARGV[i] end
 local leased = read_fields(LEASE, fps)  -- every URL's lease, read at once
 local n = 0
+local woken, to_wake = {}, {}  -- the call's domains, registered and woken once after its pushes (as enqueue would)
 for i = 11, #ARGV, 11 do
   n = n + 1
   local url, host, domain, hop_limit = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
@@ -41,7 +42,16 @@ for i = 11, #ARGV, 11 do
           end
         end
         if filled(FAILS) then redis.call('HDEL', FAILS, fp) end
-        enqueue(url, host, domain, PRIO, bucket, ms)
+        redis.call('SADD', bucket, ms[WAITING_LIST + PRIO])  -- enqueue, but for its domain's SADD and wake
+        local q = queue(domain, PRIO)
+        push(q, url)
+        local v = views[q]
+        if v and v.whole then v[#v + 1] = url end
+        host_waiting(host, 1)
+        if not woken[domain] then
+          woken[domain] = true
+          to_wake[#to_wake + 1] = domain
+        end
         if HOPS > 0 then
           redis.call('HSET', hops_bucket(fp), fp, int(HOPS))
           mark_hops()
@@ -50,6 +60,26 @@ for i = 11, #ARGV, 11 do
       end
     end
   end
+end
+if #to_wake > 0 then  -- one SADD of the new domains, one ZMSCORE of their ready states, one ZADD of the woken
+  local new, ask = {}, {}
+  for _, domain in ipairs(to_wake) do
+    if not registered[domain] then
+      registered[domain] = true
+      new[#new + 1] = domain
+    end
+    if ready[domain] == nil then ask[#ask + 1] = domain end
+  end
+  each_chunk('SADD', DOMAINS, new)
+  if #ask > 0 then
+    local scores = read_many('ZMSCORE', READY, ask)
+    for j, domain in ipairs(ask) do ready[domain] = scores[j] ~= false end
+  end
+  BATCH_READY = true
+  for _, domain in ipairs(to_wake) do
+    if not ready[domain] then requeue(domain) end
+  end
+  flush_ready()
 end
 flush_pushes()
 flush_counts()
