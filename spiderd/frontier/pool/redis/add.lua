@@ -21,11 +21,18 @@ local woken, to_wake = {}, {}  -- the call's domains, registered and woken once 
 for i = 11, #ARGV, 11 do
   n = n + 1
   local url, host, domain, hop_limit = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-  local fp, bucket, ms = ARGV[i + 4], ARGV[i + 5], {ARGV[i + 6], ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10]}
+  local fp, bucket = ARGV[i + 4], ARGV[i + 5]  -- the member of state code c: ARGV[i + 5 + c] (no table per URL)
   if leased[n] then
     if ALWAYS then added = added + redis.call('HSETNX', AGAIN, fp, PRIO) end
   else
-    local code = known(bucket, ms)
+    local found, code = redis.call('SMISMEMBER', bucket, ARGV[i + 6], ARGV[i + 7], ARGV[i + 8], ARGV[i + 9],
+                                   ARGV[i + 10]), nil  -- known(), inline
+    for c = 1, 5 do
+      if found[c] == 1 then
+        code = c
+        break
+      end
+    end
     if not code or (ALWAYS and code < WAITING_LIST) then
       if not code and hop_limit > 0 and HOPS > hop_limit then
         far = far + 1
@@ -34,7 +41,7 @@ for i = 11, #ARGV, 11 do
       else
         if not code and LIMITED then redis.call('HINCRBY', HOSTS_SEEN, host, '1') end
         if code then
-          redis.call('SREM', bucket, ms[code])
+          redis.call('SREM', bucket, ARGV[i + 5 + code])
           count(FINAL_NAME[code], -1)
           if code == DONE then  -- out of its crawled set until done again
             redis.call('ZREM', crawled(0, domain), url)
@@ -42,7 +49,7 @@ for i = 11, #ARGV, 11 do
           end
         end
         if filled(FAILS) then redis.call('HDEL', FAILS, fp) end
-        redis.call('SADD', bucket, ms[WAITING_LIST + PRIO])  -- enqueue, but for its domain's SADD and wake
+        redis.call('SADD', bucket, ARGV[i + 5 + WAITING_LIST + PRIO])  -- enqueue, but for its domain's SADD and wake
         local q = queue(domain, PRIO)
         push(q, url)
         local v = views[q]
