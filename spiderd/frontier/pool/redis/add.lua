@@ -15,9 +15,9 @@ local added, full, far = 0, 0, 0
 SUM_COUNTS, BATCH_PUSHES = true, true
 local fps = {}
 for i = 15, #ARGV, 11 do fps[#fps + 1] = ARGV[i] end
-local leased = read_fields(LEASE, fps)  -- every URL's lease, read at once
+local leased = read_many('HMGET', LEASE, fps)  -- every URL's lease, read at once
 local n = 0
-local woken, to_wake = {}, {}  -- the call's domains, registered and woken once after its pushes (as enqueue would)
+local to_wake = {}  -- the call's domains, registered and woken once after its pushes (enqueue_member's later)
 for i = 11, #ARGV, 11 do
   n = n + 1
   local url, host, domain, hop_limit = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
@@ -49,16 +49,7 @@ for i = 11, #ARGV, 11 do
           end
         end
         if filled(FAILS) then redis.call('HDEL', FAILS, fp) end
-        redis.call('SADD', bucket, ARGV[i + 5 + WAITING_LIST + PRIO])  -- enqueue, but for its domain's SADD and wake
-        local q = queue(domain, PRIO)
-        push(q, url)
-        local v = views[q]
-        if v and v.whole then v[#v + 1] = url end
-        host_waiting(host, 1)
-        if not woken[domain] then
-          woken[domain] = true
-          to_wake[#to_wake + 1] = domain
-        end
+        enqueue_member(url, host, domain, PRIO, bucket, ARGV[i + 5 + WAITING_LIST + PRIO], to_wake)
         if HOPS > 0 then
           redis.call('HSET', hops_bucket(fp), fp, int(HOPS))
           mark_hops()

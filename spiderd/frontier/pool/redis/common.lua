@@ -114,11 +114,6 @@ local function read_many(command, key, items)
   return values
 end
 
--- The values of many fields of a hash (false where none).
-local function read_fields(key, fields)
-  return read_many('HMGET', key, fields)
-end
-
 -- The state code stored for a URL in its bucket (1-3 final, 4-5 waiting), or nil.
 local function known(bucket, ms)
   local found = redis.call('SMISMEMBER', bucket, ms[1], ms[2], ms[3], ms[4], ms[5])
@@ -403,7 +398,7 @@ local function peek(q, want)
   return v[at] or false
 end
 
--- Take a queue's head (just peeked) off; trim() removes what was taken from Redis.
+-- Take a queue's head (just peeked) off; trim() removes what was taken from Redis (and the view).
 local taken_from = {}  -- queues whose heads were taken
 local function take_head(q)
   local v = views[q]
@@ -411,29 +406,18 @@ local function take_head(q)
   v.at = v.at + 1
 end
 
+-- (its view is dropped, not kept for later reads, which read the queue again)
 local function trim(q)
   local v = views[q]
   if v and v.at > 1 then
     redis.call('LTRIM', q, dec(v.at - 1), '-1')
-    local n, k = #v, 0
-    for i = v.at, n do
-      k = k + 1
-      v[k] = v[i]
-    end
-    for i = k + 1, n do v[i] = nil end
-    v.at = 1
+    views[q] = nil
   end
 end
 
--- (a pop's last step: its views are dropped, not kept for later reads, which would read the queues again)
+-- (a pop's last step)
 local function trim_taken()
-  for _, q in ipairs(taken_from) do
-    local v = views[q]
-    if v and v.at > 1 then
-      redis.call('LTRIM', q, dec(v.at - 1), '-1')
-      views[q] = nil
-    end
-  end
+  for _, q in ipairs(taken_from) do trim(q) end
 end
 
 local function head(domain)
@@ -574,7 +558,7 @@ local function flush_inflight()
   end
   local now_busy = busy_change  -- (none asked: not read)
   if #asked > 0 then
-    local values = read_fields(INFLIGHT, asked)
+    local values = read_many('HMGET', INFLIGHT, asked)
     now_busy = {}
     for j, host in ipairs(asked) do
       local busy = values[j]
@@ -597,18 +581,32 @@ local function flush_inflight()
 end
 
 local registered = {}  -- domains this script put in spider.website.domains
-local function enqueue(url, host, domain, prio, bucket, ms)
-  redis.call('SADD', bucket, ms[WAITING_LIST + prio])
+-- Queue a URL (member: its waiting member in its seen bucket); its domain is registered and woken at once, or,
+-- given `later` (a list; later[domain] marks a domain listed), listed there once for the caller to register and
+-- wake after all its pushes (add.lua).
+local function enqueue_member(url, host, domain, prio, bucket, member, later)
+  redis.call('SADD', bucket, member)
   local q = queue(domain, prio)
   push(q, url)
   local v = views[q]
   if v and v.whole then v[#v + 1] = url end
+  host_waiting(host, 1)
+  if later then
+    if not later[domain] then
+      later[domain] = true
+      later[#later + 1] = domain
+    end
+    return
+  end
   if not registered[domain] then
     redis.call('SADD', DOMAINS, domain)
     registered[domain] = true
   end
-  host_waiting(host, 1)
   wake(domain)
+end
+
+local function enqueue(url, host, domain, prio, bucket, ms)
+  enqueue_member(url, host, domain, prio, bucket, ms[WAITING_LIST + prio])
 end
 
 -- Take a waiting URL out of its queue (claim, or a status for a URL that was never handed out).

@@ -147,7 +147,7 @@ local function free_slots(ARGV)
     end
   end
   if #keys == 0 then return end
-  local recs, freed, fields = read_fields(LEASE, keys), {}, {}
+  local recs, freed, fields = read_many('HMGET', LEASE, keys), {}, {}
   for n, i in ipairs(at) do
     for k = 2 * n - 1, 2 * n do
       local rec, key = recs[k], keys[k]
@@ -183,7 +183,7 @@ for i = 9, #ARGV, 10 do
     lease_keys[#lease_keys + 1] = ARGV[i + 7]
   end
 end
-local recs = read_fields(LEASE, lease_keys)
+local recs = read_many('HMGET', LEASE, lease_keys)
 
 local n = 0
 for i = 9, #ARGV, 10 do
