@@ -104,8 +104,7 @@ def load_scripts() -> dict[str, Script]:
     library = f"#!lua name={lib}\n" + code.replace("{lib}", lib)
     scripts = {}
     for name, body in bodies.items():
-        defs, _, call = body.rpartition(PER_CALL)
-        source = common + "\n" + defs + "\nbegin(ARGV)\n" + call
+        source = common + _body(name, body) + f"\nreturn body_{name}(ARGV)\n"  # as EVAL: the same function, called
         scripts[name] = Script(name, source, hashlib.sha1(source.encode()).hexdigest(), f"{lib}_{name}", library)
     for name, (first, second) in PAIRS.items():
         source = common + _body(first, bodies[first]) + _body(second, bodies[second]) + _pair(first, second)

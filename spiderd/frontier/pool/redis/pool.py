@@ -224,7 +224,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         """A status given while the URL's 'fetched' entry still waits frees the host slot itself: the entry is
         left out (emptied), unless it paces the host (adaptive politeness: its duration counts)."""
         entry = self._fetched_waiting.pop(url, None)
-        if entry is not None and not (self.politeness.adaptive.on or host in self.politeness.adaptive_overrides):
+        if entry is not None and not self.politeness.adaptive_of(host).on:
             entry.clear()
 
     def set_status(self, url: str, status_code: int, reason: str | None = None) -> defer.Deferred[None]:
