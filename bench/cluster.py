@@ -269,8 +269,7 @@ def crawl_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
     """Redis CPU (and the node's) per page over a crawl-shaped mix: lists add 50 links each, every page acked."""
     prefix = f"{args.prefix}mix:"
     pool, lists = yield mix_pool(args, reactor, prefix)
-    commands = yield servers.commandstats()
-    cpu, node_cpu, started = (yield servers.cpu()), process_cpu(), time.time()
+    run = yield Run.start(servers)
     pages = 0
     while True:
         urls = yield pool.pop(64, 0)
@@ -283,17 +282,37 @@ def crawl_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
         yield defer.gatherResults(adds)
         yield defer.gatherResults([pool.set_statuses([(u, 200)]) for u in urls])
         pages += len(urls)
-    seconds, node_cpu = time.time() - started, process_cpu() - node_cpu
-    shards = [used / pages * 1e6 for used in cpu_used(cpu, (yield servers.cpu()))]
-    yield show_commands(args, servers, commands, pages)
+    seconds, node_us, shards = yield run.end(args, pages)
     yield pool.close()
     print(f"crawl mix: {pages} pages ({lists} lists of 50 links) in {seconds:.1f} s, {pages / seconds:,.0f} pages/s; "
-          f"CPU per page: Redis {sum(shards):.1f} us, node {node_cpu / pages * 1e6:.1f} us", flush=True)
+          f"CPU per page: Redis {sum(shards):.1f} us, node {node_us:.1f} us", flush=True)
     if len(shards) > 1:
         print(f"  per shard: {', '.join(f'{us:.1f}' for us in shards)} us a page (spread {spread(shards):.0%}); "
               f"ceiling per shard {1e6 / max(shards):,.0f} pages/s", flush=True)
     yield servers.delete(prefix)
     return shards, pages / seconds
+
+
+class Run:
+    """A measured run of a mix: the servers' CPU and commands, this process's CPU and the time from its start."""
+
+    def __init__(self, servers: Servers, commands: dict[str, list[int]], cpu: list[float]) -> None:
+        self.servers, self.commands, self.cpu = servers, commands, cpu
+        self.node_cpu, self.started = process_cpu(), time.time()
+
+    @classmethod
+    @defer.inlineCallbacks
+    def start(cls, servers: Servers) -> Gen:
+        commands = yield servers.commandstats()
+        return cls(servers, commands, (yield servers.cpu()))
+
+    @defer.inlineCallbacks
+    def end(self, args: argparse.Namespace, pages: int) -> Gen:
+        """(seconds, the node's CPU a page in us, each server's CPU a page in us), the commands shown if asked."""
+        seconds, node_us = time.time() - self.started, (process_cpu() - self.node_cpu) / pages * 1e6
+        shards = [used / pages * 1e6 for used in cpu_used(self.cpu, (yield self.servers.cpu()))]
+        yield show_commands(args, self.servers, self.commands, pages)
+        return seconds, node_us, shards
 
 
 class CrawlerModel:
@@ -376,19 +395,16 @@ def crawler_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen
     """Redis CPU per page over the same mix as ``crawl_mix``, driven as the crawler drives the pool (CrawlerModel)."""
     prefix = f"{args.prefix}cmix:"
     pool, _ = yield mix_pool(args, reactor, prefix, args.status_wait)
-    commands = yield servers.commandstats()
-    cpu, node_cpu, started = (yield servers.cpu()), process_cpu(), time.time()
+    run = yield Run.start(servers)
     model = CrawlerModel(pool, reactor, 64, args.fetch_ms / 1000, args.pop_batch)
     calls = count_calls(pool)
     pages = yield model.run()
-    seconds, node_cpu = time.time() - started, process_cpu() - node_cpu
-    shards = [used / pages * 1e6 for used in cpu_used(cpu, (yield servers.cpu()))]
-    yield show_commands(args, servers, commands, pages)
+    seconds, node_us, shards = yield run.end(args, pages)
     yield pool.close()
     print(f"crawler-shaped mix (64 fetches in flight, {args.fetch_ms:g} ms a fetch on average, pops of "
           f"{args.pop_batch} free slots or more, statuses waiting {args.status_wait:g} s): {pages} pages in "
           f"{seconds:.1f} s, {pages / seconds:,.0f} pages/s, {pages / model.pops:.1f} URLs a pop; CPU per page: "
-          f"Redis {sum(shards):.1f} us, node {node_cpu / pages * 1e6:.1f} us; script calls a page: "
+          f"Redis {sum(shards):.1f} us, node {node_us:.1f} us; script calls a page: "
           f"{', '.join(f'{name} {n / pages:.2f}' for name, n in calls.most_common())}", flush=True)
     yield servers.delete(prefix)
     return sum(shards)
