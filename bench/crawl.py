@@ -4,7 +4,8 @@ items as JSON lines.
     python bench/crawl.py                 # 200 list pages, 10,000 detail pages of 20-60 KB
     python bench/crawl.py --details 2000  # a quicker run
     python bench/crawl.py --only fast,mission   # some of the runs (fast, fast_store, mission, mission_store,
-                                                # split, http10, scrapy, scrapy_http10)
+                                                # split, http10, scrapy, scrapy_http10, fast_redis,
+                                                # mission_redis)
 
 The runs, each ``twistd -n spiderd --exit-when-done`` (or Scrapy) to the end of the crawl:
 
@@ -18,6 +19,10 @@ The runs, each ``twistd -n spiderd --exit-when-done`` (or Scrapy) to the end of 
 - ``http10``: the mission path against the site served by Python's ``http.server`` (HTTP/1.0, a
   connection closed after every answer), a 1,000-detail-page copy, concurrency 16, as a server on the web
   may be; ``scrapy_http10``: Scrapy against the same server;
+- ``fast_redis``, ``mission_redis``: ``fast`` and ``mission`` with the pool on Redis (``[pool] backend =
+  "redis"``, ``--redis-url``, its own key prefix, deleted after the run); the Redis server's CPU (``INFO cpu``
+  before and after) and commands (``INFO commandstats``) a page are printed, the Redis server's CPU counted
+  apart from the crawler's;
 - ``scrapy``: a CrawlSpider with the same rules, ``CONCURRENT_REQUESTS`` 16 and 64 (the faster counts),
   the same per-domain limit, no delay, no robots.txt (spiderd's robots check is off too), items to a
   JSON-lines feed.
@@ -27,7 +32,9 @@ spiderd.demo.site`` in its own process. nginx serves it without gzip (``--gzip``
 machine the server's compression would take the crawlers' CPU. Scrapy runs from its own virtualenv
 (``--scrapy-venv``, created with ``pip install scrapy`` on first use; ``--skip-scrapy`` leaves it out).
 
-Needs, beyond ``pip install .``: nothing (nginx is optional, Scrapy is installed on first use).
+Needs, beyond ``pip install .``: nothing (nginx is optional, Scrapy is installed on first use); the ``_redis``
+runs need a Redis server of its own for the bench (``--redis-url``, default ``redis://127.0.0.1:6379/0``; other
+clients' work on it would count as the crawl's).
 CPU is user+system seconds of the crawler and every process it started (spiderd's parser processes and,
 for ``split``, the worker process included); RSS is the peak of the sum over that process tree, sampled
 every 100 ms.  Ends with one ``RESULT`` line.
@@ -97,6 +104,7 @@ class Run:
     rss_mb: float
     items: int
     expected_items: int = 0
+    redis_cpu: float = 0.0  # seconds of the Redis server's CPU (the _redis runs)
 
     @property
     def pages_per_s(self) -> float:
@@ -186,8 +194,9 @@ def wait_port(port: int) -> None:
 
 
 def spiderd_config(work: Path, root: str, name: str, *, store: bool, targets: str = "[]", role: str = "all",
-                   concurrency: int = 64, extra: str = "") -> Path:
-    """The configuration of one spiderd run (its own data directory ``work/name``)."""
+                   concurrency: int = 64, extra: str = "", pool: str = "") -> Path:
+    """The configuration of one spiderd run (its own data directory ``work/name``); ``pool``: more ``[pool]``
+    lines."""
     data = work / name
     config = work / f"{name}.toml"
     host = root.split("//", 1)[1].split(":", 1)[0]
@@ -199,6 +208,7 @@ def spiderd_config(work: Path, root: str, name: str, *, store: bool, targets: st
         exit_when_done = true
         [pool]
         seeds = ["{root}"]
+        {pool}
         [fetch]
         concurrency = {concurrency}
         per_host_concurrency = {concurrency}
@@ -242,6 +252,62 @@ def run_spiderd(work: Path, root: str, name: str, pages: int, **options: object)
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return measure(name, twistd(config), work, lambda: pages, items, env)
+
+
+class RedisServer:
+    """The bench's Redis server, read with ``redis-cli``: CPU and commands over a run, the run's keys dropped."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        if not shutil.which("redis-cli"):
+            raise SystemExit("the _redis runs need redis-cli (Debian's redis-tools)")
+        if self.cli("PING").strip() != "PONG":
+            raise SystemExit(f"no Redis answers at {url} (--redis-url)")
+
+    def cli(self, *args: str) -> str:
+        return subprocess.run(["redis-cli", "-u", self.url, *args], check=True, capture_output=True,
+                              text=True).stdout
+
+    def info(self, section: str) -> dict[str, str]:
+        lines = (line.split(":", 1) for line in self.cli("INFO", section).splitlines() if ":" in line)
+        return {key: value.strip() for key, value in lines}
+
+    def cpu(self) -> float:
+        fields = self.info("cpu")
+        return float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"])
+
+    def commands(self) -> dict[str, int]:
+        """command -> calls so far (INFO commandstats)."""
+        out = {}
+        for key, value in self.info("commandstats").items():
+            calls = value.split(",", 1)[0].split("=", 1)[1]
+            out[key.removeprefix("cmdstat_")] = int(calls)
+        return out
+
+    def drop(self, prefix: str) -> None:
+        keys = self.cli("--scan", "--pattern", prefix + "*").split()
+        for i in range(0, len(keys), 1000):
+            self.cli("UNLINK", *keys[i:i + 1000])
+
+
+def run_redis(work: Path, root: str, name: str, pages: int, redis: RedisServer, **options: object) -> Run:
+    """A crawl with the pool on Redis; the server's CPU and commands a page printed, its keys dropped after."""
+    prefix = f"spiderd-bench-{os.getpid()}-{name}:"
+    pool = f'backend = "redis"\n        redis_url = "{redis.url}"\n        redis_prefix = "{prefix}"'
+    cpu, commands = redis.cpu(), redis.commands()
+    try:
+        run = run_spiderd(work, root, name, pages, pool=pool, **options)
+        run.redis_cpu = redis.cpu() - cpu
+        after = redis.commands()
+    finally:
+        redis.drop(prefix)
+    calls = {key: after[key] - commands.get(key, 0) for key in after if after[key] > commands.get(key, 0)}
+    calls.pop("info", None)
+    top = sorted(calls.items(), key=lambda kv: -kv[1])[:8]
+    print(f"{name}: Redis CPU {run.redis_cpu * 1e6 / run.pages:.1f} us a page, "
+          f"{sum(calls.values()) / run.pages:.2f} commands a page ("
+          + ", ".join(f"{key} {value / run.pages:.3f}" for key, value in top) + ")", flush=True)
+    return run
 
 
 def run_split(work: Path, root: str, pages: int) -> Run:
@@ -331,7 +397,8 @@ def _scrapy_pages(log: Path) -> int:
     raise SystemExit(f"no response count in {log}")
 
 
-RUNS = ("fast", "fast_store", "mission", "mission_store", "split", "http10", "scrapy", "scrapy_http10")
+RUNS = ("fast", "fast_store", "mission", "mission_store", "split", "http10", "scrapy", "scrapy_http10", "fast_redis",
+        "mission_redis")
 
 
 def main() -> None:
@@ -343,6 +410,7 @@ def main() -> None:
     parser.add_argument("--skip-scrapy", action="store_true")
     parser.add_argument("--only", default=",".join(RUNS), help="comma-separated runs (default: all)")
     parser.add_argument("--gzip", action="store_true", help="let nginx gzip the pages")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="the Redis of the _redis runs")
     args = parser.parse_args()
     global GZIP
     GZIP = args.gzip
@@ -354,13 +422,14 @@ def main() -> None:
     spec = SiteSpec(lists=args.lists, details=args.details, detail_size=(20000, 60000), faults=False, seed=7)
     small = SiteSpec(lists=max(1, args.http10_details // 50), details=args.http10_details,
                      detail_size=(20000, 60000), faults=False, seed=7)
+    redis = RedisServer(args.redis_url) if only & {"fast_redis", "mission_redis"} else None
     work = Path(tempfile.mkdtemp(prefix="spiderd-bench-crawl-"))
     scrapy = scrapy_venv(Path(args.scrapy_venv)) if only & {"scrapy", "scrapy_http10"} else None
     write_static(spec, work / "site")
     root, server = serve(work / "site", work, spec)
     servers = [server]
     try:
-        runs = crawls(work, root, spec, only, scrapy)
+        runs = crawls(work, root, spec, only, scrapy, redis)
         if only & {"http10", "scrapy_http10"}:
             write_static(small, work / "site10")
             root10, server10 = serve_http10(work / "site10")
@@ -377,7 +446,8 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def crawls(work: Path, root: str, spec: SiteSpec, only: set[str], scrapy: Path | None) -> dict[str, Run]:
+def crawls(work: Path, root: str, spec: SiteSpec, only: set[str], scrapy: Path | None,
+           redis: RedisServer | None) -> dict[str, Run]:
     """The runs against the main site, in a fixed order."""
     pages = spec.lists + spec.details + 1  # the root links every list page
     print(f"site: {spec.lists} list pages, {spec.details} detail pages of 20-60 KB at {root}", flush=True)
@@ -389,6 +459,10 @@ def crawls(work: Path, root: str, spec: SiteSpec, only: set[str], scrapy: Path |
     for name, options in plans.items():
         if name in only:
             runs[name] = run_spiderd(work, root, name, pages, **options)  # type: ignore[arg-type]
+            print(runs[name].line(), flush=True)
+    for name, options in {"fast_redis": plans["fast"], "mission_redis": plans["mission"]}.items():
+        if name in only and redis is not None:
+            runs[name] = run_redis(work, root, name, pages, redis, **options)
             print(runs[name].line(), flush=True)
     if "split" in only:
         runs["split"] = run_split(work, root, pages)
@@ -464,6 +538,11 @@ def report(runs: dict[str, Run]) -> None:
         figure("split_cpu_per_1k", runs["split"].cpu_per_1k, ".2f")
         if mission:
             figure("split_vs_mission", runs["split"].pages_per_s / mission.pages_per_s, ".2f")
+    for name in ("fast_redis", "mission_redis"):
+        if runs.get(name):
+            figure(f"{name}_pages_per_s", runs[name].pages_per_s)
+            figure(f"{name}_cpu_per_1k", runs[name].cpu_per_1k, ".2f")
+            figure(f"{name}_redis_cpu_us_per_page", runs[name].redis_cpu * 1e6 / runs[name].pages, ".1f")
     h10, s10 = runs.get("http10"), runs.get("scrapy_http10")
     if h10:
         figure("http10_pages_per_s", h10.pages_per_s)
