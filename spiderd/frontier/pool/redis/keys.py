@@ -21,7 +21,7 @@ def located(url: str, prefix: str, bits: int) -> tuple[str, str, int]:
 
 
 def add_keys(url: str, prefix: str, bits: int) -> tuple[str, ...]:
-    """add.lua's fingerprint, seen bucket and five members (state codes 1-5) of ``url``."""
+    """add.lua's and seen.lua's fingerprint, seen bucket and five members (state codes 1-5) of ``url``."""
     fp, bucket, base = located(url, prefix, bits)
     return fp, bucket, str(base + 1), str(base + 2), str(base + 3), str(base + 4), str(base + 5)
 

@@ -342,7 +342,10 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         canonical = list(dict.fromkeys(u.url for u in map(self._parse, urls) if u is not None))
         if not canonical:
             return defer.succeed([])
-        d = self._run("seen", ["1" if mark else "0", *canonical])
+        args = ["1" if mark else "0"]
+        for url in canonical:
+            args += add_keys(url, self.prefix, self._bits)
+        d = self._run("seen", args)
         return d.addCallback(lambda flags: [url for url, fresh in zip(canonical, flags) if fresh])
 
     def next_batch(self, count: int = 1) -> defer.Deferred[int]:
