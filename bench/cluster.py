@@ -71,6 +71,7 @@ from spiderd.frontier.crawler import pull_waits  # noqa: E402
 from spiderd.frontier.politeness import Politeness  # noqa: E402
 from spiderd.frontier.pool.redis import open_redis_pool  # noqa: E402
 from spiderd.frontier.pool.redis.cluster import key_slot  # noqa: E402
+from spiderd.frontier.pool.redis.keys import located  # noqa: E402
 from spiderd.frontier.pool.redis.link import RedisAddress, RedisLink, parse_redis_url  # noqa: E402
 from tests.rediscluster import RedisCluster  # noqa: E402
 
@@ -79,7 +80,7 @@ from faultkit import PrivateRedis  # noqa: E402  (bench/ is on sys.path: this sc
 HOSTS = 1000
 HOST = "www.shop{n}.example.com"  # 1000 hosts of one registered domain; www.shop{n}.com with --domains/--cluster
 BATCH = 2000
-PARTS = ("mix", "crawler", "popack", "seen", "waiting")
+PARTS = ("mix", "crawler", "popack", "seen", "waiting", "floor")
 Gen = Generator[Any, Any, Any]
 
 
@@ -92,7 +93,8 @@ def open_pool(args: argparse.Namespace, reactor: Any, prefix: str, status_wait: 
     """A pool whose keys (its own and the seed-002 ones) start with ``prefix``, about as long as ``spiderd:``;
     each status sent at once unless ``status_wait`` (the crawler-shaped mix: ``[pool] redis_status_wait``)."""
     return open_redis_pool(args.redis, reactor, prefix=prefix, namespace=prefix, seen_bucket_bits=args.bucket_bits,
-                           politeness=Politeness(0.0, 100000), pending_threshold=3600, status_wait=status_wait)
+                           politeness=Politeness(0.0, 100000), pending_threshold=3600, status_wait=status_wait,
+                           redis_known_urls=args.known_urls)
 
 
 # -- a node -----------------------------------------------------------------------------
@@ -164,11 +166,14 @@ class Servers:
 
     @defer.inlineCallbacks
     def commandstats(self) -> Gen:
-        """command -> (calls, microseconds) summed over the servers (INFO commandstats; script commands too)."""
-        infos = yield defer.gatherResults([link.execute("INFO", "commandstats") for link in self.links])
-        stats: dict[str, list[int]] = {}
+        """command -> (calls, microseconds) summed over the servers (INFO commandstats; script commands too), and
+        "(reads)" -> (the servers' read events: a wake-up for each batch of requests read, 0)."""
+        infos = yield defer.gatherResults([link.execute("INFO", "commandstats", "stats") for link in self.links])
+        stats: dict[str, list[int]] = {"(reads)": [0, 0]}
         for info in infos:
             for line in info.split():
+                if line.startswith("total_reads_processed:"):
+                    stats["(reads)"][0] += int(line.split(":")[1])
                 if line.startswith("cmdstat_"):
                     name, fields = line[8:].split(":", 1)
                     values = dict(pair.split("=") for pair in fields.split(","))
@@ -248,9 +253,13 @@ def pop_ack_rate(args: argparse.Namespace, reactor: Any, servers: Servers, nodes
     return rate
 
 
+REPEAT = 0  # --repeat-links: links a list page has to detail pages of the list pages before it
+
+
 def detail_links(list_id: int) -> list[str]:
-    """The 50 detail URLs a list page links to (hosts spread as ``url`` spreads them)."""
-    return [url(list_id * 50 + j) for j in range(50)]
+    """The 50 detail URLs a list page links to (hosts spread as ``url`` spreads them), and REPEAT of those of the
+    list pages before it (found before: known to the pool)."""
+    return [url(list_id * 50 + j) for j in range(50)] + [url(list_id * 50 - 1 - j) for j in range(min(REPEAT, list_id * 50))]
 
 
 @defer.inlineCallbacks
@@ -291,6 +300,56 @@ def crawl_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
               f"ceiling per shard {1e6 / max(shards):,.0f} pages/s", flush=True)
     yield servers.delete(prefix)
     return shards, pages / seconds
+
+
+@defer.inlineCallbacks
+def floor_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
+    """Redis CPU a page over the same mix with plain commands, pipelined, and no script: the least a shared
+    frontier asks of Redis when nodes keep the rest (each host's politeness, retries) to themselves.
+
+    A URL is seen once one SADD of its bucket's member (keys.py's buckets) answers 1; list pages' new links go
+    to one queue in one RPUSH; a node takes ``--pop-batch`` URLs with one LPOP and holds them under one lease
+    record (HSET, HDEL once all are done); a page done is one SADD of its done member.  Not spiderd's pool: a
+    floor to hold its figure against (single Redis only)."""
+    if len(servers.links) > 1:
+        return 0.0
+    link, prefix, bits = servers.links[0], f"{args.prefix}floor:", args.bucket_bits
+    queue, leases = prefix + "queue", prefix + "leases"
+    lists = max(1, args.mix_pages // 51)
+    for base in range(0, lists, BATCH):
+        yield link.execute("RPUSH", queue, *[f"http://{HOST.format(n=i % HOSTS)}/list/{i}.html"
+                                             for i in range(base, min(lists, base + BATCH))])
+    run = yield Run.start(servers)
+    pages = pops = 0
+    while True:
+        urls = yield link.execute("LPOP", queue, str(args.pop_batch))
+        if not urls:
+            break
+        pops += 1
+        yield link.execute("HSET", leases, str(pops), "\n".join(urls))
+        calls = []
+        for u in urls:
+            if "/list/" in u:
+                found = detail_links(int(u.rsplit("/", 1)[1].split(".")[0]))
+                marks = [link.execute("SADD", *seen_member(f, prefix, bits, 0)) for f in found]
+                new = [f for f, fresh in zip(found, (yield defer.gatherResults(marks))) if fresh]
+                if new:
+                    calls.append(link.execute("RPUSH", queue, *new))
+            calls.append(link.execute("SADD", *seen_member(u, prefix, bits, 1)))
+        yield defer.gatherResults(calls)
+        yield link.execute("HDEL", leases, str(pops))
+        pages += len(urls)
+    seconds, node_us, shards = yield run.end(args, pages)
+    print(f"floor (plain commands, no script, {args.pop_batch} URLs a pop): {pages} pages in {seconds:.1f} s; "
+          f"CPU per page: Redis {sum(shards):.1f} us, node {node_us:.1f} us", flush=True)
+    yield servers.delete(prefix)
+    return sum(shards)
+
+
+def seen_member(u: str, prefix: str, bits: int, code: int) -> tuple[str, str]:
+    """(bucket, member of state ``code``) of ``u`` in keys.py's seen buckets."""
+    _, bucket, base = located(u, prefix, bits)
+    return bucket, str(base + code)
 
 
 class Run:
@@ -419,7 +478,7 @@ def show_commands(args: argparse.Namespace, servers: Servers, before: dict[str, 
     after = yield servers.commandstats()
     rows = sorted(((name, calls - before.get(name, [0, 0])[0], usec - before.get(name, [0, 0])[1])
                    for name, (calls, usec) in after.items()), key=lambda row: -row[1])
-    total = sum(calls for name, calls, _ in rows if name not in ("fcall", "evalsha", "eval", "info"))
+    total = sum(calls for name, calls, _ in rows if name not in ("fcall", "evalsha", "eval", "info", "(reads)"))
     print(f"  Redis commands a page: {total / pages:.1f} in all, apart from the script calls", flush=True)
     for name, calls, usec in rows:
         if calls:
@@ -503,6 +562,7 @@ def driver(reactor: Any, args: argparse.Namespace) -> Gen:
         two = yield (pop_ack_rate(args, reactor, servers, 2) if "popack" in only else nothing(0.0))
         ours, theirs = yield (seen_memory(args, reactor, servers) if "seen" in only else nothing((0.0, 0.0)))
         waiting = yield (waiting_memory(args, reactor, servers) if "waiting" in only else nothing(0.0))
+        floor = yield (floor_mix(args, reactor, servers) if "floor" in only else nothing(0.0))
     finally:
         yield servers.delete(args.prefix)
         yield servers.close()
@@ -513,11 +573,12 @@ def driver(reactor: Any, args: argparse.Namespace) -> Gen:
     print(f"RESULT redis_cpu_us_per_page={crawler or sum(shards):.1f} "  # issue 17's key: the crawler-shaped figure
           f"redis_us_per_page={sum(shards):.1f} redis_us_per_page_crawler={crawler:.1f} {per_shard}mix_pages_per_s={mix_rate:.0f} "
           f"pop_ack_1node={one:.0f} pop_ack_2node={two:.0f} redis_bytes_per_url={ours:.1f} "
-          f"scrapy_redis_bytes_per_url={theirs:.1f} redis_bytes_per_waiting_url={waiting:.1f}", flush=True)
+          f"scrapy_redis_bytes_per_url={theirs:.1f} redis_bytes_per_waiting_url={waiting:.1f} "
+          f"redis_us_per_page_floor={floor:.1f}", flush=True)
 
 
 def main() -> None:
-    global HOST
+    global HOST, REPEAT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--redis", default=None,
                         help="a redis:// URL to use (default: a private redis-server started and stopped by this run)")
@@ -534,6 +595,10 @@ def main() -> None:
                         help="crawler-shaped mix: [pool] redis_status_wait (seconds)")
     parser.add_argument("--pop-batch", type=int, default=PoolSection().redis_pop_batch,
                         help="crawler-shaped mix: [pool] redis_pop_batch")
+    parser.add_argument("--repeat-links", type=int, default=0,
+                        help="links a list page has to detail pages found before (known), beside its 50 new ones")
+    parser.add_argument("--known-urls", type=int, default=PoolSection().redis_known_urls,
+                        help="[pool] redis_known_urls (0: every link goes to Redis)")
     parser.add_argument("--only", default="", help=f"comma-separated parts to run ({','.join(PARTS)}; all by default)")
     parser.add_argument("--commands", action="store_true", help="print the Redis commands a page (INFO commandstats)")
     parser.add_argument("--prefix", default=f"bcl{os.getpid() % 100000}:")
@@ -541,6 +606,7 @@ def main() -> None:
     parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.ports = None
+    REPEAT = args.repeat_links
     args.domains = args.domains or args.cluster
     if args.domains:
         HOST = "www.shop{n}.com"

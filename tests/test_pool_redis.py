@@ -404,6 +404,82 @@ class TwoNodeTests(RedisKeys, TestCase):
         assert (yield other.add("http://a.example/1")) is False  # the same bucket: known
 
 
+class KnownURLsTests(RedisKeys, TestCase):
+    """A node remembers the URLs the pool knows and sends them no more, answering as the pool would."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.clock = Clock()
+        self.clock.advance(1_000_000)
+
+    @defer.inlineCallbacks
+    def node(self, **options: Any) -> Generator[Any, Any, Any]:
+        options.setdefault("pending_threshold", 60.0)
+        pool = yield self.open_redis(self.clock, Politeness(0.0, 100), options)
+        self.addCleanup(pool.close)
+        self.calls: Counter[str] = Counter()
+        run = pool._run
+
+        def counted(name: str, args: list[str], now: float | None = None) -> Any:
+            self.calls[name] += 1
+            return run(name, args, now)
+
+        pool._run = counted
+        return pool
+
+    @defer.inlineCallbacks
+    def test_known_links_are_not_sent_again(self) -> Gen:
+        """Links added once (new or known) cost no script call when found again; new ones among them still go."""
+        pool = yield self.node()
+        links = [f"http://a.example/{i}" for i in range(5)]
+        assert (yield pool.addmany(links)) == 5
+        assert (yield pool.addmany(links)) == 0
+        assert self.calls["add"] == 1 and pool.known.skipped == 5
+        assert (yield pool.addmany(links + ["http://a.example/new"])) == 1
+        assert self.calls["add"] == 2 and pool.known.skipped == 10
+        handed = yield pool.pop(10)
+        yield pool.set_statuses([(url, 200) for url in handed])
+        assert (yield pool.addmany(links)) == 0 and self.calls["add"] == 2
+
+    @defer.inlineCallbacks
+    def test_always_goes_to_the_pool(self) -> Gen:
+        """A re-add (always) is never skipped: a done URL is queued again."""
+        pool = yield self.node()
+        yield pool.add("http://a.example/1")
+        yield pool.set_statuses([(url, 200) for url in (yield pool.pop(1))])
+        assert (yield pool.add("http://a.example/1", always=True)) is True
+        assert list((yield pool.pop(1))) == ["http://a.example/1"]
+
+    @defer.inlineCallbacks
+    def test_refused_links_are_not_remembered(self) -> Gen:
+        """A link past the hop limit is not known to the pool: found again nearer a seed, it is added."""
+        pool = yield self.node(max_hops=1)
+        yield pool.addmany(["http://a.example/", "http://a.example/far-seed"])
+        yield pool.addmany(["http://a.example/1"], parent="http://a.example/")
+        assert (yield pool.addmany(["http://a.example/x"], parent="http://a.example/1")) == 0  # hop 2
+        assert (yield pool.addmany(["http://a.example/x"], parent="http://a.example/")) == 1  # hop 1
+
+    @defer.inlineCallbacks
+    def test_seen_filter_and_add_remember_what_the_pool_knows(self) -> Gen:
+        """seen_filter skips URLs known before (an add's too); seen_add's URLs are known after it, batched or not."""
+        pool = yield self.node()
+        yield pool.add("http://a.example/queued")
+        urls = ["http://a.example/queued", "http://a.example/1", "http://a.example/2"]
+        assert (yield pool.seen_filter(urls)) == urls[1:] and pool.known.skipped == 1  # queued by the add
+        assert (yield pool.seen_filter(urls)) == urls[1:] and pool.known.skipped == 2
+        assert (yield pool.seen_add(urls[1:])) == 2
+        assert (yield pool.seen_filter(urls)) == [] and self.calls["seen"] == 3
+        assert (yield pool.seen_add(urls)) == 0 and self.calls["seen"] == 3
+
+    @defer.inlineCallbacks
+    def test_none_remembered_with_size_0(self) -> Gen:
+        """``redis_known_urls = 0``: every add goes to the pool, as before."""
+        pool = yield self.node(redis_known_urls=0)
+        yield pool.add("http://a.example/1")
+        assert (yield pool.add("http://a.example/1")) is False
+        assert self.calls["add"] == 2 and len(pool.known) == 0
+
+
 class ConnectionTests(RedisKeys, TestCase):
     """Connection errors fail Deferreds with a message naming host:port, never hang, never show the password."""
 

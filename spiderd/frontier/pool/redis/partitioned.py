@@ -28,6 +28,7 @@ from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.records import ExportReader
 from spiderd.frontier.pool.redis.cluster import ClusterLink, SlotLink, key_slot, parse_cluster_url
+from spiderd.frontier.pool.redis.known import KnownURLs
 from spiderd.frontier.pool.redis.link import RedisPoolError, load_scripts
 from spiderd.frontier.pool.redis.partitions import (
     ChainedExport, import_groups, merged_imports, merged_stats, partition_of, partition_tags, spread,
@@ -318,9 +319,10 @@ def make_cluster_pool(
     scripts = load_scripts()
     cluster = ClusterLink(parse_cluster_url(url), list(scripts.values()), clock, connect_timeout=connect_timeout,
                           reply_timeout=reply_timeout)
+    known = KnownURLs(options.config.redis_known_urls)  # one for every partition
     parts = [RedisPool(SlotLink(cluster, f"{prefix}{{{tag}}}:"), scripts, clock, options, prefix=f"{prefix}{{{tag}}}:",
                        namespace=f"{namespace}{{{tag}}}:", seen_bucket_bits=seen_bucket_bits, politeness=politeness,
-                       status_wait=status_wait)
+                       status_wait=status_wait, known=known)
              for tag in partition_tags(options.config.redis_partitions)]
     pool = PartitionedPool(cluster, parts, prefix + "{partitions}", options.config.max_url_length)
 

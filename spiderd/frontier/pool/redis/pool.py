@@ -26,6 +26,7 @@ from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.redis.admin import RedisAdmin
 from spiderd.frontier.pool.redis.handed import LEAVE, Handed
 from spiderd.frontier.pool.redis.keys import add_keys, fingerprint_hex, status_keys
+from spiderd.frontier.pool.redis.known import KnownURLs
 from spiderd.frontier.pool.redis.link import Link, Script
 from spiderd.frontier.pool.shared import HostErrors, RecentFailures, URLParsing, parsed, stats_answer, status_parts
 from spiderd.frontier.pool.split import RESERVE_SCAN, KindSplit
@@ -43,10 +44,13 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
 
     def __init__(self, link: Link, scripts: dict[str, Script], clock: IReactorTime,
                  options: PoolOptions = PoolOptions(), *, prefix: str = "spiderd:", namespace: str = "",
-                 seen_bucket_bits: int = 16, politeness: Politeness | None = None, status_wait: float = 0.0) -> None:
+                 seen_bucket_bits: int = 16, politeness: Politeness | None = None, status_wait: float = 0.0,
+                 known: KnownURLs | None = None) -> None:
         """``options``: the same as the embedded pool's; ``prefix``, ``namespace`` and ``seen_bucket_bits``: the
         key space (``[pool] redis_prefix``, ``redis_namespace``, ``redis_seen_bucket_bits``); ``status_wait``:
-        seconds a status waits for others to go out with (``[pool] redis_status_wait``; 0: at once)."""
+        seconds a status waits for others to go out with (``[pool] redis_status_wait``; 0: at once); ``known``:
+        the URLs this node knows the pool knows (shared by a cluster's partitions; else one of ``[pool]
+        redis_known_urls`` entries)."""
         config = options.config
         self._link = link
         self.hops = HopLimits(config.max_hops, options.site_hops)  # link-hop limits (hops.py): counts in P h:<bucket>
@@ -66,6 +70,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         self._max_per_host = config.max_urls_per_host  # 0: no budget (add.lua then leaves the hostseen counts alone)
         self.split = KindSplit(config.list_ratio, config.detail_ratio)
         self._bits = seen_bucket_bits
+        self.known = known if known is not None else KnownURLs(config.redis_known_urls)
         self.rejected: Counter[str] = Counter()
         self.recent_failures = RecentFailures()
         self.host_errors = HostErrors()  # this node's failed fetches per host (hosts())
@@ -121,6 +126,8 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         if isinstance(urls, str):
             urls = (urls,)
         fresh = {u.url: u for u in map(self._parse, urls) if u is not None}
+        if not always:  # a known URL's add would change nothing
+            fresh = {url: fresh[url] for url in self.known.unknown(fresh)}
         if not fresh:
             return defer.succeed(0)
         hops = self.hops
@@ -130,14 +137,17 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         for u in fresh.values():
             args += (u.url, u.host, registered_domain(u.host), str(hops.limit(u.host)) if found_on else "0",
                      *add_keys(u.url, self.prefix, self._bits))
-        return self._run("add", args).addCallback(self._added)
+        return self._run("add", args).addCallback(self._added, list(fresh))
 
-    def _added(self, answer: list[int]) -> int:
+    def _added(self, answer: list[int], sent: list[str]) -> int:
+        """The URLs added; ``sent`` are known to the pool now, unless some were refused (which ones is not said)."""
         added, full, far = answer
         if full:
             self.rejected["host-full"] += full
         if far:
             self.rejected[REJECTED] += far
+        if not full and not far:
+            self.known.remember(sent)
         return added
 
     # -- popping and statuses -------------------------------------------------------
@@ -339,14 +349,18 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         return self._seen(urls, mark=True).addCallback(len)
 
     def _seen(self, urls: Iterable[str], mark: bool) -> defer.Deferred[list[str]]:
-        canonical = list(dict.fromkeys(u.url for u in map(self._parse, urls) if u is not None))
+        canonical = self.known.unknown(dict.fromkeys(u.url for u in map(self._parse, urls) if u is not None))
         if not canonical:
             return defer.succeed([])
         args = ["1" if mark else "0"]
         for url in canonical:
             args += add_keys(url, self.prefix, self._bits)
-        d = self._run("seen", args)
-        return d.addCallback(lambda flags: [url for url, fresh in zip(canonical, flags) if fresh])
+        return self._run("seen", args).addCallback(self._seen_answer, canonical, mark)
+
+    def _seen_answer(self, flags: list[int], urls: list[str], mark: bool) -> list[str]:
+        """The fresh ones of ``urls``; the others (all of them, marked) are known to the pool now."""
+        self.known.remember(urls if mark else [url for url, fresh in zip(urls, flags) if not fresh])
+        return [url for url, fresh in zip(urls, flags) if fresh]
 
     def next_batch(self, count: int = 1) -> defer.Deferred[int]:
         """Reserve ``count`` batch numbers, unique across nodes and restarts; fires with the first."""
