@@ -18,13 +18,14 @@ from twisted.internet import defer, reactor
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.task import Clock
 from twisted.trial import unittest
-from twisted.web.client import Agent, HTTPConnectionPool
+from twisted.web.client import URI, Agent, HTTPConnectionPool
 
 from spiderd.config import settings as cfg
 from spiderd.core.rules import AdaptiveDelay
 from spiderd.demo.config import DEMO
 from spiderd.feed.shipper import FeedShipper
-from spiderd.fetch.fetcher import Fetcher, FetchResult, fetch_config
+from spiderd.fetch.connections import CachedEndpoints
+from spiderd.fetch.fetcher import Fetcher, FetchResult, fetch_config, pool_hosts
 from spiderd.fetch.parsepool import ParsePool
 from spiderd.worker import build_worker, worker_config
 from spiderd.worker.hostslots import HostSlots
@@ -283,3 +284,35 @@ class FanOutTests(Base):
         self.assertEqual(result.status, 200)
         self.assertEqual(told, [(f"a.test:{port.getHost().port}", "127.0.0.2")])
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+
+class PoolHostTests(unittest.TestCase):
+    """The host key told with an address is the pool's: the scheme's default port left out, other ports kept."""
+
+    def test_keys_by_scheme(self) -> None:
+        self.assertEqual(pool_hosts("x", 443, ["https"]), ["x"])
+        self.assertEqual(pool_hosts("x", 443, ["http"]), ["x:443"])
+        self.assertEqual(pool_hosts("x", 80, ["http", "https"]), ["x", "x:80"])
+        self.assertEqual(pool_hosts("x", 8080, ["http"]), ["x:8080"])
+
+    def test_by_port_when_no_scheme_is_known(self) -> None:
+        self.assertEqual(pool_hosts("x", 443, []), ["x"])
+        self.assertEqual(pool_hosts("x", 8443, []), ["x:8443"])
+
+    def test_endpoints_say_which_schemes_they_served(self) -> None:
+        endpoints = CachedEndpoints(reactor, 5.0, None)
+        endpoints.endpointForURI(URI.fromBytes(b"http://x.test:443/a"))
+        endpoints.endpointForURI(URI.fromBytes(b"https://y.test/a"))
+        self.assertEqual(endpoints.schemes("x.test", 443), ["http"])
+        self.assertEqual(endpoints.schemes("y.test", 443), ["https"])
+        self.assertEqual(endpoints.schemes("x.test", 80), [])
+
+    def test_a_lookup_for_http_on_443_is_told_with_the_port(self) -> None:
+        """http://x:443's address goes to the pool under "x:443" (its host key), not "x" (https://x's)."""
+        told: list[tuple[str, str]] = []
+        fetcher = Fetcher(reactor, fetch_config(cfg.from_dict({"fetch": {"robots": False}}, "<test>").fetch),
+                          on_address=lambda host, address: told.append((host, address)))
+        self.addCleanup(fetcher.close)
+        fetcher._endpoints[0].endpointForURI(URI.fromBytes(b"http://x.test:443/a"))  # as the Agent does first
+        fetcher._tell_address("x.test", 443, "192.0.2.1")  # as the resolver does then
+        self.assertEqual(told, [("x.test:443", "192.0.2.1")])

@@ -51,6 +51,11 @@ class CachedEndpoints:
             self._cache[key] = endpoint
         return endpoint
 
+    def schemes(self, host: str, port: int) -> list[str]:
+        """The schemes of the endpoints made for ``host:port`` (and still kept): whose URLs a lookup served."""
+        name = host.encode("ascii", "replace")
+        return [scheme for scheme in ("http", "https") if (scheme.encode(), name, port) in self._cache]
+
     def _make(self, uri: URI) -> IStreamClientEndpoint:
         host = uri.host.decode("ascii")
         endpoint = self.tcp(host, uri.port)

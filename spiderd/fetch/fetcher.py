@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -38,7 +38,7 @@ from spiderd.core import status as st
 from spiderd.core.conditional import NOT_MODIFIED, Validators, from_headers
 from spiderd.core.reactors import ITCPClock
 from spiderd.core.throttle import parse_retry_after, throttled
-from spiderd.core.urls import BadURL, canonicalize
+from spiderd.core.urls import DEFAULT_PORTS, BadURL, canonicalize
 from spiderd.fetch.body import BodyReader, Discard, TooLarge, Truncated, accept_encoding
 from spiderd.fetch.connections import CachedEndpoints, ConnectionPool
 from spiderd.fetch.dns import caching_reactor
@@ -130,6 +130,7 @@ class Fetcher:
             robots = Robots(fetch_robots, reactor, config.user_agent, on_delay=on_crawl_delay)
         self.robots = robots
         self._pools: list[ConnectionPool] = []
+        self._endpoints: list[CachedEndpoints] = []  # each agent's (the schemes a lookup served: _tell_address)
         self._address_listeners: list[AddressListener] = [] if on_address is None else [on_address]
         told = self._tell_address if on_address is not None or config.tell_addresses else None
         self._connecting = caching_reactor(reactor, config.dns_cache_ttl, told)  # endpoints resolve through it
@@ -146,6 +147,7 @@ class Fetcher:
         self._pools.append(pool)
         bind = (address, 0) if address else None
         endpoints = CachedEndpoints(self._connecting, self._config.connect_timeout, bind, tls=self._tls)
+        self._endpoints.append(endpoints)
         agent: client.Agent = client.Agent.usingEndpointFactory(self._reactor, endpoints, pool=pool)  # (untyped)
         return agent
 
@@ -268,12 +270,25 @@ class Fetcher:
         self._address_listeners.append(listener)
 
     def _tell_address(self, name: str, port: int, address: str) -> None:
-        """Each listener, with the host as the pool keys it (spiderd.core.urls: the default ports left out); a
-        failure of one (a pool over the network) is logged."""
-        host = name if port in (80, 443) else f"{name}:{port}"
-        for listener in self._address_listeners:
-            d = defer.maybeDeferred(listener, host, address)
-            d.addErrback(lambda f: log.failure("Telling the address of {host}", f, host=host))
+        """Each listener, with the host as the pool keys it (spiderd.core.urls: the scheme's default port left
+        out), for each scheme whose endpoint the lookup served; a failure of one (a pool over the network) is
+        logged."""
+        schemes = {scheme for endpoints in self._endpoints for scheme in endpoints.schemes(name, port)}
+        for host in pool_hosts(name, port, schemes):
+            for listener in self._address_listeners:
+                d = defer.maybeDeferred(listener, host, address)
+                d.addErrback(_told_failure, host)
+
+
+def _told_failure(failure: Failure, host: str) -> None:
+    log.failure("Telling the address of {host}", failure, host=host)
+
+
+def pool_hosts(name: str, port: int, schemes: Iterable[str]) -> list[str]:
+    """The pool's host keys of ``name:port`` reached by ``schemes`` ("x" for http://x:80 and https://x:443,
+    "x:443" for http://x:443); with no scheme known (a lookup not made for a URL's endpoint), by the port alone."""
+    hosts = sorted({name if DEFAULT_PORTS.get(scheme) == port else f"{name}:{port}" for scheme in schemes})
+    return hosts or [name if port in DEFAULT_PORTS.values() else f"{name}:{port}"]
 
 
 def _headers(user_agent: str) -> Headers:
