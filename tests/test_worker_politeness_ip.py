@@ -24,8 +24,8 @@ from spiderd.config import settings as cfg
 from spiderd.core.rules import AdaptiveDelay
 from spiderd.demo.config import DEMO
 from spiderd.feed.shipper import FeedShipper
-from spiderd.fetch.connections import CachedEndpoints
-from spiderd.fetch.fetcher import Fetcher, FetchResult, fetch_config, pool_hosts
+from spiderd.fetch.connections import CachedEndpoints, pool_hosts
+from spiderd.fetch.fetcher import Fetcher, FetchResult, fetch_config
 from spiderd.fetch.parsepool import ParsePool
 from spiderd.worker import build_worker, worker_config
 from spiderd.worker.hostslots import HostSlots

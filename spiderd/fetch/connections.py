@@ -12,6 +12,7 @@ APIs: ``HTTPConnectionPool.getConnection``, ``Request.persistent``,
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Hashable
 
 from twisted.internet.defer import Deferred
@@ -26,6 +27,8 @@ from twisted.web.client import URI
 from twisted.web.error import SchemeNotSupported
 from twisted.web.iweb import IPolicyForHTTPS, IResponse
 from zope.interface import implementer
+
+from spiderd.core.urls import DEFAULT_PORTS
 
 
 class CachedEndpoints:
@@ -75,6 +78,13 @@ class CachedEndpoints:
         if isIPv6Address(host):
             return TCP6ClientEndpoint(self._reactor, host, port, timeout=self._timeout, bindAddress=self._bind)
         return HostnameEndpoint(self._reactor, host, port, timeout=self._timeout, bindAddress=self._bind)
+
+
+def pool_hosts(name: str, port: int, schemes: Iterable[str]) -> list[str]:
+    """The pool's host keys of ``name:port`` reached by ``schemes`` ("x" for http://x:80 and https://x:443,
+    "x:443" for http://x:443); with no scheme known (a lookup not made for a URL's endpoint), by the port alone."""
+    hosts = sorted({name if DEFAULT_PORTS.get(scheme) == port else f"{name}:{port}" for scheme in schemes})
+    return hosts or [name if port in DEFAULT_PORTS.values() else f"{name}:{port}"]
 
 
 @implementer(IStreamClientEndpoint)

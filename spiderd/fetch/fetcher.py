@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -38,9 +38,9 @@ from spiderd.core import status as st
 from spiderd.core.conditional import NOT_MODIFIED, Validators, from_headers
 from spiderd.core.reactors import ITCPClock
 from spiderd.core.throttle import parse_retry_after, throttled
-from spiderd.core.urls import DEFAULT_PORTS, BadURL, canonicalize
+from spiderd.core.urls import BadURL, canonicalize
 from spiderd.fetch.body import BodyReader, Discard, TooLarge, Truncated, accept_encoding
-from spiderd.fetch.connections import CachedEndpoints, ConnectionPool
+from spiderd.fetch.connections import CachedEndpoints, ConnectionPool, pool_hosts
 from spiderd.fetch.dns import caching_reactor
 from spiderd.fetch.robots import ROBOTS_REDIRECTS, Robots, robots_url
 from spiderd.fetch.proxy import Proxies, ProxyUnsupported
@@ -282,13 +282,6 @@ class Fetcher:
 
 def _told_failure(failure: Failure, host: str) -> None:
     log.failure("Telling the address of {host}", failure, host=host)
-
-
-def pool_hosts(name: str, port: int, schemes: Iterable[str]) -> list[str]:
-    """The pool's host keys of ``name:port`` reached by ``schemes`` ("x" for http://x:80 and https://x:443,
-    "x:443" for http://x:443); with no scheme known (a lookup not made for a URL's endpoint), by the port alone."""
-    hosts = sorted({name if DEFAULT_PORTS.get(scheme) == port else f"{name}:{port}" for scheme in schemes})
-    return hosts or [name if port in DEFAULT_PORTS.values() else f"{name}:{port}"]
 
 
 def _headers(user_agent: str) -> Headers:
