@@ -12,8 +12,9 @@ scheme fails with :class:`ProxyUnsupported`.  The proxy URL is shown only throug
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
+from twisted.internet.interfaces import IReactorTCP
 from twisted.web import client
 from twisted.web.iweb import IAgent, IPolicyForHTTPS
 
@@ -22,6 +23,9 @@ from spiderd.core.reactors import ITCPClock
 from spiderd.core.secrets import redact
 from spiderd.fetch.connections import CachedEndpoints, ConnectionPool, _QuietEndpoint
 from spiderd.fetch.tunnel import TunnelEndpoints
+
+if TYPE_CHECKING:  # (fetcher.py imports this module)
+    from spiderd.fetch.fetcher import FetchConfig
 
 
 class ProxyUnsupported(Exception):
@@ -40,7 +44,7 @@ class _Proxy:
 class Proxies:
     """Agents per proxy URL, made at its first use, each proxy's over its own pool of connections."""
 
-    def __init__(self, reactor: ITCPClock, connecting: Any, config: Any, pools: list[ConnectionPool],
+    def __init__(self, reactor: ITCPClock, connecting: IReactorTCP, config: FetchConfig, pools: list[ConnectionPool],
                  tls: IPolicyForHTTPS | None = None) -> None:
         """``config``: the fetcher's FetchConfig (timeouts, connections per host, the first source address);
         ``pools``: the list the agents' pools are added to (the fetcher closes them); ``tls``: the fetcher's
