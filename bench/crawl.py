@@ -277,8 +277,9 @@ class RedisServer:
         return float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"])
 
     def commands(self) -> dict[str, int]:
-        """command -> calls so far (INFO commandstats)."""
-        out = {}
+        """command -> calls so far (INFO commandstats), and "(reads)" -> the server's read events (a wake-up for
+        each batch of requests read)."""
+        out = {"(reads)": int(self.info("stats")["total_reads_processed"])}
         for key, value in self.info("commandstats").items():
             calls = value.split(",", 1)[0].split("=", 1)[1]
             out[key.removeprefix("cmdstat_")] = int(calls)
@@ -303,9 +304,10 @@ def run_redis(work: Path, root: str, name: str, pages: int, redis: RedisServer, 
         redis.drop(prefix)
     calls = {key: after[key] - commands.get(key, 0) for key in after if after[key] > commands.get(key, 0)}
     calls.pop("info", None)
+    reads = calls.pop("(reads)", 0)
     top = sorted(calls.items(), key=lambda kv: -kv[1])[:8]
-    print(f"{name}: Redis CPU {run.redis_cpu * 1e6 / run.pages:.1f} us a page, "
-          f"{sum(calls.values()) / run.pages:.2f} commands a page ("
+    print(f"{name}: Redis CPU {run.redis_cpu * 1e6 / run.pages:.1f} us a page, {reads / run.pages:.3f} read events "
+          f"a page, {sum(calls.values()) / run.pages:.2f} commands a page ("
           + ", ".join(f"{key} {value / run.pages:.3f}" for key, value in top) + ")", flush=True)
     return run
 
