@@ -112,8 +112,10 @@ class Frontier:
             total.update({k: int(v) for k, v in zip(flat[::2], flat[1::2])})
         return dict(total)
 
-    def checkpoint(self, name: str) -> str | None:
-        return self.command("HGET", self.prefixes[0] + "checkpoints", name)  # type: ignore[no-any-return]
+    def checkpoint(self, name: str) -> int | None:
+        """The latest count under ``name``: on a cluster, the largest of the partitions' (as the pool reads it)."""
+        counts = [self.command("HGET", prefix + "checkpoints", name) for prefix in self.prefixes]
+        return max((int(count) for count in counts if count is not None), default=None)
 
 
 @pytest.fixture(params=["redis", "cluster"])

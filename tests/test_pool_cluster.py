@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
-from typing import Any, Generator
+from typing import Any, Callable, Generator
 
 import pytest
 from twisted.internet import defer
@@ -129,6 +130,65 @@ class ClusterPoolTests(ClusterCase, TestCase):
             recorded.update((host, p) for host in answer)
         assert recorded == {host: partition_of(registered_domain(host), 12) for host in hosts[1:]}
         assert len(set(recorded.values())) > 1  # the hosts' partitions differ: it is routed, not all in one
+
+    def crash_after_first(self, pool: Any, method: str) -> list[defer.Deferred[Any]]:
+        """Each partition's ``method`` goes out for the first call only, over all partitions; later calls never
+        go out (the node died after its first script call).  The first call's Deferred is in the list returned."""
+        sent: list[defer.Deferred[Any]] = []
+
+        def once(real: Any, *args: Any, **kwargs: Any) -> defer.Deferred[Any]:
+            if sent:
+                return defer.Deferred()
+            sent.append(real(*args, **kwargs))
+            return sent[0]
+
+        for part in pool.parts:
+            self.patch(part, method, functools.partial(once, getattr(part, method)))
+        return sent
+
+    def domain_in(self, wanted: Callable[[int], bool]) -> str:
+        """A host (www.shopN.com) whose registered domain's partition is ``wanted``."""
+        return next(f"www.shop{i}.com" for i in range(1000) if wanted(partition_of(f"shop{i}.com", 12)))
+
+    @defer.inlineCallbacks
+    def test_an_items_checkpoint_goes_with_the_statuses_it_commits(self) -> Gen:
+        """An items commit whose statuses lie in one partition other than 0 (one domain), its node dying after its
+        first script call: another node reads the checkpoint of that commit and its URLs done, or neither (exactly
+        once; not the new checkpoint with the URLs not done, whose items would be written twice)."""
+        pool = yield self.open()
+        urls = [f"http://{self.domain_in(lambda p: p != 0)}/item/{i}" for i in range(3)]
+        assert (yield pool.addmany(urls)) == 3
+        assert sorted((yield pool.pop(10))) == urls
+        yield pool.set_statuses((), checkpoint=("items:f", 0))  # the file opened
+        sent = self.crash_after_first(pool, "set_statuses")
+        pool.set_statuses([(url, 200) for url in urls], checkpoint=("items:f", 120))
+        yield sent[0]
+        other = yield self.open()
+        committed = yield other.checkpoint("items:f")
+        done = (yield other.stats())["done"]
+        assert (committed, done) in [(0, 0), (120, 3)], (committed, done)
+
+    @defer.inlineCallbacks
+    def test_a_checkpoint_is_the_latest_of_the_partitions_and_dropped_latest_last(self) -> Gen:
+        """A checkpoint recorded in two partitions (a commit of one domain's statuses, then one of two partitions'):
+        checkpoint() reads the latest; a drop that dies after its first call leaves the latest, not an older count
+        (which would cut committed items); a whole drop leaves none."""
+        pool = yield self.open()
+        other = self.domain_in(lambda p: p != 0)
+        urls = [f"http://{other}/a", f"http://{other}/b", f"http://{self.domain_in(lambda p: p == 0)}/c"]
+        assert (yield pool.addmany(urls)) == 3
+        assert sorted((yield pool.pop(10))) == sorted(urls)
+        yield pool.set_statuses([(urls[0], 200)], checkpoint=("items:g", 50))
+        yield pool.set_statuses([(urls[1], 200), (urls[2], 200)], checkpoint=("items:g", 80))
+        assert (yield pool.checkpoint("items:g")) == 80
+        sent = self.crash_after_first(pool, "drop_checkpoint")
+        pool.drop_checkpoint("items:g")
+        yield settle(lambda: bool(sent), "the first drop")  # (after the reads of each partition's count)
+        yield sent[0]
+        reader = yield self.open()
+        assert (yield reader.checkpoint("items:g")) == 80
+        yield reader.drop_checkpoint("items:g")
+        assert (yield reader.checkpoint("items:g")) is None
 
     @defer.inlineCallbacks
     def test_a_master_killed_during_a_crawl_loses_nothing(self) -> Gen:

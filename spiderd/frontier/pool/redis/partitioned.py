@@ -7,8 +7,9 @@ touches one slot.  This class routes each call by URL (or host, or digest),
 splits a batch by partition, and merges the answers: a pop asks a few
 partitions at a time, in turn (``SHARE`` URLs or more each), and more while it
 has fewer URLs than asked; sizes and stats are sums.  What is one value for the
-whole pool lives in partition 0: batch numbers, the cron claims, checkpoints,
-the seed set, the partition count itself.
+whole pool lives in partition 0: batch numbers, the cron claims, the seed set,
+the partition count itself.  An items checkpoint goes with the statuses it
+commits, in their partition when they have one (see ``set_statuses``).
 """
 
 from __future__ import annotations
@@ -166,21 +167,38 @@ class PartitionedPool:
 
     @defer.inlineCallbacks
     def set_statuses(self, statuses: Iterable[tuple[Any, ...]], checkpoint: tuple[str, int] | None = None) -> Gen:
-        """Outcomes by partition; a checkpoint goes first, with partition 0's: a crash in between leaves URLs
-        whose items are kept not done yet (fetched again: at least once), never done URLs whose items are cut."""
+        """Outcomes by partition.  A checkpoint goes in one script call with the statuses of one partition: the
+        only partition of the statuses (all of one domain, say; none: partition 0), so that a crash cannot come
+        between them (exactly once); else partition 0, with its statuses, before the others: a crash in between
+        leaves URLs whose items are kept not done yet (fetched again: at least once), never done URLs whose items
+        are cut.  A name's checkpoints may so lie in several partitions: the largest is the latest (checkpoint)."""
         groups = self._groups(statuses, lambda entry: status_parts(entry)[0])
         if checkpoint is not None:
-            yield self.parts[0].set_statuses(groups.pop(0, []), checkpoint)
+            home = next(iter(groups)) if len(groups) == 1 else 0
+            yield self.parts[home].set_statuses(groups.pop(home, []), checkpoint)
         yield self._each(self.parts[p].set_statuses(group) for p, group in groups.items())
 
     def validators(self, url: str) -> defer.Deferred[cg.Validators | None]:
         return self._of(url).validators(url)
 
     def checkpoint(self, name: str) -> defer.Deferred[int | None]:
-        return self.parts[0].checkpoint(name)
+        """The latest count recorded under ``name``: the largest of the partitions' (a file only grows)."""
+        return self._checkpoints(name).addCallback(_latest)
 
-    def drop_checkpoint(self, name: str) -> defer.Deferred[None]:
-        return self.parts[0].drop_checkpoint(name)
+    @defer.inlineCallbacks
+    def drop_checkpoint(self, name: str) -> Gen:
+        """Drop ``name`` in every partition, the largest count last: a crash in between leaves the latest."""
+        counts = yield self._checkpoints(name)
+        latest = _latest(counts)
+        if latest is None:
+            return
+        yield self._each(self.parts[p].drop_checkpoint(name) for p, count in enumerate(counts)
+                         if count is not None and count < latest)
+        yield self._each(self.parts[p].drop_checkpoint(name) for p, count in enumerate(counts) if count == latest)
+
+    def _checkpoints(self, name: str) -> defer.Deferred[list[int | None]]:
+        """Each partition's count under ``name`` (None where it has none), in partition order."""
+        return self._each(part.checkpoint(name) for part in self.parts)
 
     # -- the seen set, batches --------------------------------------------------------
 
@@ -333,3 +351,8 @@ def make_cluster_pool(
         return cluster.open().addCallback(lambda _: pool.start()).addErrback(failed)
 
     return pool, opener
+
+
+def _latest(counts: list[int | None]) -> int | None:
+    """The largest of the partitions' counts under one checkpoint name, or None if none has one."""
+    return max((count for count in counts if count is not None), default=None)
