@@ -253,13 +253,14 @@ def pop_ack_rate(args: argparse.Namespace, reactor: Any, servers: Servers, nodes
     return rate
 
 
-REPEAT = 0  # --repeat-links: links a list page has to detail pages of the list pages before it
+REPEAT = 0  # --repeat-links: links every list page has to the same pages (a menu), found before
 
 
 def detail_links(list_id: int) -> list[str]:
-    """The 50 detail URLs a list page links to (hosts spread as ``url`` spreads them), and REPEAT of those of the
-    list pages before it (found before: known to the pool)."""
-    return [url(list_id * 50 + j) for j in range(50)] + [url(list_id * 50 - 1 - j) for j in range(min(REPEAT, list_id * 50))]
+    """The 50 detail URLs a list page links to (hosts spread as ``url`` spreads them), then REPEAT links that
+    every list page has (list page 0's first detail links, as a menu or a "top sellers" block: known to the pool
+    once one list page was added)."""
+    return [url(list_id * 50 + j) for j in range(50)] + [url(j) for j in range(REPEAT) if list_id]
 
 
 @defer.inlineCallbacks
@@ -596,7 +597,7 @@ def main() -> None:
     parser.add_argument("--pop-batch", type=int, default=PoolSection().redis_pop_batch,
                         help="crawler-shaped mix: [pool] redis_pop_batch")
     parser.add_argument("--repeat-links", type=int, default=0,
-                        help="links a list page has to detail pages found before (known), beside its 50 new ones")
+                        help="links every list page has to the same pages (known once added), beside its 50 new ones")
     parser.add_argument("--known-urls", type=int, default=PoolSection().redis_known_urls,
                         help="[pool] redis_known_urls (0: every link goes to Redis)")
     parser.add_argument("--only", default="", help=f"comma-separated parts to run ({','.join(PARTS)}; all by default)")
