@@ -168,7 +168,8 @@ class Servers:
     def commandstats(self) -> Gen:
         """command -> (calls, microseconds) summed over the servers (INFO commandstats; script commands too), and
         "(reads)" -> (the servers' read events: a wake-up for each batch of requests read, 0)."""
-        infos = yield defer.gatherResults([link.execute("INFO", "commandstats", "stats") for link in self.links])
+        sections = ("commandstats", "stats")  # one INFO each: one section a call before Redis 7
+        infos = yield defer.gatherResults([link.execute("INFO", name) for link in self.links for name in sections])
         stats: dict[str, list[int]] = {"(reads)": [0, 0]}
         for info in infos:
             for line in info.split():
@@ -258,8 +259,8 @@ REPEAT = 0  # --repeat-links: links every list page has to the same pages (a men
 
 def detail_links(list_id: int) -> list[str]:
     """The 50 detail URLs a list page links to (hosts spread as ``url`` spreads them), then REPEAT links that
-    every list page has (list page 0's first detail links, as a menu or a "top sellers" block: known to the pool
-    once one list page was added)."""
+    every list page but the first has (the site's first REPEAT detail pages, as a menu or a "top sellers" block:
+    known to the pool once list pages 0 and 1 were added)."""
     return [url(list_id * 50 + j) for j in range(50)] + [url(j) for j in range(REPEAT) if list_id]
 
 
@@ -574,8 +575,8 @@ def driver(reactor: Any, args: argparse.Namespace) -> Gen:
     print(f"RESULT redis_cpu_us_per_page={crawler or sum(shards):.1f} "  # issue 17's key: the crawler-shaped figure
           f"redis_us_per_page={sum(shards):.1f} redis_us_per_page_crawler={crawler:.1f} {per_shard}mix_pages_per_s={mix_rate:.0f} "
           f"pop_ack_1node={one:.0f} pop_ack_2node={two:.0f} redis_bytes_per_url={ours:.1f} "
-          f"scrapy_redis_bytes_per_url={theirs:.1f} redis_bytes_per_waiting_url={waiting:.1f} "
-          f"redis_us_per_page_floor={floor:.1f}", flush=True)
+          f"scrapy_redis_bytes_per_url={theirs:.1f} redis_bytes_per_waiting_url={waiting:.1f}"
+          + (f" redis_us_per_page_floor={floor:.1f}" if floor else ""), flush=True)  # (no floor on a cluster)
 
 
 def main() -> None:

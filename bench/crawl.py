@@ -294,7 +294,8 @@ class RedisServer:
 def run_redis(work: Path, root: str, name: str, pages: int, redis: RedisServer, **options: object) -> Run:
     """A crawl with the pool on Redis; the server's CPU and commands a page printed, its keys dropped after."""
     prefix = f"spiderd-bench-{os.getpid()}-{name}:"
-    pool = f'backend = "redis"\n        redis_url = "{redis.url}"\n        redis_prefix = "{prefix}"'
+    pool = (f'backend = "redis"\n        redis_url = "{redis.url}"\n        redis_prefix = "{prefix}"\n'
+            f'        redis_namespace = "{prefix}"')  # seed 002's keys under the run's prefix too (dropped after)
     cpu, commands = redis.cpu(), redis.commands()
     try:
         run = run_spiderd(work, root, name, pages, pool=pool, **options)

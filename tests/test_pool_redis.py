@@ -460,6 +460,35 @@ class KnownURLsTests(RedisKeys, TestCase):
         assert (yield pool.addmany(["http://a.example/x"], parent="http://a.example/")) == 1  # hop 1
 
     @defer.inlineCallbacks
+    def test_only_the_refused_links_of_a_call_are_not_remembered(self) -> Gen:
+        """A host's budget refuses some links of a call; the others are remembered, the refused ones sent again."""
+        pool = yield self.node(max_urls_per_host=2)
+        links = ["http://a.example/1", "http://b.example/1", "http://a.example/2", "http://a.example/3"]
+        assert (yield pool.addmany(links)) == 3  # a.example/3: past a.example's budget
+        assert (yield pool.addmany(links)) == 0
+        assert self.calls["add"] == 2 and pool.known.skipped == 3 and len(pool.known) == 3
+
+    @defer.inlineCallbacks
+    def test_re_adds_are_not_remembered(self) -> Gen:
+        """A re-add (always: seeds, sitemaps, recrawls) goes to the pool and leaves the memory to the links."""
+        pool = yield self.node()
+        yield pool.addmany(["http://a.example/1", "http://a.example/2"], always=True)
+        assert len(pool.known) == 0 and (yield pool.addmany(["http://a.example/1"])) == 0
+        assert self.calls["add"] == 2 and len(pool.known) == 1
+
+    @defer.inlineCallbacks
+    def test_a_pool_that_lost_its_data_is_noticed(self) -> Gen:
+        """Redis emptied (restarted without persistence, flushed): the next answer's epoch differs, the node
+        forgets what it remembered, and a link it had remembered is added again."""
+        pool = yield self.node()
+        yield pool.addmany(["http://a.example/menu"])
+        yield self.admin.execute("DEL", *(yield self.keys()))
+        assert (yield pool.addmany(["http://a.example/menu"])) == 0  # skipped: the loss is not known yet
+        assert (yield pool.addmany(["http://a.example/other"])) == 1  # its answer carries the new epoch
+        assert (yield pool.addmany(["http://a.example/menu"])) == 1
+        assert (yield pool.size()) == 2
+
+    @defer.inlineCallbacks
     def test_seen_filter_and_add_remember_what_the_pool_knows(self) -> Gen:
         """seen_filter skips URLs known before (an add's too); seen_add's URLs are known after it, batched or not."""
         pool = yield self.node()

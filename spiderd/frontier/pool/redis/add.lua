@@ -2,8 +2,9 @@
 -- ARGV[7..9]: always (1/0), prio, new URLs a host may take in all (its budget: link traps); ARGV[10]: the
 -- fingerprint of the page the URLs were found on ('' none: seeds, hubs, the API), whose hop count + 1 is theirs
 -- when a hop limit is set; then url, host, domain, hop limit (0 none), fingerprint, seen bucket and its five
--- members in the bucket (state codes 1-5) per URL (the node computes the last seven: keys.py).  Returns {added, host-full, past the hop limit}.  Re-adds
--- (always) do not count against the budget.
+-- members in the bucket (state codes 1-5) per URL (the node computes the last seven: keys.py).  Returns {added,
+-- host-full, past the hop limit, the pool's epoch, {positions (1-based) of the URLs refused as host-full or past the
+-- hop limit}}.  Re-adds (always) do not count against the budget.
 local ALWAYS, PRIO, MAX = ARGV[7] == '1', tonumber(ARGV[8]), tonumber(ARGV[9])
 local LIMITED = MAX > 0  -- 0: no budget, so no hostseen read or write per URL
 local HOPS = 0  -- the URLs' hops from a seed: kept (hops_bucket) only when 1 or more
@@ -11,7 +12,7 @@ if ARGV[10] ~= '' then
   local parent = ARGV[10]
   HOPS = tonumber(redis.call('HGET', hops_bucket(parent), parent) or '0') + 1
 end
-local added, full, far = 0, 0, 0
+local added, full, far, refused = 0, 0, 0, {}
 SUM_COUNTS, BATCH_PUSHES = true, true
 local fps = {}
 for i = 15, #ARGV, 11 do fps[#fps + 1] = ARGV[i] end
@@ -36,8 +37,10 @@ for i = 11, #ARGV, 11 do
     if not code or (ALWAYS and code < WAITING_LIST) then
       if not code and hop_limit > 0 and HOPS > hop_limit then
         far = far + 1
+        refused[#refused + 1] = n
       elseif not code and LIMITED and tonumber(redis.call('HGET', HOSTS_SEEN, host) or '0') >= MAX then
         full = full + 1
+        refused[#refused + 1] = n
       else
         if not code and LIMITED then redis.call('HINCRBY', HOSTS_SEEN, host, '1') end
         if code then
@@ -81,4 +84,4 @@ if #to_wake > 0 then  -- one SADD of the new domains, one ZMSCORE of their ready
 end
 flush_pushes()
 flush_counts()
-return {added, full, far}
+return {added, full, far, epoch(), refused}

@@ -27,7 +27,6 @@ local WHY  -- fingerprint -> "at failures reason": a URL's last failure, kept on
 local THROTTLED  -- host -> end of its block by a throttling answer (status.lua; past ones trimmed)
 local GROUP  -- host -> its address (per-IP politeness: group.lua)
 local DOMAINS
-local SUFFIX = {[0] = '.higher', [1] = '.lower'}
 local FINAL_NAME = {'done', 'failed', 'batched'}
 local DONE, FAILED, BATCHED, WAITING_LIST = 1, 2, 3, 4  -- state codes; WAITING_LIST + prio is waiting
 
@@ -114,6 +113,18 @@ local function read_many(command, key, items)
   return values
 end
 
+-- The pool's epoch (P meta's epoch), set from Redis's clock by the first call that finds none: a pool whose data
+-- was lost (a Redis restarted empty, a flush) answers another one, and a node that remembers URLs the pool knows
+-- (add and seen answer it: known.py) forgets them.
+local function epoch()
+  local e = redis.call('HGET', META, 'epoch')
+  if e then return e end
+  local t = redis.call('TIME')
+  e = t[1] .. '.' .. t[2]
+  redis.call('HSET', META, 'epoch', e)
+  return e
+end
+
 -- The state code stored for a URL in its bucket (1-3 final, 4-5 waiting), or nil.
 local function known(bucket, ms)
   local found = redis.call('SMISMEMBER', bucket, ms[1], ms[2], ms[3], ms[4], ms[5])
@@ -128,7 +139,7 @@ local function queue(domain, prio)
   local keys = queues[prio]
   local q = keys[domain]
   if not q then
-    q = NS .. domain .. SUFFIX[prio]
+    q = NS .. domain .. (prio == 0 and '.higher' or '.lower')
     keys[domain] = q
   end
   return q

@@ -4,8 +4,12 @@ A list page links mostly to pages found before (the menu, the pager, items shown
 link the pool knows is a no-op in add.lua and seen.lua, yet costs Redis its arguments, a set lookup and the
 script's loop for each.  A URL is remembered here only after Redis answered that it is known (or has just
 recorded it), and the pool never forgets a URL it knew (a URL only changes state: waiting, leased, done, failed,
-batched), so skipping it changes nothing: the add or the filter would have answered the same.  Only an operator
-who deletes the pool's keys by hand makes an entry wrong; restarting the nodes empties their memory.
+batched), so skipping it changes nothing: the add or the filter would have answered the same.
+
+Unless Redis loses the pool's data (restarted empty, flushed, a replica that missed writes): each answer carries
+the pool's epoch (``P meta``, set anew by the first call that finds none), and a change of epoch in any of the
+pool's partitions empties the memory.  Links skipped between the loss and the first answer after it are lost
+with the rest of what Redis lost.
 
 The memory is bounded: least recently used URLs go first (``[pool] redis_known_urls`` entries; 0 keeps none).
 """
@@ -22,7 +26,8 @@ class KnownURLs:
     def __init__(self, size: int) -> None:
         self.size = size
         self._urls: OrderedDict[str, None] = OrderedDict()
-        self.skipped = 0  # URLs left out of a call because they are known (for the log and the tests)
+        self._epochs: dict[str, str] = {}  # the pool's (a partition's) prefix -> its epoch at the last answer
+        self.skipped = 0  # URLs left out of a call because they are known (the tests and benches read it)
 
     def __len__(self) -> int:
         return len(self._urls)
@@ -39,8 +44,12 @@ class KnownURLs:
                 out.append(url)
         return out
 
-    def remember(self, urls: Iterable[str]) -> None:
-        """Remember ``urls`` as known to the pool, dropping the least recently used past ``size``."""
+    def remember(self, urls: Iterable[str], pool: str, epoch: str) -> None:
+        """Remember ``urls`` as known to ``pool`` (a prefix) in ``epoch``, dropping the least recently used past
+        ``size``; all are forgotten first if ``pool``'s epoch changed (it lost its data)."""
+        if self._epochs.setdefault(pool, epoch) != epoch:
+            self._urls.clear()
+            self._epochs[pool] = epoch
         if self.size <= 0:
             return
         urls_ = self._urls

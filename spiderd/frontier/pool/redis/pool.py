@@ -137,18 +137,21 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         for u in fresh.values():
             args += (u.url, u.host, registered_domain(u.host), str(hops.limit(u.host)) if found_on else "0",
                      *add_keys(u.url, self.prefix, self._bits))
-        return self._run("add", args).addCallback(self._added, list(fresh))
+        return self._run("add", args).addCallback(self._added, [] if always else list(fresh))
 
-    def _added(self, answer: list[int], sent: list[str]) -> int:
-        """The URLs added; ``sent`` are known to the pool now, unless some were refused (which ones is not said)."""
-        added, full, far = answer
+    def _added(self, answer: list[Any], sent: list[str]) -> int:
+        """The URLs added; ``sent`` (not re-adds: a large one would push out the links found often) are known to
+        the pool now, but those it refused (host-full, past the hop limit)."""
+        added, full, far, epoch, refused = answer
         if full:
             self.rejected["host-full"] += full
         if far:
             self.rejected[REJECTED] += far
-        if not full and not far:
-            self.known.remember(sent)
-        return added
+        if refused:
+            out = {int(n) - 1 for n in refused}
+            sent = [url for i, url in enumerate(sent) if i not in out]
+        self.known.remember(sent, self.prefix, epoch)
+        return int(added)
 
     # -- popping and statuses -------------------------------------------------------
 
@@ -357,9 +360,10 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
             args += add_keys(url, self.prefix, self._bits)
         return self._run("seen", args).addCallback(self._seen_answer, canonical, mark)
 
-    def _seen_answer(self, flags: list[int], urls: list[str], mark: bool) -> list[str]:
+    def _seen_answer(self, answer: list[Any], urls: list[str], mark: bool) -> list[str]:
         """The fresh ones of ``urls``; the others (all of them, marked) are known to the pool now."""
-        self.known.remember(urls if mark else [url for url, fresh in zip(urls, flags) if not fresh])
+        *flags, epoch = answer
+        self.known.remember(urls if mark else [url for url, fresh in zip(urls, flags) if not fresh], self.prefix, epoch)
         return [url for url, fresh in zip(urls, flags) if fresh]
 
     def next_batch(self, count: int = 1) -> defer.Deferred[int]:

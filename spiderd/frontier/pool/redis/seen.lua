@@ -1,6 +1,6 @@
 -- seen_filter / seen_add.  ARGV[7]: mark (1: record the unseen ones as batched); then per URL its fingerprint,
 -- seen bucket and five members in the bucket (state codes 1-5), computed by the node (keys.py add_keys).
--- Returns 1 per URL never seen in any state (not leased, no state in its bucket), else 0.
+-- Returns 1 per URL never seen in any state (not leased, no state in its bucket), else 0, then the pool's epoch.
 local MARK = ARGV[7] == '1'
 SUM_COUNTS = true
 local fps = {}
@@ -24,4 +24,5 @@ for i = 8, #ARGV, 7 do
   out[n] = fresh
 end
 flush_counts()
+out[n + 1] = epoch()
 return out
