@@ -37,7 +37,8 @@ key                                    type    holds
                                                that failed (retried or for good), until it is done
 ``P hubs`` / ``P hub``                 zset    fingerprint -> next due time / hash: fingerprint -> domain, URL
 ``P counters`` / ``P meta``            hash    waiting pending done failed batched / bucket bits, hub span, sweep,
-                                               ``hops`` once any hop count was kept (``P h:``)
+                                               ``hops`` once any hop count was kept (``P h:``), ``epoch`` (set
+                                               by the first add or seen call finding none: known.py)
 ``P adopting``                         zset    ``prio url`` of a tool's list entry a node is adding -> deadline
 ``P batch``                            string  the last batch number handed out (``next_batch``)
 ``P crawled:<kind>:<domain>``          zset    URL -> fetch time of done pages to recrawl (seed 004)
