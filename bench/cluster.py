@@ -385,12 +385,17 @@ class CrawlerModel:
     fetched in an exponentially distributed time (mean ``fetch_s``), then
     ``fetched`` (not awaited), its links added if it is a list page, then its
     status set, as each page completes: not in lockstep with the pops.
+
+    With ``ahead`` (``--pop-ahead``, not what the crawler does: an experiment), the model pops ahead of its
+    free slots instead: up to ``ahead`` leased URLs wait in a local queue for a free slot, and a pop (for the
+    free slots and the queue's room) goes out once the queue is down to half of ``ahead``.
     """
 
     def __init__(self, pool: Any, reactor: Any, concurrency: int, fetch_s: float, pop_batch: int,
-                 seed: int = 17) -> None:
+                 seed: int = 17, ahead: int = 0) -> None:
         self.pool, self.reactor, self.concurrency, self.fetch_s = pool, reactor, concurrency, fetch_s
-        self.pop_batch = pop_batch
+        self.pop_batch, self.ahead = pop_batch, ahead
+        self.queue: collections.deque[str] = collections.deque()
         self.rng = random.Random(seed)
         self.fetching = self.processing = self.pages = self.pops = 0
         self.popping = False
@@ -407,22 +412,34 @@ class CrawlerModel:
 
     def pull(self) -> None:
         self.kicked = None
-        if self.popping or self.fetching >= self.concurrency:
+        self.start_queued()
+        if self.popping:
             return
-        if pull_waits(self.concurrency, self.fetching, self.pop_batch):
-            return
+        if self.ahead:
+            wanted = self.concurrency - self.fetching + self.ahead - len(self.queue)
+            if len(self.queue) > self.ahead // 2 or wanted <= 0:
+                return
+        else:
+            if self.fetching >= self.concurrency or pull_waits(self.concurrency, self.fetching, self.pop_batch):
+                return
+            wanted = self.concurrency - self.fetching
         self.popping = True
         self.pops += 1
-        self.pool.pop(self.concurrency - self.fetching, 0).addCallback(self.popped).addErrback(self.done.errback)
+        self.pool.pop(wanted, 0).addCallback(self.popped).addErrback(self.done.errback)
+
+    def start_queued(self) -> None:
+        while self.queue and self.fetching < self.concurrency:
+            self.fetching += 1
+            self.reactor.callLater(self.rng.expovariate(1 / self.fetch_s), self.fetched, self.queue.popleft(),
+                                   time.time())
 
     def popped(self, urls: dict[str, bool]) -> Any:
         self.popping = False
-        for u in urls:
-            self.fetching += 1
-            self.reactor.callLater(self.rng.expovariate(1 / self.fetch_s), self.fetched, u, time.time())
+        self.queue.extend(urls)
+        self.start_queued()
         if urls:
             self.kick()
-        elif not self.fetching and not self.processing:
+        elif not self.fetching and not self.processing and not self.queue:
             return self.pool.size().addCallback(self.idle)
         return None
 
@@ -457,7 +474,7 @@ def crawler_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen
     prefix = f"{args.prefix}cmix:"
     pool, _ = yield mix_pool(args, reactor, prefix, args.status_wait)
     run = yield Run.start(servers)
-    model = CrawlerModel(pool, reactor, 64, args.fetch_ms / 1000, args.pop_batch)
+    model = CrawlerModel(pool, reactor, 64, args.fetch_ms / 1000, args.pop_batch, ahead=args.pop_ahead)
     calls = count_calls(pool)
     pages = yield model.run()
     seconds, node_us, shards = yield run.end(args, pages)
@@ -597,6 +614,8 @@ def main() -> None:
                         help="crawler-shaped mix: [pool] redis_status_wait (seconds)")
     parser.add_argument("--pop-batch", type=int, default=PoolSection().redis_pop_batch,
                         help="crawler-shaped mix: [pool] redis_pop_batch")
+    parser.add_argument("--pop-ahead", type=int, default=0,
+                        help="crawler-shaped mix: pop ahead into a local queue of this many URLs (an experiment)")
     parser.add_argument("--repeat-links", type=int, default=0,
                         help="links every list page has to the same pages (known once added), beside its 50 new ones")
     parser.add_argument("--known-urls", type=int, default=PoolSection().redis_known_urls,
