@@ -111,3 +111,53 @@ class PullBatchTests(unittest.TestCase):
         self.assertEqual(pool.asked, [16, 4, 1])
         crawler.fetching = 0
         crawler.stopService()
+
+
+class PullAheadTests(unittest.TestCase):
+    """With ``pull_ahead`` ([pool] redis_pop_ahead), the crawler pops ahead of its free slots: the URLs beyond
+    them wait in a local queue and start as slots free; a pull goes out once the queue is down to half."""
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.pool = CountedPops(self.clock)
+        self.pool.real.addmany([f"http://h{i}.example/" for i in range(30)])
+        self.crawler = CrawlService(self.clock, self.pool, fetcher=None, parser=None, rules=None,
+                                    stats=CrawlStats(self.clock), concurrency=4, pull_ahead=4)
+        self.started: list[str] = []
+
+        def start(url: str, hub: bool) -> None:  # a fetch that never ends until the test says
+            self.started.append(url)
+            self.crawler.fetching += 1
+
+        self.crawler._start = start  # type: ignore[method-assign]
+
+    def end_fetches(self, n: int) -> None:
+        self.crawler.fetching -= n
+        self.crawler.kick()
+        self.clock.advance(0)
+
+    def test_pops_ahead_and_starts_as_slots_free(self) -> None:
+        self.crawler.startService()
+        self.clock.advance(0)
+        self.assertEqual(self.pool.asked, [8])  # 4 free slots and 4 ahead
+        self.assertEqual((len(self.started), self.crawler.queued), (4, 4))
+        self.end_fetches(1)  # one slot: a queued URL starts; 3 queued, more than half: no pull
+        self.assertEqual((len(self.started), self.crawler.queued, self.pool.asked), (5, 3, [8]))
+        self.end_fetches(1)  # 2 queued: a pull for the queue's room
+        self.assertEqual((len(self.started), self.crawler.queued, self.pool.asked), (6, 4, [8, 2]))
+        self.assertEqual(len(set(self.started)), 6)
+        self.crawler.stopService()
+        self.assertEqual(self.crawler.queued, 0)  # left to their leases
+
+    def test_a_pause_leaves_the_queue_to_the_leases(self) -> None:
+        """Paused, nothing starts and the queue is dropped (a long pause would outlast its leases, and another
+        node would fetch them too); resumed, the crawler pops again."""
+        self.crawler.startService()
+        self.clock.advance(0)
+        self.crawler.pause()
+        self.end_fetches(2)
+        self.assertEqual((len(self.started), self.crawler.queued, self.pool.asked), (4, 0, [8]))
+        self.crawler.resume()
+        self.clock.advance(0)
+        self.assertEqual((len(self.started), self.crawler.queued, self.pool.asked), (6, 4, [8, 6]))
+        self.crawler.stopService()

@@ -84,8 +84,8 @@ class OpenApiTests(ApiCase):
         assert (s["pool"]["waiting"], s["pool"]["pending"], s["pool"]["done"], s["pool"]["hosts"]) == (3, 0, 0, 2)
         assert s["pool"]["largest"] == [["a.example", 2], ["b.example", 1]]
         assert s["errors"] == {"timeout": 1} and s["statuses"] == {"200": 1, "timeout": 1}
-        assert s["crawler"] == {"state": "running", "paused": False, "fetching": 3, "processing": 1, "concurrency": 8,
-                                "pull_failures": 0, "last_error": ""}
+        assert s["crawler"] == {"state": "running", "paused": False, "fetching": 3, "queued": 0, "processing": 1,
+                                "concurrency": 8, "pull_failures": 0, "last_error": ""}
         assert s["batches"]["spooled"] == 2 and s["feeds"]["shipped"] == 7 and s["store"]["pending"] == 4
         assert s["worker"]["jobs_running"] == 1 and "feeds" not in s["worker"]
         assert s["pages"] == 1  # the crawler's and the worker's fetches both count into the node's stats

@@ -33,6 +33,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "redis_partitions": "partitions",  # redis+cluster:// only
         "redis_status_wait": "non_negative",  # 0: each status at once
         "redis_pop_batch": "positive_int",
+        "redis_pop_ahead": "count",  # 0: pop for free slots only (redis_pop_batch)
         "redis_known_urls": "count",  # 0: none remembered
         "seed_cron": "cron",
         "recrawl_every": "positive",

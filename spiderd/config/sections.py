@@ -55,7 +55,8 @@ class PoolSection:
     redis_seen_bucket_bits: int = 16
     redis_partitions: int = 12  # redis+cluster:// only: the pool's partitions (12: even on 1, 2, 3, 4, 6, 12 masters)
     redis_status_wait: float = 0.05  # seconds a status waits to go out with others (with the next pop, or alone)
-    redis_pop_batch: int = 8  # the crawler pops when this many fetch slots are free (or half of them)
+    redis_pop_batch: int = 8  # with redis_pop_ahead 0: the crawler pops when this many fetch slots are free
+    redis_pop_ahead: int = 32  # leased URLs the crawler pops ahead of its free slots (at most [fetch] concurrency)
     redis_known_urls: int = 100000  # URLs a node remembers the pool knows, so adding them again costs Redis nothing
     seed_cron: str = ""
     recrawl_every: float = 60.0

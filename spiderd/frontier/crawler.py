@@ -3,7 +3,12 @@
 A deduplicated "kick" (a ``callLater(0)`` that is scheduled at most once)
 pulls work whenever a slot frees, plus a slow heartbeat in case anything was
 missed; with ``pull_batch`` (the Redis pool's ``redis_pop_batch``) a pull waits
-for that many free slots while more than half are busy (:func:`pull_waits`).  A fetch slot is freed as soon as the response is in; processing
+for that many free slots while more than half are busy (:func:`pull_waits`).
+With ``pull_ahead`` (the Redis pool's ``redis_pop_ahead``) it pops ahead of its
+free slots instead: up to that many leased URLs wait in a local queue for a slot,
+and a pull (for the free slots and the queue's room) goes out once the queue is
+down to half; at stop or pause, URLs still queued are left to their leases,
+which bring them back (as fetches cut at stop).  A fetch slot is freed as soon as the response is in; processing
 (parsing, storing) runs beside it, bounded by ``max_processing``, which is
 large because a page waits there for its batch of writes to be committed.
 What is done with a fetched answer (parse, links, store, item, statuses) is
@@ -24,6 +29,7 @@ stored page; it is done, and counted as ``duplicate_content``.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.application.service import Service
@@ -80,6 +86,7 @@ class CrawlService(Service):
         archive: WarcWriter | None = None,
         concurrency: int = 64,
         pull_batch: int = 1,
+        pull_ahead: int = 0,
         max_processing: int | None = None,
         hub_percent: int = 50,
         exit_when_done: bool = False,
@@ -99,6 +106,8 @@ class CrawlService(Service):
                                     conditional_get=conditional_get, skip_duplicate_content=skip_duplicate_content)
         self.concurrency = concurrency
         self._pull_batch = pull_batch  # free fetch slots a pull waits for while more than half are busy (pull_waits)
+        self._pull_ahead = pull_ahead  # leased URLs that may wait for a slot (0: a pull asks for free slots only)
+        self._queued: deque[tuple[str, bool]] = deque()  # (url, is_hub) popped ahead, not started yet
         self._beat = False  # the heartbeat's pull, which never waits
         self._max_processing = max_processing or max(512, 4 * concurrency)
         self._hub_percent = hub_percent
@@ -136,15 +145,22 @@ class CrawlService(Service):
         for call in (self._kick_call, self._wake_call):
             if call is not None and call.active():
                 call.cancel()
-        log.info("Stopping: waiting for {fetching} fetches and {processing} pages in processing",
-                 fetching=self.fetching, processing=self.processing)
+        log.info("Stopping: waiting for {fetching} fetches and {processing} pages in processing ({queued} URLs "
+                 "popped ahead left to their leases)", fetching=self.fetching, processing=self.processing,
+                 queued=len(self._queued))
+        self._queued.clear()
         deadline = self._reactor.callLater(self._stop_timeout, self._work.cancel_all)
         d = self._work.wait()
         d.addBoth(lambda _: deadline.cancel() if deadline.active() else None)
         return d
 
     def pause(self) -> None:
+        """Start nothing more; URLs popped ahead are left to their leases (a long pause would outlast them, and
+        another node fetch them too)."""
         self.paused = True
+        if self._queued:
+            log.info("Paused: {queued} URLs popped ahead left to their leases", queued=len(self._queued))
+            self._queued.clear()
 
     def add_details(self, urls: list[str]) -> Deferred[Any]:
         """Send detail URLs where the crawler sends those it finds (the batcher, or the pool's detail queue)."""
@@ -153,6 +169,11 @@ class CrawlService(Service):
     def resume(self) -> None:
         self.paused = False
         self.kick()
+
+    @property
+    def queued(self) -> int:
+        """URLs popped ahead of the free slots, waiting for one."""
+        return len(self._queued)
 
     # -- the loop ------------------------------------------------------------------
 
@@ -166,7 +187,7 @@ class CrawlService(Service):
         self.kick()
 
     def needs_backout(self) -> bool:
-        """True when no more work should be pulled now."""
+        """True when no more work should be pulled (nor started) now."""
         return (
             not self.running
             or self.paused
@@ -177,14 +198,31 @@ class CrawlService(Service):
     def _pull(self) -> None:
         self._kick_call = None
         beat, self._beat = self._beat, False
-        if self._popping or self.needs_backout():
+        self._start_queued()
+        if self._popping or not self.running or self.paused or self.processing >= self._max_processing:
             return
-        if not beat and pull_waits(self.concurrency, self.fetching, self._pull_batch):
+        wanted = self._wanted(beat)
+        if wanted <= 0:
             return  # a fetch's end kicks again
         self._popping = True
-        d = self.pool.pop(self.concurrency - self.fetching, self._hub_percent)
+        d = self.pool.pop(wanted, self._hub_percent)
         d.addCallback(self._popped)
         d.addCallbacks(self._pulled, self._pull_failed)
+
+    def _wanted(self, beat: bool) -> int:
+        """URLs a pull asks for now (0: none): the free slots, when it need not wait for more (pull_waits); popping
+        ahead, the free slots and the queue's room, once the queue is down to half."""
+        free = self.concurrency - self.fetching
+        if self._pull_ahead:
+            return 0 if len(self._queued) > self._pull_ahead // 2 else free + self._pull_ahead - len(self._queued)
+        if free <= 0 or (not beat and pull_waits(self.concurrency, self.fetching, self._pull_batch)):
+            return 0
+        return free
+
+    def _start_queued(self) -> None:
+        """Start URLs popped ahead while slots are free."""
+        while self._queued and not self.needs_backout():
+            self._start(*self._queued.popleft())
 
     def _pulled(self, _: Any) -> None:
         self._popping = False
@@ -209,8 +247,8 @@ class CrawlService(Service):
         return self.pull_failures < FAILING_PULLS
 
     def _popped(self, urls: dict[str, bool]) -> Any:
-        for url, hub in urls.items():
-            self._start(url, hub)
+        self._queued.extend(urls.items())
+        self._start_queued()
         if urls:
             self.kick()
             return None
@@ -221,7 +259,7 @@ class CrawlService(Service):
         if due is not None:
             self._wake_at(due)
             return None
-        if self.fetching or self.processing or self._discovering():
+        if self.fetching or self.processing or self._queued or self._discovering():
             return None
         return self.pool.stats().addCallback(self._maybe_finished)
 

@@ -116,7 +116,8 @@ def _crawler(node: Node) -> dict[str, Any] | None:
     if state == "running" and not getattr(crawler, "healthy", True):
         state = "failing"  # the fetch loop cannot take URLs from the pool
     return {"state": state, "paused": crawler.paused, "fetching": crawler.fetching,
-            "processing": crawler.processing, "concurrency": crawler.concurrency,
+            "queued": getattr(crawler, "queued", 0), "processing": crawler.processing,
+            "concurrency": crawler.concurrency,
             "pull_failures": getattr(crawler, "pull_failures", 0), "last_error": getattr(crawler, "last_error", "")}
 
 
