@@ -20,9 +20,10 @@ set as the crawler sets it (``set_statuses`` per page); the Redis server's CPU (
 before and after, over the pages crawled (``redis_us_per_page``).
 
 The crawler-shaped mix drives the same pages as the crawler drives the pool (``CrawlerModel``): 64 fetches in
-flight, a pop when ``[pool] redis_pop_batch`` slots are free (or half of them), statuses waiting up to ``[pool]
-redis_status_wait`` to go out with the next pop (``--pop-batch``, ``--status-wait``: the defaults are the
-configuration's); its Redis CPU a page is ``redis_us_per_page_crawler``, and also ``redis_cpu_us_per_page``,
+flight, pops ahead of the free slots into a local queue of up to ``[pool] redis_pop_ahead`` URLs (or, with
+``--pop-ahead 0``, a pop when ``redis_pop_batch`` slots are free, or half of them), statuses waiting up to
+``[pool] redis_status_wait`` to go out with the next pop (``--pop-ahead``, ``--pop-batch``, ``--status-wait``:
+the defaults are the configuration's); ``floor`` runs the mix with plain commands and no script; its Redis CPU a page is ``redis_us_per_page_crawler``, and also ``redis_cpu_us_per_page``,
 issue 17's figure (target: 10 us a page; the lockstep one where the crawler-shaped mix was not run).  ``--only
 mix,crawler`` runs only those parts; ``--commands`` prints the Redis commands a page (``INFO commandstats``).
 
@@ -386,9 +387,9 @@ class CrawlerModel:
     ``fetched`` (not awaited), its links added if it is a list page, then its
     status set, as each page completes: not in lockstep with the pops.
 
-    With ``ahead`` (``--pop-ahead``, not what the crawler does: an experiment), the model pops ahead of its
-    free slots instead: up to ``ahead`` leased URLs wait in a local queue for a free slot, and a pop (for the
-    free slots and the queue's room) goes out once the queue is down to half of ``ahead``.
+    With ``ahead`` (``--pop-ahead``: ``[pool] redis_pop_ahead``, the crawler's ``pull_ahead``), the model pops
+    ahead of its free slots instead: up to ``ahead`` leased URLs wait in a local queue for a free slot, and a pop
+    (for the free slots and the queue's room) goes out once the queue is down to half of ``ahead``.
     """
 
     def __init__(self, pool: Any, reactor: Any, concurrency: int, fetch_s: float, pop_batch: int,
@@ -479,8 +480,10 @@ def crawler_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen
     pages = yield model.run()
     seconds, node_us, shards = yield run.end(args, pages)
     yield pool.close()
-    print(f"crawler-shaped mix (64 fetches in flight, {args.fetch_ms:g} ms a fetch on average, pops of "
-          f"{args.pop_batch} free slots or more, statuses waiting {args.status_wait:g} s): {pages} pages in "
+    pops = (f"pops ahead of up to {args.pop_ahead} URLs" if args.pop_ahead else
+            f"pops of {args.pop_batch} free slots or more")
+    print(f"crawler-shaped mix (64 fetches in flight, {args.fetch_ms:g} ms a fetch on average, {pops}, "
+          f"statuses waiting {args.status_wait:g} s): {pages} pages in "
           f"{seconds:.1f} s, {pages / seconds:,.0f} pages/s, {pages / model.pops:.1f} URLs a pop; CPU per page: "
           f"Redis {sum(shards):.1f} us, node {node_us:.1f} us; script calls a page: "
           f"{', '.join(f'{name} {n / pages:.2f}' for name, n in calls.most_common())}", flush=True)
@@ -614,8 +617,8 @@ def main() -> None:
                         help="crawler-shaped mix: [pool] redis_status_wait (seconds)")
     parser.add_argument("--pop-batch", type=int, default=PoolSection().redis_pop_batch,
                         help="crawler-shaped mix: [pool] redis_pop_batch")
-    parser.add_argument("--pop-ahead", type=int, default=0,
-                        help="crawler-shaped mix: pop ahead into a local queue of this many URLs (an experiment)")
+    parser.add_argument("--pop-ahead", type=int, default=PoolSection().redis_pop_ahead,
+                        help="crawler-shaped mix: [pool] redis_pop_ahead (0: pops wait for --pop-batch free slots)")
     parser.add_argument("--repeat-links", type=int, default=0,
                         help="links every list page has to the same pages (known once added), beside its 50 new ones")
     parser.add_argument("--known-urls", type=int, default=PoolSection().redis_known_urls,
