@@ -161,3 +161,78 @@ class PullAheadTests(unittest.TestCase):
         self.clock.advance(0)
         self.assertEqual((len(self.started), self.crawler.queued, self.pool.asked), (6, 4, [8, 6]))
         self.crawler.stopService()
+
+
+class ManualPops:
+    """A memory pool whose pops answer when the test says (``answer()``), and which records ``fetched``."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.real = open_memory_pool(clock)
+        self.waiting: list[tuple[defer.Deferred[Any], int]] = []
+        self.freed: list[str] = []
+
+    def pop(self, count: int, hub_percent: int = 50) -> Any:
+        d: defer.Deferred[Any] = defer.Deferred()
+        self.waiting.append((d, count))
+        return d
+
+    def answer(self) -> None:
+        d, count = self.waiting.pop(0)
+        self.real.pop(count).chainDeferred(d)
+
+    def fetched(self, url: str, elapsed: float | None = None) -> Any:
+        self.freed.append(url)
+        return self.real.fetched(url, elapsed)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+class PullAheadEdgeTests(unittest.TestCase):
+    """URLs popped ahead never start once their leases may have ended: a pop landing at a pause or stop, or a URL
+    waiting longer than ``max_queue_wait``, is left to its lease."""
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.pool = ManualPops(self.clock)
+        self.pool.real.addmany([f"http://h{i}.example/" for i in range(30)])
+        self.started: list[str] = []
+
+    def crawler(self, **options: Any) -> CrawlService:
+        crawler = CrawlService(self.clock, self.pool, fetcher=None, parser=None, rules=None,
+                               stats=CrawlStats(self.clock), concurrency=4, pull_ahead=4, **options)
+
+        def start(url: str, hub: bool) -> None:
+            self.started.append(url)
+            crawler.fetching += 1
+
+        crawler._start = start  # type: ignore[method-assign]
+        return crawler
+
+    def test_a_pop_landing_during_a_pause_starts_nothing_and_frees_its_hosts(self) -> None:
+        crawler = self.crawler()
+        crawler.startService()
+        self.clock.advance(0)
+        crawler.pause()
+        self.pool.answer()
+        self.assertEqual((self.started, crawler.queued, len(self.pool.freed)), ([], 0, 8))
+        self.clock.advance(3600)
+        crawler.resume()
+        self.clock.advance(0)
+        self.assertEqual(self.started, [])  # a new pop is on its way; none of the first
+        crawler.stopService()
+
+    def test_a_url_waiting_past_max_queue_wait_is_left_to_its_lease(self) -> None:
+        crawler = self.crawler(max_queue_wait=10.0, max_processing=1)
+        crawler.startService()
+        self.clock.advance(0)
+        crawler.processing = 1  # processing is full while the pop is on its way: nothing starts
+        self.pool.answer()
+        self.assertEqual((self.started, crawler.queued), ([], 8))
+        self.clock.advance(11)
+        crawler.processing = 0
+        crawler.kick()
+        self.clock.advance(0)
+        self.assertEqual((self.started, crawler.queued), ([], 0))  # left, not freed: the lease may be another's
+        self.assertEqual(self.pool.freed, [])
+        crawler.stopService()

@@ -33,6 +33,7 @@ def crawl_service(node: SpiderdSection, fetching: FetchSection, config: PoolSect
         detail_sink=detail_sink, concurrency=fetching.concurrency, exit_when_done=node.exit_when_done,
         pull_batch=config.redis_pop_batch if config.backend == "redis" else 1,
         pull_ahead=min(config.redis_pop_ahead, fetching.concurrency) if config.backend == "redis" else 0,
+        max_queue_wait=config.pending_threshold - fetching.timeout,  # a lease outlasts the wait and the fetch
         stop_timeout=fetching.timeout + STOP_GRACE, linkbase=config.linkbase, hub_percent=config.hub_percent,
         max_retry_after=fetching.max_retry_after, conditional_get=fetching.conditional_get, discovery=discovery,
         skip_duplicate_content=items_config.skip_duplicate_content)

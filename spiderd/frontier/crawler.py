@@ -87,6 +87,7 @@ class CrawlService(Service):
         concurrency: int = 64,
         pull_batch: int = 1,
         pull_ahead: int = 0,
+        max_queue_wait: float | None = None,
         max_processing: int | None = None,
         hub_percent: int = 50,
         exit_when_done: bool = False,
@@ -107,7 +108,8 @@ class CrawlService(Service):
         self.concurrency = concurrency
         self._pull_batch = pull_batch  # free fetch slots a pull waits for while more than half are busy (pull_waits)
         self._pull_ahead = pull_ahead  # leased URLs that may wait for a slot (0: a pull asks for free slots only)
-        self._queued: deque[tuple[str, bool]] = deque()  # (url, is_hub) popped ahead, not started yet
+        self._queued: deque[tuple[str, bool, float]] = deque()  # (url, is_hub, popped at) not started yet
+        self._max_queue_wait = max_queue_wait  # seconds a popped URL may wait (its lease must outlast its fetch)
         self._beat = False  # the heartbeat's pull, which never waits
         self._max_processing = max_processing or max(512, 4 * concurrency)
         self._hub_percent = hub_percent
@@ -145,9 +147,9 @@ class CrawlService(Service):
         for call in (self._kick_call, self._wake_call):
             if call is not None and call.active():
                 call.cancel()
-        log.info("Stopping: waiting for {fetching} fetches and {processing} pages in processing ({queued} URLs "
-                 "popped ahead left to their leases)", fetching=self.fetching, processing=self.processing,
-                 queued=len(self._queued))
+        log.info("Stopping: waiting for {fetching} fetches and {processing} pages in processing",
+                 fetching=self.fetching, processing=self.processing)
+        self._leave([url for url, _, _ in self._queued], "Stopping")
         self._queued.clear()
         deadline = self._reactor.callLater(self._stop_timeout, self._work.cancel_all)
         d = self._work.wait()
@@ -158,9 +160,18 @@ class CrawlService(Service):
         """Start nothing more; URLs popped ahead are left to their leases (a long pause would outlast them, and
         another node fetch them too)."""
         self.paused = True
-        if self._queued:
-            log.info("Paused: {queued} URLs popped ahead left to their leases", queued=len(self._queued))
-            self._queued.clear()
+        self._leave([url for url, _, _ in self._queued], "Paused")
+        self._queued.clear()
+
+    def _leave(self, urls: list[str], why: str) -> None:
+        """Leave popped URLs that will not start to their leases (they come back when the leases end), their hosts
+        freed at once (``fetched``: no other node waits for those slots until then)."""
+        if not urls:
+            return
+        log.info("{why}: {count} URLs popped ahead left to their leases", why=why, count=len(urls))
+        for url in urls:
+            defer.maybeDeferred(self.pool.fetched, url).addErrback(
+                lambda f: log.failure("Freeing the host of a URL left to its lease", f))
 
     def add_details(self, urls: list[str]) -> Deferred[Any]:
         """Send detail URLs where the crawler sends those it finds (the batcher, or the pool's detail queue)."""
@@ -220,9 +231,15 @@ class CrawlService(Service):
         return free
 
     def _start_queued(self) -> None:
-        """Start URLs popped ahead while slots are free."""
+        """Start URLs popped ahead while slots are free; one that waited past ``max_queue_wait`` is left to its
+        lease (which may have ended: another node may have it now, so its host is not freed either)."""
+        now = self._reactor.seconds()
         while self._queued and not self.needs_backout():
-            self._start(*self._queued.popleft())
+            url, hub, at = self._queued.popleft()
+            if self._max_queue_wait is not None and now - at > self._max_queue_wait:
+                log.info("{url} waited {waited:.0f} s for a fetch slot: left to its lease", url=url, waited=now - at)
+                continue
+            self._start(url, hub)
 
     def _pulled(self, _: Any) -> None:
         self._popping = False
@@ -247,7 +264,11 @@ class CrawlService(Service):
         return self.pull_failures < FAILING_PULLS
 
     def _popped(self, urls: dict[str, bool]) -> Any:
-        self._queued.extend(urls.items())
+        if not self.running or self.paused:  # the pop was on its way at the stop or pause
+            self._leave(list(urls), "Stopped" if not self.running else "Paused")
+            return None
+        now = self._reactor.seconds()
+        self._queued.extend((url, hub, now) for url, hub in urls.items())
         self._start_queued()
         if urls:
             self.kick()
