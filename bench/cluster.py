@@ -68,7 +68,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from twisted.internet import defer, task, threads  # noqa: E402
 
 from spiderd.config.sections import PoolSection  # noqa: E402
-from spiderd.frontier.crawler import pull_waits  # noqa: E402
+from spiderd.frontier.crawler import pull_size  # noqa: E402
 from spiderd.frontier.politeness import Politeness  # noqa: E402
 from spiderd.frontier.pool.redis import open_redis_pool  # noqa: E402
 from spiderd.frontier.pool.redis.cluster import key_slot  # noqa: E402
@@ -416,14 +416,9 @@ class CrawlerModel:
         self.start_queued()
         if self.popping:
             return
-        if self.ahead:
-            wanted = self.concurrency - self.fetching + self.ahead - len(self.queue)
-            if len(self.queue) > self.ahead // 2 or wanted <= 0:
-                return
-        else:
-            if self.fetching >= self.concurrency or pull_waits(self.concurrency, self.fetching, self.pop_batch):
-                return
-            wanted = self.concurrency - self.fetching
+        wanted = pull_size(self.concurrency, self.fetching, len(self.queue), self.ahead, self.pop_batch)
+        if wanted <= 0:
+            return
         self.popping = True
         self.pops += 1
         self.pool.pop(wanted, 0).addCallback(self.popped).addErrback(self.done.errback)

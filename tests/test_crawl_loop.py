@@ -9,7 +9,7 @@ from twisted.internet.task import Clock
 from twisted.logger import capturedLogs
 from twisted.trial import unittest
 
-from spiderd.frontier.crawler import FAILING_PULLS, CrawlService, pull_waits
+from spiderd.frontier.crawler import FAILING_PULLS, CrawlService, pull_size, pull_waits
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.core.stats import CrawlStats
 from spiderd.ops.web.node import _crawler
@@ -135,6 +135,13 @@ class PullAheadTests(unittest.TestCase):
         self.crawler.fetching -= n
         self.crawler.kick()
         self.clock.advance(0)
+
+    def test_pull_size(self) -> None:
+        self.assertEqual(pull_size(64, 64, 17, 32, 8), 0)  # more than half of the queue left
+        self.assertEqual(pull_size(64, 64, 16, 32, 8), 16)  # its room
+        self.assertEqual(pull_size(64, 60, 0, 32, 8), 36)  # free slots and the queue's room
+        self.assertEqual(pull_size(64, 60, 0, 0, 8), 0)  # not ahead: waits for 8 free slots
+        self.assertEqual(pull_size(64, 60, 0, 0, 8, beat=True), 4)  # the heartbeat does not wait
 
     def test_pops_ahead_and_starts_as_slots_free(self) -> None:
         self.crawler.startService()

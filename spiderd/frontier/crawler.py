@@ -58,6 +58,18 @@ log = Logger()
 FAILING_PULLS = 12  # pulls failed in a row (each heartbeat, every 5 s, tries again): the loop is failing
 
 
+def pull_size(concurrency: int, fetching: int, queued: int, ahead: int, batch: int, beat: bool = False) -> int:
+    """URLs a pull asks for now (0: none).  Popping ahead (``ahead`` > 0): the free slots and the local queue's
+    room, once the queue (``queued``) is down to half of ``ahead``; else the free slots, unless the pull waits for
+    ``batch`` of them (:func:`pull_waits`; the heartbeat's pull, ``beat``, never waits)."""
+    free = concurrency - fetching
+    if ahead:
+        return 0 if queued > ahead // 2 else free + ahead - queued
+    if free <= 0 or (not beat and pull_waits(concurrency, fetching, batch)):
+        return 0
+    return free
+
+
 def pull_waits(concurrency: int, fetching: int, batch: int) -> bool:
     """Whether a pull waits for more free fetch slots: fewer than ``batch`` are free (at most a quarter of them)
     while more than half are busy.  A pop of a few URLs costs a shared pool (Redis) about as much as one of many;
@@ -149,8 +161,7 @@ class CrawlService(Service):
                 call.cancel()
         log.info("Stopping: waiting for {fetching} fetches and {processing} pages in processing",
                  fetching=self.fetching, processing=self.processing)
-        self._leave([url for url, _, _ in self._queued], "Stopping")
-        self._queued.clear()
+        self._drop_queue("Stopping")
         deadline = self._reactor.callLater(self._stop_timeout, self._work.cancel_all)
         d = self._work.wait()
         d.addBoth(lambda _: deadline.cancel() if deadline.active() else None)
@@ -160,7 +171,10 @@ class CrawlService(Service):
         """Start nothing more; URLs popped ahead are left to their leases (a long pause would outlast them, and
         another node fetch them too)."""
         self.paused = True
-        self._leave([url for url, _, _ in self._queued], "Paused")
+        self._drop_queue("Paused")
+
+    def _drop_queue(self, why: str) -> None:
+        self._leave([url for url, _, _ in self._queued], why)
         self._queued.clear()
 
     def _leave(self, urls: list[str], why: str) -> None:
@@ -199,36 +213,26 @@ class CrawlService(Service):
 
     def needs_backout(self) -> bool:
         """True when no more work should be pulled (nor started) now."""
-        return (
-            not self.running
-            or self.paused
-            or self.fetching >= self.concurrency
-            or self.processing >= self._max_processing
-        )
+        return self._held() or self.fetching >= self.concurrency
+
+    def _held(self) -> bool:
+        """True when nothing may be popped, even ahead: stopped, paused or processing full."""
+        return not self.running or self.paused or self.processing >= self._max_processing
 
     def _pull(self) -> None:
         self._kick_call = None
         beat, self._beat = self._beat, False
         self._start_queued()
-        if self._popping or not self.running or self.paused or self.processing >= self._max_processing:
+        if self._popping or self._held():
             return
-        wanted = self._wanted(beat)
+        wanted = pull_size(self.concurrency, self.fetching, len(self._queued), self._pull_ahead, self._pull_batch,
+                           beat)
         if wanted <= 0:
             return  # a fetch's end kicks again
         self._popping = True
         d = self.pool.pop(wanted, self._hub_percent)
         d.addCallback(self._popped)
         d.addCallbacks(self._pulled, self._pull_failed)
-
-    def _wanted(self, beat: bool) -> int:
-        """URLs a pull asks for now (0: none): the free slots, when it need not wait for more (pull_waits); popping
-        ahead, the free slots and the queue's room, once the queue is down to half."""
-        free = self.concurrency - self.fetching
-        if self._pull_ahead:
-            return 0 if len(self._queued) > self._pull_ahead // 2 else free + self._pull_ahead - len(self._queued)
-        if free <= 0 or (not beat and pull_waits(self.concurrency, self.fetching, self._pull_batch)):
-            return 0
-        return free
 
     def _start_queued(self) -> None:
         """Start URLs popped ahead while slots are free; one that waited past ``max_queue_wait`` is left to its
