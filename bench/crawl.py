@@ -5,7 +5,7 @@ items as JSON lines.
     python bench/crawl.py --details 2000  # a quicker run
     python bench/crawl.py --only fast,mission   # some of the runs (fast, fast_store, mission, mission_store,
                                                 # split, http10, scrapy, scrapy_http10; fast_redis,
-                                                # mission_redis only when asked for)
+                                                # mission_redis, http10_redis only when asked for)
 
 The runs, each ``twistd -n spiderd --exit-when-done`` (or Scrapy) to the end of the crawl:
 
@@ -19,7 +19,7 @@ The runs, each ``twistd -n spiderd --exit-when-done`` (or Scrapy) to the end of 
 - ``http10``: the mission path against the site served by Python's ``http.server`` (HTTP/1.0, a
   connection closed after every answer), a 1,000-detail-page copy, concurrency 16, as a server on the web
   may be; ``scrapy_http10``: Scrapy against the same server;
-- ``fast_redis``, ``mission_redis``: ``fast`` and ``mission`` with the pool on Redis (``[pool] backend =
+- ``fast_redis``, ``mission_redis``, ``http10_redis``: ``fast``, ``mission`` and ``http10`` with the pool on Redis (``[pool] backend =
   "redis"``, ``--redis-url``, its own key prefix, deleted after the run); the Redis server's CPU (``INFO cpu``
   before and after) and commands (``INFO commandstats``) a page are printed, the Redis server's CPU counted
   apart from the crawler's;
@@ -401,7 +401,7 @@ def _scrapy_pages(log: Path) -> int:
 
 
 RUNS = ("fast", "fast_store", "mission", "mission_store", "split", "http10", "scrapy", "scrapy_http10", "fast_redis",
-        "mission_redis")
+        "mission_redis", "http10_redis")
 
 
 def main() -> None:
@@ -426,7 +426,7 @@ def main() -> None:
     spec = SiteSpec(lists=args.lists, details=args.details, detail_size=(20000, 60000), faults=False, seed=7)
     small = SiteSpec(lists=max(1, args.http10_details // 50), details=args.http10_details,
                      detail_size=(20000, 60000), faults=False, seed=7)
-    redis = RedisServer(args.redis_url) if only & {"fast_redis", "mission_redis"} else None
+    redis = RedisServer(args.redis_url) if any(run.endswith("_redis") for run in only) else None
     work = Path(tempfile.mkdtemp(prefix="spiderd-bench-crawl-"))
     scrapy = scrapy_venv(Path(args.scrapy_venv)) if only & {"scrapy", "scrapy_http10"} else None
     write_static(spec, work / "site")
@@ -434,11 +434,11 @@ def main() -> None:
     servers = [server]
     try:
         runs = crawls(work, root, spec, only, scrapy, redis)
-        if only & {"http10", "scrapy_http10"}:
+        if only & {"http10", "scrapy_http10", "http10_redis"}:
             write_static(small, work / "site10")
             root10, server10 = serve_http10(work / "site10")
             servers.append(server10)
-            runs.update(http10(work, root10, small, only, scrapy))
+            runs.update(http10(work, root10, small, only, scrapy, redis))
         report(runs)
     finally:
         for server in servers:
@@ -481,7 +481,8 @@ def crawls(work: Path, root: str, spec: SiteSpec, only: set[str], scrapy: Path |
     return runs
 
 
-def http10(work: Path, root: str, spec: SiteSpec, only: set[str], scrapy: Path | None) -> dict[str, Run]:
+def http10(work: Path, root: str, spec: SiteSpec, only: set[str], scrapy: Path | None,
+           redis: RedisServer | None = None) -> dict[str, Run]:
     """The runs against the HTTP/1.0 server, at concurrency 16."""
     pages = spec.lists + spec.details + 1
     print(f"HTTP/1.0 site (Python's http.server): {spec.lists} list pages, {spec.details} detail pages at {root}",
@@ -490,6 +491,10 @@ def http10(work: Path, root: str, spec: SiteSpec, only: set[str], scrapy: Path |
     if "http10" in only:
         runs["http10"] = run_spiderd(work, root, "http10", pages, store=False, targets='["local"]', concurrency=16)
         print(runs["http10"].line() + "  " + failures(work / "http10.log"), flush=True)
+    if "http10_redis" in only and redis is not None:
+        runs["http10_redis"] = run_redis(work, root, "http10_redis", pages, redis, store=False, targets='["local"]',
+                                         concurrency=16)
+        print(runs["http10_redis"].line() + "  " + failures(work / "http10_redis.log"), flush=True)
     if "scrapy_http10" in only and scrapy is not None:
         runs["scrapy_http10"] = run_scrapy(work, root, scrapy, 16, suffix="-http10")
         print(runs["scrapy_http10"].line(), flush=True)
@@ -542,7 +547,7 @@ def report(runs: dict[str, Run]) -> None:
         figure("split_cpu_per_1k", runs["split"].cpu_per_1k, ".2f")
         if mission:
             figure("split_vs_mission", runs["split"].pages_per_s / mission.pages_per_s, ".2f")
-    for name in ("fast_redis", "mission_redis"):
+    for name in ("fast_redis", "mission_redis", "http10_redis"):
         if runs.get(name):
             figure(f"{name}_pages_per_s", runs[name].pages_per_s)
             figure(f"{name}_cpu_per_1k", runs[name].cpu_per_1k, ".2f")
