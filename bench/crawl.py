@@ -53,6 +53,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +61,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from spiderd.demo.pages import SiteSpec  # noqa: E402
+from spiderd.core.secrets import redact  # noqa: E402
 from spiderd.demo.static import nginx_conf, write_static  # noqa: E402
 
 TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
@@ -258,15 +260,22 @@ class RedisServer:
     """The bench's Redis server, read with ``redis-cli``: CPU and commands over a run, the run's keys dropped."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
+        self.url = url  # (given to spiderd's configuration)
         if not shutil.which("redis-cli"):
             raise SystemExit("the _redis runs need redis-cli (Debian's redis-tools)")
-        if self.cli("PING").strip() != "PONG":
-            raise SystemExit(f"no Redis answers at {url} (--redis-url)")
+        parts = urllib.parse.urlsplit(url)  # the password goes in redis-cli's environment, not its command line
+        self._cli_url = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        self._env = dict(os.environ, REDISCLI_AUTH=parts.password) if parts.password else None
+        try:
+            answer = self.cli("PING").strip()
+        except subprocess.CalledProcessError:
+            answer = ""
+        if answer != "PONG":
+            raise SystemExit(f"no Redis answers at {redact(url)} (--redis-url)")
 
     def cli(self, *args: str) -> str:
-        return subprocess.run(["redis-cli", "-u", self.url, *args], check=True, capture_output=True,
-                              text=True).stdout
+        return subprocess.run(["redis-cli", "-u", self._cli_url, *args], check=True, capture_output=True,
+                              text=True, env=self._env).stdout
 
     def info(self, section: str) -> dict[str, str]:
         lines = (line.split(":", 1) for line in self.cli("INFO", section).splitlines() if ":" in line)
