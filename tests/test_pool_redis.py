@@ -6,6 +6,7 @@ import hashlib
 import socket
 from collections import Counter
 from typing import Any, Generator
+from urllib.parse import urlsplit
 
 from twisted.internet import defer
 from twisted.internet.task import Clock
@@ -16,6 +17,7 @@ from spiderd.core.rules import AdaptiveDelay
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool.redis import RedisPoolError, open_redis_pool
 from spiderd.frontier.pool.redis import pool as redis_pool_module
+from spiderd.frontier.pool.redis.pool import KEEP_SKIPLIST
 from spiderd.frontier.pool.redis.link import RedisLink, Script, parse_redis_url
 
 from .test_pool_contract import V1, V2, RedisKeys
@@ -307,7 +309,30 @@ class TwoNodeTests(RedisKeys, TestCase):
         assert (yield admin.execute("EXISTS", ns + "example.com.higher", ns + "example.com.lower")) == 0
         # drained domains stay registered: seed 002's tools register a domain once and push to it later
         assert sorted((yield admin.execute("SMEMBERS", ns + "spider.website.domains"))) == ["example.com", "example.org"]
-        assert (yield admin.execute("ZCARD", self.prefix + "ready")) == 0
+        assert (yield admin.execute("ZRANGE", self.prefix + "ready", "0", "-1")) == [KEEP_SKIPLIST]  # no domain
+
+    @defer.inlineCallbacks
+    def test_small_keys_keep_constant_time_encodings(self) -> Gen:
+        """However few hosts, P inflight is a hash table and P leases, ready, waiting and next are skiplists from
+        the start (a listpack is scanned at every command: bench/redis_ir.py); the entries that keep them so are
+        in no count or listing."""
+        pool = yield self.node(delay=1.0, concurrency=2)
+        yield pool.addmany(["http://a.example/1", "http://a.example/2", "http://b.example/1"])
+        popped = yield pool.pop(2)
+        assert len(popped) == 2
+        for key, encoding in (("inflight", "hashtable"), ("leases", "skiplist"), ("ready", "skiplist"),
+                              ("waiting", "skiplist"), ("next", "skiplist")):
+            assert (yield self.admin.execute("OBJECT", "ENCODING", self.prefix + key)) == encoding, key
+        stats = yield pool.stats()
+        assert (stats["waiting"], stats["pending"], stats["hosts"]) == (1, 2, 1)
+        assert stats["largest"] == [["a.example", 1]]
+        assert [row["host"] for row in (yield pool.hosts())] == ["a.example"]
+        assert (yield pool.next_due()) == 1.0  # a.example's delay: the +inf entries are no due time
+        self.clock.advance(61)  # the leases end (no lease range reaches the +inf entry): one URL of each host again
+        again = yield pool.pop(5)
+        assert sorted(urlsplit(url).hostname for url in again) == ["a.example", "b.example"]
+        stats = yield pool.stats()
+        assert (stats["waiting"], stats["pending"], stats["hosts"]) == (1, 2, 1)
 
     @defer.inlineCallbacks
     def test_hosts_of_a_domain_queue_at_its_head(self) -> Gen:

@@ -52,6 +52,11 @@ key                                    type    holds
                                                (``claim_content``, with ``[items] skip_duplicate_content``)
 =====================================  ======  ==================================================
 
+``P inflight`` holds one more field, ``~encoding``, and ``P leases``, ``P ready`` and ``P next`` one more member at
++inf (``P waiting``: at 0), longer than 64 bytes, written at each node's start: it keeps the key a hash table or a
+skiplist however few hosts there are (a small one is a listpack, which Redis scans at every command); no read of
+due times or waiting hosts reaches it (``KEEP_HASHTABLE`` and ``KEEP_SKIPLIST`` in :mod:`.pool`).
+
 ``P`` is the prefix (``spiderd:``).  A URL's fingerprint is the first 64 bits
 of the SHA-1 of its canonical form, so the scripts can compute it themselves
 (``redis.sha1hex``) from the URLs they pop out of the seed-002 lists; for the

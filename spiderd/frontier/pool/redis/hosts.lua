@@ -22,5 +22,5 @@ end
 for _, host in ipairs(redis.call('ZREVRANGEBYSCORE', THROTTLED, '+inf', '(' .. NOW_S, 'LIMIT', 0, LIMIT)) do
   describe(host)
 end
-for _, host in ipairs(redis.call('ZREVRANGE', WAITING, 0, LIMIT - 1)) do describe(host) end
+for _, host in ipairs(redis.call('ZREVRANGEBYSCORE', WAITING, '+inf', '(0', 'LIMIT', 0, LIMIT)) do describe(host) end
 return out
