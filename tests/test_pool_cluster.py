@@ -104,6 +104,20 @@ class ClusterPoolTests(ClusterCase, TestCase):
         assert sorted(len(parts) for parts in held.values()) == [4, 4, 4]
 
     @defer.inlineCallbacks
+    def test_every_partition_keeps_its_small_keys_out_of_listpacks(self) -> Gen:
+        """Each partition's P inflight is a hash table and its P leases, ready, waiting and next are skiplists from
+        the node's start, as on one Redis."""
+        yield self.open()
+        names = {"inflight": "hashtable", "leases": "skiplist", "ready": "skiplist", "waiting": "skiplist",
+                 "next": "skiplist"}
+        small = [(master, key) for master, keys in self.keys().items() for key in keys
+                 if key.rsplit(":", 1)[-1] in names]
+        assert len(small) == 12 * len(names)
+        for master, key in small:
+            encoding = self.cluster.cli(self.cluster.ports[master], "OBJECT", "ENCODING", key).strip()
+            assert encoding == names[key.rsplit(":", 1)[-1]], key
+
+    @defer.inlineCallbacks
     def test_another_partition_count_is_refused(self) -> Gen:
         """A node configured with other partitions than the pool has is refused with the count to set."""
         yield self.open()
@@ -265,6 +279,8 @@ class TwoNodeClusterTests(ClusterCase, single.TwoNodeTests):
     test_seed_002_keys_where_tools_expect_them = _single_redis_only(
         single.TwoNodeTests.test_seed_002_keys_where_tools_expect_them)
     test_seen_buckets_stay_intsets = _single_redis_only(single.TwoNodeTests.test_seen_buckets_stay_intsets)
+    test_small_keys_keep_constant_time_encodings = _single_redis_only(
+        single.TwoNodeTests.test_small_keys_keep_constant_time_encodings)
     test_startup_deletes_nothing = _single_redis_only(single.TwoNodeTests.test_startup_deletes_nothing)
     test_statuses_go_out_together_and_in_order = _single_redis_only(
         single.TwoNodeTests.test_statuses_go_out_together_and_in_order)
