@@ -281,6 +281,8 @@ class TwoNodeClusterTests(ClusterCase, single.TwoNodeTests):
     test_seen_buckets_stay_intsets = _single_redis_only(single.TwoNodeTests.test_seen_buckets_stay_intsets)
     test_small_keys_keep_constant_time_encodings = _single_redis_only(
         single.TwoNodeTests.test_small_keys_keep_constant_time_encodings)
+    test_small_keys_keep_their_encodings_after_the_data_is_lost = _single_redis_only(
+        single.TwoNodeTests.test_small_keys_keep_their_encodings_after_the_data_is_lost)
     test_startup_deletes_nothing = _single_redis_only(single.TwoNodeTests.test_startup_deletes_nothing)
     test_statuses_go_out_together_and_in_order = _single_redis_only(
         single.TwoNodeTests.test_statuses_go_out_together_and_in_order)

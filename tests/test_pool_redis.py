@@ -335,6 +335,19 @@ class TwoNodeTests(RedisKeys, TestCase):
         assert (stats["waiting"], stats["pending"], stats["hosts"]) == (1, 2, 1)
 
     @defer.inlineCallbacks
+    def test_small_keys_keep_their_encodings_after_the_data_is_lost(self) -> Gen:
+        """A pool that lost its data (a Redis restarted empty, a flush: a new epoch) gets the entries that keep its
+        small keys out of listpacks again from the next add's answer."""
+        pool = yield self.node(concurrency=2)
+        yield pool.add("http://a.example/1")
+        yield self.admin.execute("DEL", *(yield self.keys()))
+        yield pool.add("http://a.example/2")
+        yield pool.size()  # (after the writes on the same connection)
+        assert (yield self.admin.execute("OBJECT", "ENCODING", self.prefix + "inflight")) == "hashtable"
+        assert (yield self.admin.execute("ZRANGE", self.prefix + "leases", "0", "-1")) == [KEEP_SKIPLIST]
+        assert (yield self.admin.execute("OBJECT", "ENCODING", self.prefix + "ready")) == "skiplist"
+
+    @defer.inlineCallbacks
     def test_hosts_of_a_domain_queue_at_its_head(self) -> Gen:
         """Politeness is per host; the hosts of one domain share its lists, so a host waits behind the head's."""
         pool = yield self.node(delay=5.0, concurrency=4)

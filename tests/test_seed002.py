@@ -13,7 +13,7 @@ from twisted.trial.unittest import TestCase
 from spiderd.core.cron import parse
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool.redis.link import parse_redis_url
-from spiderd.frontier.pool.redis.pool import DOMAIN_SWEEP_EVERY
+from spiderd.frontier.pool.redis.pool import DOMAIN_SWEEP_EVERY, KEEP_HASHTABLE, KEEP_SKIPLIST
 from spiderd.frontier.scheduler import SeedTimer
 from spiderd.frontier.seeds import SeedService
 
@@ -183,3 +183,31 @@ class ToolSeedTests(Seed002Keys, TestCase):
         yield other.load(seeds=["http://reloaded.example/"])
         assert (yield tool.smembers(key)) == {"http://tool.example/", "http://tool.example/b", "http://conf.example/",
                                               "http://other.example/", "http://reloaded.example/"}
+
+
+class ToolEntryNamedLikeTheSentinelTests(Seed002Keys, TestCase):
+    """A tool's bad entry whose host (as the scripts read it: host_of in common.lua) is the name of the entry that
+    keeps P inflight or P next out of a listpack (KEEP_HASHTABLE, KEEP_SKIPLIST) is dropped as any bad entry: it
+    neither breaks every pop (HGET P inflight would answer that entry's text) nor parks its domain for good (ZSCORE
+    P next would answer +inf, and its domain would wait in P ready at +inf, where nothing wakes it)."""
+
+    @defer.inlineCallbacks
+    def test_a_host_named_like_the_inflight_field(self) -> Gen:
+        pool = yield self.node()
+        tool = yield self.tool()
+        yield tool.sadd(self.namespace + "spider.website.domains", "shop.example")
+        yield tool.rpush(self.namespace + "shop.example.higher",
+                         [f"http://{KEEP_HASHTABLE[0]}/x", "http://a.shop.example/ok"])
+        assert (yield self.popped(pool)) == ["http://a.shop.example/ok"]
+
+    @defer.inlineCallbacks
+    def test_a_host_named_like_the_next_member(self) -> Gen:
+        pool = yield self.node()
+        tool = yield self.tool()
+        yield tool.sadd(self.namespace + "spider.website.domains", "shop.example")
+        yield tool.rpush(self.namespace + "shop.example.higher",
+                         [f"http://{KEEP_SKIPLIST}/x", "http://a.shop.example/ok"])
+        assert (yield self.popped(pool)) == ["http://a.shop.example/ok"]
+        yield pool.add("http://a.shop.example/later")
+        self.clock.advance(DOMAIN_SWEEP_EVERY)
+        assert (yield self.popped(pool)) == ["http://a.shop.example/later"]

@@ -55,7 +55,10 @@ key                                    type    holds
 ``P inflight`` holds one more field, ``~encoding``, and ``P leases``, ``P ready`` and ``P next`` one more member at
 +inf (``P waiting``: at 0), longer than 64 bytes, written at each node's start: it keeps the key a hash table or a
 skiplist however few hosts there are (a small one is a listpack, which Redis scans at every command); no read of
-due times or waiting hosts reaches it (``KEEP_HASHTABLE`` and ``KEEP_SKIPLIST`` in :mod:`.pool`).
+due times or waiting hosts reaches it, and its name holds a '/', which no host or domain read from a list entry
+does (``KEEP_HASHTABLE`` and ``KEEP_SKIPLIST`` in :mod:`.pool`).  A node that finds a new epoch (the pool lost
+its data) writes them again.  Nodes of an older version sharing the pool count that member among the hosts
+waiting and list it in ``hosts()``: upgrade them together.
 
 ``P`` is the prefix (``spiderd:``).  A URL's fingerprint is the first 64 bits
 of the SHA-1 of its canonical form, so the scripts can compute it themselves

@@ -42,8 +42,9 @@ DOMAIN_SWEEP_COUNT = 100  # domains a pop looks at while a sweep is under way (S
 # hash table or a skiplist for good: a field nobody asks for; a member at +inf (leases, ready, next: no range of due
 # ones reaches it) or at 0 (waiting: hosts are read from counts above 0).  bench/redis_ir.py: 39% fewer Redis
 # instructions a page over 100 hosts, 8% over 1000.
-KEEP_HASHTABLE = ("~encoding", "this field keeps the hash a hashtable: a listpack is scanned at every HGET and HSET")
-KEEP_SKIPLIST = "~encoding: this member keeps the sorted set a skiplist: a listpack is scanned at every ZADD and ZREM"
+# Their names hold a '/', which no host or registered domain the scripts read from a list entry does.
+KEEP_HASHTABLE = ("~/encoding", "this field keeps the hash a hashtable: a listpack is scanned at every HGET and HSET")
+KEEP_SKIPLIST = "~/encoding: this member keeps the sorted set a skiplist: a listpack is scanned at every ZADD and ZREM"
 STATUS_BATCH = 1000  # status entries (and fetched ones) waiting that go out at once, whatever status_wait says
 
 
@@ -80,6 +81,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         self.split = KindSplit(config.list_ratio, config.detail_ratio)
         self._bits = seen_bucket_bits
         self.known = known if known is not None else KnownURLs(config.redis_known_urls)
+        self._epoch: str | None = None  # the pool's epoch at the last add or seen call (_in_epoch)
         self.rejected: Counter[str] = Counter()
         self.recent_failures = RecentFailures()
         self.host_errors = HostErrors()  # this node's failed fetches per host (hosts())
@@ -105,10 +107,24 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
             d.addCallback(lambda _, h, v: self._link.execute("HSET", self.prefix + "conf", h, v), host, value)
         if self.hops.tracking:  # hop counts (perhaps kept by an older version, which set no mark) go at final statuses
             d.addCallback(lambda _: self._link.execute("HSET", meta, "hops", "1"))
-        d.addCallback(lambda _: self._link.execute("HSETNX", self.prefix + "inflight", *KEEP_HASHTABLE))
-        for key, score in (("leases", "+inf"), ("ready", "+inf"), ("waiting", "0"), ("next", "+inf")):
-            d.addCallback(lambda _, k, s: self._link.execute("ZADD", self.prefix + k, "NX", s, KEEP_SKIPLIST), key, score)
+        d.addCallback(lambda _: self._keep_encodings())
         return d.addCallback(lambda _: self)
+
+    def _keep_encodings(self) -> defer.Deferred[Any]:
+        """Write the entries that keep the small keys out of listpacks (KEEP_HASHTABLE, KEEP_SKIPLIST)."""
+        writes = [self._link.execute("HSETNX", self.prefix + "inflight", *KEEP_HASHTABLE)]
+        for key, score in (("leases", "+inf"), ("ready", "+inf"), ("waiting", "0"), ("next", "+inf")):
+            writes.append(self._link.execute("ZADD", self.prefix + key, "NX", score, KEEP_SKIPLIST))
+        return defer.gatherResults(writes, consumeErrors=True)
+
+    def _in_epoch(self, epoch: str) -> None:
+        """The pool's epoch an add or seen call answered: a new one (it lost its data: a Redis restarted empty, a
+        flush) lost those entries too, which are written again."""
+        if self._epoch is not None and epoch != self._epoch:
+            log.info("Redis pool {prefix} lost its data (a new epoch): its small keys' entries are written again",
+                     prefix=self.prefix)
+            self._keep_encodings().addErrback(lambda f: log.failure("Writing the small keys' entries", f))
+        self._epoch = epoch
 
     def _host_conf(self) -> dict[str, str]:
         """This node's ``P conf`` entries: host -> "delay concurrency", then its adaptive rule if it has its own."""
@@ -162,6 +178,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         if refused:
             out = {int(n) - 1 for n in refused}
             sent = [url for i, url in enumerate(sent) if i not in out]
+        self._in_epoch(epoch)
         self.known.remember(sent, self.prefix, epoch)
         return int(added)
 
@@ -375,6 +392,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
     def _seen_answer(self, answer: list[Any], urls: list[str], mark: bool) -> list[str]:
         """The fresh ones of ``urls``; the others (all of them, marked) are known to the pool now."""
         *flags, epoch = answer
+        self._in_epoch(epoch)
         self.known.remember(urls if mark else [url for url, fresh in zip(urls, flags) if not fresh], self.prefix, epoch)
         return [url for url, fresh in zip(urls, flags) if fresh]
 
