@@ -35,6 +35,7 @@ import pytest
 from spiderd.demo.config import DEMO
 from spiderd.demo.pages import SiteSpec
 from spiderd.frontier.pool.redis.cluster import key_slot
+from spiderd.frontier.pool.redis.keys import KEEP_HASHTABLE
 from spiderd.frontier.pool.redis.partitions import partition_tags
 
 from . import services
@@ -102,7 +103,7 @@ class Frontier:
     command: Callable[..., Any]  # (command, key, *args) -> the reply
 
     def leased(self) -> set[str]:
-        return {fp for prefix in self.prefixes for fp in self.command("HKEYS", prefix + "lease")}
+        return {fp for prefix in self.prefixes for fp in self.command("HKEYS", prefix + "lease")} - {KEEP_HASHTABLE[0]}
 
     def counters(self) -> dict[str, int]:
         """The pool's counters summed over its prefixes; one that no prefix holds is absent (not 0)."""

@@ -105,11 +105,11 @@ class ClusterPoolTests(ClusterCase, TestCase):
 
     @defer.inlineCallbacks
     def test_every_partition_keeps_its_small_keys_out_of_listpacks(self) -> Gen:
-        """Each partition's P inflight is a hash table and its P leases, ready, waiting and next are skiplists from
-        the node's start, as on one Redis."""
+        """Each partition's P inflight and P lease are hash tables and its P leases, ready, waiting and next are
+        skiplists from the node's start, as on one Redis."""
         yield self.open()
-        names = {"inflight": "hashtable", "leases": "skiplist", "ready": "skiplist", "waiting": "skiplist",
-                 "next": "skiplist"}
+        names = {"inflight": "hashtable", "lease": "hashtable", "leases": "skiplist", "ready": "skiplist",
+                 "waiting": "skiplist", "next": "skiplist"}
         small = [(master, key) for master, keys in self.keys().items() for key in keys
                  if key.rsplit(":", 1)[-1] in names]
         assert len(small) == 12 * len(names)

@@ -313,15 +313,15 @@ class TwoNodeTests(RedisKeys, TestCase):
 
     @defer.inlineCallbacks
     def test_small_keys_keep_constant_time_encodings(self) -> Gen:
-        """However few hosts, P inflight is a hash table and P leases, ready, waiting and next are skiplists from
-        the start (a listpack is scanned at every command: bench/redis_ir.py); the entries that keep them so are
+        """However few hosts and short their URLs, P inflight and P lease are hash tables and P leases, ready,
+        waiting and next are skiplists from the start (a listpack is scanned at every command: bench/redis_ir.py); the entries that keep them so are
         in no count or listing."""
         pool = yield self.node(delay=1.0, concurrency=2)
         yield pool.addmany(["http://a.example/1", "http://a.example/2", "http://b.example/1"])
         popped = yield pool.pop(2)
         assert len(popped) == 2
-        for key, encoding in (("inflight", "hashtable"), ("leases", "skiplist"), ("ready", "skiplist"),
-                              ("waiting", "skiplist"), ("next", "skiplist")):
+        for key, encoding in (("inflight", "hashtable"), ("lease", "hashtable"), ("leases", "skiplist"),
+                              ("ready", "skiplist"), ("waiting", "skiplist"), ("next", "skiplist")):
             assert (yield self.admin.execute("OBJECT", "ENCODING", self.prefix + key)) == encoding, key
         stats = yield pool.stats()
         assert (stats["waiting"], stats["pending"], stats["hosts"]) == (1, 2, 1)

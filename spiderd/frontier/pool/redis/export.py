@@ -15,7 +15,7 @@ from typing import Any, Callable
 from twisted.internet import defer
 
 from spiderd.frontier.pool.records import final_record, last_failure, url_record
-from spiderd.frontier.pool.redis.keys import fingerprint_hex
+from spiderd.frontier.pool.redis.keys import KEEP_HASHTABLE, fingerprint_hex
 
 __all__ = ["FINGERPRINT", "RedisExport", "fingerprint_hex", "parse_failure"]
 
@@ -88,7 +88,7 @@ class RedisExport:
                                                  "COUNT", str(self._chunk))
         urls, prios = [], []
         for field, record in zip(flat[::2], flat[1::2]):
-            if field.startswith("h"):  # a hub hand-out, not a URL of the queues
+            if field.startswith("h") or field == KEEP_HASHTABLE[0]:  # a hub hand-out, or no lease at all
                 continue
             head, _, rest = record.partition(" ")
             urls.append(rest.partition(" ")[2])

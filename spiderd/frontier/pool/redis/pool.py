@@ -25,7 +25,7 @@ from spiderd.frontier.pool.hops import REJECTED, HopLimits, RedisHops
 from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.redis.admin import RedisAdmin
 from spiderd.frontier.pool.redis.handed import LEAVE, Handed
-from spiderd.frontier.pool.redis.keys import add_keys, fingerprint_hex, status_keys
+from spiderd.frontier.pool.redis.keys import KEEP_HASHTABLE, KEEP_SKIPLIST, add_keys, fingerprint_hex, status_keys
 from spiderd.frontier.pool.redis.known import KnownURLs
 from spiderd.frontier.pool.redis.link import Link, Script
 from spiderd.frontier.pool.shared import HostErrors, RecentFailures, URLParsing, parsed, stats_answer, status_parts
@@ -35,16 +35,6 @@ log = Logger()
 
 DOMAIN_SWEEP_EVERY = 10.0  # seconds between sweeps of spider.website.domains for domains other tools registered
 DOMAIN_SWEEP_COUNT = 100  # domains a pop looks at while a sweep is under way (SSCAN's COUNT)
-# ``P inflight`` and ``P leases`` hold about as many entries as there are fetches in flight, ``P ready``, ``P
-# waiting`` and ``P next`` as many as there are domains and hosts: up to 128 (Redis's hash-max-listpack-entries and
-# zset-max-listpack-entries), each is a compact listpack that every HGET, HSET, ZADD and ZREM scans from its start
-# (a ZADD parses the scores it passes).  An entry longer than 64 bytes (the *-max-listpack-value) turns each into a
-# hash table or a skiplist for good: a field nobody asks for; a member at +inf (leases, ready, next: no range of due
-# ones reaches it) or at 0 (waiting: hosts are read from counts above 0).  bench/redis_ir.py: 39% fewer Redis
-# instructions a page over 100 hosts, 8% over 1000.
-# Their names hold a '/', which no host or registered domain the scripts read from a list entry does.
-KEEP_HASHTABLE = ("~/encoding", "this field keeps the hash a hashtable: a listpack is scanned at every HGET and HSET")
-KEEP_SKIPLIST = "~/encoding: this member keeps the sorted set a skiplist: a listpack is scanned at every ZADD and ZREM"
 STATUS_BATCH = 1000  # status entries (and fetched ones) waiting that go out at once, whatever status_wait says
 
 
@@ -112,7 +102,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
 
     def _keep_encodings(self) -> defer.Deferred[Any]:
         """Write the entries that keep the small keys out of listpacks (KEEP_HASHTABLE, KEEP_SKIPLIST)."""
-        writes = [self._link.execute("HSETNX", self.prefix + "inflight", *KEEP_HASHTABLE)]
+        writes = [self._link.execute("HSETNX", self.prefix + key, *KEEP_HASHTABLE) for key in ("inflight", "lease")]
         for key, score in (("leases", "+inf"), ("ready", "+inf"), ("waiting", "0"), ("next", "+inf")):
             writes.append(self._link.execute("ZADD", self.prefix + key, "NX", score, KEEP_SKIPLIST))
         return defer.gatherResults(writes, consumeErrors=True)
