@@ -22,7 +22,11 @@ Phases:
 - ``pop``, ``status``, ``add``: each script alone, 64 URLs a pop, 64 statuses a call, 50 new links a call:
   per URL (link).
 
-``--cpu-ghz-ir`` converts instructions to microseconds at an assumed rate (default 8,000 Ir per µs, what this
+- ``--crawl fast_redis,mission_redis`` (instead of the above): the real crawler, ``bench/crawl.py --only PART
+  --skip-scrapy --redis-url`` this server, one part at a time (``twistd -n spiderd`` on its demo site, one host;
+  see that script for what it needs): Redis's instructions a crawled page of each (``<part>_ir_per_page``).
+
+``--ir-per-us`` converts instructions to microseconds at an assumed rate (default 8,000 Ir per µs, what this
 machine's ``INFO cpu`` and this count agreed on for the same run: a rough guide only).  Ends with one
 ``RESULT key=value ...`` line.
 """
@@ -206,6 +210,24 @@ def driver(reactor: Any, args: argparse.Namespace, server: Server) -> Gen:
           f"pop_ir_per_url={pop_ir:.0f} status_ir_per_url={status_ir:.0f} add_ir_per_link={add_ir:.0f}")
 
 
+def crawl_parts(server: Server, parts: list[str]) -> list[tuple[str, float]]:
+    """The real crawler's parts (bench/crawl.py) against ``server``: Redis's instructions a page of each."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crawl.py")
+    figures = []
+    for part in parts:
+        server.count(f"before-{part}")
+        run = subprocess.run([sys.executable, script, "--only", part, "--skip-scrapy", "--redis-url", server.url],
+                             capture_output=True, text=True)
+        ir = server.count(part)
+        found = re.search(rf"^{re.escape(part)}\s+(\d+) pages", run.stdout, re.M)
+        if run.returncode or not found:
+            sys.exit(f"bench/crawl.py --only {part} failed: {(run.stdout + run.stderr)[-2000:]}")
+        pages = int(found.group(1))
+        print(f"{part}: {pages:,} pages, {ir / pages:,.0f} Ir a page")
+        figures.append((part, ir / pages))
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=3060, help="pages in the crawl phase")
@@ -216,6 +238,8 @@ def main() -> None:
     parser.add_argument("--known-urls", type=int, default=0, help="[pool] redis_known_urls")
     parser.add_argument("--profile", metavar="DIR", help="keep each phase's callgrind dump in DIR "
                         "(callgrind_annotate DIR/callgrind.crawl; a redis-server built with symbols names functions)")
+    parser.add_argument("--crawl", metavar="PARTS", help="bench/crawl.py's parts on Redis to count instead "
+                        "(fast_redis, mission_redis, http10_redis; comma-separated)")
     parser.add_argument("--ir-per-us", type=float, default=8000.0, help="instructions a microsecond, for the guide")
     args = parser.parse_args()
     missing = [tool for tool in ("valgrind", "callgrind_control", "redis-server") if shutil.which(tool) is None]
@@ -226,7 +250,11 @@ def main() -> None:
             os.makedirs(args.profile, exist_ok=True)
         server = Server(directory, args.profile)
         try:
-            task.react(driver, (args, server))
+            if args.crawl:
+                figures = crawl_parts(server, args.crawl.split(","))
+                print("RESULT " + " ".join(f"{part}_ir_per_page={ir:.0f}" for part, ir in figures))
+            else:
+                task.react(driver, (args, server))
         finally:
             server.stop()
 
