@@ -192,22 +192,23 @@ class ToolEntryNamedLikeTheSentinelTests(Seed002Keys, TestCase):
     P next would answer +inf, and its domain would wait in P ready at +inf, where nothing wakes it)."""
 
     @defer.inlineCallbacks
-    def test_a_host_named_like_the_inflight_field(self) -> Gen:
+    def pushed_before_a_good_one(self, host: str) -> Generator[Any, Any, Any]:
+        """A node's pool after a tool pushed ``http://<host>/x``, then a good URL, onto a registered domain's list;
+        the pops hand out the good one only."""
         pool = yield self.node()
         tool = yield self.tool()
         yield tool.sadd(self.namespace + "spider.website.domains", "shop.example")
-        yield tool.rpush(self.namespace + "shop.example.higher",
-                         [f"http://{KEEP_HASHTABLE[0]}/x", "http://a.shop.example/ok"])
+        yield tool.rpush(self.namespace + "shop.example.higher", [f"http://{host}/x", "http://a.shop.example/ok"])
         assert (yield self.popped(pool)) == ["http://a.shop.example/ok"]
+        return pool
+
+    @defer.inlineCallbacks
+    def test_a_host_named_like_the_inflight_field(self) -> Gen:
+        yield self.pushed_before_a_good_one(KEEP_HASHTABLE[0])
 
     @defer.inlineCallbacks
     def test_a_host_named_like_the_next_member(self) -> Gen:
-        pool = yield self.node()
-        tool = yield self.tool()
-        yield tool.sadd(self.namespace + "spider.website.domains", "shop.example")
-        yield tool.rpush(self.namespace + "shop.example.higher",
-                         [f"http://{KEEP_SKIPLIST}/x", "http://a.shop.example/ok"])
-        assert (yield self.popped(pool)) == ["http://a.shop.example/ok"]
+        pool = yield self.pushed_before_a_good_one(KEEP_SKIPLIST)
         yield pool.add("http://a.shop.example/later")
         self.clock.advance(DOMAIN_SWEEP_EVERY)
         assert (yield self.popped(pool)) == ["http://a.shop.example/later"]
