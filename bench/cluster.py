@@ -595,13 +595,14 @@ def driver(reactor: Any, args: argparse.Namespace) -> Gen:
 
 
 def main() -> None:
-    global HOST, REPEAT
+    global HOST, HOSTS, REPEAT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--redis", default=None,
                         help="a redis:// URL to use (default: a private redis-server started and stopped by this run)")
     parser.add_argument("--cluster", action="store_true", help="start a 3-master Redis Cluster and bench on it")
     parser.add_argument("--aof", action="store_true", help="--cluster: AOF with fsync always (as the tests run it)")
     parser.add_argument("--domains", action="store_true", help="hosts are 1000 registered domains (www.shopN.com)")
+    parser.add_argument("--hosts", type=int, default=HOSTS, help="hosts the URLs are spread over")
     parser.add_argument("--bucket-bits", type=int, default=16, help="seen_bucket_bits (per partition on a cluster)")
     parser.add_argument("--urls", type=int, default=200_000, help="URLs per pop+ack run")
     parser.add_argument("--seen", type=int, default=1_000_000, help="URLs in the memory measurements")
@@ -625,7 +626,7 @@ def main() -> None:
     parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.ports = None
-    REPEAT = args.repeat_links
+    REPEAT, HOSTS = args.repeat_links, args.hosts
     args.domains = args.domains or args.cluster
     if args.domains:
         HOST = "www.shop{n}.com"

@@ -8,9 +8,10 @@ Needs, beside ``pip install .``: ``valgrind`` (with ``callgrind_control``) and `
 (``apt-get install valgrind redis-server``).  It starts a redis-server of its own under callgrind (a free port, a
 temp directory, ``--save "" --appendonly no``, ``--hz 1`` and ``--activerehashing no`` so that timers, which run
 more often in a slowed-down server, add little) and counts the instructions (Ir) the server runs in each phase
-(``callgrind_control --dump`` between phases; ``--profile DIR`` keeps the dumps for ``callgrind_annotate``).  Kernel time (the sockets) is not counted: ``bench/cluster.py``
-gives Redis CPU per page with it, on a real clock, but on a shared machine that figure moves by 20% from run to
-run, where this one moves by about 3%: it is the one to compare two versions of the scripts by.
+(``callgrind_control --dump`` between phases; ``--profile DIR`` keeps the dumps for ``callgrind_annotate``).
+Kernel time (the sockets) is not counted.  ``bench/cluster.py`` gives Redis CPU a page, kernel included, on a real
+clock, but on a shared machine that figure moves by 20% from run to run, where this one moves by about 3%: it
+tells which of two versions of the scripts runs fewer instructions and where they go.
 
 Phases:
 
@@ -22,12 +23,13 @@ Phases:
 - ``pop``, ``status``, ``add``: each script alone, 64 URLs a pop, 64 statuses a call, 50 new links a call:
   per URL (link).
 
-- ``--crawl fast_redis,mission_redis`` (instead of the above): the real crawler, ``bench/crawl.py --only PART
-  --skip-scrapy --redis-url`` this server, one part at a time (``twistd -n spiderd`` on its demo site, one host;
-  see that script for what it needs): Redis's instructions a crawled page of each (``<part>_ir_per_page``).
+Instructions are not time: a listpack's scan runs several instructions a cycle, where a skiplist's pointers miss
+the cache, so confirm a cut with alternated ``bench/cluster.py`` runs (``INFO cpu``).  Nor does this count a real
+crawler's calls (``bench/crawl.py``) faithfully: under valgrind Redis runs some 50 times slower, so a node that
+waits on it sends larger calls and holds more leases than it would.
 
-``--ir-per-us`` converts instructions to microseconds at an assumed rate (default 8,000 Ir per µs, what this
-machine's ``INFO cpu`` and this count agreed on for the same run: a rough guide only).  Ends with one
+``--ir-per-us`` converts instructions to microseconds at an assumed rate (default 8,000 Ir per µs, about what
+this machine's ``INFO cpu`` and this count gave for the same mix: a rough guide only).  Ends with one
 ``RESULT key=value ...`` line.
 """
 
@@ -120,8 +122,8 @@ class Mix:
 
 
 @defer.inlineCallbacks
-def crawl(pool: Any, clock: task.Clock, mix: Mix, pages: int) -> Gen:
-    """The crawler-shaped phase: pages done."""
+def crawl(pool: Any, clock: task.Clock, mix: Mix, pages: int, fail_every: int = 0) -> Gen:
+    """The crawler-shaped phase: pages done (a fetch in ``fail_every`` a 503, to retry)."""
     in_flight: collections.deque[str] = collections.deque()
     statuses: list[defer.Deferred[None]] = []
     done = 0
@@ -140,7 +142,8 @@ def crawl(pool: Any, clock: task.Clock, mix: Mix, pages: int) -> Gen:
             links = mix.links_of(page)
             if links:
                 yield pool.addmany(links, detail=True, parent=page)
-            statuses.append(pool.set_statuses([(page, 200)]))
+            code = 503 if fail_every and done % fail_every == fail_every - 1 else 200  # retried (failure_threshold)
+            statuses.append(pool.set_statuses([(page, code)]))
             done += 1
     clock.advance(1.0)  # the statuses of the last round go out
     yield defer.gatherResults(statuses)
@@ -191,7 +194,7 @@ def driver(reactor: Any, args: argparse.Namespace, server: Server) -> Gen:
     yield pool.addmany([url(i, args.hosts) for i in range(10_000_000, 10_000_000 + 20 * args.hosts)], detail=True)
     yield threads.deferToThread(server.count, "filled")
     before = yield command_calls(pool)
-    pages = yield crawl(pool, clock, Mix(args.hosts, 20_000_000), args.pages)
+    pages = yield crawl(pool, clock, Mix(args.hosts, 20_000_000), args.pages, args.fail_every)
     after = yield command_calls(pool)
     crawl_ir = yield threads.deferToThread(server.count, "crawl")
     pop_ir, status_ir, add_ir = yield components(pool, clock, server, args.components, args.hosts)
@@ -210,24 +213,6 @@ def driver(reactor: Any, args: argparse.Namespace, server: Server) -> Gen:
           f"pop_ir_per_url={pop_ir:.0f} status_ir_per_url={status_ir:.0f} add_ir_per_link={add_ir:.0f}")
 
 
-def crawl_parts(server: Server, parts: list[str]) -> list[tuple[str, float]]:
-    """The real crawler's parts (bench/crawl.py) against ``server``: Redis's instructions a page of each."""
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crawl.py")
-    figures = []
-    for part in parts:
-        server.count(f"before-{part}")
-        run = subprocess.run([sys.executable, script, "--only", part, "--skip-scrapy", "--redis-url", server.url],
-                             capture_output=True, text=True)
-        ir = server.count(part)
-        found = re.search(rf"^{re.escape(part)}\s+(\d+) pages", run.stdout, re.M)
-        if run.returncode or not found:
-            sys.exit(f"bench/crawl.py --only {part} failed: {(run.stdout + run.stderr)[-2000:]}")
-        pages = int(found.group(1))
-        print(f"{part}: {pages:,} pages, {ir / pages:,.0f} Ir a page")
-        figures.append((part, ir / pages))
-    return figures
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=3060, help="pages in the crawl phase")
@@ -235,11 +220,11 @@ def main() -> None:
     parser.add_argument("--components", type=int, default=1280, help="URLs popped, acked (and links added) alone")
     parser.add_argument("--delay", type=float, default=0.0, help="politeness delay of every host (script seconds: "
                         "the crawl phase's clock moves 1 ms a round)")
+    parser.add_argument("--fail-every", type=int, default=0, help="one fetch in N answers 503 (a failure "
+                        "the pool retries, up to failure_threshold): failures kept in P fails meanwhile")
     parser.add_argument("--known-urls", type=int, default=0, help="[pool] redis_known_urls")
     parser.add_argument("--profile", metavar="DIR", help="keep each phase's callgrind dump in DIR "
                         "(callgrind_annotate DIR/callgrind.crawl; a redis-server built with symbols names functions)")
-    parser.add_argument("--crawl", metavar="PARTS", help="bench/crawl.py's parts on Redis to count instead "
-                        "(fast_redis, mission_redis, http10_redis; comma-separated)")
     parser.add_argument("--ir-per-us", type=float, default=8000.0, help="instructions a microsecond, for the guide")
     args = parser.parse_args()
     missing = [tool for tool in ("valgrind", "callgrind_control", "redis-server") if shutil.which(tool) is None]
@@ -250,11 +235,7 @@ def main() -> None:
             os.makedirs(args.profile, exist_ok=True)
         server = Server(directory, args.profile)
         try:
-            if args.crawl:
-                figures = crawl_parts(server, args.crawl.split(","))
-                print("RESULT " + " ".join(f"{part}_ir_per_page={ir:.0f}" for part, ir in figures))
-            else:
-                task.react(driver, (args, server))
+            task.react(driver, (args, server))
         finally:
             server.stop()
 
