@@ -8,7 +8,11 @@ Needs, beside ``pip install .``: ``valgrind`` (with ``callgrind_control``) and `
 (``apt-get install valgrind redis-server``).  It starts a redis-server of its own under callgrind (a free port, a
 temp directory, ``--save "" --appendonly no``, ``--hz 1`` and ``--activerehashing no`` so that timers, which run
 more often in a slowed-down server, add little) and counts the instructions (Ir) the server runs in each phase
-(``callgrind_control --dump`` between phases; ``--profile DIR`` keeps the dumps for ``callgrind_annotate``).
+(``callgrind_control --dump`` between phases; ``--profile DIR`` keeps the dumps for ``callgrind_annotate``, which
+names Redis's and Lua's functions when the redis-server first on PATH has symbols: Debian's is stripped; one is
+built with ``apt-get source redis`` (a deb-src line in /etc/apt/sources.list.d), ``apt-get install
+libjemalloc-dev`` and ``make USE_SYSTEM_JEMALLOC=yes USE_JEMALLOC=yes BUILD_TLS=no`` in its folder, then
+``PATH=<folder>/src:$PATH python bench/redis_ir.py --profile DIR``).
 Kernel time (the sockets) is not counted.  ``bench/cluster.py`` gives Redis CPU a page, kernel included, on a real
 clock, but on a shared machine that figure moves by 20% from run to run, where this one moves by about 3%: it
 tells which of two versions of the scripts runs fewer instructions and where they go.
