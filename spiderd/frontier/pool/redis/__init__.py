@@ -52,11 +52,12 @@ key                                    type    holds
                                                (``claim_content``, with ``[items] skip_duplicate_content``)
 =====================================  ======  ==================================================
 
-``P inflight`` holds one more field, ``~encoding``, and ``P leases``, ``P ready`` and ``P next`` one more member at
-+inf (``P waiting``: at 0), longer than 64 bytes, written at each node's start: it keeps the key a hash table or a
-skiplist however few hosts there are (a small one is a listpack, which Redis scans at every command); no read of
-due times or waiting hosts reaches it, and its name holds a '/', which no host or domain read from a list entry
-does (``KEEP_HASHTABLE`` and ``KEEP_SKIPLIST`` in :mod:`.pool`).  A node that finds a new epoch (the pool lost
+``P inflight`` and ``P lease`` hold one more field, ``~/encoding``, and ``P leases``, ``P ready`` and ``P next``
+one more member at +inf (``P waiting``: at 0), longer than 64 bytes, written at each node's start: it keeps the key
+a hash table or a skiplist however few hosts there are, or short their URLs (a small one is a listpack, which Redis
+scans at every command); no script asks for the field (the export skips it), no read of due times or waiting hosts
+reaches the member, and their names hold a '/', which no host or domain read from a list entry does
+(``KEEP_HASHTABLE`` and ``KEEP_SKIPLIST`` in :mod:`.keys`).  A node that finds a new epoch (the pool lost
 its data) writes them again.  Nodes of an older version sharing the pool count that member among the hosts
 waiting and list it in ``hosts()``: upgrade them together.
 
