@@ -58,7 +58,8 @@ from twisted.internet import defer, task, threads  # noqa: E402
 from spiderd.frontier.politeness import Politeness  # noqa: E402
 from spiderd.frontier.pool.redis import open_redis_pool  # noqa: E402
 
-from faultkit import free_port, wait_port  # noqa: E402  (bench/ is on sys.path: this script's folder)
+from cluster import Servers  # noqa: E402  (bench/ is on sys.path: this script's folder)
+from faultkit import free_port, wait_port  # noqa: E402
 
 Gen = Generator[Any, Any, Any]
 IN_FLIGHT, POP, LINKS, LIST_EVERY = 64, 16, 50, 51
@@ -177,13 +178,6 @@ def components(pool: Any, clock: task.Clock, server: Server, n: int, hosts: int)
 
 
 @defer.inlineCallbacks
-def command_calls(pool: Any) -> Gen:
-    """Calls of each Redis command so far (``INFO commandstats``)."""
-    text = yield pool._execute("INFO", "commandstats")
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"cmdstat_(\S+?):calls=(\d+)", text)}
-
-
-@defer.inlineCallbacks
 def driver(reactor: Any, args: argparse.Namespace, server: Server) -> Gen:
     clock = task.Clock()
     clock.advance(time.time())
@@ -196,21 +190,23 @@ def driver(reactor: Any, args: argparse.Namespace, server: Server) -> Gen:
     for base in range(0, max(0, details), 5000):
         yield pool.addmany([url(i, args.hosts) for i in range(base, min(details, base + 5000))], detail=True)
     yield pool.addmany([url(i, args.hosts) for i in range(10_000_000, 10_000_000 + 20 * args.hosts)], detail=True)
+    servers = yield Servers.open(server.url, None)
     yield threads.deferToThread(server.count, "filled")
-    before = yield command_calls(pool)
+    before = yield servers.commandstats()
     pages = yield crawl(pool, clock, Mix(args.hosts, 20_000_000), args.pages, args.fail_every)
-    after = yield command_calls(pool)
+    after = yield servers.commandstats()
     crawl_ir = yield threads.deferToThread(server.count, "crawl")
     pop_ir, status_ir, add_ir = yield components(pool, clock, server, args.components, args.hosts)
     yield pool.close()
+    yield servers.close()
     per_page = crawl_ir / max(1, pages)
     us = args.ir_per_us
     print(f"crawl: {pages:,} pages ({lists} lists of {LINKS} new links, {args.hosts} hosts): "
           f"{per_page:,.0f} Ir a page (about {per_page / us:.1f} us at {us:,.0f} Ir/us)")
-    calls = {name: (n - before.get(name, 0)) / max(1, pages) for name, n in after.items()}
+    calls = {name: (n - before.get(name, [0])[0]) / max(1, pages) for name, (n, _) in after.items()}
     print("Redis commands a crawled page (INFO commandstats; those called from the scripts included):",
           ", ".join(f"{name} {n:.2f}" for name, n in sorted(calls.items(), key=lambda kv: -kv[1]) if n >= 0.01
-                    and name != "info"))
+                    and name not in ("info", "(reads)")))
     print(f"alone: pop {pop_ir:,.0f} Ir a URL (64 a pop), status {status_ir:,.0f} Ir a URL (64 a call), "
           f"add {add_ir:,.0f} Ir a new link (50 a call)")
     print(f"RESULT redis_ir_per_page={per_page:.0f} redis_ir_us_per_page={per_page / us:.1f} "

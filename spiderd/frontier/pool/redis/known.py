@@ -44,17 +44,19 @@ class KnownURLs:
                 out.append(url)
         return out
 
-    def remember(self, urls: Iterable[str], pool: str, epoch: str) -> None:
+    def remember(self, urls: Iterable[str], pool: str, epoch: str) -> bool:
         """Remember ``urls`` as known to ``pool`` (a prefix) in ``epoch``, dropping the least recently used past
-        ``size``; all are forgotten first if ``pool``'s epoch changed (it lost its data)."""
-        if self._epochs.setdefault(pool, epoch) != epoch:
+        ``size``; all are forgotten first if ``pool``'s epoch changed (it lost its data): then True."""
+        lost = self._epochs.setdefault(pool, epoch) != epoch
+        if lost:
             self._urls.clear()
             self._epochs[pool] = epoch
         if self.size <= 0:
-            return
+            return lost
         urls_ = self._urls
         for url in urls:
             urls_[url] = None
             urls_.move_to_end(url)
         while len(urls_) > self.size:
             urls_.popitem(last=False)
+        return lost

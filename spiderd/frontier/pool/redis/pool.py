@@ -71,7 +71,6 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         self.split = KindSplit(config.list_ratio, config.detail_ratio)
         self._bits = seen_bucket_bits
         self.known = known if known is not None else KnownURLs(config.redis_known_urls)
-        self._epoch: str | None = None  # the pool's epoch at the last add or seen call (_in_epoch)
         self.rejected: Counter[str] = Counter()
         self.recent_failures = RecentFailures()
         self.host_errors = HostErrors()  # this node's failed fetches per host (hosts())
@@ -107,14 +106,13 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
             writes.append(self._link.execute("ZADD", self.prefix + key, "NX", score, KEEP_SKIPLIST))
         return defer.gatherResults(writes, consumeErrors=True)
 
-    def _in_epoch(self, epoch: str) -> None:
-        """The pool's epoch an add or seen call answered: a new one (it lost its data: a Redis restarted empty, a
-        flush) lost those entries too, which are written again."""
-        if self._epoch is not None and epoch != self._epoch:
+    def _remember(self, urls: Iterable[str], epoch: str) -> None:
+        """URLs an add or seen call found known in the pool's ``epoch`` (self.known); a new epoch (the pool lost its
+        data: a Redis restarted empty, a flush) lost the small keys' entries too, which are written again."""
+        if self.known.remember(urls, self.prefix, epoch):
             log.info("Redis pool {prefix} lost its data (a new epoch): its small keys' entries are written again",
                      prefix=self.prefix)
             self._keep_encodings().addErrback(lambda f: log.failure("Writing the small keys' entries", f))
-        self._epoch = epoch
 
     def _host_conf(self) -> dict[str, str]:
         """This node's ``P conf`` entries: host -> "delay concurrency", then its adaptive rule if it has its own."""
@@ -168,8 +166,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         if refused:
             out = {int(n) - 1 for n in refused}
             sent = [url for i, url in enumerate(sent) if i not in out]
-        self._in_epoch(epoch)
-        self.known.remember(sent, self.prefix, epoch)
+        self._remember(sent, epoch)
         return int(added)
 
     # -- popping and statuses -------------------------------------------------------
@@ -382,8 +379,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
     def _seen_answer(self, answer: list[Any], urls: list[str], mark: bool) -> list[str]:
         """The fresh ones of ``urls``; the others (all of them, marked) are known to the pool now."""
         *flags, epoch = answer
-        self._in_epoch(epoch)
-        self.known.remember(urls if mark else [url for url, fresh in zip(urls, flags) if not fresh], self.prefix, epoch)
+        self._remember(urls if mark else [url for url, fresh in zip(urls, flags) if not fresh], epoch)
         return [url for url, fresh in zip(urls, flags) if fresh]
 
     def next_batch(self, count: int = 1) -> defer.Deferred[int]:
