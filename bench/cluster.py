@@ -24,7 +24,11 @@ flight, pops ahead of the free slots into a local queue of up to ``[pool] redis_
 ``--pop-ahead 0``, a pop when ``redis_pop_batch`` slots are free, or half of them), statuses waiting up to
 ``[pool] redis_status_wait`` to go out with the next pop (``--pop-ahead``, ``--pop-batch``, ``--status-wait``:
 the defaults are the configuration's); ``floor`` runs the mix with plain commands and no script; its Redis CPU a page is ``redis_us_per_page_crawler``, and also ``redis_cpu_us_per_page``,
-issue 17's figure (target: 10 us a page; the lockstep one where the crawler-shaped mix was not run).  ``--only
+issue 17's figure (target: 10 us a page; the lockstep one where the crawler-shaped mix was not run).  ``owned``
+runs bench/owned.py's model of nodes that own domains (``--run``: URLs a domain's run; ``--owned-plain set`` or
+``hash``: statuses and adds as plain commands, URL states in seen sets or in hashes) driven the same way
+(``redis_us_per_page_owned``), and ``owned-memory`` the memory a URL of its hash states
+(``owned_hash_bytes_per_url``); neither is spiderd's pool.  ``--only
 mix,crawler`` runs only those parts; ``--commands`` prints the Redis commands a page (``INFO commandstats``).
 
 Memory per seen URL is the growth of Redis's ``used_memory`` while one million
@@ -77,11 +81,12 @@ from spiderd.frontier.pool.redis.link import RedisAddress, RedisLink, parse_redi
 from tests.rediscluster import RedisCluster  # noqa: E402
 
 from faultkit import PrivateRedis  # noqa: E402  (bench/ is on sys.path: this script's folder)
+from owned import HashStates, OwnedNode  # noqa: E402
 
 HOSTS = 1000
 HOST = "www.shop{n}.example.com"  # 1000 hosts of one registered domain; www.shop{n}.com with --domains/--cluster
 BATCH = 2000
-PARTS = ("mix", "crawler", "popack", "seen", "waiting", "floor")
+PARTS = ("mix", "crawler", "popack", "seen", "waiting", "floor", "owned", "owned-memory")
 Gen = Generator[Any, Any, Any]
 
 
@@ -349,6 +354,54 @@ def floor_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
     return sum(shards)
 
 
+@defer.inlineCallbacks
+def owned_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
+    """Redis CPU a page of bench/owned.py's model (nodes owning domains) over the crawler-shaped mix, driven by
+    ``CrawlerModel`` as the pool is (single Redis only)."""
+    if len(servers.links) > 1:
+        return 0.0
+    prefix = f"{args.prefix}owned:"
+    node = OwnedNode(servers.links[0], reactor, prefix, args.bucket_bits, run=args.run, status_wait=args.status_wait,
+                      plain=args.owned_plain)
+    yield node.start()
+    lists = max(1, args.mix_pages // 51)
+    for base in range(0, lists, BATCH):
+        yield node.addmany([f"http://{HOST.format(n=i % HOSTS)}/list/{i}.html"
+                            for i in range(base, min(lists, base + BATCH))])
+        yield node.step(0)
+    run = yield Run.start(servers)
+    model = CrawlerModel(node, reactor, 64, args.fetch_ms / 1000, args.pop_batch, ahead=args.pop_ahead)
+    pages = yield model.run()
+    seconds, node_us, shards = yield run.end(args, pages)
+    print(f"owned-domain model (runs of up to {args.run} URLs a domain, one request in flight a domain): {pages} "
+          f"pages in {seconds:.1f} s, {pages / seconds:,.0f} pages/s, {pages / model.pops:.1f} URLs a pop, "
+          f"{node.calls / pages:.2f} calls a page; CPU per page: Redis {sum(shards):.1f} us, node {node_us:.1f} us",
+          flush=True)
+    yield servers.delete(prefix)
+    return sum(shards)
+
+
+@defer.inlineCallbacks
+def owned_memory(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
+    """Bytes of Redis memory per URL of bench/owned.py's HashStates (one field a URL in a hash a seen bucket):
+    ``used_memory`` growth while ``--seen`` URLs are recorded done (single Redis only)."""
+    if len(servers.links) > 1:
+        return 0.0
+    link, prefix, states = servers.links[0], f"{args.prefix}omem:", HashStates()
+    before = yield servers.used_memory()
+    for base in range(0, args.seen, BATCH):
+        calls = []
+        for i in range(base, min(args.seen, base + BATCH)):
+            _, bucket, member = located(url(i), prefix + states.infix, args.bucket_bits)
+            calls.append(link.execute("HSET", bucket, str(member >> 3), "1"))
+        yield defer.gatherResults(calls)
+    per_url = ((yield servers.used_memory()) - before) / args.seen
+    print(f"owned model's hash states: {args.seen} URLs in {2 ** args.bucket_bits} hashes: {per_url:.1f} bytes per "
+          f"URL (used_memory)", flush=True)
+    yield servers.delete(prefix)
+    return per_url
+
+
 def seen_member(u: str, prefix: str, bits: int, code: int) -> tuple[str, str]:
     """(bucket, member of state ``code``) of ``u`` in keys.py's seen buckets."""
     _, bucket, base = located(u, prefix, bits)
@@ -580,6 +633,8 @@ def driver(reactor: Any, args: argparse.Namespace) -> Gen:
         ours, theirs = yield (seen_memory(args, reactor, servers) if "seen" in only else nothing((0.0, 0.0)))
         waiting = yield (waiting_memory(args, reactor, servers) if "waiting" in only else nothing(0.0))
         floor = yield (floor_mix(args, reactor, servers) if "floor" in only else nothing(0.0))
+        owned = yield (owned_mix(args, reactor, servers) if "owned" in only else nothing(0.0))
+        hash_bytes = yield (owned_memory(args, reactor, servers) if "owned-memory" in only else nothing(0.0))
     finally:
         yield servers.delete(args.prefix)
         yield servers.close()
@@ -591,7 +646,9 @@ def driver(reactor: Any, args: argparse.Namespace) -> Gen:
           f"redis_us_per_page={sum(shards):.1f} redis_us_per_page_crawler={crawler:.1f} {per_shard}mix_pages_per_s={mix_rate:.0f} "
           f"pop_ack_1node={one:.0f} pop_ack_2node={two:.0f} redis_bytes_per_url={ours:.1f} "
           f"scrapy_redis_bytes_per_url={theirs:.1f} redis_bytes_per_waiting_url={waiting:.1f}"
-          + (f" redis_us_per_page_floor={floor:.1f}" if floor else ""), flush=True)  # (no floor on a cluster)
+          + (f" redis_us_per_page_floor={floor:.1f}" if floor else "")
+          + (f" redis_us_per_page_owned={owned:.1f}" if owned else "")
+          + (f" owned_hash_bytes_per_url={hash_bytes:.1f}" if hash_bytes else ""), flush=True)  # (no floor on a cluster)
 
 
 def main() -> None:
@@ -619,6 +676,9 @@ def main() -> None:
                         help="links every list page has to the same pages (known once added), beside its 50 new ones")
     parser.add_argument("--known-urls", type=int, default=PoolSection().redis_known_urls,
                         help="[pool] redis_known_urls (0: every link goes to Redis)")
+    parser.add_argument("--run", type=int, default=16, help="owned: URLs a domain's run takes at most")
+    parser.add_argument("--owned-plain", choices=("set", "hash"), default="",
+                        help="owned: statuses and adds as plain commands, URL states in seen sets or hashes")
     parser.add_argument("--only", default="", help=f"comma-separated parts to run ({','.join(PARTS)}; all by default)")
     parser.add_argument("--commands", action="store_true", help="print the Redis commands a page (INFO commandstats)")
     parser.add_argument("--prefix", default=f"bcl{os.getpid() % 100000}:")
