@@ -104,6 +104,15 @@ class ClusterPoolTests(ClusterCase, TestCase):
         assert sorted(len(parts) for parts in held.values()) == [4, 4, 4]
 
     @defer.inlineCallbacks
+    def test_known_skips_counted_once_over_partitions(self) -> Gen:
+        """The partitions share one known-URL memory: stats give its skips once, not once a partition."""
+        pool = yield self.open()
+        urls = [f"http://www.shop{i}.com/item" for i in range(40)]  # over most of the 12 partitions
+        assert (yield pool.addmany(urls)) == 40
+        assert (yield pool.addmany(urls)) == 0
+        assert (yield pool.stats())["known_skipped"] == 40
+
+    @defer.inlineCallbacks
     def test_every_partition_keeps_its_small_keys_out_of_listpacks(self) -> Gen:
         """Each partition's P inflight and P lease are hash tables and its P leases, ready, waiting and next are
         skiplists from the node's start, as on one Redis."""

@@ -475,6 +475,7 @@ class KnownURLsTests(RedisKeys, TestCase):
         assert self.calls["add"] == 1 and pool.known.skipped == 5
         assert (yield pool.addmany(links + ["http://a.example/new"])) == 1
         assert self.calls["add"] == 2 and pool.known.skipped == 10
+        assert (yield pool.stats())["known_skipped"] == 10  # /metrics: spiderd_pool_known_skipped
         handed = yield pool.pop(10)
         yield pool.set_statuses([(url, 200) for url in handed])
         assert (yield pool.addmany(links)) == 0 and self.calls["add"] == 2

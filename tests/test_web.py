@@ -347,6 +347,20 @@ class OpenApiTests(ApiCase):
         status = (yield self.call("GET", "/api/status")).json
         assert status["reactor"]["lag"] == {"p50_ms": 250.0, "p99_ms": 250.0, "max_ms": 250.0, "samples": 1}
 
+    @defer.inlineCallbacks
+    def test_metrics_known_skipped_of_a_shared_pool(self) -> Gen:
+        """A shared pool's stats carry the links its node did not send (known to the pool): a counter in /metrics;
+        the embedded pool's have none, and neither has /metrics."""
+        answer = yield self.call("GET", "/metrics")
+        assert b"spiderd_pool_known_skipped" not in answer.body
+        assert "known_skipped" not in (yield self.call("GET", "/api/status")).json["pool"]
+        stats = self.node.pool.stats
+        self.node.pool.stats = lambda: stats().addCallback(lambda s: {**s, "known_skipped": 12})
+        answer = yield self.call("GET", "/metrics")
+        samples = {s.name: s.value for f in text_string_to_metric_families(answer.body.decode()) for s in f.samples}
+        assert samples["spiderd_pool_known_skipped_total"] == 12
+        assert (yield self.call("GET", "/api/status")).json["pool"]["known_skipped"] == 12
+
     def test_registries_are_per_daemon(self) -> None:
         """Two APIs in one process have registries of their own (nothing in the global registry)."""
         from prometheus_client import REGISTRY

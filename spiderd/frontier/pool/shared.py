@@ -124,10 +124,13 @@ def parsed(url: str | None, max_length: int = MAX_URL_LENGTH) -> URL | None:
 
 
 def stats_answer(counts: Mapping[str, int], hosts: int, largest: Sequence[Any], hubs: int,
-                 rejected: Counter[str]) -> dict[str, Any]:
+                 rejected: Counter[str], known_skipped: int | None = None) -> dict[str, Any]:
     """``stats()``: the URLs in each state, hosts with waiting URLs, the largest host queues (``[host, count]``,
-    largest first), hubs, and the rejections by reason."""
+    largest first), hubs, the rejections by reason and, on a shared pool, ``known_skipped``: links and seen-filter
+    URLs this node did not send because it remembered the pool knows them (``[pool] redis_known_urls``)."""
+    extra = {} if known_skipped is None else {"known_skipped": known_skipped}
     return {
+        **extra,
         **{name: counts.get(name, 0) for name in STATE_COUNTS},
         "hosts": hosts,
         "max_host": largest[0] if largest else ["", 0],

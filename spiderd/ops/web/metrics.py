@@ -127,6 +127,9 @@ class NodeCollector:
         yield _gauge("spiderd_pool_hubs", "Hub URLs.", pool.get("hubs", 0))
         yield _labelled(CounterMetricFamily("spiderd_pool_rejected", "URLs the pool refused, by reason.",
                                             labels=["reason"]), "reason", pool.get("rejected", {}))
+        if "known_skipped" in pool:
+            yield _counter("spiderd_pool_known_skipped", "URLs not sent to the shared pool: this node remembered it "
+                           "knows them ([pool] redis_known_urls).", pool["known_skipped"])
 
     def _crawler(self) -> Iterator[Metric]:
         crawler = self._node.crawler

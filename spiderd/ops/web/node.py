@@ -89,6 +89,8 @@ def _assemble(node: Node, history: History, pool: dict[str, Any] | None) -> dict
                                                           "hubs")}
         out["pool"]["largest"] = pool.get("largest", [])
         out["pool"]["rejected"] = pool.get("rejected", {})
+        if "known_skipped" in pool:  # a shared pool's (Redis)
+            out["pool"]["known_skipped"] = pool["known_skipped"]
     if node.stats is not None:
         out["counts"] = {**dict.fromkeys(("requests", "pages", "bytes", "items", "stored", "not_modified",
                                          "duplicate_content"), 0),

@@ -436,7 +436,7 @@ class RedisPool(RedisAdmin, RedisContent, RedisHops, URLParsing):
         flat, hosts, top, hubs = answer
         counters = {name: int(value) for name, value in zip(flat[::2], flat[1::2])}
         largest = [[host, int(float(count))] for host, count in zip(top[::2], top[1::2]) if int(float(count))]
-        return stats_answer(counters, int(hosts), largest, int(hubs), self.rejected)
+        return stats_answer(counters, int(hosts), largest, int(hubs), self.rejected, self.known.skipped)
 
     # -- seed 004: crawled sets, linkbase; one node per cron firing -----------------
 
