@@ -314,6 +314,7 @@ class OpenApiTests(ApiCase):
         self.node.stats.fetched(404, 100, 0.1)
         self.node.stats.fetched(-4, 0, 30.0)
         self.node.stats.incr("sitemap_urls", 7)
+        self.node.crawler.queued = 6  # popped ahead, waiting for a free slot
         self.clock.advance(0.3)  # the lag sampler's first timer (due after 0.05 s) runs 0.25 s late
         answer = yield self.call("GET", "/metrics")
         assert answer.code == 200 and answer.header("Content-Type").startswith("text/plain")
@@ -321,7 +322,7 @@ class OpenApiTests(ApiCase):
         expected = {
             "spiderd_info", "spiderd_uptime_seconds", "spiderd_requests", "spiderd_pages", "spiderd_bytes",
             "spiderd_items", "spiderd_responses", "spiderd_errors", "spiderd_pool_urls", "spiderd_pool_hosts",
-            "spiderd_crawler_fetching", "spiderd_crawler_paused", "spiderd_batches_sent", "spiderd_batches_spooled",
+            "spiderd_crawler_fetching", "spiderd_crawler_queued", "spiderd_crawler_paused", "spiderd_batches_sent", "spiderd_batches_spooled",
             "spiderd_batches_in_flight", "spiderd_feed_uploads", "spiderd_feed_files_waiting",
             "spiderd_feed_upload_failures", "spiderd_worker_jobs", "spiderd_store_pending_writes",
             "spiderd_fetch_duration_seconds", "spiderd_pages_per_minute", "spiderd_reactor_lag_seconds",
@@ -334,6 +335,7 @@ class OpenApiTests(ApiCase):
 
         assert value("spiderd_pool_urls", "spiderd_pool_urls", state="waiting") == 2
         assert value("spiderd_pages", "spiderd_pages_total") == 2
+        assert value("spiderd_crawler_queued", "spiderd_crawler_queued") == 6
         assert value("spiderd_bytes", "spiderd_bytes_total") == 600
         assert (value("spiderd_sitemap_urls", "spiderd_sitemap_urls_total"),
                 value("spiderd_sitemap_files", "spiderd_sitemap_files_total")) == (7, 0)
