@@ -226,6 +226,8 @@ class OwnedNode:
         yield self.link.execute("FUNCTION", "LOAD", "REPLACE", LIBRARY)
 
     def domain(self, url: str) -> str:
+        """The model's unit of ownership: a URL's host (the pool's is the registered domain; over the mix's
+        ``--domains`` hosts the two are the same)."""
         return url.split("/", 3)[2]
 
     def addmany(self, urls: Iterable[str], detail: bool = True, parent: str | None = None) -> defer.Deferred[None]:
