@@ -28,7 +28,7 @@ from spiderd.feed.items import ItemWriter
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.fetch.parsepool import ParsePool
 from spiderd.frontier.crawler import CrawlService
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.frontier.scheduler import RecrawlPolicy, Recrawler
 from spiderd.ops.web import Node

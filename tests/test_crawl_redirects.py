@@ -19,7 +19,7 @@ from spiderd.fetch.fetcher import FetchResult
 from spiderd.feed.items import ItemWriter
 from spiderd.core.lifecycle import wait_until
 from spiderd.fetch.parsepool import ParsePool
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.core.stats import CrawlStats
 

@@ -22,7 +22,7 @@ from spiderd.fetch.dns import CachingResolver
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.fetch.parsepool import ParsePool
 from spiderd.frontier.crawler import CrawlService
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 
 from .helpers import ClockedReactor

@@ -23,7 +23,7 @@ from spiderd.demo.config import DEMO
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.fetch.parsepool import ParsePool
 from spiderd.frontier.crawler import CrawlService
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.worker.config import WorkerConfig
 from spiderd.worker.pipeline import Pipeline

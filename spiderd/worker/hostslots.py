@@ -3,7 +3,7 @@
 A slot holds one count of requests in flight, the requests waiting for it and (in ``_next``) the earliest start
 of its next request.  A host has its own slot, keyed by the host; with per-IP politeness, a host told its address
 (``set_group``: the fetcher tells each lookup's first address) shares the slot ``@address`` with the other hosts
-of that address.  As in the frontier's pool (:mod:`spiderd.frontier.politeness`), concurrency and delay stay per
+of that address.  As in the frontier's pool (:mod:`spiderd.engine.politeness`), concurrency and delay stay per
 host (``[fetch.hosts]`` overrides included): a host's request starts when its slot's in-flight count is below the
 host's own limit, and books the slot's next start ``delay_of(host)`` later, so a host with its own override paces
 the whole address after its own requests but cannot lift the other hosts' limits.  A throttling answer

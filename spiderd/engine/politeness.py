@@ -284,10 +284,3 @@ class Politeness:
         """Hosts with waiting URLs."""
         return sum(1 for s in self.hosts.values() if s.waiting)
 
-
-def hub_quota(count: int, hub_percent: int) -> int:
-    """How many due hubs a pop of ``count`` hands out at most: ``hub_percent`` of it, and at least one (as seed
-    000's pool does), so ``pop(1)`` never leaves a due hub waiting while the pool says it is due."""
-    if count <= 0 or hub_percent <= 0:
-        return 0
-    return max(1, count * min(hub_percent, 100) // 100)
