@@ -19,6 +19,7 @@ from spiderd.core.blocking import Blocking
 from spiderd.core.reactors import INodeReactor
 from spiderd.core.stats import CrawlStats, ProgressLogger
 from spiderd.demo import config as demo
+from spiderd.engine.steps import PageSteps
 from spiderd.feed.writers import item_writers
 from spiderd.feed.shipper import FeedShipper
 from spiderd.fetch.fetcher import Fetcher, fetch_config
@@ -69,6 +70,7 @@ class Base:
     store: PageStore | ShardedStore | None
     parser: ParsePool
     fetcher: Fetcher
+    steps: PageSteps
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,9 @@ def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiSer
     store = page_store(s.store, node.data_dir, reactor, blocking.lane("store"))
     for service in (pooled, store, parser, lifecycle.Closer("fetcher", fetcher.close)):
         top.add(service)
-    return Base(s, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher)
+    claim = pool.claim_content if pool is not None and s.items.skip_duplicate_content else None
+    steps = PageSteps(reactor, parser, store, claim, s.fetch.max_retry_after)
+    return Base(s, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher, steps)
 
 
 def _worker(base: Base) -> WorkerService:
@@ -155,8 +159,8 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
     sink = batcher.add if batcher is not None else None
     sitemaps = sitemap_service(s.sitemaps, s.fetch, s.pool, s.sites, reactor, pool, base.fetcher,
                                base.blocking.lane("sitemaps"), stats, detail_sink=sink)
-    crawler = crawl_service(node, s.fetch, s.pool, s.items, reactor, pool, base.fetcher, base.parser, stats,
-                            store=base.store, items=items, archive=archive, detail_sink=sink,
+    crawler = crawl_service(node, s.fetch, s.pool, reactor, pool, base.fetcher, base.steps, base.parser.rules, stats,
+                            items=items, archive=archive, detail_sink=sink,
                             discovery=(sitemaps,) if sitemaps is not None else ())
     for service in (items, archive, batcher, seeds, seed_timer, recrawler, site,
                     ProgressLogger(stats, pool, reactor, node.log_interval, extra), sitemaps, crawler):

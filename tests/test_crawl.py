@@ -219,14 +219,14 @@ class FailureReasonTests(unittest.TestCase):
         cfg.check_data_dir(settings)
         top = tap.build(settings, reactor)
         crawler = top.getServiceNamed("crawler")
-        parse = crawler._processor._parser.parse  # (the ParsePool the crawl parses with)
+        parse = crawler._processor.steps._parser.parse  # (the ParsePool the crawl parses with)
 
         def choke(url: str, *args: Any, **kwargs: Any) -> Any:
             if url.endswith("/broken"):
                 return defer.fail(KeyError("no title"))
             return parse(url, *args, **kwargs)
 
-        crawler._processor._parser.parse = choke
+        crawler._processor.steps._parser.parse = choke
         top.startService()
         try:
             yield crawler.finished

@@ -16,6 +16,7 @@ from twisted.trial import unittest
 from twisted.web import resource, server
 from zope.interface import implementer
 
+from spiderd.engine.steps import PageSteps
 from spiderd.core.stats import CrawlStats
 from spiderd.demo.config import DEMO
 from spiderd.fetch.dns import CachingResolver
@@ -110,7 +111,8 @@ class PerIPTests(Base):
         parser = ParsePool(reactor, {"sites": DEMO["sites"]}, 0)
         parser.startService()
         self.addCleanup(parser.stopService)
-        crawler = CrawlService(clocked, pool, fetcher, parser, parser.rules, CrawlStats(self.clock), concurrency=4)
+        crawler = CrawlService(clocked, pool, fetcher, PageSteps(clocked, parser), parser.rules, CrawlStats(self.clock),
+                               concurrency=4)
         port_number = port.getHost().port
         yield pool.addmany([f"http://{host}:{port_number}/{i}" for i in range(3) for host in HOSTS])
         crawler.startService()

@@ -16,6 +16,7 @@ from twisted.internet.task import Clock
 from twisted.trial import unittest
 from twisted.web import resource, server
 
+from spiderd.engine.steps import PageSteps
 from spiderd.config import settings as cfg
 from spiderd.core.stats import CrawlStats
 from spiderd.core.throttle import HostThrottles, parse_retry_after
@@ -132,8 +133,9 @@ class CrawlerTests(Base):
         parser.startService()
         self.addCleanup(parser.stopService)
         self.stats = CrawlStats(self.clock)
-        self.crawler = CrawlService(ClockedReactor(reactor, self.clock), self.pool, self.fetcher, parser,
-                                    parser.rules, self.stats, concurrency=4, max_retry_after=max_retry_after)
+        clocked = ClockedReactor(reactor, self.clock)
+        steps = PageSteps(clocked, parser, max_retry_after=max_retry_after)
+        self.crawler = CrawlService(clocked, self.pool, self.fetcher, steps, parser.rules, self.stats, concurrency=4)
         yield self.pool.addmany([self.base + "/a", self.base + "/b"])
         self.crawler.startService()
         self.addCleanup(self.crawler.stopService)
