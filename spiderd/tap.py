@@ -131,12 +131,11 @@ def _worker(base: Base) -> WorkerService:
     s, node = base.s, base.s.spiderd
     shipper = base.top.add(FeedShipper(base.reactor, node.path("spool"), retry_max=s.feed.retry_max,
                                        stop_timeout=s.feed.stop_timeout, lane=base.blocking.lane("feed", 3)))
-    claim = base.pool.claim_content if base.pool is not None and s.items.skip_duplicate_content else None
     config = worker_config(s.worker, s.fetch, data_dir=node.data_dir, role=node.role,
                            failure_threshold=s.pool.failure_threshold, feed_format=s.items.format)
     try:
         return base.top.add(build_worker(config, base.reactor, base.fetcher, base.parser, base.store, shipper,
-                                         base.blocking.lane("worker-io"), base.stats, claim))
+                                         base.blocking.lane("worker-io"), base.stats, base.steps))
     except WorkerConfigError as e:
         raise cfg.ConfigError(f"{s.source}: {e}") from None
 
