@@ -14,6 +14,9 @@ from spiderd.core.blocking import Lane
 from spiderd.core.rules import Site
 from spiderd.core.stats import CrawlStats
 from spiderd.fetch.extract import Rules
+from spiderd.fetch.fetcher import FetchResult
+from spiderd.fetch.robots import TTL, Robots
+from spiderd.fetch.robotstore import MemoryStore, RobotsStore, robots_store
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.frontier.sitemapservice import SitemapService
 
@@ -89,3 +92,29 @@ class HostCostTests(TestCase):
             return add
 
         self.assert_flat(table)
+
+    def robots_table(self, store: Callable[[], RobotsStore]) -> Callable[[int], Add]:
+        """Robots over ``store()``: every origin's robots.txt answers 404 at once; a TTL holds ``size`` origins."""
+
+        def table(size: int) -> Add:
+            answers = lambda url, limit, truncate=False: defer.succeed(FetchResult(url, 404, url))  # noqa: E731
+            robots = Robots(answers, self.clock, "spiderd/1.0", store=store())
+            self.addCleanup(robots.close)
+
+            def add(i: int) -> None:
+                self.successResultOf(robots.allowed(origin(i) + "/"))
+                self.clock.advance(TTL / size)
+
+            for i in range(size):
+                add(i)
+            return add
+
+        return table
+
+    def test_robots_in_memory(self) -> None:
+        """Robots' parsed table and its memory store take one more origin without a scan."""
+        self.assert_flat(self.robots_table(MemoryStore))
+
+    def test_robots_on_disk(self) -> None:
+        """Robots' parsed table and its LevelDB store take one more origin without a scan."""
+        self.assert_flat(self.robots_table(lambda: robots_store(self.mktemp())))
