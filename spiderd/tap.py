@@ -115,7 +115,8 @@ def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiSer
     parser = ParsePool(reactor, parse_rules(s.sites, s.pool, s.fetch), s.parse.workers,
                        max_rss=s.parse.max_rss_mb * 2**20)
     by_address = pool.set_host_group if pool is not None and s.fetch.politeness == "ip" else None
-    fetcher = Fetcher(reactor, fetch_config(s.fetch, s.sites), on_crawl_delay=pool.set_host_delay if pool else None,
+    fetching = fetch_config(s.fetch, s.sites, robots_store=node.path("robots") if s.fetch.robots else "")
+    fetcher = Fetcher(reactor, fetching, on_crawl_delay=pool.set_host_delay if pool else None,
                       on_address=by_address)
     store = page_store(s.store, node.data_dir, reactor, blocking.lane("store"))
     for service in (pooled, store, parser, lifecycle.Closer("fetcher", fetcher.close)):
