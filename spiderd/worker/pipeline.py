@@ -44,6 +44,7 @@ from twisted.python.failure import Failure
 
 from spiderd.core import status as st
 from spiderd.core.retry import Backoff
+from spiderd.core.storage import storage_error
 from spiderd.core import throttle as th
 from spiderd.core.urls import fingerprint, host_of
 from spiderd.engine.hostqueue import Entry, HostQueue, entry
@@ -100,6 +101,9 @@ class Pipeline:
         self._on_slack = on_slack
         self.in_flight = 0  # URLs holding one of the worker's slots
         self._wake: IDelayedCall | None = None
+        self._gate = steps.gate  # the storage gate: no URL starts while it holds
+        if self._gate is not None:
+            self._gate.add_listener(self.fill)
 
     # -- the worker's slots -----------------------------------------------------------------------------------
 
@@ -118,6 +122,8 @@ class Pipeline:
 
     def fill(self) -> None:
         """Start URLs whose host's turn has come while the worker has free slots; wake when the next one comes."""
+        if self._gate is not None and self._gate.blocked():
+            return  # a sink refuses writes: the gate calls fill when it tries again
         now = self.clock.seconds()
         while self.in_flight < self._config.concurrency:
             taken = self.queue.take(now)
@@ -292,7 +298,8 @@ class Pipeline:
             run.stats[f"parse_{extracted.error}"] += 1
 
     def _not_stored(self, run: Run, url: str, failure: Failure) -> None:
-        log.failure("Worker: job {id}: storing {url} failed", failure, id=run.job.id, url=url)
+        if storage_error(failure) is None:  # (the storage gate tells of a full disk, once a while)
+            log.failure("Worker: job {id}: storing {url} failed", failure, id=run.job.id, url=url)
         run.note(f"{url}: storing the page failed: {failure.getErrorMessage()}", LogLevel.error)
         run.stats["processing_errors"] += 1
 
@@ -348,6 +355,9 @@ class JobPort:
         return None
 
     def wanted(self) -> bool:
+        return not self._run.halted
+
+    def keep_waiting(self) -> bool:
         return not self._run.halted
 
     def parse_failed(self, result: FetchResult) -> None:
