@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from typing import Any
 
-from twisted.internet import defer, reactor
+from twisted.internet import defer, reactor, task
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import capturedLogs
@@ -25,15 +25,19 @@ from spiderd.core.storage import StorageBlocked, StorageGate, retried, storage_e
 from spiderd.engine.politeness import Politeness
 from spiderd.engine.steps import PageSteps
 from spiderd.feed.items import ItemWriter
+from spiderd.feed.shipper import FeedShipper
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.fetch.parsepool import ParsePool
 from spiderd.frontier.crawler import CrawlService
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.ops.web.node import Node, _storage
 from spiderd.store import open_store
+from spiderd.worker import WorkerService
 
 from .helpers import ClockedReactor
 from .test_throttle import Base
+from .test_worker import WorkerTestBase
+from .test_worker_flow import Holding
 
 FULL = OSError(errno.ENOSPC, "No space left on device")
 
@@ -43,6 +47,39 @@ class PyMySQLError(Exception):
 
 
 PyMySQLError.__module__ = "pymysql.err"
+
+
+def mount_tmpfs(case: unittest.TestCase, size: str) -> str:
+    """A tmpfs of ``size`` mounted for the test (unmounted after); skips where it cannot be (root is needed)."""
+    path = tempfile.mkdtemp(prefix="spiderd-tmpfs-")
+    case.addCleanup(os.rmdir, path)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], capture_output=True)
+    if mounted.returncode != 0:
+        raise unittest.SkipTest(f"cannot mount a tmpfs (root needed): {mounted.stderr.decode().strip()}")
+    case.addCleanup(subprocess.run, ["umount", "-l", path])
+    return path
+
+
+def fill(case: unittest.TestCase, path: str) -> str:
+    """Fill the file system at ``path`` up; the filler's path (remove it to free the space)."""
+    filler = os.path.join(path, "filler")
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as e:
+            case.assertEqual(e.errno, errno.ENOSPC)
+    return filler
+
+
+@defer.inlineCallbacks
+def wait_for(predicate: Any, turns: int = 2000) -> Any:
+    """Turn the real reactor until ``predicate()`` (no timer of the test's is waited for)."""
+    for _ in range(turns):
+        if predicate():
+            return
+        yield task.deferLater(reactor, 0.005, lambda: None)
+    raise AssertionError("timed out waiting")
 
 
 class ClassifyTests(unittest.SynchronousTestCase):
@@ -159,23 +196,7 @@ class FullDiskTests(Base):
     timeout = 60
 
     def setUp(self) -> None:
-        self.mnt = tempfile.mkdtemp(prefix="spiderd-tmpfs-")
-        self.addCleanup(os.rmdir, self.mnt)
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", self.mnt], capture_output=True)
-        if mounted.returncode != 0:
-            raise unittest.SkipTest(f"cannot mount a tmpfs (root needed): {mounted.stderr.decode().strip()}")
-        self.addCleanup(subprocess.run, ["umount", "-l", self.mnt])
-
-    def fill(self) -> str:
-        """Fill the tmpfs up; the filler's path (remove it to free the space)."""
-        path = os.path.join(self.mnt, "filler")
-        with open(path, "wb", buffering=0) as f:
-            try:
-                while True:
-                    f.write(b"\0" * 4096)
-            except OSError as e:
-                self.assertEqual(e.errno, errno.ENOSPC)
-        return path
+        self.mnt = mount_tmpfs(self, "1m")
 
     @defer.inlineCallbacks
     def test_a_full_disk_fails_no_url_and_loses_no_item(self) -> Any:
@@ -207,7 +228,7 @@ class FullDiskTests(Base):
         steps = PageSteps(clocked, parser, store, gate=gate)
         stats = CrawlStats(self.clock)
         crawler = CrawlService(clocked, pool, fetcher, steps, parser.rules, stats, items=items, concurrency=4)
-        filler = self.fill()
+        filler = fill(self, self.mnt)
         yield pool.add(root)
         with capturedLogs() as events:
             crawler.startService()
@@ -233,5 +254,64 @@ class FullDiskTests(Base):
         self.assertEqual(sorted(item["url"] for item in lines), sorted(f"{root}p/{i}" for i in range(DETAILS)))
         self.assertEqual((yield store.count()), DETAILS)
         self.assertEqual(gate.blocks, {})
+        ours = [e["log_format"] for e in events if e.get("log_namespace", "").startswith("spiderd")]
+        self.assertLess(len(ours), 10, ours)
+
+
+class WorkerFullDiskTests(WorkerTestBase):
+    """The worker with its data directory (jobs, items files, spool) and SQLite store on a 2 MB tmpfs that fills up
+    while a job's pages are held by the site."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.gate.open()
+        self.mnt = mount_tmpfs(self, "2m")
+        self.holding = Holding(self.spec)
+        port = reactor.listenTCP(0, server.Site(self.holding), interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        self.hold_root = f"http://127.0.0.1:{port.getHost().port}"
+
+    @defer.inlineCallbacks
+    def test_a_full_disk_loses_no_item_of_a_job(self) -> Any:
+        """Pages answered while the disk is full are neither failed nor lost: the worker starts nothing new while
+        the storage gate holds, and once space returns the job ships every item once and stores every page."""
+        clock = Clock()
+        data = os.path.join(self.mnt, "data")
+        store = open_store("sqlite:///pages.sqlite3", data, reactor, batch_size=2)
+        store.startService()
+        self.addCleanup(store.stopService)
+        shipper = FeedShipper(reactor, os.path.join(data, "spool"), stop_timeout=5.0)
+        shipper.startService()
+        self.addCleanup(shipper.stopService)
+        self.assertEqual((yield store.count()), 0)  # (open before the disk fills)
+        gate = StorageGate(clock)
+        parser = self.parser()
+        service = WorkerService(reactor, self.config(data_dir=data, job_concurrency=0, per_host_concurrency=8),
+                                self.fetcher, parser, store, shipper, clock=clock,
+                                steps=PageSteps(reactor, parser, store, gate=gate))
+        service.startService()
+        self.addCleanup(lambda: service.stopService() if service.running else None)
+        self.api = "http://%s:%d" % service.address
+        urls = [f"{self.hold_root}/item/{n}.html" for n in range(1000, 1008)]
+        job = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                  ("batch", "1"), ("setting", "DISTRIBUTED_START_URLS=" + json.dumps(urls)))
+        yield self.holding.holding(8)
+        filler = fill(self, self.mnt)
+        with capturedLogs() as events:
+            self.holding.release()
+            yield wait_for(lambda: gate.blocked() and service.runner._pipeline.in_flight == 0)
+            self.assertEqual(service.runner.jobs[job].state, "running")
+            os.unlink(filler)
+            done = service.runner.when_done(job)
+            while not done.called:
+                clock.advance(1.0)
+                yield task.deferLater(reactor, 0.01, lambda: None)
+        finished = yield done
+        yield shipper.settled()
+        self.assertEqual((finished.state, finished.stats.get("failed", 0)), ("finished", 0))
+        items = self.feed_items("1")
+        self.assertEqual(len(items), len({i["url"] for i in items}))
+        self.assertEqual(len(items), 8)
+        self.assertEqual((yield store.count()), 8)
         ours = [e["log_format"] for e in events if e.get("log_namespace", "").startswith("spiderd")]
         self.assertLess(len(ours), 10, ours)
