@@ -761,8 +761,8 @@ def report(runs: dict[str, Run]) -> None:
         figure("scrapy_http10_cpu_per_1k", s10.cpu_per_1k, ".2f")
         if h10:
             figure("http10_vs_scrapy", h10.pages_per_s / s10.pages_per_s, ".2f")
-    print("items (got/expected): " + ", ".join(f"{run.name} {run.items}/{run.expected_items}"
-                                               for run in runs.values() if run.name != "split"), flush=True)
+    print("items (got/expected): " + ", ".join(f"{run.name} {run.items}/{run.expected_items}" for run in runs.values()),
+          flush=True)
     for run in runs.values():
         if run.items and run.items != run.expected_items:
             print(f"warning: {run.name} wrote {run.items} items, {run.expected_items} expected", flush=True)
