@@ -12,8 +12,9 @@ URL whose host is paced, blocked or full never holds a slot that another URL cou
 
 A fetched answer goes through the node's page engine (:class:`~spiderd.engine.steps.PageSteps`, the same steps
 as the crawler's); this module is the worker's port to it (:class:`JobPort`) and decides what the outcome means.
-Network errors and 5xx are retried ``failure_threshold`` times (after ``retry_delay``, doubling): a URL waiting
-for its retry holds nothing.  A throttling answer (429, 503) blocks its host for every job until its Retry-After
+Network errors and 5xx are retried ``failure_threshold`` times, as the frontier's pool retries them: at once,
+behind the URLs waiting for the same host (with a ``retry_delay``, after it, doubling): a URL waiting for its
+retry holds nothing.  A throttling answer (429, 503) blocks its host for every job until its Retry-After
 (capped by ``max_retry_after``; without one, a back-off of 1, 2, 4 ... seconds per consecutive throttle of the
 host) and queues the URL again at once, without counting an attempt, ``max_throttles`` times at most: it waits in
 its host's line for the block to end.  A URL's slot is free once its page is parsed: the page store commits in
@@ -260,6 +261,9 @@ class Pipeline:
             run.note(f"{taken.url} failed: {why}, {attempt} attempts", LogLevel.warn)
             return
         delay = Backoff(self._config.retry_delay, MAX_RETRY_DELAY).delay(attempt)
+        if delay <= 0:
+            self._queue(run, taken.url, attempt)
+            return
         run.delayed += 1
         run.wait(task.deferLater(self.clock, delay)).addBoth(self._retry_due, run, taken.url, attempt)
 
