@@ -16,7 +16,7 @@ from spiderd.core import status as st
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 
 from .helpers import ClockedReactor
-from .rawpeers import LATE, LateBytes, Peers, Pipe, Scripted, closed, listen, page
+from .rawpeers import LATE, Held, LateBytes, Peers, Pipe, Scripted, closed, listen, page
 from .test_fetch_tunnel import ORIGIN, _Relay, self_signed
 
 OUT_OF_STEP = (f"out of step: {len(page(b'/second'))} bytes came past the end of an answer on a reused connection "
@@ -155,6 +155,26 @@ class ProxyTests(PoisonedTestCase):
         d = self.check_out_of_step(fetcher, self.base)
         asked = [[self.base + "/first", self.base + "/second"], [self.base + "/second"]]
         return d.addCallback(lambda _: self.assertEqual(self.pipe.connections, [[u.encode() for u in c] for c in asked]))
+
+    @defer.inlineCallbacks
+    def test_late_bytes_never_reach_another_site(self) -> Any:
+        """Through one proxy, a site's late bytes never become another site's answer: each site's requests go on
+        proxy connections of their own."""
+        held = Held()
+        self.peers.append(held)
+        other = self.serve(held, "127.0.0.2")
+        fetcher = self.fetcher([{"allowed_hosts": ["127.0.0.1", "127.0.0.2"], "proxy": self.proxy}])
+        first = yield fetcher.fetch(self.base + "/first")
+        self.assertEqual(first.body, b"0123456789")
+        asked = held.asked(1)
+        answer = fetcher.fetch(other + "/page")
+        yield asked
+        passed = self.pipe.passed(b"injected")
+        self.clock.advance(LATE)
+        yield passed
+        held.release()
+        answer = yield answer
+        self.assertEqual((answer.status, answer.body), (200, b"page of /page"))
 
 
 class TunnelTests(PoisonedTestCase):
