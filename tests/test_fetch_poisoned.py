@@ -154,7 +154,8 @@ class ProxyTests(PoisonedTestCase):
         fetcher = self.fetcher([{"allowed_hosts": ["127.0.0.1"], "proxy": self.proxy}])
         d = self.check_out_of_step(fetcher, self.base)
         asked = [[self.base + "/first", self.base + "/second"], [self.base + "/second"]]
-        return d.addCallback(lambda _: self.assertEqual(self.pipe.connections, [[u.encode() for u in c] for c in asked]))
+        expected = [[url.encode() for url in connection] for connection in asked]
+        return d.addCallback(lambda _: self.assertEqual(self.pipe.connections, expected))
 
     @defer.inlineCallbacks
     def test_late_bytes_never_reach_another_site(self) -> Any:
