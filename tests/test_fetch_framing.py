@@ -10,7 +10,7 @@ from twisted.trial import unittest
 
 from spiderd.core import status as st
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.worker.pipeline import retryable
 
