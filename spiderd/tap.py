@@ -20,6 +20,7 @@ from spiderd.core.reactors import INodeReactor
 from spiderd.core.stats import CrawlStats, ProgressLogger
 from spiderd.core.storage import StorageGate
 from spiderd.demo import config as demo
+from spiderd.engine.render import build_modes
 from spiderd.engine.steps import PageSteps
 from spiderd.feed.writers import item_writers
 from spiderd.feed.shipper import FeedShipper
@@ -121,10 +122,11 @@ def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiSer
     fetcher = Fetcher(reactor, fetching, on_crawl_delay=pool.set_host_delay if pool else None,
                       on_address=by_address)
     store = page_store(s.store, node.data_dir, reactor, blocking.lane("store"))
-    for service in (pooled, store, parser, lifecycle.Closer("fetcher", fetcher.close)):
+    modes, renderer = build_modes(s.fetch, s.render, reactor, fetcher, parser)
+    for service in (pooled, store, parser, renderer, lifecycle.Closer("fetcher", fetcher.close)):
         top.add(service)
     claim = pool.claim_content if pool is not None and s.items.skip_duplicate_content else None
-    steps = PageSteps(reactor, parser, store, claim, s.fetch.max_retry_after, StorageGate(reactor))
+    steps = PageSteps(reactor, parser, store, claim, s.fetch.max_retry_after, StorageGate(reactor), modes)
     return Base(s, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher, steps)
 
 

@@ -82,3 +82,15 @@ def need_chromium() -> None:
     if missing:
         _unavailable("a headless browser", OSError(f"missing {', '.join(missing)}; "
                                                    "apt-get install -y chromium chromium-driver"))
+
+
+def need_playwright() -> str:
+    """Debian's Chromium and the playwright package (``spiderd[render]``), or skip/fail; the browser's path."""
+    missing = [] if os.access(CHROMIUM, os.X_OK) else [f"{CHROMIUM} (apt-get install -y chromium)"]
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        missing.append("the playwright package (pip install '.[render]')")
+    if missing:
+        _unavailable("a browser to render pages", OSError(f"missing {', '.join(missing)}"))
+    return CHROMIUM

@@ -80,6 +80,22 @@ SCHEMA: dict[str, dict[str, str]] = {
         "lastmod": "bool",  # a URL whose lastmod is after the last read is queued again
     },
     "parse": {"workers": "workers", "max_rss_mb": "positive_int"},
+    "render": {  # headless browsers for [[sites]] render = "always" / "auto"
+        "browser": "str",
+        "browsers": "positive_int",
+        "pages_per_browser": "positive_int",
+        "max_pages": "positive_int",
+        "max_rss_mb": "positive_int",
+        "navigation_timeout": "positive",
+        "settle_timeout": "positive",
+        "idle_time": "positive",
+        "max_subrequests": "count",
+        "max_subrequest_bytes": "positive_int",
+        "load_media": "bool",
+        "auto_probe": "positive_int",
+        "auto_recheck": "positive_int",
+        "auto_hosts": "positive_int",
+    },
     "batch": {
         "targets": "targets",
         "project": "name",
@@ -144,6 +160,9 @@ SITE_KEYS = {  # the keys of one [[sites]] table (spiderd.config.sites)
     "proxy",
     "cookies",
     "max_hops",
+    "render",  # "never" (default), "always" or "auto": pages rendered in a headless browser ([render])
+    "render_wait",  # a CSS selector: the rendered page has settled once it is there (default: network idle)
+    "render_hosts",  # hosts besides allowed_hosts a rendered page's sub-requests may go to
 }
 
 

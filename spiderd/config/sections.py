@@ -16,7 +16,7 @@ from spiderd.core.rules import SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS, AdaptiveDelay
 
 __all__ = [
     "ApiSection", "BatchSection", "FeedSection", "FetchSection", "ItemsSection", "ParseSection", "PoolSection",
-    "SitemapsSection", "SpiderdSection", "StoreSection", "WorkerSection",
+    "RenderSection", "SitemapsSection", "SpiderdSection", "StoreSection", "WorkerSection",
 ]
 
 
@@ -132,6 +132,26 @@ class ParseSection:
 
     workers: int = -1  # -1: one per CPU; 0: in the main process
     max_rss_mb: int = 512  # a parser process holding more is replaced (it answers what it holds first)
+
+
+@dataclass(frozen=True)
+class RenderSection:
+    """``[render]``: the headless browsers that render the pages of ``[[sites]] render = "always"`` or "auto"."""
+
+    browser: str = "/usr/bin/chromium"  # the distribution's Chromium (nothing is ever downloaded)
+    browsers: int = 1  # browser processes at once
+    pages_per_browser: int = 4  # pages each renders at once (browsers x pages_per_browser: the render slots)
+    max_pages: int = 500  # pages a browser renders before it is replaced
+    max_rss_mb: int = 1024  # a browser whose processes hold more (proportional set size, summed) is replaced
+    navigation_timeout: float = 15.0  # seconds for the page's load event
+    settle_timeout: float = 10.0  # seconds after it for the page to settle (network idle, or render_wait)
+    idle_time: float = 0.5  # no sub-request in flight this long: the page has settled
+    max_subrequests: int = 200  # sub-requests a page may make; past them they are refused (the page is cut)
+    max_subrequest_bytes: int = 20 * 1024 * 1024  # bytes of sub-request bodies a page may take
+    load_media: bool = False  # images, media and fonts are loaded (off: refused)
+    auto_probe: int = 3  # "auto": pages of a host whose raw HTML gives what the render gives, then it is not rendered
+    auto_recheck: int = 50  # "auto": then one page in this many is rendered again to check
+    auto_hosts: int = 10000  # "auto": hosts (and path sections) whose choice is remembered
 
 
 @dataclass(frozen=True)

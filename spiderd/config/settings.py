@@ -22,7 +22,8 @@ from typing import Any, Mapping
 from spiderd.config.convert import ConfigError, convert
 from spiderd.config.schema import SCHEMA
 from spiderd.config.sections import (ApiSection, BatchSection, FeedSection, FetchSection, ItemsSection, ParseSection,
-                                     PoolSection, SitemapsSection, SpiderdSection, StoreSection, WorkerSection)
+                                     PoolSection, RenderSection, SitemapsSection, SpiderdSection, StoreSection,
+                                     WorkerSection)
 from spiderd.config.sites import load_sites
 from spiderd.core.rules import Site
 from spiderd.core.secrets import is_loopback
@@ -32,7 +33,7 @@ __all__ = ["ConfigError", "Settings", "check_data_dir", "from_dict", "load"]
 
 SECTIONS: dict[str, type[Any]] = {  # the TOML section -> its dataclass (the Settings attribute of the same name)
     "spiderd": SpiderdSection, "pool": PoolSection, "fetch": FetchSection, "sitemaps": SitemapsSection,
-    "parse": ParseSection, "store": StoreSection, "items": ItemsSection, "batch": BatchSection,
+    "parse": ParseSection, "render": RenderSection, "store": StoreSection, "items": ItemsSection, "batch": BatchSection,
     "worker": WorkerSection, "feed": FeedSection, "api": ApiSection,
 }
 
@@ -48,6 +49,7 @@ class Settings:
     fetch: FetchSection = field(default_factory=FetchSection)
     sitemaps: SitemapsSection = field(default_factory=SitemapsSection)
     parse: ParseSection = field(default_factory=ParseSection)
+    render: RenderSection = field(default_factory=RenderSection)
     store: StoreSection = field(default_factory=StoreSection)
     items: ItemsSection = field(default_factory=ItemsSection)
     batch: BatchSection = field(default_factory=BatchSection)
@@ -129,6 +131,21 @@ def _check_together(settings: Settings) -> None:
         raise ConfigError(f"{source}: fetch.connect_timeout: must not exceed fetch.timeout")
     _check_api(settings.api, source)
     _check_adaptive(fetch, source)
+    _check_render(settings)
+
+
+def _check_render(settings: Settings) -> None:
+    """A site that asks to render needs Playwright and the browser: one line naming what to install."""
+    asking = [site.name for site in settings.sites if site.render != "never"]
+    if not asking:
+        return
+    where = f"{settings.source}: sites {', '.join(asking[:3])}: render"
+    if importlib.util.find_spec("playwright") is None:
+        raise ConfigError(f"{where}: rendering needs the playwright package: pip install 'spiderd[render]'")
+    browser = settings.render.browser
+    if not (os.path.isfile(browser) and os.access(browser, os.X_OK)):
+        raise ConfigError(f"{where}: no browser at render.browser = {browser!r}: apt-get install chromium "
+                          "(or set render.browser to a Chromium)")
 
 
 def _check_adaptive(fetch: FetchSection, source: str) -> None:

@@ -50,7 +50,26 @@ def _site(table: Any, where: str) -> Site:
         proxy=_proxy(table.get("proxy", ""), f"{where}.proxy"),
         cookies=convert("bool", table.get("cookies", False), f"{where}.cookies"),
         max_hops=convert("max_hops", table.get("max_hops", 0), f"{where}.max_hops"),
+        **_render(table, where),
     )
+
+
+RENDER_MODES = ("never", "always", "auto")
+
+
+def _render(table: dict[str, Any], where: str) -> dict[str, Any]:
+    """The ``render``, ``render_wait`` and ``render_hosts`` keys of a site (a bad mode or selector: ConfigError)."""
+    mode = convert("str", table.get("render", "never"), f"{where}.render")
+    if mode not in RENDER_MODES:
+        raise ConfigError(f"{where}.render: expected one of {', '.join(RENDER_MODES)}, got {mode!r}")
+    wait = convert("str", table.get("render_wait", ""), f"{where}.render_wait").strip()
+    if wait:
+        _compile_selector("css:" + wait, f"{where}.render_wait")
+    try:
+        hosts = tuple(h.lower() for h in strings(table.get("render_hosts", [])))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}.render_hosts: {e}") from None
+    return {"render": mode, "render_wait": wait, "render_hosts": hosts}
 
 
 # Headers a site may not set: hop-by-hop ones (RFC 9110 7.6.1), the framing and the host (HTTP/1.1 sets them

@@ -46,6 +46,9 @@ class Site:
     proxy: str = field(default="", repr=False)  # http://[user:pass@]host:port the site's URLs go through; "": none
     cookies: bool = False  # keep the cookies the site's hosts set (a jar per site, in memory) and send them back
     max_hops: int = 0  # link hops from a seed its URLs may be (its hosts' registered domains); 0: [pool] max_hops
+    render: str = "never"  # "always" or "auto": its pages are rendered in a headless browser (spiderd.engine.render)
+    render_wait: str = ""  # a CSS selector a rendered page has settled with ("": network idle)
+    render_hosts: tuple[str, ...] = ()  # hosts besides allowed_hosts its rendered pages' sub-requests may go to
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,11 @@ BAD_REDIRECT = -13
 # The server's fixed fault (spiderd.fetch.framing): counted as the URL's failure, never retried at network speed.
 MALFORMED = -14  # an answer that breaks HTTP/1.1's syntax or framing: headers too long, a bad chunk, ...
 CUT_SHORT = -15  # the server closed the connection cleanly before the end its framing announced
+RENDER_FAILED = -16  # a page to render did not (it broke a bound of [render], or its browser died twice)
 
 DONE_CODES = frozenset({200, 304})  # 304: a conditional GET's page did not change (core.conditional)
-FINAL_CODES = frozenset({404, 410, ROBOTS_DENIED, TOO_LARGE, TOO_MANY_REDIRECTS, BAD_REDIRECT, MALFORMED, CUT_SHORT})
+FINAL_CODES = frozenset({404, 410, ROBOTS_DENIED, TOO_LARGE, TOO_MANY_REDIRECTS, BAD_REDIRECT, MALFORMED, CUT_SHORT,
+                         RENDER_FAILED})
 FAILURE_THRESHOLD = 3
 
 NAMES = {
@@ -46,6 +48,7 @@ NAMES = {
     BAD_REDIRECT: "bad-redirect",
     MALFORMED: "malformed",
     CUT_SHORT: "cut-short",
+    RENDER_FAILED: "render",
 }
 
 
@@ -67,6 +70,7 @@ WORDS = {
     BAD_REDIRECT: "bad redirect",
     MALFORMED: "malformed answer",
     CUT_SHORT: "cut short",
+    RENDER_FAILED: "render failed",
 }
 
 

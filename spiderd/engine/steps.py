@@ -30,8 +30,9 @@ from spiderd.core.urls import fingerprint, host_of
 from spiderd.store.interfaces import IPageStore
 
 if TYPE_CHECKING:
+    from spiderd.engine.fetchmode import FetchModes
     from spiderd.fetch.extract import Extracted
-    from spiderd.fetch.fetcher import FetchResult
+    from spiderd.fetch.fetcher import Fetcher, FetchResult
     from spiderd.fetch.parsepool import ParsePool
 
 ClaimContent = Callable[[str, str], "Deferred[bool]"]  # a pool's claim_content(digest, url)
@@ -103,17 +104,29 @@ class PageSteps:
 
     def __init__(self, clock: IReactorTime, parser: ParsePool, store: IPageStore | None = None,
                  claim_content: ClaimContent | None = None, max_retry_after: float = th.MAX_RETRY_AFTER,
-                 gate: StorageGate | None = None) -> None:
+                 gate: StorageGate | None = None, modes: FetchModes | None = None) -> None:
         """``store``: where detail pages go (None: nowhere); ``claim_content``: the pool's, with ``[items]
         skip_duplicate_content`` (a detail page whose content digest another URL gave first is not stored and
         makes no item); ``gate``: the node's storage gate (a save its storage refuses is saved again once the gate
-        tries again, see :mod:`spiderd.core.storage`)."""
+        tries again, see :mod:`spiderd.core.storage`); ``modes``: how each site's pages are fetched (plain, or
+        rendered: :mod:`spiderd.engine.fetchmode`; None: plain)."""
         self._clock = clock
+        self.modes = modes
         self._parser = parser
         self.store = store
         self.gate = gate
         self._claim_content = claim_content
         self.throttles = th.HostThrottles(max_retry_after)  # consecutive 429/503 per host: the back-off
+
+    def fetch(self, fetcher: Fetcher, url: str, validators: cg.Validators | None = None,
+              **options: Any) -> Deferred[FetchResult]:
+        """``url`` fetched as its site asks (plain HTTP, or rendered in a headless browser); never fails.
+        ``validators``: a conditional GET; ``options``: the fetcher's (``user_agent``, ``robots``)."""
+        if self.modes is not None:
+            return self.modes.fetch(fetcher, url, validators, **options)
+        if validators is None:
+            return fetcher.fetch(url, **options)
+        return fetcher.fetch(url, validators=validators, **options)
 
     def process(self, result: FetchResult, port: Port, sent: cg.Validators | None = None) -> Deferred[Outcome]:
         """The outcome of ``result``; ``sent``: the validators the fetch was made conditional on.  A save its
@@ -153,8 +166,12 @@ class PageSteps:
         kind = port.kind(result)
         url = result.final_url
         preset = self.store.preset if kind == "detail" and self.store is not None else None
-        extracted = yield self._parser.parse(url, result.body, result.content_type, kind, self._clock.seconds(),
+        extracted = yield self._parser.parse(url, result.page, result.content_type, kind, self._clock.seconds(),
                                              result.status, compress=preset, robots_tag=result.robots_tag)
+        if result.rendered is not None and extracted.item is not None:
+            extracted.item["rendered"] = True
+        elif self.modes is not None:
+            self.modes.hint(result, extracted)
         outcome = Outcome(result, Verdict.PAGE, kind=kind, extracted=extracted)
         if not port.wanted():
             outcome.verdict = Verdict.ABANDONED
@@ -168,7 +185,7 @@ class PageSteps:
         if not port.wanted():
             outcome.verdict = Verdict.ABANDONED
             return outcome
-        outcome.saved = self._store(url, result.body, extracted, port)
+        outcome.saved = self._store(url, result.page, extracted, port)
         return outcome
 
     def _duplicate(self, extracted: Extracted, url: str) -> Deferred[bool]:

@@ -80,6 +80,12 @@ class FetchResult:
     phrase: str = ""  # the status line's reason phrase
     request_headers: list[tuple[str, str]] = field(default_factory=list)  # what fetch() sent (besides Host)
     fetched_at: float = 0.0  # clock time the answer was in (0: unknown)
+    rendered: bytes | None = None  # the DOM a headless browser rendered of ``body`` (spiderd.engine.render)
+
+    @property
+    def page(self) -> bytes:
+        """What the page is parsed and stored as: the rendered DOM, else the body as fetched."""
+        return self.body if self.rendered is None else self.rendered
 
 
 @dataclass(frozen=True, slots=True)

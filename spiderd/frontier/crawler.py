@@ -332,7 +332,7 @@ class CrawlService(Service):
                  error=f"{failure.type.__name__}: {failure.getErrorMessage()}")
 
     def _fetch(self, sent: cg.Validators | None, url: str, hub: bool, at: float) -> Deferred[Any]:
-        d = self._fetcher.fetch(url) if sent is None else self._fetcher.fetch(url, validators=sent)
+        d = self._processor.steps.fetch(self._fetcher, url, sent)  # plain, or rendered as the site asks
         d.addBoth(self._fetched)
         return d.addCallback(self._processor.process, hub, sent, self._still_wanted(at))
 

@@ -195,7 +195,7 @@ class Pipeline:
         """Fetch, then the engine's steps (a throttle blocks the host before its slot frees), then the outcome."""
         elapsed = None
         try:
-            result = yield run.wait(self._fetcher.fetch(taken.url, **run.fetch_options))
+            result = yield run.wait(self.steps.fetch(self._fetcher, taken.url, **run.fetch_options))
             elapsed = result.elapsed
             if run.halted:
                 return

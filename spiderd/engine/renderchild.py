@@ -1,0 +1,285 @@
+"""A render child: one headless Chromium driven by Playwright, in its own process (``python -m
+spiderd.engine.renderchild``), for the render pool (:mod:`spiderd.engine.render`).
+
+Playwright's Python API runs on asyncio; spiderd runs on Twisted's reactor.  Each browser therefore lives in a
+child process of its own, as the parse children do: the reactor never waits on it, and a browser that crashes,
+hangs or grows takes only its child with it.  The child starts its own session (``setsid``), so the pool ends it
+and every process of its browser with one ``killpg``.
+
+The wire is the parse children's (:func:`spiderd.fetch.parseworker.frame`: a 4-byte length, then ``marshal``),
+a pipe each way.  Parent to child::
+
+    ("init", browser, load_media, navigation_timeout, settle_timeout, idle_time, max_subrequests, max_bytes)
+    ("render", rid, url, status, headers, body, render_wait)
+    ("sub", rid, sid, status, headers, body)       the answer to a sub-request (status 0: refused, body: why)
+
+Child to parent::
+
+    ("ready", pid)                                 the browser is up
+    ("sub", rid, sid, url, resource_type)          a sub-request of page ``rid``, for the parent to fetch
+    ("done", rid, html, final_url, notes, subrequests, sub_bytes)
+    ("failed", rid, reason)
+    ("gone", reason)                               the browser died: the child exits
+
+The main document is never fetched by the browser: the parent fetched it (politely, robots.txt checked, as the
+WARC records it) and the child serves that answer to the page.  Every other request of the page is either refused
+here (images, media and fonts unless ``load_media``; a navigation away; anything but GET; past ``max_subrequests``
+or ``max_bytes``) or handed to the parent, which decides and fetches (:mod:`spiderd.engine.subrequests`).  A page
+has settled once no sub-request has been in flight for ``idle_time`` seconds after its load event (or once
+``render_wait``'s selector is in its DOM); one that does not within ``settle_timeout`` fails.  Downloads, pop-ups,
+dialogs and service workers are refused.  The child exits at the end of its input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import marshal
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from spiderd.fetch.parseworker import HEADER, MAX_MESSAGE, frame
+
+BLOCKED_TYPES = frozenset({"image", "media", "font"})
+_SKIPPED_HEADERS = frozenset({"content-encoding", "transfer-encoding", "content-length", "connection"})
+CLOSE_TIMEOUT = 5.0
+
+
+class NotSettled(Exception):
+    """The page did not settle within its bound."""
+
+
+class Child:
+    """The browser and the pages it renders; messages in from the parent, out to it."""
+
+    def __init__(self, out: Any, init: tuple[Any, ...]) -> None:
+        (_, self.executable, self.load_media, self.navigation_timeout, self.settle_timeout, self.idle_time,
+         self.max_subrequests, self.max_bytes) = init
+        self.out = out
+        self.browser: Any = None
+        self.subs: dict[tuple[int, int], asyncio.Future[tuple[Any, ...]]] = {}
+        self.next_sid = 0
+        self.gone = asyncio.get_running_loop().create_future()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        self.out.write(frame(message))
+        self.out.flush()
+
+    async def start(self, playwright: Any) -> None:
+        self.browser = await playwright.chromium.launch(
+            executable_path=self.executable, headless=True, handle_sigint=False, handle_sigterm=False,
+            handle_sighup=False, args=["--no-sandbox", "--disable-dev-shm-usage", "--no-first-run"])
+        self.browser.on("disconnected", lambda _: self.end("the browser exited"))
+        self.send(("ready", os.getpid()))
+
+    def end(self, why: str) -> None:
+        """The browser is gone (or unusable): the child says so and exits."""
+        if not self.gone.done():
+            self.gone.set_result(why)
+
+    def answered(self, message: tuple[Any, ...]) -> None:
+        future = self.subs.pop((message[1], message[2]), None)
+        if future is not None and not future.done():
+            future.set_result(message)
+
+    async def render(self, message: tuple[Any, ...]) -> None:
+        _, rid, url, status, headers, body, wait = message
+        page = Page(self, rid, url, status, headers, body, wait)
+        try:
+            html, final = await page.run()
+        except Exception as e:  # Playwright's errors, NotSettled, a closed browser: the page's reason
+            self.send(("failed", rid, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]))
+        else:
+            self.send(("done", rid, html, final, page.notes, page.count, page.bytes))
+        finally:
+            for key in [k for k in self.subs if k[0] == rid]:
+                self.subs.pop(key).cancel()
+
+
+class Page:
+    """One page's render: its route, its sub-requests and its settling."""
+
+    def __init__(self, child: Child, rid: int, url: str, status: int, headers: list[tuple[str, str]], body: bytes,
+                 wait: str) -> None:
+        self.child, self.rid, self.url, self.wait = child, rid, url, wait
+        self.main = {"status": status, "headers": _served(headers), "body": body}
+        self.served = False
+        self.count = self.bytes = self.inflight = 0
+        self.last = time.monotonic()
+        self.notes: list[str] = []
+
+    def note(self, text: str) -> None:
+        if text not in self.notes and len(self.notes) < 10:
+            self.notes.append(text)
+
+    async def run(self) -> tuple[bytes, str]:
+        child = self.child
+        context = await child.browser.new_context(service_workers="block", accept_downloads=False)
+        try:
+            page = await context.new_page()
+            context.on("page", self._popup)  # any page after this one is a pop-up
+            page.on("dialog", self._dialog)
+            await page.route("**/*", self._route)
+            deadline = child.navigation_timeout + child.settle_timeout + CLOSE_TIMEOUT
+            return await asyncio.wait_for(self._load(page), deadline)
+        finally:
+            try:
+                await asyncio.wait_for(context.close(), CLOSE_TIMEOUT)
+            except Exception:
+                child.end("a page could not be closed")
+
+    async def _load(self, page: Any) -> tuple[bytes, str]:
+        child = self.child
+        await page.goto(self.url, wait_until="load", timeout=child.navigation_timeout * 1000)
+        if self.wait:
+            await page.wait_for_selector(self.wait, state="attached", timeout=child.settle_timeout * 1000)
+        else:
+            await self._idle()
+        html = await page.content()
+        return html.encode("utf-8"), page.url
+
+    async def _idle(self) -> None:
+        """Until no sub-request has been in flight for ``idle_time`` (NotSettled past ``settle_timeout``)."""
+        child = self.child
+        end = time.monotonic() + child.settle_timeout
+        while True:
+            now = time.monotonic()
+            if self.inflight == 0 and now - self.last >= child.idle_time:
+                return
+            if now >= end:
+                raise NotSettled(f"did not settle within {child.settle_timeout:g} s "
+                                 f"({self.inflight} sub-requests in flight, {self.count} made)")
+            await asyncio.sleep(min(child.idle_time / 4, 0.05))
+
+    def _popup(self, page: Any) -> None:
+        self.note("pop-up refused")
+        asyncio.ensure_future(_quietly(page.close()))
+
+    def _dialog(self, dialog: Any) -> None:
+        self.note(f"{dialog.type} dialog dismissed")
+        asyncio.ensure_future(_quietly(dialog.dismiss()))
+
+    async def _route(self, route: Any, request: Any) -> None:
+        try:
+            await self._answer(route, request)
+        except Exception:  # the page closed under the route: nothing to answer
+            pass
+
+    async def _answer(self, route: Any, request: Any) -> None:
+        child = self.child
+        if not self.served and request.url == self.url and request.is_navigation_request():
+            self.served = True
+            await route.fulfill(**self.main)
+            return
+        refused = self._refusal(request)
+        if refused:
+            if request.resource_type not in BLOCKED_TYPES:  # media are refused by default: nothing to say
+                self.note(refused)
+            await route.abort("blockedbyclient")
+            return
+        self.count += 1
+        self.inflight += 1
+        try:
+            child.next_sid += 1
+            key = (self.rid, child.next_sid)
+            future = child.subs[key] = asyncio.get_running_loop().create_future()
+            child.send(("sub", self.rid, child.next_sid, request.url, request.resource_type))
+            _, _, _, status, headers, body = await future
+        finally:
+            self.inflight -= 1
+            self.last = time.monotonic()
+        if not status:
+            self.note(body.decode("utf-8", "replace"))
+            await route.abort("blockedbyclient")
+            return
+        self.bytes += len(body)
+        await route.fulfill(status=status, headers=_served(headers), body=body)
+
+    def _refusal(self, request: Any) -> str:
+        """Why the page's ``request`` is refused here ("": it goes to the parent)."""
+        child = self.child
+        if request.is_navigation_request() and request.frame.parent_frame is None:
+            return "navigation away refused"
+        if request.resource_type in BLOCKED_TYPES and not child.load_media:
+            return f"{request.resource_type} not loaded"
+        if request.method != "GET":
+            return f"{request.method} sub-request refused"
+        if self.count >= child.max_subrequests:
+            return f"cut at {child.max_subrequests} sub-requests"
+        if self.bytes >= child.max_bytes:
+            return f"cut at {child.max_bytes} bytes of sub-requests"
+        if not request.url.startswith(("http://", "https://")):
+            return f"{request.url.partition(':')[0]}: sub-request refused"
+        return ""
+
+
+def _served(headers: list[tuple[str, str]]) -> dict[str, str]:
+    """An answer's headers as the browser is served them (the body is whole and decoded)."""
+    served: dict[str, str] = {}
+    for name, value in headers:
+        if name.lower() not in _SKIPPED_HEADERS:
+            served[name] = f"{served[name]}, {value}" if name in served else value
+    return served
+
+
+async def _quietly(awaitable: Any) -> None:
+    try:
+        await awaitable
+    except Exception:
+        pass
+
+
+async def _read(reader: asyncio.StreamReader) -> tuple[Any, ...] | None:
+    try:
+        (length,) = HEADER.unpack(await reader.readexactly(HEADER.size))
+        if length > MAX_MESSAGE:
+            raise ValueError(f"frame of {length} bytes")
+        message: tuple[Any, ...] = marshal.loads(await reader.readexactly(length))
+        return message
+    except asyncio.IncompleteReadError:
+        return None
+
+
+async def main() -> int:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_MESSAGE)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    out = os.fdopen(sys.stdout.fileno(), "wb", buffering=1 << 20, closefd=False)
+    init = await _read(reader)
+    if init is None or init[0] != "init":
+        return 2
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        child = Child(out, init)
+        await child.start(playwright)
+        pages: set[asyncio.Task[None]] = set()
+        reading = asyncio.ensure_future(_read(reader))
+        while True:
+            done, _ = await asyncio.wait({reading, child.gone}, return_when=asyncio.FIRST_COMPLETED)
+            if child.gone in done:
+                child.send(("gone", child.gone.result()))
+                return 3
+            message = reading.result()
+            if message is None:
+                break
+            reading = asyncio.ensure_future(_read(reader))
+            if message[0] == "render":
+                task = asyncio.ensure_future(child.render(message))
+                pages.add(task)
+                task.add_done_callback(pages.discard)
+            elif message[0] == "sub":
+                child.answered(message)
+        if pages:
+            await asyncio.wait(pages, timeout=child.navigation_timeout + child.settle_timeout)
+        await asyncio.wait_for(child.browser.close(), CLOSE_TIMEOUT)
+    return 0
+
+
+if __name__ == "__main__":
+    os.setsid()  # its own process group: the pool ends the child and its browser together (killpg)
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_IGN)  # the parent ends it by closing its input, or with SIGKILL
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,130 @@
+"""Pages built by JavaScript, rendered in headless Chromium (spiderd.engine.render) through both roles: a shop whose
+list pages write their links by script and whose detail pages fill their fields from an XHR, on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from twisted.internet import defer, reactor
+from twisted.logger import globalLogPublisher
+from twisted.trial import unittest
+from twisted.web import server
+
+from spiderd.config import settings as cfg
+
+from . import services
+from .shop import Shop, shop_site
+from .test_crawl import node_settings, run_crawl, run_with_worker
+
+RENDER = {"browsers": 1, "pages_per_browser": 3, "idle_time": 0.2}
+
+
+def read_items(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for p in sorted(folder.glob("*.jl")) for line in p.open()]
+
+
+class ShopTests(unittest.TestCase):
+    """The shop crawled without rendering, and rendered in both roles."""
+
+    timeout = 120
+
+    def setUp(self) -> None:
+        services.need_playwright()
+        self.shop = Shop(lists=1, per_list=5)
+        self.port = reactor.listenTCP(0, server.Site(self.shop), interface="127.0.0.1")
+        self.addCleanup(self.port.stopListening)
+        self.root = f"http://127.0.0.1:{self.port.getHost().port}/"
+        self.data = Path(tempfile.mkdtemp(prefix="spiderd-render-"))
+        self.addCleanup(shutil.rmtree, self.data, True)
+
+    def settings(self, render: str = "always", targets: list[str] | None = None, **sections: Any) -> cfg.Settings:
+        feeds = self.data / "shipped"
+        sections.setdefault("render", RENDER)
+        return node_settings(str(self.data), self.root, sites=[shop_site(render)],
+                             batch={"targets": targets or [], "size": 3},
+                             worker={"feed_template": f"file://{feeds}/%(batch)s_%(name)s_%(time)s.jl"}, **sections)
+
+    def expected(self) -> list[tuple[str, str, str]]:
+        return sorted((f"{self.root}p/{n}", f"Product {n}", f"{n}.99") for n in range(1, self.shop.details + 1))
+
+    @staticmethod
+    def fields(items: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+        return sorted((item["url"], item["title"], item["price"]) for item in items)
+
+    @defer.inlineCallbacks
+    def test_without_rendering_no_item_and_a_hint(self) -> Any:
+        """A site that does not render finds no detail link on the scripted list page: no item, and a logged hint
+        that names [[sites]] render."""
+        said: list[str] = []
+
+        def observe(event: dict[str, Any]) -> None:
+            said.append(str(event.get("log_format", "")))
+
+        globalLogPublisher.addObserver(observe)
+        self.addCleanup(globalLogPublisher.removeObserver, observe)
+        yield run_crawl(self.settings("never"))
+        self.assertEqual(read_items(self.data / "items"), [])
+        self.assertTrue(any('render = "auto"' in s and "JavaScript" in s for s in said), said[-20:])
+
+    @defer.inlineCallbacks
+    def test_always_renders_every_item_in_the_crawler(self) -> Any:
+        """render = "always", the crawler fetching its detail pages itself: every item with the fields the XHR
+        filled, marked rendered; no image was loaded."""
+        yield run_crawl(self.settings())
+        items = read_items(self.data / "items")
+        self.assertEqual(self.fields(items), self.expected())
+        self.assertTrue(all(item["rendered"] is True for item in items))
+        self.assertEqual([p for p in self.shop.requests if p.startswith("/img/")], [])
+
+    @defer.inlineCallbacks
+    def test_always_renders_every_item_in_the_worker(self) -> Any:
+        """render = "always", detail pages sent in batches to the node's own worker: every item, right fields."""
+        yield run_with_worker(self.settings(targets=["local"]))
+        items = read_items(self.data / "shipped")
+        self.assertEqual(self.fields(items), self.expected())
+        self.assertTrue(all(item["rendered"] is True for item in items))
+
+
+class StartTests(unittest.TestCase):
+    """A site that asks to render, on a machine that cannot: the start fails with one line naming the package."""
+
+    def raw(self, **render: Any) -> dict[str, Any]:
+        return {"sites": [shop_site("auto", allowed_hosts=["shop.example"])], "render": render}
+
+    def test_no_browser(self) -> None:
+        """No browser at render.browser: one line naming Debian's chromium package and the key."""
+        with self.assertRaises(cfg.ConfigError) as caught:
+            cfg.from_dict(self.raw(browser="/nonexistent/chromium"), "<test>")
+        message = str(caught.exception)
+        self.assertIn("apt-get install chromium", message)
+        self.assertIn("render.browser", message)
+        self.assertNotIn("\n", message)
+
+    def test_no_playwright(self) -> None:
+        """No playwright package: one line naming the extra to install."""
+        import importlib.util
+
+        find = importlib.util.find_spec
+        self.patch(importlib.util, "find_spec", lambda name, *a: None if name == "playwright" else find(name, *a))
+        with self.assertRaises(cfg.ConfigError) as caught:
+            cfg.from_dict(self.raw(), "<test>")
+        self.assertIn("pip install 'spiderd[render]'", str(caught.exception))
+        self.assertNotIn("\n", str(caught.exception))
+
+    def test_never_needs_nothing(self) -> None:
+        """A site that does not render needs no browser, wherever render.browser points."""
+        raw = self.raw(browser="/nonexistent/chromium")
+        raw["sites"][0]["render"] = "never"
+        self.assertEqual(cfg.from_dict(raw, "<test>").sites[0].render, "never")
+
+    def test_bad_mode(self) -> None:
+        """A render mode other than never, always, auto is an error naming the key."""
+        raw = self.raw()
+        raw["sites"][0]["render"] = "sometimes"
+        with self.assertRaises(cfg.ConfigError) as caught:
+            cfg.from_dict(raw, "<test>")
+        self.assertIn("sites[0].render", str(caught.exception))
