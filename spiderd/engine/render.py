@@ -227,6 +227,9 @@ class RenderPool(Service):
             rendered = Rendered(html, final_url, list(notes), count, size, job.throttle,
                                 self._reactor.seconds() - job.started)
             job.d.callback(rendered)
+        elif kind == "crashed":  # its page or its whole browser died: a new browser takes this one's place
+            self._again(job, str(message[2]))
+            self._retire(child, f"a page crashed ({message[2]})")
         else:
             self._fail(job, str(message[2]))
         self._after(child)
@@ -250,16 +253,20 @@ class RenderPool(Service):
             log.warn("Render browser {slot} (pid {pid}) ended with {count} pages in hand: {why}", slot=child.slot,
                      pid=child.pid, count=len(held), why=child.why_ended)
         for job in reversed(held):
-            self._end_subs(job)
-            job.attempts += 1
-            job.child = None
-            if job.attempts < ATTEMPTS and self.running:
-                self.counts["again"] += 1
-                self.waiting.appendleft(job)
-            else:
-                self._fail(job, f"its browser died {job.attempts} times (the last: {child.why_ended})")
+            self._again(job, child.why_ended)
         self._drain()
         self._check_stopped()
+
+    def _again(self, job: RenderJob, why: str) -> None:
+        """``job``'s browser (or its page) died under it: render it again, first in line, once; then fail it."""
+        self._end_subs(job)
+        job.attempts += 1
+        job.child = None
+        if job.attempts < ATTEMPTS and self.running:
+            self.counts["again"] += 1
+            self.waiting.appendleft(job)
+        else:
+            self._fail(job, f"its browser died {job.attempts} times (the last: {why})")
 
     def _fail(self, job: RenderJob, why: str) -> None:
         self.counts["failed"] += 1

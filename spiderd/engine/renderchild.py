@@ -18,7 +18,8 @@ Child to parent::
     ("ready", pid)                                 the browser is up
     ("sub", rid, sid, url, resource_type)          a sub-request of page ``rid``, for the parent to fetch
     ("done", rid, html, final_url, notes, subrequests, sub_bytes)
-    ("failed", rid, reason)
+    ("failed", rid, reason)                        the page broke a bound: it fails
+    ("crashed", rid, reason)                       its page or browser died under it: it may be rendered again
     ("gone", reason)                               the browser died: the child exits
 
 The main document is never fetched by the browser: the parent fetched it (politely, robots.txt checked, as the
@@ -43,8 +44,23 @@ from typing import Any
 from spiderd.fetch.parseworker import HEADER, MAX_MESSAGE, frame
 
 BLOCKED_TYPES = frozenset({"image", "media", "font"})
+# In the page, before its scripts: fetch() and XMLHttpRequest past the cap fail at once, in the page itself (a script
+# firing 10,000 XHRs would otherwise queue 10,000 requests, each a round trip to this process to be refused).
+CAP_SCRIPT = """(() => {
+  window.open = function () { window.__spiderdPopups = (window.__spiderdPopups || 0) + 1; return null; };
+  let made = 0; const cap = %d; const fetch = window.fetch; const send = XMLHttpRequest.prototype.send;
+  const over = () => { if (++made <= cap) return false; window.__spiderdCut = made - cap; return true; };
+  window.fetch = function () { return over() ? Promise.reject(new TypeError("sub-request cap")) : fetch.apply(this, arguments); };
+  XMLHttpRequest.prototype.send = function () {
+    if (over()) throw new DOMException("sub-request cap", "NetworkError");
+    return send.apply(this, arguments);
+  };
+})();"""
 _SKIPPED_HEADERS = frozenset({"content-encoding", "transfer-encoding", "content-length", "connection"})
 CLOSE_TIMEOUT = 5.0
+# Whatever the route does not answer (a download, a pop-up's own loads) goes to a proxy that is not there, loopback
+# included: the browser reaches no server but through the parent.
+NO_NETWORK = ("--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>")
 
 
 class NotSettled(Exception):
@@ -70,7 +86,7 @@ class Child:
     async def start(self, playwright: Any) -> None:
         self.browser = await playwright.chromium.launch(
             executable_path=self.executable, headless=True, handle_sigint=False, handle_sigterm=False,
-            handle_sighup=False, args=["--no-sandbox", "--disable-dev-shm-usage", "--no-first-run"])
+            handle_sighup=False, args=["--no-sandbox", "--disable-dev-shm-usage", "--no-first-run", *NO_NETWORK])
         self.browser.on("disconnected", lambda _: self.end("the browser exited"))
         self.send(("ready", os.getpid()))
 
@@ -90,7 +106,9 @@ class Child:
         try:
             html, final = await page.run()
         except Exception as e:  # Playwright's errors, NotSettled, a closed browser: the page's reason
-            self.send(("failed", rid, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]))
+            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+            crashed = type(e).__name__ == "TargetClosedError" or "crash" in str(e).lower()
+            self.send(("crashed" if crashed else "failed", rid, why))
         else:
             self.send(("done", rid, html, final, page.notes, page.count, page.bytes))
         finally:
@@ -121,11 +139,13 @@ class Page:
             page = await context.new_page()
             context.on("page", self._popup)  # any page after this one is a pop-up
             page.on("dialog", self._dialog)
-            await page.route("**/*", self._route)
+            await context.add_init_script(CAP_SCRIPT % child.max_subrequests)
+            await context.route("**/*", self._route)  # every page of the context: a pop-up's requests too
             deadline = child.navigation_timeout + child.settle_timeout + CLOSE_TIMEOUT
             return await asyncio.wait_for(self._load(page), deadline)
         finally:
             try:
+                await asyncio.wait_for(context.unroute_all(behavior="ignoreErrors"), CLOSE_TIMEOUT)
                 await asyncio.wait_for(context.close(), CLOSE_TIMEOUT)
             except Exception:
                 child.end("a page could not be closed")
@@ -137,8 +157,25 @@ class Page:
             await page.wait_for_selector(self.wait, state="attached", timeout=child.settle_timeout * 1000)
         else:
             await self._idle()
-        html = await page.content()
+        html = await self._content(page)
+        cut = await page.evaluate("window.__spiderdCut || 0")
+        if cut:
+            self.note(f"cut at {child.max_subrequests} sub-requests ({cut} more refused)")
+        if await page.evaluate("window.__spiderdPopups || 0"):
+            self.note("pop-up refused")
         return html.encode("utf-8"), page.url
+
+    async def _content(self, page: Any) -> str:
+        """The DOM as HTML (asked again while a navigation the route refuses is still under way)."""
+        for _ in range(20):
+            try:
+                html: str = await page.content()
+                return html
+            except Exception as e:
+                if "navigating" not in str(e):
+                    raise
+                await asyncio.sleep(0.05)
+        raise NotSettled("the page kept navigating")
 
     async def _idle(self) -> None:
         """Until no sub-request has been in flight for ``idle_time`` (NotSettled past ``settle_timeout``)."""
@@ -173,6 +210,10 @@ class Page:
             self.served = True
             await route.fulfill(**self.main)
             return
+        if request.is_navigation_request() and request.frame.parent_frame is None:
+            self.note("navigation away refused")
+            await route.fulfill(status=204)  # a 204 leaves the page where it is (an abort commits an error page)
+            return
         refused = self._refusal(request)
         if refused:
             if request.resource_type not in BLOCKED_TYPES:  # media are refused by default: nothing to say
@@ -200,8 +241,6 @@ class Page:
     def _refusal(self, request: Any) -> str:
         """Why the page's ``request`` is refused here ("": it goes to the parent)."""
         child = self.child
-        if request.is_navigation_request() and request.frame.parent_frame is None:
-            return "navigation away refused"
         if request.resource_type in BLOCKED_TYPES and not child.load_media:
             return f"{request.resource_type} not loaded"
         if request.method != "GET":
