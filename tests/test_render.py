@@ -13,7 +13,9 @@ from twisted.internet import defer, reactor
 from twisted.logger import globalLogPublisher
 from twisted.trial import unittest
 from twisted.web import server
+from twisted.web.client import Agent, readBody
 
+from spiderd import tap
 from spiderd.config import settings as cfg
 
 from . import services
@@ -128,3 +130,53 @@ class StartTests(unittest.TestCase):
         with self.assertRaises(cfg.ConfigError) as caught:
             cfg.from_dict(raw, "<test>")
         self.assertIn("sites[0].render", str(caught.exception))
+
+
+class AutoTests(unittest.TestCase):
+    """render = "auto" over the scripted shop and a shop of plain HTML pages on another host."""
+
+    timeout = 120
+
+    def setUp(self) -> None:
+        services.need_playwright()
+        self.shop, self.plain = Shop(lists=1, per_list=4), Shop(lists=1, per_list=8, plain=True)
+        self.ports = [reactor.listenTCP(0, server.Site(self.shop), interface="127.0.0.1"),
+                      reactor.listenTCP(0, server.Site(self.plain), interface="127.0.0.2")]
+        for port in self.ports:
+            self.addCleanup(port.stopListening)
+        self.roots = [f"http://127.0.0.{i}:{p.getHost().port}/" for i, p in enumerate(self.ports, 1)]
+        self.data = Path(tempfile.mkdtemp(prefix="spiderd-auto-"))
+        self.addCleanup(shutil.rmtree, self.data, True)
+
+    @defer.inlineCallbacks
+    def test_auto_renders_where_it_gives_more(self) -> Any:
+        """Every item of both shops with its fields; the scripted shop's sections stay rendered, the plain shop's
+        detail pages stop being rendered after auto_probe pages (as /api/hosts says); an item says whether it was
+        rendered."""
+        sites = [shop_site("auto"), shop_site("auto", name="plain", allowed_hosts=["127.0.0.2"])]
+        settings = node_settings(str(self.data), self.roots[0], sites=sites, pool={"seeds": self.roots},
+                                 fetch={"per_host_concurrency": 1}, render={**RENDER, "auto_probe": 2})
+        cfg.check_data_dir(settings)
+        top = tap.build(settings, reactor)
+        top.startService()
+        try:
+            yield top.getServiceNamed("crawler").finished
+            api = top.getServiceNamed("api").address[1]
+            response = yield Agent(reactor).request(b"GET", f"http://127.0.0.1:{api}/api/hosts".encode())
+            hosts = json.loads((yield readBody(response)))
+        finally:
+            yield top.stopService()
+        items = read_items(self.data / "items")
+        got = sorted((i["url"], i["title"], i["price"]) for i in items)
+        expected = [(f"{root}p/{n}", f"Product {n}", f"{n}.99")
+                    for root, shop in zip(self.roots, (self.shop, self.plain)) for n in range(1, shop.details + 1)]
+        self.assertEqual(got, sorted(expected))
+        rendered = [i["url"].startswith(self.roots[0]) for i in items if i.get("rendered")]
+        self.assertEqual(sorted(rendered), [False] * 2 + [True] * 4)  # the plain shop's two probes, the shop's all
+        sections = {row["section"].partition("/")[0].partition(":")[0] + "/" + row["section"].partition("/")[2]: row
+                    for row in hosts["render"]}
+        self.assertEqual(sections["127.0.0.2/p"], {**sections["127.0.0.2/p"], "render": False, "rendered": 2,
+                                                   "plain": 6})
+        self.assertEqual(sections["127.0.0.1/p"], {**sections["127.0.0.1/p"], "render": True, "rendered": 4,
+                                                   "plain": 0})
+        self.assertTrue(sections["127.0.0.1/"]["render"])

@@ -111,7 +111,8 @@ class AutoRender:
             if len(rows) >= limit:
                 break
             c = self.choices[key]
-            rows.append({"section": key, "render": c.render, "rendered": c.rendered, "plain": c.plain})
+            rows.append({"host": key.partition("/")[0], "section": key, "render": c.render, "rendered": c.rendered,
+                         "plain": c.plain})
         return rows
 
 

@@ -177,9 +177,11 @@ class ApiResource(JsonResource):
         return {"failures": recent.latest(_limit(request, default=20))}
 
     def hosts(self, request: Request) -> Deferred[dict[str, Any]]:
-        """``GET /api/hosts?limit=50``: the hosts to look at first (throttled, then the most waiting URLs)."""
-        d = self._admin.hosts(_limit(request, default=50, most=HOSTS_MOST))
-        return d.addCallback(lambda rows: {"hosts": rows})
+        """``GET /api/hosts?limit=50``: the hosts to look at first (throttled, then the most waiting URLs); with
+        sites that render, ``render``: each host section's choice (rendered or plain, and its page counts)."""
+        limit = _limit(request, default=50, most=HOSTS_MOST)
+        d = self._admin.hosts(limit)
+        return d.addCallback(lambda rows: _with_render({"hosts": rows}, nodes.render_rows(self._node, limit)))
 
     def history(self, request: Request) -> dict[str, Any]:
         return self._history.series()
@@ -314,6 +316,12 @@ def _log_import(totals: dict[str, Any]) -> dict[str, Any]:
              "{known} known, {rejected} rejected", lines=totals["lines"], queued=totals["queued"],
              restored=totals["restored"], known=totals["known"], rejected=totals["rejected_count"])
     return totals
+
+
+def _with_render(answer: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    if rows:
+        answer["render"] = rows
+    return answer
 
 
 def _limit(request: Request, default: int = 50, most: int = 1000) -> int:

@@ -18,6 +18,7 @@ from spiderd.store.interfaces import IPageStore
 if TYPE_CHECKING:
     from spiderd.core.stats import CrawlStats
     from spiderd.core.storage import StorageGate
+    from spiderd.engine.fetchmode import FetchModes
     from spiderd.feed.shipper import FeedShipper
     from spiderd.fetch.extract import Rules
     from spiderd.fetch.robots import Robots
@@ -49,6 +50,7 @@ class Node:
     robots: Robots | None = None  # when robots.txt is obeyed
     rules: Rules | None = None
     storage: StorageGate | None = None  # the node's storage gate (a full disk holds its work)
+    render: FetchModes | None = None  # how sites' pages are fetched: its render pool, "auto"'s choices
     max_url_length: int = MAX_URL_LENGTH
     started: float = field(init=False)
 
@@ -100,7 +102,7 @@ def _assemble(node: Node, history: History, pool: dict[str, Any] | None) -> dict
         out["errors"] = dict(node.stats.errors)
         out["statuses"] = dict(node.stats.statuses)
     parts = {"crawler": _crawler, "batches": _batches, "feeds": _feeds, "worker": _worker, "store": _store,
-             "recrawl": _recrawl, "storage": _storage}
+             "recrawl": _recrawl, "storage": _storage, "render": _render}
     for name, part in parts.items():
         try:
             value = part(node)
@@ -110,6 +112,18 @@ def _assemble(node: Node, history: History, pool: dict[str, Any] | None) -> dict
         if value is not None:
             out[name] = value
     return out
+
+
+def _render(node: Node) -> dict[str, Any] | None:
+    """The render pool's counters (browsers, pages rendering and waiting, rendered, failed, replaced ...)."""
+    modes = node.render
+    return modes.pool.status() if modes is not None and modes.pool is not None else None
+
+
+def render_rows(node: Node, limit: int) -> list[dict[str, Any]]:
+    """"auto"'s choice per host section: rendered or not, and how many pages each way."""
+    modes = node.render
+    return modes.auto.rows(limit) if modes is not None and modes.pool is not None else []
 
 
 def _storage(node: Node) -> dict[str, Any] | None:
