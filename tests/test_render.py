@@ -90,6 +90,27 @@ class ShopTests(unittest.TestCase):
         self.assertEqual(self.fields(items), self.expected())
         self.assertTrue(all(item["rendered"] is True for item in items))
 
+    @defer.inlineCallbacks
+    def test_warc_keeps_the_response_and_the_rendered_dom(self) -> Any:
+        """Each rendered detail page: a response record with the body as fetched (no product in it) and a
+        conversion record of the rendered DOM (its title and price) that refers to that response."""
+        from .test_warc import records
+
+        yield run_crawl(self.settings(items={"format": "both"}))
+        found = [r for p in (self.data / "items").glob("*.warc.gz") for r in records(p)]
+        responses = {r["warc"]["WARC-Record-ID"]: r for r in found if r["type"] == "response"}
+        conversions = [r for r in found if r["type"] == "conversion"]
+        self.assertEqual(len(conversions), 1 + self.shop.details)  # the list page and every detail page
+        for record in conversions:
+            fetched = responses[record["warc"]["WARC-Refers-To"]]
+            self.assertEqual(fetched["warc"]["WARC-Target-URI"], record["warc"]["WARC-Target-URI"])
+            self.assertEqual(record["warc"]["Content-Type"], "text/html; charset=utf-8")
+            path = record["warc"]["WARC-Target-URI"][len(self.root) - 1:]
+            if path.startswith("/p/"):
+                n = path.rsplit("/", 1)[1].encode()
+                self.assertNotIn(b"Product " + n, fetched["content"])
+                self.assertIn(b"Product " + n + b"</h1>", record["content"])
+                self.assertIn(n + b".99</span>", record["content"])
 
 class StartTests(unittest.TestCase):
     """A site that asks to render, on a machine that cannot: the start fails with one line naming the package."""
@@ -180,3 +201,4 @@ class AutoTests(unittest.TestCase):
         self.assertEqual(sections["127.0.0.1/p"], {**sections["127.0.0.1/p"], "render": True, "rendered": 4,
                                                    "plain": 0})
         self.assertTrue(sections["127.0.0.1/"]["render"])
+

@@ -8,6 +8,9 @@ deflate inflated, chunks joined): as StormCrawler's WARC module does, the respon
 ``Transfer-Encoding`` and ``Content-Length`` are kept as ``X-Crawler-<name>`` and a ``Content-Length`` of the
 stored body is set, so the record reads as what it holds; a truncated body says ``WARC-Truncated: length``.
 
+A page rendered in a headless browser (:mod:`spiderd.engine.render`) keeps both: the ``response`` record is the main
+document as it was fetched, and a ``conversion`` record (``WARC-Refers-To`` the response) holds the rendered DOM.
+
 warcio is optional (``pip install 'spiderd[warc]'``): :func:`require` says so clearly when it is missing.
 """
 
@@ -94,7 +97,16 @@ def answer_records(result: Any) -> bytes:
                             + list(result.request_headers), is_http_request=True)
     request = writer.create_warc_record(url, "request", http_headers=sent, warc_headers_dict=dict(when))
     writer.write_request_response_pair(request, response)  # warcio writes the response first
+    if result.rendered is not None:
+        writer.write_record(_conversion(writer, url, result.rendered, response, when))
     return out.getvalue()
+
+
+def _conversion(writer: Any, url: str, dom: bytes, response: Any, when: dict[str, str]) -> Any:
+    """A ``conversion`` record of the DOM a browser rendered of ``response``'s page (WARC-Refers-To it)."""
+    refers = {**when, "WARC-Refers-To": response.rec_headers.get_header("WARC-Record-ID")}
+    return writer.create_warc_record(url, "conversion", payload=io.BytesIO(dom), length=len(dom),
+                                     warc_content_type="text/html; charset=utf-8", warc_headers_dict=refers)
 
 
 def _stored_headers(headers: list[tuple[str, str]], length: int) -> list[tuple[str, str]]:
