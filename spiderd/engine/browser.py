@@ -66,7 +66,7 @@ class BrowserChild(ProcessProtocol):
         log.info("Render browser {slot} started (pid {pid})", slot=self.slot, pid=self.pid)
 
     def send(self, message: tuple[Any, ...]) -> None:
-        if self.transport is not None and self.pid is not None:
+        if getattr(self, "transport", None) is not None:
             self.transport.write(frame(message))
 
     def close(self) -> None:
@@ -79,8 +79,9 @@ class BrowserChild(ProcessProtocol):
                  because=because)
         self.killed_because = self.killed_because or because
         try:
-            if self.pid is not None:
-                os.killpg(self.pid, signal.SIGKILL)
+            if self.pid is None:
+                raise OSError("no process group")
+            os.killpg(self.pid, signal.SIGKILL)
         except OSError:  # already gone, or not a group leader yet: the child alone
             try:
                 self.transport.signalProcess("KILL")

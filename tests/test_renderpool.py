@@ -1,0 +1,126 @@
+"""The render pool's supervision (spiderd.engine.render), on a Clock with stand-in browser children (no browser
+is started): a hung browser is killed and its pages rendered again once, then failed with the reason; a browser
+past max_pages or max_rss_mb is replaced without losing a page; the pool's bound holds pages back."""
+
+from __future__ import annotations
+
+import marshal
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.error import ProcessTerminated
+from twisted.internet.task import Clock
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase
+
+from spiderd.config.sections import RenderSection
+from spiderd.core.rules import Site
+from spiderd.engine.browser import BrowserChild
+from spiderd.engine.politeness import Politeness
+from spiderd.engine.render import HANG_GRACE, RenderFailed, Rendered, RenderPool
+from spiderd.engine.subrequests import SubRequestGate, politeness_limits
+from spiderd.fetch.fetcher import FetchResult
+from spiderd.fetch.parseworker import FrameDecoder
+
+SITE = Site("shop", ("shop.example",), render="always")
+
+
+class Transport:
+    """What the pool writes to a stand-in child, and the signals it sends; its pid is above Linux's largest
+    (2**22), so no real process is ever signalled."""
+
+    def __init__(self, child: BrowserChild, pid: int) -> None:
+        self.pid = pid
+        self.child, self.frames, self.signals, self.closed = child, FrameDecoder(), [], False
+        self.sent: list[tuple[Any, ...]] = []
+
+    def write(self, data: bytes) -> None:
+        self.sent.extend(marshal.loads(p) for p in self.frames.feed(data))
+
+    def closeStdin(self) -> None:
+        self.closed = True
+
+    def signalProcess(self, name: str) -> None:
+        self.signals.append(name)
+        self.child.processEnded(Failure(ProcessTerminated(signal=9)))
+
+
+class PoolTests(SynchronousTestCase):
+    """Supervision without a browser."""
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.children: list[BrowserChild] = []
+        self.memory: dict[int, int] = {}
+        self.pool = self.make()
+
+    def make(self, **config: Any) -> RenderPool:
+        knobs = {"browsers": 1, "pages_per_browser": 2, "navigation_timeout": 5.0, "settle_timeout": 5.0, **config}
+        gate = SubRequestGate(self.clock, politeness_limits(Politeness()))
+        pool = RenderPool(self.clock, RenderSection(**knobs), None, gate,  # type: ignore[arg-type]
+                          starter=self.start, rss=lambda pid, tree: self.memory.get(pid))
+        pool.startService()
+        return pool
+
+    def start(self, reactor: Any, child: BrowserChild) -> None:
+        child.transport = Transport(child, 2**22 + 1 + len(self.children))  # type: ignore[assignment]
+        child.pid = child.transport.pid
+        self.children.append(child)
+        child.ready = True
+
+    def render(self, n: int) -> Deferred[Rendered]:
+        result = FetchResult(f"http://shop.example/p/{n}", 200, f"http://shop.example/p/{n}", b"<html></html>",
+                             "text/html", headers=[])
+        return self.pool.render(result, SITE)
+
+    def rendering(self, child: BrowserChild) -> list[int]:
+        return [m[1] for m in child.transport.sent if m[0] == "render"]  # type: ignore[attr-defined]
+
+    def answer(self, child: BrowserChild, rid: int) -> None:
+        self.pool.browser_message(child, ("done", rid, b"<html>dom</html>", "u", [], 0, 0))
+
+    def test_bound_holds_pages_back(self) -> None:
+        """pages_per_browser pages go to the browser; the third waits until one is done."""
+        self.pool.browser_ready(self.children[0])
+        done = [self.render(n) for n in range(3)]
+        child = self.children[0]
+        self.assertEqual(self.rendering(child), [1, 2])
+        self.answer(child, 1)
+        self.assertEqual(self.successResultOf(done[0]).html, b"<html>dom</html>")
+        self.assertEqual(self.rendering(child), [1, 2, 3])
+
+    def test_hung_browser_killed_and_pages_rendered_again_once(self) -> None:
+        """A browser holding a page past its deadline is killed; its pages go to the next browser; when that one
+        hangs too, they fail naming why."""
+        self.pool.browser_ready(self.children[0])
+        page = self.render(1)
+        self.clock.advance(5 + 5 + HANG_GRACE + 1)
+        self.assertEqual(self.children[0].transport.signals, ["KILL"])  # type: ignore[attr-defined]
+        self.clock.advance(0)  # the restart
+        second = self.children[1]
+        self.pool.browser_ready(second)
+        self.assertEqual(self.rendering(second), [1])
+        self.assertNoResult(page)
+        self.clock.advance(5 + 5 + HANG_GRACE + 1)
+        failure = self.failureResultOf(page, RenderFailed)
+        self.assertIn("its browser died 2 times", failure.getErrorMessage())
+        self.assertIn("the browser hung", failure.getErrorMessage())
+
+    def test_replaced_past_max_pages_and_memory(self) -> None:
+        """A browser that was given max_pages pages is replaced at once (it finishes its page, then its input
+        closes); so is one whose processes hold more than max_rss_mb."""
+        self.pool = self.make(max_pages=1)
+        first, started = self.children[-1], len(self.children)
+        self.pool.browser_ready(first)
+        page = self.render(1)
+        self.assertEqual(len(self.children), started + 1)  # the replacement, already started
+        self.assertFalse(first.transport.closed)  # type: ignore[attr-defined]
+        self.answer(first, 1)
+        self.successResultOf(page)
+        self.assertTrue(first.transport.closed)  # type: ignore[attr-defined]
+        self.pool = self.make(max_rss_mb=100)
+        big = self.children[-1]
+        self.memory[big.pid] = 101 * 2**20  # type: ignore[index]
+        self.clock.advance(1.0)
+        self.assertTrue(big.retiring)
+        self.assertEqual(self.pool.counts["replaced"], 1)
