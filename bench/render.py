@@ -1,0 +1,279 @@
+"""Rendering pages built by JavaScript: spiderd's render pool against Scrapy + scrapy-playwright, on the same
+shop, the same browser binary and the same concurrency.
+
+    python bench/render.py                    # a 2,000-detail-page shop, a 1,000-page mixed site
+    python bench/render.py --details 400      # a quicker run
+    python bench/render.py --skip-scrapy      # spiderd only
+
+The shop is ``tests/shop.py``'s (served by twisted.web in its own process on 127.0.0.1): list pages write their
+detail links with a script, detail pages fill their title and price from an XHR to a JSON endpoint, each detail
+page links an image (not loaded by either crawler).  The runs:
+
+- ``render``: ``twistd -n spiderd`` (the all role, detail pages fetched by the crawler itself, store off), the site
+  ``render = "always"``, ``[render] browsers = 2``, ``pages_per_browser = 4``, ``[fetch] concurrency = 8``; to its
+  end (``exit_when_done``).  Its memory, every process of it (its browsers, their renderers, the parse children)
+  summed as their proportional set sizes (PSS: a page shared by two of them counts half in each; their RSS summed
+  would count Chromium's shared pages once per process), is read when the node has rendered 500 and 2,000 pages;
+- ``scrapy_playwright``: Scrapy 2.13+ with scrapy-playwright, from its own virtualenv (``--scrapy-venv``, made on
+  first use), on the asyncio reactor, ``executable_path`` the same Chromium, ``CONCURRENT_REQUESTS = 8``, images,
+  media and fonts aborted, each page waited for until its network is idle (Playwright's ``networkidle``: 500 ms
+  without a request, as spiderd's ``idle_time = 0.5``), so both fill the XHR's fields;
+- ``auto``: spiderd with ``render = "auto"`` on a mixed site of ``--mixed`` pages, half articles in plain HTML
+  (``/a/N``, listed by a plain list page) and half products built by script (``/p/N``): the share of the pages it
+  rendered (``render`` counters in /api/status), and whether it found every item.
+
+Pages per second are items over the run's wall time, the browsers' start included.  Ends with one ``RESULT`` line:
+``render_pages_per_s``, ``scrapy_playwright_pages_per_s``, ``render_rss_mb_at_500``, ``render_rss_mb_at_2000``,
+``auto_rendered_share``, ``auto_items_found`` and ``auto_items_expected``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from spiderd.core.proctree import tree_memory  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
+SERVER = """
+import sys
+sys.path.insert(0, {root!r})
+from twisted.internet import reactor
+from twisted.web import server
+from tests.shop import Shop
+
+class Mixed(Shop):
+    def render_GET(self, request):
+        path = request.path.decode()
+        if path == "/":
+            request.setHeader(b"content-type", b"text/html")
+            lists = "".join(f"<a href='/list/{{n}}'>products {{n}}</a> " for n in range(1, self.lists + 1))
+            return f"<html><body>{{lists}} <a href='/articles'>articles</a></body></html>".encode()
+        if path == "/articles":
+            request.setHeader(b"content-type", b"text/html")
+            links = "".join(f"<a href='/a/{{n}}'>article {{n}}</a> " for n in range(1, self.details + 1))
+            return f"<html><body>{{links}}</body></html>".encode()
+        if path.startswith("/a/"):
+            n = path.rsplit("/", 1)[1]
+            request.setHeader(b"content-type", b"text/html")
+            return f"<html><body><h1>Product {{n}}</h1><span id='price'>{{n}}.99</span></body></html>".encode()
+        return super().render_GET(request)
+
+shop = (Mixed if {mixed} else Shop)(lists={lists}, per_list={per_list})
+reactor.listenTCP({port}, server.Site(shop), interface="127.0.0.1")
+reactor.run()
+"""
+SPIDER = """
+import scrapy
+from scrapy_playwright.page import PageMethod
+
+WAIT = {{"playwright": True, "playwright_page_methods": [PageMethod("wait_for_load_state", "networkidle")]}}
+
+class Shop(scrapy.Spider):
+    name = "shop"
+    custom_settings = {{
+        "DOWNLOAD_HANDLERS": {{"http": "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler",
+                              "https": "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler"}},
+        "TWISTED_REACTOR": "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
+        "PLAYWRIGHT_BROWSER_TYPE": "chromium",
+        "PLAYWRIGHT_LAUNCH_OPTIONS": {{"executable_path": {chromium!r}, "headless": True, "args": ["--no-sandbox"]}},
+        "PLAYWRIGHT_ABORT_REQUEST": lambda request: request.resource_type in ("image", "media", "font"),
+        "CONCURRENT_REQUESTS": {concurrency}, "CONCURRENT_REQUESTS_PER_DOMAIN": {concurrency},
+        "PLAYWRIGHT_MAX_PAGES_PER_CONTEXT": {concurrency},
+        "ROBOTSTXT_OBEY": False, "LOG_LEVEL": "WARNING", "TELNETCONSOLE_ENABLED": False,
+    }}
+
+    async def start(self):  # Scrapy 2.13+
+        yield scrapy.Request({root!r}, meta=WAIT)
+
+    def parse(self, response):
+        for href in response.css("a::attr(href)").getall():
+            if "/p/" in href:
+                yield response.follow(href, self.item, meta=WAIT)
+            elif "/list/" in href:
+                yield response.follow(href, self.parse, meta=WAIT)
+
+    def item(self, response):
+        yield {{"url": response.url, "title": response.css("h1::text").get(),
+               "price": response.css("#price::text").get()}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def serve(details: int, mixed: bool = False) -> tuple[subprocess.Popen[bytes], str]:
+    """The shop (or the mixed site) in its own process; (the process, its root URL)."""
+    port = free_port()
+    per_list = 50
+    lists = max(1, details // per_list)
+    code = SERVER.format(root=str(ROOT), mixed=mixed, lists=lists, per_list=per_list, port=port)
+    process = subprocess.Popen([sys.executable, "-c", code])
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return process, f"http://127.0.0.1:{port}/"
+
+
+def spiderd_config(work: Path, root: str, render: str, api: int, detail_re: str) -> Path:
+    config = work / f"spiderd-{render}.toml"
+    config.write_text(textwrap.dedent(f"""\
+        [spiderd]
+        data_dir = "{work / render}"
+        exit_when_done = true
+        log_interval = 30
+        [pool]
+        seeds = ["{root}"]
+        [fetch]
+        concurrency = 8
+        per_host_concurrency = 8
+        robots = false
+        [render]
+        browser = "{CHROMIUM}"
+        browsers = 2
+        pages_per_browser = 4
+        [batch]
+        targets = []
+        [store]
+        url = "none"
+        [api]
+        port = {api}
+        [[sites]]
+        name = "shop"
+        allowed_hosts = ["127.0.0.1"]
+        list_urls = ['/(list/\\d+|articles)?$']
+        detail_urls = ['{detail_re}']
+        render = "{render}"
+        [sites.fields]
+        title = "//h1/text()"
+        price = "//span[@id='price']/text()"
+        """))
+    return config
+
+
+def status(api: int) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{api}/api/status", timeout=2) as answer:
+            result: dict[str, Any] = json.loads(answer.read())
+            return result
+    except OSError:
+        return None
+
+
+def run_spiderd(work: Path, root: str, render: str, details: int) -> dict[str, Any]:
+    """One crawl to its end: its time, items, memory at 500 and 2,000 rendered pages, and its render counters."""
+    api = free_port()
+    config = spiderd_config(work, root, render, api, r"/(p|a)/\d+$")
+    log = open(work / f"spiderd-{render}.log", "wb")
+    started = time.monotonic()
+    process = subprocess.Popen([sys.executable, "-c", TWISTD, "-n", "--pidfile=", "spiderd", "--config", str(config)],
+                               cwd=work, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=log,
+                               stderr=subprocess.STDOUT)
+    memory: dict[int, float] = {}
+    last: dict[str, Any] = {}
+    while process.poll() is None:
+        time.sleep(0.5)
+        answer = status(api)
+        if answer is None:
+            continue
+        last = answer
+        rendered = answer.get("render", {}).get("rendered", 0)
+        for mark in (500, 2000):
+            if rendered >= mark and mark not in memory:
+                memory[mark] = (tree_memory(process.pid) or 0) / 2**20
+    elapsed = time.monotonic() - started
+    items = sum(1 for f in (work / render / "items").glob("*.jl") for _ in f.open())
+    return {"elapsed": elapsed, "items": items, "memory": memory, "render": last.get("render", {}),
+            "pages": last.get("counts", {}).get("pages", 0)}
+
+
+def scrapy_venv(path: Path) -> Path:
+    python = path / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "scrapy>=2.13", "scrapy-playwright",
+                        "playwright"], check=True)
+    return python
+
+
+def run_scrapy(work: Path, root: str, python: Path, concurrency: int) -> dict[str, Any]:
+    spider = work / "shop_spider.py"
+    spider.write_text(SPIDER.format(chromium=CHROMIUM, concurrency=concurrency, root=root))
+    out = work / "scrapy-items.jl"
+    started = time.monotonic()
+    subprocess.run([str(python), "-m", "scrapy", "runspider", str(spider), "-o", f"{out}:jsonlines"], cwd=work,
+                   check=True, stdout=open(work / "scrapy.log", "wb"), stderr=subprocess.STDOUT)
+    elapsed = time.monotonic() - started
+    items = [json.loads(line) for line in out.open()]
+    filled = sum(1 for item in items if item.get("price"))
+    return {"elapsed": elapsed, "items": len(items), "filled": filled}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--details", type=int, default=2000)
+    parser.add_argument("--mixed", type=int, default=1000, help="pages of the mixed site (half plain)")
+    parser.add_argument("--skip-scrapy", action="store_true")
+    parser.add_argument("--scrapy-venv", type=Path, default=Path(tempfile.gettempdir()) / "spiderd-bench-playwright")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+    if not os.access(CHROMIUM, os.X_OK):
+        raise SystemExit(f"{CHROMIUM} is missing: apt-get install chromium")
+    work = Path(tempfile.mkdtemp(prefix="spiderd-bench-render-"))
+    print(f"work: {work}; load average before: {os.getloadavg()}", flush=True)
+    results: dict[str, Any] = {}
+    server, root = serve(args.details)
+    try:
+        spiderd_run = run_spiderd(work, root, "always", args.details)
+        print(f"render: {spiderd_run}", flush=True)
+        results["render_pages_per_s"] = spiderd_run["items"] / spiderd_run["elapsed"]
+        results["render_items"] = spiderd_run["items"]
+        for mark in (500, 2000):
+            if mark in spiderd_run["memory"]:
+                results[f"render_rss_mb_at_{mark}"] = spiderd_run["memory"][mark]
+        if not args.skip_scrapy:
+            scrapy = run_scrapy(work, root, scrapy_venv(args.scrapy_venv), 8)
+            print(f"scrapy_playwright: {scrapy}", flush=True)
+            results["scrapy_playwright_pages_per_s"] = scrapy["items"] / scrapy["elapsed"]
+            results["scrapy_playwright_items_filled"] = scrapy["filled"]
+    finally:
+        server.terminate()
+    server, root = serve(args.mixed // 2, mixed=True)
+    try:
+        auto = run_spiderd(work, root, "auto", args.mixed)
+        print(f"auto: {auto}", flush=True)
+        rendered = auto["render"].get("rendered", 0)
+        results["auto_rendered_share"] = rendered / max(1, auto["pages"])
+        results["auto_items_found"] = auto["items"]
+        results["auto_items_expected"] = (args.mixed // 2 // 50) * 50 * 2
+    finally:
+        server.terminate()
+    print(f"load average after: {os.getloadavg()}", flush=True)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    print("RESULT " + " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in results.items()))
+
+
+if __name__ == "__main__":
+    main()
