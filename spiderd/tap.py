@@ -20,6 +20,7 @@ from spiderd.core.reactors import INodeReactor
 from spiderd.core.stats import CrawlStats, ProgressLogger
 from spiderd.core.storage import StorageGate
 from spiderd.demo import config as demo
+from spiderd.engine.politeness import Politeness
 from spiderd.engine.render import build_modes
 from spiderd.engine.steps import PageSteps
 from spiderd.feed.writers import item_writers
@@ -122,7 +123,8 @@ def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiSer
     fetcher = Fetcher(reactor, fetching, on_crawl_delay=pool.set_host_delay if pool else None,
                       on_address=by_address)
     store = page_store(s.store, node.data_dir, reactor, blocking.lane("store"))
-    modes, renderer = build_modes(s.fetch, s.render, reactor, fetcher, parser)
+    paced = Politeness(s.fetch.per_host_delay, s.fetch.per_host_concurrency, s.fetch.host_overrides)  # sub-requests
+    modes, renderer = build_modes(s.render, paced, reactor, fetcher, parser)
     for service in (pooled, store, parser, renderer, lifecycle.Closer("fetcher", fetcher.close)):
         top.add(service)
     claim = pool.claim_content if pool is not None and s.items.skip_duplicate_content else None

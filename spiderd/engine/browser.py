@@ -15,7 +15,6 @@ from twisted.internet.protocol import ProcessProtocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-import spiderd
 from spiderd.fetch.parseworker import FrameDecoder, FrameError, frame
 
 log = Logger()
@@ -37,7 +36,7 @@ class BrowserOwner(Protocol):
 def spawn(reactor: IReactorProcess, child: BrowserChild) -> None:
     """Start ``child``'s process with this interpreter, this ``spiderd`` first on its path."""
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(spiderd.__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # spiderd's parent
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     args = [sys.executable, "-m", "spiderd.engine.renderchild"]
     reactor.spawnProcess(child, sys.executable, args, env=env)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from twisted.application.service import Service
 from twisted.internet import defer
@@ -30,7 +30,6 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from spiderd.config.sections import FetchSection, RenderSection
 from spiderd.core import proctree
 from spiderd.core import status as st
 from spiderd.core.reactors import IProcessClock
@@ -49,6 +48,39 @@ ATTEMPTS = 2  # a page whose browser dies is rendered again once
 HANG_GRACE = 15.0  # seconds past a page's own bounds before its browser counts as hung
 DEFAULT_THROTTLE = 5.0  # seconds a throttling sub-request answer without Retry-After blocks its host
 MAX_RESTART_DELAY = 30.0
+
+
+class RenderLimits(Protocol):
+    """The render pool's knobs (``[render]``, :class:`spiderd.config.sections.RenderSection`)."""
+
+    @property
+    def browser(self) -> str: ...
+    @property
+    def browsers(self) -> int: ...
+    @property
+    def pages_per_browser(self) -> int: ...
+    @property
+    def max_pages(self) -> int: ...
+    @property
+    def max_rss_mb(self) -> int: ...
+    @property
+    def navigation_timeout(self) -> float: ...
+    @property
+    def settle_timeout(self) -> float: ...
+    @property
+    def idle_time(self) -> float: ...
+    @property
+    def max_subrequests(self) -> int: ...
+    @property
+    def max_subrequest_bytes(self) -> int: ...
+    @property
+    def load_media(self) -> bool: ...
+    @property
+    def auto_probe(self) -> int: ...
+    @property
+    def auto_recheck(self) -> int: ...
+    @property
+    def auto_hosts(self) -> int: ...
 
 
 class RenderFailed(Exception):
@@ -91,7 +123,7 @@ class RenderPool(Service):
 
     name = "render"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, reactor: IProcessClock, config: RenderSection, fetcher: Fetcher, gate: SubRequestGate, *,
+    def __init__(self, reactor: IProcessClock, config: RenderLimits, fetcher: Fetcher, gate: SubRequestGate, *,
                  starter: Callable[[Any, BrowserChild], None] = spawn, stop_timeout: float = 10.0,
                  rss: Callable[[int, dict[int, list[int]]], int | None] = proctree.tree_memory) -> None:
         self._reactor = reactor
@@ -399,16 +431,14 @@ def _cancelled(failure: Failure) -> None:
 
 
 
-def build_modes(fetch: FetchSection, render: RenderSection, reactor: IProcessClock, fetcher: Fetcher,
+def build_modes(render: RenderLimits, politeness: Politeness, reactor: IProcessClock, fetcher: Fetcher,
                 parser: ParsePool) -> tuple[FetchModes, RenderPool | None]:
     """How the node fetches each site's pages, and its render pool when a site asks to render (else None).
 
-    Sub-requests are paced by ``[fetch]``'s per-host delay and concurrency, its ``[fetch.hosts]`` overrides and
-    the robots.txt Crawl-delays the fetcher finds."""
+    Sub-requests are paced by ``politeness``'s delays and concurrency (``[fetch]``'s per-host delay and
+    concurrency and its ``[fetch.hosts]``), and the robots.txt Crawl-delays the fetcher finds."""
     pool = None
     if any(site.render != "never" for site in parser.rules.sites):
-        politeness = Politeness(delay=fetch.per_host_delay, concurrency=fetch.per_host_concurrency,
-                                overrides=fetch.host_overrides)
         if fetcher.robots is not None:
             fetcher.robots.add_delay_listener(politeness.set_robots_delay)
         pool = RenderPool(reactor, render, fetcher, SubRequestGate(reactor, politeness_limits(politeness)))
