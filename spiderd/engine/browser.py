@@ -7,7 +7,6 @@ from __future__ import annotations
 import marshal
 import os
 import signal
-import sys
 from typing import Any, Protocol
 
 from twisted.internet.interfaces import IProcessTransport, IReactorProcess, IReactorTime
@@ -15,6 +14,7 @@ from twisted.internet.protocol import ProcessProtocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from spiderd.fetch.parsechild import spawn_module
 from spiderd.fetch.parseworker import FrameDecoder, FrameError, frame
 
 log = Logger()
@@ -35,11 +35,7 @@ class BrowserOwner(Protocol):
 
 def spawn(reactor: IReactorProcess, child: BrowserChild) -> None:
     """Start ``child``'s process with this interpreter, this ``spiderd`` first on its path."""
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # spiderd's parent
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    args = [sys.executable, "-m", "spiderd.engine.renderchild"]
-    reactor.spawnProcess(child, sys.executable, args, env=env)
+    spawn_module(reactor, child, "spiderd.engine.renderchild")
 
 
 class BrowserChild(ProcessProtocol):

@@ -38,11 +38,16 @@ class ChildOwner(Protocol):
 
 def spawn(reactor: IReactorProcess, child: ParseChild) -> None:
     """Start ``child``'s process with this interpreter, this ``spiderd`` first on its path."""
+    spawn_module(reactor, child, "spiderd.fetch.parseworker")
+
+
+def spawn_module(reactor: IReactorProcess, protocol: ProcessProtocol, module: str) -> None:
+    """Start ``python -m module`` with this interpreter, this ``spiderd`` first on its path, speaking to
+    ``protocol`` (the parse children, the render children)."""
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(spiderd.__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    args = [sys.executable, "-m", "spiderd.fetch.parseworker"]
-    reactor.spawnProcess(child, sys.executable, args, env=env)
+    reactor.spawnProcess(protocol, sys.executable, [sys.executable, "-m", module], env=env)
 
 
 class ParseChild(ProcessProtocol):
