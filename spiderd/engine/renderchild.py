@@ -44,13 +44,14 @@ from typing import Any
 from spiderd.fetch.parseworker import HEADER, MAX_MESSAGE, frame
 
 BLOCKED_TYPES = frozenset({"image", "media", "font"})
-# In the page, before its scripts: fetch() and XMLHttpRequest past the cap fail at once, in the page itself (a script
-# firing 10,000 XHRs would otherwise queue 10,000 requests, each a round trip to this process to be refused).
+# In the page, before its scripts: past the cap, fetch() gives a promise that never settles and XMLHttpRequest's send
+# throws, in the page itself (a script firing 10,000 XHRs would otherwise queue 10,000 requests, each a round trip to
+# this process to be refused; 10,000 rejected promises cost as much again in "uncaught" events).
 CAP_SCRIPT = """(() => {
   window.open = function () { window.__spiderdPopups = (window.__spiderdPopups || 0) + 1; return null; };
   let made = 0; const cap = %d; const fetch = window.fetch; const send = XMLHttpRequest.prototype.send;
   const over = () => { if (++made <= cap) return false; window.__spiderdCut = made - cap; return true; };
-  window.fetch = function () { return over() ? Promise.reject(new TypeError("sub-request cap")) : fetch.apply(this, arguments); };
+  window.fetch = function () { return over() ? new Promise(function () {}) : fetch.apply(this, arguments); };
   XMLHttpRequest.prototype.send = function () {
     if (over()) throw new DOMException("sub-request cap", "NetworkError");
     return send.apply(this, arguments);
@@ -68,13 +69,20 @@ class NotSettled(Exception):
 
 
 class Child:
-    """The browser and the pages it renders; messages in from the parent, out to it."""
+    """The browser, its one context and its tabs, the pages they render; messages in from the parent, out to it.
+
+    A tab renders one page after another (a same-site navigation keeps its renderer process: no process is
+    started per page); a tab whose page failed is closed, and a new one opened when one is needed."""
 
     def __init__(self, out: Any, init: tuple[Any, ...]) -> None:
         (_, self.executable, self.load_media, self.navigation_timeout, self.settle_timeout, self.idle_time,
          self.max_subrequests, self.max_bytes) = init
         self.out = out
         self.browser: Any = None
+        self.context: Any = None
+        self.free: list[Any] = []  # tabs between pages
+        self.rendering: dict[Any, Page] = {}  # tab -> the page it renders
+        self.opening = 0  # tabs being opened (a new page meanwhile is taken for one of them, not a pop-up)
         self.subs: dict[tuple[int, int], asyncio.Future[tuple[Any, ...]]] = {}
         self.next_sid = 0
         self.gone = asyncio.get_running_loop().create_future()
@@ -88,6 +96,10 @@ class Child:
             executable_path=self.executable, headless=True, handle_sigint=False, handle_sigterm=False,
             handle_sighup=False, args=["--no-sandbox", "--disable-dev-shm-usage", "--no-first-run", *NO_NETWORK])
         self.browser.on("disconnected", lambda _: self.end("the browser exited"))
+        self.context = context = await self.browser.new_context(service_workers="block", accept_downloads=False)
+        context.on("page", self._popup)
+        await context.add_init_script(CAP_SCRIPT % self.max_subrequests)
+        await context.route("**/*", self._route)  # every page of the context: a pop-up's requests too
         self.send(("ready", os.getpid()))
 
     def end(self, why: str) -> None:
@@ -103,21 +115,79 @@ class Child:
     async def render(self, message: tuple[Any, ...]) -> None:
         _, rid, url, status, headers, body, wait = message
         page = Page(self, rid, url, status, headers, body, wait)
+        tab = None
         try:
-            html, final = await page.run()
+            tab = await self._tab()
+            self.rendering[tab] = page
+            deadline = self.navigation_timeout + self.settle_timeout + CLOSE_TIMEOUT
+            html, final = await asyncio.wait_for(page.load(tab), deadline)
         except Exception as e:  # Playwright's errors, NotSettled, a closed browser: the page's reason
             why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
             crashed = type(e).__name__ == "TargetClosedError" or "crash" in str(e).lower()
             self.send(("crashed" if crashed else "failed", rid, why))
+            if tab is not None:
+                self.rendering.pop(tab, None)
+                await self._close(tab)
         else:
+            self.rendering.pop(tab, None)
             self.send(("done", rid, html, final, page.notes, page.count, page.bytes))
+            await self._rest(tab)
         finally:
             for key in [k for k in self.subs if k[0] == rid]:
                 self.subs.pop(key).cancel()
 
+    async def _tab(self) -> Any:
+        if self.free:
+            return self.free.pop()
+        self.opening += 1
+        try:
+            tab = await self.context.new_page()
+        finally:
+            self.opening -= 1
+        tab.on("dialog", lambda dialog: self._dialog(tab, dialog))
+        return tab
+
+    async def _rest(self, tab: Any) -> None:
+        """Between pages a tab shows about:blank: what the last page left running (timers, requests) ends."""
+        try:
+            await asyncio.wait_for(tab.goto("about:blank"), CLOSE_TIMEOUT)
+        except Exception:
+            await self._close(tab)
+        else:
+            self.free.append(tab)
+
+    async def _close(self, tab: Any) -> None:
+        """Close a tab whose page failed (a renderer stuck in a loop goes with it)."""
+        try:
+            await asyncio.wait_for(tab.close(), CLOSE_TIMEOUT)
+        except Exception:
+            self.end("a page could not be closed")
+
+    def _popup(self, tab: Any) -> None:
+        if self.opening:
+            return
+        asyncio.ensure_future(_quietly(tab.close()))
+
+    def _dialog(self, tab: Any, dialog: Any) -> None:
+        page = self.rendering.get(tab)
+        if page is not None:
+            page.note(f"{dialog.type} dialog dismissed")
+        asyncio.ensure_future(_quietly(dialog.dismiss()))
+
+    async def _route(self, route: Any, request: Any) -> None:
+        try:
+            frame = request.frame
+            page = self.rendering.get(frame.page) if frame is not None else None
+            if page is None:  # a pop-up's, a service worker's, or what a page left behind: nothing gets out
+                await route.abort("blockedbyclient")
+            else:
+                await page.answer(route, request)
+        except Exception:  # the page closed under the route: nothing to answer
+            pass
+
 
 class Page:
-    """One page's render: its route, its sub-requests and its settling."""
+    """One page's render: its sub-requests and its settling, in a tab of the child's."""
 
     def __init__(self, child: Child, rid: int, url: str, status: int, headers: list[tuple[str, str]], body: bytes,
                  wait: str) -> None:
@@ -132,27 +202,11 @@ class Page:
         if text not in self.notes and len(self.notes) < 10:
             self.notes.append(text)
 
-    async def run(self) -> tuple[bytes, str]:
-        child = self.child
-        context = await child.browser.new_context(service_workers="block", accept_downloads=False)
-        try:
-            page = await context.new_page()
-            context.on("page", self._popup)  # any page after this one is a pop-up
-            page.on("dialog", self._dialog)
-            await context.add_init_script(CAP_SCRIPT % child.max_subrequests)
-            await context.route("**/*", self._route)  # every page of the context: a pop-up's requests too
-            deadline = child.navigation_timeout + child.settle_timeout + CLOSE_TIMEOUT
-            return await asyncio.wait_for(self._load(page), deadline)
-        finally:
-            try:
-                await asyncio.wait_for(context.unroute_all(behavior="ignoreErrors"), CLOSE_TIMEOUT)
-                await asyncio.wait_for(context.close(), CLOSE_TIMEOUT)
-            except Exception:
-                child.end("a page could not be closed")
-
-    async def _load(self, page: Any) -> tuple[bytes, str]:
+    async def load(self, page: Any) -> tuple[bytes, str]:
         child = self.child
         await page.goto(self.url, wait_until="load", timeout=child.navigation_timeout * 1000)
+        self.last = max(self.last, time.monotonic())  # idle counts from the load (its scripts' requests may be on
+        # their way to the route yet)
         if self.wait:
             await page.wait_for_selector(self.wait, state="attached", timeout=child.settle_timeout * 1000)
         else:
@@ -190,21 +244,7 @@ class Page:
                                  f"({self.inflight} sub-requests in flight, {self.count} made)")
             await asyncio.sleep(min(child.idle_time / 4, 0.05))
 
-    def _popup(self, page: Any) -> None:
-        self.note("pop-up refused")
-        asyncio.ensure_future(_quietly(page.close()))
-
-    def _dialog(self, dialog: Any) -> None:
-        self.note(f"{dialog.type} dialog dismissed")
-        asyncio.ensure_future(_quietly(dialog.dismiss()))
-
-    async def _route(self, route: Any, request: Any) -> None:
-        try:
-            await self._answer(route, request)
-        except Exception:  # the page closed under the route: nothing to answer
-            pass
-
-    async def _answer(self, route: Any, request: Any) -> None:
+    async def answer(self, route: Any, request: Any) -> None:
         child = self.child
         if not self.served and request.url == self.url and request.is_navigation_request():
             self.served = True
