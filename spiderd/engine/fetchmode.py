@@ -152,7 +152,7 @@ class FetchModes:
         if result.status != 200 or "html" not in (result.content_type or "text/html").lower():
             return result
         assert self.pool is not None
-        self.pool.gate.book(host_of(result.final_url), started)
+        self.pool.subrequests.gate.book(host_of(result.final_url), started)
         render, compare = (True, False) if site.render == "always" else self.auto.plan(result.final_url)
         if site.render == "auto":
             self.auto.counted(result.final_url, render)
@@ -210,4 +210,5 @@ class FetchModes:
             return
         self._hinted.add(host)
         log.warn("{url} gave no links and no fields, and it runs scripts: its content may be written by "
-                 "JavaScript; [[sites]] render = \"auto\" (or \"always\") renders it in a browser", url=result.final_url)
+                 "JavaScript; [[sites]] render = \"auto\" (or \"always\") renders it in a browser",
+                 url=result.final_url)

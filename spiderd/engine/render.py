@@ -39,14 +39,13 @@ from spiderd.core.urls import BadURL, canonicalize, host_of
 from spiderd.engine.browser import BrowserChild, spawn
 from spiderd.engine.fetchmode import AutoRender, FetchModes
 from spiderd.engine.politeness import Politeness
-from spiderd.engine.subrequests import SiteHosts, SubRequestGate, politeness_limits
+from spiderd.engine.subrequests import SubRequestGate, SubRequests, politeness_limits
 from spiderd.fetch.fetcher import Fetcher, FetchResult
 from spiderd.fetch.parsepool import ParsePool
 
 log = Logger()
 ATTEMPTS = 2  # a page whose browser dies is rendered again once
 HANG_GRACE = 15.0  # seconds past a page's own bounds before its browser counts as hung
-DEFAULT_THROTTLE = 5.0  # seconds a throttling sub-request answer without Retry-After blocks its host
 MAX_RESTART_DELAY = 30.0
 
 
@@ -123,17 +122,15 @@ class RenderPool(Service):
 
     name = "render"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, reactor: IProcessClock, config: RenderLimits, fetcher: Fetcher, gate: SubRequestGate, *,
+    def __init__(self, reactor: IProcessClock, config: RenderLimits, subrequests: SubRequests, *,
                  starter: Callable[[Any, BrowserChild], None] = spawn, stop_timeout: float = 10.0,
                  rss: Callable[[int, dict[int, list[int]]], int | None] = proctree.tree_memory) -> None:
         self._reactor = reactor
         self.config = config
-        self._fetcher = fetcher
-        self.gate = gate
+        self.subrequests = subrequests
         self._start = starter
         self._rss = rss
         self.stop_timeout = stop_timeout
-        self._hosts = SiteHosts()
         self._init = ("init", config.browser, config.load_media, config.navigation_timeout, config.settle_timeout,
                       config.idle_time, config.max_subrequests, config.max_subrequest_bytes)
         self.children: list[BrowserChild | None] = [None] * config.browsers
@@ -142,8 +139,7 @@ class RenderPool(Service):
         self._restarts: dict[int, IDelayedCall] = {}
         self.waiting: deque[RenderJob] = deque()
         self._next_id = 0
-        self.counts = {"rendered": 0, "failed": 0, "again": 0, "replaced": 0, "crashed": 0, "subrequests": 0,
-                       "refused": 0}
+        self.counts = {"rendered": 0, "failed": 0, "again": 0, "replaced": 0, "crashed": 0}
         self._stopped: Deferred[None] | None = None
         self._deadline: IDelayedCall | None = None
         self._watchdog = LoopingCall(self._check)
@@ -198,7 +194,7 @@ class RenderPool(Service):
         """Counters for the status API."""
         live = self._live()
         return {"browsers": len(live), "rendering": sum(len(c.pages) for c in self._all()),
-                "waiting": len(self.waiting), **self.counts}
+                "waiting": len(self.waiting), **self.counts, **self.subrequests.counts}
 
     def pids(self) -> list[int]:
         """The child processes of the running browsers (each the leader of its browser's process group)."""
@@ -308,41 +304,20 @@ class RenderPool(Service):
     # -- sub-requests -------------------------------------------------------------------------------------
 
     def _sub(self, child: BrowserChild, job: RenderJob | None, sid: int, url: str) -> None:
-        """Check, pace and fetch one sub-request of a page, and answer the browser."""
-        why = "its page is gone" if job is None else self._hosts.refusal(job.site, url)
-        canonical = ""
-        if not why:
-            try:
-                canonical = canonicalize(url)
-            except BadURL as e:
-                why = f"bad sub-request URL: {e}"
-        if job is None or why:
-            self.counts["refused"] += 1
-            child.send(("sub", job.rid if job else 0, sid, 0, [], why.encode()))
+        """One sub-request of a page: checked, paced and fetched (:class:`~.subrequests.SubRequests`), then the
+        answer to the browser."""
+        if job is None:
+            child.send(("sub", 0, sid, 0, [], b"its page is gone"))
             return
-        self.counts["subrequests"] += 1
-        host = host_of(canonical)
-        d = self.gate.acquire(host)
-        d.addCallback(lambda _: self._fetch_sub(job, canonical, host))
+
+        def throttled(wait: float) -> None:
+            job.throttle = max(job.throttle, wait)
+
+        d = self.subrequests.fetch(job.site, url, job.user_agent, job.robots, throttled)
         d.addCallbacks(lambda answer: child.send(("sub", job.rid, sid) + answer), _cancelled)
         d.addErrback(lambda f: log.failure("Sub-request {url}", f, url=url))
         job.subs[sid] = d
         d.addBoth(_forget, job.subs, sid)
-
-    def _fetch_sub(self, job: RenderJob, url: str, host: str) -> Deferred[tuple[Any, ...]]:
-        d = self._fetcher.fetch(url, user_agent=job.user_agent, robots=job.robots)
-
-        def answered(result: FetchResult) -> tuple[Any, ...]:
-            self.gate.release(host)
-            if throttled(result.status):
-                wait = result.retry_after if result.retry_after is not None else DEFAULT_THROTTLE
-                self.gate.block(host, self._reactor.seconds() + wait)
-                job.throttle = max(job.throttle, wait)
-            if result.headers is None:
-                return 0, [], (result.reason or st.reason(result.status)).encode()
-            return result.status, list(result.headers), bytes(result.body)
-
-        return d.addCallback(answered)
 
     def _end_subs(self, job: RenderJob) -> None:
         for d in list(job.subs.values()):
@@ -441,7 +416,8 @@ def build_modes(render: RenderLimits, politeness: Politeness, reactor: IProcessC
     if any(site.render != "never" for site in parser.rules.sites):
         if fetcher.robots is not None:
             fetcher.robots.add_delay_listener(politeness.set_robots_delay)
-        pool = RenderPool(reactor, render, fetcher, SubRequestGate(reactor, politeness_limits(politeness)))
+        gate = SubRequestGate(reactor, politeness_limits(politeness))
+        pool = RenderPool(reactor, render, SubRequests(reactor, fetcher, gate))
     auto = AutoRender(render.auto_probe, render.auto_recheck, render.auto_hosts)
     return FetchModes(reactor, parser.rules, pool, parser, auto), pool
 

@@ -12,16 +12,25 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urlsplit
 
+from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
+from spiderd.core import status as st
 from spiderd.core.rules import HostTable, Site
+from spiderd.core.throttle import throttled
+from spiderd.core.urls import BadURL, canonicalize, host_of
 from spiderd.engine.politeness import Politeness
 
+if TYPE_CHECKING:
+    from spiderd.fetch.fetcher import Fetcher, FetchResult
+
 Limits = Callable[[str], tuple[float, int]]  # host -> (delay between starts, requests in flight at most)
+Answer = tuple[int, list[tuple[str, str]], bytes]  # (status, headers, body) for the browser; status 0: refused, why
+DEFAULT_THROTTLE = 5.0  # seconds a throttling answer without Retry-After blocks its host
 
 
 def politeness_limits(politeness: Politeness) -> Limits:
@@ -132,4 +141,48 @@ def _drop(waiting: deque[Deferred[None]], d: Deferred[None]) -> None:
         pass
 
 
-__all__ = ["SiteHosts", "SubRequestGate", "politeness_limits"]
+class SubRequests:
+    """Checks, paces and fetches the sub-requests of rendered pages (see the module's docstring)."""
+
+    def __init__(self, clock: IReactorTime, fetcher: Fetcher, gate: SubRequestGate) -> None:
+        self._clock = clock
+        self._fetcher = fetcher
+        self.gate = gate
+        self._hosts = SiteHosts()
+        self.counts = {"subrequests": 0, "refused": 0}  # fetched (or on their way), refused here
+
+    def fetch(self, site: Site, url: str, user_agent: str | None, robots: bool,
+              throttled: Callable[[float], None]) -> Deferred[Answer]:
+        """The answer to a sub-request of a page of ``site`` (a refusal is status 0 with the reason); a throttling
+        answer blocks its host and is told to ``throttled(wait)``.  Cancel it to give up its turn or its fetch."""
+        why = self._hosts.refusal(site, url)
+        canonical = ""
+        if not why:
+            try:
+                canonical = canonicalize(url)
+            except BadURL as e:
+                why = f"bad sub-request URL: {e}"
+        if why:
+            self.counts["refused"] += 1
+            return defer.succeed((0, [], why.encode()))
+        self.counts["subrequests"] += 1
+        host = host_of(canonical)
+        turn = self.gate.acquire(host)
+        fetched: Deferred[FetchResult] = turn.addCallback(self._fetch, canonical, user_agent, robots)
+        return fetched.addCallback(self._answered, host, throttled)
+
+    def _fetch(self, _: None, url: str, user_agent: str | None, robots: bool) -> Deferred[FetchResult]:
+        return self._fetcher.fetch(url, user_agent=user_agent, robots=robots)
+
+    def _answered(self, result: FetchResult, host: str, told: Callable[[float], None]) -> Answer:
+        self.gate.release(host)
+        if throttled(result.status):
+            wait = result.retry_after if result.retry_after is not None else DEFAULT_THROTTLE
+            self.gate.block(host, self._clock.seconds() + wait)
+            told(wait)
+        if result.headers is None:
+            return 0, [], (result.reason or st.reason(result.status)).encode()
+        return result.status, list(result.headers), bytes(result.body)
+
+
+__all__ = ["SiteHosts", "SubRequestGate", "SubRequests", "politeness_limits"]
