@@ -40,3 +40,17 @@ def test_gains() -> None:
     assert not gains(raw, Extracted(lists=["http://x/1"], item={"url": "v", "title": ""}))
     assert gains(raw, Extracted(lists=["http://x/1", "http://x/2"]))
     assert gains(raw, Extracted(item={"url": "u", "title": "Hat"}))
+
+
+def test_schema_declares_rendered_where_a_site_renders() -> None:
+    """The feed's Spark schema has a rendered BOOLEAN column where a site renders, and only there."""
+    from spiderd.core.rules import Site
+    from spiderd.feed.schema import columns, problems
+
+    plain, rendering = Site("a", ("a.example",)), Site("b", ("b.example",), render="auto")
+    assert ("rendered", "BOOLEAN") not in columns([plain])
+    declared = columns([plain, rendering])
+    assert declared[-1] == ("rendered", "BOOLEAN")
+    line = {"url": "u", "urlhash": 1, "status": 200, "fetched_at": 1.0, "digest": None, "rendered": False}
+    assert problems(line, declared) == []
+    assert problems({**line, "rendered": "yes"}, declared) == ["rendered: 'yes' is not BOOLEAN"]

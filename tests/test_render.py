@@ -192,7 +192,8 @@ class AutoTests(unittest.TestCase):
         expected = [(f"{root}p/{n}", f"Product {n}", f"{n}.99")
                     for root, shop in zip(self.roots, (self.shop, self.plain)) for n in range(1, shop.details + 1)]
         self.assertEqual(got, sorted(expected))
-        rendered = [i["url"].startswith(self.roots[0]) for i in items if i.get("rendered")]
+        self.assertTrue(all(isinstance(i["rendered"], bool) for i in items))  # the feed's rendered BOOLEAN column
+        rendered = [i["url"].startswith(self.roots[0]) for i in items if i["rendered"]]
         self.assertEqual(sorted(rendered), [False] * 2 + [True] * 4)  # the plain shop's two probes, the shop's all
         sections = {row["section"].partition("/")[0].partition(":")[0] + "/" + row["section"].partition("/")[2]: row
                     for row in hosts["render"]}

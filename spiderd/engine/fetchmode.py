@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 log = Logger()
 MAX_HINTED = 1000  # hosts told the render hint
+ITEM_KEYS = frozenset({"url", "urlhash", "status", "fetched_at", "digest", "rendered"})  # an item's own, not fields
 
 
 @dataclass(slots=True)
@@ -123,7 +124,7 @@ def gains(raw: Extracted, rendered: Extracted) -> bool:
     fields = (rendered.item or {}).items()
     before = raw.item or {}
     return any(value not in (None, "", []) and before.get(name) in (None, "", []) for name, value in fields
-               if name not in ("url", "fetched_at", "status", "digest", "rendered"))
+               if name not in ITEM_KEYS)
 
 
 class FetchModes:
@@ -197,13 +198,25 @@ class FetchModes:
         return dataclasses.replace(result, status=st.RENDER_FAILED, error="render", headers=None, body=b"",
                                    reason=st.reason(st.RENDER_FAILED, why))
 
+    def mark(self, result: FetchResult, extracted: Extracted) -> None:
+        """The item of a page of a site that renders says whether it was rendered (``rendered``); a page fetched
+        plain that gave nothing may get the hint."""
+        if extracted.item is not None and (result.rendered is not None or self._renders(result.final_url)):
+            extracted.item["rendered"] = result.rendered is not None
+        if result.rendered is None:
+            self.hint(result, extracted)
+
+    def _renders(self, url: str) -> bool:
+        site = self.rules.site_for(url) if self.pool is not None else None
+        return site is not None and site.render != "never"
+
     def hint(self, result: FetchResult, extracted: Extracted) -> None:
         """Log once per host that a page rendered plain gave nothing and runs scripts: its content may be
         written by JavaScript (``[[sites]] render``)."""
         if result.rendered is not None or extracted.lists or extracted.details:
             return
         if any(v not in (None, "", []) for k, v in (extracted.item or {}).items()
-               if k not in ("url", "fetched_at", "status", "digest")):
+               if k not in ITEM_KEYS):
             return
         host = host_of(result.final_url)
         if host in self._hinted or len(self._hinted) >= MAX_HINTED or b"<script" not in result.body[:200_000].lower():

@@ -168,10 +168,8 @@ class PageSteps:
         preset = self.store.preset if kind == "detail" and self.store is not None else None
         extracted = yield self._parser.parse(url, result.page, result.content_type, kind, self._clock.seconds(),
                                              result.status, compress=preset, robots_tag=result.robots_tag)
-        if result.rendered is not None and extracted.item is not None:
-            extracted.item["rendered"] = True
-        elif self.modes is not None:
-            self.modes.hint(result, extracted)
+        if self.modes is not None:
+            self.modes.mark(result, extracted)
         outcome = Outcome(result, Verdict.PAGE, kind=kind, extracted=extracted)
         if not port.wanted():
             outcome.verdict = Verdict.ABANDONED

@@ -6,6 +6,8 @@ strings; null or ``[]`` when the page has none), then ``url`` (canonical,
 after redirects), ``urlhash``, ``status``, ``fetched_at`` (Unix seconds) and
 ``digest``, the page body's content digest (``sha1:`` and 32 base32 characters,
 spiderd.core.digest: Heritrix's and WARC's form; the stored page's column).
+Where a site renders its pages (``[[sites]] render``), its items also hold ``rendered``: true when the page was
+rendered in a headless browser, false when it was fetched plain ("auto").
 ``urlhash`` is the farmhash ``fingerprint64`` of ``url`` written as a
 *signed* 64-bit integer (the same 64 bits: ``h - 2**64`` when ``h >= 2**63``),
 so Spark reads it as ``BIGINT``; the page store keeps the unsigned value
@@ -36,7 +38,9 @@ class SchemaConflict(ValueError):
 
 
 def columns(sites: Iterable[Site]) -> list[tuple[str, str]]:
-    """(name, Spark type) of every item column: the sites' fields in order (each once), then the fixed ones."""
+    """(name, Spark type) of every item column: the sites' fields in order (each once), then the fixed ones (and
+    ``rendered`` where a site renders)."""
+    sites = tuple(sites)
     fixed = dict(FIXED)
     found: dict[str, str] = {}
     for site in sites:
@@ -46,7 +50,8 @@ def columns(sites: Iterable[Site]) -> list[tuple[str, str]]:
             kind = _type(field)
             if found.setdefault(field.name, kind) != kind:
                 raise SchemaConflict(f"field {field.name!r} is {found[field.name]} in one site, {kind} in another")
-    return [*found.items(), *FIXED]
+    rendering = [("rendered", "BOOLEAN")] if any(site.render != "never" for site in sites) else []
+    return [*found.items(), *FIXED, *rendering]
 
 
 def ddl(sites: Iterable[Site]) -> str:
@@ -82,6 +87,8 @@ def _fits(value: Any, kind: str) -> bool:
     if kind in _BOUNDS:
         bound = _BOUNDS[kind]
         return isinstance(value, int) and not isinstance(value, bool) and -bound <= value < bound
+    if kind == "BOOLEAN":
+        return isinstance(value, bool)
     if kind == "DOUBLE":
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     raise ValueError(f"unknown type {kind}")
