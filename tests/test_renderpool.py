@@ -17,7 +17,7 @@ from spiderd.config.sections import RenderSection
 from spiderd.core.rules import Site
 from spiderd.engine.browser import BrowserChild
 from spiderd.engine.politeness import Politeness
-from spiderd.engine.render import HANG_GRACE, RenderFailed, Rendered, RenderPool
+from spiderd.engine.render import HANG_GRACE, MEMORY_EVERY, RenderFailed, Rendered, RenderPool
 from spiderd.engine.subrequests import SubRequestGate, SubRequests, politeness_limits
 from spiderd.fetch.fetcher import FetchResult
 from spiderd.fetch.parseworker import FrameDecoder
@@ -122,6 +122,6 @@ class PoolTests(SynchronousTestCase):
         self.pool = self.make(max_rss_mb=100)
         big = self.children[-1]
         self.memory[big.pid] = 101 * 2**20  # type: ignore[index]
-        self.clock.advance(1.0)
+        self.clock.pump([1.0] * MEMORY_EVERY)
         self.assertTrue(big.retiring)
         self.assertEqual(self.pool.counts["replaced"], 1)

@@ -46,6 +46,7 @@ from spiderd.fetch.parsepool import ParsePool
 log = Logger()
 ATTEMPTS = 2  # a page whose browser dies is rendered again once
 HANG_GRACE = 15.0  # seconds past a page's own bounds before its browser counts as hung
+MEMORY_EVERY = 5  # the watchdog (every second) reads the browsers' memory one tick in this many
 MAX_RESTART_DELAY = 30.0
 
 
@@ -142,6 +143,7 @@ class RenderPool(Service):
         self.counts = {"rendered": 0, "failed": 0, "again": 0, "replaced": 0, "crashed": 0}
         self._stopped: Deferred[None] | None = None
         self._deadline: IDelayedCall | None = None
+        self._ticks = 0
         self._watchdog = LoopingCall(self._check)
         self._watchdog.clock = reactor
 
@@ -377,7 +379,10 @@ class RenderPool(Service):
         for child in self._all():
             if any(now - job.started > deadline for job in child.pages.values()):
                 child.kill(f"a page held more than {deadline:g} s: the browser hung")
-        tree = proctree.children_of()
+        self._ticks += 1
+        if self._ticks % MEMORY_EVERY:
+            return
+        tree = proctree.children_of()  # one pass over /proc (a few ms with hundreds of processes): every 5 s
         for child in self._live():
             rss = self._rss(child.pid, tree) if child.ready and child.pid is not None else None
             if rss is not None and rss > config.max_rss_mb * 2**20:
