@@ -136,7 +136,8 @@ def serve(details: int, mixed: bool = False) -> tuple[subprocess.Popen[bytes], s
     return process, f"http://127.0.0.1:{port}/"
 
 
-def spiderd_config(work: Path, root: str, render: str, api: int, detail_re: str) -> Path:
+def spiderd_config(work: Path, root: str, render: str, api: int, detail_re: str, browsers: int = 2,
+                   pages: int = 4) -> Path:
     config = work / f"spiderd-{render}.toml"
     config.write_text(textwrap.dedent(f"""\
         [spiderd]
@@ -146,13 +147,13 @@ def spiderd_config(work: Path, root: str, render: str, api: int, detail_re: str)
         [pool]
         seeds = ["{root}"]
         [fetch]
-        concurrency = 8
-        per_host_concurrency = 8
+        concurrency = {browsers * pages}
+        per_host_concurrency = {browsers * pages}
         robots = false
         [render]
         browser = "{CHROMIUM}"
-        browsers = 2
-        pages_per_browser = 4
+        browsers = {browsers}
+        pages_per_browser = {pages}
         [batch]
         targets = []
         [store]
@@ -181,10 +182,10 @@ def status(api: int) -> dict[str, Any] | None:
         return None
 
 
-def run_spiderd(work: Path, root: str, render: str, details: int) -> dict[str, Any]:
+def run_spiderd(work: Path, root: str, render: str, browsers: int = 2, pages: int = 4) -> dict[str, Any]:
     """One crawl to its end: its time, items, memory at 500 and 2,000 rendered pages, and its render counters."""
     api = free_port()
-    config = spiderd_config(work, root, render, api, r"/(p|a)/\d+$")
+    config = spiderd_config(work, root, render, api, r"/(p|a)/\d+$", browsers, pages)
     log = open(work / f"spiderd-{render}.log", "wb")
     started = time.monotonic()
     process = subprocess.Popen([sys.executable, "-c", TWISTD, "-n", "--pidfile=", "spiderd", "--config", str(config)],
@@ -203,8 +204,9 @@ def run_spiderd(work: Path, root: str, render: str, details: int) -> dict[str, A
             if rendered >= mark and mark not in memory:
                 memory[mark] = (tree_memory(process.pid) or 0) / 2**20
     elapsed = time.monotonic() - started
-    items = sum(1 for f in (work / render / "items").glob("*.jl") for _ in f.open())
-    return {"elapsed": elapsed, "items": items, "memory": memory, "render": last.get("render", {}),
+    items = [json.loads(line) for f in (work / render / "items").glob("*.jl") for line in f.open()]
+    filled = sum(1 for item in items if item.get("price"))
+    return {"elapsed": elapsed, "items": len(items), "filled": filled, "memory": memory, "render": last.get("render", {}),
             "pages": last.get("counts", {}).get("pages", 0)}
 
 
@@ -235,6 +237,10 @@ def main() -> None:
     parser.add_argument("--details", type=int, default=2000)
     parser.add_argument("--mixed", type=int, default=1000, help="pages of the mixed site (half plain)")
     parser.add_argument("--skip-scrapy", action="store_true")
+    parser.add_argument("--skip-auto", action="store_true")
+    parser.add_argument("--browsers", type=int, default=2, help="[render] browsers (scrapy-playwright: one)")
+    parser.add_argument("--pages-per-browser", type=int, default=4,
+                        help="[render] pages_per_browser; the concurrency of both is their product")
     parser.add_argument("--scrapy-venv", type=Path, default=Path(tempfile.gettempdir()) / "spiderd-bench-playwright")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
@@ -245,34 +251,38 @@ def main() -> None:
     results: dict[str, Any] = {}
     server, root = serve(args.details)
     try:
-        spiderd_run = run_spiderd(work, root, "always", args.details)
+        spiderd_run = run_spiderd(work, root, "always", args.browsers, args.pages_per_browser)
         print(f"render: {spiderd_run}", flush=True)
         results["render_pages_per_s"] = spiderd_run["items"] / spiderd_run["elapsed"]
-        results["render_items"] = spiderd_run["items"]
+        results["render_items_filled"] = spiderd_run["filled"]
         for mark in (500, 2000):
             if mark in spiderd_run["memory"]:
                 results[f"render_rss_mb_at_{mark}"] = spiderd_run["memory"][mark]
         if not args.skip_scrapy:
-            scrapy = run_scrapy(work, root, scrapy_venv(args.scrapy_venv), 8)
+            scrapy = run_scrapy(work, root, scrapy_venv(args.scrapy_venv), args.browsers * args.pages_per_browser)
             print(f"scrapy_playwright: {scrapy}", flush=True)
             results["scrapy_playwright_pages_per_s"] = scrapy["items"] / scrapy["elapsed"]
             results["scrapy_playwright_items_filled"] = scrapy["filled"]
     finally:
         server.terminate()
-    server, root = serve(args.mixed // 2, mixed=True)
-    try:
-        auto = run_spiderd(work, root, "auto", args.mixed)
-        print(f"auto: {auto}", flush=True)
-        rendered = auto["render"].get("rendered", 0)
-        results["auto_rendered_share"] = rendered / max(1, auto["pages"])
-        results["auto_items_found"] = auto["items"]
-        results["auto_items_expected"] = (args.mixed // 2 // 50) * 50 * 2
-    finally:
-        server.terminate()
+    if not args.skip_auto:
+        results.update(run_auto(work, args))
     print(f"load average after: {os.getloadavg()}", flush=True)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     print("RESULT " + " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in results.items()))
+
+
+def run_auto(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """render = "auto" on the mixed site: the share of its pages rendered, its items found and expected."""
+    server, root = serve(args.mixed // 2, mixed=True)
+    try:
+        auto = run_spiderd(work, root, "auto", args.browsers, args.pages_per_browser)
+    finally:
+        server.terminate()
+    print(f"auto: {auto}", flush=True)
+    return {"auto_rendered_share": auto["render"].get("rendered", 0) / max(1, auto["pages"]),
+            "auto_items_found": auto["items"], "auto_items_expected": (args.mixed // 2 // 50) * 50 * 2}
 
 
 if __name__ == "__main__":
