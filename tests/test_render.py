@@ -23,6 +23,7 @@ from .shop import Shop, shop_site
 from .test_crawl import node_settings, run_crawl, run_with_worker
 
 RENDER = {"browsers": 1, "pages_per_browser": 3, "idle_time": 0.2}
+WAIT = "#list a, #ready, #price:not(:empty)"  # a list page's links, /p/1's last element, a filled price
 
 
 def read_items(folder: Path) -> list[dict[str, Any]]:
@@ -111,6 +112,25 @@ class ShopTests(unittest.TestCase):
                 self.assertNotIn(b"Product " + n, fetched["content"])
                 self.assertIn(b"Product " + n + b"</h1>", record["content"])
                 self.assertIn(n + b".99</span>", record["content"])
+    @defer.inlineCallbacks
+    def test_render_wait_selector(self) -> Any:
+        """A detail page that fills its fields by a timer, with no request (network idle comes first): with
+        render_wait naming the element it adds last (or, on the others, what their scripts fill), each page is
+        taken once that is there, fields filled."""
+        def late(request: Any) -> bytes:
+            request.setHeader(b"content-type", b"text/html")
+            return (b'<html><body><h1 id="title"></h1><span id="price"></span><script>setTimeout(function () {'
+                    b'document.getElementById("title").textContent = "Late"; document.getElementById("price")'
+                    b'.textContent = "9.99"; document.body.appendChild(document.createElement("i")).id = "ready";'
+                    b'}, 800);</script></body></html>')
+
+        self.shop.pages["/p/1"] = late
+        settings = node_settings(str(self.data), self.root, sites=[shop_site("always", render_wait=WAIT)],
+                                 render=RENDER, batch={"targets": []})
+        yield run_crawl(settings)
+        items = self.fields(read_items(self.data / "items"))
+        self.assertEqual(items, [(f"{self.root}p/1", "Late", "9.99"), *self.expected()[1:]])
+
 
 class StartTests(unittest.TestCase):
     """A site that asks to render, on a machine that cannot: the start fails with one line naming the package."""
