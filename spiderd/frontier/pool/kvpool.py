@@ -21,7 +21,7 @@ from typing import Any
 from twisted.internet import defer
 from zope.interface import implementer
 
-from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
+from spiderd.contracts.pool import IURLPool, IURLPoolAdmin
 from spiderd.frontier.pool.content import KVContent
 from spiderd.frontier.pool.kvadmin import KVAdmin
 from spiderd.frontier.pool.kvstatus import KVStatuses

@@ -9,6 +9,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from spiderd.contracts.pool import HOSTS_MOST
 from spiderd.core.urls import MAX_URL_LENGTH, URL, BadURL, parse
 
 log = Logger()
@@ -16,7 +17,6 @@ log = Logger()
 STATE_COUNTS = ("waiting", "pending", "done", "failed", "batched")
 RECENT_FAILURES = 200  # final failures a node remembers for /api/failures
 RECENT_ERRORS = 1000  # failed fetches a node counts per host for /api/hosts
-HOSTS_MOST = 200  # hosts one hosts() answer holds at most
 
 
 class RecentFailures:

@@ -11,8 +11,8 @@ from twisted.logger import Logger
 
 import spiderd
 
+from spiderd.contracts.pool import IURLPoolAdmin, IURLQueue
 from spiderd.core.urls import MAX_URL_LENGTH
-from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.store.interfaces import IPageStore
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class Node:
     role: str
     clock: IReactorTime
     stats: CrawlStats | None = None
-    pool: IURLPool | None = None
+    pool: IURLQueue | None = None  # its counts, the URLs the API adds; IURLPoolAdmin where the backend has it
     crawler: CrawlService | None = None
     seeds: SeedService | None = None
     batcher: Batcher | None = None

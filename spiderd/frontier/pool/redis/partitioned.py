@@ -23,11 +23,10 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from spiderd.contracts.pool import ExportReader, IURLPool, IURLPoolAdmin
 from spiderd.core import conditional as cg
 from spiderd.core.urls import MAX_URL_LENGTH, registered_domain
-from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.frontier.pool.options import PoolOptions
-from spiderd.frontier.pool.records import ExportReader
 from spiderd.frontier.pool.redis.cluster import ClusterLink, SlotLink, key_slot, parse_cluster_url
 from spiderd.frontier.pool.redis.known import KnownURLs
 from spiderd.frontier.pool.redis.link import RedisPoolError, load_scripts

@@ -14,10 +14,10 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from spiderd.contracts.pool import IURLPool, IURLPoolAdmin
 from spiderd.core import conditional as cg
 from spiderd.core import status as st
 from spiderd.core.urls import URL, registered_domain
-from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.split import hub_quota
 from spiderd.frontier.pool.content import RedisContent
