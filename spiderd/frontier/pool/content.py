@@ -37,10 +37,11 @@ def content_key(digest: str) -> bytes:
 
 
 class KVContent:
-    """KVPool's claim_content (one process owns the store: a read, then a write)."""
+    """KVPool's claim_content over its store ``kv`` (one process owns the store: a read, then a write)."""
 
-    _kv: Any
-    _max_url_length: int
+    def __init__(self, kv: Any, max_url_length: int) -> None:
+        self._kv = kv
+        self._max_url_length = max_url_length
 
     def claim_content(self, digest: str, url: str) -> defer.Deferred[bool]:
         """True if ``url`` holds ``digest`` (claimed it now or before); False if another URL does."""

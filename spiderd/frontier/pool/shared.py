@@ -91,6 +91,23 @@ def host_limit(limit: int) -> int:
     return max(1, min(int(limit), HOSTS_MOST))
 
 
+class URLParser:
+    """A pool's parsing of the URLs it is given: a bad URL is logged and counted by reason in ``rejected`` (the
+    pool's ``stats()["rejected"]``), never raised."""
+
+    def __init__(self, max_url_length: int, rejected: Counter[str]) -> None:
+        self.max_url_length = max_url_length
+        self.rejected = rejected
+
+    def parse(self, url: str) -> URL | None:
+        try:
+            return parse(url, self.max_url_length)
+        except BadURL as e:
+            self.rejected[e.reason] += 1
+            log.info("Rejected URL ({reason}): {url!r}", reason=e.reason, url=e.url[:200])
+            return None
+
+
 class URLParsing:
     """A pool's ``_parse``: a bad URL is logged and counted by reason (``stats()["rejected"]``), never raised."""
 
