@@ -1471,11 +1471,11 @@ class RedisEvalPoolTests(RedisPoolTests):
         """No FCALL: every call is an EVALSHA of a script Redis has (SCRIPT LOAD at connecting), statuspop too."""
         pool = yield self.make_pool(concurrency=2)
         commands: list[str] = []
-        send = pool._link._send
-        pool._link._send = lambda *args: commands.append(args[0]) or send(*args)
+        send = pool.channel.link._send
+        pool.channel.link._send = lambda *args: commands.append(args[0]) or send(*args)
         scripts: list[str] = []
-        run = pool._link.run
-        pool._link.run = lambda script, args: scripts.append(script.name) or run(script, args)
+        run = pool.channel.link.run
+        pool.channel.link.run = lambda script, args: scripts.append(script.name) or run(script, args)
         yield pool.addmany([f"http://a.example/{i}" for i in range(4)])
         acks = [pool.set_status(url, 200) for url in (yield pool.pop(2))]  # the second waits for the first
         popped = yield pool.pop(2)  # ... and goes with this pop, which sees its host slot freed

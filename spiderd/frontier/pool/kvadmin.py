@@ -1,4 +1,4 @@
-"""The embedded pool's admin part (IURLPoolAdmin): why, export and import; and compaction, for maintenance."""
+"""The embedded pool's admin part (IURLPoolAdmin): why, hosts, export and import; and compaction, for maintenance."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from spiderd.frontier.pool.shared import host_limit, host_row, top_hosts, why_he
 @implementer(IURLPoolAdmin)
 class KVAdmin:
     """KVPool's answers for operators and tools, over the pool's ``state``: why (with the linkbase entry of the
-    ``crawled`` part), hosts, export, import_states (into the ``queues``); compact."""
+    ``crawled`` part), hosts, export, import_states (into the ``queues``)."""
 
     def __init__(self, state: KVState, queues: KVQueues, crawled: CrawledSets) -> None:
         self._state = state
@@ -98,18 +98,6 @@ class KVAdmin:
         offered = len(found.urls[0]) + len(found.urls[1])
         return defer.succeed(rec.counts(queued, offered, len(restored), len(found.finals), found.rejected))
 
-    def compact(self) -> None:
-        """Compact the store range by range (a blocking call: for maintenance and benchmarks).
-
-        LevelDB keeps deleted queue and lease keys until a compaction reaches
-        them; a whole-store ``compact_range()`` leaves many behind, one range at
-        a time does not.
-        """
-        compact = getattr(self._kv, "compact_range", None)
-        if compact is not None:
-            for prefix in (k.QUEUE, k.LEASE, k.STATE, k.HOST, k.HUB, k.CRAWLED, k.FAILURE):
-                compact(start=prefix, stop=k.prefix_end(prefix))
-
 
 def _describe_state(state: bytes | None) -> dict[str, Any]:
     """``why``'s state part, from a URL's state value (None: never seen)."""
@@ -127,3 +115,15 @@ def _describe_state(state: bytes | None) -> dict[str, Any]:
         return {"state": "waiting", "failures": failures, "kind": kind}
     return {"state": "pending", "failures": failures, "kind": kind, "lease_until": number / 1000.0}
 
+
+def compact(kv: Any) -> None:
+    """Compact the store ``kv`` range by range (a blocking call: for maintenance and benchmarks).
+
+    LevelDB keeps deleted queue and lease keys until a compaction reaches
+    them; a whole-store ``compact_range()`` leaves many behind, one range at
+    a time does not.
+    """
+    compact_range = getattr(kv, "compact_range", None)
+    if compact_range is not None:
+        for prefix in (k.QUEUE, k.LEASE, k.STATE, k.HOST, k.HUB, k.CRAWLED, k.FAILURE):
+            compact_range(start=prefix, stop=k.prefix_end(prefix))

@@ -12,35 +12,35 @@ counters, the leases, the hubs, politeness, and the write primitives) and the pa
 ``queues`` (:mod:`.kvqueues`: adding, popping, hubs), ``statuses`` (:mod:`.kvstatus`: outcomes, redirect
 claims, checkpoints), ``ledger`` (:mod:`.kvledger`: the seen set, batch numbers), ``crawled``
 (:mod:`.crawled`: seed 004's crawled sets, linkbase, claim_once), ``content`` (:mod:`.content`: content
-digests) and ``admin`` (:mod:`.kvadmin`: why, hosts, export, import).  This class answers each contract
-through them, and the rest itself: seeds, host policy, counts, closing.
+digests) and ``admin`` (:mod:`.kvadmin`: why, hosts, export, import).  :class:`~.parts.PartsPool` passes
+each call of the contracts to its part; this class answers the rest: counts, seeds, host policy, closing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from zope.interface import implementer
 
-from spiderd.contracts.pool import ExportReader, IURLPool, IURLPoolAdmin
-from spiderd.core.conditional import Validators
+from spiderd.contracts.pool import IURLPool, IURLPoolAdmin
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.content import KVContent
 from spiderd.frontier.pool.crawled import CrawledSets
-from spiderd.frontier.pool.kvadmin import KVAdmin
+from spiderd.frontier.pool.kvadmin import KVAdmin, compact
 from spiderd.frontier.pool.kvcore import KVState
 from spiderd.frontier.pool.kvledger import KVLedger
 from spiderd.frontier.pool.kvqueues import KVQueues
 from spiderd.frontier.pool.kvstatus import KVStatuses
 from spiderd.frontier.pool.options import PoolOptions
+from spiderd.frontier.pool.parts import PartsPool
 from spiderd.frontier.pool.shared import stats_answer
 
 
 @implementer(IURLPool, IURLPoolAdmin)
-class KVPool:
+class KVPool(PartsPool):
     """A crash-safe, polite URL pool over a plyvel-like store (``get``, ``write_batch``, ``iterator``): every
     contract and the admin part.  ``options`` (the same for every backend): its ``recrawl`` names the
     (registered domain, kind) pairs whose done pages are kept in crawled sets; ``config.linkbase`` turns the
@@ -51,12 +51,10 @@ class KVPool:
                  politeness: Politeness | None = None, trim: Callable[[], Any] | None = None) -> None:
         config = options.config
         self.state = state = KVState(kv, clock, options, politeness=politeness, trim=trim)
-        self.crawled = CrawledSets(state, options.recrawl, config.linkbase, config.linkbase_max)
-        self.queues = KVQueues(state, self.crawled)
-        self.statuses = KVStatuses(state, self.queues, self.crawled)
-        self.ledger = KVLedger(state)
-        self.content = KVContent(kv, config.max_url_length)
-        self.admin = KVAdmin(state, self.queues, self.crawled)
+        crawled = CrawledSets(state, options.recrawl, config.linkbase, config.linkbase_max)
+        queues = KVQueues(state, crawled)
+        super().__init__(queues, KVStatuses(state, queues, crawled), KVLedger(state), crawled,
+                         KVContent(kv, config.max_url_length), KVAdmin(state, queues, crawled))
         self._kv = kv
         self._clock = clock
         self.politeness = state.politeness
@@ -71,17 +69,7 @@ class KVPool:
         self.pending_threshold = state.pending_threshold
         self._seeds: list[str] = []  # the configured seeds, as last given to set_seeds
 
-    # -- the queue: adding, counts (IURLQueue) --------------------------------------
-
-    def add(self, url: str, always: bool = False, detail: bool = False) -> defer.Deferred[bool]:
-        return self.queues.add(url, always, detail)
-
-    def addmany(self, urls: Iterable[str], always: bool = False, detail: bool = False,
-                parent: str | None = None) -> defer.Deferred[int]:
-        return self.queues.addmany(urls, always, detail, parent)
-
-    def within_hops(self, parent: str, urls: Sequence[str]) -> defer.Deferred[list[str]]:
-        return self.queues.within_hops(parent, urls)
+    # -- counts (IURLQueue) ---------------------------------------------------------
 
     def size(self) -> defer.Deferred[int]:
         return defer.succeed(self.state.counters[0])
@@ -97,30 +85,6 @@ class KVPool:
                               self.rejected)
         return defer.succeed(answer)
 
-    # -- statuses and pops (ILeases), checkpoints (ICheckpoints) ---------------------
-
-    def pop(self, count: int, hub_percent: int = 50) -> defer.Deferred[dict[str, bool]]:
-        return self.queues.pop(count, hub_percent)
-
-    def claim(self, url: str, by: str | None = None) -> defer.Deferred[bool]:
-        return self.statuses.claim(url, by)
-
-    def fetched(self, url: str, elapsed: float | None = None) -> defer.Deferred[None]:
-        return self.statuses.fetched(url, elapsed)
-
-    def set_status(self, url: str, status_code: int, reason: str | None = None) -> defer.Deferred[None]:
-        return self.statuses.set_status(url, status_code, reason)
-
-    def throttle(self, url: str, until: float, status_code: int, reason: str | None = None) -> defer.Deferred[None]:
-        return self.statuses.throttle(url, until, status_code, reason)
-
-    def set_statuses(self, statuses: Iterable[tuple[Any, ...]],
-                     checkpoint: tuple[str, int] | None = None) -> defer.Deferred[None]:
-        return self.statuses.set_statuses(statuses, checkpoint)
-
-    def validators(self, url: str) -> defer.Deferred[Validators | None]:
-        return self.statuses.validators(url)
-
     def next_due(self) -> defer.Deferred[float | None]:
         state = self.state
         now = self._clock.seconds()
@@ -130,24 +94,7 @@ class KVPool:
         known = [t for t in times if t is not None and t != float("inf")]
         return defer.succeed(max(0.0, min(known) - now) if known else None)
 
-    def checkpoint(self, name: str) -> defer.Deferred[int | None]:
-        return self.statuses.checkpoint(name)
-
-    def drop_checkpoint(self, name: str) -> defer.Deferred[None]:
-        return self.statuses.drop_checkpoint(name)
-
-    # -- the batch ledger (IBatchLedger) ---------------------------------------------
-
-    def seen_filter(self, urls: Iterable[str]) -> defer.Deferred[list[str]]:
-        return self.ledger.seen_filter(urls)
-
-    def seen_add(self, urls: Iterable[str]) -> defer.Deferred[int]:
-        return self.ledger.seen_add(urls)
-
-    def next_batch(self, count: int = 1) -> defer.Deferred[int]:
-        return self.ledger.next_batch(count)
-
-    # -- seeds and hubs (ISeedLists), recrawl, linkbase, claims ----------------------
+    # -- seeds (ISeedLists) ---------------------------------------------------------
 
     def set_seeds(self, urls: Iterable[str]) -> defer.Deferred[int]:
         """Remember the configured seeds (in memory only: a start or reload gives them again) for the seed timer."""
@@ -157,22 +104,6 @@ class KVPool:
     def seed_urls(self) -> defer.Deferred[list[str]]:
         """The seeds last given to set_seeds (one process: no other tool adds any)."""
         return defer.succeed(list(self._seeds))
-
-    def set_hubs(self, urls: Iterable[str], refresh_span: float) -> defer.Deferred[None]:
-        return self.queues.set_hubs(urls, refresh_span)
-
-    def recrawl(self, cutoffs: Sequence[tuple[str, str, float]], limit: int) -> defer.Deferred[int]:
-        return self.crawled.recrawl(cutoffs, limit)
-
-    def add_links(self, parent: str, urls: Sequence[str], anchors: Sequence[str] = (),
-                  xpaths: Sequence[str] = ()) -> defer.Deferred[int]:
-        return self.crawled.add_links(parent, urls, anchors, xpaths)
-
-    def claim_once(self, name: str, ttl: float) -> defer.Deferred[bool]:
-        return self.crawled.claim_once(name, ttl)
-
-    def claim_content(self, digest: str, url: str) -> defer.Deferred[bool]:
-        return self.content.claim_content(digest, url)
 
     # -- host policy (IHostPolicy) ---------------------------------------------------
 
@@ -184,23 +115,11 @@ class KVPool:
         self.politeness.set_group(host, group)
         return defer.succeed(None)
 
-    # -- admin (IURLPoolAdmin) -------------------------------------------------------
-
-    def why(self, url: str) -> defer.Deferred[dict[str, Any]]:
-        return self.admin.why(url)
-
-    def hosts(self, limit: int = 50) -> defer.Deferred[list[dict[str, Any]]]:
-        return self.admin.hosts(limit)
-
-    def export(self, chunk: int = 1000) -> ExportReader:
-        return self.admin.export(chunk)
-
-    def import_states(self, records: Iterable[Any]) -> defer.Deferred[dict[str, Any]]:
-        return self.admin.import_states(records)
+    # -- maintenance ----------------------------------------------------------------
 
     def compact(self) -> None:
         """Compact the store range by range (a blocking call: for maintenance and benchmarks)."""
-        self.admin.compact()
+        compact(self._kv)
 
     # -- closing --------------------------------------------------------------------
 

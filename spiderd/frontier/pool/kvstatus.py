@@ -40,11 +40,8 @@ class KVStatuses:
         self._queues = queues
         self._crawled = crawled
         self._kv = state.kv
-        self._clock = state.clock
         self._counters = state.counters
         self._leased = state.leased
-        self._again = state.again
-        self._hubs = state.hubs
         self._throttles: dict[int, int] = {}  # fp -> throttled fetches of an active URL (its Y entry)
         for key, value in self._kv.iterator(prefix=k.THROTTLED):
             self._throttles[int.from_bytes(key[1:], "big")] = value[0]
@@ -80,7 +77,7 @@ class KVStatuses:
             self._counters[1] -= 1
         elif state is not None:
             failures, prio, hops = self._queues.dequeue(batch, slot, state)
-        deadline_ms = int((self._clock.seconds() + self._state.pending_threshold) * 1000)
+        deadline_ms = int((self._state.clock.seconds() + self._state.pending_threshold) * 1000)
         batch.put(k.lease_key(deadline_ms, u.fingerprint), k.url_value(bytes((failures, prio)), u.url, hops))
         batch.put(k.state_key(u.fingerprint), k.active(k.PENDING, failures, prio, deadline_ms))
         self._counters[1] += 1
@@ -96,7 +93,7 @@ class KVStatuses:
         paces its host by it): free its host slot (the lease stays until set_status)."""
         leased = self._leased.get(url)
         if elapsed is not None and leased is not None and leased[2]:
-            self._state.politeness.fetched(self._state.slot(leased[1]), elapsed, self._clock.seconds())
+            self._state.politeness.fetched(self._state.slot(leased[1]), elapsed, self._state.clock.seconds())
         self._state.release(leased)
         return defer.succeed(None)
 
@@ -165,13 +162,13 @@ class KVStatuses:
         slot = self._state.slot(u.host)
         failures = prio = hops = 0
         known = state is not None  # a hub or a redirect target with no state of its own has no kind
-        hub = u.fingerprint in self._hubs
+        hub = u.fingerprint in self._state.hubs
         if state is not None and state[0] == k.PENDING:
             hops = self._state.hops_of(u.fingerprint, state, u.host)  # kept by a retry or a throttle
             failures, prio, deadline = k.parse_active(state)
             batch.delete(k.lease_key(deadline, u.fingerprint))
             counters[1] -= 1
-            again = self._again.pop(u.fingerprint, None)
+            again = self._state.again.pop(u.fingerprint, None)
             if again is not None:  # added again while leased: this fetch's outcome makes way for a new one
                 if code in self._state.done_codes:
                     self._validators_into(batch, u, hub or self._crawled.recrawled(u.host, prio), validators)
@@ -220,7 +217,7 @@ class KVStatuses:
 
     def validators(self, url: str) -> defer.Deferred[cg.Validators | None]:
         """The validators kept for ``url`` (a hub or a recrawled page; see set_statuses), or None."""
-        if not (self._state.conditional_get and (self._hubs or self._crawled.kept)):
+        if not (self._state.conditional_get and (self._state.hubs or self._crawled.kept)):
             return defer.succeed(None)  # none can be kept: no lookup (and no parse) per handed-out URL
         u = parsed(url, self._state.max_url_length)
         return defer.succeed(None if u is None else cg.unpack(self._kv.get(k.validators_key(u.fingerprint))))
@@ -244,11 +241,11 @@ class KVStatuses:
     def _note_failure(self, batch: Any, u: URL, code: int, reason: str | None, failures: int, final: bool) -> None:
         """Keep why ``u`` failed (its last failure) in its ``E`` entry; a final failure is logged (debug)."""
         why = st.recorded(code, reason)
-        batch.put(k.failure_key(u.fingerprint), k.pack_failure(self._clock.seconds(), failures, why))
+        batch.put(k.failure_key(u.fingerprint), k.pack_failure(self._state.clock.seconds(), failures, why))
         self._state.host_errors.add(u.host)
         if final:
             log.debug("{url} failed for good: {reason}", url=u.url, reason=why)
-            self._state.recent_failures.add(u.url, why, self._clock.seconds())
+            self._state.recent_failures.add(u.url, why, self._state.clock.seconds())
 
     # -- checkpoints ----------------------------------------------------------------
 

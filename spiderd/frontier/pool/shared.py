@@ -108,21 +108,6 @@ class URLParser:
             return None
 
 
-class URLParsing:
-    """A pool's ``_parse``: a bad URL is logged and counted by reason (``stats()["rejected"]``), never raised."""
-
-    _max_url_length: int
-    rejected: Counter[str]
-
-    def _parse(self, url: str) -> URL | None:
-        try:
-            return parse(url, self._max_url_length)
-        except BadURL as e:
-            self.rejected[e.reason] += 1
-            log.info("Rejected URL ({reason}): {url!r}", reason=e.reason, url=e.url[:200])
-            return None
-
-
 def status_parts(status: Sequence[Any]) -> tuple[str, int, str | None, Any]:
     """An entry of ``set_statuses`` (``(url, code)``, ``(url, code, reason)`` or ``(url, code, reason,
     validators)``) as all four."""
