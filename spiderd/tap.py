@@ -19,6 +19,7 @@ from spiderd.core import lifecycle
 from spiderd.core.blocking import Blocking
 from spiderd.core.reactors import INodeReactor
 from spiderd.core.stats import CrawlStats, ProgressLogger
+from spiderd.core.storage import StorageGate
 from spiderd.demo import config as demo
 from spiderd.engine.steps import PageSteps
 from spiderd.feed.writers import item_writers
@@ -97,6 +98,7 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
         role, reactor, stats=base.stats, pool=base.pool, crawler=crawler, seeds=frontier.seeds,
         batcher=frontier.batcher, worker=worker, shipper=worker.shipper if worker is not None else None,
         store=base.store, recrawler=frontier.recrawler, robots=base.fetcher.robots, rules=base.parser.rules,
+        storage=base.steps.gate,
         max_url_length=s.pool.max_url_length)))
     if signals:
         add(ReloadService(reactor, s.source, s.spiderd, base.blocking.lane("reload"), frontier.seeds))
@@ -115,13 +117,14 @@ def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiSer
     parser = ParsePool(reactor, parse_rules(s.sites, s.pool, s.fetch), s.parse.workers,
                        max_rss=s.parse.max_rss_mb * 2**20)
     by_address = pool.set_host_group if pool is not None and s.fetch.politeness == "ip" else None
-    fetcher = Fetcher(reactor, fetch_config(s.fetch, s.sites), on_crawl_delay=pool.set_host_delay if pool else None,
+    fetching = fetch_config(s.fetch, s.sites, robots_store=node.path("robots") if s.fetch.robots else "")
+    fetcher = Fetcher(reactor, fetching, on_crawl_delay=pool.set_host_delay if pool else None,
                       on_address=by_address)
     store = page_store(s.store, node.data_dir, reactor, blocking.lane("store"))
     for service in (pooled, store, parser, lifecycle.Closer("fetcher", fetcher.close)):
         top.add(service)
     claim = pool.claim_content if pool is not None and s.items.skip_duplicate_content else None
-    steps = PageSteps(reactor, parser, store, claim, s.fetch.max_retry_after)
+    steps = PageSteps(reactor, parser, store, claim, s.fetch.max_retry_after, StorageGate(reactor))
     return Base(s, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher, steps)
 
 
@@ -131,12 +134,11 @@ def _worker(base: Base) -> WorkerService:
     s, node = base.s, base.s.spiderd
     shipper = base.top.add(FeedShipper(base.reactor, node.path("spool"), retry_max=s.feed.retry_max,
                                        stop_timeout=s.feed.stop_timeout, lane=base.blocking.lane("feed", 3)))
-    claim = base.pool.claim_content if base.pool is not None and s.items.skip_duplicate_content else None
     config = worker_config(s.worker, s.fetch, data_dir=node.data_dir, role=node.role,
                            failure_threshold=s.pool.failure_threshold, feed_format=s.items.format)
     try:
         return base.top.add(build_worker(config, base.reactor, base.fetcher, base.parser, base.store, shipper,
-                                         base.blocking.lane("worker-io"), base.stats, claim))
+                                         base.blocking.lane("worker-io"), base.stats, base.steps))
     except WorkerConfigError as e:
         raise cfg.ConfigError(f"{s.source}: {e}") from None
 

@@ -164,7 +164,7 @@ class CrawlTests(unittest.TestCase):
                          (DEMO["sites"][0]["name"], "other-shop"))  # a URL's site names its batch's spider
         self.assertEqual(crawler._fetcher.robots._fetch_raw.keywords, {"redirects": 5})  # robots.txt redirects
         crawler._fetcher.robots._delay("slow.example", 7.0)  # a Crawl-delay reaches the pool and the worker
-        self.assertEqual(worker.runner._pipeline.hosts.delay_of("slow.example"), 7.0)
+        self.assertEqual(max(worker.runner._pipeline.queue.politeness.delays("slow.example")), 7.0)
         self.assertEqual(crawler.pool.politeness.slot("slow.example", b"").delay, 7.0)
 
     @defer.inlineCallbacks

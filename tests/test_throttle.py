@@ -231,9 +231,10 @@ class WorkerTests(Base):
         parser = ParsePool(reactor, {"sites": DEMO["sites"]}, 0)
         parser.startService()
         self.addCleanup(parser.stopService)
-        self.pipeline = Pipeline(ClockedReactor(reactor, self.clock),
-                                 WorkerConfig(data_dir=self.mktemp(), failure_threshold=0, **config),
-                                 self.fetcher, parser, None, clock=self.clock)
+        clocked = ClockedReactor(reactor, self.clock)
+        config = WorkerConfig(data_dir=self.mktemp(), failure_threshold=0, **config)
+        steps = PageSteps(clocked, parser, max_retry_after=config.max_retry_after)
+        self.pipeline = Pipeline(clocked, config, self.fetcher, steps, clock=self.clock)
         run = Run(SimpleNamespace(id="job1"), Items())
         run.add(urls)
         self.pipeline.start(run)

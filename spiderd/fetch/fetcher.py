@@ -41,8 +41,10 @@ from spiderd.core.throttle import parse_retry_after, throttled
 from spiderd.core.urls import BadURL, canonicalize
 from spiderd.fetch.body import BodyReader, Discard, TooLarge, Truncated, accept_encoding
 from spiderd.fetch.connections import CachedEndpoints, ConnectionPool, pool_hosts
+from spiderd.fetch import framing
 from spiderd.fetch.dns import caching_reactor
 from spiderd.fetch.robots import ROBOTS_REDIRECTS, Robots, robots_url
+from spiderd.fetch.robotstore import robots_store
 from spiderd.fetch.proxy import Proxies, ProxyUnsupported
 from spiderd.fetch.siteopts import SiteOptions
 from spiderd.fetch.tunnel import TunnelError, TunnelTimeout
@@ -94,19 +96,20 @@ class FetchConfig:
     dns_cache_ttl: float = 300.0
     source_addresses: tuple[str, ...] = ()
     robots: bool = False  # obey robots.txt: the fetcher checks every URL against its own Robots
+    robots_store: str = ""  # where its answers wait out their TTL (a LevelDB, emptied at the start); "": memory
     sites: tuple[Any, ...] = ()  # the [[sites]] (spiderd.core.rules.Site): their request headers and proxies, by host
     tell_addresses: bool = False  # per-IP politeness: each lookup's first address goes to the address listeners
 
 
-def fetch_config(fetch: FetchSection, sites: tuple[Any, ...] = ()) -> FetchConfig:
+def fetch_config(fetch: FetchSection, sites: tuple[Any, ...] = (), robots_store: str = "") -> FetchConfig:
     """The FetchConfig of the ``[fetch]`` section and the ``[[sites]]`` (per-host connections are
-    ``per_host_concurrency``)."""
+    ``per_host_concurrency``); ``robots_store``: the directory of the robots.txt answers ("": in memory)."""
     return FetchConfig(
         user_agent=fetch.user_agent, connect_timeout=fetch.connect_timeout, timeout=fetch.timeout,
         max_body_size=fetch.max_body_size, max_redirects=fetch.max_redirects,
         per_host_connections=fetch.per_host_concurrency, keepalive_timeout=fetch.keepalive_timeout,
         dns_cache_ttl=fetch.dns_cache_ttl, source_addresses=fetch.source_addresses, robots=fetch.robots, sites=sites,
-        tell_addresses=fetch.politeness == "ip",
+        tell_addresses=fetch.politeness == "ip", robots_store=robots_store,
     )
 
 
@@ -124,10 +127,13 @@ class Fetcher:
         with ``config.tell_addresses`` others may be added (``add_address_listener``)."""
         self._reactor = reactor
         self._config = config
+        self._closing: list[Callable[[], Any]] = []  # what close lets go of besides the connections
         self._tls = tls or client.BrowserLikePolicyForHTTPS()
         if robots is None and config.robots:
             fetch_robots = functools.partial(self.fetch_raw, redirects=ROBOTS_REDIRECTS)
-            robots = Robots(fetch_robots, reactor, config.user_agent, on_delay=on_crawl_delay)
+            robots = Robots(fetch_robots, reactor, config.user_agent, on_delay=on_crawl_delay,
+                            store=robots_store(config.robots_store))
+            self._closing.append(robots.close)
         self.robots = robots
         self._pools: list[ConnectionPool] = []
         self._endpoints: list[CachedEndpoints] = []  # each agent's (the schemes a lookup served: _tell_address)
@@ -250,7 +256,9 @@ class Fetcher:
             return defer.fail(TooLarge(f"Content-Length {length}, over the limit of {max_size} bytes"))
         reader = BodyReader(max_size, encoding, truncate)
         response.deliverBody(reader)
-        return reader.finished.addCallback(lambda body: (response, body))
+        d = reader.finished.addCallback(framing.checked, response)
+        d.addErrback(lambda failure: framing.body_failure(failure, reader.received, response))
+        return d.addCallback(lambda body: (response, body))
 
     def _failed(self, failure: Failure, url: str, started: float) -> FetchResult:
         code, kind = classify_failure(failure)
@@ -260,7 +268,9 @@ class Fetcher:
                            reason=st.reason(code, failure_detail(failure, self._config.timeout)))
 
     def close(self) -> Deferred[Any]:
-        """Close idle pooled connections."""
+        """Close idle pooled connections (and the robots.txt store of the Robots this fetcher made)."""
+        for close in self._closing:
+            close()
         return defer.gatherResults([pool.closeCachedConnections() for pool in self._pools])
 
     def add_address_listener(self, listener: AddressListener) -> None:
@@ -368,6 +378,10 @@ def _stop_timer(result: T, timer: IDelayedCall) -> T:
 
 
 _FAILURES: list[tuple[tuple[type, ...], int, str]] = [
+    ((framing.Malformed,), st.MALFORMED, "malformed"),
+    ((framing.CutShort,), st.CUT_SHORT, "cut-short"),
+    ((framing.OutOfStep,), st.OUT_OF_STEP, "out-of-step"),
+    ((framing.LostMidBody,), st.CONNECTION_LOST, "reset"),
     ((TooLarge,), st.TOO_LARGE, "too-large"),
     ((error.DNSLookupError,), st.DNS_ERROR, "dns"),
     ((TunnelTimeout,), st.TIMEOUT, "timeout"),
@@ -384,13 +398,17 @@ _FAILURES: list[tuple[tuple[type, ...], int, str]] = [
 
 
 def failure_detail(failure: Failure, timeout: float) -> str:
-    """The exception behind a failed fetch, as ``Class: message`` (the first inner reason of a ``ResponseFailed``);
-    a fetch cancelled by its ``timeout`` says so."""
+    """The exception behind a failed fetch, as ``Class: message`` (of a ``ResponseFailed``, its inner reason that
+    names a framing fault, else its first); a fault of the answer's framing, a fetch cancelled by its ``timeout``
+    and a close before any answer say so in words."""
     if isinstance(failure.value, (client.ResponseFailed, client.ResponseNeverReceived)):
         inner = list(getattr(failure.value, "reasons", []))
+        never = isinstance(failure.value, client.ResponseNeverReceived)
         if inner:
-            failure = inner[0]
-    if failure.check(TooLarge, ProxyUnsupported, TunnelError):
+            failure = next((reason for reason in inner if reason.check(framing.Framing)), inner[0])
+        if never and failure.check(error.ConnectionDone):
+            return "the server closed the connection before answering"
+    if failure.check(TooLarge, ProxyUnsupported, TunnelError, framing.Framing):
         return failure.getErrorMessage()
     if failure.check(CancelledError):
         return f"no whole answer within {timeout:g} s"
@@ -399,13 +417,13 @@ def failure_detail(failure: Failure, timeout: float) -> str:
 
 
 def classify_failure(failure: Failure) -> tuple[int, str]:
-    """The status code and kind of a fetch failure (the inner reasons of ``ResponseFailed`` count)."""
+    """The status code and kind of a fetch failure (the inner reasons of ``ResponseFailed`` count): the first kind
+    of ``_FAILURES`` that any of its reasons is (a framing fault before the close that came with it)."""
     reasons = [failure]
     if isinstance(failure.value, (client.ResponseFailed, client.ResponseNeverReceived)):
         reasons = list(getattr(failure.value, "reasons", [])) + reasons
-    for reason in reasons:
-        for types, code, kind in _FAILURES:
-            if reason.check(*types):
-                return code, kind
+    for types, code, kind in _FAILURES:
+        if any(reason.check(*types) for reason in reasons):
+            return code, kind
     return st.NETWORK_ERROR, "network"
 

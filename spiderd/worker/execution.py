@@ -66,7 +66,7 @@ class Execution:
             run.warc = JobWarc(self.items_path(job)[: -len(".jl")] + warc.EXTENSION, self._io)
         run.fetch_options = options.fetch_options()
         if options.per_domain or options.download_delay:
-            run.hosts = JobHosts(options.per_domain, options.download_delay, self._pipeline.clock)
+            run.hosts = JobHosts(options.per_domain, options.download_delay)
         return run
 
     @defer.inlineCallbacks
@@ -100,6 +100,17 @@ class Execution:
             yield self._ship(run)
         else:
             yield self._halted(run)
+
+    @defer.inlineCallbacks
+    def requeue(self, run: Run) -> Any:
+        """A run whose files could not be written (its storage refused them): its files and claims go, and the
+        job is pending again (saved if the storage lets it; else a restart finds it running and runs it again)."""
+        run.halted = run.halted or "interrupted"
+        try:
+            yield self._halted(run)
+        except Exception as e:
+            log.debug("Worker: job {id} kept as pending in memory only: {error}", id=run.job.id, error=e)
+        run.job.state, run.job.start_time = PENDING, None
 
     @defer.inlineCallbacks
     def _halted(self, run: Run) -> Any:
