@@ -11,7 +11,7 @@ from zope.interface import implementer
 
 from spiderd.config import settings as cfg
 from spiderd.fetch.extract import Rules
-from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
+from spiderd.contracts.pool import IURLPool, IURLPoolAdmin
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.frontier.seeds import SeedService
 from spiderd.core.stats import CrawlStats
