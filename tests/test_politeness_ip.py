@@ -25,7 +25,7 @@ from spiderd.frontier.crawler import CrawlService
 from spiderd.frontier.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 
-from .helpers import ClockedReactor
+from .helpers import ClockedReactor, rules_of
 from .test_pool_contract import RedisKeys
 from .test_throttle import START, Base
 
@@ -107,7 +107,7 @@ class PerIPTests(Base):
         clocked = MappedReactor(reactor, self.clock)
         fetcher = Fetcher(clocked, FetchConfig(timeout=10), on_address=pool.set_host_group if per_ip else None)
         self.addCleanup(fetcher.close)
-        parser = ParsePool(reactor, {"sites": DEMO["sites"]}, 0)
+        parser = ParsePool(reactor, rules_of({"sites": DEMO["sites"]}), 0)
         parser.startService()
         self.addCleanup(parser.stopService)
         crawler = CrawlService(clocked, pool, fetcher, parser, parser.rules, CrawlStats(self.clock), concurrency=4)

@@ -44,7 +44,7 @@ from spiderd.worker.hostslots import HostSlots
 from spiderd.worker.jobs import Job, JobStore, safe_name, write_atomically
 from spiderd.worker.pipeline import retryable
 
-from .helpers import ClockedReactor
+from .helpers import ClockedReactor, rules_of
 
 SECRET = "s3cr3t-Pw"
 UA = "spiderd-test"
@@ -144,7 +144,7 @@ class WorkerTestBase(unittest.TestCase):
     def parser(self, spider: str = "demo-shop") -> ParsePool:
         if spider not in self._parsers:
             settings = cfg.from_dict({"parse": {"workers": 0}, "sites": site_rules(spider)}, "<test>")
-            parser = self._parsers[spider] = ParsePool(reactor, settings.raw, 0)
+            parser = self._parsers[spider] = ParsePool(reactor, rules_of(settings.raw), 0)
             parser.startService()
             self.addCleanup(parser.stopService)
         return self._parsers[spider]
@@ -266,7 +266,7 @@ class BatchTests(WorkerTestBase):
         """With a parser child process, each page is compressed there and stored as the site served it."""
         self.gate.open()
         settings = cfg.from_dict({"parse": {"workers": 1}, "sites": site_rules("demo-shop")}, "<test>")
-        parser = self._parsers["demo-shop"] = ParsePool(reactor, settings.raw, 1)
+        parser = self._parsers["demo-shop"] = ParsePool(reactor, rules_of(settings.raw), 1)
         parser.startService()
         self.addCleanup(parser.stopService)
         yield parser.ready()
