@@ -30,6 +30,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from spiderd.core.memory import rss_of
+from spiderd.core.retry import Backoff
 from spiderd.core.reactors import IProcessClock
 from spiderd.fetch.extract import MAX_LINKS, Extracted, Rules, extract
 from spiderd.fetch.pagerobots import PageRobots
@@ -314,7 +315,7 @@ class ParsePool(Service):
         if not self.running or slot in self._restarts:
             return
         self._failures[slot] += 1
-        delay = min(self.max_restart_delay, self.restart_delay * 2 ** min(self._failures[slot] - 1, 30))
+        delay = Backoff(self.restart_delay, self.max_restart_delay).delay(self._failures[slot])
         log.info("Restarting parse worker {slot} in {delay:.1f}s", slot=slot, delay=delay)
         self._restarts[slot] = self._reactor.callLater(delay, self._spawn, slot)
 
