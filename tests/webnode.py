@@ -31,6 +31,10 @@ class FakeCrawler:
         self.fetching = 3
         self.processing = 1
         self.concurrency = 8
+        self.queued = 0
+        self.healthy = True
+        self.pull_failures = 0
+        self.last_error = ""
         self.details: list[str] = []
 
     def pause(self) -> None:
