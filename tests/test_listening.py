@@ -148,19 +148,23 @@ class DeadlineSettingsTests(ApiCase):
     """``header_timeout`` and ``idle_timeout``, on the API's Clock."""
 
     @defer.inlineCallbacks
+    def closed_after(self, client: Client, seconds: float) -> Any:
+        """What ``client`` received, once closed when the clock has turned ``seconds`` (not 0.1 s earlier)."""
+        yield turn()
+        self.clock.advance(seconds - 0.1)
+        yield turn()
+        self.assertFalse(client.closed.called)
+        self.clock.advance(0.1)
+        return (yield client.closed)
+
+    @defer.inlineCallbacks
     def test_header_deadline_is_the_setting(self) -> Any:
         """A connection without complete request headers is closed ``header_timeout`` seconds after it began,
         not before."""
         service = self.start(port=0, header_timeout=5, idle_timeout=100)
         client = yield self.connect(service)
         client.transport.write(b"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-        yield turn()
-        self.clock.advance(4.9)
-        yield turn()
-        self.assertFalse(client.closed.called)
-        self.clock.advance(0.1)
-        answer = yield client.closed
-        self.assertEqual(answer, b"")
+        self.assertEqual((yield self.closed_after(client, 5)), b"")
 
     @defer.inlineCallbacks
     def test_idle_deadline_is_the_setting(self) -> Any:
@@ -171,11 +175,7 @@ class DeadlineSettingsTests(ApiCase):
         client.transport.write(b"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         while b'"role"' not in client.data:
             yield turn()
-        self.clock.advance(6.9)
-        yield turn()
-        self.assertFalse(client.closed.called)
-        self.clock.advance(0.1)
-        yield client.closed
+        yield self.closed_after(client, 7)
 
 
 class DeadlineSummaryTests(unittest.TestCase):
