@@ -73,7 +73,7 @@ from twisted.internet import defer, task, threads  # noqa: E402
 
 from spiderd.config.sections import PoolSection  # noqa: E402
 from spiderd.frontier.crawler import pull_size  # noqa: E402
-from spiderd.frontier.politeness import Politeness  # noqa: E402
+from spiderd.engine.politeness import Politeness  # noqa: E402
 from spiderd.frontier.pool.redis import open_redis_pool  # noqa: E402
 from spiderd.frontier.pool.redis.cluster import key_slot  # noqa: E402
 from spiderd.frontier.pool.redis.keys import located  # noqa: E402

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from twisted.internet.task import Clock  # noqa: E402
 
-from spiderd.frontier.politeness import Politeness  # noqa: E402
+from spiderd.engine.politeness import Politeness  # noqa: E402
 from spiderd.frontier.pool import open_leveldb_pool  # noqa: E402
 
 HOSTS = 1000

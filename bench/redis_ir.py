@@ -55,7 +55,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from twisted.internet import defer, task, threads  # noqa: E402
 
-from spiderd.frontier.politeness import Politeness  # noqa: E402
+from spiderd.engine.politeness import Politeness  # noqa: E402
 from spiderd.frontier.pool.redis import open_redis_pool  # noqa: E402
 
 from cluster import Servers  # noqa: E402  (bench/ is on sys.path: this script's folder)

@@ -19,6 +19,7 @@ from spiderd.core.blocking import Blocking
 from spiderd.core.reactors import INodeReactor
 from spiderd.core.stats import CrawlStats, ProgressLogger
 from spiderd.demo import config as demo
+from spiderd.engine.steps import PageSteps
 from spiderd.feed.writers import item_writers
 from spiderd.feed.shipper import FeedShipper
 from spiderd.fetch.fetcher import Fetcher, fetch_config
@@ -69,6 +70,7 @@ class Base:
     store: PageStore | ShardedStore | None
     parser: ParsePool
     fetcher: Fetcher
+    steps: PageSteps
 
 
 @dataclass(frozen=True)
@@ -113,12 +115,15 @@ def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiSer
     parser = ParsePool(reactor, parse_rules(s.sites, s.pool, s.fetch), s.parse.workers,
                        max_rss=s.parse.max_rss_mb * 2**20)
     by_address = pool.set_host_group if pool is not None and s.fetch.politeness == "ip" else None
-    fetcher = Fetcher(reactor, fetch_config(s.fetch, s.sites), on_crawl_delay=pool.set_host_delay if pool else None,
+    fetching = fetch_config(s.fetch, s.sites, robots_store=node.path("robots") if s.fetch.robots else "")
+    fetcher = Fetcher(reactor, fetching, on_crawl_delay=pool.set_host_delay if pool else None,
                       on_address=by_address)
     store = page_store(s.store, node.data_dir, reactor, blocking.lane("store"))
     for service in (pooled, store, parser, lifecycle.Closer("fetcher", fetcher.close)):
         top.add(service)
-    return Base(s, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher)
+    claim = pool.claim_content if pool is not None and s.items.skip_duplicate_content else None
+    steps = PageSteps(reactor, parser, store, claim, s.fetch.max_retry_after)
+    return Base(s, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher, steps)
 
 
 def _worker(base: Base) -> WorkerService:
@@ -127,11 +132,10 @@ def _worker(base: Base) -> WorkerService:
     s, node = base.s, base.s.spiderd
     shipper = base.top.add(FeedShipper(base.reactor, node.path("spool"), retry_max=s.feed.retry_max,
                                        stop_timeout=s.feed.stop_timeout, lane=base.blocking.lane("feed", 3)))
-    claim = base.pool.claim_content if base.pool is not None and s.items.skip_duplicate_content else None
     config = worker_config(s.worker, s.fetch, data_dir=node.data_dir, role=node.role,
                            failure_threshold=s.pool.failure_threshold, feed_format=s.items.format)
     return base.top.add(build_worker(config, base.reactor, base.fetcher, base.parser, base.store, shipper,
-                                     base.blocking.lane("worker-io"), base.stats, claim))
+                                     base.blocking.lane("worker-io"), base.stats, base.steps))
 
 
 def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Frontier:
@@ -152,8 +156,8 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
     sink = batcher.add if batcher is not None else None
     sitemaps = sitemap_service(s.sitemaps, s.fetch, s.pool, s.sites, reactor, pool, base.fetcher,
                                base.blocking.lane("sitemaps"), stats, detail_sink=sink)
-    crawler = crawl_service(node, s.fetch, s.pool, s.items, reactor, pool, base.fetcher, base.parser, stats,
-                            store=base.store, items=items, archive=archive, detail_sink=sink,
+    crawler = crawl_service(node, s.fetch, s.pool, reactor, pool, base.fetcher, base.steps, base.parser.rules, stats,
+                            items=items, archive=archive, detail_sink=sink,
                             discovery=(sitemaps,) if sitemaps is not None else ())
     for service in (items, archive, batcher, seeds, seed_timer, recrawler, site,
                     ProgressLogger(stats, pool, reactor, node.log_interval, extra), sitemaps, crawler):

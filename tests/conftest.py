@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterator
 import pytest
 from twisted.internet.task import Clock
 
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import KVPool, open_leveldb_pool, open_memory_pool
 
 PoolFactory = Callable[..., Any]

@@ -12,7 +12,7 @@ import sys
 
 from twisted.internet.task import Clock
 
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool
 
 

@@ -20,6 +20,7 @@ from twisted.internet.task import Clock
 from twisted.trial import unittest
 from twisted.web import http, resource, server
 
+from spiderd.engine.steps import PageSteps
 from spiderd.config import settings as cfg
 from spiderd.core import conditional as cg
 from spiderd.core.conditional import Validators
@@ -28,7 +29,7 @@ from spiderd.feed.items import ItemWriter
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.fetch.parsepool import ParsePool
 from spiderd.frontier.crawler import CrawlService
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.frontier.scheduler import RecrawlPolicy, Recrawler
 from spiderd.ops.web import Node
@@ -242,8 +243,8 @@ class CrawlTests(unittest.TestCase):
         yield self.items.ready
         self.store = RecordingStore()
         self.stats = CrawlStats(self.clock)
-        self.crawler = CrawlService(clocked, self.pool, self.fetcher, parser, parser.rules, self.stats,
-                                    store=self.store, items=self.items, concurrency=4,
+        self.crawler = CrawlService(clocked, self.pool, self.fetcher, PageSteps(clocked, parser, self.store), parser.rules,
+                                    self.stats, items=self.items, concurrency=4,
                                     conditional_get=settings.fetch.conditional_get)
         self.recrawler = Recrawler(self.clock, self.pool, policy, lambda: self.stats.counts["requests"], every=60,
                                    batch=100)

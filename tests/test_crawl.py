@@ -164,7 +164,7 @@ class CrawlTests(unittest.TestCase):
                          (DEMO["sites"][0]["name"], "other-shop"))  # a URL's site names its batch's spider
         self.assertEqual(crawler._fetcher.robots._fetch_raw.keywords, {"redirects": 5})  # robots.txt redirects
         crawler._fetcher.robots._delay("slow.example", 7.0)  # a Crawl-delay reaches the pool and the worker
-        self.assertEqual(worker.runner._pipeline.hosts.delay_of("slow.example"), 7.0)
+        self.assertEqual(max(worker.runner._pipeline.queue.politeness.delays("slow.example")), 7.0)
         self.assertEqual(crawler.pool.politeness.slot("slow.example", b"").delay, 7.0)
 
     @defer.inlineCallbacks
@@ -219,14 +219,14 @@ class FailureReasonTests(unittest.TestCase):
         cfg.check_data_dir(settings)
         top = tap.build(settings, reactor)
         crawler = top.getServiceNamed("crawler")
-        parse = crawler._processor._parser.parse  # (the ParsePool the crawl parses with)
+        parse = crawler._processor.steps._parser.parse  # (the ParsePool the crawl parses with)
 
         def choke(url: str, *args: Any, **kwargs: Any) -> Any:
             if url.endswith("/broken"):
                 return defer.fail(KeyError("no title"))
             return parse(url, *args, **kwargs)
 
-        crawler._processor._parser.parse = choke
+        crawler._processor.steps._parser.parse = choke
         top.startService()
         try:
             yield crawler.finished

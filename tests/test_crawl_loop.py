@@ -42,7 +42,7 @@ class LoopTests(unittest.TestCase):
         clock = Clock()
         pool = BrokenPops(clock)
         stats = CrawlStats(clock)
-        crawler = CrawlService(clock, pool, fetcher=None, parser=None, rules=None, stats=stats)
+        crawler = CrawlService(clock, pool, fetcher=None, steps=None, rules=None, stats=stats)
         with capturedLogs() as events:
             crawler.startService()
             for _ in range(FAILING_PULLS + 2):
@@ -93,7 +93,7 @@ class PullBatchTests(unittest.TestCase):
     def test_crawler_pulls_in_batches_and_at_the_heartbeat(self) -> None:
         clock = Clock()
         pool = CountedPops(clock)
-        crawler = CrawlService(clock, pool, fetcher=None, parser=None, rules=None, stats=CrawlStats(clock),
+        crawler = CrawlService(clock, pool, fetcher=None, steps=None, rules=None, stats=CrawlStats(clock),
                                concurrency=16, pull_batch=4)
         crawler.startService()
         clock.advance(0)
@@ -121,7 +121,7 @@ class PullAheadTests(unittest.TestCase):
         self.clock = Clock()
         self.pool = CountedPops(self.clock)
         self.pool.real.addmany([f"http://h{i}.example/" for i in range(30)])
-        self.crawler = CrawlService(self.clock, self.pool, fetcher=None, parser=None, rules=None,
+        self.crawler = CrawlService(self.clock, self.pool, fetcher=None, steps=None, rules=None,
                                     stats=CrawlStats(self.clock), concurrency=4, pull_ahead=4)
         self.started: list[str] = []
 
@@ -206,7 +206,7 @@ class PullAheadEdgeTests(unittest.TestCase):
         self.started: list[str] = []
 
     def crawler(self, **options: Any) -> CrawlService:
-        crawler = CrawlService(self.clock, self.pool, fetcher=None, parser=None, rules=None,
+        crawler = CrawlService(self.clock, self.pool, fetcher=None, steps=None, rules=None,
                                stats=CrawlStats(self.clock), concurrency=4, pull_ahead=4, **options)
 
         def start(url: str, hub: bool) -> None:

@@ -12,6 +12,7 @@ from twisted.internet import defer, reactor
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
+from spiderd.engine.steps import PageSteps
 from spiderd.config import settings as cfg
 from spiderd.frontier.crawler import CrawlService
 from spiderd.demo.config import DEMO
@@ -19,7 +20,7 @@ from spiderd.fetch.fetcher import FetchResult
 from spiderd.feed.items import ItemWriter
 from spiderd.core.lifecycle import wait_until
 from spiderd.fetch.parsepool import ParsePool
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.core.stats import CrawlStats
 
@@ -92,8 +93,8 @@ class RedirectTests(unittest.TestCase):
         self.items = ItemWriter(reactor, str(self.dir / "items"), flush_interval=0.01, pool=self.pool)
         self.items.startService()
         yield self.items.ready
-        self.crawler = CrawlService(reactor, self.pool, fetcher, self.parser, self.parser.rules, CrawlStats(reactor),
-                                    store=store, items=self.items, concurrency=4)
+        self.crawler = CrawlService(reactor, self.pool, fetcher, PageSteps(reactor, self.parser, store),
+                                    self.parser.rules, CrawlStats(reactor), items=self.items, concurrency=4)
         self.crawler.startService()
         self.addCleanup(self.stop)
 

@@ -17,7 +17,7 @@ from spiderd.config.sections import ItemsSection
 from spiderd.core.blocking import Blocking, Lane
 from spiderd.feed.items import ItemWriter, checkpoint_name
 from spiderd.feed.writers import item_writers
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 
 from .helpers import result

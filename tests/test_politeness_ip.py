@@ -16,13 +16,14 @@ from twisted.trial import unittest
 from twisted.web import resource, server
 from zope.interface import implementer
 
+from spiderd.engine.steps import PageSteps
 from spiderd.core.stats import CrawlStats
 from spiderd.demo.config import DEMO
 from spiderd.fetch.dns import CachingResolver
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.fetch.parsepool import ParsePool
 from spiderd.frontier.crawler import CrawlService
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 
 from .helpers import ClockedReactor, rules_of
@@ -110,7 +111,8 @@ class PerIPTests(Base):
         parser = ParsePool(reactor, rules_of({"sites": DEMO["sites"]}), 0)
         parser.startService()
         self.addCleanup(parser.stopService)
-        crawler = CrawlService(clocked, pool, fetcher, parser, parser.rules, CrawlStats(self.clock), concurrency=4)
+        crawler = CrawlService(clocked, pool, fetcher, PageSteps(clocked, parser), parser.rules, CrawlStats(self.clock),
+                               concurrency=4)
         port_number = port.getHost().port
         yield pool.addmany([f"http://{host}:{port_number}/{i}" for i in range(3) for host in HOSTS])
         crawler.startService()

@@ -13,7 +13,7 @@ from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import TestCase
 
 from spiderd.core.urls import registered_domain
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.redis import RedisPoolError, open_redis_pool
 from spiderd.frontier.pool.redis.cluster import SLOTS, key_slot
 from spiderd.frontier.pool.redis.partitions import partition_of, partition_tags, stride_order

@@ -16,7 +16,7 @@ from spiderd.core import status
 from spiderd.core.conditional import Validators
 from spiderd.core.rules import AdaptiveDelay
 from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 from spiderd.frontier.pool.redis import open_redis_pool
 from spiderd.frontier.pool.redis.link import RedisLink, parse_redis_url

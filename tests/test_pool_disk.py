@@ -7,7 +7,7 @@ from pathlib import Path
 
 from twisted.internet.task import Clock
 
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool
 
 DONE = 20_000

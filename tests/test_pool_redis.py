@@ -14,7 +14,7 @@ from twisted.trial.unittest import TestCase
 
 from spiderd.core.conditional import Validators
 from spiderd.core.rules import AdaptiveDelay
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.redis import RedisPoolError, open_redis_pool
 from spiderd.frontier.pool.redis import pool as redis_pool_module
 from spiderd.frontier.pool.redis.pool import KEEP_SKIPLIST

@@ -11,7 +11,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
 from spiderd.core.digest import content_digest
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 
 from .test_pool_contract import RedisKeys

@@ -13,7 +13,7 @@ from twisted.trial.unittest import TestCase
 
 from spiderd.config import settings as cfg
 from spiderd.core.cron import CronError, parse
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.frontier.scheduler import RecrawlPolicy, Recrawler, SeedTimer, budget
 

@@ -11,7 +11,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
 from spiderd.core.cron import parse
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.redis.link import parse_redis_url
 from spiderd.frontier.pool.redis.pool import DOMAIN_SWEEP_EVERY, KEEP_HASHTABLE, KEEP_SKIPLIST
 from spiderd.frontier.scheduler import SeedTimer

@@ -16,6 +16,7 @@ from twisted.internet.task import Clock
 from twisted.trial import unittest
 from twisted.web import resource, server
 
+from spiderd.engine.steps import PageSteps
 from spiderd.config import settings as cfg
 from spiderd.core.stats import CrawlStats
 from spiderd.core.throttle import HostThrottles, parse_retry_after
@@ -23,7 +24,7 @@ from spiderd.demo.config import DEMO
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.fetch.parsepool import ParsePool
 from spiderd.frontier.crawler import CrawlService
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.worker.config import WorkerConfig
 from spiderd.worker.pipeline import Pipeline
@@ -132,8 +133,9 @@ class CrawlerTests(Base):
         parser.startService()
         self.addCleanup(parser.stopService)
         self.stats = CrawlStats(self.clock)
-        self.crawler = CrawlService(ClockedReactor(reactor, self.clock), self.pool, self.fetcher, parser,
-                                    parser.rules, self.stats, concurrency=4, max_retry_after=max_retry_after)
+        clocked = ClockedReactor(reactor, self.clock)
+        steps = PageSteps(clocked, parser, max_retry_after=max_retry_after)
+        self.crawler = CrawlService(clocked, self.pool, self.fetcher, steps, parser.rules, self.stats, concurrency=4)
         yield self.pool.addmany([self.base + "/a", self.base + "/b"])
         self.crawler.startService()
         self.addCleanup(self.crawler.stopService)
@@ -229,9 +231,10 @@ class WorkerTests(Base):
         parser = ParsePool(reactor, rules_of({"sites": DEMO["sites"]}), 0)
         parser.startService()
         self.addCleanup(parser.stopService)
-        self.pipeline = Pipeline(ClockedReactor(reactor, self.clock),
-                                 WorkerConfig(data_dir=self.mktemp(), failure_threshold=0, **config),
-                                 self.fetcher, parser, None, clock=self.clock)
+        clocked = ClockedReactor(reactor, self.clock)
+        config = WorkerConfig(data_dir=self.mktemp(), failure_threshold=0, **config)
+        steps = PageSteps(clocked, parser, max_retry_after=config.max_retry_after)
+        self.pipeline = Pipeline(clocked, config, self.fetcher, steps, clock=self.clock)
         run = Run(SimpleNamespace(id="job1"), Items())
         run.add(urls)
         self.pipeline.start(run)

@@ -40,7 +40,6 @@ from spiderd.core.urls import fingerprint, to_signed64
 from spiderd.worker import WorkerConfig, WorkerService, worker_config
 from spiderd.core.secrets import is_loopback
 from spiderd.core.rules import AdaptiveDelay
-from spiderd.worker.hostslots import HostSlots
 from spiderd.worker.jobs import Job, JobStore, safe_name, write_atomically
 from spiderd.worker.pipeline import retryable
 
@@ -978,66 +977,6 @@ class PartsTests(unittest.SynchronousTestCase):
         open(os.path.join(directory, ".j2.json.tmp"), "w").close()
         self.assertEqual(JobStore(directory, lambda *a: None).load(), [job])  # type: ignore[arg-type,return-value]
         self.assertEqual(sorted(os.listdir(directory)), ["j1.json", "junk.json.bad"])
-
-    def test_host_slots(self) -> None:
-        """At most ``limit`` per host; a released slot goes to the next waiter; idle hosts are forgotten."""
-        slots = HostSlots(1)
-        first, second = slots.acquire("h"), slots.acquire("h")
-        self.successResultOf(first)
-        self.assertNoResult(second)
-        slots.release("h")
-        self.successResultOf(second)
-        slots.release("h")
-        self.assertEqual(len(slots), 0)
-
-    def test_host_slots_pace_request_starts(self) -> None:
-        """With a delay, a host's requests start ``delay`` apart even with free slots; Crawl-delay and
-        per-host overrides change it; a wait that is cancelled gives its slot back."""
-        clock = Clock()
-        slots = HostSlots(8, delay=2.0, clock=clock, overrides={"fast.example": (0.0, 2)})
-        first, second, third = (slots.acquire("h") for _ in range(3))
-        self.successResultOf(first)
-        self.assertNoResult(second)
-        clock.advance(2)
-        self.successResultOf(second)
-        self.assertNoResult(third)
-        third.cancel()
-        self.failureResultOf(third, defer.CancelledError)
-        for _ in range(2):
-            slots.release("h")
-        self.assertEqual(len(slots), 0)
-        self.assertEqual([slots.acquire("fast.example").called for _ in range(3)], [True, True, False])
-        slots.set_delay("h", 5.0)
-        self.assertEqual((slots.delay_of("h"), slots.delay_of("fast.example"), slots.delay_of("other")), (5.0, 0.0, 2.0))
-        clock.advance(10)
-        self.successResultOf(slots.acquire("h"))
-        assert_fires_after(self, clock, slots.acquire("h"), 5.0)
-
-    def test_host_slots_adaptive_delay(self) -> None:
-        """With adaptive politeness, a request released with its duration holds the host's next start for
-        delay_factor x that duration from the release, within min_delay and max_delay; a host's own rule
-        applies to it; a release without a duration, or with the rule off, holds nothing."""
-        clock = Clock()
-        slots = HostSlots(1, clock=clock, adaptive=AdaptiveDelay(3.0, 1.0, 10.0),
-                          adaptive_overrides={"off.example": AdaptiveDelay()})
-        for took, wait in ((2.0, 6.0), (0.1, 1.0), (60.0, 10.0)):
-            self.successResultOf(slots.acquire("h"))
-            later = slots.acquire("h")
-            clock.advance(took)
-            slots.release("h", took)
-            clock.advance(wait - 0.01)
-            self.assertNoResult(later)
-            clock.advance(0.01)
-            self.successResultOf(later)
-            slots.release("h")
-            clock.advance(10)
-        self.successResultOf(slots.acquire("h"))
-        slots.release("h")  # no duration: no wait
-        self.successResultOf(slots.acquire("h"))
-        slots.release("h")
-        self.successResultOf(slots.acquire("off.example"))
-        slots.release("off.example", 5.0)
-        self.successResultOf(slots.acquire("off.example"))
 
     def test_worker_config_from_settings(self) -> None:
         """build_worker's mapping: the [worker] section's keys, else defaults; pool/fetch values reused."""

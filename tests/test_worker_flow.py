@@ -23,6 +23,7 @@ from spiderd.worker import WorkerService
 from spiderd.worker.itemized import Itemized
 
 from .test_worker import WorkerTestBase
+from .test_worker_scrapyd import booked
 
 
 class ZeroOnlyReactor:
@@ -156,6 +157,33 @@ class FlowTests(WorkerTestBase):
         self.holding.release()
         jobs = yield defer.gatherResults([service.runner.when_done(a), service.runner.when_done(b)])
         self.assertEqual([j.stats["requests"] for j in jobs], [5, 5])
+
+    @defer.inlineCallbacks
+    def test_a_job_waiting_on_its_retries_lets_the_next_job_fetch(self) -> Any:
+        """With max_jobs = 1, a job whose last URL waits on its retry delay (on a Clock nobody turns yet) does not
+        hold the worker: the next job starts, fetches and ships meanwhile; the first ends once its retries do."""
+        clock = Clock()
+        config = self.config(max_jobs=1, failure_threshold=2, retry_delay=1.0)
+        service = WorkerService(reactor, config, self.fetcher, self.parser(), self.store, self.shipper, clock=clock)
+        service.startService()
+        self.addCleanup(lambda: service.stopService() if service.running else None)
+        self.api = "http://%s:%d" % service.address
+        error = sorted(self.spec.expected().server_error)[0]
+        first = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                    ("batch", "1"), ("setting", self.urls(error, *self.good(0, 1))))
+        yield booked(clock)  # its 500 waits on its retry: nothing else of it is left
+        second = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"),
+                                     ("setting", self.feed_setting()), ("batch", "2"),
+                                     ("setting", self.urls(*self.good(1, 2))))
+        job = yield service.runner.when_done(second)
+        self.assertEqual((job.state, job.stats["pages"], service.runner.jobs[first].state),
+                         ("finished", 2, "running"))
+        clock.advance(1.0)  # the first retry: 500 again, the second one is booked
+        yield booked(clock)
+        clock.advance(2.0)
+        job = yield service.runner.when_done(first)
+        self.assertEqual((job.state, job.stats["pages"], job.stats["failed"], job.stats["requests"]),
+                         ("finished", 1, 1, 4))
 
     @defer.inlineCallbacks
     def test_a_shipping_job_leaves_its_place(self) -> Any:

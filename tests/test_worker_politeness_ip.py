@@ -1,6 +1,6 @@
-"""Per-IP politeness in the worker: the hosts of one address share one HostSlots slot (in-flight count, next start).
+"""Per-IP politeness in the worker: the hosts of one address share one slot (in-flight count, next start).
 
-The unit tests drive :class:`HostSlots` with a Clock; the end-to-end test runs the worker role (``build_worker``
+The unit tests drive the engine's host queue (through tests/test_hostqueue.py's ``Slots``) with a Clock; the end-to-end test runs the worker role (``build_worker``
 from the settings) on one job of URLs on two host names that an injected resolver maps to 127.0.0.2, as
 tests/test_politeness_ip.py does for the frontier's pools.
 """
@@ -28,8 +28,8 @@ from spiderd.fetch.connections import CachedEndpoints, pool_hosts
 from spiderd.fetch.fetcher import Fetcher, FetchResult, fetch_config
 from spiderd.fetch.parsepool import ParsePool
 from spiderd.worker import build_worker, worker_config
-from spiderd.worker.hostslots import HostSlots
 
+from .test_hostqueue import Slots
 from .test_politeness_ip import HOSTS, MappedReactor, listen_shared
 from .helpers import rules_of
 from .test_throttle import START, Base
@@ -39,13 +39,13 @@ SITES = [dict(DEMO["sites"][0], name="shared", allowed_hosts=list(HOSTS), detail
 
 
 class GroupedSlotsTests(unittest.SynchronousTestCase):
-    """HostSlots with hosts told their address (``set_group``), on a Clock."""
+    """The host queue with hosts told their address (``set_group``), on a Clock."""
 
     def test_hosts_of_one_address_share_the_next_start(self) -> None:
         """Two hosts told one address start 2 s apart between them (per_host_delay 2); a host of another address,
         and one never told, go at once."""
         clock = Clock()
-        slots = HostSlots(8, delay=2.0, clock=clock)
+        slots = Slots(8, delay=2.0, clock=clock)
         slots.set_group("a.test", "192.0.2.1")
         slots.set_group("b.test", "192.0.2.1")
         slots.set_group("c.test", "192.0.2.2")
@@ -60,12 +60,12 @@ class GroupedSlotsTests(unittest.SynchronousTestCase):
         self.assertNoResult(third)
         clock.advance(2)
         self.successResultOf(third)
-        self.assertEqual(slots.blocked_until("b.test"), 6.0)
+        self.assertEqual(slots.queue.blocked_until("b.test"), 6.0)
 
     def test_hosts_of_one_address_share_the_requests_in_flight(self) -> None:
         """With per_host_concurrency 1 the address has one request in flight; a host's own [fetch.hosts]
         concurrency is its limit on the address's count (a host of concurrency 2 may go beside one request)."""
-        slots = HostSlots(1, overrides={"wide.test": (0.0, 2)})
+        slots = Slots(1, overrides={"wide.test": (0.0, 2)})
         for host in ("a.test", "b.test", "wide.test"):
             slots.set_group(host, "192.0.2.1")
         self.successResultOf(slots.acquire("a.test"))
@@ -86,7 +86,7 @@ class GroupedSlotsTests(unittest.SynchronousTestCase):
         """The address's next start is booked by the delay of the host that went: after a host with its own
         delay 0, the next host of the address goes at once; after one of the default 2 s, it waits 2 s."""
         clock = Clock()
-        slots = HostSlots(8, delay=2.0, clock=clock, overrides={"fast.test": (0.0, 8)})
+        slots = Slots(8, delay=2.0, clock=clock, overrides={"fast.test": (0.0, 8)})
         slots.set_group("fast.test", "192.0.2.1")
         slots.set_group("slow.test", "192.0.2.1")
         self.successResultOf(slots.acquire("fast.test"))
@@ -96,11 +96,11 @@ class GroupedSlotsTests(unittest.SynchronousTestCase):
     def test_a_block_and_an_adaptive_wait_hold_the_address(self) -> None:
         """A throttling answer's block of one host and its adaptive wait hold every host of its address."""
         clock = Clock()
-        slots = HostSlots(8, clock=clock, adaptive_overrides={"a.test": AdaptiveDelay(2.0, 0.0, 60.0)})
+        slots = Slots(8, clock=clock, adaptive_overrides={"a.test": AdaptiveDelay(2.0, 0.0, 60.0)})
         slots.set_group("a.test", "192.0.2.1")
         slots.set_group("b.test", "192.0.2.1")
-        slots.block("a.test", 30.0)
-        self.assertEqual(slots.blocked_until("b.test"), 30.0)
+        slots.queue.block("a.test", 30.0)
+        self.assertEqual(slots.queue.blocked_until("b.test"), 30.0)
         held = slots.acquire("b.test")
         clock.advance(30)
         self.successResultOf(held)
@@ -113,7 +113,7 @@ class GroupedSlotsTests(unittest.SynchronousTestCase):
         """A host whose address changes takes its request in flight and its waiting one to the new address's
         slot: the old address's waiting host goes at once, the new address's hosts wait for the moved request;
         once all are released no slot is left."""
-        slots = HostSlots(1)
+        slots = Slots(1)
         slots.set_group("a.test", "192.0.2.1")
         slots.set_group("b.test", "192.0.2.1")
         slots.set_group("c.test", "192.0.2.2")
@@ -135,18 +135,18 @@ class GroupedSlotsTests(unittest.SynchronousTestCase):
 
     def test_an_address_that_is_the_host_puts_it_on_its_own(self) -> None:
         """Told its own name as address (set_group's "on its own"), a host leaves its group with its request."""
-        slots = HostSlots(1)
+        slots = Slots(1)
         slots.set_group("a.test", "192.0.2.1")
         slots.set_group("b.test", "192.0.2.1")
         self.successResultOf(slots.acquire("a.test"))
         waiting = slots.acquire("b.test")
         slots.set_group("a.test", "a.test")
         self.successResultOf(waiting)
-        self.assertEqual((slots.key_of("a.test"), slots.key_of("b.test")), ("a.test", "@192.0.2.1"))
+        self.assertEqual((slots.politeness.group_of("a.test"), slots.politeness.group_of("b.test")), ("a.test", "192.0.2.1"))
 
     def test_a_cancelled_wait_in_a_group_leaves_nothing(self) -> None:
         """A waiting acquire cancelled after its host moved leaves its new slot; the slots empty once released."""
-        slots = HostSlots(1)
+        slots = Slots(1)
         slots.set_group("a.test", "192.0.2.1")
         self.successResultOf(slots.acquire("b.test"))
         slots.set_group("b.test", "192.0.2.1")
@@ -163,15 +163,15 @@ class GroupedSlotsTests(unittest.SynchronousTestCase):
     def test_the_address_table_is_bounded(self) -> None:
         """Of 1000 hosts told an address, at most ``groups_kept`` addresses are kept, the last told; a host with a
         request in flight keeps its own however many come after it."""
-        slots = HostSlots(1, groups_kept=10)
+        slots = Slots(1, groups_kept=10)
         slots.set_group("busy.test", "192.0.2.99")
         self.successResultOf(slots.acquire("busy.test"))
         for i in range(1000):
             slots.set_group(f"h{i}.test", f"192.0.2.{i % 7}")
-        self.assertLessEqual(len(slots._group_of), 10)
-        self.assertEqual(slots.key_of("h999.test"), "@192.0.2.5")
-        self.assertEqual(slots.key_of("h0.test"), "h0.test")  # on its own until its next lookup
-        self.assertEqual(slots.key_of("busy.test"), "@192.0.2.99")
+        self.assertLessEqual(len(slots.politeness._group_of), 10)
+        self.assertEqual(slots.politeness.group_of("h999.test"), "192.0.2.5")
+        self.assertEqual(slots.politeness.group_of("h0.test"), "h0.test")  # on its own until its next lookup
+        self.assertEqual(slots.politeness.group_of("busy.test"), "192.0.2.99")
         slots.release("busy.test")
         self.assertEqual(len(slots), 0)
 

@@ -28,7 +28,6 @@ from twisted.web import resource, server
 from spiderd.core.rules import AdaptiveDelay
 from spiderd.demo.pages import PRIVATE
 from spiderd.worker import WorkerService, joblog
-from spiderd.worker.files import JobHosts
 from tests.test_worker import SECRET, UA, WorkerTestBase
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -500,9 +499,8 @@ class JobSettingsTests(WorkerTestBase):
         yield self.run_job("slower-host", [self.url(1, n) for n in (10, 11)], "DOWNLOAD_DELAY=5")
         yield self.site.arrival(4)
         start = clock.seconds()
-        self.assertEqual([c.getTime() - start for c in clock.getDelayedCalls()], [5.0])  # this job's delay first
-        clock.advance(5)
-        self.assertEqual([c.getTime() - start for c in clock.getDelayedCalls()], [8.0])  # then the worker's
+        self.assertEqual([c.getTime() - start for c in clock.getDelayedCalls()], [8.0])  # the worker's, the larger
+        clock.advance(5)  # this job's own delay is over: not yet
         self.assertEqual(len(self.site.seen), 4)
         clock.advance(3)
         yield self.site.arrival(5)
@@ -659,40 +657,6 @@ class JobSettingsTests(WorkerTestBase):
         yield service.runner.when_done("no-robots")
         _, jobs, _ = yield self.call("GET", "/listjobs.json")
         self.assertEqual({j["id"]: j["ignored_settings"] for j in jobs["finished"]}["no-robots"], ["ROBOTSTXT_OBEY"])
-
-
-class JobHostsTests(unittest.SynchronousTestCase):
-    """A job's own per-host limits, sans I/O, on a Clock."""
-
-    def test_limit_delay_and_cancelled_waits(self) -> None:
-        """Starts are ``delay`` apart from each actual start, at most ``limit`` in flight; a cancelled wait, or an
-        abandoned start, holds nothing."""
-        clock = Clock()
-        hosts = JobHosts(2, 5.0, clock)
-        first, second, third = (hosts.acquire("h") for _ in range(3))
-        self.successResultOf(first)
-        hosts.started("h")
-        self.assertNoResult(second)
-        clock.advance(3)
-        self.assertNoResult(second)
-        clock.advance(2)
-        self.successResultOf(second)
-        clock.advance(4)  # the worker's own slot took 4 s: the next start is 5 s after this one
-        hosts.started("h")
-        self.assertNoResult(third)  # two in flight: no slot
-        hosts.release("h")
-        clock.advance(4.9)
-        self.assertNoResult(third)
-        third.cancel()
-        self.failureResultOf(third, defer.CancelledError)
-        fourth = hosts.acquire("h")
-        self.assertNoResult(fourth)  # the cancelled wait gave back its slot and the gate: this one waits its turn
-        clock.advance(0.1)
-        self.successResultOf(fourth)
-        hosts.abandon("h")  # the worker's slot never came
-        hosts.release("h")
-        self.assertEqual((hosts._slots, hosts._gates), ({}, {}))
-        self.successResultOf(hosts.acquire("other"))
 
 
 @defer.inlineCallbacks

@@ -43,6 +43,7 @@ from spiderd.fetch.body import BodyReader, Discard, TooLarge, Truncated, accept_
 from spiderd.fetch.connections import CachedEndpoints, ConnectionPool, pool_hosts
 from spiderd.fetch.dns import caching_reactor
 from spiderd.fetch.robots import ROBOTS_REDIRECTS, Robots, robots_url
+from spiderd.fetch.robotstore import robots_store
 from spiderd.fetch.proxy import Proxies, ProxyUnsupported
 from spiderd.fetch.siteopts import SiteOptions
 from spiderd.fetch.tunnel import TunnelError, TunnelTimeout
@@ -94,19 +95,20 @@ class FetchConfig:
     dns_cache_ttl: float = 300.0
     source_addresses: tuple[str, ...] = ()
     robots: bool = False  # obey robots.txt: the fetcher checks every URL against its own Robots
+    robots_store: str = ""  # where its answers wait out their TTL (a LevelDB, emptied at the start); "": memory
     sites: tuple[Any, ...] = ()  # the [[sites]] (spiderd.core.rules.Site): their request headers and proxies, by host
     tell_addresses: bool = False  # per-IP politeness: each lookup's first address goes to the address listeners
 
 
-def fetch_config(fetch: FetchSection, sites: tuple[Any, ...] = ()) -> FetchConfig:
+def fetch_config(fetch: FetchSection, sites: tuple[Any, ...] = (), robots_store: str = "") -> FetchConfig:
     """The FetchConfig of the ``[fetch]`` section and the ``[[sites]]`` (per-host connections are
-    ``per_host_concurrency``)."""
+    ``per_host_concurrency``); ``robots_store``: the directory of the robots.txt answers ("": in memory)."""
     return FetchConfig(
         user_agent=fetch.user_agent, connect_timeout=fetch.connect_timeout, timeout=fetch.timeout,
         max_body_size=fetch.max_body_size, max_redirects=fetch.max_redirects,
         per_host_connections=fetch.per_host_concurrency, keepalive_timeout=fetch.keepalive_timeout,
         dns_cache_ttl=fetch.dns_cache_ttl, source_addresses=fetch.source_addresses, robots=fetch.robots, sites=sites,
-        tell_addresses=fetch.politeness == "ip",
+        tell_addresses=fetch.politeness == "ip", robots_store=robots_store,
     )
 
 
@@ -124,10 +126,13 @@ class Fetcher:
         with ``config.tell_addresses`` others may be added (``add_address_listener``)."""
         self._reactor = reactor
         self._config = config
+        self._closing: list[Callable[[], Any]] = []  # what close lets go of besides the connections
         self._tls = tls or client.BrowserLikePolicyForHTTPS()
         if robots is None and config.robots:
             fetch_robots = functools.partial(self.fetch_raw, redirects=ROBOTS_REDIRECTS)
-            robots = Robots(fetch_robots, reactor, config.user_agent, on_delay=on_crawl_delay)
+            robots = Robots(fetch_robots, reactor, config.user_agent, on_delay=on_crawl_delay,
+                            store=robots_store(config.robots_store))
+            self._closing.append(robots.close)
         self.robots = robots
         self._pools: list[ConnectionPool] = []
         self._endpoints: list[CachedEndpoints] = []  # each agent's (the schemes a lookup served: _tell_address)
@@ -260,7 +265,9 @@ class Fetcher:
                            reason=st.reason(code, failure_detail(failure, self._config.timeout)))
 
     def close(self) -> Deferred[Any]:
-        """Close idle pooled connections."""
+        """Close idle pooled connections (and the robots.txt store of the Robots this fetcher made)."""
+        for close in self._closing:
+            close()
         return defer.gatherResults([pool.closeCachedConnections() for pool in self._pools])
 
     def add_address_listener(self, listener: AddressListener) -> None:

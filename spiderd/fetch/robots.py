@@ -1,5 +1,9 @@
 """robots.txt: fetched once per origin, parsed with protego, cached with a TTL.
 
+The parsed rules of the origins used last stay in memory (``max_entries``); every answer is also kept in a
+:mod:`~spiderd.fetch.robotstore` until it expires, so an origin that left the memory table is parsed again
+from there, not fetched again: one request per origin per TTL at any number of origins.
+
 Rules (RFC 9309 where it is clear, Scrapy where it is kinder): a 2xx body is
 parsed; 4xx means everything is allowed; a 5xx or a network error also allows
 everything, but is cached for ten minutes only, so the file is asked for again
@@ -22,6 +26,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from spiderd.core.urls import host_of
+from spiderd.fetch.robotstore import Kept, MemoryStore, RobotsStore
 
 if TYPE_CHECKING:
     from spiderd.fetch.fetcher import FetchResult
@@ -61,7 +66,10 @@ class Robots:
         user_agent: str,
         on_delay: Callable[[str, float], Any] | None = None,
         max_entries: int = 20000,
+        store: RobotsStore | None = None,
     ) -> None:
+        """``max_entries``: origins whose parsed rules stay in memory; ``store``: where every answer is kept
+        until it expires (a :class:`~spiderd.fetch.robotstore.MemoryStore` if None)."""
         self._fetch_raw = fetch_raw
         self._clock = clock
         self._agent = agent_token(user_agent)
@@ -69,6 +77,7 @@ class Robots:
         self._on_sitemaps: list[Callable[[str, list[str]], Any]] = []
         self._max = max_entries
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
+        self._store: RobotsStore = store if store is not None else MemoryStore()
 
     def add_delay_listener(self, listener: Callable[[str, float], Any]) -> None:
         """Call ``listener(host, seconds)`` too when a robots.txt gives a Crawl-delay."""
@@ -83,11 +92,10 @@ class Robots:
         """Fires with True if ``url`` may be fetched (by ``user_agent``, if given, else the configured one)."""
         agent = self._agent if user_agent is None else agent_token(user_agent)
         origin = _origin(url)
-        entry = self._cache.get(origin)
-        if entry is not None and entry.waiters is None and entry.expires > self._clock.seconds():
-            self._cache.move_to_end(origin)
+        entry = self._known(origin)
+        if entry is not None and entry.waiters is None:
             return defer.succeed(self._check(entry, url, agent))
-        if entry is None or entry.waiters is None:
+        if entry is None:
             entry = self._start(origin)
             if entry.waiters is None:  # answered at once (a fetch_raw that answers synchronously)
                 return defer.succeed(self._check(entry, url, agent))
@@ -98,19 +106,46 @@ class Robots:
 
     def cached(self, url: str) -> bool | None:
         """What the cache knows now, fetching nothing: True (allowed), False (disallowed), None (not known)."""
-        entry = self._cache.get(_origin(url))
-        if entry is None or entry.waiters is not None or entry.expires <= self._clock.seconds():
+        entry = self._known(_origin(url))
+        if entry is None or entry.waiters is not None:
             return None
         return self._check(entry, url, self._agent)
+
+    def close(self) -> None:
+        """Let go of the store."""
+        self._store.close()
+
+    def _known(self, origin: str) -> _Entry | None:
+        """The origin's entry being fetched or still valid: from memory, else parsed again from the store."""
+        entry = self._cache.get(origin)
+        if entry is not None and (entry.waiters is not None or entry.expires > self._clock.seconds()):
+            self._cache.move_to_end(origin)
+            return entry
+        kept = self._store.get(origin, self._clock.seconds())
+        if kept is None:
+            return None
+        entry = self._remember(origin, _Entry())
+        entry.waiters, entry.expires = None, kept.expires
+        entry.parser = None if kept.body is None else _parse(kept.body, origin)
+        self._tell_delay(origin, entry, again=True)  # a listener may have forgotten the host since
+        if kept.earlier_run:  # kept across a restart: the sitemap readers hear of it once in this run, as fetched
+            self._store.put(origin, Kept(kept.expires, kept.body), self._clock.seconds())
+            self._sitemaps(origin, entry)
+        return entry
+
+    def _remember(self, origin: str, entry: _Entry) -> _Entry:
+        """``entry`` is ``origin``'s, the last used; the one used longest ago goes past ``max_entries``."""
+        self._cache[origin] = entry
+        self._cache.move_to_end(origin)
+        while len(self._cache) > self._max:
+            self._cache.popitem(last=False)
+        return entry
 
     def _check(self, entry: _Entry, url: str, agent: str) -> bool:
         return entry.parser is None or entry.parser.can_fetch(url, agent)
 
     def _start(self, origin: str) -> _Entry:
-        entry = self._cache[origin] = _Entry()
-        self._cache.move_to_end(origin)
-        while len(self._cache) > self._max:
-            self._cache.popitem(last=False)
+        entry = self._remember(origin, _Entry())
         d = self._fetch_raw(origin + "/robots.txt", MAX_ROBOTS_SIZE, truncate=True)
         d.addCallback(self._got, origin, entry)
         d.addErrback(lambda f: log.failure("robots.txt of {origin}", f, origin=origin))
@@ -121,28 +156,34 @@ class Robots:
 
     def _got(self, result: FetchResult, origin: str, entry: _Entry) -> None:
         now = self._clock.seconds()
+        body = None
         if 200 <= result.status < 300:
             if result.error == "truncated":
                 log.info("robots.txt of {origin} is larger than {size} KiB: its first {size} KiB are used (as "
                          "RFC 9309 and Google do)", origin=origin, size=MAX_ROBOTS_SIZE // 1024)
-            entry.parser = _parse(_whole_lines(result.body) if result.error == "truncated" else result.body,
-                                  origin)
+            body = _whole_lines(result.body) if result.error == "truncated" else result.body
+            entry.parser = _parse(body, origin)
             entry.expires = now + TTL
-            delay = entry.parser.crawl_delay(self._agent) if entry.parser is not None else None
-            if delay:
-                self._delay(host_of(origin + "/"), float(delay))
+            self._tell_delay(origin, entry)
         elif 400 <= result.status < 500:
             entry.expires = now + TTL
         else:
             entry.expires = now + ERROR_TTL
             log.info("robots.txt of {origin}: {why}, allowing all for {minutes:.0f} minutes", origin=origin,
                      why=_why(result), minutes=ERROR_TTL / 60)
+        self._store.put(origin, Kept(entry.expires, body if entry.parser is not None else None), now)
 
-    def _delay(self, host: str, delay: float) -> None:
-        if delay > MAX_CRAWL_DELAY:
+    def _tell_delay(self, origin: str, entry: _Entry, again: bool = False) -> None:
+        """The delay listeners hear of the Crawl-delay of ``entry``'s file, if it gives one."""
+        delay = entry.parser.crawl_delay(self._agent) if entry.parser is not None else None
+        if delay:
+            self._delay(host_of(origin + "/"), float(delay), again)
+
+    def _delay(self, host: str, delay: float, again: bool = False) -> None:
+        if delay > MAX_CRAWL_DELAY and not again:
             log.info("robots.txt of {host}: Crawl-delay {delay} s, honoured as {cap} s", host=host, delay=delay,
                      cap=MAX_CRAWL_DELAY)
-            delay = MAX_CRAWL_DELAY
+        delay = min(delay, MAX_CRAWL_DELAY)
         for listener in self._on_delay:
             listener(host, delay)
 

@@ -8,32 +8,31 @@ from typing import Any, Callable
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 
-from spiderd.config.sections import FetchSection, ItemsSection, PoolSection, SpiderdSection
+from spiderd.config.sections import FetchSection, PoolSection, SpiderdSection
 from spiderd.core.stats import CrawlStats
+from spiderd.engine.steps import PageSteps
 from spiderd.feed.items import ItemWriter
 from spiderd.feed.warcfiles import WarcWriter
 from spiderd.fetch.fetcher import Fetcher
-from spiderd.fetch.parsepool import ParsePool
+from spiderd.fetch.extract import Rules
 from spiderd.frontier.crawler import CrawlService
 from spiderd.frontier.interfaces import IURLPool
-from spiderd.store.interfaces import IPageStore
 
 STOP_GRACE = 5.0  # seconds a stop waits for the fetches in flight beyond [fetch] timeout
 
 
-def crawl_service(node: SpiderdSection, fetching: FetchSection, config: PoolSection, items_config: ItemsSection,
-                  reactor: IReactorTime, pool: IURLPool, fetcher: Fetcher, parser: ParsePool, stats: CrawlStats, *,
-                  store: IPageStore | None, items: ItemWriter | None, archive: WarcWriter | None,
+def crawl_service(node: SpiderdSection, fetching: FetchSection, config: PoolSection, reactor: IReactorTime,
+                  pool: IURLPool, fetcher: Fetcher, steps: PageSteps, rules: Rules, stats: CrawlStats, *,
+                  items: ItemWriter | None, archive: WarcWriter | None,
                   detail_sink: Callable[[list[str]], Deferred[Any]] | None,
                   discovery: tuple[Any, ...] = ()) -> CrawlService:
-    """The fetch loop: ``[fetch]`` concurrency, throttling and conditional GET; ``[pool]`` hub share and linkbase;
-    ``[items]`` duplicate content; ``[spiderd]`` exit_when_done."""
+    """The fetch loop over the node's page engine (``steps``): ``[fetch]`` concurrency and conditional GET;
+    ``[pool]`` hub share and linkbase; ``[spiderd]`` exit_when_done."""
     return CrawlService(
-        reactor, pool, fetcher, parser, parser.rules, stats, store=store, items=items, archive=archive,
+        reactor, pool, fetcher, steps, rules, stats, items=items, archive=archive,
         detail_sink=detail_sink, concurrency=fetching.concurrency, exit_when_done=node.exit_when_done,
         pull_batch=config.redis_pop_batch if config.backend == "redis" else 1,
         pull_ahead=min(config.redis_pop_ahead, fetching.concurrency) if config.backend == "redis" else 0,
         max_queue_wait=config.pending_threshold - fetching.timeout,  # a lease outlasts the wait and the fetch
         stop_timeout=fetching.timeout + STOP_GRACE, linkbase=config.linkbase, hub_percent=config.hub_percent,
-        max_retry_after=fetching.max_retry_after, conditional_get=fetching.conditional_get, discovery=discovery,
-        skip_duplicate_content=items_config.skip_duplicate_content)
+        conditional_get=fetching.conditional_get, discovery=discovery)

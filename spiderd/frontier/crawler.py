@@ -40,18 +40,16 @@ from twisted.logger import Logger
 
 from spiderd.core import conditional as cg
 from spiderd.core import status as st
-from spiderd.core import throttle as th
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.stats import CrawlStats
+from spiderd.engine.steps import PageSteps
 from spiderd.feed.items import ItemWriter
 from spiderd.fetch.fetcher import Fetcher, FetchResult
 from spiderd.frontier.interfaces import IURLPool
 from spiderd.frontier.process import Processor
-from spiderd.store.interfaces import IPageStore
 
 if TYPE_CHECKING:
     from spiderd.fetch.extract import Rules
-    from spiderd.fetch.parsepool import ParsePool
     from spiderd.feed.warcfiles import WarcWriter
 
 log = Logger()
@@ -88,12 +86,11 @@ class CrawlService(Service):
         reactor: IReactorTime,
         pool: IURLPool,
         fetcher: Fetcher,
-        parser: ParsePool,
+        steps: PageSteps,
         rules: Rules,
         stats: CrawlStats,
         *,
         detail_sink: Callable[[list[str]], Deferred[Any]] | None = None,
-        store: IPageStore | None = None,
         items: ItemWriter | None = None,
         archive: WarcWriter | None = None,
         concurrency: int = 64,
@@ -105,18 +102,16 @@ class CrawlService(Service):
         exit_when_done: bool = False,
         stop_timeout: float = 60.0,
         linkbase: bool = False,
-        max_retry_after: float = th.MAX_RETRY_AFTER,
         conditional_get: bool = True,
         discovery: tuple[Any, ...] = (),
-        skip_duplicate_content: bool = False,
     ) -> None:
+        """``steps``: the node's page engine (parse, store, throttles, duplicate content), shared with its worker."""
         self._reactor = reactor
         self.pool = pool
         self._fetcher = fetcher
         self.stats = stats
-        self._processor = Processor(reactor, pool, parser, rules, stats, detail_sink, store=store, items=items,
-                                    archive=archive, linkbase=linkbase, max_retry_after=max_retry_after,
-                                    conditional_get=conditional_get, skip_duplicate_content=skip_duplicate_content)
+        self._processor = Processor(reactor, pool, steps, rules, stats, detail_sink, items=items, archive=archive,
+                                    linkbase=linkbase, conditional_get=conditional_get)
         self.concurrency = concurrency
         self._pull_batch = pull_batch  # free fetch slots a pull waits for while more than half are busy (pull_waits)
         self._pull_ahead = pull_ahead  # leased URLs that may wait for a slot (0: a pull asks for free slots only)

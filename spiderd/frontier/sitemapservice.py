@@ -54,7 +54,7 @@ log = Logger()
 MAX_DEPTH = 1  # an index's sitemaps are read; an index among them is not
 HOSTS_AT_ONCE = 2
 ADD_CHUNK = 1000
-MAX_HOSTS = 20000  # hosts remembered (their last read, their robots.txt's sitemaps); the oldest idle ones go
+MAX_HOSTS = 20000  # idle hosts remembered (their last read, their robots.txt's sitemaps); the oldest ones go
 REDIRECTS = 5
 ONCE_TTL = 86400.0  # refresh = 0: how long nodes sharing a pool leave a host's sitemaps to the node that read them
 
@@ -94,7 +94,8 @@ class SitemapService(Service):
         self._stats = stats
         self._detail_sink = detail_sink
         self._cooperate = cooperate
-        self._hosts: OrderedDict[str, _Host] = OrderedDict()
+        self._hosts: dict[str, _Host] = {}  # those being read, and the idle ones remembered
+        self._idle: OrderedDict[str, None] = OrderedDict()  # the idle ones, the one used longest ago first
         self._at_once = defer.DeferredSemaphore(HOSTS_AT_ONCE)
         self._work = InFlight()
         self._listeners: list[Callable[[], Any]] = []
@@ -137,20 +138,22 @@ class SitemapService(Service):
         host = self._hosts.get(origin)
         if host is None:
             host = self._hosts[origin] = _Host()
-            self._forget_old()
-        self._hosts.move_to_end(origin)
+        if not host.reading:
+            self._rest(origin)
         if self._config.from_robots:
             host.named = named[: self._config.max_files]
         if not host.reading and host.read_at is None:
             self._start(origin, host)
 
-    def _forget_old(self) -> None:
-        for origin in list(self._hosts)[: max(0, len(self._hosts) - MAX_HOSTS)]:
-            host = self._hosts[origin]
-            if not host.reading:
-                if host.call is not None and host.call.active():
-                    host.call.cancel()
-                del self._hosts[origin]
+    def _rest(self, origin: str) -> None:
+        """``origin`` is idle, the last used: the idle hosts used longest ago past MAX_HOSTS are forgotten (popped
+        from the head of the idle order, O(1) each: a host being read is never among them, nor scanned)."""
+        self._idle[origin] = None
+        self._idle.move_to_end(origin)
+        while len(self._idle) > MAX_HOSTS:
+            host = self._hosts.pop(self._idle.popitem(last=False)[0])
+            if host.call is not None and host.call.active():
+                host.call.cancel()
 
     def _refresh(self, origin: str) -> None:
         host = self._hosts.get(origin)
@@ -160,6 +163,7 @@ class SitemapService(Service):
 
     def _start(self, origin: str, host: _Host) -> None:
         host.reading = True
+        self._idle.pop(origin, None)
         self._reading += 1
         started = self._clock.seconds()
         since = host.read_at if self._config.lastmod else None
@@ -180,6 +184,7 @@ class SitemapService(Service):
         host.reading = False
         host.read_at = started
         self._reading -= 1
+        self._rest(origin)
         if self.running and self._config.refresh > 0:
             host.call = self._clock.callLater(self._config.refresh, self._refresh, origin)
         self._notify()

@@ -5,8 +5,8 @@
   settings a job honours;
 - :mod:`.pages`, :mod:`.joblog`: Scrapyd's web pages (``/``, ``/jobs``, ``/logs/``) and each job's log file;
 - :mod:`.jobs`: jobs, one JSON file each, written atomically;
-- :mod:`.runner`, :mod:`.pipeline`, :mod:`.files`: running jobs (fetch, parse, store, items file, feed);
-- :mod:`.hostslots`: per-host politeness over all jobs (per address with ``[fetch] politeness = "ip"``);
+- :mod:`.runner`, :mod:`.execution`, :mod:`.pipeline`, :mod:`.run`, :mod:`.files`: running jobs (their URLs
+  through the worker's queue and the node's page engine, :mod:`spiderd.engine`; items file; feed);
 - :mod:`.service`: :class:`WorkerService` and :func:`build_worker`, for ``tap.build``.
 """
 

@@ -66,7 +66,7 @@ class Execution:
             run.warc = JobWarc(self.items_path(job)[: -len(".jl")] + warc.EXTENSION, self._io)
         run.fetch_options = options.fetch_options()
         if options.per_domain or options.download_delay:
-            run.hosts = JobHosts(options.per_domain, options.download_delay, self._pipeline.clock)
+            run.hosts = JobHosts(options.per_domain, options.download_delay)
         return run
 
     @defer.inlineCallbacks

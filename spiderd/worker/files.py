@@ -1,15 +1,15 @@
 """Small parts of the job runner: a job's local items file and a job's own per-host limits (the worker's, over
-all jobs, are :class:`~spiderd.worker.hostslots.HostSlots`)."""
+all jobs, are the engine's :class:`~spiderd.engine.politeness.Politeness`)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
-from twisted.internet import defer, task
-from twisted.internet.defer import Deferred, DeferredLock, DeferredSemaphore
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.defer import Deferred
 
 from spiderd.core.fsutil import LaneFile
+from spiderd.engine.hostqueue import FREED, NOW
 from spiderd.feed.items import json_line
 from spiderd.worker.jobs import Runner
 
@@ -60,76 +60,40 @@ class ItemsFile(LaneFile):
 
 
 class JobHosts:
-    """One job's own per-host limits (its Scrapy settings), inside the worker's :class:`~spiderd.worker.hostslots.HostSlots`: at most
+    """One job's own per-host limits (its Scrapy settings), inside the worker's politeness, sans I/O: at most
     ``limit`` of its requests in flight per host (CONCURRENT_REQUESTS_PER_DOMAIN; 0 = none of its own), and its
     request starts to one host ``delay`` seconds apart (DOWNLOAD_DELAY), counted from each request's actual start,
-    after the worker's own slot and delay: so the larger of the two delays applies.
+    after the worker's own turn for the host: so the larger of the two delays applies.
 
-    ``acquire``, then ``started`` once the worker's slot is taken (or ``abandon`` if that wait was cancelled),
-    then ``release`` when the request is over."""
+    ``gate`` says when the job may start a request to a host, ``started`` books one, ``released`` ends it."""
 
-    def __init__(self, limit: int, delay: float, clock: IReactorTime) -> None:
+    def __init__(self, limit: int, delay: float) -> None:
         self.limit = limit
         self.delay = delay
-        self._clock = clock
-        self._slots: dict[str, DeferredSemaphore] = {}
-        self._gates: dict[str, DeferredLock] = {}  # one start at a time per host, while its delay runs
-        self._last: dict[str, float] = {}  # host -> this job's last request start
+        self._inflight: Counter[str] = Counter()
+        self._last: dict[str, float] = {}  # host -> this job's last request start (with a delay)
 
-    @defer.inlineCallbacks
-    def acquire(self, host: str) -> Any:
-        """Fires when this job may start a request to ``host`` (cancellable; a cancelled wait holds nothing)."""
-        slot = self._slot(host)
-        if slot is not None:
-            yield slot.acquire()
-        try:
-            if self.delay > 0:
-                gate = self._gates.setdefault(host, DeferredLock())
-                yield gate.acquire()
-                try:
-                    wait = self._last.get(host, -self.delay) + self.delay - self._clock.seconds()
-                    if wait > 0:
-                        yield task.deferLater(self._clock, wait)
-                except BaseException:
-                    self._open(host)
-                    raise
-        except BaseException:
-            self._free(host)
-            raise
+    def gate(self, host: str, now: float) -> float:
+        """When this job may start a request to ``host``: NOW, the time its delay ends, or FREED (at its limit)."""
+        if self.limit and self._inflight[host] >= self.limit:
+            return FREED
+        last = self._last.get(host)
+        if last is not None and last + self.delay > now:
+            return last + self.delay
+        return NOW
 
-    def started(self, host: str) -> None:
-        """The request starts now: the next one to ``host`` waits ``delay`` from here."""
+    def started(self, host: str, now: float) -> None:
+        """A request to ``host`` starts now: the next one waits ``delay`` from here."""
+        self._inflight[host] += 1
         if self.delay > 0:
-            self._last[host] = self._clock.seconds()
-            self._open(host)
+            self._last[host] = now
 
-    def abandon(self, host: str) -> None:
-        """The request never started (cancelled while waiting for the worker's slot)."""
-        if self.delay > 0:
-            self._open(host)
-        self._free(host)
+    def released(self, host: str) -> None:
+        """A started request to ``host`` is over."""
+        self._inflight[host] -= 1
+        if self._inflight[host] <= 0:
+            del self._inflight[host]
 
-    def release(self, host: str) -> None:
-        """A started request is over."""
-        self._free(host)
-
-    def _slot(self, host: str) -> DeferredSemaphore | None:
-        if not self.limit:
-            return None
-        slot = self._slots.get(host)
-        if slot is None:
-            slot = self._slots[host] = DeferredSemaphore(self.limit)
-        return slot
-
-    def _open(self, host: str) -> None:
-        gate = self._gates[host]
-        gate.release()
-        if not gate.locked and not gate.waiting:
-            del self._gates[host]
-
-    def _free(self, host: str) -> None:
-        slot = self._slots.get(host)
-        if slot is not None:
-            slot.release()
-            if slot.tokens == slot.limit and not slot.waiting:
-                del self._slots[host]
+    def __len__(self) -> int:
+        """Hosts with a request of this job in flight."""
+        return len(self._inflight)

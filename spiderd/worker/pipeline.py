@@ -1,68 +1,66 @@
-"""The running jobs' URLs through fetch, retry, parse, store and the items file.
+"""The running jobs' URLs through the engine: the worker's queue, its fetch slots, and what an outcome means for a
+job (its retries, its items file, its counters).
 
-The worker has ``concurrency`` URL slots in all, shared by every running job:
-whenever a slot frees, the next running job (in turn) with URLs left starts
-one, so a job that is down to its last slow URLs never leaves the worker
-idle while the jobs after it wait.  A job may be capped lower
-(``job_concurrency``, its CONCURRENT_REQUESTS), and at most
-``per_host_concurrency`` requests go to one host over all jobs; a job's own
-CONCURRENT_REQUESTS_PER_DOMAIN and DOWNLOAD_DELAY apply inside those (see
-:class:`~.files.JobHosts`), and its USER_AGENT and ROBOTSTXT_OBEY go to the
-fetcher with each of its requests.  Network errors and 5xx are retried ``failure_threshold``
-times (after ``retry_delay``, doubling): a URL waiting for its retry gives
-its slot back.  A throttling answer (429, 503) blocks its host for every job
-until its Retry-After (capped by ``max_retry_after``; without one, a back-off
-of 1, 2, 4 ... seconds per consecutive throttle of the host) and queues the
-URL again then without counting an attempt, ``max_throttles`` times at most.  A URL's slot is free once its page is parsed: the page store
-commits in batches, and a job whose last URLs wait only for their commit asks
-the store to write now rather than waiting for its flush timer.  So no timer
-that the configuration did not ask for (a retry delay, a per-host delay) ever
+The worker has ``concurrency`` URL slots in all, shared by every running job.  A job's URLs wait in the worker's
+:class:`~spiderd.engine.hostqueue.HostQueue`, per host, holding no slot: hosts take turns through the engine's
+politeness (at most ``per_host_concurrency`` requests to one host over all jobs, ``per_host_delay`` between
+starts, a robots.txt Crawl-delay, ``[fetch.hosts]`` overrides, adaptive delay, per-IP groups), and the jobs of
+one host take turns in its line.  A job may be capped lower (``job_concurrency``, its CONCURRENT_REQUESTS), and
+its own CONCURRENT_REQUESTS_PER_DOMAIN and DOWNLOAD_DELAY apply inside the worker's (see
+:class:`~.files.JobHosts`); its USER_AGENT and ROBOTSTXT_OBEY go to the fetcher with each of its requests.  So a
+URL whose host is paced, blocked or full never holds a slot that another URL could use.
+
+A fetched answer goes through the node's page engine (:class:`~spiderd.engine.steps.PageSteps`, the same steps
+as the crawler's); this module is the worker's port to it (:class:`JobPort`) and decides what the outcome means.
+Network errors and 5xx are retried ``failure_threshold`` times (after ``retry_delay``, doubling): a URL waiting
+for its retry holds nothing.  A throttling answer (429, 503) blocks its host for every job until its Retry-After
+(capped by ``max_retry_after``; without one, a back-off of 1, 2, 4 ... seconds per consecutive throttle of the
+host) and queues the URL again at once, without counting an attempt, ``max_throttles`` times at most: it waits in
+its host's line for the block to end.  A URL's slot is free once its page is parsed: the page store commits in
+batches, and a job whose last URLs wait only for their commit asks the store to write now rather than waiting
+for its flush timer.  So no timer that the configuration did not ask for (a retry delay, a per-host delay) ever
 paces a job.
 
-An item is written only once its page is committed (a page the store refuses
-is counted and logged), and the run settles only when every save has.
-Every URL given to a job yields its item (a job scheduled again, or a
-recrawl, makes fresh items), unless a redirect made that page's item within
-``redirect_window``; a redirect to a page that this job, another running job
-or (within the window) an earlier job made an item of makes none.  The all
-role's own worker, with ``[items] skip_duplicate_content``, asks the pool too
-(``claim_content``): a page whose content digest another URL gave first makes
-no item and no stored page, and is counted as ``duplicate_content``.  Halting a run cancels whatever its URLs wait on (a host slot,
-a fetch, a retry delay); what is being parsed or stored finishes, and then
-the run is settled.
+An item is written only once its page is committed (a page the store refuses is counted and logged), and the run
+settles only when every save has.  Every URL given to a job yields its item (a job scheduled again, or a recrawl,
+makes fresh items), unless a redirect made that page's item within ``redirect_window``; a redirect to a page that
+this job, another running job or (within the window) an earlier job made an item of makes none.  The all role's
+own worker, with ``[items] skip_duplicate_content``, asks the pool too (``claim_content``, through the engine): a
+page whose content digest another URL gave first makes no item and no stored page, and is counted as
+``duplicate_content``.  Halting a run drops its queued URLs and cancels whatever the others wait on (a fetch, a
+retry delay); what is being parsed or stored finishes, and then the run is settled.
 """
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.internet import defer, task
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from spiderd.core import status as st
-from spiderd.core import throttle as th
 from spiderd.core.retry import Backoff
+from spiderd.core import throttle as th
 from spiderd.core.urls import fingerprint, host_of
+from spiderd.engine.hostqueue import Entry, HostQueue, entry
+from spiderd.engine.politeness import Politeness
+from spiderd.engine.steps import Outcome, PageSteps, Verdict
 from spiderd.store.interfaces import IPageStore
 from spiderd.worker.config import WorkerConfig
-from spiderd.worker.hostslots import HostSlots
 from spiderd.worker.run import Run
 
 if TYPE_CHECKING:
     from spiderd.core.stats import CrawlStats
     from spiderd.fetch.extract import Extracted
     from spiderd.fetch.fetcher import Fetcher, FetchResult
-    from spiderd.fetch.parsepool import ParsePool
     from spiderd.worker.itemized import Itemized
 
 log = Logger()
 
-DONE, RETRY, THROTTLED = "done", "retry", "throttled"
-ClaimContent = Callable[[str, str], "Deferred[bool]"]  # the pool's claim_content(digest, url)
 MAX_RETRY_DELAY = 60.0
 
 
@@ -73,69 +71,101 @@ def retryable(status: int) -> bool:
     return status < 0 and status not in st.FINAL_CODES
 
 
-class Pipeline:
-    """Works the running jobs' URLs with the shared fetcher, parser and page store."""
+def worker_politeness(config: WorkerConfig) -> Politeness:
+    """The worker's politeness over all its jobs, from ``[fetch]``'s per-host settings."""
+    return Politeness(delay=config.per_host_delay, concurrency=config.per_host_concurrency,
+                      overrides=dict(config.host_overrides), adaptive=config.adaptive,
+                      adaptive_overrides=dict(config.adaptive_overrides))
 
-    def __init__(self, reactor: IReactorTime, config: WorkerConfig, fetcher: Fetcher, parser: ParsePool,
-                 pages: IPageStore | None, itemized: Itemized | None = None, clock: IReactorTime | None = None,
-                 stats: CrawlStats | None = None, claim_content: ClaimContent | None = None) -> None:
+
+class Pipeline:
+    """Works the running jobs' URLs with the shared fetcher and the node's page engine."""
+
+    def __init__(self, reactor: IReactorTime, config: WorkerConfig, fetcher: Fetcher, steps: PageSteps,
+                 itemized: Itemized | None = None, clock: IReactorTime | None = None,
+                 stats: CrawlStats | None = None, on_slack: Callable[[], None] | None = None) -> None:
         """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the retry and per-host timers;
-        ``stats`` (the node's CrawlStats, if given) counts every fetch, for its status and metrics;
-        ``claim_content`` (the pool's, in the all role with ``skip_duplicate_content``): a page whose content
-        digest another URL gave first gives no item and no stored page."""
+        ``stats`` (the node's CrawlStats, if given) counts every fetch, for its status and metrics; ``on_slack``
+        is called when the worker has free slots that no running job's URL may take now (the runner may start
+        another job)."""
         self._reactor = reactor
-        self._clock = self.clock = clock or reactor
+        self.clock = clock or reactor
         self._config = config
         self._fetcher = fetcher
-        self._parser = parser
-        self._pages = pages
-        self.hosts = HostSlots(config.per_host_concurrency, config.per_host_delay, self._clock,
-                               config.host_overrides, config.adaptive, config.adaptive_overrides)
-        self.throttles = th.HostThrottles(config.max_retry_after)  # consecutive 429/503 per host: the back-off
+        self.steps = steps
+        self.queue = HostQueue(worker_politeness(config))
         self.itemized = itemized
         self.totals: Counter[str] = Counter()  # over every job since the start
         self.stats = stats
-        self._claim_content = claim_content
+        self._on_slack = on_slack
         self.in_flight = 0  # URLs holding one of the worker's slots
-        self._runs: deque[Run] = deque()  # the runs with URLs to fetch, in turn
+        self._wake: IDelayedCall | None = None
 
     # -- the worker's slots -----------------------------------------------------------------------------------
 
     def start(self, run: Run) -> None:
-        """Take ``run``'s URLs into the rotation and start what the free slots allow."""
-        self._runs.append(run)
+        """Queue ``run``'s URLs and start what the free slots allow."""
+        run.queue = self.queue
+        while run.todo:
+            url, attempt = run.todo.popleft()
+            self._queue(run, url, attempt)
         self.fill()
         run.check_settled()
 
+    def _queue(self, run: Run, url: str, attempt: int) -> None:
+        run.queued += 1
+        self.queue.add(entry(run, url, attempt))
+
     def fill(self) -> None:
-        """Start URLs, the running jobs taking turns, while the worker has free slots."""
+        """Start URLs whose host's turn has come while the worker has free slots; wake when the next one comes."""
+        now = self.clock.seconds()
         while self.in_flight < self._config.concurrency:
-            run = self._next_run()
-            if run is None:
+            taken = self.queue.take(now)
+            if taken is None:
+                break
+            self._begin(taken, now)
+        self._wake_later(now)
+        if self.in_flight < self._config.concurrency and self._on_slack is not None:
+            self._on_slack()
+
+    def _wake_later(self, now: float) -> None:
+        """Call ``fill`` when the queue's next host is due (one timer, moved earlier when need be)."""
+        due = self.queue.next_time() if self.queue.waiting else None
+        if due is None:
+            self.stop()
+            return
+        if self.in_flight >= self._config.concurrency:
+            return
+        if self._wake is not None and self._wake.active():
+            if self._wake.getTime() <= due:
                 return
-            url, attempt = run.todo.popleft()
-            self._begin(run, url, attempt)
+            self._wake.cancel()
+        self._wake = self.clock.callLater(max(0.0, due - now), self._woken)
 
-    def _next_run(self) -> Run | None:
-        """The next run in turn that may start a URL (runs with nothing left leave the rotation)."""
-        for _ in range(len(self._runs)):
-            run = self._runs[0]
-            self._runs.rotate(-1)
-            if run.can_start():
-                return run
-        self._runs = deque(r for r in self._runs if r.todo and not r.halted)
-        return None
+    def _woken(self) -> None:
+        self._wake = None
+        self.fill()
 
-    def _begin(self, run: Run, url: str, attempt: int) -> None:
+    def stop(self) -> None:
+        """Cancel the wake timer (the runs are halted or finished)."""
+        if self._wake is not None and self._wake.active():
+            self._wake.cancel()
+
+    def _begin(self, taken: Entry, now: float) -> None:
+        run: Run = taken.owner  # type: ignore[assignment]  # (the queue's owners are runs)
+        run.queued -= 1
         run.active += 1
         self.in_flight += 1
-        d = self._work_url(run, url, attempt)
-        d.addErrback(self._url_failed, run, url)
+        if run.hosts is not None:
+            run.hosts.started(taken.host, now)
+        d = self._work(run, taken)
+        d.addErrback(self._url_failed, run, taken.url)
         d.addBoth(self._url_over, run)
 
     def _url_over(self, _: Any, run: Run) -> None:
         run.active -= 1
         self.in_flight -= 1
+        self.queue.freed(run)
         self._settling(run)
         self.fill()
 
@@ -147,161 +177,111 @@ class Pipeline:
 
     def _settling(self, run: Run) -> None:
         """Settle ``run`` if it can; if only commits are left, have the store write them now."""
-        if run.fetching_done and run.storing and self._pages is not None:
-            self._pages.flush()
+        if run.fetching_done and run.storing and self.steps.store is not None:
+            self.steps.store.flush()
         run.check_settled()
 
     # -- one URL ----------------------------------------------------------------------------------------------
 
     @defer.inlineCallbacks
-    def _work_url(self, run: Run, url: str, attempt: int) -> Any:
-        result = yield self._fetch(run, url)
-        if run.halted:
-            return
-        outcome = yield self._outcome(run, result)
-        if outcome == THROTTLED and not run.halted:
-            self._throttled(run, url, attempt, result)
-        elif outcome == RETRY and not run.halted:
-            self._retry(run, url, attempt + 1, _why(result))
-
-    def _throttled(self, run: Run, url: str, attempt: int, result: FetchResult) -> None:
-        """A 429 or 503 (its host blocked by ``_fetch`` until its Retry-After, or for the back-off of its
-        consecutive throttles): ``url`` is queued again then at the same attempt, up to ``max_throttles``
-        times; past them the throttle is a failure, retried as any other."""
-        wait = max(0.0, self.hosts.blocked_until(host_of(url)) - self._clock.seconds())  # as _fetch blocked it
-        run.stats["throttled"] += 1
-        if self.stats is not None:
-            self.stats.errors["throttled"] += 1
-        run.throttles[url] += 1
-        why = th.reason(result.status, wait)
-        if run.throttles[url] > self._config.max_throttles:
-            self._retry(run, url, attempt + 1, why)
-            return
-        run.note(f"{url}: {why}", LogLevel.info)
-        run.delayed += 1
-        run.wait(task.deferLater(self._clock, wait)).addBoth(self._retry_due, run, url, attempt)
-
-    def _retry(self, run: Run, url: str, attempt: int, why: str) -> None:
-        """Queue ``url`` again after its retry delay (its slot is free meanwhile), or count it failed."""
-        if attempt > self._config.failure_threshold:
-            run.stats["failed"] += 1
-            run.note(f"{url} failed: {why}, {attempt} attempts", LogLevel.warn)
-            return
-        delay = Backoff(self._config.retry_delay, MAX_RETRY_DELAY).delay(attempt)
-        run.delayed += 1
-        run.wait(task.deferLater(self._clock, delay)).addBoth(self._retry_due, run, url, attempt)
-
-    def _retry_due(self, result: Any, run: Run, url: str, attempt: int) -> None:
-        run.delayed -= 1
-        if not run.halted:
-            run.todo.appendleft((url, attempt))
-            if run not in self._runs:
-                self._runs.append(run)
-        self._settling(run)
-        self.fill()
-
-    @defer.inlineCallbacks
-    def _fetch(self, run: Run, url: str) -> Any:
-        host, own = host_of(url), run.hosts
-        if own is not None:
-            yield run.wait(own.acquire(host))
+    def _work(self, run: Run, taken: Entry) -> Any:
+        """Fetch, then the engine's steps (a throttle blocks the host before its slot frees), then the outcome."""
+        elapsed = None
         try:
-            yield run.wait(self.hosts.acquire(host))
-        except BaseException:
-            if own is not None:
-                own.abandon(host)
-            raise
-        if own is not None:
-            own.started(host)
-        result = None
-        try:
-            result = yield run.wait(self._fetcher.fetch(url, **run.fetch_options))
-            if th.throttled(result.status):  # blocked before the slot frees, so no waiting request slips in
-                wait = self.throttles.wait(host, result.retry_after)
-                self.hosts.block(host, self._clock.seconds() + wait)
+            result = yield run.wait(self._fetcher.fetch(taken.url, **run.fetch_options))
+            elapsed = result.elapsed
+            if run.halted:
+                return
+            self._count(run, result)
+            processing = self.steps.process(result, JobPort(self, run))
         finally:
-            self.hosts.release(host, getattr(result, "elapsed", None))
-            if own is not None:
-                own.release(host)
-        return result
+            self.queue.done(taken.host, self.clock.seconds(), elapsed)
+            if run.hosts is not None:
+                run.hosts.released(taken.host)
+        try:
+            outcome = yield processing
+        except Exception:
+            log.failure("Worker: job {id}: processing {url} failed", id=run.job.id, url=taken.url)
+            run.note(f"{taken.url}: parsing failed (see the worker's log)", LogLevel.error)
+            run.stats["processing_errors"] += 1
+            if not run.halted:
+                self._retry(run, taken, "processing error (parsing the page failed)")
+            return
+        if not run.halted:
+            self._settle(run, taken, outcome)
 
-    @defer.inlineCallbacks
-    def _outcome(self, run: Run, result: FetchResult) -> Any:
+    def _count(self, run: Run, result: FetchResult) -> None:
         run.stats["requests"] += 1
         run.stats[f"status_{st.name(result.status)}"] += 1
         if self.stats is not None:
             self.stats.fetched(result.status, result.wire_bytes, result.elapsed)
-        if run.warc is not None and getattr(result, "headers", None) is not None and not run.halted:
-            run.warc.write(result)
-        if th.throttled(result.status):
-            return THROTTLED
-        if result.status > 0:
-            self.throttles.answered(host_of(result.url))
-        if result.status == 200:
-            outcome = yield self._page(run, result)
-            return outcome
-        if retryable(result.status):
-            return RETRY
-        run.stats["failed"] += 1
-        run.note(f"{result.url} failed: {_why(result)} (not retried)", LogLevel.warn)
-        return DONE
 
-    def _fresh(self, run: Run, url: str) -> bool:
-        """True if ``url`` (a page fetched for this run) should make an item (see :mod:`.itemized`)."""
-        if url in run.seen:
-            return False
-        if self.itemized is None:
-            return True
-        fp = fingerprint(url)
-        if fp in run.direct:
-            return self.itemized.direct(fp, run.job.id)
-        return self.itemized.claim(fp, run.job.id)
-
-    @defer.inlineCallbacks
-    def _page(self, run: Run, result: FetchResult) -> Any:
-        url = result.final_url
-        if not self._fresh(run, url):
+    def _settle(self, run: Run, taken: Entry, outcome: Outcome) -> None:
+        """What the outcome means for the job."""
+        result, verdict = outcome.result, outcome.verdict
+        if verdict is Verdict.THROTTLED:
+            self._throttled(run, taken, result, outcome.wait)
+        elif verdict is Verdict.FAILED and retryable(result.status):
+            self._retry(run, taken, _why(result))
+        elif verdict is Verdict.FAILED:
+            run.stats["failed"] += 1
+            run.note(f"{result.url} failed: {_why(result)} (not retried)", LogLevel.warn)
+        elif verdict is Verdict.DUPLICATE:
             run.stats["duplicates"] += 1
-            return DONE
-        run.seen.add(url)
-        preset = self._pages.preset if self._pages is not None else None
-        try:
-            extracted = yield self._parser.parse(url, result.body, result.content_type, "detail",
-                                                 self._clock.seconds(), result.status, compress=preset,
-                                                 robots_tag=result.robots_tag)
-        except Exception:
-            run.seen.discard(url)
-            log.failure("Worker: job {id}: parsing {url} failed", id=run.job.id, url=url)
-            run.note(f"{url}: parsing failed (see the worker's log)", LogLevel.error)
-            run.stats["processing_errors"] += 1
-            return RETRY
-        if run.halted:
-            return DONE
+        elif verdict is Verdict.PAGE:
+            self._page(run, outcome)
+
+    def _throttled(self, run: Run, taken: Entry, result: FetchResult, wait: float) -> None:
+        """A 429 or 503 (its host blocked by the port until its Retry-After, or for the back-off of its
+        consecutive throttles): ``url`` waits in its host's line again at the same attempt, up to
+        ``max_throttles`` times; past them the throttle is a failure, retried as any other."""
+        run.stats["throttled"] += 1
+        if self.stats is not None:
+            self.stats.errors["throttled"] += 1
+        run.throttles[taken.url] += 1
+        why = th.reason(result.status, wait)
+        if run.throttles[taken.url] > self._config.max_throttles:
+            self._retry(run, taken, why)
+            return
+        run.note(f"{taken.url}: {why}", LogLevel.info)
+        self._queue(run, taken.url, taken.attempt)
+
+    def _retry(self, run: Run, taken: Entry, why: str) -> None:
+        """Queue the URL again after its retry delay (it holds nothing meanwhile), or count it failed."""
+        attempt = taken.attempt + 1
+        if attempt > self._config.failure_threshold:
+            run.stats["failed"] += 1
+            run.note(f"{taken.url} failed: {why}, {attempt} attempts", LogLevel.warn)
+            return
+        delay = Backoff(self._config.retry_delay, MAX_RETRY_DELAY).delay(attempt)
+        run.delayed += 1
+        run.wait(task.deferLater(self.clock, delay)).addBoth(self._retry_due, run, taken.url, attempt)
+
+    def _retry_due(self, result: Any, run: Run, url: str, attempt: int) -> None:
+        run.delayed -= 1
+        if not run.halted:
+            self._queue(run, url, attempt)
+        self._settling(run)
+        self.fill()
+
+    def _page(self, run: Run, outcome: Outcome) -> None:
+        """A parsed page: noindex and duplicate content end here; else its item is written once it is stored."""
+        extracted = outcome.extracted
+        assert extracted is not None  # (a PAGE has one)
+        url = outcome.result.final_url
         if extracted.noindex:  # the page's robots directives: no item, no stored page; the URL is done
             run.stats["noindex"] += 1
             run.note(f"{url}: noindex (no item, not stored)")
-            return DONE
-        if extracted.canonical is not None:
-            run.seen.add(extracted.canonical)
-        if self._claim_content is not None and extracted.digest is not None:
-            holds = yield self._claim_content(extracted.digest, extracted.canonical or url)
-            if not holds:  # another URL gave this content first: no item, no stored page; the URL is done
-                run.stats["duplicate_content"] += 1
-                if self.stats is not None:
-                    self.stats.incr("duplicate_content")
-                return DONE
-            if run.halted:
-                return DONE
+            return
+        if outcome.duplicate_content:  # another URL gave this content first: no item, no stored page
+            run.stats["duplicate_content"] += 1
+            if self.stats is not None:
+                self.stats.incr("duplicate_content")
+            return
         run.storing += 1
-        saved = self._store(extracted.canonical or url, result.body, extracted)
+        saved = outcome.saved if outcome.saved is not None else defer.succeed(None)
         saved.addCallbacks(lambda _: self._stored(run, extracted), lambda f: self._not_stored(run, url, f))
         saved.addBoth(lambda _: self._storing_over(run))
-        return DONE
-
-    def _store(self, url: str, body: bytes, extracted: Extracted) -> Deferred[None]:
-        if self._pages is None:
-            return defer.succeed(None)
-        return self._pages.save(url, fingerprint(url), body, compressed=extracted.compressed, digest=extracted.digest)
 
     def _stored(self, run: Run, extracted: Extracted) -> None:
         run.stats["pages"] += 1
@@ -319,6 +299,59 @@ class Pipeline:
     def _storing_over(self, run: Run) -> None:
         run.storing -= 1
         run.check_settled()
+
+    # -- redirects and repeats --------------------------------------------------------------------------------
+
+    def fresh(self, run: Run, url: str) -> bool:
+        """True if ``url`` (a page fetched for this run) should make an item (see :mod:`.itemized`)."""
+        if url in run.seen:
+            return False
+        if self.itemized is None:
+            return True
+        fp = fingerprint(url)
+        if fp in run.direct:
+            return self.itemized.direct(fp, run.job.id)
+        return self.itemized.claim(fp, run.job.id)
+
+
+class JobPort:
+    """The engine's port for one URL of a job (see :class:`spiderd.engine.steps.Port`)."""
+
+    def __init__(self, pipeline: Pipeline, run: Run) -> None:
+        self._pipeline = pipeline
+        self._run = run
+
+    def throttled(self, result: FetchResult, wait: float) -> None:
+        """Block the host for every job now, before the fetch's host slot frees (no waiting URL slips in)."""
+        self._pipeline.queue.block(host_of(result.url), self._pipeline.clock.seconds() + wait)
+
+    def archive(self, result: FetchResult) -> Deferred[None] | None:
+        if self._run.warc is not None:
+            self._run.warc.write(result)
+        return None
+
+    def is_new(self, result: FetchResult) -> bool:
+        """True the first time this job (or, through a redirect, any job) makes the page's item."""
+        url = result.final_url
+        if not self._pipeline.fresh(self._run, url):
+            return False
+        self._run.seen.add(url)
+        return True
+
+    def kind(self, result: FetchResult) -> str:
+        return "detail"
+
+    def parsed(self, result: FetchResult, extracted: Extracted) -> Deferred[Any] | None:
+        """A job follows no links; its page's canonical URL is its own too (no second item of it)."""
+        if extracted.canonical is not None and not extracted.noindex:
+            self._run.seen.add(extracted.canonical)
+        return None
+
+    def wanted(self) -> bool:
+        return not self._run.halted
+
+    def parse_failed(self, result: FetchResult) -> None:
+        self._run.seen.discard(result.final_url)
 
 
 def _why(result: FetchResult) -> str:

@@ -1,5 +1,9 @@
 """A job's run as the pipeline works it: its URLs to do (with the attempt each is at), what they wait on, its
-counters (teed to the worker's totals), and when it is settled."""
+counters (teed to the worker's totals), and when it is settled.
+
+A run is an owner of entries in the worker's :class:`~spiderd.engine.hostqueue.HostQueue`: its URLs wait there
+per host, and its :meth:`Run.gate` holds them back while the job is at its own caps (CONCURRENT_REQUESTS, its
+per-host limit and delay)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import LogLevel
 
 from spiderd.core.urls import fingerprint
+from spiderd.engine.hostqueue import FREED, NOW, HostQueue
 from spiderd.worker.files import ItemsFile, JobHosts
 from spiderd.worker.jobs import Job
 
@@ -34,8 +39,10 @@ class Run:
         self.job = job
         self.items = items
         self.cap = cap  # URLs in flight at most (0: only the worker's concurrency)
-        self.todo: deque[tuple[str, int]] = deque()
+        self.todo: deque[tuple[str, int]] = deque()  # given, not yet in the worker's queue (see Pipeline.start)
         self.direct: set[int] = set()  # fingerprints of the URLs the job was given
+        self.queue: HostQueue | None = None  # the worker's queue, once the run is started
+        self.queued = 0  # URLs waiting in the worker's queue for their host's turn
         self.active = 0  # URLs being fetched or parsed
         self.delayed = 0  # URLs waiting for their retry
         self.storing = 0
@@ -56,9 +63,12 @@ class Run:
         self.todo.extend((url, 0) for url in urls)
         self.direct.update(fingerprint(url) for url in urls)
 
-    def can_start(self) -> bool:
-        """True if a URL of this run may start now."""
-        return bool(self.todo) and not self.halted and (not self.cap or self.active < self.cap)
+    def gate(self, host: str, now: float) -> float:
+        """When a URL of this run to ``host`` may start (see :class:`~spiderd.engine.hostqueue.Owner`): not
+        while the run is at its cap, nor before its own per-host limit and delay allow."""
+        if self.cap and self.active >= self.cap:
+            return FREED
+        return NOW if self.hosts is None else self.hosts.gate(host, now)
 
     def wait(self, d: Deferred[Any]) -> Deferred[Any]:
         """Track ``d`` so that halting cancels it."""
@@ -73,6 +83,8 @@ class Run:
         """Stop fetching: drop the URLs not started, cancel what the others wait on."""
         self.halted = self.halted or why
         self.todo.clear()
+        if self.queue is not None:
+            self.queued -= self.queue.drop(self)
         for d in list(self.blocking):
             d.cancel()
         self.check_settled()
@@ -80,7 +92,13 @@ class Run:
     @property
     def fetching_done(self) -> bool:
         """True when no URL is left to fetch or in flight (pages may still be committing)."""
-        return self.active == 0 and self.delayed == 0 and (bool(self.halted) or not self.todo)
+        return self.active == 0 and self.delayed == 0 and (bool(self.halted) or not (self.todo or self.queued))
+
+    @property
+    def waiting(self) -> bool:
+        """True when the run has URLs left but none in flight: they all wait on time (a retry delay, a throttle,
+        a host's delay) or for a fetch slot."""
+        return self.active == 0 and not self.fetching_done
 
     def check_settled(self) -> None:
         """Fire ``settled`` once no URL is in flight and none is left (or the run is halted)."""

@@ -2,7 +2,12 @@
 
 The running jobs share the worker's URL slots (see :mod:`.pipeline`); a job
 that has fetched everything stops counting toward ``max_jobs`` while it
-ships its feed, so the next one starts at once.  Every job ships a feed file,
+ships its feed, so the next one starts at once.  Nor does a job count whose
+URLs left all wait on time (the backed-off retries of its last 5xx, a
+throttle's block, a host's delay) while the worker has free URL slots: the
+next job starts and takes them, as Scrapyd's one process per job cannot.
+Jobs with URLs left are bounded all the same (``WAITING_JOBS x max_jobs``), so
+their URLs in memory are.  Every job ships a feed file,
 an empty one when it made no items (a reader can tell "batch done, nothing in
 it" from "batch lost"), as Scrapy's feed exports do.
 
@@ -35,7 +40,7 @@ from spiderd.core.fsutil import unlink_quietly
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.memory import release_memory
 from spiderd.core.secrets import redact
-from spiderd.store.interfaces import IPageStore
+from spiderd.engine.steps import PageSteps
 from spiderd.worker.accepted import Accepted, digest
 from spiderd.feed import warc
 from spiderd.worker.config import WorkerConfig
@@ -44,19 +49,19 @@ from spiderd.worker.itemized import Itemized
 from spiderd.worker.joblog import JobLogs
 from spiderd.worker.jobs import CANCELLED, ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
 from spiderd.worker.jobsettings import HONOURED
-from spiderd.worker.pipeline import ClaimContent, Pipeline
+from spiderd.worker.pipeline import Pipeline
 from spiderd.worker.run import Run
 
 if TYPE_CHECKING:
     from spiderd.core.stats import CrawlStats
     from spiderd.feed.shipper import FeedShipper
     from spiderd.fetch.fetcher import Fetcher
-    from spiderd.fetch.parsepool import ParsePool
 
 log = Logger()
 
 
 BIG_JOB = 10_000  # start URLs: after such a job, memory is handed back to the system
+WAITING_JOBS = 4  # jobs with URLs left, at most, per max_jobs: those beyond max_jobs only wait (on time)
 
 
 class WorkerStopping(Exception):
@@ -77,25 +82,21 @@ class JobRunner:
         store: JobStore,
         io: Runner,
         fetcher: Fetcher,
-        parser: ParsePool,
-        pages: IPageStore | None,
+        steps: PageSteps,
         shipper: FeedShipper,
         render_uri: Callable[[str, dict[str, str]], str],
         incoming_dir: str,
         clock: IReactorTime | None = None,
         stats: CrawlStats | None = None,
-        claim_content: ClaimContent | None = None,
     ) -> None:
-        """``clock`` (default: the reactor) runs the job pipeline's timers: retries, per-host delays;
-        ``stats`` (the node's CrawlStats, if given) counts every fetch of every job; ``claim_content``: see
-        :class:`~.pipeline.Pipeline`."""
+        """``steps``: the node's page engine; ``clock`` (default: the reactor) runs the job pipeline's timers:
+        retries, per-host delays; ``stats`` (the node's CrawlStats, if given) counts every fetch of every job."""
         self._reactor = reactor
         self._config = config
         self._store = store
         self._io = io
         self._itemized = Itemized(config.itemized_dir, reactor, config.redirect_window)
-        self._pipeline = Pipeline(reactor, config, fetcher, parser, pages, self._itemized, clock, stats,
-                                  claim_content)
+        self._pipeline = Pipeline(reactor, config, fetcher, steps, self._itemized, clock, stats, self._slack)
         self.accepted = Accepted(config.accepted_dir)
         self.logs = JobLogs(config.logs_dir, io, reactor)
         self._execution = Execution(reactor, config, store, io, self._pipeline, self._itemized, self.logs, shipper,
@@ -271,11 +272,11 @@ class JobRunner:
 
     def set_host_delay(self, host: str, delay: float) -> None:
         """Raise ``host``'s delay between request starts for every job."""
-        self._pipeline.hosts.set_delay(host, delay)
+        self._pipeline.queue.politeness.set_robots_delay(host, delay)
 
     def set_host_group(self, host: str, address: str) -> None:
         """Per-IP politeness: ``host`` shares the slot of ``address`` for every job."""
-        self._pipeline.hosts.set_group(host, address)
+        self._pipeline.queue.politeness.set_group(host, address)
 
     def now(self) -> float:
         return float(self._reactor.seconds())
@@ -304,9 +305,14 @@ class JobRunner:
         if self._kick_call is None and not self.stopping:
             self._kick_call = self._reactor.callLater(0, self._start_jobs)
 
+    def _slack(self) -> None:
+        """The worker has free URL slots that no running job's URL may take now: another job may start."""
+        if self._queue:
+            self.kick()
+
     def _start_jobs(self) -> None:
         self._kick_call = None
-        while self._queue and self.fetching() < self._config.max_jobs and not self.stopping:
+        while self._queue and self._may_start() and not self.stopping:
             job = self._queue.pop(0)
             run = self.runs[job.id] = self._execution.new_run(job)
             d = self._execution.execute(run, self.kick)
@@ -319,8 +325,16 @@ class JobRunner:
         return self._executions.wait()
 
     def fetching(self) -> int:
-        """Runs whose URLs are still being worked on (those shipping their feed do not count toward max_jobs)."""
-        return sum(1 for run in self.runs.values() if not run.settled.called)
+        """Runs working on their URLs, which count toward ``max_jobs``: not those shipping their feed, nor, while
+        the worker has free URL slots, those whose URLs all wait (on a retry delay, a throttle, a host's delay)."""
+        slack = self._pipeline.in_flight < self._config.concurrency
+        return sum(1 for run in self.runs.values() if not run.settled.called and not (slack and run.waiting))
+
+    def _may_start(self) -> bool:
+        """Whether another job may start: fewer than ``max_jobs`` are working, and fewer than
+        ``WAITING_JOBS x max_jobs`` have URLs left in all (a bound on the URLs held in memory)."""
+        loaded = sum(1 for run in self.runs.values() if not run.settled.called)
+        return self.fetching() < self._config.max_jobs and loaded < WAITING_JOBS * self._config.max_jobs
 
     def _execution_failed(self, failure: Failure, run: Run) -> Any:
         log.failure("Worker: job {id} failed", failure, id=run.job.id)

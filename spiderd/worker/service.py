@@ -29,11 +29,11 @@ from spiderd.core.net.serving import JsonSite
 from spiderd.core.reactors import INodeReactor
 from spiderd.config.listen import listen_endpoint
 from spiderd.config.sections import FetchSection, WorkerSection
+from spiderd.engine.steps import ClaimContent, PageSteps
 from spiderd.store.interfaces import IPageStore
 from spiderd.worker.api import WorkerAPI
 from spiderd.worker.config import WorkerConfig
 from spiderd.worker.jobs import Job, JobStore
-from spiderd.worker.pipeline import ClaimContent
 from spiderd.worker.runner import JobRunner
 from spiderd.worker.validate import Validator
 from spiderd.worker.table import job_rows
@@ -67,12 +67,17 @@ class WorkerService(Service):
         clock: IReactorTime | None = None,
         stats: CrawlStats | None = None,
         claim_content: ClaimContent | None = None,
+        steps: PageSteps | None = None,
     ) -> None:
-        """``config`` is checked at load (:mod:`spiderd.config`); ``rules`` defaults to ``parser.rules`` (the spiders are its sites); ``render_uri`` to
+        """``config`` is checked at load (:mod:`spiderd.config`).
+
+        ``rules`` defaults to ``parser.rules`` (the spiders are its sites); ``render_uri`` to
         :mod:`spiderd.core.feeduri`'s; ``incoming_dir`` to the shipper's spool ``incoming/`` directory; ``clock`` (the
         job pipeline's timers: retries, per-host delays) to the reactor; ``stats`` (the node's CrawlStats, if
         given: status API, metrics, progress) counts every fetch of every job; ``claim_content`` (the pool's, in the all
-        role with ``[items] skip_duplicate_content``) skips pages whose content another URL gave first.
+        role with ``[items] skip_duplicate_content``) skips pages whose content another URL gave first; ``steps``:
+        the node's page engine, shared with its crawler (default: one of the worker's own, over ``parser``,
+        ``store`` and ``claim_content``).
         """
         self.setName("worker")
         if render_uri is None:
@@ -85,8 +90,10 @@ class WorkerService(Service):
         self._lane = lane or Lane(reactor, "worker-io")
         self.job_store = JobStore(config.jobs_dir, self._io)
         incoming = incoming_dir or default_incoming_dir(shipper)
-        self.runner = JobRunner(reactor, config, self.job_store, self._io, fetcher, parser, store, shipper,
-                                render_uri, incoming, clock, stats, claim_content)
+        if steps is None:
+            steps = PageSteps(clock or reactor, parser, store, claim_content, config.max_retry_after)
+        self.runner = JobRunner(reactor, config, self.job_store, self._io, fetcher, steps, shipper, render_uri,
+                                incoming, clock, stats)
         self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor,
                                    robots=getattr(fetcher, "robots", None) is not None)
         auth = Auth(username=config.username, password=config.password)
@@ -221,13 +228,12 @@ def worker_config(worker: WorkerSection, fetch: FetchSection, *, data_dir: str, 
 
 def build_worker(config: WorkerConfig, reactor: INodeReactor, fetcher: Fetcher, parser: ParsePool,
                  store: IPageStore | None, shipper: FeedShipper, lane: Lane | None = None,
-                 stats: CrawlStats | None = None, claim_content: ClaimContent | None = None) -> WorkerService:
+                 stats: CrawlStats | None = None, steps: PageSteps | None = None) -> WorkerService:
     """The worker role's service for ``tap.build``.
 
     The robots.txt Crawl-delays that the fetcher's ``robots`` (if any) finds raise the jobs' per-host delays; with
     ``config.per_ip`` the addresses the fetcher looks up group the hosts (the fetcher's ``tell_addresses``)."""
-    worker = WorkerService(reactor, config, fetcher, parser, store, shipper, lane=lane, stats=stats,
-                           claim_content=claim_content)
+    worker = WorkerService(reactor, config, fetcher, parser, store, shipper, lane=lane, stats=stats, steps=steps)
     if fetcher.robots is not None:
         fetcher.robots.add_delay_listener(worker.set_host_delay)
     if config.per_ip:

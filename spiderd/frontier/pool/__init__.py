@@ -9,7 +9,7 @@ from typing import Any
 
 from twisted.internet.interfaces import IReactorTime
 
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.kvpool import KVPool
 from spiderd.frontier.pool.memkv import MemoryKV
 from spiderd.frontier.pool.options import PoolOptions

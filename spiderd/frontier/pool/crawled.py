@@ -27,6 +27,7 @@ from typing import Any, Iterable, Sequence
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 
+from spiderd.core.deadlines import Deadlines
 from spiderd.core.linkinfo import clean_anchor, clean_xpath
 from spiderd.core.urls import host_of, registered_domain
 from spiderd.frontier.pool import keys as k
@@ -74,7 +75,7 @@ class CrawledSets:
         self._linkbase = linkbase
         self._linkbase_max = linkbase_max or 2**62
         self._links = k.from_u64(self._kv.get(k.LINK_COUNT, k.u64(0)))[0]
-        self._claims: dict[str, float] = {}
+        self._claims: Deadlines[str] = Deadlines()
 
     # -- crawled sets ----------------------------------------------------------------
 
@@ -167,8 +168,8 @@ class CrawledSets:
     def claim_once(self, name: str, ttl: float) -> defer.Deferred[bool]:
         """True for the first claim of ``name`` within ``ttl`` seconds (one process: no lock to take)."""
         now = self._clock.seconds()
-        self._claims = {n: until for n, until in self._claims.items() if until > now}
+        self._claims.expire(now)  # by a heap of deadlines: one more host's claim costs O(log hosts), not a copy
         if name in self._claims:
             return defer.succeed(False)
-        self._claims[name] = now + ttl
+        self._claims.set(name, now + ttl)
         return defer.succeed(True)

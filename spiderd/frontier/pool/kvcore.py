@@ -20,7 +20,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from spiderd.core.urls import host_of
-from spiderd.frontier.politeness import HostSlot, Politeness
+from spiderd.engine.politeness import HostSlot, Politeness
 from spiderd.frontier.pool import keys as k
 from spiderd.frontier.pool.crawled import CrawledSets
 from spiderd.frontier.pool.hops import HopLimits

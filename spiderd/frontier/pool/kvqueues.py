@@ -16,7 +16,8 @@ from typing import Any
 from twisted.internet import defer
 
 from spiderd.core.urls import fingerprint, host_of
-from spiderd.frontier.politeness import HostSlot, hub_quota
+from spiderd.engine.politeness import HostSlot
+from spiderd.frontier.pool.split import hub_quota
 from spiderd.frontier.pool import keys as k
 from spiderd.frontier.pool.hops import REJECTED
 from spiderd.frontier.pool.kvcore import KVCore

@@ -18,7 +18,7 @@ from twisted.logger import Logger
 from spiderd.core import conditional as cg
 from spiderd.core import status as st
 from spiderd.core.urls import URL
-from spiderd.frontier.politeness import HostSlot
+from spiderd.engine.politeness import HostSlot
 from spiderd.frontier.pool import keys as k
 from spiderd.frontier.pool.kvqueues import KVQueues
 from spiderd.frontier.pool.shared import parsed, status_parts

@@ -22,7 +22,7 @@ from spiderd.config.sections import FetchSection, PoolSection
 from spiderd.core.rules import Site
 from spiderd.core.secrets import redact
 from spiderd.frontier.interfaces import IURLPool
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 from spiderd.frontier.pool.hops import HopLimits
 from spiderd.frontier.pool.options import PoolOptions

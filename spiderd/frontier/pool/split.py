@@ -70,3 +70,11 @@ class KindSplit:
         if self.active and wanted > 0:
             earned = zip(self._credit, self.ratios, counts)
             self._credit = [min(1.0, max(0.0, c + wanted * r - n)) for c, r, n in earned]
+
+
+def hub_quota(count: int, hub_percent: int) -> int:
+    """How many due hubs a pop of ``count`` hands out at most: ``hub_percent`` of it, and at least one (as seed
+    000's pool does), so ``pop(1)`` never leaves a due hub waiting while the pool says it is due."""
+    if count <= 0 or hub_percent <= 0:
+        return 0
+    return max(1, count * min(hub_percent, 100) // 100)

@@ -195,7 +195,7 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
-from spiderd.frontier.politeness import Politeness
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.redis.cluster import is_cluster_url
 from spiderd.frontier.pool.redis.link import RedisAddress, RedisLink, RedisPoolError, load_scripts, parse_redis_url

@@ -36,7 +36,8 @@ from spiderd.frontier.pool.redis.partitions import (
     stride_order, url_partition,
 )
 from spiderd.frontier.pool.redis.pool import RedisPool
-from spiderd.frontier.politeness import Politeness, hub_quota
+from spiderd.engine.politeness import Politeness
+from spiderd.frontier.pool.split import hub_quota
 from spiderd.frontier.pool.shared import RecentFailures, host_limit, parsed, status_parts, top_hosts
 
 log = Logger()

@@ -18,7 +18,8 @@ from spiderd.core import conditional as cg
 from spiderd.core import status as st
 from spiderd.core.urls import URL, registered_domain
 from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
-from spiderd.frontier.politeness import Politeness, hub_quota
+from spiderd.engine.politeness import Politeness
+from spiderd.frontier.pool.split import hub_quota
 from spiderd.frontier.pool.content import RedisContent
 from spiderd.frontier.pool.crawled import KINDS, link_value, parallel, recrawl_pairs
 from spiderd.frontier.pool.hops import REJECTED, HopLimits, RedisHops

@@ -41,6 +41,7 @@ class HostGroup:
     next_allowed: float = 0.0
     inflight: int = 0
     cap: int = 1  # the highest concurrency of its hosts: below it, one of them may have a free slot
+    members: int = 0  # hosts with a slot in it
     queued: bool = False
     ring: deque[HostSlot] = field(default_factory=deque)
 
@@ -200,6 +201,12 @@ class Politeness:
             group.ring.append(slot)
         self._queue(group)
 
+    def skip(self, slot: HostSlot) -> None:
+        """``slot`` was ready but its URLs may not go now (their owner holds them back): it stays out of turn until
+        it is requeued, and its group, if any, is queued again for its other hosts."""
+        if slot.group is not None:
+            self._queue(slot.group)
+
     def _queue(self, group: HostGroup) -> None:
         """Put ``group`` in the heap at its next-allowed time if a host of its ring may have a free slot."""
         if not group.queued and group.ring and group.inflight < group.cap:
@@ -212,6 +219,19 @@ class Politeness:
         slot = self.hosts.get(host)
         if slot is not None:
             self._join(slot, None if key == host else key)
+        self._group_of.trim(self.groups_kept, self.hosts.__contains__)
+
+    def next_allowed(self, host: str) -> float:
+        """The earliest start of ``host``'s next request: its slot's, else its group's (0: none booked)."""
+        slot = self.hosts.get(host)
+        if slot is not None:
+            return slot.next_allowed
+        group = self._groups.get(self._group_of.get(host, ""))
+        return 0.0 if group is None else group.next_allowed
+
+    def group_of(self, host: str) -> str:
+        """The key of the group ``host`` is told to be in (per IP), else the host itself."""
+        return self._group_of.get(host, host)
 
     def _join(self, slot: HostSlot, key: str | None) -> None:
         """Move ``slot`` (its in-flight requests, its next-allowed time) into group ``key`` (None: no group)."""
@@ -222,10 +242,12 @@ class Politeness:
         if group is old:
             return
         if old is not None:
+            old.members -= 1
             old.inflight = max(0, old.inflight - slot.own_inflight)
             self._queue(old)  # the requests in flight it took along may have held back the others of its ring
         slot.group = group
         if group is not None:
+            group.members += 1
             group.inflight += slot.own_inflight
             group.next_allowed = max(group.next_allowed, slot.own_next)
             group.cap = max(group.cap, slot.concurrency)
@@ -254,6 +276,16 @@ class Politeness:
         entry in the heap is put back at the new time when its turn comes (see ``ready``)."""
         slot.next_allowed = max(slot.next_allowed, until)
         slot.throttled_until = max(slot.throttled_until, until)
+
+    def forget(self, host: str) -> None:
+        """Drop ``host``'s slot (it has nothing waiting or in flight); its group goes with its last host, and the
+        addresses told longest ago of hosts without a slot beyond ``groups_kept``."""
+        slot = self.hosts.pop(host, None)
+        if slot is not None and slot.group is not None:
+            slot.group.members -= 1
+            if slot.group.members <= 0:
+                self._groups.pop(slot.group.key, None)
+        self._group_of.trim(self.groups_kept, self.hosts.__contains__)
 
     def collect(self, now: float) -> None:
         """Forget hosts with nothing waiting, nothing in flight and no pending delay, groups no host is in, and
@@ -284,10 +316,3 @@ class Politeness:
         """Hosts with waiting URLs."""
         return sum(1 for s in self.hosts.values() if s.waiting)
 
-
-def hub_quota(count: int, hub_percent: int) -> int:
-    """How many due hubs a pop of ``count`` hands out at most: ``hub_percent`` of it, and at least one (as seed
-    000's pool does), so ``pop(1)`` never leaves a due hub waiting while the pool says it is due."""
-    if count <= 0 or hub_percent <= 0:
-        return 0
-    return max(1, count * min(hub_percent, 100) // 100)

@@ -1,0 +1,179 @@
+"""One fetched answer to its outcome, the same steps for every role.
+
+The steps, in order: a throttling answer (429, 503) gives the host's wait (Retry-After, else the back-off of its
+consecutive throttles) and is told to the role at once, before anything yields, so a role that paces its own
+hosts blocks the host before the fetch's slot frees; every HTTP answer is archived (WARC) before anything is
+recorded of it; a 304 to a conditional fetch is unchanged; another non-200 is a failure; a 200 whose URL a
+redirect or an earlier fetch gave already is a duplicate; the rest is parsed, its links go where the role sends
+them, and a page that is not ``noindex`` and whose content no other URL gave first (``claim_content``) is
+stored: the outcome carries the store's Deferred, so a role may wait for the commit or chain the item on it.
+
+What a role does differently is its :class:`Port`, one per URL: where the answer is archived, whether a
+redirect's page is new, the kind of the page, where its links go, whether it still wants the page.  What the outcome
+means (a pool status, a job's items file, a retry) is the role's.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+
+from spiderd.core import conditional as cg
+from spiderd.core import throttle as th
+from spiderd.core.urls import fingerprint, host_of
+from spiderd.store.interfaces import IPageStore
+
+if TYPE_CHECKING:
+    from spiderd.fetch.extract import Extracted
+    from spiderd.fetch.fetcher import FetchResult
+    from spiderd.fetch.parsepool import ParsePool
+
+ClaimContent = Callable[[str, str], "Deferred[bool]"]  # a pool's claim_content(digest, url)
+
+
+class Verdict(enum.Enum):
+    """What became of a fetched answer."""
+
+    THROTTLED = "throttled"  # 429/503: the host waits ``Outcome.wait`` seconds; the URL goes again then
+    NOT_MODIFIED = "not_modified"  # a 304 to a fetch conditional on the validators sent
+    FAILED = "failed"  # any other answer than a 200 (an HTTP code, a network error, robots.txt)
+    DUPLICATE = "duplicate"  # a 200 whose page a redirect (or an earlier fetch) gave already: nothing more
+    PAGE = "page"  # parsed; its links handed on; stored (``saved``) unless noindex or duplicate content
+    ABANDONED = "abandoned"  # the role stopped wanting it while it was parsed (a halted job)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """A fetched answer's outcome: its verdict, the throttle's wait, and for a page what it gave."""
+
+    result: FetchResult
+    verdict: Verdict
+    wait: float = 0.0
+    kind: str = ""  # "list" or "detail", for a page
+    extracted: Extracted | None = None
+    duplicate_content: bool = False  # another URL gave this content first: no item, not stored
+    saved: Deferred[None] | None = None  # the page's commit in the store (None: not stored)
+    links: Deferred[Any] | None = None  # the links handed on (None: none)
+
+    @property
+    def item(self) -> dict[str, Any] | None:
+        """The page's item, if it makes one (not noindex, not duplicate content)."""
+        if self.extracted is None or self.extracted.noindex or self.duplicate_content:
+            return None
+        return self.extracted.item
+
+
+class Port(Protocol):
+    """What a role tells the engine about one URL."""
+
+    def throttled(self, result: FetchResult, wait: float) -> None:
+        """The host asked to be left alone ``wait`` seconds (called before anything yields)."""
+
+    def archive(self, result: FetchResult) -> Deferred[None] | None:
+        """Archive an HTTP answer (WARC); a Deferred to wait for, or None."""
+
+    def is_new(self, result: FetchResult) -> Deferred[bool] | bool:
+        """Whether the 200's page (``result.final_url``) is this URL's to make: False for a duplicate."""
+
+    def kind(self, result: FetchResult) -> str:
+        """"list" or "detail": how the page is parsed."""
+
+    def parsed(self, result: FetchResult, extracted: Extracted) -> Deferred[Any] | None:
+        """The page is parsed: hand its links on; a Deferred for when they are safe, or None."""
+
+    def wanted(self) -> bool:
+        """False once the role no longer wants this URL's page (nothing more is stored or claimed)."""
+
+    def parse_failed(self, result: FetchResult) -> None:
+        """The parse failed (the failure goes on to the caller): undo what ``is_new`` took."""
+
+
+class PageSteps:
+    """The steps of every fetched answer (see the module's docstring); one per node, shared by its roles."""
+
+    def __init__(self, clock: IReactorTime, parser: ParsePool, store: IPageStore | None = None,
+                 claim_content: ClaimContent | None = None, max_retry_after: float = th.MAX_RETRY_AFTER) -> None:
+        """``store``: where detail pages go (None: nowhere); ``claim_content``: the pool's, with ``[items]
+        skip_duplicate_content`` (a detail page whose content digest another URL gave first is not stored and
+        makes no item)."""
+        self._clock = clock
+        self._parser = parser
+        self.store = store
+        self._claim_content = claim_content
+        self.throttles = th.HostThrottles(max_retry_after)  # consecutive 429/503 per host: the back-off
+
+    def process(self, result: FetchResult, port: Port, sent: cg.Validators | None = None) -> Deferred[Outcome]:
+        """The outcome of ``result``; ``sent``: the validators the fetch was made conditional on."""
+        wait = None
+        if th.throttled(result.status):
+            wait = self.throttles.wait(host_of(result.url), result.retry_after)
+            port.throttled(result, wait)
+        elif result.status > 0:
+            self.throttles.answered(host_of(result.url))
+        return self._process(result, port, sent, wait)
+
+    @defer.inlineCallbacks
+    def _process(self, result: FetchResult, port: Port, sent: cg.Validators | None, wait: float | None) -> Any:
+        if result.headers is not None:
+            archived = port.archive(result)
+            if archived is not None:
+                yield archived
+        if wait is not None:
+            return Outcome(result, Verdict.THROTTLED, wait)
+        if result.status == cg.NOT_MODIFIED and sent is not None:
+            return Outcome(result, Verdict.NOT_MODIFIED)
+        if result.status != 200:
+            return Outcome(result, Verdict.FAILED)
+        if not (yield port.is_new(result)):
+            return Outcome(result, Verdict.DUPLICATE)
+        try:
+            outcome = yield self._page(result, port)
+        except Exception:
+            port.parse_failed(result)
+            raise
+        return outcome
+
+    @defer.inlineCallbacks
+    def _page(self, result: FetchResult, port: Port) -> Any:
+        """Parse, hand the links on, claim the content, store."""
+        kind = port.kind(result)
+        url = result.final_url
+        preset = self.store.preset if kind == "detail" and self.store is not None else None
+        extracted = yield self._parser.parse(url, result.body, result.content_type, kind, self._clock.seconds(),
+                                             result.status, compress=preset, robots_tag=result.robots_tag)
+        outcome = Outcome(result, Verdict.PAGE, kind=kind, extracted=extracted)
+        if not port.wanted():
+            outcome.verdict = Verdict.ABANDONED
+            return outcome
+        outcome.links = port.parsed(result, extracted)
+        if extracted.noindex or kind != "detail":
+            return outcome
+        if (yield self._duplicate(extracted, url)):
+            outcome.duplicate_content = True
+            return outcome
+        if not port.wanted():
+            outcome.verdict = Verdict.ABANDONED
+            return outcome
+        outcome.saved = self._store(url, result.body, extracted)
+        return outcome
+
+    def _duplicate(self, extracted: Extracted, url: str) -> Deferred[bool]:
+        """True when another URL gave this detail page's content first (``claim_content``)."""
+        if self._claim_content is None or extracted.digest is None:
+            return defer.succeed(False)
+        d = self._claim_content(extracted.digest, extracted.canonical or url)
+        return d.addCallback(lambda holds: not holds)
+
+    def _store(self, url: str, body: bytes, extracted: Extracted) -> Deferred[None] | None:
+        """The page into the store, under its canonical URL when it names one (the item's url)."""
+        if self.store is None:
+            return None
+        key = extracted.canonical or url
+        saved: Deferred[None] = self.store.save(key, fingerprint(key), body, compressed=extracted.compressed,
+                                                digest=extracted.digest)
+        return saved
