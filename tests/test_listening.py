@@ -114,15 +114,16 @@ class BacklogTests(ApiCase):
     def test_the_backlog_reaches_listen(self) -> None:
         """The API listens with a queue of 1024 by default (Twisted's is 50), and of ``backlog`` when set; the
         kernel caps it at net.core.somaxconn."""
-        with open("/proc/sys/net/core/somaxconn") as f:
-            somaxconn = int(f.read())
-        self.assertEqual(self.queue_limit(self.start(port=0).address[1]), min(1024, somaxconn))
-        self.assertEqual(self.queue_limit(self.start(port=0, backlog=300).address[1]), min(300, somaxconn))
+        self.assertEqual(self.queue_limit(self.start(port=0).address[1]), min(1024, somaxconn()))
+        self.assertEqual(self.queue_limit(self.start(port=0, backlog=300).address[1]), min(300, somaxconn()))
 
     @defer.inlineCallbacks
     def test_a_burst_of_200_connects_is_queued(self) -> Any:
         """200 connects at once while the API accepts none all complete their handshake (they wait in the
         queue), and are all served once it accepts again: with a backlog of 50 most would be dropped."""
+        count = min(200, somaxconn())  # 128 on kernels before 5.4
+        if count <= 51:
+            raise unittest.SkipTest(f"net.core.somaxconn is {count}: no queue beyond Twisted's 50")
         service = self.start(port=0)
         assert service.port is not None
         service.port.stopReading()  # type: ignore[attr-defined]  # the reactor accepts nothing for now
@@ -130,18 +131,27 @@ class BacklogTests(ApiCase):
         build = service.site.buildProtocol
         service.site.buildProtocol = lambda addr: built.append(addr) or build(addr)  # type: ignore[method-assign]
         clients = []
-        for _ in range(200):
+        for _ in range(count):
             client = socket.socket()
             self.addCleanup(client.close)
             client.setblocking(False)
             self.assertIn(client.connect_ex(service.address), (0, errno.EINPROGRESS))
             clients.append(client)
-        while select.select([], clients, [], 0)[1] != clients:
+        poll = select.poll()
+        for client in clients:
+            poll.register(client, select.POLLOUT)
+        while len(poll.poll(0)) < count:
             yield turn()  # until every handshake is done (a dropped SYN is sent again only after a second)
-        self.assertEqual([c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) for c in clients], [0] * 200)
+        self.assertEqual([c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) for c in clients], [0] * count)
         service.port.startReading()  # type: ignore[attr-defined]
-        while len(built) < 200:
+        while len(built) < count:
             yield turn()
+
+
+def somaxconn() -> int:
+    """The kernel's cap on a listen queue (net.core.somaxconn)."""
+    with open("/proc/sys/net/core/somaxconn") as f:
+        return int(f.read())
 
 
 class DeadlineSettingsTests(ApiCase):
