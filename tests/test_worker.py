@@ -149,7 +149,8 @@ class WorkerTestBase(unittest.TestCase):
         return self._parsers[spider]
 
     def config(self, **overrides: Any) -> WorkerConfig:
-        options: dict[str, Any] = dict(data_dir=self.data, listen=Listen("tcp:0:interface=127.0.0.1"), failure_threshold=1, retry_delay=0.0,
+        options: dict[str, Any] = dict(data_dir=self.data, listen=Listen("tcp:0:interface=127.0.0.1"),
+                                       failure_threshold=1, retry_delay=0.0,
                                        job_concurrency=4, per_host_concurrency=4, stop_timeout=10.0,
                                        node_name="test-node", feed_dirs=(self.feeds,))
         options.update(overrides)

@@ -161,7 +161,8 @@ class Reconnector:
                 if failures == 1:
                     log.warn(
                         "page store: cannot reach {where} ({error}); keeping {what} and retrying "
-                        "(backoff up to {cap:g} s)", where=self._where, error=describe(e), what=what, cap=self._backoff.cap,
+                        "(backoff up to {cap:g} s)", where=self._where, error=describe(e), what=what,
+                        cap=self._backoff.cap,
                     )
                 yield self._sleep(delay, e)
             else:
