@@ -37,6 +37,7 @@ class Endpoint:
     args: tuple[str, ...]
     options: Mapping[str, str]
 
+    @property
     def local(self) -> bool:
         """True when only this machine can connect: a loopback address or a UNIX socket (a systemd INET socket's
         address is set in its unit, out of sight at load: not local)."""
@@ -170,7 +171,7 @@ def check_exposure(exposure: Exposure) -> str | None:
         return None
     key, shown = ("listen", exposure.listen) if exposure.listen else ("bind", exposure.bind or "(all interfaces)")
     parsed = split(exposure.listen) if exposure.listen else Endpoint("tcp", ("0",), {"interface": exposure.bind})
-    if parsed.local():
+    if parsed.local:
         return None
     what = ("is a systemd socket whose address is set in its unit" if parsed.kind == "systemd"
             else "is not a loopback address")
