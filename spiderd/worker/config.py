@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from spiderd.core.net.listener import Listen
+from spiderd.core.net.serving import BACKLOG
 from spiderd.core.rules import AdaptiveDelay
 
 MiB = 1024 * 1024
@@ -21,7 +22,7 @@ class WorkerConfig:
     """What the worker role reads from the configuration (:func:`spiderd.worker.service.worker_config`)."""
 
     data_dir: str
-    listen: Listen = Listen("tcp:6800:interface=127.0.0.1")  # where the Scrapyd API listens, its deadlines
+    listen: Listen = Listen(f"tcp:6800:interface=127.0.0.1:backlog={BACKLOG}")  # where the Scrapyd API listens
     username: str = ""
     password: str = ""
     project: str = "spiderd"

@@ -15,7 +15,7 @@ from twisted.internet.interfaces import IListeningPort, IProtocolFactory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from spiderd.core.net.serving import HEADER_TIMEOUT, IDLE_TIMEOUT
+from spiderd.core.net.serving import BACKLOG, HEADER_TIMEOUT, IDLE_TIMEOUT
 from spiderd.core.reactors import IServingClock
 
 log = Logger()
@@ -26,7 +26,7 @@ class Listen:
     """Where an API listens (a server endpoint string) and how long a connection may take over its headers or
     stay idle (seconds)."""
 
-    endpoint: str = "tcp:6810:interface=127.0.0.1"
+    endpoint: str = f"tcp:6810:interface=127.0.0.1:backlog={BACKLOG}"
     header_timeout: float = HEADER_TIMEOUT
     idle_timeout: float = IDLE_TIMEOUT
 
