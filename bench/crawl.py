@@ -4,7 +4,9 @@ items as JSON lines.
     python bench/crawl.py                 # 200 list pages, 10,000 detail pages of 20-60 KB
     python bench/crawl.py --details 2000  # a quicker run
     python bench/crawl.py --only fast,mission   # some of the runs (fast, fast_store, mission, mission_store,
-                                                # split, http10, scrapy, scrapy_http10; fast_redis,
+                                                # split, multijob_mission, cores_1, cores_2, http10, scrapy,
+                                                # scrapy_http10, faulty_fast, faulty_mission,
+                                                # faulty_mission_store, faulty_scrapy; fast_redis,
                                                 # mission_redis, http10_redis only when asked for)
 
 The runs, each ``twistd -n spiderd --exit-when-done`` (or Scrapy) to the end of the crawl:
@@ -16,6 +18,13 @@ The runs, each ``twistd -n spiderd --exit-when-done`` (or Scrapy) to the end of 
   worker's feed files; store off; ``mission_store``: the same with the store on;
 - ``split``: a ``frontier`` and a ``worker`` in two processes over loopback (timed until the worker has
   run every batch);
+- ``multijob_mission``: ``mission`` with the worker configured as Scrapyd users configure theirs
+  (``[worker] max_jobs = 4``, ``job_concurrency = 16``, ``[batch] size = 1000``, ``flush_interval = 5``);
+- ``cores_1``, ``cores_2``: ``mission`` under ``taskset -c`` on the first CPU this process may use, then on
+  the first two.  With a third CPU the site's server is pinned to the others, out of the way; on a 2-CPU
+  machine it is not pinned (it shares the crawler's CPUs) and its CPU over each run is printed apart, not
+  counted.  spiderd's parser processes follow ``os.cpu_count()``, not the affinity, so ``cores_1`` runs
+  two of them on one CPU, as a user's ``taskset`` would;
 - ``http10``: the mission path against the site served by Python's ``http.server`` (HTTP/1.0, a
   connection closed after every answer), a 1,000-detail-page copy, concurrency 16, as a server on the web
   may be; ``scrapy_http10``: Scrapy against the same server;
@@ -25,19 +34,35 @@ The runs, each ``twistd -n spiderd --exit-when-done`` (or Scrapy) to the end of 
   apart from the crawler's;
 - ``scrapy``: a CrawlSpider with the same rules, ``CONCURRENT_REQUESTS`` 16 and 64 (the faster counts),
   the same per-domain limit, no delay, no robots.txt (spiderd's robots check is off too), items to a
-  JSON-lines feed.
+  JSON-lines feed;
+- the site with errors, a copy of the main site (same size and seed) whose detail pages misbehave as
+  ``FAULT_SHARES`` says: 2% answer 404, 0.8% 500 at every attempt, 0.25% 301 and 0.25% 302 to another item
+  (plus one 301 -> 302 chain), 0.2% trickle out over about 2 s (nginx's ``limit_rate``); its list pages also
+  link off-site, ``mailto:`` and ``javascript:`` URLs.  Served by nginx (required for these runs), which
+  answers the 500s and redirects per ``location`` (``spiderd.demo.static.nginx_conf(faults=spec)``).  On it:
+  ``faulty_fast`` (``fast``), ``faulty_mission`` and ``faulty_mission_store`` (``mission`` and
+  ``mission_store`` with the Scrapyd-like worker of ``multijob_mission``) and ``faulty_scrapy`` (``scrapy``,
+  its retries at their defaults: a 500 is tried 3 times, with no delay).  Their pages are the site's URLs
+  (a URL fetched three times, or redirected, counts once), and their items expected are the detail pages
+  that end in a 200 (``spec.expected().details_ok``: the 404s and 500s give none, a redirect's item is its
+  target's, made once);
 
 The site is written as static files and served by nginx (Debian's, if installed) or else by ``python -m
 spiderd.demo.site`` in its own process. nginx serves it without gzip (``--gzip`` turns it on): on a 2-core
 machine the server's compression would take the crawlers' CPU. Scrapy runs from its own virtualenv
 (``--scrapy-venv``, created with ``pip install scrapy`` on first use; ``--skip-scrapy`` leaves it out).
 
-Needs, beyond ``pip install .``: nothing (nginx is optional, Scrapy is installed on first use); the ``_redis``
+Needs, beyond ``pip install .``: nothing for the default runs but ``faulty_*`` (nginx) and ``cores_*``
+(``taskset`` and 2 CPUs), checked before anything starts (nginx is optional otherwise, Scrapy is installed on
+first use); the ``_redis``
 runs need a Redis server of its own for the bench (``--redis-url``, default ``redis://127.0.0.1:6379/0``; other
 clients' work on it would count as the crawl's).
 CPU is user+system seconds of the crawler and every process it started (spiderd's parser processes and,
 for ``split``, the worker process included); RSS is the peak of the sum over that process tree, sampled
-every 100 ms.  Ends with one ``RESULT`` line.
+every 100 ms.  A run with a worker prints its jobs' times (``bench/jobtimes.py``: how long jobs held a
+``max_jobs`` slot after their last item while others were queued).  The load average is printed before and
+after.  Every run's items are printed as got/expected.  Ends with one ``RESULT`` line; its keys are listed in
+bench/README.md.
 """
 
 from __future__ import annotations
@@ -56,6 +81,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -64,10 +90,19 @@ from spiderd.demo.pages import SiteSpec  # noqa: E402
 from spiderd.core.secrets import redact  # noqa: E402
 from spiderd.demo.static import nginx_conf, write_static  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from jobtimes import summary_line  # noqa: E402
+
 TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
 GZIP = False
 LIST_RE = r"/list/\d+\.html$"
 DETAIL_RE = r"/item/\d+\.html$"
+# the site with errors: shares of its detail pages that answer 404, 500 (for good), 301, 302 (one more 301 -> 302
+# chain of two hops), or 200 over about 2 s (nginx's limit_rate)
+FAULT_SHARES = (("not_found", 0.02), ("server_error", 0.008), ("moved", 0.0025), ("found", 0.0025), ("slow", 0.002))
+# a worker configured as Scrapyd users configure theirs: 4 jobs at once, 16 requests each, batches of 1,000
+SCRAPYD_LIKE: dict[str, object] = dict(batch=("size = 1000", "flush_interval = 5"),
+                                       extra="[worker]\nmax_jobs = 4\njob_concurrency = 16\n")
 
 SCRAPY_SPIDER = textwrap.dedent(
     r'''
@@ -121,20 +156,51 @@ class Run:
                 f"{self.cpu_per_1k:6.2f} CPU s/1k pages  peak RSS {self.rss_mb:6.1f} MB  {self.items} items")
 
 
-def tree_rss_kb(pid: int) -> int:
-    """Resident KB of ``pid`` and all its descendants."""
-    total, todo = 0, [pid]
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and all its descendants alive now."""
+    out, todo = [], [pid]
     while todo:
         p = todo.pop()
         try:
-            with open(f"/proc/{p}/status") as f:
-                total += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
             for task in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{task}/children") as f:
                     todo += [int(c) for c in f.read().split()]
         except (OSError, ValueError):
             continue
+        out.append(p)
+    return out
+
+
+def tree_sum(pid: int, value: Callable[[int], float]) -> float:
+    """The sum of ``value(p)`` over ``pid`` and its descendants (a process gone meanwhile counts 0)."""
+    total = 0.0
+    for p in tree_pids(pid):
+        try:
+            total += value(p)
+        except (OSError, ValueError, IndexError):
+            continue
     return total
+
+
+def _rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+
+
+def _cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+
+
+def tree_rss_kb(pid: int) -> int:
+    """Resident KB of ``pid`` and all its descendants."""
+    return int(tree_sum(pid, _rss_kb))
+
+
+def tree_cpu(pid: int) -> float:
+    """User+system CPU seconds of ``pid`` and its live descendants (nginx's, which the bench never waits for)."""
+    return tree_sum(pid, _cpu_ticks) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(name: str, command: list[str], cwd: Path, count_pages, count_items, env=None, until=None,
@@ -157,13 +223,15 @@ def measure(name: str, command: list[str], cwd: Path, count_pages, count_items, 
     return Run(name, count_pages(), seconds, cpu, peak / 1024, count_items())
 
 
-def serve(site_dir: Path, work: Path, spec: SiteSpec) -> tuple[str, subprocess.Popen]:
-    """nginx on a free port if installed, else the demo site's own server process."""
+def serve(site_dir: Path, work: Path, spec: SiteSpec, faults: bool = False) -> tuple[str, subprocess.Popen]:
+    """nginx on a free port if installed, else the demo site's own server process; ``faults``: nginx answers the
+    spec's 500s, redirects and slow pages too (the caller checked that nginx is installed)."""
     if shutil.which("nginx"):
         port = free_port()
-        run_dir = work / "nginx"
+        run_dir = work / ("nginx-faulty" if faults else "nginx")
         run_dir.mkdir()
-        (run_dir / "nginx.conf").write_text(nginx_conf(site_dir, port, run_dir=run_dir, gzip=GZIP))
+        conf = nginx_conf(site_dir, port, run_dir=run_dir, gzip=GZIP, faults=spec if faults else None)
+        (run_dir / "nginx.conf").write_text(conf)
         server = subprocess.Popen(["nginx", "-c", str(run_dir / "nginx.conf"), "-g", "daemon off;"])
         wait_port(port)
         return f"http://127.0.0.1:{port}/", server
@@ -196,10 +264,11 @@ def wait_port(port: int) -> None:
 
 
 def spiderd_config(work: Path, root: str, name: str, *, store: bool, targets: str = "[]", role: str = "all",
-                   concurrency: int = 64, extra: str = "", pool: str = "") -> Path:
+                   concurrency: int = 64, extra: str = "", pool: str = "", batch: tuple[str, ...] = ()) -> Path:
     """The configuration of one spiderd run (its own data directory ``work/name``); ``pool``: more ``[pool]``
-    lines."""
+    lines; ``batch``: more ``[batch]`` lines."""
     data = work / name
+    batch_lines = "".join("\n        " + line for line in batch)
     config = work / f"{name}.toml"
     host = root.split("//", 1)[1].split(":", 1)[0]
     config.write_text(textwrap.dedent(f"""\
@@ -216,7 +285,7 @@ def spiderd_config(work: Path, root: str, name: str, *, store: bool, targets: st
         per_host_concurrency = {concurrency}
         robots = false
         [batch]
-        targets = {targets}
+        targets = {targets}{batch_lines}
         [store]
         url = "{'sqlite:///pages.sqlite3' if store else 'none'}"
         [items]
@@ -244,8 +313,10 @@ def count_lines(files: list[Path]) -> int:
     return sum(1 for f in files for _ in f.open())
 
 
-def run_spiderd(work: Path, root: str, name: str, pages: int, **options: object) -> Run:
-    """One all-role crawl to its end; items in ``items/`` (fetched here) or the worker's ``feeds/``."""
+def run_spiderd(work: Path, root: str, name: str, pages: int, cpus: str = "", **options: object) -> Run:
+    """One all-role crawl to its end; items in ``items/`` (fetched here) or the worker's ``feeds/``; ``cpus``:
+    the crawler and its children run under ``taskset -c cpus``.  A run with a worker prints its jobs' times
+    (see bench/jobtimes.py)."""
     config = spiderd_config(work, root, name, **options)  # type: ignore[arg-type]
     data = work / name
 
@@ -253,7 +324,11 @@ def run_spiderd(work: Path, root: str, name: str, pages: int, **options: object)
         return count_lines(list((data / "items").glob("*.jl")) + list((data / "feeds").glob("*.jl")))
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return measure(name, twistd(config), work, lambda: pages, items, env)
+    command = (["taskset", "-c", cpus] if cpus else []) + twistd(config)
+    run = measure(name, command, work, lambda: pages, items, env)
+    if (data / "worker" / "jobs").is_dir():
+        print(f"{name}: {summary_line(data)}", flush=True)
+    return run
 
 
 class RedisServer:
@@ -307,7 +382,7 @@ def run_redis(work: Path, root: str, name: str, pages: int, redis: RedisServer, 
             f'        redis_namespace = "{prefix}"')  # seed 002's keys under the run's prefix too (dropped after)
     cpu, commands = redis.cpu(), redis.commands()
     try:
-        run = run_spiderd(work, root, name, pages, pool=pool, **options)
+        run = run_spiderd(work, root, name, pages, pool=pool, **options)  # type: ignore[arg-type]
         run.redis_cpu = redis.cpu() - cpu
         after = redis.commands()
     finally:
@@ -384,7 +459,9 @@ def scrapy_venv(path: Path) -> Path:
     return scrapy
 
 
-def run_scrapy(work: Path, root: str, scrapy: Path, concurrency: int, suffix: str = "") -> Run:
+def run_scrapy(work: Path, root: str, scrapy: Path, concurrency: int, suffix: str = "", pages: int = 0) -> Run:
+    """Scrapy's CrawlSpider to its end; ``pages``: the site's URLs, counted as its pages (else the responses it
+    counted: on the clean site the same number)."""
     spider = work / "shop_spider.py"
     spider.write_text(SCRAPY_SPIDER)
     name = f"scrapy{suffix}-c{concurrency}"
@@ -397,20 +474,43 @@ def run_scrapy(work: Path, root: str, scrapy: Path, concurrency: int, suffix: st
         "-s", "TELNETCONSOLE_ENABLED=False", "-s", f"STATS_DUMP=True",
         "-s", "EXTENSIONS={\"scrapy.extensions.telnet.TelnetConsole\": null}",
     ]
-    run = measure(name, command, work, lambda: _scrapy_pages(work / f"{name}.log"), lambda: sum(1 for _ in feed.open()))
+    log = work / f"{name}.log"
+    run = measure(name, command, work, lambda: pages or _scrapy_stat(log, "downloader/response_count"),
+                  lambda: sum(1 for _ in feed.open()))
     stats.write_text(json.dumps({"pages": run.pages}))
+    if pages:
+        print(f"{name}: {_scrapy_stat(log, 'downloader/response_count')} responses, "
+              f"{_scrapy_stat(log, 'retry/count', 0)} retries, "
+              f"{_scrapy_stat(log, 'retry/max_reached', 0)} given up", flush=True)
     return run
 
 
-def _scrapy_pages(log: Path) -> int:
+def _scrapy_stat(log: Path, key: str, default: int | None = None) -> int:
+    """A counter of Scrapy's stats dump in ``log`` (``default`` if absent; without one, absent is an error)."""
     for line in log.read_text().splitlines():
-        if "'downloader/response_count':" in line:
-            return int(line.split(":")[-1].strip().rstrip(","))
-    raise SystemExit(f"no response count in {log}")
+        if f"'{key}':" in line:
+            return int(line.split(":")[-1].strip().rstrip(",}"))
+    if default is None:
+        raise SystemExit(f"no {key} in {log}")
+    return default
 
 
-RUNS = ("fast", "fast_store", "mission", "mission_store", "split", "http10", "scrapy", "scrapy_http10", "fast_redis",
-        "mission_redis", "http10_redis")
+FAULTY = ("faulty_fast", "faulty_mission", "faulty_mission_store", "faulty_scrapy")
+CORES = ("cores_1", "cores_2")
+SCRAPY = ("scrapy", "scrapy_http10", "faulty_scrapy")
+RUNS = ("fast", "fast_store", "mission", "mission_store", "split", "multijob_mission", *CORES, "http10", "scrapy",
+        "scrapy_http10", *FAULTY, "fast_redis", "mission_redis", "http10_redis")
+
+
+def check_needs(only: set[str]) -> None:
+    """Stop before anything starts if a run asked for lacks what it needs."""
+    if only & set(FAULTY) and not shutil.which("nginx"):
+        raise SystemExit("the faulty_* runs need nginx (it answers the site's 500s, redirects and slow pages; "
+                         "Debian: apt-get install nginx), or leave them out with --only")
+    if only & set(CORES) and not shutil.which("taskset"):
+        raise SystemExit("the cores_* runs need taskset (Debian's util-linux)")
+    if only & set(CORES) and len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("the cores_* runs need 2 CPUs this process may run on")
 
 
 def main() -> None:
@@ -431,27 +531,42 @@ def main() -> None:
     if only - set(RUNS):
         raise SystemExit(f"--only: unknown runs {sorted(only - set(RUNS))}; known: {', '.join(RUNS)}")
     if args.skip_scrapy:
-        only -= {"scrapy", "scrapy_http10"}
+        only -= set(SCRAPY)
+    check_needs(only)
     spec = SiteSpec(lists=args.lists, details=args.details, detail_size=(20000, 60000), faults=False, seed=7)
+    faulty_spec = SiteSpec(lists=args.lists, details=args.details, detail_size=(20000, 60000), faults=True, seed=7,
+                           fault_shares=FAULT_SHARES)
     small = SiteSpec(lists=max(1, args.http10_details // 50), details=args.http10_details,
                      detail_size=(20000, 60000), faults=False, seed=7)
     redis = RedisServer(args.redis_url) if any(run.endswith("_redis") for run in only) else None
     work = Path(tempfile.mkdtemp(prefix="spiderd-bench-crawl-"))
-    scrapy = scrapy_venv(Path(args.scrapy_venv)) if only & {"scrapy", "scrapy_http10"} else None
+    scrapy = scrapy_venv(Path(args.scrapy_venv)) if only & set(SCRAPY) else None
     write_static(spec, work / "site")
     root, server = serve(work / "site", work, spec)
     servers = [server]
+    print(f"load before the runs (uptime): {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+          f"{os.getloadavg()[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
     try:
         runs = crawls(work, root, spec, only, scrapy, redis)
+        if only & set(CORES):
+            runs.update(run_cores(work, root, spec, only, server))
         if only & {"http10", "scrapy_http10", "http10_redis"}:
             write_static(small, work / "site10")
             root10, server10 = serve_http10(work / "site10")
             servers.append(server10)
             runs.update(http10(work, root10, small, only, scrapy, redis))
+        if only & set(FAULTY):
+            write_static(faulty_spec, work / "site-faulty")
+            root_faulty, server_faulty = serve(work / "site-faulty", work, faulty_spec, faults=True)
+            servers.append(server_faulty)
+            runs.update(faulty(work, root_faulty, faulty_spec, only, scrapy))
+        print(f"load after the runs (uptime): {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+              f"{os.getloadavg()[2]:.2f}", flush=True)
         report(runs)
     finally:
         for server in servers:
-            server.send_signal(signal.SIGQUIT if server is servers[0] and shutil.which("nginx") else signal.SIGTERM)
+            nginx = isinstance(server.args, list) and server.args[0] == "nginx"
+            server.send_signal(signal.SIGQUIT if nginx else signal.SIGTERM)
             server.wait()
         if os.environ.get("BENCH_KEEP"):
             print(f"kept {work}", flush=True)
@@ -467,6 +582,7 @@ def crawls(work: Path, root: str, spec: SiteSpec, only: set[str], scrapy: Path |
     plans = {
         "fast": dict(store=False), "fast_store": dict(store=True),
         "mission": dict(store=False, targets='["local"]'), "mission_store": dict(store=True, targets='["local"]'),
+        "multijob_mission": dict(store=False, targets='["local"]', **SCRAPYD_LIKE),
     }
     runs: dict[str, Run] = {}
     for name, options in plans.items():
@@ -512,10 +628,84 @@ def http10(work: Path, root: str, spec: SiteSpec, only: set[str], scrapy: Path |
     return runs
 
 
+def run_cores(work: Path, root: str, spec: SiteSpec, only: set[str], server: subprocess.Popen) -> dict[str, Run]:
+    """The mission path (as ``mission``) under ``taskset -c`` on the first of this process's CPUs, then the first
+    two.  With a third CPU the site's server is pinned to the others, out of the way; with two it is not pinned
+    (it shares the crawler's CPUs) and its CPU over each run is printed apart, not counted in the run's."""
+    pages = spec.lists + spec.details + 1
+    allowed = sorted(os.sched_getaffinity(0))
+    others = allowed[2:]
+    pids = tree_pids(server.pid)
+    for pid in pids if others else ():
+        os.sched_setaffinity(pid, others)
+    print("cores: the server " + (f"pinned to CPUs {','.join(map(str, others))}" if others else
+                                  "not pinned (no third CPU): it shares the crawler's CPUs"), flush=True)
+    runs: dict[str, Run] = {}
+    try:
+        for name, cpus in (("cores_1", allowed[:1]), ("cores_2", allowed[:2])):
+            if name in only:
+                taskset = ",".join(map(str, cpus))
+                before = tree_cpu(server.pid)
+                runs[name] = run_spiderd(work, root, name, pages, cpus=taskset, store=False, targets='["local"]')
+                print(runs[name].line() + f"  (taskset -c {taskset}; the server {tree_cpu(server.pid) - before:.2f} "
+                      "CPU-s, not counted)", flush=True)
+    finally:
+        for pid in pids if others else ():
+            os.sched_setaffinity(pid, allowed)
+    for run in runs.values():
+        run.expected_items = spec.details
+    return runs
+
+
+FAULTY_PLANS: dict[str, dict[str, object]] = {
+    "faulty_fast": dict(store=False),
+    "faulty_mission": dict(store=False, targets='["local"]', **SCRAPYD_LIKE),
+    "faulty_mission_store": dict(store=True, targets='["local"]', **SCRAPYD_LIKE),
+}
+
+
+def faulty(work: Path, root: str, spec: SiteSpec, only: set[str], scrapy: Path | None) -> dict[str, Run]:
+    """The runs against the site with errors.  Pages: the site's URLs (a page fetched three times, or
+    redirected, counts once); items expected: its detail pages that end in a 200 (the 404s and 500s give none,
+    a redirect's item is its target's)."""
+    pages = spec.lists + spec.details + 1
+    e = spec.expected()
+    print(f"site with errors: {spec.lists} list pages, {spec.details} detail pages at {root}: {len(e.not_found)} "
+          f"answer 404, {len(e.server_error)} 500, {len(e.redirects)} redirect, {len(e.slow)} take "
+          f"{spec.slow_delay:g} s; {len(e.details_ok)} items expected", flush=True)
+    runs: dict[str, Run] = {}
+    for name, options in FAULTY_PLANS.items():
+        if name in only:
+            runs[name] = run_spiderd(work, root, name, pages, **options)  # type: ignore[arg-type]
+            print(runs[name].line() + "  " + failures(work / f"{name}.log"), flush=True)
+    if "faulty_scrapy" in only and scrapy is not None:
+        tries = [run_scrapy(work, root, scrapy, concurrency, suffix="-faulty", pages=pages) for concurrency in (16, 64)]
+        for run in tries:
+            print(run.line(), flush=True)
+        runs["faulty_scrapy"] = max(tries, key=lambda r: r.pages_per_s)
+    for run in runs.values():
+        run.expected_items = len(e.details_ok)
+    return runs
+
+
 def failures(log: Path) -> str:
     """The statuses of the summary line (resets and failures show there)."""
     summary = [line for line in log.read_text().splitlines() if "Summary:" in line]
     return summary[-1].split("statuses: ", 1)[-1] if summary else "(no summary)"
+
+
+def new_runs(runs: dict[str, Run], figure: Callable[..., None]) -> None:
+    """The figures of the site with errors, the Scrapyd-like worker and the pinned runs."""
+    for name in ("multijob_mission", *CORES, *FAULTY):
+        if runs.get(name):
+            figure(f"{name}_pages_per_s", runs[name].pages_per_s)
+            figure(f"{name}_cpu_per_1k", runs[name].cpu_per_1k, ".2f")
+    ratios = {"multijob_mission_vs_fast": ("multijob_mission", "fast"), "cores_2_vs_1": ("cores_2", "cores_1"),
+              "faulty_mission_vs_fast": ("faulty_mission", "faulty_fast"),
+              "faulty_mission_store_vs_scrapy": ("faulty_mission_store", "faulty_scrapy")}
+    for key, (top, bottom) in ratios.items():
+        if runs.get(top) and runs.get(bottom):
+            figure(key, runs[top].pages_per_s / runs[bottom].pages_per_s, ".2f")
 
 
 def report(runs: dict[str, Run]) -> None:
@@ -561,6 +751,7 @@ def report(runs: dict[str, Run]) -> None:
             figure(f"{name}_pages_per_s", runs[name].pages_per_s)
             figure(f"{name}_cpu_per_1k", runs[name].cpu_per_1k, ".2f")
             figure(f"{name}_redis_cpu_us_per_page", runs[name].redis_cpu * 1e6 / runs[name].pages, ".1f")
+    new_runs(runs, figure)
     h10, s10 = runs.get("http10"), runs.get("scrapy_http10")
     if h10:
         figure("http10_pages_per_s", h10.pages_per_s)
@@ -570,6 +761,8 @@ def report(runs: dict[str, Run]) -> None:
         figure("scrapy_http10_cpu_per_1k", s10.cpu_per_1k, ".2f")
         if h10:
             figure("http10_vs_scrapy", h10.pages_per_s / s10.pages_per_s, ".2f")
+    print("items (got/expected): " + ", ".join(f"{run.name} {run.items}/{run.expected_items}" for run in runs.values()),
+          flush=True)
     for run in runs.values():
         if run.items and run.items != run.expected_items:
             print(f"warning: {run.name} wrote {run.items} items, {run.expected_items} expected", flush=True)

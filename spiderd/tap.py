@@ -18,6 +18,7 @@ from spiderd.core import lifecycle
 from spiderd.core.blocking import Blocking
 from spiderd.core.reactors import INodeReactor
 from spiderd.core.stats import CrawlStats, ProgressLogger
+from spiderd.core.storage import StorageGate
 from spiderd.demo import config as demo
 from spiderd.engine.steps import PageSteps
 from spiderd.feed.writers import item_writers
@@ -97,6 +98,7 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
         role, reactor, stats=base.stats, pool=base.pool, crawler=crawler, seeds=frontier.seeds,
         batcher=frontier.batcher, worker=worker, shipper=worker.shipper if worker is not None else None,
         store=base.store, recrawler=frontier.recrawler, robots=base.fetcher.robots, rules=base.parser.rules,
+        storage=base.steps.gate,
         max_url_length=s.pool.max_url_length)))
     if signals:
         add(ReloadService(reactor, s.source, s.spiderd, base.blocking.lane("reload"), frontier.seeds))
@@ -122,7 +124,7 @@ def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiSer
     for service in (pooled, store, parser, lifecycle.Closer("fetcher", fetcher.close)):
         top.add(service)
     claim = pool.claim_content if pool is not None and s.items.skip_duplicate_content else None
-    steps = PageSteps(reactor, parser, store, claim, s.fetch.max_retry_after)
+    steps = PageSteps(reactor, parser, store, claim, s.fetch.max_retry_after, StorageGate(reactor))
     return Base(s, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher, steps)
 
 

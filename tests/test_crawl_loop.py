@@ -125,7 +125,7 @@ class PullAheadTests(unittest.TestCase):
                                     stats=CrawlStats(self.clock), concurrency=4, pull_ahead=4)
         self.started: list[str] = []
 
-        def start(url: str, hub: bool) -> None:  # a fetch that never ends until the test says
+        def start(url: str, hub: bool, at: float) -> None:  # a fetch that never ends until the test says
             self.started.append(url)
             self.crawler.fetching += 1
 
@@ -209,7 +209,7 @@ class PullAheadEdgeTests(unittest.TestCase):
         crawler = CrawlService(self.clock, self.pool, fetcher=None, steps=None, rules=None,
                                stats=CrawlStats(self.clock), concurrency=4, pull_ahead=4, **options)
 
-        def start(url: str, hub: bool) -> None:
+        def start(url: str, hub: bool, at: float) -> None:
             self.started.append(url)
             crawler.fetching += 1
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import http.client
 import os
 import select
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -273,6 +277,80 @@ def test_nginx_accepts_conf(tmp_path: Path) -> None:
     conf.write_text(nginx_conf(tmp_path / "site", 8123, run_dir=tmp_path / "run"))
     result = subprocess.run(["nginx", "-t", "-c", str(conf)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+FAULTY = SiteSpec(lists=4, details=1000, seed=7, slow_delay=0.5, fault_shares=(
+    ("not_found", 0.02), ("server_error", 0.008), ("moved", 0.003), ("found", 0.002), ("slow", 0.001)))
+
+
+def test_fault_shares_scale_the_faults() -> None:
+    """``fault_shares`` makes each named kind that share of the detail pages; the chain stays one of two hops."""
+    e = FAULTY.expected()
+    assert FAULTY.fault_counts() == {"not_found": 20, "server_error": 8, "slow": 1, "moved": 3, "found": 2, "chain": 2}
+    assert (len(e.not_found), len(e.server_error), len(e.slow), len(e.redirects)) == (20, 8, 1, 7)
+    assert len(e.details_ok) == 1000 - 20 - 8 - 7
+    codes = Counter(render(FAULTY, p)[0] for p in e.redirects)
+    assert codes == {301: 4, 302: 3} and all(e.final(p) in e.details_ok for p in e.redirects)
+    assert SiteSpec(lists=4, details=60, seed=7, fault_shares=(("slow", 0.0),)).fault_counts()["slow"] == 0
+
+
+@pytest.mark.parametrize("shares", [(("chain", 0.1),), (("teapot", 0.1),), (("not_found", 1.0),),
+                                    (("not_found", -0.1),), (("not_found", 0.3), ("server_error", 0.3))])
+def test_bad_fault_shares_rejected(shares: tuple[tuple[str, float], ...]) -> None:
+    """Unknown kinds, the chain, shares outside [0, 1) and faults on more than half the site raise ValueError."""
+    with pytest.raises(ValueError):
+        SiteSpec(lists=4, details=100, fault_shares=shares)
+
+
+def test_nginx_conf_answers_the_faults(tmp_path: Path) -> None:
+    """With ``faults``, the config answers each 500 and redirect as render() does and slows each slow page."""
+    conf = nginx_conf(tmp_path / "site", 8123, run_dir=tmp_path / "run", faults=FAULTY)
+    e = FAULTY.expected()
+    for path in e.server_error:
+        assert f"location = {path} {{ return 500; }}" in conf
+    for path, target in e.redirects.items():
+        assert f"location = {path} {{ return {render(FAULTY, path)[0]} {target}; }}" in conf
+    for path in e.slow:
+        assert f"location = {path} {{ limit_rate {int(len(render(FAULTY, path)[2]) / 0.5)}; }}" in conf
+    assert "absolute_redirect off;" in conf and "location" not in nginx_conf(tmp_path / "site", 8123)
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed (optional)")
+def test_nginx_serves_the_faults(tmp_path: Path) -> None:
+    """nginx with the faults' config answers every detail page as ``expected()`` says (Location included)."""
+    (tmp_path / "run").mkdir()
+    write_static(FAULTY, tmp_path / "site")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf = tmp_path / "run" / "nginx.conf"
+    conf.write_text(nginx_conf(tmp_path / "site", port, run_dir=tmp_path / "run", workers=1, faults=FAULTY))
+    server = subprocess.Popen(["nginx", "-c", str(conf), "-g", "daemon off;"])
+    try:
+        connection = _connect(port)
+        e = FAULTY.expected()
+        for path in sorted(e.not_found | e.server_error | frozenset(e.redirects) | e.details_ok - e.slow):
+            connection.request("GET", path)
+            answer = connection.getresponse()
+            answer.read()
+            assert answer.status == render(FAULTY, path)[0], path
+            assert answer.getheader("location") == e.redirects.get(path), path
+        connection.close()
+    finally:
+        server.send_signal(signal.SIGQUIT)
+        server.wait(timeout=30)
+
+
+def _connect(port: int) -> http.client.HTTPConnection:
+    """A connection to the server that is starting on ``port`` (it binds within a few seconds)."""
+    for _ in range(200):
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            connection.connect()
+            return connection
+        except ConnectionRefusedError:
+            time.sleep(0.05)  # waiting for another process to bind, not for a timer
+    raise AssertionError(f"nothing listens on port {port}")
 
 
 @pytest.fixture

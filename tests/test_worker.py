@@ -338,7 +338,9 @@ class ScrapydCompatibilityTests(WorkerTestBase):
         self.assertEqual((code, other["status"]), (200, "ok"))
         [warning] = [formatEvent(e) for e in events if "ignored" in formatEvent(e)]
         self.assertIn(": settings ignored: LOG_LEVEL (a spiderd job honours DISTRIBUTED_START_URLS", warning)
-        # both have no URLs and end at once; a job held on a slow page keeps the next one pending
+        # both have no URLs and end at once (once their empty feeds are shipped); a job held on a slow page keeps
+        # the next one pending
+        yield defer.gatherResults([service.runner.when_done(plain["jobid"]), service.runner.when_done(other["jobid"])])
         held = yield self.schedule(("project", "myproject"), ("spider", "somespider"),
                                    ("setting", self.urls(self.slow())))
         yield self.gate.arrival(1)

@@ -16,15 +16,19 @@ TIMEOUT = -4
 NETWORK_ERROR = -5
 CONNECT_ERROR = -6
 PROCESSING_ERROR = -7  # parsing or storing a fetched page failed
+OUT_OF_STEP = -8  # bytes came past an answer on a reused connection: the answer may have been an earlier request's
 
 # Final: fetching again would give the same answer.
 ROBOTS_DENIED = -10
 TOO_LARGE = -11
 TOO_MANY_REDIRECTS = -12
 BAD_REDIRECT = -13
+# The server's fixed fault (spiderd.fetch.framing): counted as the URL's failure, never retried at network speed.
+MALFORMED = -14  # an answer that breaks HTTP/1.1's syntax or framing: headers too long, a bad chunk, ...
+CUT_SHORT = -15  # the server closed the connection cleanly before the end its framing announced
 
 DONE_CODES = frozenset({200, 304})  # 304: a conditional GET's page did not change (core.conditional)
-FINAL_CODES = frozenset({404, 410, ROBOTS_DENIED, TOO_LARGE, TOO_MANY_REDIRECTS, BAD_REDIRECT})
+FINAL_CODES = frozenset({404, 410, ROBOTS_DENIED, TOO_LARGE, TOO_MANY_REDIRECTS, BAD_REDIRECT, MALFORMED, CUT_SHORT})
 FAILURE_THRESHOLD = 3
 
 NAMES = {
@@ -35,10 +39,13 @@ NAMES = {
     NETWORK_ERROR: "network",
     CONNECT_ERROR: "connect",
     PROCESSING_ERROR: "processing",
+    OUT_OF_STEP: "out-of-step",
     ROBOTS_DENIED: "robots",
     TOO_LARGE: "too-large",
     TOO_MANY_REDIRECTS: "redirects",
     BAD_REDIRECT: "bad-redirect",
+    MALFORMED: "malformed",
+    CUT_SHORT: "cut-short",
 }
 
 
@@ -53,10 +60,13 @@ REASON_LENGTH = 200  # a recorded reason is cut here (the pool keeps one per URL
 
 WORDS = {
     PROCESSING_ERROR: "processing error",
+    OUT_OF_STEP: "out of step",
     ROBOTS_DENIED: "robots",
     TOO_LARGE: "too large",
     TOO_MANY_REDIRECTS: "too many redirects",
     BAD_REDIRECT: "bad redirect",
+    MALFORMED: "malformed answer",
+    CUT_SHORT: "cut short",
 }
 
 

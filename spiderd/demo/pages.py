@@ -3,7 +3,9 @@
 Everything comes from a frozen ``SiteSpec``: the same spec gives byte-identical
 pages in any process.  ``render(spec, path)`` is the one source of truth (served by
 ``spiderd.demo.site``, copied to disk by ``spiderd.demo.static``), and
-``spec.expected()`` says which paths a polite crawl must end up with.
+``spec.expected()`` says which paths a polite crawl must end up with.  A few
+detail pages of each fault kind misbehave (``fault_shares`` makes them a share
+of the site instead: the benchmark's site with errors).
 
 Layout: ``/`` (links every list page), ``/list/<n>.html``, ``/item/<n>.html``,
 ``/robots.txt`` (disallows ``/private/``) and ``/private/secret.html``.
@@ -27,6 +29,7 @@ UNFETCHABLE = ("mailto:shop@example.invalid", "javascript:void(0)")
 PRIVATE = "/private/secret.html"
 MIN_DETAIL_SIZE = 1500  # room for a detail page's markup around its padding
 _FAULTS = {"not_found": 3, "server_error": 3, "slow": 2, "moved": 1, "found": 1, "chain": 2}
+SHARED_FAULTS = ("not_found", "server_error", "slow", "moved", "found")  # kinds ``fault_shares`` may scale
 _WORDS = (
     "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore "
     "et dolore magna aliqua enim ad minim veniam quis nostrud exercitation ullamco laboris nisi aliquip "
@@ -51,17 +54,30 @@ class SiteSpec:
     faults: bool = True
     slow_delay: float = 2.0
     crawl_delay: float | None = None
+    fault_shares: tuple[tuple[str, float], ...] = ()  # (kind, share of the detail pages); others as _FAULTS
 
     def __post_init__(self) -> None:
         low, high = self.detail_size
+        for kind, share in self.fault_shares:
+            if kind not in SHARED_FAULTS or not 0 <= share < 1:
+                raise ValueError(f"fault_shares: {kind!r} must be one of {', '.join(SHARED_FAULTS)}, "
+                                 f"its share in [0, 1)")
         if self.lists < 1 or self.details < 0:
             raise ValueError("a site needs at least one list page and no negative detail count")
         if self.per_list is not None and (self.per_list < 1 or self.per_list * self.lists < self.details):
             raise ValueError("per_list * lists must cover every detail page")
         if not MIN_DETAIL_SIZE <= low <= high:
             raise ValueError(f"detail_size must be (min, max) with {MIN_DETAIL_SIZE} <= min <= max")
-        if self.faults and self.details < 2 * sum(_FAULTS.values()):
-            raise ValueError(f"faults need at least {2 * sum(_FAULTS.values())} detail pages")
+        faulty = sum(self.fault_counts().values())
+        if self.faults and self.details < 2 * faulty:
+            raise ValueError(f"faults need at least {2 * faulty} detail pages")
+
+    def fault_counts(self) -> dict[str, int]:
+        """How many detail pages of each fault kind the site has (with ``faults``): ``_FAULTS``'s counts, or
+        ``round(share * details)`` (at least 1 for a share above 0) for the kinds ``fault_shares`` names."""
+        shares = dict(self.fault_shares)
+        return {kind: _share_count(shares[kind], self.details) if kind in shares else count
+                for kind, count in _FAULTS.items()}
 
     def expected(self, static: bool = False) -> Expected:
         """The paths a crawl of this site (or of its static copy) must find, by outcome."""
@@ -135,6 +151,10 @@ class _Plan:
                         by_kind["slow"], offsite=offsite, unfetchable=unfetchable)
 
 
+def _share_count(share: float, details: int) -> int:
+    return max(1, round(share * details)) if share > 0 else 0
+
+
 def item_path(n: int) -> str:
     """The path of detail page ``n``."""
     return f"/item/{n}.html"
@@ -158,8 +178,9 @@ def _plan(spec: SiteSpec) -> _Plan:
 
 def _faults(spec: SiteSpec) -> tuple[dict[int, str], dict[int, tuple[int, int]]]:
     rng = random.Random(f"{spec.seed}/faults")
-    picked = iter(rng.sample(range(1, spec.details + 1), sum(_FAULTS.values())))
-    kinds = {next(picked): kind for kind, count in _FAULTS.items() for _ in range(count)}
+    counts = spec.fault_counts()
+    picked = iter(rng.sample(range(1, spec.details + 1), sum(counts.values())))
+    kinds = {next(picked): kind for kind, count in counts.items() for _ in range(count)}
     steady = [i for i in range(1, spec.details + 1) if i not in kinds]
     codes = {"moved": 301, "found": 302}
     targets = {i: (codes[kind], rng.choice(steady)) for i, kind in kinds.items() if kind in codes}

@@ -1,4 +1,5 @@
-"""The demo site's static copy on disk, and an nginx.conf to serve it (the benchmark's fast peer)."""
+"""The demo site's static copy on disk, and an nginx.conf to serve it (the benchmark's fast peer), its faults
+included if asked (``nginx_conf(faults=spec)``: the benchmark's site with errors)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ def static_paths(spec: SiteSpec) -> Iterator[str]:
 def write_static(spec: SiteSpec, directory: str | Path) -> list[str]:
     """Write the static copy of the site under ``directory``; return the site paths written.
 
-    500s, slow pages and redirects need a dynamic server, so there they become
-    ordinary detail pages; 404s are files that are not written.
+    500s, slow pages and redirects need a dynamic server (or ``nginx_conf``'s
+    ``faults``), so here they become ordinary detail pages; 404s are files that
+    are not written.
     """
     root = Path(directory)
     written = []
@@ -64,20 +66,23 @@ http {{
         listen 127.0.0.1:{port};
         root "{root}";
         index index.html;
-    }}
+{locations}    }}
 }}
 """
 
 
 def nginx_conf(directory: str | Path, port: int, run_dir: str | Path | None = None, workers: int = 2,
-               user: str | None = None, gzip: bool = True) -> str:
+               user: str | None = None, gzip: bool = True, faults: SiteSpec | None = None) -> str:
     """An nginx.conf serving a ``write_static`` copy on 127.0.0.1:``port``.
 
     Pid file, error log and temp directories go under ``run_dir`` (default: a
     sibling ``<directory>.nginx``, which must exist).  As root, workers run as
     ``user`` (default root, so they can read a private temp dir).  ``gzip``
-    compresses HTML for clients that accept it.  Start with
-    ``nginx -c CONF -g 'daemon off;'``.
+    compresses HTML for clients that accept it.  ``faults``: the spec the copy
+    was written from; its 500s and redirects answer as ``render`` answers them,
+    and its slow pages trickle out at a rate that takes ``slow_delay`` seconds
+    (so the copy answers as ``faults.expected()`` says, not ``expected(static=True)``).
+    Start with ``nginx -c CONF -g 'daemon off;'``.
     """
     root = Path(directory).resolve()
     run = Path(run_dir).resolve() if run_dir is not None else root.with_name(root.name + ".nginx")
@@ -85,8 +90,24 @@ def nginx_conf(directory: str | Path, port: int, run_dir: str | Path | None = No
         user = "root"
     temps = "".join(f'    {kind}_temp_path "{run}/{kind}";\n' for kind in _NGINX_TEMPS)
     lines = f"user {user};\n" if user else ""
+    locations = fault_locations(faults) if faults is not None else ""
     return lines + _NGINX.format(workers=workers, run=run, temps=temps, port=port, root=root,
-                                 gzip="on" if gzip else "off")
+                                 gzip="on" if gzip else "off", locations=locations)
+
+
+def fault_locations(spec: SiteSpec) -> str:
+    """nginx ``location`` blocks for ``spec``'s 500s, redirects (a relative ``Location``, as the demo site's)
+    and slow pages (``limit_rate``: the page's bytes over ``slow_delay`` seconds)."""
+    expected = spec.expected()
+    lines = ["        absolute_redirect off;\n"] if expected.redirects else []
+    for path in sorted(expected.server_error | frozenset(expected.redirects)):
+        status, headers, _ = render(spec, path)
+        target = headers.get(b"location", b"").decode("ascii")
+        lines.append(f"        location = {path} {{ return {status}{' ' + target if target else ''}; }}\n")
+    for path in sorted(expected.slow):
+        rate = max(1, int(len(render(spec, path)[2]) / spec.slow_delay))
+        lines.append(f"        location = {path} {{ limit_rate {rate}; }}\n")
+    return "".join(lines)
 
 
 def _is_root() -> bool:

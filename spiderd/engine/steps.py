@@ -25,6 +25,7 @@ from twisted.internet.interfaces import IReactorTime
 
 from spiderd.core import conditional as cg
 from spiderd.core import throttle as th
+from spiderd.core.storage import StorageGate, retried
 from spiderd.core.urls import fingerprint, host_of
 from spiderd.store.interfaces import IPageStore
 
@@ -89,6 +90,10 @@ class Port(Protocol):
     def wanted(self) -> bool:
         """False once the role no longer wants this URL's page (nothing more is stored or claimed)."""
 
+    def keep_waiting(self) -> bool:
+        """Whether a save its storage refused (a full disk) may still be tried again (else it fails with
+        StorageBlocked)."""
+
     def parse_failed(self, result: FetchResult) -> None:
         """The parse failed (the failure goes on to the caller): undo what ``is_new`` took."""
 
@@ -97,18 +102,22 @@ class PageSteps:
     """The steps of every fetched answer (see the module's docstring); one per node, shared by its roles."""
 
     def __init__(self, clock: IReactorTime, parser: ParsePool, store: IPageStore | None = None,
-                 claim_content: ClaimContent | None = None, max_retry_after: float = th.MAX_RETRY_AFTER) -> None:
+                 claim_content: ClaimContent | None = None, max_retry_after: float = th.MAX_RETRY_AFTER,
+                 gate: StorageGate | None = None) -> None:
         """``store``: where detail pages go (None: nowhere); ``claim_content``: the pool's, with ``[items]
         skip_duplicate_content`` (a detail page whose content digest another URL gave first is not stored and
-        makes no item)."""
+        makes no item); ``gate``: the node's storage gate (a save its storage refuses is saved again once the gate
+        tries again, see :mod:`spiderd.core.storage`)."""
         self._clock = clock
         self._parser = parser
         self.store = store
+        self.gate = gate
         self._claim_content = claim_content
         self.throttles = th.HostThrottles(max_retry_after)  # consecutive 429/503 per host: the back-off
 
     def process(self, result: FetchResult, port: Port, sent: cg.Validators | None = None) -> Deferred[Outcome]:
-        """The outcome of ``result``; ``sent``: the validators the fetch was made conditional on."""
+        """The outcome of ``result``; ``sent``: the validators the fetch was made conditional on.  A save its
+        storage refuses is tried again while ``port.keep_waiting()`` (then it fails with StorageBlocked)."""
         wait = None
         if th.throttled(result.status):
             wait = self.throttles.wait(host_of(result.url), result.retry_after)
@@ -159,7 +168,7 @@ class PageSteps:
         if not port.wanted():
             outcome.verdict = Verdict.ABANDONED
             return outcome
-        outcome.saved = self._store(url, result.body, extracted)
+        outcome.saved = self._store(url, result.body, extracted, port)
         return outcome
 
     def _duplicate(self, extracted: Extracted, url: str) -> Deferred[bool]:
@@ -169,11 +178,17 @@ class PageSteps:
         d = self._claim_content(extracted.digest, extracted.canonical or url)
         return d.addCallback(lambda holds: not holds)
 
-    def _store(self, url: str, body: bytes, extracted: Extracted) -> Deferred[None] | None:
-        """The page into the store, under its canonical URL when it names one (the item's url)."""
-        if self.store is None:
+    def _store(self, url: str, body: bytes, extracted: Extracted, port: Port) -> Deferred[None] | None:
+        """The page into the store, under its canonical URL when it names one (the item's url); saved again
+        while its storage refuses it (a full disk) and the port may still wait."""
+        store = self.store
+        if store is None:
             return None
         key = extracted.canonical or url
-        saved: Deferred[None] = self.store.save(key, fingerprint(key), body, compressed=extracted.compressed,
-                                                digest=extracted.digest)
-        return saved
+
+        def save() -> Deferred[None]:
+            saved: Deferred[None] = store.save(key, fingerprint(key), body, compressed=extracted.compressed,
+                                               digest=extracted.digest)
+            return saved
+
+        return retried(self.gate, "store", save, lambda: not port.keep_waiting())

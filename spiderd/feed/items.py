@@ -37,6 +37,7 @@ from twisted.python.failure import Failure
 from spiderd.core.blocking import Lane
 from spiderd.core.conditional import Validators
 from spiderd.core.fsutil import fsync_dir, unlink_quietly
+from spiderd.core.storage import storage_error
 from spiderd.core.reactors import IThreadedClock
 from spiderd.feed.rotated import PART, Pending, RotatedFiles
 from spiderd.frontier.interfaces import IURLPool
@@ -214,7 +215,8 @@ class ItemWriter(RotatedFiles):
 
 
 def _fail(group: list[Pending], failure: Failure, message: str) -> None:
-    log.failure(message, failure, count=len(group))
+    if storage_error(failure) is None:  # a full disk fails every group: the storage gate tells of it once
+        log.failure(message, failure, count=len(group))
     for _, d in group:
         d.errback(failure)
 

@@ -35,6 +35,11 @@ class BodyReader(Protocol):
         self._inflater = _inflater(encoding)
         self._done = False
 
+    @property
+    def received(self) -> int:
+        """Bytes of the body read so far, as they came (before inflating)."""
+        return self._raw
+
     def dataReceived(self, data: bytes) -> None:
         if self._done:
             return

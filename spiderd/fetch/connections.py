@@ -5,8 +5,11 @@ its keep-alive timeout expires.  An answer that forbids reuse keeps its
 connection out of the pool, idle connections close after
 ``keepalive_timeout``, and a GET sent on a pooled connection the server has
 already closed is sent once more at once on a new one (Twisted's automatic
-retry), so a closed connection is never a failed fetch.  Only public Twisted
-APIs: ``HTTPConnectionPool.getConnection``, ``Request.persistent``,
+retry), so a closed connection is never a failed fetch.  A connection whose
+answer had bytes past its end, or was framed oddly, is closed too, never reused
+(:mod:`spiderd.fetch.framing`, whose protocol the pool builds: the one use of
+Twisted internals here, ``HTTPConnectionPool._factory``); the rest is public:
+``HTTPConnectionPool.getConnection``, ``Request.persistent``,
 ``HTTP11ClientProtocol.state`` and ``abort()``.
 """
 
@@ -29,6 +32,7 @@ from twisted.web.iweb import IPolicyForHTTPS, IResponse
 from zope.interface import implementer
 
 from spiderd.core.urls import DEFAULT_PORTS
+from spiderd.fetch import framing
 
 
 class CachedEndpoints:
@@ -120,10 +124,12 @@ class ConnectionPool(client.HTTPConnectionPool):
     ``retryAutomatically``: a GET that got no answer on a connection taken from
     the pool is sent once more on a new connection; one that fails on a new
     connection is not retried.  ``Connection: close`` answers Twisted keeps out
-    of the pool itself; ``_Connection`` does it for HTTP/1.0 answers.
+    of the pool itself; ``_Connection`` does it for HTTP/1.0 answers, and
+    :class:`spiderd.fetch.framing.Protocol` for answers out of step or framed oddly.
     """
 
     retryAutomatically = True
+    _factory = framing.Factory  # its connections' protocol: framing faults named, none pooled out of step
 
     def __init__(self, reactor: IReactorTime, per_host: int, keepalive_timeout: float) -> None:
         super().__init__(reactor, persistent=True)

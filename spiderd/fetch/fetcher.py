@@ -41,6 +41,7 @@ from spiderd.core.throttle import parse_retry_after, throttled
 from spiderd.core.urls import BadURL, canonicalize
 from spiderd.fetch.body import BodyReader, Discard, TooLarge, Truncated, accept_encoding
 from spiderd.fetch.connections import CachedEndpoints, ConnectionPool, pool_hosts
+from spiderd.fetch import framing
 from spiderd.fetch.dns import caching_reactor
 from spiderd.fetch.robots import ROBOTS_REDIRECTS, Robots, robots_url
 from spiderd.fetch.robotstore import robots_store
@@ -255,7 +256,9 @@ class Fetcher:
             return defer.fail(TooLarge(f"Content-Length {length}, over the limit of {max_size} bytes"))
         reader = BodyReader(max_size, encoding, truncate)
         response.deliverBody(reader)
-        return reader.finished.addCallback(lambda body: (response, body))
+        d = reader.finished.addCallback(framing.checked, response)
+        d.addErrback(lambda failure: framing.body_failure(failure, reader.received, response))
+        return d.addCallback(lambda body: (response, body))
 
     def _failed(self, failure: Failure, url: str, started: float) -> FetchResult:
         code, kind = classify_failure(failure)
@@ -375,6 +378,10 @@ def _stop_timer(result: T, timer: IDelayedCall) -> T:
 
 
 _FAILURES: list[tuple[tuple[type, ...], int, str]] = [
+    ((framing.Malformed,), st.MALFORMED, "malformed"),
+    ((framing.CutShort,), st.CUT_SHORT, "cut-short"),
+    ((framing.OutOfStep,), st.OUT_OF_STEP, "out-of-step"),
+    ((framing.LostMidBody,), st.CONNECTION_LOST, "reset"),
     ((TooLarge,), st.TOO_LARGE, "too-large"),
     ((error.DNSLookupError,), st.DNS_ERROR, "dns"),
     ((TunnelTimeout,), st.TIMEOUT, "timeout"),
@@ -391,13 +398,17 @@ _FAILURES: list[tuple[tuple[type, ...], int, str]] = [
 
 
 def failure_detail(failure: Failure, timeout: float) -> str:
-    """The exception behind a failed fetch, as ``Class: message`` (the first inner reason of a ``ResponseFailed``);
-    a fetch cancelled by its ``timeout`` says so."""
+    """The exception behind a failed fetch, as ``Class: message`` (of a ``ResponseFailed``, its inner reason that
+    names a framing fault, else its first); a fault of the answer's framing, a fetch cancelled by its ``timeout``
+    and a close before any answer say so in words."""
     if isinstance(failure.value, (client.ResponseFailed, client.ResponseNeverReceived)):
         inner = list(getattr(failure.value, "reasons", []))
+        never = isinstance(failure.value, client.ResponseNeverReceived)
         if inner:
-            failure = inner[0]
-    if failure.check(TooLarge, ProxyUnsupported, TunnelError):
+            failure = next((reason for reason in inner if reason.check(framing.Framing)), inner[0])
+        if never and failure.check(error.ConnectionDone):
+            return "the server closed the connection before answering"
+    if failure.check(TooLarge, ProxyUnsupported, TunnelError, framing.Framing):
         return failure.getErrorMessage()
     if failure.check(CancelledError):
         return f"no whole answer within {timeout:g} s"
@@ -406,13 +417,13 @@ def failure_detail(failure: Failure, timeout: float) -> str:
 
 
 def classify_failure(failure: Failure) -> tuple[int, str]:
-    """The status code and kind of a fetch failure (the inner reasons of ``ResponseFailed`` count)."""
+    """The status code and kind of a fetch failure (the inner reasons of ``ResponseFailed`` count): the first kind
+    of ``_FAILURES`` that any of its reasons is (a framing fault before the close that came with it)."""
     reasons = [failure]
     if isinstance(failure.value, (client.ResponseFailed, client.ResponseNeverReceived)):
         reasons = list(getattr(failure.value, "reasons", [])) + reasons
-    for reason in reasons:
-        for types, code, kind in _FAILURES:
-            if reason.check(*types):
-                return code, kind
+    for types, code, kind in _FAILURES:
+        if any(reason.check(*types) for reason in reasons):
+            return code, kind
     return st.NETWORK_ERROR, "network"
 

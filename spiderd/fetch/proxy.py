@@ -2,19 +2,23 @@
 
 ``http://`` URLs of the site are sent to the proxy as absolute URIs by Twisted's ``ProxyAgent``, with the proxy's
 credentials in a ``Proxy-Authorization: Basic`` header; ``https://`` URLs go through a CONNECT tunnel
-(:mod:`spiderd.fetch.tunnel`), the credentials in the CONNECT request only, TLS with the origin inside.  Both
+(:mod:`spiderd.fetch.tunnel`), the credentials in the CONNECT request only, TLS with the origin inside.  The
 agents of a proxy share one pool of connections, as the fetcher's own (:mod:`spiderd.fetch.connections`), keyed
-per proxy (plain requests) and per origin (tunnels).  A proxied site's URLs never go around its proxy: another
+per origin: tunnels by their origin, plain requests by an agent per origin (``ProxyAgent`` keys its connections by
+its endpoint), so a connection to the proxy carries one origin's requests only, and bytes an origin sends past
+an answer (relayed by a proxy that does not frame answers itself) reach no other site's request
+(:mod:`spiderd.fetch.framing`).  A proxied site's URLs never go around its proxy: another
 scheme fails with :class:`ProxyUnsupported`.  The proxy URL is shown only through
 :func:`spiderd.core.secrets.redact`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
-from twisted.internet.interfaces import IReactorTCP
+from twisted.internet.interfaces import IReactorTCP, IStreamClientEndpoint
 from twisted.web import client
 from twisted.web.iweb import IAgent, IPolicyForHTTPS
 
@@ -27,6 +31,8 @@ from spiderd.fetch.tunnel import TunnelEndpoints
 if TYPE_CHECKING:  # (fetcher.py imports this module)
     from spiderd.fetch.fetcher import FetchConfig
 
+MAX_ORIGINS = 4096  # origins per proxy whose plain agents are kept (the oldest made is dropped past it)
+
 
 class ProxyUnsupported(Exception):
     """A URL the site's proxy cannot carry (a scheme other than http:// and https://)."""
@@ -34,11 +40,13 @@ class ProxyUnsupported(Exception):
 
 @dataclass(frozen=True)
 class _Proxy:
-    """The agents of one proxy: absolute URIs (http://) and CONNECT tunnels (https://)."""
+    """The agents of one proxy: CONNECT tunnels (https://), and absolute URIs (http://) by an agent per origin."""
 
-    plain: IAgent
     tunnel: IAgent
     url: ProxyURL
+    endpoint: IStreamClientEndpoint  # the proxy's
+    pool: ConnectionPool
+    plain: dict[str, IAgent] = field(default_factory=dict)  # per origin ("http://host:port")
 
 
 class Proxies:
@@ -63,7 +71,7 @@ class Proxies:
         """The agent sending ``url`` through ``proxy`` (by its scheme), and the parsed proxy URL."""
         made = self._proxies.get(proxy) or self._make(proxy)
         if url.startswith("http://"):
-            return made.plain, made.url
+            return self._plain(made, url), made.url
         if url.startswith("https://"):
             return made.tunnel, made.url
         raise ProxyUnsupported(f"{url.partition(':')[0]!r} URLs do not go through an HTTP proxy")
@@ -73,9 +81,20 @@ class Proxies:
         pool = ConnectionPool(self._reactor, self._per_host, self._keepalive)
         self.pools.append(pool)
         endpoint = self._endpoints.tcp(parsed.host, parsed.port)
-        plain = client.ProxyAgent(_QuietEndpoint(endpoint), self._reactor, pool=pool)
         tunnels = TunnelEndpoints(endpoint, self._reactor, parsed.authorization, self._connect_timeout,
                                   redact(proxy), self._tls)
         tunnel: IAgent = client.Agent.usingEndpointFactory(self._reactor, tunnels, pool=pool)
-        made = self._proxies[proxy] = _Proxy(plain, tunnel, parsed)
+        made = self._proxies[proxy] = _Proxy(tunnel, parsed, endpoint, pool)
         return made
+
+    def _plain(self, made: _Proxy, url: str) -> IAgent:
+        """The agent of ``url``'s origin through ``made``: an endpoint object of its own, so its own pool key."""
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2].lower()}"
+        agent = made.plain.get(origin)
+        if agent is None:
+            if len(made.plain) >= MAX_ORIGINS:
+                made.plain.pop(next(iter(made.plain)))
+            agent = made.plain[origin] = client.ProxyAgent(_QuietEndpoint(made.endpoint), self._reactor,
+                                                           pool=made.pool)
+        return agent

@@ -42,6 +42,7 @@ from spiderd.core import conditional as cg
 from spiderd.core import status as st
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.stats import CrawlStats
+from spiderd.core.storage import storage_error
 from spiderd.engine.steps import PageSteps
 from spiderd.feed.items import ItemWriter
 from spiderd.fetch.fetcher import Fetcher, FetchResult
@@ -133,6 +134,9 @@ class CrawlService(Service):
         self._popping = False
         self.pull_failures = 0  # in a row
         self.last_error = ""
+        self._gate = steps.gate if steps is not None else None  # the storage gate: no pop while it holds
+        if self._gate is not None:
+            self._gate.add_listener(self.kick)
         self._heartbeat = task.LoopingCall(self._heartbeat_pull)
         self._heartbeat.clock = reactor
         self._discovery = discovery
@@ -211,8 +215,9 @@ class CrawlService(Service):
         return self._held() or self.fetching >= self.concurrency
 
     def _held(self) -> bool:
-        """True when nothing may be popped, even ahead: stopped, paused or processing full."""
-        return not self.running or self.paused or self.processing >= self._max_processing
+        """True when nothing may be popped, even ahead: stopped, paused, processing full or storage blocked."""
+        return (not self.running or self.paused or self.processing >= self._max_processing
+                or self._gate is not None and self._gate.blocked())
 
     def _pull(self) -> None:
         self._kick_call = None
@@ -238,7 +243,7 @@ class CrawlService(Service):
             if self._max_queue_wait is not None and now - at > self._max_queue_wait:
                 log.info("{url} waited {waited:.0f} s for a fetch slot: left to its lease", url=url, waited=now - at)
                 continue
-            self._start(url, hub)
+            self._start(url, hub, at)
 
     def _pulled(self, _: Any) -> None:
         self._popping = False
@@ -302,10 +307,12 @@ class CrawlService(Service):
 
     # -- one URL -------------------------------------------------------------------
 
-    def _start(self, url: str, hub: bool) -> None:
+    def _start(self, url: str, hub: bool, at: float) -> None:
+        """Fetch and process ``url``, popped at ``at``: a write its storage refuses waits for the storage gate
+        until the stop, or until its lease would end (``max_queue_wait`` after the pop), then it is left to it."""
         self.fetching += 1
         d = self._validators(url)
-        d.addCallback(self._fetch, url, hub)
+        d.addCallback(self._fetch, url, hub, at)
         d.addErrback(self._process_failed, url)
         d.addErrback(lambda f: log.failure("Recording the status of {url} failed", f, url=url))
         d.addBoth(self._processed)
@@ -324,10 +331,16 @@ class CrawlService(Service):
         log.warn("No validators for {url} ({error}): fetched without them", url=url,
                  error=f"{failure.type.__name__}: {failure.getErrorMessage()}")
 
-    def _fetch(self, sent: cg.Validators | None, url: str, hub: bool) -> Deferred[Any]:
+    def _fetch(self, sent: cg.Validators | None, url: str, hub: bool, at: float) -> Deferred[Any]:
         d = self._fetcher.fetch(url) if sent is None else self._fetcher.fetch(url, validators=sent)
         d.addBoth(self._fetched)
-        return d.addCallback(self._processor.process, hub, sent)
+        return d.addCallback(self._processor.process, hub, sent, self._still_wanted(at))
+
+    def _still_wanted(self, at: float) -> Callable[[], bool]:
+        """Whether the processing of a URL popped at ``at`` may still wait for a write: while running and within
+        its lease."""
+        limit = None if self._max_queue_wait is None else at + self._max_queue_wait
+        return lambda: bool(self.running) and (limit is None or self._reactor.seconds() < limit)
 
     def _fetched(self, result: FetchResult) -> FetchResult:
         self.pool.fetched(result.url, result.elapsed)
@@ -338,9 +351,14 @@ class CrawlService(Service):
         return result
 
     def _process_failed(self, failure: Any, url: str) -> Any:
-        """Parsing or storing failed: count it as a failure of the URL (retried, then final)."""
+        """Parsing or storing failed: count it as a failure of the URL (retried, then final); a storage error is
+        not the page's fault: the URL is left to its lease, which brings it back (the storage gate said why)."""
         if failure.check(defer.CancelledError) and not self.running:
             return None  # abandoned at stop: the lease brings it back
+        if storage_error(failure) is not None:
+            self.stats.errors["storage_blocked"] += 1
+            log.debug("{url}: left to its lease: {error}", url=url, error=storage_error(failure))
+            return None
         log.failure("Processing {url} failed", failure, url=url)
         self.stats.errors[st.name(st.PROCESSING_ERROR)] += 1
         why = st.reason(st.PROCESSING_ERROR, f"{failure.type.__name__}: {failure.getErrorMessage()}")

@@ -21,6 +21,7 @@ from twisted.logger import Logger
 from spiderd.core import conditional as cg
 from spiderd.core import throttle as th
 from spiderd.core.stats import CrawlStats
+from spiderd.core.storage import retried
 from spiderd.engine.steps import Outcome, PageSteps, Verdict
 from spiderd.feed.items import ItemWriter, Status
 from spiderd.fetch.fetcher import FetchResult
@@ -67,13 +68,21 @@ class Processor:
         """Send detail URLs where the crawl sends those it finds (the batcher, or the pool's detail queue)."""
         return self._detail_sink(urls)
 
-    def process(self, result: FetchResult, hub: bool, sent: cg.Validators | None = None) -> Deferred[None]:
-        """Take ``result`` through the engine's steps, then record what they gave (see :meth:`record`)."""
-        d = self.steps.process(result, CrawlPort(self, hub), sent)
-        return d.addCallback(self.record, sent)
+    def process(self, result: FetchResult, hub: bool, sent: cg.Validators | None = None,
+                wanted: Callable[[], bool] = lambda: True) -> Deferred[None]:
+        """Take ``result`` through the engine's steps, then record what they gave (see :meth:`record`).
+
+        A write its storage refuses (the page store's, the items file's, the pool's statuses) is made again once
+        the storage gate tries again, while ``wanted()``; then the processing fails with StorageBlocked and the
+        URL is left to its lease."""
+        d = self.steps.process(result, CrawlPort(self, hub, wanted), sent)
+        return d.addCallback(self.record, sent, wanted)
+
+    def _write(self, sink: str, write: Callable[[], Deferred[None]], wanted: Callable[[], bool]) -> Deferred[None]:
+        return retried(self.steps.gate, sink, write, lambda: not wanted())
 
     @defer.inlineCallbacks
-    def record(self, outcome: Outcome, sent: cg.Validators | None) -> Any:
+    def record(self, outcome: Outcome, sent: cg.Validators | None, wanted: Callable[[], bool] = lambda: True) -> Any:
         """Record the outcome's statuses (and its redirect target's, when claimed, and its canonical URL's, when
         the page names one: that URL is then done too and not fetched again).
 
@@ -83,11 +92,11 @@ class Processor:
         nothing else; a throttled URL goes back to its queue, its host blocked in the pool."""
         result = outcome.result
         if outcome.verdict is Verdict.THROTTLED:
-            yield self._throttled(result, outcome.wait)
+            yield self._write("pool", lambda: self._throttled(result, outcome.wait), wanted)
             return
         if outcome.verdict is Verdict.NOT_MODIFIED:
             assert sent is not None  # (only a conditional fetch is NOT_MODIFIED)
-            yield self._not_modified(result, sent)
+            yield self._write("pool", lambda: self._not_modified(result, sent), wanted)
             return
         statuses: list[Status] = [(result.url, result.status, result.reason)]  # reason: None for a page
         if result.validators is not None and self._conditional:
@@ -100,11 +109,12 @@ class Processor:
                 statuses.append((result.final_url, result.status))
             if extracted.canonical is not None and all(extracted.canonical != s[0] for s in statuses):
                 statuses.append((extracted.canonical, result.status))
-            if outcome.item is not None and self._items is not None:
-                yield self._items.write(outcome.item, statuses)
+            item, items = outcome.item, self._items
+            if item is not None and items is not None:
+                yield self._write("items", lambda: items.write(item, statuses), wanted)
                 self.stats.incr("items")
                 return
-        yield self.pool.set_statuses(statuses)
+        yield self._write("pool", lambda: self.pool.set_statuses(statuses), wanted)
 
     @defer.inlineCallbacks
     def _settle_page(self, outcome: Outcome) -> Any:
@@ -149,9 +159,10 @@ class Processor:
 class CrawlPort:
     """The engine's port for one crawled URL (see :class:`spiderd.engine.steps.Port`)."""
 
-    def __init__(self, processor: Processor, hub: bool) -> None:
+    def __init__(self, processor: Processor, hub: bool, wanted: Callable[[], bool] = lambda: True) -> None:
         self._p = processor
         self._hub = hub
+        self.keep_waiting = wanted  # while a write its storage refused may be made again
 
     def throttled(self, result: FetchResult, wait: float) -> None:
         """Nothing at once: the pool blocks the host when the throttle is recorded."""
@@ -207,6 +218,7 @@ class CrawlPort:
         yield defer.gatherResults(waits, consumeErrors=True)
 
     def wanted(self) -> bool:
+        """A fetched page is always processed to its end (a stop waits for it)."""
         return True
 
     def parse_failed(self, result: FetchResult) -> None:

@@ -20,6 +20,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from spiderd.core.compression import FAST, compress, decompress
+from spiderd.core.storage import storage_error
 from spiderd.store.interfaces import IPageStore
 
 log = Logger()
@@ -338,10 +339,11 @@ class PageStore(Service):
             if error is None:
                 done.callback(None)
                 continue
-            log.error(
-                "page store: {url!r} not stored in {where}: {error}",
-                url=page.url, where=self.where, error=f"{type(error).__name__}: {error}",
-            )
+            if storage_error(error) is None:  # a full disk fails every page: the storage gate tells of it once
+                log.error(
+                    "page store: {url!r} not stored in {where}: {error}",
+                    url=page.url, where=self.where, error=f"{type(error).__name__}: {error}",
+                )
             done.errback(Failure(error))
 
     def _fail_all(self, failure: Failure, queued: list[tuple[Page, Deferred[None]]]) -> None:
@@ -349,6 +351,8 @@ class PageStore(Service):
         pages = plural(len(queued), "page")
         if failure.check(StoreUnavailable):
             log.error("page store: {pages} not stored: {error}", pages=pages, error=failure.getErrorMessage())
+        elif storage_error(failure) is not None:
+            log.debug("page store: {pages} not stored: {error}", pages=pages, error=storage_error(failure))
         else:
             log.failure("page store: a batch of {pages} was not stored in {where}", failure, pages=pages,
                         where=self.where)

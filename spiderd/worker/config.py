@@ -37,9 +37,10 @@ class WorkerConfig:
     host_overrides: Mapping[str, tuple[float, int]] = field(default_factory=dict)  # host -> (delay, concurrency)
     adaptive: AdaptiveDelay = field(default_factory=AdaptiveDelay)  # [fetch] delay_factor, min_delay, max_delay
     adaptive_overrides: Mapping[str, AdaptiveDelay] = field(default_factory=dict)  # host -> its own rule
-    per_ip: bool = False  # [fetch] politeness = "ip": the hosts of one address share one slot (HostSlots.set_group)
+    per_ip: bool = False  # [fetch] politeness = "ip": the hosts of one address share one slot (Politeness.set_group)
     failure_threshold: int = 3
-    retry_delay: float = 1.0
+    retry_delay: float = 0.0  # a failed URL's first retry waits this long, doubling (0: at once, behind the URLs
+    # waiting for its host, as the frontier's pool retries)
     max_retry_after: float = 3600.0  # a 429/503 blocks its host this long at most ([fetch] max_retry_after)
     max_throttles: int = 10  # a URL's throttles that are not counted as its failures ([fetch] max_throttles)
     feed_template: str = ""  # "" = file://<data_dir>/feeds/%(batch)s_%(name)s_%(time)s.jl

@@ -102,6 +102,17 @@ class Execution:
             yield self._halted(run)
 
     @defer.inlineCallbacks
+    def requeue(self, run: Run) -> Any:
+        """A run whose files could not be written (its storage refused them): its files and claims go, and the
+        job is pending again (saved if the storage lets it; else a restart finds it running and runs it again)."""
+        run.halted = run.halted or "interrupted"
+        try:
+            yield self._halted(run)
+        except Exception as e:
+            log.debug("Worker: job {id} kept as pending in memory only: {error}", id=run.job.id, error=e)
+        run.job.state, run.job.start_time = PENDING, None
+
+    @defer.inlineCallbacks
     def _halted(self, run: Run) -> Any:
         """A cancelled or interrupted run: its files go; an interrupted job is pending again."""
         job = run.job

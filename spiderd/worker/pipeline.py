@@ -12,8 +12,9 @@ URL whose host is paced, blocked or full never holds a slot that another URL cou
 
 A fetched answer goes through the node's page engine (:class:`~spiderd.engine.steps.PageSteps`, the same steps
 as the crawler's); this module is the worker's port to it (:class:`JobPort`) and decides what the outcome means.
-Network errors and 5xx are retried ``failure_threshold`` times (after ``retry_delay``, doubling): a URL waiting
-for its retry holds nothing.  A throttling answer (429, 503) blocks its host for every job until its Retry-After
+Network errors and 5xx are retried ``failure_threshold`` times, as the frontier's pool retries them: at once,
+behind the URLs waiting for the same host (with a ``retry_delay``, after it, doubling): a URL waiting for its
+retry holds nothing.  A throttling answer (429, 503) blocks its host for every job until its Retry-After
 (capped by ``max_retry_after``; without one, a back-off of 1, 2, 4 ... seconds per consecutive throttle of the
 host) and queues the URL again at once, without counting an attempt, ``max_throttles`` times at most: it waits in
 its host's line for the block to end.  A URL's slot is free once its page is parsed: the page store commits in
@@ -44,6 +45,7 @@ from twisted.python.failure import Failure
 
 from spiderd.core import status as st
 from spiderd.core.retry import Backoff
+from spiderd.core.storage import storage_error
 from spiderd.core import throttle as th
 from spiderd.core.urls import fingerprint, host_of
 from spiderd.engine.hostqueue import Entry, HostQueue, entry
@@ -100,6 +102,9 @@ class Pipeline:
         self._on_slack = on_slack
         self.in_flight = 0  # URLs holding one of the worker's slots
         self._wake: IDelayedCall | None = None
+        self._gate = steps.gate  # the storage gate: no URL starts while it holds
+        if self._gate is not None:
+            self._gate.add_listener(self.fill)
 
     # -- the worker's slots -----------------------------------------------------------------------------------
 
@@ -118,6 +123,8 @@ class Pipeline:
 
     def fill(self) -> None:
         """Start URLs whose host's turn has come while the worker has free slots; wake when the next one comes."""
+        if self._gate is not None and self._gate.blocked():
+            return  # a sink refuses writes: the gate calls fill when it tries again
         now = self.clock.seconds()
         while self.in_flight < self._config.concurrency:
             taken = self.queue.take(now)
@@ -254,6 +261,9 @@ class Pipeline:
             run.note(f"{taken.url} failed: {why}, {attempt} attempts", LogLevel.warn)
             return
         delay = Backoff(self._config.retry_delay, MAX_RETRY_DELAY).delay(attempt)
+        if delay <= 0:
+            self._queue(run, taken.url, attempt)
+            return
         run.delayed += 1
         run.wait(task.deferLater(self.clock, delay)).addBoth(self._retry_due, run, taken.url, attempt)
 
@@ -292,7 +302,8 @@ class Pipeline:
             run.stats[f"parse_{extracted.error}"] += 1
 
     def _not_stored(self, run: Run, url: str, failure: Failure) -> None:
-        log.failure("Worker: job {id}: storing {url} failed", failure, id=run.job.id, url=url)
+        if storage_error(failure) is None:  # (the storage gate tells of a full disk, once a while)
+            log.failure("Worker: job {id}: storing {url} failed", failure, id=run.job.id, url=url)
         run.note(f"{url}: storing the page failed: {failure.getErrorMessage()}", LogLevel.error)
         run.stats["processing_errors"] += 1
 
@@ -348,6 +359,9 @@ class JobPort:
         return None
 
     def wanted(self) -> bool:
+        return not self._run.halted
+
+    def keep_waiting(self) -> bool:
         return not self._run.halted
 
     def parse_failed(self, result: FetchResult) -> None:

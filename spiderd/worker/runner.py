@@ -40,6 +40,7 @@ from spiderd.core.fsutil import unlink_quietly
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.memory import release_memory
 from spiderd.core.secrets import redact
+from spiderd.core.storage import storage_error
 from spiderd.engine.steps import PageSteps
 from spiderd.worker.accepted import Accepted, digest
 from spiderd.feed import warc
@@ -101,6 +102,9 @@ class JobRunner:
         self.logs = JobLogs(config.logs_dir, io, reactor)
         self._execution = Execution(reactor, config, store, io, self._pipeline, self._itemized, self.logs, shipper,
                                     render_uri, incoming_dir)
+        self._gate = steps.gate
+        if self._gate is not None:
+            self._gate.add_listener(self.kick)
         self.jobs: dict[str, Job] = {}
         self.runs: dict[str, Run] = {}
         self._queue: list[Job] = []
@@ -312,7 +316,7 @@ class JobRunner:
 
     def _start_jobs(self) -> None:
         self._kick_call = None
-        while self._queue and self._may_start() and not self.stopping:
+        while self._queue and self._may_start() and not self.stopping and not self._storage_blocked():
             job = self._queue.pop(0)
             run = self.runs[job.id] = self._execution.new_run(job)
             d = self._execution.execute(run, self.kick)
@@ -330,6 +334,10 @@ class JobRunner:
         slack = self._pipeline.in_flight < self._config.concurrency
         return sum(1 for run in self.runs.values() if not run.settled.called and not (slack and run.waiting))
 
+    def _storage_blocked(self) -> bool:
+        """True while a sink refuses writes (the gate kicks the runner when it tries again)."""
+        return self._gate is not None and self._gate.blocked()
+
     def _may_start(self) -> bool:
         """Whether another job may start: fewer than ``max_jobs`` are working, and fewer than
         ``WAITING_JOBS x max_jobs`` have URLs left in all (a bound on the URLs held in memory)."""
@@ -337,6 +345,11 @@ class JobRunner:
         return self.fetching() < self._config.max_jobs and loaded < WAITING_JOBS * self._config.max_jobs
 
     def _execution_failed(self, failure: Failure, run: Run) -> Any:
+        job = run.job
+        if job.state == RUNNING and not job.shipping and self._gate is not None and self._gate.failed("worker", failure):
+            self._note(LogLevel.warn, job, "Worker: job {id}: its files could not be written ({error}); it runs "
+                       "again once the storage takes writes", error=storage_error(failure))
+            return self._execution.requeue(run)
         log.failure("Worker: job {id} failed", failure, id=run.job.id)
         self.logs.line(run.job.id, f"Worker: job {run.job.id} failed: {failure.getErrorMessage()}", LogLevel.error)
         self._itemized.release(run.job.id)
@@ -351,6 +364,8 @@ class JobRunner:
         if run.job.state in ENDED:
             self._notify(run.job)
             self._prune()
+        elif run.job.state == PENDING and not self.stopping and run.job not in self._queue:
+            self._enqueue(run.job)  # its files could not be written: it runs again
         self.kick()
 
     def _note(self, level: LogLevel, job: Job, fmt: str, **fields: Any) -> None:

@@ -95,6 +95,9 @@ class NodeCollector:
         if node.store is not None:
             yield _gauge("spiderd_store_pending_writes", "Pages accepted by the page store, not yet committed.",
                          node.store.pending)
+        if node.storage is not None:
+            yield _gauge("spiderd_storage_blocked", "Sinks refusing writes now (a full disk, a read-only database): "
+                         "the node takes no new work while this is above 0.", len(node.storage.blocks))
 
     def _crawl(self) -> Iterator[Metric]:
         stats = self._node.stats

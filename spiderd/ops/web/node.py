@@ -17,6 +17,7 @@ from spiderd.store.interfaces import IPageStore
 
 if TYPE_CHECKING:
     from spiderd.core.stats import CrawlStats
+    from spiderd.core.storage import StorageGate
     from spiderd.feed.shipper import FeedShipper
     from spiderd.fetch.extract import Rules
     from spiderd.fetch.robots import Robots
@@ -47,6 +48,7 @@ class Node:
     recrawler: Recrawler | None = None  # when sites have recrawl intervals
     robots: Robots | None = None  # when robots.txt is obeyed
     rules: Rules | None = None
+    storage: StorageGate | None = None  # the node's storage gate (a full disk holds its work)
     max_url_length: int = MAX_URL_LENGTH
     started: float = field(init=False)
 
@@ -98,7 +100,7 @@ def _assemble(node: Node, history: History, pool: dict[str, Any] | None) -> dict
         out["errors"] = dict(node.stats.errors)
         out["statuses"] = dict(node.stats.statuses)
     parts = {"crawler": _crawler, "batches": _batches, "feeds": _feeds, "worker": _worker, "store": _store,
-             "recrawl": _recrawl}
+             "recrawl": _recrawl, "storage": _storage}
     for name, part in parts.items():
         try:
             value = part(node)
@@ -108,6 +110,14 @@ def _assemble(node: Node, history: History, pool: dict[str, Any] | None) -> dict
         if value is not None:
             out[name] = value
     return out
+
+
+def _storage(node: Node) -> dict[str, Any] | None:
+    """Whether a sink refuses writes (a full disk, a read-only database): the node takes no new work then."""
+    gate = node.storage
+    if gate is None:
+        return None
+    return {"blocked": gate.blocked() or bool(gate.blocks), "sinks": gate.status()}
 
 
 def _crawler(node: Node) -> dict[str, Any] | None:
