@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.application.service import Service
 from twisted.internet import defer
-from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IListeningPort, IReactorTime
 from twisted.logger import Logger
@@ -25,8 +24,10 @@ import spiderd
 from spiderd.core import lifecycle
 from spiderd.core.blocking import Lane
 from spiderd.core.net.auth import Auth
+from spiderd.core.net.listener import Listen, Listener
 from spiderd.core.net.serving import JsonSite
 from spiderd.core.reactors import INodeReactor
+from spiderd.config.listen import listen_endpoint
 from spiderd.config.sections import FetchSection, WorkerSection
 from spiderd.engine.steps import ClaimContent, PageSteps
 from spiderd.store.interfaces import IPageStore
@@ -68,7 +69,7 @@ class WorkerService(Service):
         claim_content: ClaimContent | None = None,
         steps: PageSteps | None = None,
     ) -> None:
-        """Raises :class:`~.config.WorkerConfigError` for settings that cannot (or must not) run.
+        """``config`` is checked at load (:mod:`spiderd.config`).
 
         ``rules`` defaults to ``parser.rules`` (the spiders are its sites); ``render_uri`` to
         :mod:`spiderd.core.feeduri`'s; ``incoming_dir`` to the shipper's spool ``incoming/`` directory; ``clock`` (the
@@ -78,7 +79,6 @@ class WorkerService(Service):
         the node's page engine, shared with its crawler (default: one of the worker's own, over ``parser``,
         ``store`` and ``claim_content``).
         """
-        config.check()
         self.setName("worker")
         if render_uri is None:
             from spiderd.core.feeduri import render_uri as default_render_uri
@@ -99,20 +99,24 @@ class WorkerService(Service):
         auth = Auth(username=config.username, password=config.password)
         self._api = api = WorkerAPI(self.runner, self.validator, config.host_name, auth)
         self.ready: Deferred[None] = defer.succeed(None)  # the jobs on disk loaded and running (after startService)
-        self.site = JsonSite(api, config.max_body_size, config.host_name, "Worker API", reactor=reactor)
-        self.port: IListeningPort | None = None
+        self.site = JsonSite(api, config.max_body_size, config.host_name, "Worker API", reactor=reactor,
+                             header_timeout=config.listen.header_timeout, idle_timeout=config.listen.idle_timeout)
+        self._listener = Listener(reactor, config.listen.endpoint, "Worker API",
+                                  "worker.listen, or worker.bind and worker.port")
 
     def _io(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:
         """Run blocking file work on the worker's one I/O thread (its lane), in order."""
         return self._lane.run(function, *args)
 
     @property
+    def port(self) -> IListeningPort | None:
+        """The listening port (None when not listening)."""
+        return self._listener.port
+
+    @property
     def address(self) -> tuple[str, int]:
-        """(host, port) the API listens on (the port is known after start, even when 0 was asked)."""
-        assert self.port is not None, "the worker is not listening"
-        host = self.port.getHost()
-        assert isinstance(host, (IPv4Address, IPv6Address))
-        return host.host, host.port
+        """(host, port) the API listens on over TCP (the port is known after start, even when 0 was asked)."""
+        return self._listener.address
 
     def local_target(self) -> str:
         """This worker as a batcher target on loopback (with its credentials)."""
@@ -156,11 +160,7 @@ class WorkerService(Service):
     def startService(self) -> None:
         """Listen, then open the ledgers and load the persisted jobs on the I/O lane (``ready`` fires once they
         run again); the API answers a request that comes meanwhile once they are loaded."""
-        self.port = self._reactor.listenTCP(
-            self.config.port,
-            self.site,  # type: ignore[arg-type]  # Twisted's hint takes no Site (a factory of another protocol)
-            interface=self.config.bind,
-        )
+        self._listener.open(self.site)
         super().startService()
         self._lane.start()
         self.ready = self._io(self._recover).addCallback(self._recovered)
@@ -175,9 +175,8 @@ class WorkerService(Service):
         if not self.running:  # stopped while the jobs were read: they stay on disk for the next start
             return
         self.runner.start(jobs)
-        host, port = self.address
-        log.info("Worker API (Scrapyd-compatible) on http://{host}:{port}/: project {project!r}, spiders {spiders}, "
-                 "basic auth {auth}", host=host, port=port, project=self.config.project,
+        log.info("Worker API (Scrapyd-compatible) on {url}: project {project!r}, spiders {spiders}, "
+                 "basic auth {auth}", url=self._listener.url, project=self.config.project,
                  spiders=", ".join(self.validator.spiders) or "(none)", auth="on" if self.config.auth else "off")
 
     @defer.inlineCallbacks
@@ -185,9 +184,7 @@ class WorkerService(Service):
         """Close the port, let running jobs finish until ``stop_timeout`` (then they stay pending), flush."""
         super().stopService()
         yield lifecycle.settled([self.ready])  # recovery over (if it failed, the stop goes on)
-        if self.port is not None:
-            yield self.port.stopListening()
-            self.port = None
+        yield self._listener.close()
         yield self.runner.stop(self.config.stop_timeout)
         self.runner.logs.flush()
         if self._lane.running:
@@ -208,14 +205,18 @@ def worker_config(worker: WorkerSection, fetch: FetchSection, *, data_dir: str, 
                   failure_threshold: int = 3, feed_format: str = "jsonl") -> WorkerConfig:
     """The WorkerConfig of the ``[worker]`` section, in the data directory ``data_dir``.
 
+    ``listen``, else ``bind`` and ``port``, with ``backlog``, make the endpoint (:mod:`spiderd.config.listen`):
     ``port = -1`` is 6800 in the worker role (where Scrapyd listens), any free port for the all role's own worker;
     ``concurrency = 0`` is ``[fetch]``'s.  ``per_host_concurrency``, ``per_host_delay``, the adaptive politeness
     rule, the per-host tables, ``politeness``, ``max_retry_after`` and ``max_throttles`` come from ``[fetch]``;
     ``failure_threshold`` is ``[pool]``'s, ``feed_format`` ``[items]``'s ``format``.
     """
     values: dict[str, Any] = asdict(worker)
-    if worker.port == -1:
-        values["port"] = 6800 if role == "worker" else 0
+    port = worker.port if worker.port != -1 else 6800 if role == "worker" else 0
+    endpoint = listen_endpoint(worker.listen, worker.bind, port, worker.backlog)
+    for key in ("bind", "port", "backlog", "header_timeout", "idle_timeout"):
+        del values[key]
+    values["listen"] = Listen(endpoint, worker.header_timeout, worker.idle_timeout)
     values["concurrency"] = worker.concurrency or fetch.concurrency
     return WorkerConfig(
         data_dir=data_dir, failure_threshold=failure_threshold, feed_format=feed_format,
@@ -228,7 +229,7 @@ def worker_config(worker: WorkerSection, fetch: FetchSection, *, data_dir: str, 
 def build_worker(config: WorkerConfig, reactor: INodeReactor, fetcher: Fetcher, parser: ParsePool,
                  store: IPageStore | None, shipper: FeedShipper, lane: Lane | None = None,
                  stats: CrawlStats | None = None, steps: PageSteps | None = None) -> WorkerService:
-    """The worker role's service for ``tap.build`` (raises WorkerConfigError, a ValueError, on a bad ``config``).
+    """The worker role's service for ``tap.build``.
 
     The robots.txt Crawl-delays that the fetcher's ``robots`` (if any) finds raise the jobs' per-host delays; with
     ``config.per_ip`` the addresses the fetcher looks up group the hosts (the fetcher's ``tell_addresses``)."""
