@@ -376,4 +376,4 @@ def _why(result: FetchResult) -> str:
         return f"HTTP {result.status}"
     if result.status == st.ROBOTS_DENIED:
         return "denied by robots.txt"
-    return getattr(result, "reason", None) or st.reason(result.status)  # the fetcher's words, as the pool keeps them
+    return result.reason or st.reason(result.status)  # the fetcher's words, as the pool keeps them

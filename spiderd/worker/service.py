@@ -10,7 +10,6 @@ shipper it writes to (``OrderedMultiService`` stops in reverse order).
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -95,7 +94,7 @@ class WorkerService(Service):
         self.runner = JobRunner(reactor, config, self.job_store, self._io, fetcher, steps, shipper, render_uri,
                                 incoming, clock, stats)
         self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor,
-                                   robots=getattr(fetcher, "robots", None) is not None)
+                                   robots=fetcher.robots is not None)
         auth = Auth(username=config.username, password=config.password)
         self._api = api = WorkerAPI(self.runner, self.validator, config.host_name, auth)
         self.ready: Deferred[None] = defer.succeed(None)  # the jobs on disk loaded and running (after startService)
@@ -134,8 +133,7 @@ class WorkerService(Service):
     def jobs_table(self, limit: int = 50) -> list[dict[str, Any]]:
         """The jobs as the operator sees them (spiderd.worker.table): running, pending, then ended; an ended job's
         feed is ``spooled`` until the shipper uploaded it."""
-        whereabouts = getattr(self.shipper, "whereabouts", None)
-        return job_rows(self.runner, limit, whereabouts() if whereabouts is not None else None)
+        return job_rows(self.runner, limit, self.shipper.whereabouts())
 
     def set_host_delay(self, host: str, delay: float) -> None:
         """Raise ``host``'s delay between request starts (its robots.txt Crawl-delay) for every job."""
@@ -147,15 +145,11 @@ class WorkerService(Service):
 
     def idle(self) -> bool:
         """True when no job is pending or running and the shipper has nothing waiting."""
-        return not self.runner.runs and not self.runner.pending() and not self._shipper_waiting()
+        return not self.runner.runs and not self.runner.pending() and not self.shipper.waiting
 
     def settled(self) -> Deferred[None]:
         """Fires when the jobs running now have ended and the shipper's attempts under way are over."""
-        shipper = getattr(self.shipper, "settled", None)
-        return lifecycle.settled([self.runner.settled()] + ([shipper()] if shipper is not None else []))
-
-    def _shipper_waiting(self) -> int:
-        return getattr(self.shipper, "waiting", 0)
+        return lifecycle.settled([self.runner.settled(), self.shipper.settled()])
 
     def startService(self) -> None:
         """Listen, then open the ledgers and load the persisted jobs on the I/O lane (``ready`` fires once they
@@ -194,11 +188,8 @@ class WorkerService(Service):
 
 
 def default_incoming_dir(shipper: FeedShipper) -> str:
-    """Where jobs write their items: the shipper's ``incoming_dir``, else ``<spool_dir>/incoming``."""
-    incoming = getattr(shipper, "incoming_dir", None)
-    if incoming:
-        return str(incoming)
-    return os.path.join(str(shipper.spool_dir), "incoming")
+    """Where jobs write their items: the shipper's ``incoming_dir``."""
+    return str(shipper.incoming_dir)
 
 
 def worker_config(worker: WorkerSection, fetch: FetchSection, *, data_dir: str, role: str = "worker",
