@@ -33,6 +33,7 @@ from spiderd.store.interfaces import IPageStore
 from spiderd.worker.api import WorkerAPI
 from spiderd.worker.config import WorkerConfig
 from spiderd.worker.jobs import Job, JobStore
+from spiderd.worker.pipeline import Pipeline
 from spiderd.worker.runner import JobRunner
 from spiderd.worker.validate import Validator
 from spiderd.worker.table import job_rows
@@ -91,8 +92,8 @@ class WorkerService(Service):
         incoming = incoming_dir or default_incoming_dir(shipper)
         if steps is None:
             steps = PageSteps(clock or reactor, parser, store, claim_content, config.max_retry_after)
-        self.runner = JobRunner(reactor, config, self.job_store, self._io, fetcher, steps, shipper, render_uri,
-                                incoming, clock, stats)
+        pipeline = Pipeline(reactor, config, fetcher, steps, clock=clock, stats=stats)
+        self.runner = JobRunner(reactor, config, self.job_store, self._io, pipeline, shipper, render_uri, incoming)
         self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor,
                                    robots=fetcher.robots is not None)
         auth = Auth(username=config.username, password=config.password)
