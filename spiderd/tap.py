@@ -38,7 +38,7 @@ from spiderd.ops.reload import ReloadService
 from spiderd.ops.systemd import SystemdNotifier
 from spiderd.ops.web import Node, api_service
 from spiderd.store import PageStore, ShardedStore, page_store
-from spiderd.worker import WorkerConfigError, WorkerService, build_worker, worker_config
+from spiderd.worker import WorkerService, build_worker, worker_config
 
 __all__ = ["Options", "build", "makeService"]
 
@@ -136,11 +136,8 @@ def _worker(base: Base) -> WorkerService:
                                        stop_timeout=s.feed.stop_timeout, lane=base.blocking.lane("feed", 3)))
     config = worker_config(s.worker, s.fetch, data_dir=node.data_dir, role=node.role,
                            failure_threshold=s.pool.failure_threshold, feed_format=s.items.format)
-    try:
-        return base.top.add(build_worker(config, base.reactor, base.fetcher, base.parser, base.store, shipper,
-                                         base.blocking.lane("worker-io"), base.stats, base.steps))
-    except WorkerConfigError as e:
-        raise cfg.ConfigError(f"{s.source}: {e}") from None
+    return base.top.add(build_worker(config, base.reactor, base.fetcher, base.parser, base.store, shipper,
+                                     base.blocking.lane("worker-io"), base.stats, base.steps))
 
 
 def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Frontier:

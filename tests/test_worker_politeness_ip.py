@@ -31,6 +31,7 @@ from spiderd.worker import build_worker, worker_config
 
 from .test_hostqueue import Slots
 from .test_politeness_ip import HOSTS, MappedReactor, listen_shared
+from .helpers import rules_of
 from .test_throttle import START, Base
 from .test_worker import assert_fires_after
 
@@ -210,7 +211,7 @@ class WorkerPerIPTests(Base):
         clocked = MappedReactor(reactor, self.clock)
         fetcher = CountingFetcher(clocked, fetch_config(settings.fetch, settings.sites))
         self.addCleanup(fetcher.close)
-        parser = ParsePool(reactor, {"sites": SITES}, 0)
+        parser = ParsePool(reactor, rules_of({"sites": SITES}), 0)
         parser.startService()
         self.addCleanup(parser.stopService)
         shipper = FeedShipper(clocked, os.path.join(data, "spool"), stop_timeout=5.0)

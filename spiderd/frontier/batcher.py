@@ -330,4 +330,8 @@ def build_batcher(batch: BatchSection, reactor: INodeReactor, pool: IBatchLedger
 
 def _site_name(rules: Rules, default: str) -> Callable[[str], str]:
     """One spider per site: each batch names the site of its URLs (``default`` for a URL of no site)."""
-    return lambda url: getattr(rules.site_for(url), "name", default)
+    def name(url: str) -> str:
+        site = rules.site_for(url)
+        return site.name if site is not None else default
+
+    return name

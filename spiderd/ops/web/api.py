@@ -125,7 +125,8 @@ class ApiResource(JsonResource):
         return self._json(request, {"status": "ok", **data}, http.OK)
 
     def unexpected(self, failure: Failure, request: Request) -> bytes:
-        if not getattr(self._node.crawler, "running", True) or failure.check(RuntimeError, PoolUnavailable):
+        crawler = self._node.crawler
+        if (crawler is not None and not crawler.running) or failure.check(RuntimeError, PoolUnavailable):
             log.warn("API: {path}: {error}", path=request.path.decode("latin-1"), error=failure.getErrorMessage())
             return self.error(request, f"unavailable: {failure.getErrorMessage()}", http.SERVICE_UNAVAILABLE)
         return super().unexpected(failure, request)
