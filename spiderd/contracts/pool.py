@@ -11,7 +11,7 @@ contract               methods                                                  
 :class:`ICheckpoints`  set_statuses with a checkpoint, checkpoint,              the items writer
                        drop_checkpoint
 :class:`IBatchLedger`  seen_filter, seen_add, next_batch                        the batcher
-:class:`IClaims`       claim_once, claim_content                                the seed timer, sitemaps, items
+:class:`IClaims`       claim_once, claim_content                                the seed timer, sitemaps, the engine
 :class:`ILinkbase`     add_links                                                the crawler
 :class:`IHostPolicy`   set_host_delay, set_host_group                           robots.txt, the fetcher's lookups
 :class:`IURLPoolAdmin` why, hosts, export, import_states                        the admin API (a backend may lack it)
