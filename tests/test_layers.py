@@ -41,9 +41,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "tap": (*SHARED, *PARTS, "spiderd.engine", *ROLES, "spiderd.ops", "spiderd.demo"),
 }
 
-# The pool's backends, which only the frontier (and tap, which builds one) may import; spiderd.frontier.interfaces
-# is the frontier's own view of the whole pool (for the modules below, until they take narrow contracts).
-POOL_INTERNALS = ("spiderd.frontier.pool", "spiderd.frontier.interfaces")
+# The pool's backends, which only the frontier (and tap, which builds one) may import.
+POOL_INTERNALS = ("spiderd.frontier.pool",)
 # The pool's narrow contracts (spiderd.contracts.pool) each consumer takes: the one it uses, no other.
 CONTRACTS = {
     "spiderd.feed.items": {"ICheckpoints"},
@@ -56,14 +55,15 @@ CONTRACTS = {
     "spiderd.ops.web.node": {"IURLQueue", "IURLPoolAdmin"},
     "spiderd.ops.web.api": {"IURLQueue", "IURLPoolAdmin"},
     "spiderd.ops.web.streams": {"IURLPoolAdmin"},
+    "spiderd.frontier.crawler": {"ICrawlPool"},
+    "spiderd.frontier.process": {"ICrawlPool"},
+    "spiderd.frontier.build": {"ICrawlPool"},
 }
 # Who holds the whole pool (IURLPool), beside the backends and the pool service (spiderd.frontier.pool, which
-# provide the contracts): the composition root, and the fetch loop's modules until the engine work gives them
-# their narrow contracts.
+# provide the contracts): the composition root only.
 PROVIDERS = ("spiderd.contracts", "spiderd.frontier.pool")
-WHOLE_POOL = ("spiderd.tap", "spiderd.frontier.interfaces", "spiderd.frontier.crawler", "spiderd.frontier.process",
-              "spiderd.frontier.build")
-POOL_CONTRACT_MODULES = ("spiderd.contracts.pool", "spiderd.frontier.interfaces")
+WHOLE_POOL = ("spiderd.tap",)
+POOL_CONTRACT_MODULES = ("spiderd.contracts.pool",)
 
 
 def _modules(layer: str) -> list[Path]:
@@ -194,12 +194,13 @@ def test_consumers_import_only_their_narrow_contract() -> None:
 
 
 def test_contract_imports_are_read(tmp_path: Path) -> None:
-    """The contract walk sees the narrow contracts imported by name, from either module, and a whole-module import."""
+    """The contract walk sees the narrow contracts imported by name, at module level or in a function, and a
+    whole-module import."""
     package = tmp_path / "spiderd" / "feed"
     package.mkdir(parents=True)
     module = package / "probe.py"
     module.write_text("from spiderd.contracts.pool import HOSTS_MOST, ICheckpoints\n"
-                      "def f():\n    from spiderd.frontier.interfaces import IURLPool\n"
+                      "def f():\n    from spiderd.contracts.pool import IURLPool\n"
                       "    from spiderd.contracts import pool\n")
     assert _pool_contracts_of(module, tmp_path / "spiderd") == {"ICheckpoints", "IURLPool", "*"}
 

@@ -241,7 +241,12 @@ class ISitemapPool(IURLQueue, IClaims):
     """What the sitemap service uses: adding the URLs it reads, and a claim per site and round (one node reads)."""
 
 
-class IURLPool(ILeases, ICheckpoints, IBatchLedger, ISeedTimerPool, IRecrawl, ISitemapPool, ILinkbase, IHostPolicy):
+class ICrawlPool(ILeases, IURLQueue, ILinkbase):
+    """What the fetch loop uses: pops and leases, the statuses of what it fetched, its links added (within their
+    hops) and linked (the linkbase)."""
+
+
+class IURLPool(ICrawlPool, ICheckpoints, IBatchLedger, ISeedTimerPool, IRecrawl, ISitemapPool, IHostPolicy):
     """The whole URL pool of seed 000: every contract above, and closing; what a backend provides.
 
     Only the composition root (spiderd.tap), the pool service and the backends hold it; every other part takes
