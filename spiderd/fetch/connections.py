@@ -5,9 +5,13 @@ its keep-alive timeout expires.  An answer that forbids reuse keeps its
 connection out of the pool, idle connections close after
 ``keepalive_timeout``, and a GET sent on a pooled connection the server has
 already closed is sent once more at once on a new one (Twisted's automatic
-retry), so a closed connection is never a failed fetch.  Only public Twisted
-APIs: ``HTTPConnectionPool.getConnection``, ``Request.persistent``,
-``HTTP11ClientProtocol.state`` and ``abort()``.
+retry), so a closed connection is never a failed fetch.  Public Twisted APIs:
+``HTTPConnectionPool.getConnection``, ``Request.persistent``,
+``HTTP11ClientProtocol.state`` and ``abort()``; and one private one: Twisted's
+pool keeps an empty list for every host it ever pooled a connection of
+(``_connections``), so :class:`ConnectionPool` drops a host's list once it is
+empty (``getConnection`` took its last connection, or ``_removeConnection``
+closed it), or a crawl of a million hosts would keep a million lists.
 """
 
 from __future__ import annotations
@@ -133,7 +137,18 @@ class ConnectionPool(client.HTTPConnectionPool):
     def getConnection(  # type: ignore[override]  # _Connection stands in for the protocol (request is all Agent calls)
         self, key: Hashable, endpoint: IStreamClientEndpoint
     ) -> Deferred[_Connection]:
-        return super().getConnection(key, endpoint).addCallback(_Connection)
+        d = super().getConnection(key, endpoint).addCallback(_Connection)
+        self._forget_if_empty(key)
+        return d
+
+    def _removeConnection(self, key: Hashable, connection: Any) -> None:
+        """Twisted's (an idle connection timed out), then the host's list goes if that was its last."""
+        super()._removeConnection(key, connection)
+        self._forget_if_empty(key)
+
+    def _forget_if_empty(self, key: Hashable) -> None:
+        if not self._connections.get(key, True):
+            del self._connections[key]
 
 
 class _Connection:
