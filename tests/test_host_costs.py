@@ -217,3 +217,30 @@ class HostCostTests(TestCase):
             return add
 
         self.assert_flat(table)
+
+    def test_busiest_hosts(self) -> None:
+        """The stats' largest queues and /api/hosts' hosts to look at read the hosts by waiting count, not all."""
+
+        def table(size: int) -> Add:
+            politeness = Politeness(delay=0.0)
+
+            def meet(i: int) -> None:
+                host = origin(i)[7:]
+                slot = politeness.slot(host, host.encode())
+                slot.waiting = 1 + i % 60
+                if i % 10 == 0:
+                    politeness.block(slot, self.clock.seconds() + 30)
+                if i % 100 == 0:
+                    politeness.collect(self.clock.seconds())  # as the pool does every 10,000 pops
+                self.clock.advance(1)  # a block lasts 30 s: the hosts blocked now are few at any size
+
+            def add(i: int) -> None:  # one more host, and the status asked for (as every 10 s or so)
+                meet(i)
+                assert len(politeness.top(5)) == 5
+                politeness.attention(50, self.clock.seconds())
+
+            for i in range(size):
+                meet(i)
+            return add
+
+        self.assert_flat(table)

@@ -1,4 +1,5 @@
-"""Politeness counts its active hosts and finds its idle ones as they change, and agrees with a look at every host."""
+"""Politeness counts its active hosts, files them by waiting URLs and finds its idle and blocked ones as they
+change, and agrees with a look at every host."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from hypothesis import strategies as st
 from spiderd.frontier.politeness import Politeness
 
 HOSTS = [f"h{i}.example" for i in range(4)]
-STEPS = st.lists(st.tuples(st.sampled_from(["add", "pop", "release", "drop", "group", "collect", "tick"]),
+STEPS = st.lists(st.tuples(st.sampled_from(["add", "pop", "release", "drop", "group", "collect", "tick", "block"]),
                            st.integers(0, len(HOSTS) - 1), st.integers(0, 3)), max_size=60)
 
 
@@ -19,8 +20,9 @@ STEPS = st.lists(st.tuples(st.sampled_from(["add", "pop", "release", "drop", "gr
 @example([("group", 0, 1), ("group", 1, 1), ("group", 0, 2), ("collect", 0, 0), ("group", 1, 0),
           ("collect", 0, 0)])  # a group left by its hosts one by one goes
 def test_tally_agrees_with_a_scan(steps: list[tuple[str, int, int]]) -> None:
-    """After any steps, active_hosts counts the hosts with waiting URLs and collect forgets exactly the hosts
-    with nothing waiting, nothing in flight and no pending delay, and the groups none of its hosts is in."""
+    """After any steps, active_hosts counts the hosts with waiting URLs, top and attention give what a look at
+    every host gives (ties aside), and collect forgets exactly the hosts with nothing waiting, nothing in flight
+    and no pending delay, and the groups none of its hosts is in."""
     politeness = Politeness(delay=1.0, concurrency=2)
     now = 0.0
     for op, n, arg in steps:
@@ -39,6 +41,8 @@ def test_tally_agrees_with_a_scan(steps: list[tuple[str, int, int]]) -> None:
             politeness.set_group(host, f"10.0.0.{arg}" if arg else host)
         elif op == "tick":
             now += arg / 2
+        elif op == "block":
+            politeness.block(slot, now + arg)
         elif op == "collect":
             idle = {h for h, s in politeness.hosts.items()
                     if not s.waiting and not s.own_inflight and s.next_allowed <= now}
@@ -48,3 +52,10 @@ def test_tally_agrees_with_a_scan(steps: list[tuple[str, int, int]]) -> None:
             used = {id(s.group) for s in politeness.hosts.values() if s.group is not None}
             assert {id(g) for g in politeness._groups.values()} == used
         assert politeness.active_hosts() == sum(1 for s in politeness.hosts.values() if s.waiting)
+        slots = list(politeness.hosts.values())
+        for count in (1, 3, 10):
+            assert [w for _, w in politeness.top(count)] == sorted((s.waiting for s in slots if s.waiting),
+                                                                      reverse=True)[:count]
+            key = lambda s: (s.throttled_until if s.throttled_until > now else 0.0, s.waiting)  # noqa: E731
+            wanted = sorted((key(s) for s in slots if s.waiting or s.throttled_until > now), reverse=True)[:count]
+            assert [key(s) for s in politeness.attention(count, now)] == wanted

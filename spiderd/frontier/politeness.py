@@ -21,8 +21,10 @@ that comes back rejoins its group; one told longer ago is on its own until its n
 
 Nothing here costs in proportion to the hosts known, per URL or per host: a slot whose last URL left (nothing
 waiting, nothing in flight) is noted as it happens, and ``collect`` looks at those only; the hosts with waiting
-URLs are counted as their count leaves or reaches 0; a group counts its hosts; the address table pins the hosts
-with a slot, so that its trim pops the head of its order.
+URLs are counted as their count leaves or reaches 0, and filed by that count (so the hosts with the most are
+read from the largest counts down: the distinct counts are at most sqrt(2 x waiting URLs), whatever the hosts);
+the hosts blocked by a throttling answer are noted as they are; a group counts its hosts; the address table pins
+the hosts with a slot, so that its trim pops the head of its order.
 """
 
 from __future__ import annotations
@@ -31,22 +33,45 @@ import heapq
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from spiderd.core.addresses import AddressTable
+from spiderd.core.deadlines import Deadlines
 from spiderd.core.rules import AdaptiveDelay
 
 
 class Tally:
-    """What the slots of one Politeness tell it as it happens: how many have waiting URLs, which may have
-    become idle (in the order they did), which groups may have lost their last host."""
+    """What the slots of one Politeness tell it as it happens: how many have waiting URLs and the slots by that
+    count, which may have become idle (in the order they did), which were blocked, which groups may have lost
+    their last host."""
 
-    __slots__ = ("active", "idle", "empty_groups")
+    __slots__ = ("active", "by_count", "idle", "blocked", "empty_groups")
 
     def __init__(self) -> None:
         self.active = 0
+        self.by_count: dict[int, dict[str, HostSlot]] = {}  # waiting (not 0) -> the slots with that many
         self.idle: dict[str, None] = {}
+        self.blocked: Deadlines[str] = Deadlines()  # host -> the end of its throttling block, expired as they end
         self.empty_groups: dict[str, None] = {}
+
+    def count(self, slot: HostSlot, was: int, value: int) -> None:
+        """``slot``'s waiting URLs went from ``was`` to ``value``."""
+        if was:
+            bucket = self.by_count[was]
+            del bucket[slot.host]
+            if not bucket:
+                del self.by_count[was]
+        if value:
+            self.by_count.setdefault(value, {})[slot.host] = slot
+        if bool(was) != bool(value):
+            self.active += 1 if value else -1
+            if not value and not slot.own_inflight:
+                self.idle[slot.host] = None
+
+    def most(self) -> Iterator[HostSlot]:
+        """The slots with waiting URLs, the most first (those with as many: in the order they came to it)."""
+        for waiting in sorted(self.by_count, reverse=True):
+            yield from self.by_count[waiting].values()
 
 
 @dataclass(slots=True, eq=False)
@@ -90,10 +115,8 @@ class HostSlot:
     def waiting(self, value: int) -> None:
         was = self.own_waiting
         self.own_waiting = value
-        if bool(was) != bool(value):
-            self.tally.active += 1 if value else -1
-            if not value and not self.own_inflight:
-                self.tally.idle[self.host] = None
+        if was != value:
+            self.tally.count(self, was, value)
 
     @property
     def inflight(self) -> int:
@@ -294,6 +317,7 @@ class Politeness:
         entry in the heap is put back at the new time when its turn comes (see ``ready``)."""
         slot.next_allowed = max(slot.next_allowed, until)
         slot.throttled_until = max(slot.throttled_until, until)
+        self._tally.blocked.set(slot.host, slot.throttled_until)  # the ended ones go at collect (and attention)
 
     def _leave(self, group: HostGroup) -> None:
         """A slot left ``group`` (it moved, or was forgotten)."""
@@ -320,6 +344,7 @@ class Politeness:
             if slot.group is not None:
                 self._leave(slot.group)
         tally.idle = later
+        tally.blocked.expire(now)
         self._group_of.trim(self.groups_kept)
         for key in tally.empty_groups:
             group = self._groups.get(key)
@@ -329,16 +354,22 @@ class Politeness:
 
     def top(self, count: int) -> list[list[Any]]:
         """The ``count`` hosts with the most waiting URLs, as ``[host, waiting]``, largest first."""
-        busiest = heapq.nlargest(count, self.hosts.values(), key=lambda s: s.waiting)
-        return [[s.host, s.waiting] for s in busiest if s.waiting]
+        return [[s.host, s.waiting] for s in itertools.islice(self._tally.most(), max(0, count))]
 
     def attention(self, count: int, now: float) -> list[HostSlot]:
         """At most ``count`` hosts an operator looks at first: those blocked by a throttling answer now (the
-        latest block end first), then those with the most waiting URLs; one pass over the host table."""
-        def key(s: HostSlot) -> tuple[float, int]:
-            return (s.throttled_until if s.throttled_until > now else 0.0, s.waiting)
+        latest block end first), then those with the most waiting URLs."""
+        blocked = self._blocked(now)
+        first = heapq.nlargest(count, blocked.values(), key=lambda s: (s.throttled_until, s.waiting))
+        rest = (s for s in self._tally.most() if s.host not in blocked)
+        return first + list(itertools.islice(rest, max(0, count - len(first))))
 
-        return heapq.nlargest(count, (s for s in self.hosts.values() if s.waiting or s.throttled_until > now), key=key)
+    def _blocked(self, now: float) -> dict[str, HostSlot]:
+        """The slots blocked by a throttling answer at ``now``."""
+        blocked = self._tally.blocked
+        blocked.expire(now)
+        slots = ((host, self.hosts.get(host)) for host in blocked)
+        return {host: slot for host, slot in slots if slot is not None and slot.throttled_until > now}
 
     def active_hosts(self) -> int:
         """Hosts with waiting URLs."""
