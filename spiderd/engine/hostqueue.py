@@ -200,7 +200,7 @@ class HostQueue:
         """Drop ``host``'s slot if it is still idle and its next-allowed time is past."""
         slot = self.politeness.hosts.get(host)
         if slot is not None and not slot.waiting and not slot.own_inflight and slot.next_allowed <= now:
-            del self.politeness.hosts[host]
+            self.politeness.forget(host)
 
 
 def entry(owner: Owner, url: str, attempt: int = 0) -> Entry:

@@ -57,7 +57,7 @@ class KVAdmin:
     # -- hosts ----------------------------------------------------------------------
 
     def hosts(self, limit: int = 50) -> defer.Deferred[list[dict[str, Any]]]:
-        """The hosts to look at first (see IURLPoolAdmin), from the host table in memory: one pass over it."""
+        """The hosts to look at first (see IURLPoolAdmin), from the host table in memory (Politeness.attention)."""
         limit = host_limit(limit)
         now = self._state.clock.seconds()
         politeness = self._state.politeness
