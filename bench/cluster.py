@@ -559,7 +559,7 @@ def count_calls(pool: Any) -> collections.Counter[str]:
     """Script calls by name through ``pool``'s links (each partition's on a cluster) from now on."""
     calls: collections.Counter[str] = collections.Counter()
     for part in getattr(pool, "parts", [pool]):
-        part._link.run = counted_run(part._link.run, calls)
+        part.channel.link.run = counted_run(part.channel.link.run, calls)
     return calls
 
 

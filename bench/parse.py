@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from twisted.internet import defer, reactor, task  # noqa: E402
 
 from spiderd.fetch.extract import Rules, extract  # noqa: E402
-from spiderd.fetch.parsepool import ParsePool  # noqa: E402
+from spiderd.fetch.parsepool import ParsePool, parse_rules  # noqa: E402
 from spiderd.config.settings import from_dict  # noqa: E402
 
 SITE_RAW = {
@@ -184,7 +184,7 @@ def main(args: argparse.Namespace) -> Any:
     print(f"extract(): {timings['list']:.0f} us per list page, {timings['detail']:.0f} us per detail page")
     figures: dict[str, float] = {"extract_list_us": timings["list"], "extract_detail_us": timings["detail"]}
     for workers, name in ((0, "inline"), (1, "pool1"), (2, "pool2")):
-        pool = ParsePool(reactor, settings.raw, workers)
+        pool = ParsePool(reactor, parse_rules(settings.sites, settings.pool, settings.fetch), workers)
         pool.startService()
         yield pool.ready()
         meter = LagMeter()

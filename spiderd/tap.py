@@ -14,6 +14,7 @@ from typing import Any, cast
 from twisted.application.service import IService
 
 from spiderd.config import settings as cfg
+from spiderd.contracts.pool import IURLPool
 from spiderd.core import lifecycle
 from spiderd.core.blocking import Blocking
 from spiderd.core.reactors import INodeReactor
@@ -27,11 +28,10 @@ from spiderd.feed.writers import item_writers
 from spiderd.feed.shipper import FeedShipper
 from spiderd.fetch.fetcher import Fetcher, fetch_config
 from spiderd.fetch.parsepool import ParsePool, parse_rules
-from spiderd.frontier.batcher import Batcher, build_batcher
+from spiderd.frontier.batcher import Batcher, LocalWorker, build_batcher
 from spiderd.frontier.build import crawl_service
 from spiderd.frontier.pool.service import pool_service
 from spiderd.frontier.crawler import CrawlService
-from spiderd.frontier.interfaces import IURLPool
 from spiderd.frontier.scheduler import Recrawler, schedulers
 from spiderd.frontier.seeds import SeedService
 from spiderd.frontier.sitemapservice import sitemap_service
@@ -40,7 +40,7 @@ from spiderd.ops.reload import ReloadService
 from spiderd.ops.systemd import SystemdNotifier
 from spiderd.ops.web import Node, api_service
 from spiderd.store import PageStore, ShardedStore, page_store
-from spiderd.worker import WorkerConfigError, WorkerService, build_worker, worker_config
+from spiderd.worker import WorkerService, build_worker, worker_config
 
 __all__ = ["Options", "build", "makeService"]
 
@@ -140,11 +140,8 @@ def _worker(base: Base) -> WorkerService:
                                        stop_timeout=s.feed.stop_timeout, lane=base.blocking.lane("feed", 3)))
     config = worker_config(s.worker, s.fetch, data_dir=node.data_dir, role=node.role,
                            failure_threshold=s.pool.failure_threshold, feed_format=s.items.format)
-    try:
-        return base.top.add(build_worker(config, base.reactor, base.fetcher, base.parser, base.store, shipper,
-                                         base.blocking.lane("worker-io"), base.stats, base.steps))
-    except WorkerConfigError as e:
-        raise cfg.ConfigError(f"{s.source}: {e}") from None
+    return base.top.add(build_worker(config, base.reactor, base.fetcher, base.parser, base.store, shipper,
+                                     base.blocking.lane("worker-io"), base.stats, base.steps))
 
 
 def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Frontier:
@@ -152,11 +149,12 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
     s, node, reactor, pool, stats = base.s, base.s.spiderd, base.reactor, base.pool, base.stats
     assert pool is not None  # (built only with a pool)
     items, archive = item_writers(s.items, node.path(s.items.dir), reactor, pool, base.blocking)
-    batcher = build_batcher(s.batch, reactor, pool, node.path("batches"), worker, base.parser.rules,
+    local = LocalWorker(worker.config.project, worker.local_target) if worker is not None else None
+    batcher = build_batcher(s.batch, reactor, pool, node.path("batches"), local, base.parser.rules,
                             base.blocking.lane("batcher"))
     seeds = SeedService(pool, s.pool.seeds, s.pool.hubs, s.pool.hub_refresh_span, store=base.store,
                         state_path=node.path("hubs-added.json"), lane=base.blocking.lane("seeds"))
-    seed_timer, recrawler = schedulers(s.pool, s.sites, reactor, pool, lambda: stats.counts["requests"])
+    seed_timer, recrawler = schedulers(s.pool, s.sites, reactor, pool, pool, lambda: stats.counts["requests"])
     outputs = "feeds" if batcher is not None else s.items.dir
     site = demo.DemoSiteService(reactor, pool, node.data_dir, outputs) if demo_site else None
     extra = {"batches": batcher.status} if batcher is not None else {}

@@ -10,6 +10,15 @@ from twisted.python.failure import Failure
 T = TypeVar("T")
 
 
+def rules_of(raw: dict[str, Any]) -> Any:
+    """The parse rules (spiderd.fetch.parsepool.parse_rules) of a configuration given as a dict."""
+    from spiderd.config.settings import from_dict
+    from spiderd.fetch.parsepool import parse_rules
+
+    settings = from_dict(raw)
+    return parse_rules(settings.sites, settings.pool, settings.fetch)
+
+
 def result(d: "Deferred[T]") -> T:
     """The result of a Deferred that has already fired (raises its failure otherwise)."""
     box: list[Any] = []

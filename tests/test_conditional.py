@@ -34,7 +34,7 @@ from spiderd.frontier.pool import open_memory_pool
 from spiderd.frontier.scheduler import RecrawlPolicy, Recrawler
 from spiderd.ops.web import Node
 
-from .helpers import ClockedReactor
+from .helpers import ClockedReactor, rules_of
 from .test_pool_contract import RedisKeys
 from .webnode import start_api
 
@@ -234,7 +234,7 @@ class CrawlTests(unittest.TestCase):
         clocked = ClockedReactor(reactor, self.clock)
         self.fetcher = Fetcher(clocked, FetchConfig(timeout=10))
         self.addCleanup(self.fetcher.close)
-        parser = ParsePool(reactor, settings.raw, 0)
+        parser = ParsePool(reactor, rules_of(settings.raw), 0)
         parser.startService()
         self.addCleanup(parser.stopService)
         self.items = ItemWriter(reactor, str(self.dir / "items"), flush_interval=0.01, pool=self.pool)

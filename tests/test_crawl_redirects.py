@@ -24,7 +24,7 @@ from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.core.stats import CrawlStats
 
-from .helpers import result
+from .helpers import result, rules_of
 
 SITE = "http://shop.example"
 A, B = f"{SITE}/item/1.html", f"{SITE}/item/2.html"  # A redirects to B
@@ -83,7 +83,7 @@ class RedirectTests(unittest.TestCase):
         clock.advance(1_000_000)
         self.pool = open_memory_pool(clock, politeness=Politeness(concurrency=10), failure_threshold=2)
         sites = [dict(DEMO["sites"][0], allowed_hosts=["shop.example"])]
-        self.parser = ParsePool(reactor, {"sites": sites}, 0)
+        self.parser = ParsePool(reactor, rules_of({"sites": sites}), 0)
         self.parser.startService()
         self.addCleanup(self.parser.stopService)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from twisted.internet import defer, reactor
+from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
@@ -13,10 +14,13 @@ from spiderd.config.sections import SitemapsSection
 from spiderd.core.blocking import Lane
 from spiderd.core.rules import Site
 from spiderd.core.stats import CrawlStats
+from spiderd.core.throttle import HostThrottles
+from spiderd.fetch.dns import CachingResolver
 from spiderd.fetch.extract import Rules
 from spiderd.fetch.fetcher import FetchResult
 from spiderd.fetch.robots import TTL, Robots
 from spiderd.fetch.robotstore import MemoryStore, RobotsStore, robots_store
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.frontier.sitemapservice import SitemapService
 
@@ -41,6 +45,29 @@ class NoRobots:
     """Where the sitemap reader listens for robots.txt reads (the test calls it instead)."""
 
     def add_sitemap_listener(self, listener: Any) -> None:
+        pass
+
+
+class AtOnce:
+    """A resolver that answers every name at once with one address."""
+
+    def resolveHostName(self, receiver: Any, name: str, port: int = 0, types: Any = None,
+                        semantics: str = "TCP") -> None:
+        receiver.resolutionBegan(None)
+        receiver.addressResolved(IPv4Address("TCP", "127.0.0.2", port))
+        receiver.resolutionComplete()
+
+
+class Received:
+    """A resolution receiver that keeps nothing."""
+
+    def resolutionBegan(self, resolution: Any) -> None:
+        pass
+
+    def addressResolved(self, address: Any) -> None:
+        pass
+
+    def resolutionComplete(self) -> None:
         pass
 
 
@@ -118,3 +145,102 @@ class HostCostTests(TestCase):
     def test_robots_on_disk(self) -> None:
         """Robots' parsed table and its LevelDB store take one more origin without a scan."""
         self.assert_flat(self.robots_table(lambda: robots_store(self.mktemp())))
+
+    def politeness_table(self, per_ip: bool) -> Callable[[int], Add]:
+        """Hosts as the pool meets them: a slot, (per-IP) its address, a URL fetched while one more waits, and
+        ``collect`` every 100 hosts (the pool's is every 10,000 pops); earlier hosts finish as new ones come."""
+
+        def table(size: int) -> Add:
+            politeness = Politeness(delay=0.0, groups_kept=1000)
+
+            def add(i: int) -> None:
+                now = self.clock.seconds()
+                host = origin(i)[7:]
+                slot = politeness.slot(host, host.encode())
+                if per_ip:
+                    politeness.set_group(host, f"10.0.{i % 250}.{i % 241}")
+                slot.waiting += 2
+                politeness.requeue(slot)
+                ready = politeness.ready(now)
+                assert ready is not None
+                politeness.taken(ready, 1, now)
+                politeness.release(ready)
+                done = politeness.hosts.get(origin(i - size)[7:])
+                if done is not None:  # the host met ``size`` hosts ago has nothing more waiting
+                    done.waiting = 0
+                if i % 100 == 0:
+                    politeness.collect(now)
+                    assert politeness.active_hosts() <= size + 1
+                self.clock.advance(0.001)
+
+            for i in range(size):
+                add(i)
+            return add
+
+        return table
+
+    def test_politeness_by_host(self) -> None:
+        """The host table, its heap and ``collect`` take one more host without a look at every host."""
+        self.assert_flat(self.politeness_table(per_ip=False))
+
+    def test_politeness_by_address(self) -> None:
+        """Per-IP groups and the address table take one more host without a look at every host or group."""
+        self.assert_flat(self.politeness_table(per_ip=True))
+
+    def test_dns_cache(self) -> None:
+        """The DNS cache takes one more name without a scan (its size bound holds every name here)."""
+
+        def table(size: int) -> Add:
+            resolver = CachingResolver(AtOnce(), self.clock, ttl=300.0, size=size)  # type: ignore[arg-type]
+
+            def add(i: int) -> None:
+                resolver.resolveHostName(Received(), f"h{i}.hosts.test", 80)  # type: ignore[arg-type]
+                self.clock.advance(300.0 / size)
+
+            for i in range(size):
+                add(i)
+            return add
+
+        self.assert_flat(table)
+
+    def test_throttles(self) -> None:
+        """The throttle streaks take one more host without a scan (past their bound the oldest goes)."""
+
+        def table(size: int) -> Add:
+            throttles = HostThrottles()
+
+            def add(i: int) -> None:
+                throttles.wait(origin(i)[7:], None)
+
+            for i in range(size):
+                add(i)
+            return add
+
+        self.assert_flat(table)
+
+    def test_busiest_hosts(self) -> None:
+        """The stats' largest queues and /api/hosts' hosts to look at read the hosts by waiting count, not all."""
+
+        def table(size: int) -> Add:
+            politeness = Politeness(delay=0.0)
+
+            def meet(i: int) -> None:
+                host = origin(i)[7:]
+                slot = politeness.slot(host, host.encode())
+                slot.waiting = 1 + i % 60
+                if i % 10 == 0:
+                    politeness.block(slot, self.clock.seconds() + 30)
+                if i % 100 == 0:
+                    politeness.collect(self.clock.seconds())  # as the pool does every 10,000 pops
+                self.clock.advance(1)  # a block lasts 30 s: the hosts blocked now are few at any size
+
+            def add(i: int) -> None:  # one more host, and the status asked for (as every 10 s or so)
+                meet(i)
+                assert len(politeness.top(5)) == 5
+                politeness.attention(50, self.clock.seconds())
+
+            for i in range(size):
+                meet(i)
+            return add
+
+        self.assert_flat(table)

@@ -20,6 +20,7 @@ from spiderd.engine.politeness import Politeness
 from spiderd.worker.files import JobHosts
 
 from .test_worker import assert_fires_after
+from .workcount import growth
 
 
 class Waiter:
@@ -237,3 +238,37 @@ class JobHostsTests(unittest.SynchronousTestCase):
         self.assertEqual(hosts.gate("h", 14.0), NOW)
         hosts.released("h")
         self.assertEqual((len(hosts), hosts.gate("other", 0.0)), (0, NOW))
+
+
+class CostTests(unittest.SynchronousTestCase):
+    """What a request costs the queue does not grow with the hosts an owner waits on (tests/workcount.py)."""
+
+    def test_a_capped_owner_over_many_hosts_costs_the_same_a_request(self) -> None:
+        """An owner at its cap of 1 with URLs on 1,000 or 100,000 parked hosts: one request ending and the next
+        starting (``done``, ``freed``, ``take``) costs about the same work at both sizes."""
+
+        def table(n: int) -> Any:
+            queue = HostQueue(Politeness(concurrency=1))
+            owner = Capped(cap=1)
+            for i in range(n):
+                queue.add(entry(owner, f"http://h{i}.test/"))
+            first = queue.take(0.0)
+            assert first is not None
+            owner.active = 1
+            self.assertIsNone(queue.take(0.0))  # every other host is parked on the owner
+            current = [first.host]
+
+            def step(i: int) -> None:
+                queue.add(entry(owner, f"http://h{i}.test/"))
+                owner.active -= 1
+                queue.done(current[0], 0.0)
+                queue.freed(owner)
+                taken = queue.take(0.0)
+                assert taken is not None
+                owner.active += 1
+                current[0] = taken.host
+
+            return step
+
+        small, big = growth(table)
+        self.assertTrue(big.flat_against(small), (small, big))

@@ -18,6 +18,7 @@ from twisted.web import resource, server
 from spiderd.config import settings as cfg
 from spiderd.fetch.parsepool import ParsePool
 
+from .helpers import rules_of
 from .test_crawl import node_settings, run_crawl
 from .test_worker import WorkerTestBase
 
@@ -163,7 +164,7 @@ class PageRobotsWorkerTests(WorkerTestBase):
         if spider not in self._parsers:
             sites = [dict(SITES[0], name=spider)]
             settings = cfg.from_dict({"parse": {"workers": 0}, "sites": sites}, "<test>")
-            parser = self._parsers[spider] = ParsePool(reactor, settings.raw, 0)
+            parser = self._parsers[spider] = ParsePool(reactor, rules_of(settings.raw), 0)
             parser.startService()
             self.addCleanup(parser.stopService)
         return self._parsers[spider]

@@ -21,7 +21,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from spiderd.fetch.extract import Extracted, extract
 from spiderd.fetch.parsepool import ParsePool, ParsePoolUnavailable, ParseWorkerDied
-from .helpers import ClockedReactor
+from .helpers import ClockedReactor, rules_of
 from spiderd.fetch.parseworker import FrameDecoder, FrameError, Input, answer, frame, init_message, rules_from, serve
 
 RAW = {
@@ -79,7 +79,7 @@ class WorkerTests(SynchronousTestCase):
 
     def test_serve_answers_in_order_and_exits_at_eof(self) -> None:
         """serve() says ready, answers each request like extract, and returns at end of input."""
-        pool = ParsePool(Clock(), RAW, 0)
+        pool = ParsePool(Clock(), rules_of(RAW), 0)
         requests = [(i, *page(i)[:2], "text/html", page(i)[2], 1000.0 + i, 200, None, None) for i in range(5)]
         requests[3] = requests[3][:-2] + (1, None)  # a request asking for the page compressed
         read_end, write_end = os.pipe()
@@ -180,7 +180,7 @@ class DispatchTests(SynchronousTestCase):
 
     def make(self, workers: int = 1, **options: Any) -> tuple[ParsePool, FakeProcessReactor]:
         fake = FakeProcessReactor()
-        pool = ParsePool(fake, RAW, workers, **options)
+        pool = ParsePool(fake, rules_of(RAW), workers, **options)
         pool.startService()
         return pool, fake
 
@@ -368,7 +368,7 @@ class InlineTests(SynchronousTestCase):
     def test_inline_mode(self) -> None:
         """Results come back already fired, no process is started, and stop is immediate."""
         fake = FakeProcessReactor()
-        pool = ParsePool(fake, RAW, 0)
+        pool = ParsePool(fake, rules_of(RAW), 0)
         self.failureResultOf(parse(pool, 1), ParsePoolUnavailable)
         pool.startService()
         self.assertEqual(self.successResultOf(parse(pool, 1)), expected(pool, 1))
@@ -378,7 +378,7 @@ class InlineTests(SynchronousTestCase):
 
     def test_workers_minus_one_is_cpu_count(self) -> None:
         """workers=-1 means one child per CPU."""
-        self.assertEqual(ParsePool(Clock(), RAW, -1).workers, os.cpu_count())
+        self.assertEqual(ParsePool(Clock(), rules_of(RAW), -1).workers, os.cpu_count())
 
 
 # -- real children ----------------------------------------------------------------------------------------------
@@ -390,7 +390,7 @@ class ProcessTests(TestCase):
     timeout = 60
 
     def start(self, workers: int, **options: Any) -> ParsePool:
-        pool = ParsePool(reactor, RAW, workers, **options)
+        pool = ParsePool(reactor, rules_of(RAW), workers, **options)
         pool.startService()
         self.addCleanup(pool.stopService)
         return pool
@@ -438,7 +438,7 @@ class ProcessTests(TestCase):
         """A real child over max_rss (1 byte here) is replaced while pages are in flight: every page is parsed,
         the old process exits, the new one parses on."""
         clock = Clock()
-        pool = ParsePool(ClockedReactor(reactor, clock), RAW, 1, max_rss=1, queue_size=100)
+        pool = ParsePool(ClockedReactor(reactor, clock), rules_of(RAW), 1, max_rss=1, queue_size=100)
         pool.startService()
         self.addCleanup(pool.stopService)
         yield pool.ready()

@@ -26,7 +26,7 @@ from spiderd.frontier.crawler import CrawlService
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_memory_pool
 
-from .helpers import ClockedReactor
+from .helpers import ClockedReactor, rules_of
 from .test_pool_contract import RedisKeys
 from .test_throttle import START, Base
 
@@ -108,7 +108,7 @@ class PerIPTests(Base):
         clocked = MappedReactor(reactor, self.clock)
         fetcher = Fetcher(clocked, FetchConfig(timeout=10), on_address=pool.set_host_group if per_ip else None)
         self.addCleanup(fetcher.close)
-        parser = ParsePool(reactor, {"sites": DEMO["sites"]}, 0)
+        parser = ParsePool(reactor, rules_of({"sites": DEMO["sites"]}), 0)
         parser.startService()
         self.addCleanup(parser.stopService)
         crawler = CrawlService(clocked, pool, fetcher, PageSteps(clocked, parser), parser.rules, CrawlStats(self.clock),

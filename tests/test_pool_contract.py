@@ -10,12 +10,14 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.trial.unittest import TestCase
+from zope.interface.interface import InterfaceClass
 from zope.interface.verify import verifyObject
 
+from spiderd.contracts import pool as pool_contracts
+from spiderd.contracts.pool import IURLPool, IURLPoolAdmin
 from spiderd.core import status
 from spiderd.core.conditional import Validators
 from spiderd.core.rules import AdaptiveDelay
-from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 from spiderd.frontier.pool.redis import open_redis_pool
@@ -82,6 +84,16 @@ class PoolContract:
     def test_provides_interface(self) -> Gen:
         """Every backend provides IURLPool."""
         assert verifyObject(IURLPool, (yield self.make_pool()))
+
+    @defer.inlineCallbacks
+    def test_provides_each_narrow_contract(self) -> Gen:
+        """Every backend provides each narrow contract that a consumer types against (spiderd.contracts.pool)."""
+        pool = yield self.make_pool()
+        contracts = [value for value in vars(pool_contracts).values()
+                     if isinstance(value, InterfaceClass) and value is not IURLPoolAdmin]
+        assert len(contracts) >= 12, contracts
+        for contract in contracts:
+            assert verifyObject(contract, pool), contract.__name__
 
     @defer.inlineCallbacks
     def test_provides_admin_interface(self) -> Gen:
@@ -1459,11 +1471,11 @@ class RedisEvalPoolTests(RedisPoolTests):
         """No FCALL: every call is an EVALSHA of a script Redis has (SCRIPT LOAD at connecting), statuspop too."""
         pool = yield self.make_pool(concurrency=2)
         commands: list[str] = []
-        send = pool._link._send
-        pool._link._send = lambda *args: commands.append(args[0]) or send(*args)
+        send = pool.channel.link._send
+        pool.channel.link._send = lambda *args: commands.append(args[0]) or send(*args)
         scripts: list[str] = []
-        run = pool._link.run
-        pool._link.run = lambda script, args: scripts.append(script.name) or run(script, args)
+        run = pool.channel.link.run
+        pool.channel.link.run = lambda script, args: scripts.append(script.name) or run(script, args)
         yield pool.addmany([f"http://a.example/{i}" for i in range(4)])
         acks = [pool.set_status(url, 200) for url in (yield pool.pop(2))]  # the second waits for the first
         popped = yield pool.pop(2)  # ... and goes with this pop, which sees its host slot freed

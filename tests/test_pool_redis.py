@@ -16,8 +16,8 @@ from spiderd.core.conditional import Validators
 from spiderd.core.rules import AdaptiveDelay
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.redis import RedisPoolError, open_redis_pool
-from spiderd.frontier.pool.redis import pool as redis_pool_module
-from spiderd.frontier.pool.redis.pool import KEEP_SKIPLIST
+from spiderd.frontier.pool.redis import channel as redis_channel_module
+from spiderd.frontier.pool.redis.keys import KEEP_SKIPLIST
 from spiderd.frontier.pool.redis.link import RedisLink, Script, parse_redis_url
 
 from .test_pool_contract import V1, V2, RedisKeys
@@ -146,7 +146,7 @@ class TwoNodeTests(RedisKeys, TestCase):
         assert (yield b.pop(10)) == {hub: True, page: False}
         asked: list[Any] = []
         if spy:
-            real, b._execute = b._execute, lambda *args: asked.append(args) or real(*args)
+            real, b.channel.execute = b.channel.execute, lambda *args: asked.append(args) or real(*args)
         assert [(yield b.validators(hub)), (yield b.validators(page))] == [V1, V2]
         assert asked == []
         yield b.set_statuses([(hub, 304, None, V1.updated(V2)), (page, 304, None, V2)])
@@ -197,8 +197,8 @@ class TwoNodeTests(RedisKeys, TestCase):
         yield pool.addmany([f"http://a.example/{i}" for i in range(6)])
         first = yield pool.pop(10)
         sent: list[str] = []
-        run = pool._link.run
-        pool._link.run = lambda script, args: sent.append(script.name) or run(script, args)
+        run = pool.channel.link.run
+        pool.channel.link.run = lambda script, args: sent.append(script.name) or run(script, args)
         acks = [pool.set_status(url, 200) for url in first]
         second = yield pool.pop(10)
         yield defer.gatherResults(acks)
@@ -210,8 +210,8 @@ class TwoNodeTests(RedisKeys, TestCase):
     def sent_calls(pool: Any) -> list[tuple[str, list[str]]]:
         """(script name, arguments) of every script call ``pool`` makes from now on."""
         sent: list[tuple[str, list[str]]] = []
-        run = pool._link.run
-        pool._link.run = lambda script, args: sent.append((script.name, list(args))) or run(script, args)
+        run = pool.channel.link.run
+        pool.channel.link.run = lambda script, args: sent.append((script.name, list(args))) or run(script, args)
         return sent
 
     @defer.inlineCallbacks
@@ -244,7 +244,7 @@ class TwoNodeTests(RedisKeys, TestCase):
     @defer.inlineCallbacks
     def test_waiting_statuses_go_out_at_a_thousand(self) -> Gen:
         """However long status_wait is, STATUS_BATCH entries waiting go out at once."""
-        self.patch(redis_pool_module, "STATUS_BATCH", 3)
+        self.patch(redis_channel_module, "STATUS_BATCH", 3)
         pool = yield self.node(concurrency=5, status_wait=60.0)
         yield pool.addmany([f"http://a.example/{i}" for i in range(5)])
         first = sorted((yield pool.pop(10)))
@@ -280,8 +280,8 @@ class TwoNodeTests(RedisKeys, TestCase):
         yield pool.addmany([f"http://a.example/{i}" for i in range(3)] + ["http://b.example/0"])
         first = list((yield pool.pop(10)))
         sent: list[str] = []
-        run = pool._link.run
-        pool._link.run = lambda script, args: sent.append(script.name) or run(script, args)
+        run = pool.channel.link.run
+        pool.channel.link.run = lambda script, args: sent.append(script.name) or run(script, args)
         calls = [call for url in first for call in (pool.fetched(url, 1.0), pool.set_status(url, 200))]
         yield defer.gatherResults(calls)
         assert sent == ["status", "status"]  # the first fetched alone, the rest together
@@ -438,7 +438,7 @@ class TwoNodeTests(RedisKeys, TestCase):
         first = yield self.node(seen_bucket_bits=18)
         yield first.addmany(["http://a.example/1"])
         other = yield self.node(seen_bucket_bits=16)
-        assert (first._bits, other._bits) == (18, 18)
+        assert (first.channel.bits, other.channel.bits) == (18, 18)
         assert (yield other.add("http://a.example/1")) is False  # the same bucket: known
 
 
@@ -456,13 +456,13 @@ class KnownURLsTests(RedisKeys, TestCase):
         pool = yield self.open_redis(self.clock, Politeness(0.0, 100), options)
         self.addCleanup(pool.close)
         self.calls: Counter[str] = Counter()
-        run = pool._run
+        run = pool.channel.run
 
         def counted(name: str, args: list[str], now: float | None = None) -> Any:
             self.calls[name] += 1
             return run(name, args, now)
 
-        pool._run = counted
+        pool.channel.run = counted
         return pool
 
     @defer.inlineCallbacks

@@ -132,3 +132,27 @@ class StoreExpiryTests(unittest.TestCase):
         assert isinstance(store, DiskStore)
         self.fill(store)
         self.assertEqual(sum(1 for _ in store._db.iterator(prefix=ANSWER)), 600)
+
+    def test_disk_reads_the_expiry_order_only_when_one_is_due(self) -> None:
+        """Puts before the earliest expiry do not read the LevelDB's expiry order; one after it does."""
+        store = robots_store(self.mktemp())
+        self.addCleanup(store.close)
+        assert isinstance(store, DiskStore)
+        db, reads = store._db, []
+
+        class Counted:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(db, name)
+
+            def iterator(self, **kw: Any) -> Any:
+                reads.append(kw)
+                return db.iterator(**kw)
+
+        store._db = Counted()
+        for i in range(100):
+            store.put(f"http://h{i}.test", Kept(100.0 + i, None), float(i) / 10)
+        self.assertEqual(len(reads), 1)  # the first put: when the next answer expires was not known
+        store.put("http://late.test", Kept(500.0, None), 100.5)
+        self.assertEqual(len(reads), 2)
+        self.assertIsNone(store.get("http://h0.test", 0.0))  # expired at 100, and swept
+        self.assertIsNotNone(store.get("http://h1.test", 100.5))

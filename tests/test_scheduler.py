@@ -306,7 +306,7 @@ def test_wired_by_tap(tmp_path: Any) -> None:
            "sites": [{"allowed_hosts": ["www.a.example"], "recrawl_list": 60}]}
     named = tap.build(cfg.from_dict(raw), reactor).namedServices
     assert isinstance(named["seed-timer"], SeedTimer) and isinstance(named["recrawler"], Recrawler)
-    assert named["pool"].pool._recrawl == {"a.example": frozenset({0})}
+    assert named["pool"].pool.crawled.kept == {"a.example": frozenset({0})}
     assert named["pool"].pool.split.ratios == (0.3, 0.6)
     raw["pool"] = {"backend": "memory"}
     raw["sites"] = [{"allowed_hosts": ["www.a.example"]}]

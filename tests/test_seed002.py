@@ -13,7 +13,8 @@ from twisted.trial.unittest import TestCase
 from spiderd.core.cron import parse
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.redis.link import parse_redis_url
-from spiderd.frontier.pool.redis.pool import DOMAIN_SWEEP_EVERY, KEEP_HASHTABLE, KEEP_SKIPLIST
+from spiderd.frontier.pool.redis.keys import KEEP_HASHTABLE, KEEP_SKIPLIST
+from spiderd.frontier.pool.redis.queues import DOMAIN_SWEEP_EVERY
 from spiderd.frontier.scheduler import SeedTimer
 from spiderd.frontier.seeds import SeedService
 
@@ -140,7 +141,7 @@ class ToolDomainTests(Seed002Keys, TestCase):
         tool = yield self.tool()
         yield tool.rpush(self.namespace + "shop.example.lower", "http://a.shop.example/item/1")
         yield tool.sadd(self.namespace + "spider.website.domains", "shop.example")
-        dying._popped = lambda answer: {}  # the pop script ran; the node died before adding what it took
+        dying.queues._popped = lambda answer: {}  # the pop script ran; the node died before adding what it took
         assert (yield dying.pop(10)) == {}
         assert (yield tool.llen(self.namespace + "shop.example.lower")) == 0
         other = yield self.node()

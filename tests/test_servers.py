@@ -144,6 +144,19 @@ class ConnectionTests(unittest.TestCase):
         yield self.raw.all_closed()
 
     @defer.inlineCallbacks
+    def test_a_host_leaves_nothing_in_the_pool(self) -> Any:
+        """Once a host's idle connection closed (or was taken), the pool keeps nothing of the host (a broad
+        crawl meets a million hosts: Twisted's pool alone would keep an empty list for each)."""
+        fetcher = self.fetcher(keepalive_timeout=10)
+        yield fetcher.fetch(self.base + "/new")
+        pool = fetcher._pools[0]
+        self.assertEqual(len(pool._connections), 1)  # its idle connection
+        yield fetcher.fetch(self.base + "/new")  # taken from the pool, then pooled again
+        self.clock.advance(10)
+        yield self.raw.all_closed()
+        self.assertEqual(pool._connections, {})
+
+    @defer.inlineCallbacks
     def test_server_keepalive_timeout(self) -> Any:
         """A server closes its idle connections after 1 s (its clock); GETs sent on them right then all succeed."""
         server_clock = Clock()

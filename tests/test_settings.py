@@ -46,6 +46,32 @@ def test_api_defaults_and_credentials() -> None:
     assert "t0k" not in repr(cfg.from_dict({"api": {"token": "t0k"}}))
 
 
+def test_listen_endpoints() -> None:
+    """Each API listens on ``listen`` or on bind and port, with ``backlog`` unless the endpoint names one (a
+    systemd socket has its unit's); a UNIX socket, loopback or credentials pass the exposure rule."""
+    from spiderd.config.listen import listen_endpoint
+
+    api = cfg.from_dict({}).api
+    assert (api.listen, api.backlog, api.header_timeout, api.idle_timeout) == ("", 1024, 30.0, 60.0)
+    assert listen_endpoint(api.listen, api.bind, api.port, api.backlog) == "tcp:6810:interface=127.0.0.1:backlog=1024"
+    assert listen_endpoint("", "::1", 0, 50) == "tcp:0:interface=\\:\\:1:backlog=50"
+    assert listen_endpoint("", "", 6810, 1024) == "tcp:6810:backlog=1024"
+    assert listen_endpoint("unix:/run/s.sock:mode=660", "x", 1, 300) == "unix:/run/s.sock:mode=660:backlog=300"
+    assert listen_endpoint("tcp:1:backlog=7", "x", 1, 300) == "tcp:1:backlog=7"
+    assert listen_endpoint("systemd:domain=INET:index=0", "x", 1, 300) == "systemd:domain=INET:index=0"
+    for listen in ("unix:/run/spiderd/api.sock", "systemd:domain=UNIX:name=api", "tcp:0:interface=127.0.0.1",
+                   "tcp6:0:interface=\\:\\:1"):
+        assert cfg.from_dict({"api": {"listen": listen}}).api.listen == listen
+    for listen in ("tcp:6810", "systemd:domain=INET6:index=0"):
+        assert cfg.from_dict({"api": {"listen": listen, "token": "t0k"}}).api.listen == listen
+        assert cfg.from_dict({"spiderd": {"role": "worker"}, "worker": {"listen": listen, "username": "u",
+                                                                         "password": "p"}}).worker.listen == listen
+    worker = cfg.from_dict({"spiderd": {"role": "worker"}, "worker": {"listen": "unix:/run/w.sock"}}).worker
+    assert worker.listen == "unix:/run/w.sock"  # no "local" target in the worker role
+    frontier = {"spiderd": {"role": "frontier"}, "batch": {"targets": ["10.0.0.2:6800"]}, "worker": {"bind": "0.0.0.0"}}
+    assert cfg.from_dict(frontier).worker.bind == "0.0.0.0"  # no worker runs here
+
+
 def test_adaptive_politeness_settings() -> None:
     """Adaptive politeness is off by default; a host's table takes its own keys and [fetch]'s for the others."""
     from spiderd.core.rules import AdaptiveDelay
@@ -246,6 +272,26 @@ def test_overrides() -> None:
         ({"api": {"port": "6810"}}, "api.port", "expected an integer"),
         ({"api": {"token": "two words"}}, "api.token", "printable ASCII"),
         ({"api": {"tokne": "x"}}, "api.tokne", "unknown key"),
+        ({"api": {"listen": "tcp:6810"}}, "api.listen", "'tcp:6810' is not a loopback address"),
+        ({"api": {"listen": "tcp6:6810:interface=\\:\\:"}}, "api.listen", "not a loopback address"),
+        ({"api": {"listen": "systemd:domain=INET:index=0"}}, "api.listen", "a systemd socket whose address"),
+        ({"api": {"listen": "unix:/run/a.sock", "port": 6811}}, "api.listen", "set it or api.port, not both"),
+        ({"api": {"listen": "http:80"}}, "api.listen", "expected tcp:PORT:interface=ADDRESS"),
+        ({"api": {"listen": "tcp:70000:interface=127.0.0.1"}}, "api.listen", "the port must be a number in 0..65535"),
+        ({"api": {"listen": "tcp:6810:interface=127.0.0.1:colour=red"}}, "api.listen", "unknown option 'colour'"),
+        ({"api": {"listen": "tcp:6810:backlog=0:interface=127.0.0.1"}}, "api.listen", "backlog must be a number"),
+        ({"api": {"listen": "tcp6:6810:interface=127.0.0.1"}}, "api.listen", "a tcp6 interface is an IPv6 address"),
+        ({"api": {"listen": "unix:"}}, "api.listen", "expected unix:PATH"),
+        ({"api": {"listen": "unix:/a.sock:mode=888"}}, "api.listen", "mode must be octal"),
+        ({"api": {"listen": "systemd:domain=INET"}}, "api.listen", "index=N or by name=NAME"),
+        ({"api": {"listen": "systemd:domain=AX25:index=0"}}, "api.listen", "domain must be one of INET, INET6, UNIX"),
+        ({"api": {"listen": "tcp:1\\"}}, "api.listen", "lone backslash"),
+        ({"api": {"backlog": 0}}, "api.backlog", "1..65535"),
+        ({"api": {"header_timeout": 0}}, "api.header_timeout", "greater than 0"),
+        ({"api": {"idle_timeout": "1m"}}, "api.idle_timeout", "expected a number"),
+        ({"worker": {"listen": "tcp:6800"}}, "worker.listen", "worker.username and worker.password"),
+        ({"worker": {"listen": "unix:/run/w.sock"}}, "worker.listen", "the \"local\" batch target sends batches"),
+        ({"worker": {"backlog": 70000}}, "worker.backlog", "1..65535"),
     ],
 )
 def test_bad_values_name_file_and_key(raw: dict[str, Any], key: str, words: str) -> None:

@@ -34,7 +34,7 @@ from spiderd.ops.web.node import Node, _storage
 from spiderd.store import open_store
 from spiderd.worker import WorkerService
 
-from .helpers import ClockedReactor
+from .helpers import ClockedReactor, rules_of
 from .test_throttle import Base
 from .test_worker import WorkerTestBase
 from .test_worker_flow import Holding
@@ -212,7 +212,7 @@ class FullDiskTests(Base):
         clocked = ClockedReactor(reactor, self.clock)
         fetcher = Fetcher(clocked, FetchConfig(timeout=10))
         self.addCleanup(fetcher.close)
-        parser = ParsePool(reactor, {"sites": SITES}, 0)
+        parser = ParsePool(reactor, rules_of({"sites": SITES}), 0)
         parser.startService()
         self.addCleanup(parser.stopService)
         pool = open_memory_pool(self.clock, politeness=Politeness(concurrency=4), failure_threshold=1)

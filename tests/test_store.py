@@ -27,9 +27,9 @@ from spiderd.store import mysql as mysql_backend
 from spiderd.store import sqlite as sqlite_backend
 from spiderd.store.interfaces import IPageStore
 from spiderd.store.mysql import (
+    RECONNECT,
     MySQLStore,
     Reconnector,
-    backoff,
     parse_mysql_url,
     redact,
 )
@@ -640,7 +640,7 @@ class ReconnectorTests(SynchronousTestCase):
 
     def test_backoff_is_capped(self) -> None:
         """At once, then 0.5 s doubling up to 30 s."""
-        delays = backoff()
+        delays = RECONNECT.delays(at_once=True)
         self.assertEqual([next(delays) for _ in range(10)], [0.0, 0.5, 1, 2, 4, 8, 16, 30, 30, 30])
 
     def test_retries_lost_connections_until_success(self) -> None:

@@ -30,7 +30,7 @@ from spiderd.worker.config import WorkerConfig
 from spiderd.worker.pipeline import Pipeline
 from spiderd.worker.run import Run
 
-from .helpers import ClockedReactor
+from .helpers import ClockedReactor, rules_of
 
 START = 1_000_000.0
 
@@ -129,7 +129,7 @@ class CrawlerTests(Base):
     def crawl(self, site: Busy, max_retry_after: float = 3600.0, concurrency: int = 1, **pool_options: Any) -> Any:
         pool_options.setdefault("failure_threshold", 0)
         self.pool = open_memory_pool(self.clock, politeness=Politeness(concurrency=concurrency), **pool_options)
-        parser = ParsePool(reactor, {"sites": DEMO["sites"]}, 0)
+        parser = ParsePool(reactor, rules_of({"sites": DEMO["sites"]}), 0)
         parser.startService()
         self.addCleanup(parser.stopService)
         self.stats = CrawlStats(self.clock)
@@ -228,7 +228,7 @@ class WorkerTests(Base):
     """The worker's pipeline (its own host slots and retries) with the real fetcher and parser."""
 
     def start(self, urls: list[str], **config: Any) -> Run:
-        parser = ParsePool(reactor, {"sites": DEMO["sites"]}, 0)
+        parser = ParsePool(reactor, rules_of({"sites": DEMO["sites"]}), 0)
         parser.startService()
         self.addCleanup(parser.stopService)
         clocked = ClockedReactor(reactor, self.clock)

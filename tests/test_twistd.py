@@ -14,6 +14,11 @@ from spiderd.demo.pages import SiteSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
+SYSTEMD_LIKE = (  # ARGV: two descriptors, then python's arguments: run python with them as systemd passes sockets
+    "import os, sys; os.dup2(int(sys.argv[1]), 3); os.dup2(int(sys.argv[2]), 4); "
+    "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='2', LISTEN_FDNAMES='api:worker'); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[3:]])"
+)
 
 
 def twistd(*args: str, cwd: Path) -> subprocess.Popen[str]:
@@ -154,6 +159,58 @@ def test_port_in_use_is_a_clear_fatal_error(tmp_path: Path) -> None:
     assert child.returncode == 1, out
     assert "spiderd cannot start: api" in out and "Address already in use" in out
     assert "Traceback" not in out, out  # one clear line, no traceback before it
+
+
+def test_both_apis_on_sockets_systemd_passes(tmp_path: Path) -> None:
+    """Sockets passed as systemd passes them (LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES) serve the node's API (a TCP
+    socket, by name) and the worker's Scrapyd API (a UNIX socket, by index)."""
+    import fcntl
+    import socket
+    import urllib.request
+
+    api = socket.socket()
+    api.bind(("127.0.0.1", 0))
+    api.listen(16)
+    path = str(tmp_path / "worker.sock")
+    worker = socket.socket(socket.AF_UNIX)
+    worker.bind(path)
+    worker.listen(16)
+    fds = [fcntl.fcntl(s.fileno(), fcntl.F_DUPFD, 10) for s in (api, worker)]  # above the 3 and 4 they become
+    config = tmp_path / "systemd.toml"
+    config.write_text(f'[spiderd]\nrole = "worker"\ndata_dir = "{tmp_path / "data"}"\n[parse]\nworkers = 0\n'
+                      '[api]\nlisten = "systemd:domain=INET:name=api"\ntoken = "t0k"\n'
+                      '[worker]\nlisten = "systemd:domain=UNIX:index=1"\n')
+    command = [sys.executable, "-c", SYSTEMD_LIKE, *map(str, fds), "-c", TWISTD, "-n", "--pidfile=", "spiderd",
+               "--config", str(config)]
+    child = subprocess.Popen(command, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)), pass_fds=fds,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for fd in fds:
+        os.close(fd)
+    api.close()
+    worker.close()  # the child holds them now
+    assert child.stdout is not None
+    lines: list[str] = []
+    try:
+        while not all(any(text in line for line in lines) for text in ("Worker API (Scrapyd-compatible) on",
+                                                                         " API on http")):
+            lines.append(child.stdout.readline())
+            assert lines[-1], "".join(lines)  # the daemon exited
+        assert any(f"Worker API (Scrapyd-compatible) on unix:{path}:" in line for line in lines), "".join(lines)
+        url = next(line for line in lines if " API on http" in line).split("API on ")[1].split()[0]
+        request = urllib.request.Request(url + "api/status", headers={"Authorization": "Bearer t0k"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert json.load(answer)["role"] == "worker"
+        client = socket.socket(socket.AF_UNIX)
+        client.settimeout(30)
+        client.connect(path)
+        client.sendall(b"GET /daemonstatus.json HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        answer = b"".join(iter(lambda: client.recv(65536), b""))
+        client.close()
+        assert json.loads(answer.partition(b"\r\n\r\n")[2])["status"] == "ok", answer
+    finally:
+        child.send_signal(signal.SIGTERM)
+        out, _ = child.communicate(timeout=60)
+    assert "Server Shut Down." in out, "".join(lines) + out
 
 
 def test_bad_store_port_is_one_line(tmp_path: Path) -> None:

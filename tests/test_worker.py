@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 import treq
 from twisted.internet import defer, reactor
 from twisted.internet.defer import Deferred
-from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+from twisted.internet.endpoints import TCP4ClientEndpoint, UNIXClientEndpoint, connectProtocol
 from twisted.internet.protocol import Protocol
 from twisted.internet.task import Clock, deferLater
 from twisted.logger import capturedLogs, formatEvent
@@ -25,9 +25,9 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from treq.client import HTTPClient
 
 from spiderd.config import settings as cfg
-from spiderd.config.sections import FetchSection, WorkerSection
 from spiderd.core.blocking import Lane
 from spiderd.core.net import forms, serving
+from spiderd.core.net.listener import Listen
 from spiderd.demo.config import DEMO
 from spiderd.demo.pages import PRIVATE, SiteSpec, render
 from spiderd.demo.site import listen, port_of
@@ -37,11 +37,13 @@ from spiderd.fetch.parsepool import ParsePool
 from spiderd.fetch.robots import Robots
 from spiderd.store import open_store
 from spiderd.core.urls import fingerprint, to_signed64
-from spiderd.worker import WorkerConfig, WorkerConfigError, WorkerService, build_worker, worker_config
+from spiderd.worker import WorkerConfig, WorkerService, worker_config
 from spiderd.core.secrets import is_loopback
 from spiderd.core.rules import AdaptiveDelay
 from spiderd.worker.jobs import Job, JobStore, safe_name, write_atomically
 from spiderd.worker.pipeline import retryable
+
+from .helpers import ClockedReactor, rules_of
 
 SECRET = "s3cr3t-Pw"
 UA = "spiderd-test"
@@ -141,13 +143,14 @@ class WorkerTestBase(unittest.TestCase):
     def parser(self, spider: str = "demo-shop") -> ParsePool:
         if spider not in self._parsers:
             settings = cfg.from_dict({"parse": {"workers": 0}, "sites": site_rules(spider)}, "<test>")
-            parser = self._parsers[spider] = ParsePool(reactor, settings.raw, 0)
+            parser = self._parsers[spider] = ParsePool(reactor, rules_of(settings.raw), 0)
             parser.startService()
             self.addCleanup(parser.stopService)
         return self._parsers[spider]
 
     def config(self, **overrides: Any) -> WorkerConfig:
-        options: dict[str, Any] = dict(data_dir=self.data, port=0, failure_threshold=1, retry_delay=0.0,
+        options: dict[str, Any] = dict(data_dir=self.data, listen=Listen("tcp:0:interface=127.0.0.1"),
+                                       failure_threshold=1, retry_delay=0.0,
                                        job_concurrency=4, per_host_concurrency=4, stop_timeout=10.0,
                                        node_name="test-node", feed_dirs=(self.feeds,))
         options.update(overrides)
@@ -263,7 +266,7 @@ class BatchTests(WorkerTestBase):
         """With a parser child process, each page is compressed there and stored as the site served it."""
         self.gate.open()
         settings = cfg.from_dict({"parse": {"workers": 1}, "sites": site_rules("demo-shop")}, "<test>")
-        parser = self._parsers["demo-shop"] = ParsePool(reactor, settings.raw, 1)
+        parser = self._parsers["demo-shop"] = ParsePool(reactor, rules_of(settings.raw), 1)
         parser.startService()
         self.addCleanup(parser.stopService)
         yield parser.ready()
@@ -734,17 +737,57 @@ class SecurityTests(WorkerTestBase):
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "evil")))
 
     def test_non_loopback_needs_credentials(self) -> None:
-        """Binding anything but loopback without credentials refuses to start, with a clear error."""
+        """Binding anything but loopback without credentials refuses to start (at load), with a clear error."""
         for bind in ("0.0.0.0", "", "192.0.2.1", "::"):
-            with self.assertRaises(WorkerConfigError) as raised:
-                WorkerService(reactor, self.config(bind=bind), self.fetcher, self.parser(), self.store, self.shipper)
+            with self.assertRaises(cfg.ConfigError) as raised:
+                cfg.from_dict({"worker": {"bind": bind}})
             self.assertIn("worker.bind", str(raised.exception))
             self.assertIn("worker.username and worker.password", str(raised.exception))
-        WorkerService(reactor, self.config(bind="0.0.0.0", username="u", password="p"), self.fetcher, self.parser(),
-                      self.store, self.shipper)
+        cfg.from_dict({"worker": {"bind": "0.0.0.0", "username": "u", "password": "p"}})
         for bad in (dict(username="u"), dict(password="p"), dict(username="a:b", password="p"), dict(max_jobs=0),
                     dict(feed_template="http://x/%(batch)s.jl"), dict(port=70000)):
-            self.assertRaises(WorkerConfigError, self.config(**bad).check)
+            self.assertRaises(cfg.ConfigError, cfg.from_dict, {"worker": bad})
+
+
+class ListeningTests(WorkerTestBase):
+    """The Scrapyd API on a UNIX socket, and its deadlines as settings."""
+
+    @defer.inlineCallbacks
+    def test_answers_on_a_unix_socket(self) -> Any:
+        """A worker listening on ``unix:PATH`` answers Scrapyd's daemonstatus.json there."""
+        path = os.path.join(self.tmp, "worker.sock")
+        service = WorkerService(reactor, self.config(listen=Listen(f"unix:{path}")), self.fetcher, self.parser(),
+                                self.store, self.shipper)
+        service.startService()
+        self.addCleanup(service.stopService)
+        yield service.ready
+        client = Raw()
+        yield connectProtocol(UNIXClientEndpoint(reactor, path), client)
+        client.transport.write(b"GET /daemonstatus.json HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        answer = yield client.done
+        self.assertEqual(json.loads(answer.partition(b"\r\n\r\n")[2])["status"], "ok")
+
+    @defer.inlineCallbacks
+    def test_header_deadline_is_the_setting(self) -> Any:
+        """The worker's API closes a connection whose request headers are not complete after
+        ``worker.header_timeout`` seconds (on its clock), not before."""
+        clock = Clock()
+        settings = cfg.from_dict({"worker": {"port": 0, "header_timeout": 5, "idle_timeout": 7}})
+        config = worker_config(settings.worker, settings.fetch, data_dir=self.data, feed_format="jsonl")
+        self.assertEqual((config.listen.header_timeout, config.listen.idle_timeout), (5.0, 7.0))
+        service = WorkerService(ClockedReactor(reactor, clock), config, self.fetcher, self.parser(), self.store,
+                                self.shipper)
+        service.startService()
+        self.addCleanup(service.stopService)
+        client = Raw()
+        yield connectProtocol(TCP4ClientEndpoint(reactor, *service.address), client)
+        client.transport.write(b"GET /daemonstatus.json HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        yield deferLater(reactor, 0.01, lambda: None)  # the bytes reach the worker
+        clock.advance(4.9)
+        yield deferLater(reactor, 0.01, lambda: None)
+        self.assertFalse(client.done.called)
+        clock.advance(0.1)
+        self.assertEqual((yield client.done), b"")
 
 
 class PersistenceTests(WorkerTestBase):
@@ -947,9 +990,10 @@ class PartsTests(unittest.SynchronousTestCase):
                                  failure_threshold=s.pool.failure_threshold, feed_format=s.items.format)
 
         config = of({"spiderd": {"data_dir": "/d", "role": "worker"}, "pool": {"failure_threshold": 5}})
-        self.assertEqual((config.data_dir, config.bind, config.port, config.failure_threshold),
-                         ("/d", "127.0.0.1", 6800, 5))
-        self.assertEqual(of({"spiderd": {"data_dir": "/d"}}).port, 0)  # the all role's
+        self.assertEqual((config.data_dir, config.listen.endpoint, config.failure_threshold),
+                         ("/d", "tcp:6800:interface=127.0.0.1:backlog=1024", 5))
+        self.assertEqual(of({"spiderd": {"data_dir": "/d"}}).listen.endpoint,  # the all role's: any free port
+                         "tcp:0:interface=127.0.0.1:backlog=1024")
         self.assertEqual(config.default_feed_uri, "file:///d/feeds/%(batch)s_%(name)s_%(time)s.jl")
         paced = of({"spiderd": {"data_dir": "/d"}, "fetch": {
             "per_host_delay": 1.5, "hosts": {"slow.example": {"delay": 10, "concurrency": 1}}}})
@@ -959,5 +1003,5 @@ class PartsTests(unittest.SynchronousTestCase):
         self.assertEqual((adaptive.adaptive, dict(adaptive.adaptive_overrides)),
                          (AdaptiveDelay(2.0, 0.0, 30.0), {"fast.example": AdaptiveDelay(0.0, 0.0, 30.0)}))
 
-        exposed = worker_config(WorkerSection(bind="0.0.0.0"), FetchSection(per_host_concurrency=2), data_dir="/d")
-        self.assertRaises(WorkerConfigError, build_worker, exposed, None, None, None, None, None)
+        self.assertRaises(cfg.ConfigError, cfg.from_dict, {"worker": {"bind": "0.0.0.0"},
+                                                           "fetch": {"per_host_concurrency": 2}})

@@ -11,10 +11,11 @@ from zope.interface import implementer
 
 from spiderd.config import settings as cfg
 from spiderd.fetch.extract import Rules
-from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
+from spiderd.contracts.pool import IURLPool, IURLPoolAdmin
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.frontier.seeds import SeedService
 from spiderd.core.stats import CrawlStats
+from spiderd.core.net.listener import Listen
 from spiderd.ops.web import ApiService, Auth, Node
 
 SITES = [{"name": "shop", "allowed_hosts": ["shop.example"], "list_urls": [r"/list/\d+$"],
@@ -30,6 +31,10 @@ class FakeCrawler:
         self.fetching = 3
         self.processing = 1
         self.concurrency = 8
+        self.queued = 0
+        self.healthy = True
+        self.pull_failures = 0
+        self.last_error = ""
         self.details: list[str] = []
 
     def pause(self) -> None:
@@ -101,6 +106,6 @@ def make_node(clock: Clock, worker_role: bool = False) -> Node:
 
 def start_api(reactor: Any, node: Node, clock: Clock, auth: Auth | None = None) -> ApiService:
     """The API on 127.0.0.1, a free port, its history sampled on ``clock``; stop it with stopService."""
-    service = ApiService(reactor, node, bind="127.0.0.1", port=0, auth=auth or Auth(), clock=clock)
+    service = ApiService(reactor, node, listen=Listen("tcp:0:interface=127.0.0.1"), auth=auth or Auth(), clock=clock)
     service.startService()
     return service

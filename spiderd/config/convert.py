@@ -16,6 +16,7 @@ from spiderd.core.cron import parse as parse_cron
 from spiderd.core.feeduri import render_uri
 from spiderd.core.rules import MAX_HOPS, SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS, HostRule
 from spiderd.config.endpoints import addresses, redis_url, store_url, targets, url_paths, urls
+from spiderd.config.listen import MAX_BACKLOG, endpoint
 from spiderd.config.values import MAX_SECONDS, expect, finite_number, strings
 from spiderd.core.secrets import redact_text
 from spiderd.core.compression import FAST
@@ -271,6 +272,8 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "cron": _cron,
     "ratio": _ratio,
     "api_port": _api_port,
+    "listen": endpoint,
+    "backlog": _bounded_int(1, MAX_BACKLOG, "the listen queue; Linux caps it at net.core.somaxconn"),
     "token": _token,
     "abs_dirs": _abs_dirs,
     "bucket_bits": _bucket_bits,

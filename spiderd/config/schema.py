@@ -109,6 +109,10 @@ SCHEMA: dict[str, dict[str, str]] = {
     "worker": {
         "bind": "str",
         "port": "port",
+        "listen": "listen",  # a server endpoint string, instead of bind and port
+        "backlog": "backlog",
+        "header_timeout": "positive",
+        "idle_timeout": "positive",
         "username": "str",
         "password": "str",
         "project": "name",
@@ -130,6 +134,10 @@ SCHEMA: dict[str, dict[str, str]] = {
     "api": {
         "bind": "str",
         "port": "api_port",
+        "listen": "listen",  # a server endpoint string, instead of bind and port
+        "backlog": "backlog",
+        "header_timeout": "positive",
+        "idle_timeout": "positive",
         "token": "token",
         "username": "str",
         "password": "str",

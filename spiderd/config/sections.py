@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from spiderd.core.compression import FAST
+from spiderd.core.net.serving import BACKLOG, HEADER_TIMEOUT, IDLE_TIMEOUT
 from spiderd.core.rules import SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS, AdaptiveDelay, HostRule, host_adaptive
 
 __all__ = [
@@ -194,6 +195,10 @@ class WorkerSection:
 
     bind: str = "127.0.0.1"
     port: int = -1  # -1: 6800 in the worker role, a free port for the all role's own worker
+    listen: str = ""  # a server endpoint string (tcp:..., unix:PATH, systemd:...); "": bind and port
+    backlog: int = BACKLOG  # the listen queue of a tcp or unix endpoint
+    header_timeout: float = HEADER_TIMEOUT  # seconds a connection may take over a request's headers
+    idle_timeout: float = IDLE_TIMEOUT  # seconds a connection may stay idle
     username: str = ""
     password: str = field(default="", repr=False)
     project: str = "spiderd"
@@ -223,6 +228,10 @@ class ApiSection:
 
     bind: str = "127.0.0.1"
     port: int = 6810
+    listen: str = ""  # a server endpoint string (tcp:..., unix:PATH, systemd:...); "": bind and port
+    backlog: int = BACKLOG  # the listen queue of a tcp or unix endpoint
+    header_timeout: float = HEADER_TIMEOUT  # seconds a connection may take over a request's headers
+    idle_timeout: float = IDLE_TIMEOUT  # seconds a connection may stay idle
     token: str = field(default="", repr=False)
     username: str = ""
     password: str = field(default="", repr=False)

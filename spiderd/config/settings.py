@@ -20,13 +20,13 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from spiderd.config.convert import ConfigError, convert
+from spiderd.config.listen import Exposure, check_credentials, check_exposure, split
 from spiderd.config.schema import SCHEMA
 from spiderd.config.sections import (ApiSection, BatchSection, FeedSection, FetchSection, ItemsSection, ParseSection,
                                      PoolSection, RenderSection, SitemapsSection, SpiderdSection, StoreSection,
                                      WorkerSection)
 from spiderd.config.sites import load_sites
 from spiderd.core.rules import Site
-from spiderd.core.secrets import is_loopback
 
 __all__ = ["ConfigError", "Settings", "check_data_dir", "from_dict", "load"]
 
@@ -129,7 +129,7 @@ def _check_together(settings: Settings) -> None:
         )
     if fetch.connect_timeout > fetch.timeout:
         raise ConfigError(f"{source}: fetch.connect_timeout: must not exceed fetch.timeout")
-    _check_api(settings.api, source)
+    _check_listening(settings)
     _check_adaptive(fetch, source)
     _check_render(settings)
 
@@ -185,18 +185,38 @@ def _check_recrawl(settings: Settings) -> None:
             )
 
 
-def _check_api(api: ApiSection, where: str) -> None:
-    """Credentials come in pairs, and an API reachable from other machines must ask for them."""
-    if bool(api.username) != bool(api.password):
-        raise ConfigError(f"{where}: api.username, api.password: set both (HTTP basic auth) or neither")
-    if ":" in api.username:
-        raise ConfigError(f"{where}: api.username: must not contain ':'")
-    if not is_loopback(api.bind) and not (api.token or api.username):
-        raise ConfigError(
-            f"{where}: api.bind: {api.bind or '(all interfaces)'!r} is not a loopback address, and the API "
-            "can pause the crawl and change the pool: set api.token (bearer token) or api.username and "
-            "api.password (basic auth), or bind 127.0.0.1"
-        )
+def _check_listening(settings: Settings) -> None:
+    """The API, and the worker where one runs: credentials in pairs, ``listen`` instead of ``bind`` and ``port``
+    (not with them), and credentials wherever other machines can reach it."""
+    api, worker = settings.api, settings.worker
+    _check_api_keys(settings, api.username, api.password, Exposure(
+        "api", api.listen, api.bind, bool(api.token or api.username),
+        "the API can pause the crawl and change the pool",
+        "api.token (bearer token) or api.username and api.password (basic auth)"))
+    if not _runs_worker(settings):
+        return
+    _check_api_keys(settings, worker.username, worker.password, Exposure(
+        "worker", worker.listen, worker.bind, bool(worker.username),
+        "the worker API runs jobs for anyone who can reach it",
+        "worker.username and worker.password (HTTP basic auth)"))
+    if settings.spiderd.role == "all" and worker.listen and not split(worker.listen).tcp:
+        raise ConfigError(f"{settings.source}: worker.listen: the \"local\" batch target sends batches to this "
+                          "node's worker over TCP: listen on tcp:0:interface=127.0.0.1 (or drop \"local\")")
+
+
+def _runs_worker(settings: Settings) -> bool:
+    """True when the node runs a worker: the worker role, or the all role with the "local" batch target."""
+    role = settings.spiderd.role
+    return role == "worker" or (role == "all" and "local" in settings.batch.targets)
+
+
+def _check_api_keys(settings: Settings, username: str, password: str, exposure: Exposure) -> None:
+    given = sorted({"bind", "port"} & set(settings.raw.get(exposure.section, {})))
+    alone = (f"{exposure.section}.listen: set it or {' and '.join(exposure.section + '.' + k for k in given)}, "
+             "not both") if exposure.listen and given else None
+    for error in (check_credentials(exposure.section, username, password), alone, check_exposure(exposure)):
+        if error:
+            raise ConfigError(f"{settings.source}: {error}")
 
 
 assert all({f.name for f in fields(SECTIONS[name])} == set(keys) for name, keys in SCHEMA.items()), \

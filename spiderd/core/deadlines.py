@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Generic, Hashable, TypeVar
+from typing import Generic, Hashable, Iterator, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
@@ -26,6 +26,9 @@ class Deadlines(Generic[K]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._until
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._until)
 
     def get(self, key: K) -> float | None:
         """The deadline of ``key``, or None."""

@@ -15,8 +15,10 @@ from twisted.internet.interfaces import (
     IReactorFromThreads,
     IReactorPluggableNameResolver,
     IReactorProcess,
+    IReactorSocket,
     IReactorTCP,
     IReactorTime,
+    IReactorUNIX,
 )
 
 
@@ -32,5 +34,9 @@ class IProcessClock(IReactorTime, IReactorProcess):
     """Timers, and child processes."""
 
 
-class INodeReactor(IThreadedClock, ITCPClock, IProcessClock, IReactorCore, IReactorPluggableNameResolver):
+class IServingClock(ITCPClock, IReactorUNIX, IReactorSocket):
+    """Timers, and ports to listen on: TCP, UNIX sockets, and sockets systemd passes (adopted)."""
+
+
+class INodeReactor(IThreadedClock, IServingClock, IProcessClock, IReactorCore, IReactorPluggableNameResolver):
     """The reactor a node runs on, as the composition root hands it out."""

@@ -11,8 +11,8 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 
 from spiderd.config import settings as cfg
+from spiderd.contracts.pool import IURLQueue
 from spiderd.core.reactors import ITCPClock
-from spiderd.frontier.interfaces import IURLPool
 
 log = Logger()
 
@@ -60,7 +60,7 @@ class DemoSiteService(Service):
     The demo starts from an empty data directory every time, so each run crawls the whole site.
     """
 
-    def __init__(self, reactor: ITCPClock, pool: IURLPool, data_dir: str, items_dir: str) -> None:
+    def __init__(self, reactor: ITCPClock, pool: IURLQueue, data_dir: str, items_dir: str) -> None:
         """``items_dir``: where the items end up (the feeds of batches, or ``[items] dir``), under ``data_dir``."""
         self._reactor = reactor
         self._pool = pool

@@ -80,8 +80,9 @@ class HostQueue:
         self.politeness = politeness
         self.waiting = 0  # entries in every line
         self._hosts_of: dict[Owner, set[str]] = {}  # owner -> hosts whose line holds its entries
-        self._parked: dict[Owner, set[str]] = {}  # owner -> hosts parked until it frees a request
+        self._parked: dict[Owner, dict[str, None]] = {}  # owner -> hosts parked until it frees a request, in order
         self._timed: list[tuple[float, int, str]] = []  # (time, tiebreak, host) parked until that time
+        self._timed_at: dict[str, float] = {}  # host -> its earliest time in _timed (no second entry for it)
         self._idle: list[tuple[float, int, str]] = []  # (next-allowed time, tiebreak, host) of slots that may be idle
         self._tiebreak = itertools.count()
 
@@ -120,11 +121,19 @@ class HostQueue:
         self._maybe_idle(slot)
 
     def freed(self, owner: Owner) -> None:
-        """``owner`` may start more now (one of its requests ended): its parked hosts get their turn again."""
-        for host in self._parked.pop(owner, ()):
-            slot = self.politeness.hosts.get(host)
-            if slot is not None:
-                self.politeness.requeue(slot)
+        """``owner`` may start one more request (one of its requests ended): the host it parked first gets its
+        turn again (one a request, so an owner capped over many hosts costs O(1) a request, not O(its hosts); a
+        host parked by an owner's per-host limit gets its turn back when a request to it ends, see ``done``)."""
+        parked = self._parked.get(owner)
+        if not parked:
+            return
+        host = next(iter(parked))
+        del parked[host]
+        if not parked:
+            del self._parked[owner]
+        slot = self.politeness.hosts.get(host)
+        if slot is not None:
+            self.politeness.requeue(slot)
 
     def drop(self, owner: Owner) -> int:
         """Remove every entry of ``owner`` (a halted job); the number removed."""
@@ -166,14 +175,17 @@ class HostQueue:
 
     def _park(self, host: str, when: float, owners: list[Owner]) -> None:
         """Nothing of ``host``'s line may go now: back in turn at ``when``, or when one of ``owners`` frees."""
-        if when != FREED:
+        if when != FREED and when < self._timed_at.get(host, FREED):
+            self._timed_at[host] = when
             heapq.heappush(self._timed, (when, next(self._tiebreak), host))
         for owner in owners:
-            self._parked.setdefault(owner, set()).add(host)
+            self._parked.setdefault(owner, {})[host] = None
 
     def _unpark(self, now: float) -> None:
         while self._timed and self._timed[0][0] <= now:
-            host = heapq.heappop(self._timed)[2]
+            when, _, host = heapq.heappop(self._timed)
+            if self._timed_at.get(host) == when:
+                del self._timed_at[host]
             slot = self.politeness.hosts.get(host)
             if slot is not None:
                 self.politeness.requeue(slot)
@@ -188,7 +200,7 @@ class HostQueue:
         """Drop ``host``'s slot if it is still idle and its next-allowed time is past."""
         slot = self.politeness.hosts.get(host)
         if slot is not None and not slot.waiting and not slot.own_inflight and slot.next_allowed <= now:
-            del self.politeness.hosts[host]
+            self.politeness.forget(host)
 
 
 def entry(owner: Owner, url: str, attempt: int = 0) -> Entry:

@@ -18,6 +18,13 @@ then holds the group, not its hosts, and the group's hosts take turns in it (a r
 until it is told a group, and moves when its address changes.  The address told of a host is kept while the host
 has a slot; of the others, those told last, up to ``groups_kept`` addresses in all (a host forgotten by ``collect``
 that comes back rejoins its group; one told longer ago is on its own until its next lookup tells it again).
+
+Nothing here costs in proportion to the hosts known, per URL or per host: a slot whose last URL left (nothing
+waiting, nothing in flight) is noted as it happens, and ``collect`` looks at those only; the hosts with waiting
+URLs are counted as their count leaves or reaches 0, and filed by that count (so the hosts with the most are
+read from the largest counts down: the distinct counts are at most sqrt(2 x waiting URLs), whatever the hosts);
+the hosts blocked by a throttling answer are noted as they are; a group counts its hosts; the address table pins
+the hosts with a slot, so that its trim pops the head of its order.
 """
 
 from __future__ import annotations
@@ -26,10 +33,45 @@ import heapq
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from spiderd.core.addresses import AddressTable
+from spiderd.core.deadlines import Deadlines
 from spiderd.core.rules import AdaptiveDelay
+
+
+class Tally:
+    """What the slots of one Politeness tell it as it happens: how many have waiting URLs and the slots by that
+    count, which may have become idle (in the order they did), which were blocked, which groups may have lost
+    their last host."""
+
+    __slots__ = ("active", "by_count", "idle", "blocked", "empty_groups")
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.by_count: dict[int, dict[str, HostSlot]] = {}  # waiting (not 0) -> the slots with that many
+        self.idle: dict[str, None] = {}
+        self.blocked: Deadlines[str] = Deadlines()  # host -> the end of its throttling block, expired as they end
+        self.empty_groups: dict[str, None] = {}
+
+    def count(self, slot: HostSlot, was: int, value: int) -> None:
+        """``slot``'s waiting URLs went from ``was`` to ``value``."""
+        if was:
+            bucket = self.by_count[was]
+            del bucket[slot.host]
+            if not bucket:
+                del self.by_count[was]
+        if value:
+            self.by_count.setdefault(value, {})[slot.host] = slot
+        if bool(was) != bool(value):
+            self.active += 1 if value else -1
+            if not value and not slot.own_inflight:
+                self.idle[slot.host] = None
+
+    def most(self) -> Iterator[HostSlot]:
+        """The slots with waiting URLs, the most first (those with as many: in the order they came to it)."""
+        for waiting in sorted(self.by_count, reverse=True):
+            yield from self.by_count[waiting].values()
 
 
 @dataclass(slots=True, eq=False)
@@ -41,9 +83,9 @@ class HostGroup:
     next_allowed: float = 0.0
     inflight: int = 0
     cap: int = 1  # the highest concurrency of its hosts: below it, one of them may have a free slot
-    members: int = 0  # hosts with a slot in it
     queued: bool = False
     ring: deque[HostSlot] = field(default_factory=deque)
+    members: int = 0  # the slots in it
 
 
 @dataclass(slots=True, eq=False)
@@ -54,7 +96,8 @@ class HostSlot:
     hid: bytes
     delay: float
     concurrency: int
-    waiting: int = 0
+    tally: Tally = field(default_factory=Tally, repr=False)  # its Politeness's
+    own_waiting: int = 0  # see waiting
     own_inflight: int = 0  # this host's requests in flight (its group counts those of all its hosts)
     own_next: float = 0.0
     queued: bool = False  # in the heap, or in its group's ring
@@ -62,6 +105,18 @@ class HostSlot:
     seen: int | None = None  # new URLs the host took in all, when the backend counts them (None: not read yet)
     throttled_until: float = 0.0  # the end of the last block by a throttling answer (see Politeness.block)
     group: HostGroup | None = None
+
+    @property
+    def waiting(self) -> int:
+        """URLs of this host waiting in the pool."""
+        return self.own_waiting
+
+    @waiting.setter
+    def waiting(self, value: int) -> None:
+        was = self.own_waiting
+        self.own_waiting = value
+        if was != value:
+            self.tally.count(self, was, value)
 
     @property
     def inflight(self) -> int:
@@ -73,6 +128,8 @@ class HostSlot:
         self.own_inflight = max(0, self.own_inflight + change)
         if self.group is not None:
             self.group.inflight = max(0, self.group.inflight + change)
+        if not self.own_inflight and not self.own_waiting:
+            self.tally.idle[self.host] = None
 
     @property
     def next_allowed(self) -> float:
@@ -101,6 +158,7 @@ class Politeness:
     groups_kept: int = 100_000  # addresses kept of hosts without a slot (ten times the fetcher's DNS cache)
     _group_of: AddressTable = field(default_factory=AddressTable)  # host -> its group (per-IP), last told last
     _groups: dict[str, HostGroup] = field(default_factory=dict)
+    _tally: Tally = field(default_factory=Tally)
 
     def slot(self, host: str, hid: bytes) -> HostSlot:
         """The slot of ``host``, created on first use (in its group, if it was told one)."""
@@ -108,8 +166,10 @@ class Politeness:
         if slot is None:
             delay, concurrency = self.overrides.get(host, (self.delay, self.concurrency))
             delay = max(delay, self._robots_delay.get(host, 0.0))
-            slot = self.hosts[host] = HostSlot(host, hid, delay, concurrency)
+            slot = self.hosts[host] = HostSlot(host, hid, delay, concurrency, self._tally)
+            self._tally.idle[host] = None  # until it has a URL
             key = self._group_of.get(host)
+            self._group_of.pin(host)
             if key is not None:
                 self._join(slot, key)
         return slot
@@ -215,11 +275,11 @@ class Politeness:
 
     def set_group(self, host: str, key: str) -> None:
         """Put ``host`` in the politeness group ``key`` (its address); ``key == host``: on its own again."""
-        self._group_of.tell(host, None if key == host else key)
         slot = self.hosts.get(host)
+        self._group_of.tell(host, None if key == host else key, pinned=slot is not None)
         if slot is not None:
             self._join(slot, None if key == host else key)
-        self._group_of.trim(self.groups_kept, self.hosts.__contains__)
+        self._group_of.trim(self.groups_kept)
 
     def next_allowed(self, host: str) -> float:
         """The earliest start of ``host``'s next request: its slot's, else its group's (0: none booked)."""
@@ -242,8 +302,8 @@ class Politeness:
         if group is old:
             return
         if old is not None:
-            old.members -= 1
             old.inflight = max(0, old.inflight - slot.own_inflight)
+            self._leave(old)
             self._queue(old)  # the requests in flight it took along may have held back the others of its ring
         slot.group = group
         if group is not None:
@@ -276,43 +336,76 @@ class Politeness:
         entry in the heap is put back at the new time when its turn comes (see ``ready``)."""
         slot.next_allowed = max(slot.next_allowed, until)
         slot.throttled_until = max(slot.throttled_until, until)
+        self._tally.blocked.set(slot.host, slot.throttled_until)  # the ended ones go at collect (and attention)
+
+    def _leave(self, group: HostGroup) -> None:
+        """A slot left ``group`` (it moved, or was forgotten)."""
+        group.members -= 1
+        if group.members <= 0:
+            self._tally.empty_groups[group.key] = None
 
     def forget(self, host: str) -> None:
         """Drop ``host``'s slot (it has nothing waiting or in flight); its group goes with its last host, and the
         addresses told longest ago of hosts without a slot beyond ``groups_kept``."""
         slot = self.hosts.pop(host, None)
-        if slot is not None and slot.group is not None:
-            slot.group.members -= 1
-            if slot.group.members <= 0:
-                self._groups.pop(slot.group.key, None)
-        self._group_of.trim(self.groups_kept, self.hosts.__contains__)
+        if slot is not None:
+            self._tally.idle.pop(host, None)
+            self._group_of.unpin(host)
+            group = slot.group
+            if group is not None:
+                self._leave(group)
+                if group.members <= 0:
+                    self._groups.pop(group.key, None)
+                    self._tally.empty_groups.pop(group.key, None)
+        self._group_of.trim(self.groups_kept)
 
     def collect(self, now: float) -> None:
         """Forget hosts with nothing waiting, nothing in flight and no pending delay, groups no host is in, and
-        the addresses of hosts without a slot told longest ago, down to ``groups_kept`` addresses."""
-        idle = [h for h, s in self.hosts.items() if not s.waiting and not s.own_inflight and s.next_allowed <= now]
-        for host in idle:
+        the addresses of hosts without a slot told longest ago, down to ``groups_kept`` addresses.
+
+        Only the slots that became idle since are looked at (a host still in its delay is looked at again
+        next time), so the work is that of the hosts that came and went, not of all the hosts known."""
+        tally, later = self._tally, dict[str, None]()
+        for host in tally.idle:
+            slot = self.hosts.get(host)
+            if slot is None or slot.own_waiting or slot.own_inflight:
+                continue  # gone already, or busy again: noted again when it next becomes idle
+            if slot.next_allowed > now:
+                later[host] = None
+                continue
             del self.hosts[host]
-        self._group_of.trim(self.groups_kept, self.hosts.__contains__)
-        if self._groups:
-            kept = {id(s.group) for s in self.hosts.values() if s.group is not None}
-            for key in [key for key, group in self._groups.items() if id(group) not in kept]:
+            self._group_of.unpin(host)
+            if slot.group is not None:
+                self._leave(slot.group)
+        tally.idle = later
+        tally.blocked.expire(now)
+        self._group_of.trim(self.groups_kept)
+        for key in tally.empty_groups:
+            group = self._groups.get(key)
+            if group is not None and group.members <= 0:
                 del self._groups[key]
+        tally.empty_groups = {}
 
     def top(self, count: int) -> list[list[Any]]:
         """The ``count`` hosts with the most waiting URLs, as ``[host, waiting]``, largest first."""
-        busiest = heapq.nlargest(count, self.hosts.values(), key=lambda s: s.waiting)
-        return [[s.host, s.waiting] for s in busiest if s.waiting]
+        return [[s.host, s.waiting] for s in itertools.islice(self._tally.most(), max(0, count))]
 
     def attention(self, count: int, now: float) -> list[HostSlot]:
         """At most ``count`` hosts an operator looks at first: those blocked by a throttling answer now (the
-        latest block end first), then those with the most waiting URLs; one pass over the host table."""
-        def key(s: HostSlot) -> tuple[float, int]:
-            return (s.throttled_until if s.throttled_until > now else 0.0, s.waiting)
+        latest block end first), then those with the most waiting URLs."""
+        blocked = self._blocked(now)
+        first = heapq.nlargest(count, blocked.values(), key=lambda s: (s.throttled_until, s.waiting))
+        rest = (s for s in self._tally.most() if s.host not in blocked)
+        return first + list(itertools.islice(rest, max(0, count - len(first))))
 
-        return heapq.nlargest(count, (s for s in self.hosts.values() if s.waiting or s.throttled_until > now), key=key)
+    def _blocked(self, now: float) -> dict[str, HostSlot]:
+        """The slots blocked by a throttling answer at ``now``."""
+        blocked = self._tally.blocked
+        blocked.expire(now)
+        slots = ((host, self.hosts.get(host)) for host in blocked)
+        return {host: slot for host, slot in slots if slot is not None and slot.throttled_until > now}
 
     def active_hosts(self) -> int:
         """Hosts with waiting URLs."""
-        return sum(1 for s in self.hosts.values() if s.waiting)
+        return self._tally.active
 

@@ -34,24 +34,24 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from spiderd.contracts.pool import ICheckpoints
 from spiderd.core.blocking import Lane
 from spiderd.core.conditional import Validators
 from spiderd.core.fsutil import fsync_dir, unlink_quietly
 from spiderd.core.storage import storage_error
 from spiderd.core.reactors import IThreadedClock
 from spiderd.feed.rotated import PART, Pending, RotatedFiles
-from spiderd.frontier.interfaces import IURLPool
 
 log = Logger()
 
-# (url, code[, reason[, validators]]): as IURLPool.set_statuses takes
+# (url, code[, reason[, validators]]): as ICheckpoints.set_statuses takes
 Status = tuple[str, int] | tuple[str, int, str | None] | tuple[str, int, str | None, Validators | None]
 
 
 class ItemWriter(RotatedFiles):
     """``write(item, statuses)`` fires once the item's line is on disk and ``statuses`` are recorded with it.
 
-    ``pool`` (an IURLPool) records the statuses and the checkpoints; without
+    ``pool`` (its ICheckpoints) records the statuses and the checkpoints; without
     one, lines are only made durable and nothing is recorded.  ``ready`` fires
     once the files of a previous run are settled (the crawl starts after it).
     ``lane`` (default: one of its own) does the file work.
@@ -68,7 +68,7 @@ class ItemWriter(RotatedFiles):
         flush_interval: float = 0.5,
         batch_size: int = 500,
         on_rotate: Callable[[str], Any] | None = None,
-        pool: IURLPool | None = None,
+        pool: ICheckpoints | None = None,
         lane: Lane | None = None,
     ) -> None:
         super().__init__(reactor, directory, lane or Lane(reactor, "items"), flush_interval=flush_interval,

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from spiderd.config.sections import ItemsSection
+from spiderd.contracts.pool import ICheckpoints
 from spiderd.core.blocking import Blocking
 from spiderd.core.reactors import IThreadedClock
 from spiderd.feed.items import ItemWriter
 from spiderd.feed.warcfiles import WarcWriter
-from spiderd.frontier.interfaces import IURLPool
 
 
-def item_writers(config: ItemsSection, directory: str, reactor: IThreadedClock, pool: IURLPool,
+def item_writers(config: ItemsSection, directory: str, reactor: IThreadedClock, pool: ICheckpoints,
                  blocking: Blocking) -> tuple[ItemWriter | None, WarcWriter | None]:
     """The items writer (unless ``format = "warc"``) and the WARC writer (unless ``"jsonl"``), into ``directory``,
     each on its lane of ``blocking`` (``items``, ``warc``)."""

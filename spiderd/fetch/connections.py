@@ -7,10 +7,14 @@ connection out of the pool, idle connections close after
 already closed is sent once more at once on a new one (Twisted's automatic
 retry), so a closed connection is never a failed fetch.  A connection whose
 answer had bytes past its end, or was framed oddly, is closed too, never reused
-(:mod:`spiderd.fetch.framing`, whose protocol the pool builds: the one use of
-Twisted internals here, ``HTTPConnectionPool._factory``); the rest is public:
-``HTTPConnectionPool.getConnection``, ``Request.persistent``,
-``HTTP11ClientProtocol.state`` and ``abort()``.
+(:mod:`spiderd.fetch.framing`, whose protocol the pool builds).  Public Twisted
+APIs: ``HTTPConnectionPool.getConnection``, ``Request.persistent``,
+``HTTP11ClientProtocol.state`` and ``abort()``; and private ones:
+``HTTPConnectionPool._factory`` (the framing protocol), and ``_connections``:
+Twisted's pool keeps an empty list for every host it ever pooled a connection of,
+so :class:`ConnectionPool` drops a host's list once it is empty (``getConnection``
+took its last connection, or ``_removeConnection`` closed it), or a crawl of a
+million hosts would keep a million lists.
 """
 
 from __future__ import annotations
@@ -139,7 +143,18 @@ class ConnectionPool(client.HTTPConnectionPool):
     def getConnection(  # type: ignore[override]  # _Connection stands in for the protocol (request is all Agent calls)
         self, key: Hashable, endpoint: IStreamClientEndpoint
     ) -> Deferred[_Connection]:
-        return super().getConnection(key, endpoint).addCallback(_Connection)
+        d = super().getConnection(key, endpoint).addCallback(_Connection)
+        self._forget_if_empty(key)
+        return d
+
+    def _removeConnection(self, key: Hashable, connection: Any) -> None:
+        """Twisted's (an idle connection timed out), then the host's list goes if that was its last."""
+        super()._removeConnection(key, connection)
+        self._forget_if_empty(key)
+
+    def _forget_if_empty(self, key: Hashable) -> None:
+        if not self._connections.get(key, True):
+            del self._connections[key]
 
 
 class _Connection:

@@ -335,8 +335,8 @@ def _finish(got: tuple[IResponse, bytes], original: str, url: str, redirects: li
         retry_after=retry_after,
         validators=validators,
         headers=_raw_pairs(headers),
-        http_version=_version(getattr(response, "version", None)),
-        phrase=(getattr(response, "phrase", None) or b"").decode("latin-1"),
+        http_version=_version(response.version),
+        phrase=(response.phrase or b"").decode("latin-1"),
         fetched_at=now or 0.0,
     )
 

@@ -1,7 +1,7 @@
 """The parse pool: :func:`spiderd.fetch.extract.extract` in child processes, so parsing never stalls the reactor.
 
-``ParsePool(reactor, rules, workers)`` is a Service (``rules``: :func:`parse_rules`, or a raw
-configuration).  ``workers=0`` parses inline (tests, tiny crawls), ``-1`` starts one child per CPU.  Each child holds
+``ParsePool(reactor, rules, workers)`` is a Service (``rules``: :func:`parse_rules` of the configuration's
+sections).  ``workers=0`` parses inline (tests, tiny crawls), ``-1`` starts one child per CPU.  Each child holds
 at most ``queue_size`` requests; the rest wait in the parent (at most
 ``max_waiting``).  A child that dies fails the requests it held with
 :class:`ParseWorkerDied` and is restarted after a capped, growing delay; while
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from typing import Any, Callable, Mapping
+from typing import Callable
 
 from twisted.application.service import Service
 from twisted.internet import defer
@@ -30,6 +30,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from spiderd.core.memory import rss_of
+from spiderd.core.retry import Backoff
 from spiderd.core.reactors import IProcessClock
 from spiderd.fetch.extract import MAX_LINKS, Extracted, Rules, extract
 from spiderd.fetch.pagerobots import PageRobots
@@ -37,7 +38,6 @@ from spiderd.fetch.parsechild import ParseChild, spawn
 from spiderd.fetch.parseworker import MAX_MESSAGE, frame, init_message
 from spiderd.fetch.robots import agent_token
 from spiderd.config.sections import FetchSection, PoolSection
-from spiderd.config.settings import from_dict
 from spiderd.core.rules import Site
 
 log = Logger()
@@ -75,7 +75,7 @@ class ParsePool(Service):
     def __init__(
         self,
         reactor: IProcessClock,
-        rules: Rules | Mapping[str, Any],
+        rules: Rules,
         workers: int = -1,
         *,
         queue_size: int = 16,
@@ -88,9 +88,6 @@ class ParsePool(Service):
         max_rss: int = 512 * 1024 * 1024,
         rss: Callable[[int], int | None] = rss_of,
     ) -> None:
-        if not isinstance(rules, Rules):  # a raw configuration (tests, benches): its rules
-            settings = from_dict(rules)
-            rules = parse_rules(settings.sites, settings.pool, settings.fetch)
         self._reactor = reactor
         self.rules = rules
         self.workers = (os.cpu_count() or 1) if workers < 0 else workers
@@ -318,7 +315,7 @@ class ParsePool(Service):
         if not self.running or slot in self._restarts:
             return
         self._failures[slot] += 1
-        delay = min(self.max_restart_delay, self.restart_delay * 2 ** min(self._failures[slot] - 1, 30))
+        delay = Backoff(self.restart_delay, self.max_restart_delay).delay(self._failures[slot])
         log.info("Restarting parse worker {slot} in {delay:.1f}s", slot=slot, delay=delay)
         self._restarts[slot] = self._reactor.callLater(delay, self._spawn, slot)
 

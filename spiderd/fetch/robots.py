@@ -190,7 +190,7 @@ class Robots:
     def _sitemaps(self, origin: str, entry: _Entry) -> None:
         """Tell the sitemap listeners what this robots.txt names (before its waiters go on: a crawl that waits
         for the sitemaps knows of them before the first page of the host is fetched)."""
-        named = list(getattr(entry.parser, "sitemaps", None) or ())[:MAX_SITEMAPS] if entry.parser else []
+        named = list(entry.parser.sitemaps)[:MAX_SITEMAPS] if entry.parser else []
         urls = list(dict.fromkeys(urljoin(origin + "/robots.txt", u.strip()) for u in named if u.strip()))
         for listener in self._on_sitemaps:
             try:

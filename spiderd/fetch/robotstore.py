@@ -31,6 +31,7 @@ log = Logger()
 _HEAD = struct.Struct(">dQ?")  # expires, the run that kept it, has a body
 _MS = struct.Struct(">Q")
 ANSWER, BY_TIME, RUN = b"o", b"t", b"r"  # o<origin> -> head + body; t<expires ms><origin> -> "" (expiry order)
+BY_TIME_END = b"u"
 SWEEP = 2  # expired answers dropped per answer written: more than one, so the expired never pile up
 
 
@@ -90,6 +91,7 @@ class DiskStore:
         self._run = _MS.unpack(db.get(RUN, _MS.pack(0)))[0] + 1
         db.put(RUN, _MS.pack(self._run))
         self._swept = BY_TIME  # the expiry order is read on from here: deleted keys are not stepped over again
+        self._due = 0.0  # no answer expires before this (0: not known yet): till then no put reads the order
 
     def get(self, origin: str, now: float) -> Kept | None:
         value = self._db.get(ANSWER + origin.encode())
@@ -108,15 +110,21 @@ class DiskStore:
             batch.delete(_by_time(_HEAD.unpack_from(old)[0], key))
         batch.put(ANSWER + key, _HEAD.pack(kept.expires, self._run, kept.body is not None) + (kept.body or b""))
         batch.put(_by_time(kept.expires, key), b"")
-        self._sweep(batch, now)
+        if now >= self._due:
+            self._sweep(batch, now)
+        self._due = min(self._due, kept.expires)
         batch.write()
 
     def _sweep(self, batch: Any, now: float) -> None:
-        """Drop up to SWEEP answers expired at ``now``, earliest first."""
-        stop = BY_TIME + _MS.pack(max(0, int(now * 1000)))  # those expired before this millisecond
-        for n, time_key in enumerate(self._db.iterator(start=self._swept, stop=stop, include_value=False)):
-            if n == SWEEP:
+        """Drop up to SWEEP answers expired at ``now``, earliest first; note when the next one expires."""
+        now_ms, swept = int(now * 1000), 0
+        self._due = float("inf")
+        for time_key in self._db.iterator(start=self._swept, stop=BY_TIME_END, include_value=False):
+            expires_ms = _MS.unpack_from(time_key, len(BY_TIME))[0]
+            if expires_ms >= now_ms or swept == SWEEP:
+                self._due = expires_ms / 1000
                 break
+            swept += 1
             self._swept = time_key + b"\x00"
             batch.delete(time_key)
             origin = time_key[len(BY_TIME) + _MS.size:]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
 from twisted.application.service import Service
@@ -35,6 +35,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from spiderd.config.sections import BatchSection
+from spiderd.contracts.pool import IBatchLedger
 from spiderd.core.blocking import Lane
 from spiderd.core.lifecycle import InFlight, settled
 from spiderd.core.reactors import INodeReactor
@@ -43,16 +44,22 @@ from spiderd.core.secrets import redact
 from spiderd.frontier.batchspool import Batch, append_lines, open_path, read_spool, remove, write_sealed
 from spiderd.frontier.batchtargets import TargetFigures, next_target, target_rows
 from spiderd.frontier.batchwire import check_answer, make_client, schedule_form, split, target_url
-from spiderd.frontier.interfaces import IURLPool
 
 if TYPE_CHECKING:
     from treq.client import HTTPClient
 
     from spiderd.fetch.extract import Rules
-    from spiderd.worker.service import WorkerService
 
 log = Logger()
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class LocalWorker:
+    """This node's own worker as a batch target: its project (the batches') and its loopback URL (asked at start)."""
+
+    project: str
+    target: Callable[[], str]
 
 
 class Batcher(Service):
@@ -61,7 +68,7 @@ class Batcher(Service):
     name = "batcher"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(
-        self, reactor: INodeReactor, pool: IURLPool, spool_dir: str, config: BatchSection, http: HTTPClient | None = None,
+        self, reactor: INodeReactor, pool: IBatchLedger, spool_dir: str, config: BatchSection, http: HTTPClient | None = None,
         clock: IReactorTime | None = None, local: Callable[[], str] | None = None,
         spider_of: Callable[[str], str] | None = None, lane: Lane | None = None, *,
         retry_first: float = 1.0, retry_max: float = 300.0, stop_timeout: float = 30.0, max_posts: int = 8,
@@ -305,22 +312,26 @@ def _by_spider(urls: list[str], spider_of: Callable[[str], str]) -> dict[str, li
     return groups
 
 
-def build_batcher(batch: BatchSection, reactor: INodeReactor, pool: IURLPool, spool_dir: str,
-                  worker: WorkerService | None, rules: Rules, lane: Lane) -> Batcher | None:
+def build_batcher(batch: BatchSection, reactor: INodeReactor, pool: IBatchLedger, spool_dir: str,
+                  local: LocalWorker | None, rules: Rules, lane: Lane) -> Batcher | None:
     """Detail URLs to workers in batches (spooled in ``spool_dir``); none (details fetched here) when
     batch.targets is empty.
 
-    ``worker``: this node's own (``"local"`` stands for it: its project is the batches'), else None; ``rules``
-    name the site of a URL (the batch's spider, unless ``[batch] spider`` names one)."""
+    ``local``: this node's own worker (``"local"`` stands for it: its project is the batches'), else None;
+    ``rules`` name the site of a URL (the batch's spider, unless ``[batch] spider`` names one)."""
     if not batch.targets:
         return None
     default = rules.sites[0].name if rules.sites else "default"
-    config = replace(batch, project=worker.config.project if worker else batch.project, spider=batch.spider or default)
+    config = replace(batch, project=local.project if local else batch.project, spider=batch.spider or default)
     spider_of = None if batch.spider else _site_name(rules, default)
-    return Batcher(reactor, pool, spool_dir, config, local=worker.local_target if worker else None,
+    return Batcher(reactor, pool, spool_dir, config, local=local.target if local else None,
                    spider_of=spider_of, lane=lane)
 
 
 def _site_name(rules: Rules, default: str) -> Callable[[str], str]:
     """One spider per site: each batch names the site of its URLs (``default`` for a URL of no site)."""
-    return lambda url: getattr(rules.site_for(url), "name", default)
+    def name(url: str) -> str:
+        site = rules.site_for(url)
+        return site.name if site is not None else default
+
+    return name

@@ -16,13 +16,13 @@ from spiderd.feed.warcfiles import WarcWriter
 from spiderd.fetch.fetcher import Fetcher
 from spiderd.fetch.extract import Rules
 from spiderd.frontier.crawler import CrawlService
-from spiderd.frontier.interfaces import IURLPool
+from spiderd.contracts.pool import ICrawlPool
 
 STOP_GRACE = 5.0  # seconds a stop waits for the fetches in flight beyond [fetch] timeout
 
 
 def crawl_service(node: SpiderdSection, fetching: FetchSection, config: PoolSection, reactor: IReactorTime,
-                  pool: IURLPool, fetcher: Fetcher, steps: PageSteps, rules: Rules, stats: CrawlStats, *,
+                  pool: ICrawlPool, fetcher: Fetcher, steps: PageSteps, rules: Rules, stats: CrawlStats, *,
                   items: ItemWriter | None, archive: WarcWriter | None,
                   detail_sink: Callable[[list[str]], Deferred[Any]] | None,
                   discovery: tuple[Any, ...] = ()) -> CrawlService:

@@ -46,7 +46,7 @@ from spiderd.core.storage import storage_error
 from spiderd.engine.steps import PageSteps
 from spiderd.feed.items import ItemWriter
 from spiderd.fetch.fetcher import Fetcher, FetchResult
-from spiderd.frontier.interfaces import IURLPool
+from spiderd.contracts.pool import ICrawlPool
 from spiderd.frontier.process import Processor
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class CrawlService(Service):
     def __init__(
         self,
         reactor: IReactorTime,
-        pool: IURLPool,
+        pool: ICrawlPool,
         fetcher: Fetcher,
         steps: PageSteps,
         rules: Rules,

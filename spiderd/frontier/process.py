@@ -25,7 +25,7 @@ from spiderd.core.storage import retried
 from spiderd.engine.steps import Outcome, PageSteps, Verdict
 from spiderd.feed.items import ItemWriter, Status
 from spiderd.fetch.fetcher import FetchResult
-from spiderd.frontier.interfaces import IURLPool
+from spiderd.contracts.pool import ICrawlPool
 
 if TYPE_CHECKING:
     from spiderd.feed.warcfiles import WarcWriter
@@ -40,7 +40,7 @@ class Processor:
     def __init__(
         self,
         reactor: IReactorTime,
-        pool: IURLPool,
+        pool: ICrawlPool,
         steps: PageSteps,
         rules: Rules,
         stats: CrawlStats,
@@ -147,7 +147,7 @@ class Processor:
 
     def _throttled(self, result: FetchResult, wait: float) -> Deferred[None]:
         """A 429 or 503: block the URL's host in the pool until its Retry-After, or for the back-off of its
-        consecutive throttles; the URL goes back to its queue (see IURLPool.throttle)."""
+        consecutive throttles; the URL goes back to its queue (see ICrawlPool.throttle)."""
         self.stats.errors["throttled"] += 1
         reason = th.reason(result.status, wait)
         log.info("{url}: {reason}", url=result.url, reason=reason)

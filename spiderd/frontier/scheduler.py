@@ -54,10 +54,10 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from spiderd.config.sections import PoolSection
+from spiderd.contracts.pool import IRecrawl, ISeedTimerPool
 from spiderd.core.cron import Cron, CronError, parse
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.urls import registered_domain
-from spiderd.frontier.interfaces import IURLPool
 
 log = Logger()
 
@@ -69,7 +69,7 @@ class SeedTimer(Service):
 
     name = "seed-timer"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, clock: IReactorTime, pool: IURLPool, cron: Cron, claim_ttl: float = CLAIM_TTL) -> None:
+    def __init__(self, clock: IReactorTime, pool: ISeedTimerPool, cron: Cron, claim_ttl: float = CLAIM_TTL) -> None:
         self._clock = clock
         self._pool = pool
         self._cron = cron
@@ -166,7 +166,7 @@ class Recrawler(Service):
 
     name = "recrawler"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, clock: IReactorTime, pool: IURLPool, policy: RecrawlPolicy, fetches: Callable[[], int], *,
+    def __init__(self, clock: IReactorTime, pool: IRecrawl, policy: RecrawlPolicy, fetches: Callable[[], int], *,
                  every: float = 60.0, batch: int = 1000, ratios: Mapping[str, float] | None = None) -> None:
         self._clock = clock
         self._pool = pool
@@ -235,14 +235,14 @@ class Recrawler(Service):
         return total
 
 
-def schedulers(config: PoolSection, sites: Iterable[Any], clock: IReactorTime, pool: IURLPool,
-               fetches: Callable[[], int]) -> tuple[SeedTimer | None, Recrawler | None]:
-    """The seed timer (``[pool] seed_cron``) and the recrawler (sites with recrawl intervals; the ``recrawl_*``
-    keys of ``[pool]``), each when configured."""
-    timer = SeedTimer(clock, pool, parse(config.seed_cron)) if config.seed_cron else None
+def schedulers(config: PoolSection, sites: Iterable[Any], clock: IReactorTime, seeds: ISeedTimerPool,
+               pages: IRecrawl, fetches: Callable[[], int]) -> tuple[SeedTimer | None, Recrawler | None]:
+    """The seed timer (``[pool] seed_cron``, on the pool's ``seeds``) and the recrawler (sites with recrawl
+    intervals; the ``recrawl_*`` keys of ``[pool]``; on its crawled ``pages``), each when configured."""
+    timer = SeedTimer(clock, seeds, parse(config.seed_cron)) if config.seed_cron else None
     policy = RecrawlPolicy.from_sites(sites)
     if not policy.intervals:
         return timer, None
     ratios = {"list": config.recrawl_list_ratio, "detail": config.recrawl_detail_ratio}
-    return timer, Recrawler(clock, pool, policy, fetches, every=config.recrawl_every, batch=config.recrawl_batch,
+    return timer, Recrawler(clock, pages, policy, fetches, every=config.recrawl_every, batch=config.recrawl_batch,
                             ratios=ratios)

@@ -11,9 +11,9 @@ from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from spiderd.contracts.pool import ISeedLists
 from spiderd.core.blocking import Lane
 from spiderd.core.fsutil import write_atomically
-from spiderd.frontier.interfaces import IURLPool
 from spiderd.store.interfaces import IPageStore
 
 log = Logger()
@@ -32,7 +32,7 @@ class SeedService(Service):
 
     name = "seeds"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, pool: IURLPool, seeds: Sequence[str], hubs: Sequence[str], hub_refresh_span: float,
+    def __init__(self, pool: ISeedLists, seeds: Sequence[str], hubs: Sequence[str], hub_refresh_span: float,
                  store: IPageStore | None = None, state_path: str | None = None, lane: Lane | None = None) -> None:
         if state_path and lane is None:
             raise ValueError("a SeedService with a state_path needs a lane for its file")

@@ -36,6 +36,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from spiderd.config.sections import FetchSection, PoolSection, SitemapsSection
+from spiderd.contracts.pool import ISitemapPool
 from spiderd.core.blocking import Lane
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.stats import CrawlStats
@@ -43,7 +44,6 @@ from spiderd.core.rules import Site
 from spiderd.core.urls import BadURL, canonicalize, host_of
 from spiderd.fetch import sitemaps
 from spiderd.fetch.extract import Rules
-from spiderd.frontier.interfaces import IURLPool
 
 if TYPE_CHECKING:
     from spiderd.fetch.fetcher import Fetcher
@@ -74,7 +74,7 @@ class SitemapService(Service):
 
     name = "sitemaps"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, clock: IReactorTime, pool: IURLPool, robots: Robots,
+    def __init__(self, clock: IReactorTime, pool: ISitemapPool, robots: Robots,
                  fetch_raw: Callable[[str, int], Deferred[Any]], lane: Lane, rules: tuple[Rules, Rules],
                  config: SitemapsSection, stats: CrawlStats,
                  detail_sink: Callable[[list[str]], Deferred[Any]] | None = None,
@@ -316,7 +316,7 @@ _WHY = {
 
 
 def sitemap_service(config: SitemapsSection, fetching: FetchSection, limits: PoolSection, sites: tuple[Site, ...],
-                    clock: IReactorTime, pool: IURLPool, fetcher: Fetcher, lane: Lane, stats: CrawlStats,
+                    clock: IReactorTime, pool: ISitemapPool, fetcher: Fetcher, lane: Lane, stats: CrawlStats,
                     detail_sink: Callable[[list[str]], Deferred[Any]] | None = None) -> SitemapService | None:
     """The sitemap reader of ``[sitemaps]`` (the URL limits of ``[pool]``, the ``[[sites]]``), or None when no
     sitemap is to be read (or robots.txt is not)."""

@@ -34,7 +34,7 @@ once (a connection the server closed while idle), then fail to the caller.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pymysql
@@ -45,6 +45,7 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from spiderd.core.retry import Backoff
 from spiderd.core.secrets import redact
 from spiderd.store.base import Batch, Outcome, PageStore, Statements, StoreUnavailable, decompress, plural, write_rows
 
@@ -131,30 +132,23 @@ def parse_mysql_url(url: str) -> MySQLAddress:
     )
 
 
-def backoff(first: float = 0.5, cap: float = 30.0) -> Iterator[float]:
-    """Delays between attempts: at once, then ``first`` doubling up to ``cap``."""
-    yield 0.0
-    delay = first
-    while True:
-        yield delay
-        delay = min(delay * 2, cap)
+RECONNECT = Backoff(0.5, 30.0)  # a lost write is tried again at once, then after 0.5 s doubling up to 30 s
 
 
 class Reconnector:
     """Runs attempts again while the database is unreachable, with a capped backoff on the clock."""
 
-    def __init__(self, clock: IReactorTime, where: str, first: float = 0.5, cap: float = 30.0) -> None:
+    def __init__(self, clock: IReactorTime, where: str, backoff: Backoff = RECONNECT) -> None:
         self._clock = clock
         self._where = where
-        self._first = first
-        self._cap = cap
+        self._backoff = backoff
         self._sleeping: set[Deferred[None]] = set()
         self.giving_up = False
 
     @inlineCallbacks
     def run(self, attempt: Callable[[], Deferred[T]], what: str) -> Any:
         """Fire with ``attempt()``'s result; retry it as long as it fails for a lost connection."""
-        delays = backoff(self._first, self._cap)
+        delays = self._backoff.delays(at_once=True)
         failures = 0
         while True:
             try:
@@ -167,7 +161,8 @@ class Reconnector:
                 if failures == 1:
                     log.warn(
                         "page store: cannot reach {where} ({error}); keeping {what} and retrying "
-                        "(backoff up to {cap:g} s)", where=self._where, error=describe(e), what=what, cap=self._cap,
+                        "(backoff up to {cap:g} s)", where=self._where, error=describe(e), what=what,
+                        cap=self._backoff.cap,
                     )
                 yield self._sleep(delay, e)
             else:

@@ -1,6 +1,6 @@
 """The worker role: a Scrapyd-compatible HTTP API that runs batches of detail URLs as persistent jobs.
 
-- :mod:`.config`: :class:`WorkerConfig`, the ``[worker]`` settings, checked before start;
+- :mod:`.config`: :class:`WorkerConfig`, the ``[worker]`` settings (checked at load, in :mod:`spiderd.config`);
 - :mod:`.api`, :mod:`.validate`, :mod:`.jobsettings`: Scrapyd 1.6's endpoints, parameter checks, the Scrapy
   settings a job honours;
 - :mod:`.pages`, :mod:`.joblog`: Scrapyd's web pages (``/``, ``/jobs``, ``/logs/``) and each job's log file;
@@ -10,7 +10,7 @@
 - :mod:`.service`: :class:`WorkerService` and :func:`build_worker`, for ``tap.build``.
 """
 
-from spiderd.worker.config import WorkerConfig, WorkerConfigError
+from spiderd.worker.config import WorkerConfig
 from spiderd.worker.service import WorkerService, build_worker, worker_config
 
-__all__ = ["WorkerConfig", "WorkerConfigError", "WorkerService", "build_worker", "worker_config"]
+__all__ = ["WorkerConfig", "WorkerService", "build_worker", "worker_config"]

@@ -1,4 +1,5 @@
-"""The worker's plain settings (section ``[worker]``), validated once before anything starts."""
+"""The worker's plain settings: ``[worker]`` with what it takes of ``[fetch]``, ``[pool]`` and ``[items]``, each
+key checked at load (:mod:`spiderd.config`)."""
 
 from __future__ import annotations
 
@@ -7,25 +8,21 @@ import socket
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from spiderd.core.net.listener import Listen
+from spiderd.core.net.serving import BACKLOG
 from spiderd.core.rules import AdaptiveDelay
-from spiderd.core.secrets import is_loopback
 
 MiB = 1024 * 1024
 DEFAULT_FEED_TEMPLATE = "%(batch)s_%(name)s_%(time)s.jl"
 FEED_SCHEMES = ("file", "ftp")
 
 
-class WorkerConfigError(ValueError):
-    """A worker setting that cannot work; the message names the ``worker.*`` key."""
-
-
 @dataclass(frozen=True)
 class WorkerConfig:
-    """What the worker role reads from the configuration (the lead maps ``[worker]`` keys to these)."""
+    """What the worker role reads from the configuration (:func:`spiderd.worker.service.worker_config`)."""
 
     data_dir: str
-    bind: str = "127.0.0.1"
-    port: int = 6800
+    listen: Listen = Listen(f"tcp:6800:interface=127.0.0.1:backlog={BACKLOG}")  # where the Scrapyd API listens
     username: str = ""
     password: str = ""
     project: str = "spiderd"
@@ -104,39 +101,3 @@ class WorkerConfig:
     def auth(self) -> bool:
         """True when HTTP basic auth is required."""
         return bool(self.username)
-
-    def check(self) -> None:
-        """Raise :class:`WorkerConfigError` unless the settings can work (and are safe)."""
-        _check_numbers(self)
-        _check_credentials(self)
-        if not is_loopback(self.bind) and not self.auth:
-            raise WorkerConfigError(
-                f"worker.bind: {self.bind or '(all interfaces)'!r} is not a loopback address, and the worker "
-                "API runs jobs for anyone who can reach it: set worker.username and worker.password "
-                "(HTTP basic auth), or bind 127.0.0.1"
-            )
-        scheme = self.default_feed_uri.partition("://")[0].lower()
-        if scheme not in FEED_SCHEMES:
-            raise WorkerConfigError(f"worker.feed_template: expected a file:// or ftp:// URI, got scheme {scheme!r}")
-        if not self.project or "/" in self.project:
-            raise WorkerConfigError(f"worker.project: expected a name without '/', got {self.project!r}")
-
-
-def _check_numbers(config: WorkerConfig) -> None:
-    positive = ("max_jobs", "concurrency", "per_host_concurrency", "max_body_size", "max_job_urls")
-    for name in positive:
-        if getattr(config, name) < 1:
-            raise WorkerConfigError(f"worker.{name}: must be 1 or more, got {getattr(config, name)!r}")
-    for name in ("failure_threshold", "retry_delay", "max_retry_after", "max_throttles", "stop_timeout", "finished_to_keep", "per_host_delay",
-                 "job_concurrency", "redirect_window"):
-        if getattr(config, name) < 0:
-            raise WorkerConfigError(f"worker.{name}: must be 0 or more, got {getattr(config, name)!r}")
-    if not 0 <= config.port <= 65535:
-        raise WorkerConfigError(f"worker.port: must be 0..65535, got {config.port!r}")
-
-
-def _check_credentials(config: WorkerConfig) -> None:
-    if bool(config.username) != bool(config.password):
-        raise WorkerConfigError("worker.username, worker.password: set both (HTTP basic auth) or neither")
-    if ":" in config.username:  # RFC 7617: the user-id cannot contain a colon (Scrapyd refuses it too)
-        raise WorkerConfigError("worker.username: must not contain ':'")

@@ -99,7 +99,7 @@ class Pipeline:
         self.itemized = itemized
         self.totals: Counter[str] = Counter()  # over every job since the start
         self.stats = stats
-        self._on_slack = on_slack
+        self.on_slack = on_slack
         self.in_flight = 0  # URLs holding one of the worker's slots
         self._wake: IDelayedCall | None = None
         self._gate = steps.gate  # the storage gate: no URL starts while it holds
@@ -132,8 +132,8 @@ class Pipeline:
                 break
             self._begin(taken, now)
         self._wake_later(now)
-        if self.in_flight < self._config.concurrency and self._on_slack is not None:
-            self._on_slack()
+        if self.in_flight < self._config.concurrency and self.on_slack is not None:
+            self.on_slack()
 
     def _wake_later(self, now: float) -> None:
         """Call ``fill`` when the queue's next host is due (one timer, moved earlier when need be)."""
@@ -376,4 +376,4 @@ def _why(result: FetchResult) -> str:
         return f"HTTP {result.status}"
     if result.status == st.ROBOTS_DENIED:
         return "denied by robots.txt"
-    return getattr(result, "reason", None) or st.reason(result.status)  # the fetcher's words, as the pool keeps them
+    return result.reason or st.reason(result.status)  # the fetcher's words, as the pool keeps them

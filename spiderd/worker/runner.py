@@ -41,7 +41,6 @@ from spiderd.core.lifecycle import InFlight
 from spiderd.core.memory import release_memory
 from spiderd.core.secrets import redact
 from spiderd.core.storage import storage_error
-from spiderd.engine.steps import PageSteps
 from spiderd.worker.accepted import Accepted, digest
 from spiderd.feed import warc
 from spiderd.worker.config import WorkerConfig
@@ -54,9 +53,7 @@ from spiderd.worker.pipeline import Pipeline
 from spiderd.worker.run import Run
 
 if TYPE_CHECKING:
-    from spiderd.core.stats import CrawlStats
     from spiderd.feed.shipper import FeedShipper
-    from spiderd.fetch.fetcher import Fetcher
 
 log = Logger()
 
@@ -82,27 +79,25 @@ class JobRunner:
         config: WorkerConfig,
         store: JobStore,
         io: Runner,
-        fetcher: Fetcher,
-        steps: PageSteps,
+        pipeline: Pipeline,
         shipper: FeedShipper,
         render_uri: Callable[[str, dict[str, str]], str],
         incoming_dir: str,
-        clock: IReactorTime | None = None,
-        stats: CrawlStats | None = None,
     ) -> None:
-        """``steps``: the node's page engine; ``clock`` (default: the reactor) runs the job pipeline's timers:
-        retries, per-host delays; ``stats`` (the node's CrawlStats, if given) counts every fetch of every job."""
+        """``pipeline``: the worker's queue and URL slots over the node's page engine; the runner gives it the
+        ledger of what was itemized and asks it to say when slots are free that no running job takes."""
         self._reactor = reactor
         self._config = config
         self._store = store
         self._io = io
         self._itemized = Itemized(config.itemized_dir, reactor, config.redirect_window)
-        self._pipeline = Pipeline(reactor, config, fetcher, steps, self._itemized, clock, stats, self._slack)
+        self._pipeline = pipeline
+        pipeline.itemized, pipeline.on_slack = self._itemized, self._slack
         self.accepted = Accepted(config.accepted_dir)
         self.logs = JobLogs(config.logs_dir, io, reactor)
         self._execution = Execution(reactor, config, store, io, self._pipeline, self._itemized, self.logs, shipper,
                                     render_uri, incoming_dir)
-        self._gate = steps.gate
+        self._gate = pipeline.steps.gate
         if self._gate is not None:
             self._gate.add_listener(self.kick)
         self.jobs: dict[str, Job] = {}

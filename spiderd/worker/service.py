@@ -10,13 +10,11 @@ shipper it writes to (``OrderedMultiService`` stops in reverse order).
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.application.service import Service
 from twisted.internet import defer
-from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IListeningPort, IReactorTime
 from twisted.logger import Logger
@@ -25,14 +23,17 @@ import spiderd
 from spiderd.core import lifecycle
 from spiderd.core.blocking import Lane
 from spiderd.core.net.auth import Auth
+from spiderd.core.net.listener import Listen, Listener
 from spiderd.core.net.serving import JsonSite
 from spiderd.core.reactors import INodeReactor
+from spiderd.config.listen import listen_endpoint
 from spiderd.config.sections import FetchSection, WorkerSection
 from spiderd.engine.steps import ClaimContent, PageSteps
 from spiderd.store.interfaces import IPageStore
 from spiderd.worker.api import WorkerAPI
 from spiderd.worker.config import WorkerConfig
 from spiderd.worker.jobs import Job, JobStore
+from spiderd.worker.pipeline import Pipeline
 from spiderd.worker.runner import JobRunner
 from spiderd.worker.validate import Validator
 from spiderd.worker.table import job_rows
@@ -68,7 +69,7 @@ class WorkerService(Service):
         claim_content: ClaimContent | None = None,
         steps: PageSteps | None = None,
     ) -> None:
-        """Raises :class:`~.config.WorkerConfigError` for settings that cannot (or must not) run.
+        """``config`` is checked at load (:mod:`spiderd.config`).
 
         ``rules`` defaults to ``parser.rules`` (the spiders are its sites); ``render_uri`` to
         :mod:`spiderd.core.feeduri`'s; ``incoming_dir`` to the shipper's spool ``incoming/`` directory; ``clock`` (the
@@ -78,7 +79,6 @@ class WorkerService(Service):
         the node's page engine, shared with its crawler (default: one of the worker's own, over ``parser``,
         ``store`` and ``claim_content``).
         """
-        config.check()
         self.setName("worker")
         if render_uri is None:
             from spiderd.core.feeduri import render_uri as default_render_uri
@@ -92,27 +92,31 @@ class WorkerService(Service):
         incoming = incoming_dir or default_incoming_dir(shipper)
         if steps is None:
             steps = PageSteps(clock or reactor, parser, store, claim_content, config.max_retry_after)
-        self.runner = JobRunner(reactor, config, self.job_store, self._io, fetcher, steps, shipper, render_uri,
-                                incoming, clock, stats)
+        pipeline = Pipeline(reactor, config, fetcher, steps, clock=clock, stats=stats)
+        self.runner = JobRunner(reactor, config, self.job_store, self._io, pipeline, shipper, render_uri, incoming)
         self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor,
-                                   robots=getattr(fetcher, "robots", None) is not None)
+                                   robots=fetcher.robots is not None)
         auth = Auth(username=config.username, password=config.password)
         self._api = api = WorkerAPI(self.runner, self.validator, config.host_name, auth)
         self.ready: Deferred[None] = defer.succeed(None)  # the jobs on disk loaded and running (after startService)
-        self.site = JsonSite(api, config.max_body_size, config.host_name, "Worker API", reactor=reactor)
-        self.port: IListeningPort | None = None
+        self.site = JsonSite(api, config.max_body_size, config.host_name, "Worker API", reactor=reactor,
+                             header_timeout=config.listen.header_timeout, idle_timeout=config.listen.idle_timeout)
+        self._listener = Listener(reactor, config.listen.endpoint, "Worker API",
+                                  "worker.listen, or worker.bind and worker.port")
 
     def _io(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:
         """Run blocking file work on the worker's one I/O thread (its lane), in order."""
         return self._lane.run(function, *args)
 
     @property
+    def port(self) -> IListeningPort | None:
+        """The listening port (None when not listening)."""
+        return self._listener.port
+
+    @property
     def address(self) -> tuple[str, int]:
-        """(host, port) the API listens on (the port is known after start, even when 0 was asked)."""
-        assert self.port is not None, "the worker is not listening"
-        host = self.port.getHost()
-        assert isinstance(host, (IPv4Address, IPv6Address))
-        return host.host, host.port
+        """(host, port) the API listens on over TCP (the port is known after start, even when 0 was asked)."""
+        return self._listener.address
 
     def local_target(self) -> str:
         """This worker as a batcher target on loopback (with its credentials)."""
@@ -130,8 +134,7 @@ class WorkerService(Service):
     def jobs_table(self, limit: int = 50) -> list[dict[str, Any]]:
         """The jobs as the operator sees them (spiderd.worker.table): running, pending, then ended; an ended job's
         feed is ``spooled`` until the shipper uploaded it."""
-        whereabouts = getattr(self.shipper, "whereabouts", None)
-        return job_rows(self.runner, limit, whereabouts() if whereabouts is not None else None)
+        return job_rows(self.runner, limit, self.shipper.whereabouts())
 
     def set_host_delay(self, host: str, delay: float) -> None:
         """Raise ``host``'s delay between request starts (its robots.txt Crawl-delay) for every job."""
@@ -143,24 +146,16 @@ class WorkerService(Service):
 
     def idle(self) -> bool:
         """True when no job is pending or running and the shipper has nothing waiting."""
-        return not self.runner.runs and not self.runner.pending() and not self._shipper_waiting()
+        return not self.runner.runs and not self.runner.pending() and not self.shipper.waiting
 
     def settled(self) -> Deferred[None]:
         """Fires when the jobs running now have ended and the shipper's attempts under way are over."""
-        shipper = getattr(self.shipper, "settled", None)
-        return lifecycle.settled([self.runner.settled()] + ([shipper()] if shipper is not None else []))
-
-    def _shipper_waiting(self) -> int:
-        return getattr(self.shipper, "waiting", 0)
+        return lifecycle.settled([self.runner.settled(), self.shipper.settled()])
 
     def startService(self) -> None:
         """Listen, then open the ledgers and load the persisted jobs on the I/O lane (``ready`` fires once they
         run again); the API answers a request that comes meanwhile once they are loaded."""
-        self.port = self._reactor.listenTCP(
-            self.config.port,
-            self.site,  # type: ignore[arg-type]  # Twisted's hint takes no Site (a factory of another protocol)
-            interface=self.config.bind,
-        )
+        self._listener.open(self.site)
         super().startService()
         self._lane.start()
         self.ready = self._io(self._recover).addCallback(self._recovered)
@@ -175,9 +170,8 @@ class WorkerService(Service):
         if not self.running:  # stopped while the jobs were read: they stay on disk for the next start
             return
         self.runner.start(jobs)
-        host, port = self.address
-        log.info("Worker API (Scrapyd-compatible) on http://{host}:{port}/: project {project!r}, spiders {spiders}, "
-                 "basic auth {auth}", host=host, port=port, project=self.config.project,
+        log.info("Worker API (Scrapyd-compatible) on {url}: project {project!r}, spiders {spiders}, "
+                 "basic auth {auth}", url=self._listener.url, project=self.config.project,
                  spiders=", ".join(self.validator.spiders) or "(none)", auth="on" if self.config.auth else "off")
 
     @defer.inlineCallbacks
@@ -185,9 +179,7 @@ class WorkerService(Service):
         """Close the port, let running jobs finish until ``stop_timeout`` (then they stay pending), flush."""
         super().stopService()
         yield lifecycle.settled([self.ready])  # recovery over (if it failed, the stop goes on)
-        if self.port is not None:
-            yield self.port.stopListening()
-            self.port = None
+        yield self._listener.close()
         yield self.runner.stop(self.config.stop_timeout)
         self.runner.logs.flush()
         if self._lane.running:
@@ -197,25 +189,26 @@ class WorkerService(Service):
 
 
 def default_incoming_dir(shipper: FeedShipper) -> str:
-    """Where jobs write their items: the shipper's ``incoming_dir``, else ``<spool_dir>/incoming``."""
-    incoming = getattr(shipper, "incoming_dir", None)
-    if incoming:
-        return str(incoming)
-    return os.path.join(str(shipper.spool_dir), "incoming")
+    """Where jobs write their items: the shipper's ``incoming_dir``."""
+    return str(shipper.incoming_dir)
 
 
 def worker_config(worker: WorkerSection, fetch: FetchSection, *, data_dir: str, role: str = "worker",
                   failure_threshold: int = 3, feed_format: str = "jsonl") -> WorkerConfig:
     """The WorkerConfig of the ``[worker]`` section, in the data directory ``data_dir``.
 
+    ``listen``, else ``bind`` and ``port``, with ``backlog``, make the endpoint (:mod:`spiderd.config.listen`):
     ``port = -1`` is 6800 in the worker role (where Scrapyd listens), any free port for the all role's own worker;
     ``concurrency = 0`` is ``[fetch]``'s.  ``per_host_concurrency``, ``per_host_delay``, the adaptive politeness
     rule, the per-host tables, ``politeness``, ``max_retry_after`` and ``max_throttles`` come from ``[fetch]``;
     ``failure_threshold`` is ``[pool]``'s, ``feed_format`` ``[items]``'s ``format``.
     """
     values: dict[str, Any] = asdict(worker)
-    if worker.port == -1:
-        values["port"] = 6800 if role == "worker" else 0
+    port = worker.port if worker.port != -1 else 6800 if role == "worker" else 0
+    endpoint = listen_endpoint(worker.listen, worker.bind, port, worker.backlog)
+    for key in ("bind", "port", "backlog", "header_timeout", "idle_timeout"):
+        del values[key]
+    values["listen"] = Listen(endpoint, worker.header_timeout, worker.idle_timeout)
     values["concurrency"] = worker.concurrency or fetch.concurrency
     return WorkerConfig(
         data_dir=data_dir, failure_threshold=failure_threshold, feed_format=feed_format,
@@ -228,7 +221,7 @@ def worker_config(worker: WorkerSection, fetch: FetchSection, *, data_dir: str, 
 def build_worker(config: WorkerConfig, reactor: INodeReactor, fetcher: Fetcher, parser: ParsePool,
                  store: IPageStore | None, shipper: FeedShipper, lane: Lane | None = None,
                  stats: CrawlStats | None = None, steps: PageSteps | None = None) -> WorkerService:
-    """The worker role's service for ``tap.build`` (raises WorkerConfigError, a ValueError, on a bad ``config``).
+    """The worker role's service for ``tap.build``.
 
     The robots.txt Crawl-delays that the fetcher's ``robots`` (if any) finds raise the jobs' per-host delays; with
     ``config.per_ip`` the addresses the fetcher looks up group the hosts (the fetcher's ``tell_addresses``)."""

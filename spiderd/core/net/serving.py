@@ -3,7 +3,8 @@
 - request bodies capped (413 before the body is read, in JSON);
 - a header deadline: a connection that has not finished a request's headers
   ``header_timeout`` seconds after it began is closed (slowloris), and an idle
-  connection after ``idle_timeout`` seconds;
+  connection after ``idle_timeout`` seconds; those closes are counted and logged as one line a minute
+  (:mod:`.closed`), not one line a connection;
 - a request line or header line over 16 KiB answered 414 or 431, in JSON
   (Twisted would close the connection without a word);
 - a form body (``application/x-www-form-urlencoded``) of FORM_IN_STEPS bytes or more decoded a step per
@@ -30,12 +31,14 @@ from twisted.python.failure import Failure
 from twisted.web import http, server
 from twisted.web.resource import IResource
 
+from spiderd.core.net.closed import DeadlineCloses
 from spiderd.core.net.forms import Form, MalformedForm, decode_form, decode_multipart
 
 log = Logger()
 _ENCODER = json.JSONEncoder(ensure_ascii=True)
-HEADER_TIMEOUT = 30.0
-IDLE_TIMEOUT = 60.0
+HEADER_TIMEOUT = 30.0  # seconds a connection may take over a request's headers ([api] / [worker] header_timeout)
+IDLE_TIMEOUT = 60.0  # seconds a connection may stay idle ([api] / [worker] idle_timeout)
+BACKLOG = 1024  # each API's listen queue ([api] / [worker] backlog; Twisted's default is 50)
 FORM_IN_STEPS = 64 * 1024  # form bodies at least this long are decoded a step per turn of the reactor
 URLENCODED, MULTIPART = b"application/x-www-form-urlencoded", b"multipart/form-data"
 
@@ -78,7 +81,13 @@ class JsonSite(server.Site):
         self.node_name = node_name
         self.label = label
         self.header_timeout = header_timeout
+        self.closes = DeadlineCloses(clock, label, header_timeout, idle_timeout)
         self.displayTracebacks = False
+
+    def stopFactory(self) -> None:
+        """The port closed: log the deadline closes not summed up yet."""
+        self.closes.flush()
+        super().stopFactory()
 
     def log(self, request: Any) -> None:
         log.debug("{label}: {method} {path} {code}", label=self.label, method=_text(request.method),
@@ -110,11 +119,10 @@ class _DeadlineChannel(http.HTTPChannel):
         """A request line (414) or header line (431) over ``MAX_LENGTH`` bytes: answer in JSON, then close."""
         status, what = (b"414 URI Too Long", "request line") if not self._head_lines else (
             b"431 Request Header Fields Too Large", "header line")
-        site = getattr(self, "site", None)
         message = f"{what} too long: the limit is {self.MAX_LENGTH} bytes"
         transport = self.transport
         if transport is not None:
-            transport.write(raw_answer(status, message, str(getattr(site, "node_name", ""))))
+            transport.write(raw_answer(status, message, self._site().node_name))
         self.loseConnection()
 
     def allHeadersReceived(self) -> None:
@@ -131,9 +139,11 @@ class _DeadlineChannel(http.HTTPChannel):
         self._cancel_deadline()
         super().connectionLost(reason)
 
+    def _site(self) -> JsonSite:
+        return cast(JsonSite, self.factory)  # the JsonSite that made it (its protocol)
+
     def _headers_due(self) -> None:
-        timeout = getattr(self.factory, "header_timeout", HEADER_TIMEOUT)
-        self._deadline = self.callLater(timeout, self._too_slow)
+        self._deadline = self.callLater(self._site().header_timeout, self._too_slow)
 
     def _cancel_deadline(self) -> None:
         if self._deadline is not None and self._deadline.active():
@@ -142,11 +152,16 @@ class _DeadlineChannel(http.HTTPChannel):
 
     def _too_slow(self) -> None:
         self._deadline = None
-        transport = cast(ITCPTransport, self.transport)  # a connected channel: TCP (or a UNIX socket)
-        label = getattr(self.factory, "label", "API")
-        log.info("{label}: closed a connection from {peer} that sent no complete request headers in time",
-                 label=label, peer=str(transport.getPeer()))
-        transport.abortConnection()
+        self._site().closes.closed("headers")
+        cast(ITCPTransport, self.transport).abortConnection()  # a connected channel: TCP (or a UNIX socket)
+
+    def timeoutConnection(self) -> None:
+        """Idle too long: counted in the site's summary, and closed as Twisted does (aborted if the client does
+        not let go within ``abortTimeout``), without Twisted's line a connection."""
+        self._site().closes.closed("idle")
+        if self.abortTimeout is not None:
+            self._abortingCall = self.callLater(self.abortTimeout, self.forceAbortClient)
+        self.loseConnection()
 
 
 class CappedRequest(server.Request):
@@ -200,9 +215,8 @@ class CappedRequest(server.Request):
         content.seek(0)
         args: Form = {}
         decoding = self._decoding(ctype, body, args)
-        steps: task.Cooperator | None = getattr(self._site(), "steps", None)
-        if steps is not None and len(body) >= FORM_IN_STEPS:
-            done = steps.coiterate(decoding)
+        if len(body) >= FORM_IN_STEPS:
+            done = self._site().steps.coiterate(decoding)
         else:  # a small body: in one call, as Twisted would
             done = defer.maybeDeferred(deque, decoding, 0)
         done.addCallbacks(lambda _: self._form_decoded(args), self._form_failed)
@@ -241,10 +255,10 @@ class CappedRequest(server.Request):
         return kind == URLENCODED and self._received >= FORM_IN_STEPS
 
     def _cap(self) -> int:
-        return int(getattr(self._site(), "max_body_size", 16 * 1024 * 1024))
+        return self._site().max_body_size
 
-    def _site(self) -> Any:
-        return getattr(self.channel, "site", None)
+    def _site(self) -> JsonSite:
+        return cast(JsonSite, self.channel.factory)  # the JsonSite whose requestFactory this is
 
     def _refuse(self, drain: int) -> None:
         """Answer 413 now; read and drop up to ``drain`` body bytes (0: close at once)."""
@@ -255,7 +269,7 @@ class CappedRequest(server.Request):
         cap = self._cap()
         channel: Any = self.channel
         log.warn("{label}: refused a request body over {cap} bytes from {peer}", cap=cap,
-                 label=getattr(self._site(), "label", "API"), peer=str(channel.transport.getPeer()))
+                 label=self._site().label, peer=str(channel.transport.getPeer()))
         self._raw_answer(b"413 Payload Too Large", f"request body too large: the limit is {cap} bytes")
         if not drain:
             self.channel.loseConnection()
@@ -263,7 +277,7 @@ class CappedRequest(server.Request):
     def _raw_answer(self, status: bytes, message: str) -> None:
         """An error answer written straight to the connection (the request was never parsed)."""
         channel: Any = self.channel
-        channel.transport.write(raw_answer(status, message, str(getattr(self._site(), "node_name", ""))))
+        channel.transport.write(raw_answer(status, message, self._site().node_name))
 
 
 def raw_answer(status: bytes, message: str, node_name: str) -> bytes:

@@ -1,5 +1,6 @@
-"""The URL pool (frontier): one contract (IURLPool, with the admin part IURLPoolAdmin), an embedded LevelDB
-backend and an in-memory one (KVPool; Redis: :mod:`.redis`)."""
+"""The URL pool (frontier): the backends of the pool's contracts (spiderd.contracts.pool: the narrow ones, joined
+in IURLPool, and the admin part IURLPoolAdmin), an embedded LevelDB backend and an in-memory one (KVPool;
+Redis: :mod:`.redis`)."""
 
 from __future__ import annotations
 

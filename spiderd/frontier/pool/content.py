@@ -18,13 +18,15 @@ never costs that item.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer
 
 from spiderd.core.digest import PREFIX, is_digest
 from spiderd.frontier.pool.shared import parsed
+
+if TYPE_CHECKING:
+    from spiderd.frontier.pool.redis.channel import RedisChannel
 
 CONTENT = b"Z"
 
@@ -37,10 +39,11 @@ def content_key(digest: str) -> bytes:
 
 
 class KVContent:
-    """KVPool's claim_content (one process owns the store: a read, then a write)."""
+    """KVPool's claim_content over its store ``kv`` (one process owns the store: a read, then a write)."""
 
-    _kv: Any
-    _max_url_length: int
+    def __init__(self, kv: Any, max_url_length: int) -> None:
+        self._kv = kv
+        self._max_url_length = max_url_length
 
     def claim_content(self, digest: str, url: str) -> defer.Deferred[bool]:
         """True if ``url`` holds ``digest`` (claimed it now or before); False if another URL does."""
@@ -58,11 +61,11 @@ class KVContent:
 
 
 class RedisContent:
-    """RedisPool's claim_content: ``SET NX`` over every node sharing the pool."""
+    """RedisPool's claim_content over its ``channel``: ``SET NX`` over every node sharing the pool."""
 
-    prefix: str
-    _execute: Callable[..., defer.Deferred[Any]]
-    _max_url_length: int
+    def __init__(self, channel: RedisChannel, max_url_length: int) -> None:
+        self._channel = channel
+        self._max_url_length = max_url_length
 
     @defer.inlineCallbacks
     def claim_content(self, digest: str, url: str) -> Any:
@@ -70,10 +73,10 @@ class RedisContent:
         u = parsed(url, self._max_url_length)
         if u is None:
             return True
-        key, mine = f"{self.prefix}content:{digest}", str(u.fingerprint)
-        if (yield self._execute("SET", key, mine, "NX")) is not None:
+        key, mine = f"{self._channel.prefix}content:{digest}", str(u.fingerprint)
+        if (yield self._channel.execute("SET", key, mine, "NX")) is not None:
             return True
-        holder = yield self._execute("GET", key)
+        holder = yield self._channel.execute("GET", key)
         if isinstance(holder, bytes):
             holder = holder.decode()
         return holder is None or holder == mine  # None: removed in between (by hand): nothing to compare with

@@ -1,4 +1,4 @@
-"""The embedded pool's crawled sets, linkbase and one-shot claims (seed 004), mixed into KVPool.
+"""The embedded pool's crawled sets, linkbase and one-shot claims (seed 004): a part of KVPool.
 
 Crawled sets.  A page whose (registered domain, kind) is recrawled (the
 ``recrawl`` pairs) keeps, once done, an ``R`` domain-id prio fetch-ms fp key
@@ -22,16 +22,20 @@ evicted).  Claims (``claim_once``) live in memory: one process owns the store.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from twisted.internet import defer
-from twisted.internet.interfaces import IReactorTime
+from zope.interface import implementer
 
+from spiderd.contracts.pool import ILinkbase
 from spiderd.core.deadlines import Deadlines
 from spiderd.core.linkinfo import clean_anchor, clean_xpath
 from spiderd.core.urls import host_of, registered_domain
 from spiderd.frontier.pool import keys as k
 from spiderd.frontier.pool.shared import parsed
+
+if TYPE_CHECKING:
+    from spiderd.frontier.pool.kvcore import KVState
 
 KINDS = {"list": 0, "detail": 1}
 LINK_FIELDS = ("parent", "anchor", "xpath")
@@ -62,15 +66,17 @@ def recrawl_pairs(pairs: Iterable[tuple[str, str]]) -> dict[str, frozenset[int]]
     return {domain: frozenset(prios) for domain, prios in found.items()}
 
 
+@implementer(ILinkbase)
 class CrawledSets:
-    """KVPool's part for seed 004: crawled sets scored by fetch time, recrawl, linkbase, claim_once."""
+    """KVPool's part for seed 004, over the pool's ``state``: crawled sets scored by fetch time (of the
+    ``recrawl`` pairs), recrawl, the linkbase (when ``linkbase``), claim_once."""
 
-    _kv: Any
-    _clock: IReactorTime
-    _counters: list[int]
-
-    def _init_crawled(self, recrawl: Iterable[tuple[str, str]], linkbase: bool, linkbase_max: int) -> None:
-        self._recrawl = recrawl_pairs(recrawl)
+    def __init__(self, state: KVState, recrawl: Iterable[tuple[str, str]], linkbase: bool, linkbase_max: int) -> None:
+        self._state = state
+        self._kv = state.kv
+        self._clock = state.clock
+        self._counters = state.counters
+        self.kept = recrawl_pairs(recrawl)  # {registered domain: prios} whose done pages are kept
         self._cursors: dict[bytes, bytes] = {}  # (domain, kind) prefix -> just past the last entry taken
         self._linkbase = linkbase
         self._linkbase_max = linkbase_max or 2**62
@@ -79,10 +85,10 @@ class CrawledSets:
 
     # -- crawled sets ----------------------------------------------------------------
 
-    def _done_state(self, batch: Any, url: str, host: str, fp: int, prio: int) -> bytes:
+    def done_state(self, batch: Any, url: str, host: str, fp: int, prio: int) -> bytes:
         """The done state of a URL, with an ``R`` entry when its domain and kind are recrawled."""
-        domain = registered_domain(host) if self._recrawl else ""
-        if prio not in self._recrawl.get(domain, ()):
+        domain = registered_domain(host) if self.kept else ""
+        if prio not in self.kept.get(domain, ()):
             return k.DONE
         fetched_ms = int(self._clock.seconds() * 1000)
         key = k.crawled_key(k.host_id(domain), prio, fetched_ms, fp)
@@ -92,11 +98,11 @@ class CrawledSets:
             self._cursors[prefix] = key
         return k.done_in_crawled_set(prio, fetched_ms)
 
-    def _recrawled(self, host: str, prio: int) -> bool:
+    def recrawled(self, host: str, prio: int) -> bool:
         """True if the pages of ``host``'s registered domain and kind ``prio`` are recrawled (kept in a crawled set)."""
-        return bool(self._recrawl) and prio in self._recrawl.get(registered_domain(host), ())
+        return bool(self.kept) and prio in self.kept.get(registered_domain(host), ())
 
-    def _forget_crawled(self, batch: Any, host: str, fp: int, state: bytes) -> None:
+    def forget(self, batch: Any, host: str, fp: int, state: bytes) -> None:
         """Drop the ``R`` entry of a done URL being queued again."""
         if len(state) > 1:
             prio, fetched_ms = state[1], int.from_bytes(state[2:], "big")
@@ -111,7 +117,7 @@ class CrawledSets:
             if queued >= limit:
                 break
             queued += self._recrawl_range(batch, domain, KINDS[kind], cutoff, limit - queued, slots)
-        self._commit(batch, slots.values())  # type: ignore[attr-defined]  # KVCore's (its subclass)
+        self._state.commit(batch, slots.values())
         return defer.succeed(queued)
 
     def _recrawl_range(self, batch: Any, domain: str, prio: int, cutoff: float, limit: int,
@@ -127,10 +133,10 @@ class CrawledSets:
                 continue  # stale: never left by this pool, but harmless
             url = value.decode()
             host = host_of(url)
-            slot = slots.get(host) or self._slot(host)  # type: ignore[attr-defined]  # KVCore's (its subclass)
+            slot = slots.get(host) or self._state.slot(host)
             slots[host] = slot
             self._counters[2] -= 1
-            self._enqueue(batch, url, fp, slot, prio, 0)  # type: ignore[attr-defined]  # KVCore's (its subclass)
+            self._state.enqueue(batch, url, fp, slot, prio, 0)
             queued += 1
             if queued >= limit:
                 break
@@ -159,7 +165,8 @@ class CrawledSets:
             batch.write()
         return defer.succeed(added)
 
-    def _link_of(self, fp: int) -> dict[str, str]:
+    def link_of(self, fp: int) -> dict[str, str]:
+        """``why``'s linkbase part of the URL of fingerprint ``fp`` (nothing when it has no entry)."""
         value = self._kv.get(k.link_key(fp))
         return {} if value is None else link_info(value.decode())
 

@@ -11,14 +11,11 @@ limit is set (see :mod:`.keys` for the embedded pool, :mod:`.redis` for Redis).
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from twisted.internet import defer
-
-from spiderd.core.urls import host_of, registered_domain
-from spiderd.frontier.pool.shared import parsed
+from spiderd.core.rules import normalize_host
+from spiderd.core.urls import registered_domain
 
 REJECTED = "max-hops"  # the pool's ``rejected`` reason of a link past the limit
 
@@ -36,8 +33,6 @@ class HopLimits:
     def from_sites(cls, max_hops: int, sites: Iterable[Any]) -> HopLimits:
         """The pool's ``max_hops`` and each site's own (``max_hops`` > 0) by the domains of its allowed hosts;
         a domain of two sites takes the lower limit."""
-        from spiderd.core.rules import normalize_host
-
         by_domain: dict[str, int] = {}
         for site in sites:
             hops = getattr(site, "max_hops", 0)
@@ -63,32 +58,3 @@ class HopLimits:
         limit = self.limit(host)
         return limit <= 0 or hops <= limit
 
-
-class RedisHops:
-    """RedisPool's within_hops: the parent's count from its ``P h:<bucket>`` field (one ``HGET``, none without
-    a limit), the rule applied here."""
-
-    hops: HopLimits
-    prefix: str
-    rejected: Counter[str]
-    _execute: Callable[..., defer.Deferred[Any]]
-    _max_url_length: int
-
-    def within_hops(self, parent: str, urls: Sequence[str]) -> defer.Deferred[list[str]]:
-        """The links ``urls`` of ``parent`` within their hop limit (all of them when none is set); the others
-        are counted as rejected (``max-hops``)."""
-        found_on = parsed(parent, self._max_url_length) if self.hops.tracking else None
-        if found_on is None:
-            return defer.succeed(list(urls))
-        from spiderd.frontier.pool.redis.export import fingerprint_hex  # (the redis package imports this module)
-
-        fp = fingerprint_hex(found_on.url)
-        d = self._execute("HGET", f"{self.prefix}h:{int(fp[:3], 16)}", fp)
-        return d.addCallback(self._within, list(urls))
-
-    def _within(self, parent_hops: str | bytes | None, urls: list[str]) -> list[str]:
-        hops = int(parent_hops or 0) + 1
-        kept = [url for url in urls if self.hops.within(hops, host_of(url))]
-        if len(kept) < len(urls):
-            self.rejected[REJECTED] += len(urls) - len(kept)
-        return kept

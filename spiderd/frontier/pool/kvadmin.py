@@ -1,4 +1,4 @@
-"""The embedded pool's admin part (IURLPoolAdmin): why, export and import; and compaction, for maintenance."""
+"""The embedded pool's admin part (IURLPoolAdmin): why, hosts, export and import; and compaction, for maintenance."""
 
 from __future__ import annotations
 
@@ -6,37 +6,50 @@ from collections.abc import Iterable
 from typing import Any
 
 from twisted.internet import defer
+from zope.interface import implementer
 
+from spiderd.contracts.pool import IURLPoolAdmin
 from spiderd.core import conditional as cg
 from spiderd.frontier.pool import keys as k
 from spiderd.frontier.pool import records as rec
+from spiderd.frontier.pool.crawled import CrawledSets
+from spiderd.frontier.pool.kvcore import KVState
 from spiderd.frontier.pool.kvexport import FINGERPRINT, KVExport
 from spiderd.frontier.pool.kvqueues import KVQueues
 from spiderd.frontier.pool.shared import host_limit, host_row, top_hosts, why_head, why_host, why_parse
 
 
-class KVAdmin(KVQueues):
-    """KVPool's answers for operators and tools: why, hosts, export, import_states; compact."""
+@implementer(IURLPoolAdmin)
+class KVAdmin:
+    """KVPool's answers for operators and tools, over the pool's ``state``: why (with the linkbase entry of the
+    ``crawled`` part), hosts, export, import_states (into the ``queues``)."""
+
+    def __init__(self, state: KVState, queues: KVQueues, crawled: CrawledSets) -> None:
+        self._state = state
+        self._queues = queues
+        self._crawled = crawled
+        self._kv = state.kv
 
     # -- why ------------------------------------------------------------------------
 
     def why(self, url: str) -> defer.Deferred[dict[str, Any]]:
         """The URL's state (kind, failures, lease), its last failure, linkbase entry and host (see IURLPoolAdmin)."""
-        u = why_parse(url, self._max_url_length)
+        state = self._state
+        u = why_parse(url, state.max_url_length)
         if isinstance(u, dict):
             return defer.succeed(u)
-        answer = why_head(u, u.fingerprint in self._hubs)
+        answer = why_head(u, u.fingerprint in state.hubs)
         answer.update(_describe_state(self._kv.get(k.state_key(u.fingerprint))))
-        if u.fingerprint in self._again:
+        if u.fingerprint in state.again:
             answer["queued_again"] = True
         failed = self._kv.get(k.failure_key(u.fingerprint))
         if failed is not None:
             answer["last_failure"] = rec.last_failure(*k.unpack_failure(failed))
-        answer.update(self._link_of(u.fingerprint))
+        answer.update(self._crawled.link_of(u.fingerprint))
         validators = cg.unpack(self._kv.get(k.validators_key(u.fingerprint)))
         if validators is not None:
             answer["validators"] = validators.described()
-        slot = self.politeness.hosts.get(u.host)
+        slot = state.politeness.hosts.get(u.host)
         if slot is not None:
             answer.update(why_host(slot.waiting, slot.inflight, slot.delay, slot.next_allowed))
         return defer.succeed(answer)
@@ -44,16 +57,16 @@ class KVAdmin(KVQueues):
     # -- hosts ----------------------------------------------------------------------
 
     def hosts(self, limit: int = 50) -> defer.Deferred[list[dict[str, Any]]]:
-        """The hosts to look at first (see IURLPoolAdmin), from the host table in memory: one pass over it."""
+        """The hosts to look at first (see IURLPoolAdmin), from the host table in memory (Politeness.attention)."""
         limit = host_limit(limit)
-        now = self._clock.seconds()
-        politeness = self.politeness
+        now = self._state.clock.seconds()
+        politeness = self._state.politeness
         rows = []
         for slot in politeness.attention(limit, now):
             configured, crawl_delay = politeness.delays(slot.host)
             rows.append(host_row(slot.host, slot.waiting, slot.inflight, slot.concurrency, configured, crawl_delay,
                                  slot.next_allowed, slot.throttled_until, politeness.adaptive_of(slot.host).on,
-                                 self.host_errors.of(slot.host), now))
+                                 self._state.host_errors.of(slot.host), now))
         return defer.succeed(top_hosts(rows, limit))
 
     # -- export and import -----------------------------------------------------------
@@ -68,7 +81,7 @@ class KVAdmin(KVQueues):
         Fires with ``queued``, ``restored``, ``known`` (already in the pool) and
         ``rejected`` (``[index, reason]`` of each bad record).
         """
-        found = rec.sort_records(records, FINGERPRINT, self._max_url_length)
+        found = rec.sort_records(records, FINGERPRINT, self._state.max_url_length)
         codes = {"done": (k.DONE, 2), "failed": (k.FAILED, 3), "batched": (k.BATCHED, 5)}
         batch = self._kv.write_batch()
         restored: set[int] = set()
@@ -77,25 +90,13 @@ class KVAdmin(KVQueues):
             if fp not in restored and self._kv.get(skey) is None:
                 value, counter = codes[state]
                 batch.put(skey, value)
-                self._counters[counter] += 1
+                self._state.counters[counter] += 1
                 restored.add(fp)
         if restored:
-            self._commit(batch, ())
-        queued = self._addmany(found.urls[0], False, False) + self._addmany(found.urls[1], False, True)
+            self._state.commit(batch, ())
+        queued = self._queues.add_urls(found.urls[0], False, False) + self._queues.add_urls(found.urls[1], False, True)
         offered = len(found.urls[0]) + len(found.urls[1])
         return defer.succeed(rec.counts(queued, offered, len(restored), len(found.finals), found.rejected))
-
-    def compact(self) -> None:
-        """Compact the store range by range (a blocking call: for maintenance and benchmarks).
-
-        LevelDB keeps deleted queue and lease keys until a compaction reaches
-        them; a whole-store ``compact_range()`` leaves many behind, one range at
-        a time does not.
-        """
-        compact = getattr(self._kv, "compact_range", None)
-        if compact is not None:
-            for prefix in (k.QUEUE, k.LEASE, k.STATE, k.HOST, k.HUB, k.CRAWLED, k.FAILURE):
-                compact(start=prefix, stop=k.prefix_end(prefix))
 
 
 def _describe_state(state: bytes | None) -> dict[str, Any]:
@@ -114,3 +115,15 @@ def _describe_state(state: bytes | None) -> dict[str, Any]:
         return {"state": "waiting", "failures": failures, "kind": kind}
     return {"state": "pending", "failures": failures, "kind": kind, "lease_until": number / 1000.0}
 
+
+def compact(kv: Any) -> None:
+    """Compact the store ``kv`` range by range (a blocking call: for maintenance and benchmarks).
+
+    LevelDB keeps deleted queue and lease keys until a compaction reaches
+    them; a whole-store ``compact_range()`` leaves many behind, one range at
+    a time does not.
+    """
+    compact_range = getattr(kv, "compact_range", None)
+    if compact_range is not None:
+        for prefix in (k.QUEUE, k.LEASE, k.STATE, k.HOST, k.HUB, k.CRAWLED, k.FAILURE):
+            compact_range(start=prefix, stop=k.prefix_end(prefix))

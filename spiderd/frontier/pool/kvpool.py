@@ -7,36 +7,94 @@ rebuilt at open from the small ``C``, ``H`` and ``L`` ranges, never by a scan
 of the URLs.  So do the marks of leased URLs added again (``always``), which
 need no rebuilding: at open every lease goes back to its queue.
 
-The pool is made of parts, one module each: :mod:`.kvcore` (state, opening,
-the write primitives), :mod:`.kvqueues` (adding, popping, hubs),
-:mod:`.kvstatus` (outcomes, redirect claims, checkpoints, the seen set),
-:mod:`.kvadmin` (why, export, import), :mod:`.crawled` (seed 004) and :mod:`.content` (content digests).
+The pool is made of parts, each given the one shared state (:class:`~.kvcore.KVState`: the store, the
+counters, the leases, the hubs, politeness, and the write primitives) and the parts it works with:
+``queues`` (:mod:`.kvqueues`: adding, popping, hubs), ``statuses`` (:mod:`.kvstatus`: outcomes, redirect
+claims, checkpoints), ``ledger`` (:mod:`.kvledger`: the seen set, batch numbers), ``crawled``
+(:mod:`.crawled`: seed 004's crawled sets, linkbase, claim_once), ``content`` (:mod:`.content`: content
+digests) and ``admin`` (:mod:`.kvadmin`: why, hosts, export, import).  :class:`~.parts.PartsPool` passes
+each call of the contracts to its part; this class answers the rest: counts, seeds, host policy, closing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from zope.interface import implementer
 
-from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
+from spiderd.contracts.pool import IURLPool, IURLPoolAdmin
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.content import KVContent
-from spiderd.frontier.pool.kvadmin import KVAdmin
+from spiderd.frontier.pool.crawled import CrawledSets
+from spiderd.frontier.pool.kvadmin import KVAdmin, compact
+from spiderd.frontier.pool.kvcore import KVState
+from spiderd.frontier.pool.kvledger import KVLedger
+from spiderd.frontier.pool.kvqueues import KVQueues
 from spiderd.frontier.pool.kvstatus import KVStatuses
+from spiderd.frontier.pool.options import PoolOptions
+from spiderd.frontier.pool.parts import PartsPool
 from spiderd.frontier.pool.shared import stats_answer
 
 
 @implementer(IURLPool, IURLPoolAdmin)
-class KVPool(KVStatuses, KVAdmin, KVContent):
-    """A crash-safe, polite URL pool over a plyvel-like store (``get``, ``write_batch``, ``iterator``): the core
-    contract and the admin part.  Its options are :class:`~spiderd.frontier.pool.kvcore.KVCore`'s: ``recrawl``
-    names the (registered domain, kind) pairs whose done pages are kept in crawled sets; ``linkbase`` turns the
-    linkbase on (see crawled.py).
+class KVPool(PartsPool):
+    """A crash-safe, polite URL pool over a plyvel-like store (``get``, ``write_batch``, ``iterator``): every
+    contract and the admin part.  ``options`` (the same for every backend): its ``recrawl`` names the
+    (registered domain, kind) pairs whose done pages are kept in crawled sets; ``config.linkbase`` turns the
+    linkbase on (see crawled.py).  ``trim`` compacts the store now and then.
     """
 
-    # -- seeds and hosts ------------------------------------------------------------
+    def __init__(self, kv: Any, clock: IReactorTime, options: PoolOptions = PoolOptions(), *,
+                 politeness: Politeness | None = None, trim: Callable[[], Any] | None = None) -> None:
+        config = options.config
+        self.state = state = KVState(kv, clock, options, politeness=politeness, trim=trim)
+        crawled = CrawledSets(state, options.recrawl, config.linkbase, config.linkbase_max)
+        queues = KVQueues(state, crawled)
+        super().__init__(queues, KVStatuses(state, queues, crawled), KVLedger(state), crawled,
+                         KVContent(kv, config.max_url_length), KVAdmin(state, queues, crawled))
+        self._kv = kv
+        self._clock = clock
+        self.politeness = state.politeness
+        self.split = state.split
+        self.hops = state.hops
+        self.rejected = state.rejected
+        self.recent_failures = state.recent_failures
+        self.host_errors = state.host_errors
+        self.failure_threshold = state.failure_threshold
+        self.max_throttles = state.max_throttles
+        self.conditional_get = state.conditional_get
+        self.pending_threshold = state.pending_threshold
+        self._seeds: list[str] = []  # the configured seeds, as last given to set_seeds
+
+    # -- counts (IURLQueue) ---------------------------------------------------------
+
+    def size(self) -> defer.Deferred[int]:
+        return defer.succeed(self.state.counters[0])
+
+    def empty(self) -> defer.Deferred[bool]:
+        return defer.succeed(self.state.counters[0] == 0)
+
+    def stats(self) -> defer.Deferred[dict[str, Any]]:
+        state = self.state
+        waiting, pending, done, failed, _, batched = state.counters
+        counts = {"waiting": waiting, "pending": pending, "done": done, "failed": failed, "batched": batched}
+        answer = stats_answer(counts, self.politeness.active_hosts(), self.politeness.top(5), len(state.hubs),
+                              self.rejected)
+        return defer.succeed(answer)
+
+    def next_due(self) -> defer.Deferred[float | None]:
+        state = self.state
+        now = self._clock.seconds()
+        times = [self.politeness.next_time(), state.hub_heap[0][0] if state.hub_heap else None]
+        if state.counters[1]:
+            times.append(state.lease_bound)
+        known = [t for t in times if t is not None and t != float("inf")]
+        return defer.succeed(max(0.0, min(known) - now) if known else None)
+
+    # -- seeds (ISeedLists) ---------------------------------------------------------
 
     def set_seeds(self, urls: Iterable[str]) -> defer.Deferred[int]:
         """Remember the configured seeds (in memory only: a start or reload gives them again) for the seed timer."""
@@ -47,6 +105,8 @@ class KVPool(KVStatuses, KVAdmin, KVContent):
         """The seeds last given to set_seeds (one process: no other tool adds any)."""
         return defer.succeed(list(self._seeds))
 
+    # -- host policy (IHostPolicy) ---------------------------------------------------
+
     def set_host_delay(self, host: str, delay: float) -> defer.Deferred[None]:
         self.politeness.set_robots_delay(host, delay)
         return defer.succeed(None)
@@ -55,28 +115,11 @@ class KVPool(KVStatuses, KVAdmin, KVContent):
         self.politeness.set_group(host, group)
         return defer.succeed(None)
 
-    # -- questions ------------------------------------------------------------------
+    # -- maintenance ----------------------------------------------------------------
 
-    def size(self) -> defer.Deferred[int]:
-        return defer.succeed(self._counters[0])
-
-    def empty(self) -> defer.Deferred[bool]:
-        return defer.succeed(self._counters[0] == 0)
-
-    def next_due(self) -> defer.Deferred[float | None]:
-        now = self._clock.seconds()
-        times = [self.politeness.next_time(), self._hub_heap[0][0] if self._hub_heap else None]
-        if self._counters[1]:
-            times.append(self._lease_bound)
-        known = [t for t in times if t is not None and t != float("inf")]
-        return defer.succeed(max(0.0, min(known) - now) if known else None)
-
-    def stats(self) -> defer.Deferred[dict[str, Any]]:
-        waiting, pending, done, failed, _, batched = self._counters
-        counts = {"waiting": waiting, "pending": pending, "done": done, "failed": failed, "batched": batched}
-        answer = stats_answer(counts, self.politeness.active_hosts(), self.politeness.top(5), len(self._hubs),
-                              self.rejected)
-        return defer.succeed(answer)
+    def compact(self) -> None:
+        """Compact the store range by range (a blocking call: for maintenance and benchmarks)."""
+        compact(self._kv)
 
     # -- closing --------------------------------------------------------------------
 
@@ -84,4 +127,3 @@ class KVPool(KVStatuses, KVAdmin, KVContent):
         if not getattr(self._kv, "closed", False):
             self._kv.close()
         return defer.succeed(None)
-

@@ -3,7 +3,7 @@
 A host's queues (list, detail) are read a few keys ahead (``PREFETCH``) from
 just past the last key read, so a pop seeks once per host and never walks
 over deleted keys; a key deleted outside a pop (a status, a claim) leaves the
-read-ahead too (``_dequeue``).
+read-ahead too (``dequeue``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from spiderd.core.urls import fingerprint, host_of
 from spiderd.engine.politeness import HostSlot
 from spiderd.frontier.pool.split import hub_quota
 from spiderd.frontier.pool import keys as k
+from spiderd.frontier.pool.crawled import CrawledSets
 from spiderd.frontier.pool.hops import REJECTED
-from spiderd.frontier.pool.kvcore import KVCore
+from spiderd.frontier.pool.kvcore import KVState
 from spiderd.frontier.pool.split import RESERVE_SCAN
 
 PREFETCH = 8
@@ -39,40 +40,58 @@ class _Queues:
         self.maybe = [True, True]
 
 
-class KVQueues(KVCore):
+class KVQueues:
     """KVPool's queues: add and addmany (with the host budget), pop (hubs first, then the kinds' shares, then
-    host by host), set_hubs."""
+    host by host), set_hubs; over the pool's ``state``, with its ``crawled`` sets (an added URL leaves its own)."""
+
+    def __init__(self, state: KVState, crawled: CrawledSets) -> None:
+        self._state = state
+        self._crawled = crawled
+        self._kv = state.kv
+        self._clock = state.clock
+        self._counters = state.counters
+        self._leased = state.leased
+        self._again = state.again
+        self._hubs = state.hubs
+        self._hub_heap = state.hub_heap
+        self.politeness = state.politeness
+        self._max_per_host = state.max_per_host
+        self._hub_span = 0.0
 
     # -- adding ---------------------------------------------------------------------
 
     def add(self, url: str, always: bool = False, detail: bool = False) -> defer.Deferred[bool]:
-        return defer.succeed(self._addmany((url,), always, detail) == 1)
+        return defer.succeed(self.add_urls((url,), always, detail) == 1)
 
     def addmany(self, urls: Iterable[str], always: bool = False, detail: bool = False,
                 parent: str | None = None) -> defer.Deferred[int]:
         if isinstance(urls, str):
             urls = (urls,)
-        return defer.succeed(self._addmany(urls, always, detail, parent))
+        return defer.succeed(self.add_urls(urls, always, detail, parent))
 
     def within_hops(self, parent: str, urls: Sequence[str]) -> defer.Deferred[list[str]]:
         """The links ``urls`` of ``parent`` within their hop limit (all of them when none is set); the others
         are counted as rejected (``max-hops``)."""
-        if not self.hops.tracking:
+        limits = self._state.hops
+        if not limits.tracking:
             return defer.succeed(list(urls))
         hops = self._parent_hops(parent) + 1
-        kept = [url for url in urls if self.hops.within(hops, host_of(url))]
+        kept = [url for url in urls if limits.within(hops, host_of(url))]
         if len(kept) < len(urls):
-            self.rejected[REJECTED] += len(urls) - len(kept)
+            self._state.rejected[REJECTED] += len(urls) - len(kept)
         return defer.succeed(kept)
 
     def _parent_hops(self, parent: str) -> int:
         """The hop count of the page ``parent`` (leased: its links are added before its status)."""
-        u = self._parse(parent)
-        return 0 if u is None else self._hops_of(u.fingerprint, self._kv.get(k.state_key(u.fingerprint)), u.host)
+        u = self._state.urls.parse(parent)
+        return 0 if u is None else self._state.hops_of(u.fingerprint, self._kv.get(k.state_key(u.fingerprint)), u.host)
 
-    def _addmany(self, urls: Iterable[str], always: bool, detail: bool, parent: str | None = None) -> int:
+    def add_urls(self, urls: Iterable[str], always: bool, detail: bool, parent: str | None = None) -> int:
+        """Queue ``urls`` (see IURLQueue.addmany); the number queued."""
+        state = self._state
+        limits, parse, rejected = state.hops, state.urls.parse, state.rejected
         prio = 1 if detail else 0
-        hops = self._parent_hops(parent) + 1 if parent is not None and self.hops.tracking else 0
+        hops = self._parent_hops(parent) + 1 if parent is not None and limits.tracking else 0
         kv_get = self._kv.get
         batch = self._kv.write_batch()
         counters = self._counters
@@ -80,39 +99,39 @@ class KVQueues(KVCore):
         seen: set[int] = set()
         added = 0
         for raw in urls:
-            self._touched += 1
-            u = self._parse(raw)
+            state.touched += 1
+            u = parse(raw)
             if u is None or u.fingerprint in seen:
                 continue
             seen.add(u.fingerprint)
             skey = k.state_key(u.fingerprint)
-            state = kv_get(skey)
-            if state is not None:
-                if not always or state[0] == k.WAITING:
+            known = kv_get(skey)
+            if known is not None:
+                if not always or known[0] == k.WAITING:
                     continue
-                if state[0] == k.PENDING:  # leased: queued again when its lease ends, never fetched twice at once
+                if known[0] == k.PENDING:  # leased: queued again when its lease ends, never fetched twice at once
                     if u.fingerprint not in self._again:
                         self._again[u.fingerprint] = prio
                         added += 1
                     continue
-                counters[{k.DONE: 2, k.FAILED: 3, k.BATCHED: 5}[state[:1]]] -= 1
-                self._forget_crawled(batch, u.host, u.fingerprint, state)
-            if hops and state is None and not self.hops.within(hops, u.host):
-                self.rejected[REJECTED] += 1
+                counters[{k.DONE: 2, k.FAILED: 3, k.BATCHED: 5}[known[:1]]] -= 1
+                self._crawled.forget(batch, u.host, u.fingerprint, known)
+            if hops and known is None and not limits.within(hops, u.host):
+                rejected[REJECTED] += 1
                 continue
-            slot = touched.get(u.host) or self._slot(u.host)
-            if state is None and self._max_per_host and not self._take_budget(slot):
-                self.rejected["host-full"] += 1
+            slot = touched.get(u.host) or state.slot(u.host)
+            if known is None and self._max_per_host and not self._take_budget(slot):
+                rejected["host-full"] += 1
                 continue
             touched[u.host] = slot
-            self._enqueue(batch, u.url, u.fingerprint, slot, prio, 0, hops)
+            state.enqueue(batch, u.url, u.fingerprint, slot, prio, 0, hops)
             added += 1
         if added:
             for slot in touched.values():  # the budgets spent here (the only place they change)
                 if slot.seen is not None:
                     batch.put(k.HOST_SEEN + slot.hid, k.u64(slot.seen))
-            self._commit(batch, touched.values())
-        self._maybe_trim()
+            state.commit(batch, touched.values())
+        state.maybe_trim()
         return added
 
     def _take_budget(self, slot: HostSlot) -> bool:
@@ -128,33 +147,36 @@ class KVQueues(KVCore):
     # -- popping --------------------------------------------------------------------
 
     def pop(self, count: int, hub_percent: int = 50) -> defer.Deferred[dict[str, bool]]:
+        state = self._state
         now = self._clock.seconds()
-        if now >= self._lease_bound:
-            self._expire(now)
+        if now >= state.lease_bound:
+            state.expire(now)
         batch = self._kv.write_batch()
         hubs = self._pop_hubs(batch, now, hub_quota(count, hub_percent))
         result: dict[str, bool] = dict.fromkeys(hubs, True)
         touched = self._pop_urls(batch, now, count - len(hubs), result)
         if result:
-            self._commit(batch, touched)
-        self._touched += len(result)
-        self._maybe_collect(now)
-        self._maybe_trim()
+            state.commit(batch, touched)
+        state.touched += len(result)
+        state.maybe_collect(now)
+        state.maybe_trim()
         return defer.succeed(result)
 
     def _pop_urls(self, batch: Any, now: float, wanted: int, result: dict[str, bool]) -> list[HostSlot]:
         """Lease up to ``wanted`` waiting URLs: the kinds' reserved shares first (see split.py), then any."""
-        deadline_ms = int((now + self.pending_threshold) * 1000)
+        state = self._state
+        deadline_ms = int((now + state.pending_threshold) * 1000)
         touched: list[HostSlot] = []
         taken = [0, 0]
-        reserved = self.split.reserve(wanted)
+        split = state.split
+        reserved = split.reserve(wanted)
         left = wanted
         if any(reserved):
             left -= self._turns(batch, now, reserved, True, deadline_ms, result, touched, taken)
         self._turns(batch, now, [left, left], False, deadline_ms, result, touched, taken)
-        self.split.settle(wanted, taken)
-        if touched and self._lease_bound == float("inf"):
-            self._lease_bound = deadline_ms / 1000.0
+        split.settle(wanted, taken)
+        if touched and state.lease_bound == float("inf"):
+            state.lease_bound = deadline_ms / 1000.0
         return touched
 
     def _turns(self, batch: Any, now: float, caps: list[int], strict: bool, deadline_ms: int,
@@ -244,12 +266,12 @@ class KVQueues(KVCore):
         """Keys read ahead per seek: a few, unless there are so many hosts that buffers would add up."""
         return PREFETCH if len(self.politeness.hosts) <= PREFETCH_HOSTS else 1
 
-    def _dequeue(self, batch: Any, slot: HostSlot, state: bytes) -> tuple[int, int, int]:
+    def dequeue(self, batch: Any, slot: HostSlot, state: bytes) -> tuple[int, int, int]:
         """Take a waiting URL (its ``state``) out of its host queue and the read-ahead; (failures, prio, hops)."""
         failures, prio, seq = k.parse_active(state)
         key = k.queue_key(slot.hid, prio, seq)
         hops = 0
-        if self.hops.tracking:
+        if self._state.hops.tracking:
             value = self._kv.get(key)
             hops = 0 if value is None else k.split_url_value(value, 1)[1]
         batch.delete(key)
@@ -273,7 +295,7 @@ class KVQueues(KVCore):
     def set_hubs(self, urls: Iterable[str], refresh_span: float) -> defer.Deferred[None]:
         self._hub_span = float(refresh_span)
         batch = self._kv.write_batch()
-        wanted = {u.fingerprint: u for u in map(self._parse, urls) if u is not None}
+        wanted = {u.fingerprint: u for u in map(self._state.urls.parse, urls) if u is not None}
         for fp in list(self._hubs):
             if fp not in wanted:
                 del self._hubs[fp]
@@ -287,7 +309,7 @@ class KVQueues(KVCore):
                 due = self._hubs[fp][2]
                 self._hubs[fp][2] = min(due, self._clock.seconds() + self._hub_span)
         batch.write()
-        self._hub_heap = [(entry[2], fp) for fp, entry in self._hubs.items()]
+        self._hub_heap[:] = [(entry[2], fp) for fp, entry in self._hubs.items()]
         heapq.heapify(self._hub_heap)
         return defer.succeed(None)
 
@@ -302,7 +324,7 @@ class KVQueues(KVCore):
             if entry is None or entry[2] != due:
                 continue
             url, host, _ = entry
-            slot = self._slot(host)
+            slot = self._state.slot(host)
             if slot.next_allowed > now or slot.inflight >= slot.concurrency:
                 later.append((due, fp))
                 continue

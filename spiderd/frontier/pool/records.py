@@ -20,24 +20,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Protocol
+from typing import Any, Iterable
 
 from spiderd.core.urls import BadURL, canonicalize
-
-if TYPE_CHECKING:
-    from twisted.internet.defer import Deferred
 
 FINAL_STATES = ("done", "failed", "batched")
 ACTIVE_STATES = ("waiting", "pending")
 KINDS = ("list", "detail")
 _HEX = re.compile(r"[0-9a-f]{16}")
-
-
-class ExportReader(Protocol):
-    """A pool's export (``IURLPoolAdmin.export``), read chunk by chunk."""
-
-    def next(self) -> Deferred[list[dict[str, Any]] | None]:
-        """Fires with the next entries (perhaps none yet), or None once everything was read."""
 
 
 @dataclass

@@ -19,9 +19,9 @@ from twisted.python.failure import Failure
 
 from spiderd.config.convert import ConfigError
 from spiderd.config.sections import FetchSection, PoolSection
+from spiderd.contracts.pool import IURLPool
 from spiderd.core.rules import Site
 from spiderd.core.secrets import redact
-from spiderd.frontier.interfaces import IURLPool
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 from spiderd.frontier.pool.hops import HopLimits

@@ -9,6 +9,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from spiderd.contracts.pool import HOSTS_MOST
 from spiderd.core.urls import MAX_URL_LENGTH, URL, BadURL, parse
 
 log = Logger()
@@ -16,7 +17,6 @@ log = Logger()
 STATE_COUNTS = ("waiting", "pending", "done", "failed", "batched")
 RECENT_FAILURES = 200  # final failures a node remembers for /api/failures
 RECENT_ERRORS = 1000  # failed fetches a node counts per host for /api/hosts
-HOSTS_MOST = 200  # hosts one hosts() answer holds at most
 
 
 class RecentFailures:
@@ -91,15 +91,17 @@ def host_limit(limit: int) -> int:
     return max(1, min(int(limit), HOSTS_MOST))
 
 
-class URLParsing:
-    """A pool's ``_parse``: a bad URL is logged and counted by reason (``stats()["rejected"]``), never raised."""
+class URLParser:
+    """A pool's parsing of the URLs it is given: a bad URL is logged and counted by reason in ``rejected`` (the
+    pool's ``stats()["rejected"]``), never raised."""
 
-    _max_url_length: int
-    rejected: Counter[str]
+    def __init__(self, max_url_length: int, rejected: Counter[str]) -> None:
+        self.max_url_length = max_url_length
+        self.rejected = rejected
 
-    def _parse(self, url: str) -> URL | None:
+    def parse(self, url: str) -> URL | None:
         try:
-            return parse(url, self._max_url_length)
+            return parse(url, self.max_url_length)
         except BadURL as e:
             self.rejected[e.reason] += 1
             log.info("Rejected URL ({reason}): {url!r}", reason=e.reason, url=e.url[:200])

@@ -23,12 +23,10 @@ from twisted.web import http
 from twisted.web.server import NOT_DONE_YET, Request
 
 from spiderd.config.convert import MAX_SECONDS, finite_number
+from spiderd.contracts.pool import HOSTS_MOST, IURLPoolAdmin, IURLQueue, PoolUnavailable
 from spiderd.core import jsontext
 from spiderd.core.net.guard import foreign_request
-from spiderd.frontier.pool.redis.link import RedisPoolError
 from spiderd.core.urls import BadURL, canonicalize
-from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
-from spiderd.frontier.pool.shared import HOSTS_MOST
 from spiderd.ops.web import node as nodes
 from spiderd.core.net.auth import Auth
 from spiderd.core.net.resource import JsonResource, send
@@ -92,7 +90,7 @@ class ApiResource(JsonResource):
         self._needs_admin = {b"/api/why", b"/api/hosts", b"/api/export", b"/api/import"}  # IURLPoolAdmin, which a pool may lack
 
     @property
-    def _pool(self) -> IURLPool:
+    def _pool(self) -> IURLQueue:
         """The node's pool (``admit`` refused a request that needs one in a role without it)."""
         assert self._node.pool is not None
         return self._node.pool
@@ -127,7 +125,8 @@ class ApiResource(JsonResource):
         return self._json(request, {"status": "ok", **data}, http.OK)
 
     def unexpected(self, failure: Failure, request: Request) -> bytes:
-        if not getattr(self._node.crawler, "running", True) or failure.check(RuntimeError, RedisPoolError):
+        crawler = self._node.crawler
+        if (crawler is not None and not crawler.running) or failure.check(RuntimeError, PoolUnavailable):
             log.warn("API: {path}: {error}", path=request.path.decode("latin-1"), error=failure.getErrorMessage())
             return self.error(request, f"unavailable: {failure.getErrorMessage()}", http.SERVICE_UNAVAILABLE)
         return super().unexpected(failure, request)

@@ -141,7 +141,7 @@ class NodeCollector:
         yield _gauge("spiderd_crawler_fetching", "Fetches in flight.", crawler.fetching)
         yield _gauge("spiderd_crawler_processing", "Fetched pages being parsed and stored.", crawler.processing)
         yield _gauge("spiderd_crawler_queued", "URLs popped ahead of the free fetch slots, leased, waiting for one "
-                     "([pool] redis_pop_ahead).", getattr(crawler, "queued", 0))
+                     "([pool] redis_pop_ahead).", crawler.queued)
         yield _gauge("spiderd_crawler_paused", "1 while the crawl is paused.", 1 if crawler.paused else 0)
 
     def _batches(self) -> Iterator[Metric]:

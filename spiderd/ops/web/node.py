@@ -11,8 +11,8 @@ from twisted.logger import Logger
 
 import spiderd
 
+from spiderd.contracts.pool import IURLPoolAdmin, IURLQueue
 from spiderd.core.urls import MAX_URL_LENGTH
-from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.store.interfaces import IPageStore
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ class Node:
     role: str
     clock: IReactorTime
     stats: CrawlStats | None = None
-    pool: IURLPool | None = None
+    pool: IURLQueue | None = None  # its counts, the URLs the API adds; IURLPoolAdmin where the backend has it
     crawler: CrawlService | None = None
     seeds: SeedService | None = None
     batcher: Batcher | None = None
@@ -139,12 +139,12 @@ def _crawler(node: Node) -> dict[str, Any] | None:
     if crawler is None:
         return None
     state = "paused" if crawler.paused else ("running" if crawler.running else "stopped")
-    if state == "running" and not getattr(crawler, "healthy", True):
+    if state == "running" and not crawler.healthy:
         state = "failing"  # the fetch loop cannot take URLs from the pool
     return {"state": state, "paused": crawler.paused, "fetching": crawler.fetching,
-            "queued": getattr(crawler, "queued", 0), "processing": crawler.processing,
+            "queued": crawler.queued, "processing": crawler.processing,
             "concurrency": crawler.concurrency,
-            "pull_failures": getattr(crawler, "pull_failures", 0), "last_error": getattr(crawler, "last_error", "")}
+            "pull_failures": crawler.pull_failures, "last_error": crawler.last_error}
 
 
 def _batches(node: Node) -> dict[str, Any] | None:

@@ -1,5 +1,6 @@
 """The API as a Service: listens (in ``privilegedStartService`` under twistd, so a taken port stops the start before
-anything else runs), samples the history, and stops listening first when the node stops."""
+anything else runs; on a TCP port, a UNIX socket or a socket systemd passes), samples the history, and stops
+listening first when the node stops."""
 
 from __future__ import annotations
 
@@ -9,15 +10,15 @@ from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet import task
-from twisted.internet.address import IPv4Address, IPv6Address
-from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IListeningPort, IReactorTime
 from twisted.logger import Logger
 
+from spiderd.config.listen import listen_endpoint
 from spiderd.config.sections import ApiSection
 from spiderd.core.net.auth import Auth
+from spiderd.core.net.listener import Listen, Listener
 from spiderd.core.net.serving import JsonSite
-from spiderd.core.reactors import ITCPClock
+from spiderd.core.reactors import IServingClock
 from spiderd.ops.lag import ReactorLag
 from spiderd.ops.web.api import ApiResource
 from spiderd.ops.web.history import History
@@ -34,9 +35,11 @@ def page_html() -> bytes:
     return resources.files(__package__).joinpath("status.html").read_bytes()
 
 
-def api_service(config: ApiSection, reactor: ITCPClock, node: Node) -> ApiService:
-    """The HTTP API of ``[api]``: its address and credentials (a bearer token, basic auth, or none on loopback)."""
-    return ApiService(reactor, node, bind=config.bind, port=config.port,
+def api_service(config: ApiSection, reactor: IServingClock, node: Node) -> ApiService:
+    """The HTTP API of ``[api]``: where it listens, its connections' deadlines, and its credentials (a bearer
+    token, basic auth, or none on loopback)."""
+    endpoint = listen_endpoint(config.listen, config.bind, config.port, config.backlog)
+    return ApiService(reactor, node, listen=Listen(endpoint, config.header_timeout, config.idle_timeout),
                       auth=Auth(config.token, config.username, config.password))
 
 
@@ -45,11 +48,9 @@ class ApiService(Service):
 
     name = "api"  # type: ignore[assignment]  # Service declares it None
 
-    def __init__(self, reactor: ITCPClock, node: Node, *, bind: str = "127.0.0.1", port: int = 6810,
-                 auth: Auth | None = None, clock: IReactorTime | None = None, interval: float = 10.0) -> None:
-        self._reactor = reactor
-        self._bind = bind
-        self._port_number = port
+    def __init__(self, reactor: IServingClock, node: Node, *, listen: Listen = Listen(), auth: Auth | None = None,
+                 clock: IReactorTime | None = None, interval: float = 10.0) -> None:
+        self._listener = Listener(reactor, listen.endpoint, "API", "api.listen, or api.bind and api.port")
         self.auth = auth or Auth()
         self.node = node
         self.history = History(clock or reactor, node.pages, node.queue, interval)
@@ -58,39 +59,30 @@ class ApiService(Service):
         self._cooperator = task.Cooperator(scheduler=lambda work: reactor.callLater(0, work), started=False)
         self.resource = ApiResource(node, self.history, self.metrics, self.auth, self._cooperator, page_html(),
                                     self.lag)
-        self.site = JsonSite(self.resource, MAX_BODY, socket.gethostname(), "API", reactor=reactor)
-        self.port: IListeningPort | None = None
+        self.site = JsonSite(self.resource, MAX_BODY, socket.gethostname(), "API", reactor=reactor,
+                             header_timeout=listen.header_timeout, idle_timeout=listen.idle_timeout)
+
+    @property
+    def port(self) -> IListeningPort | None:
+        """The listening port (None when not listening)."""
+        return self._listener.port
 
     @property
     def address(self) -> tuple[str, int]:
-        """(host, port) listened on (known after the start, even when port 0 was asked)."""
-        assert self.port is not None, "the API is not listening"
-        host = self.port.getHost()
-        assert isinstance(host, (IPv4Address, IPv6Address))
-        return host.host, host.port
+        """(host, port) listened on over TCP (known after the start, even when port 0 was asked)."""
+        return self._listener.address
 
     @property
     def url(self) -> str:
-        host, port = self.address
-        return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+        """``http://HOST:PORT/``, or ``unix:PATH`` on a UNIX socket."""
+        return self._listener.url
 
     def privilegedStartService(self) -> None:
         super().privilegedStartService()
         self._listen()
 
     def _listen(self) -> None:
-        if self.port is not None:
-            return
-        try:
-            self.port = self._reactor.listenTCP(
-                self._port_number,
-                self.site,  # type: ignore[arg-type]  # Twisted's hint takes no Site (a factory of another protocol)
-                interface=self._bind,
-            )
-        except CannotListenError as e:
-            log.error("API: cannot listen on {bind}:{port} (api.bind, api.port): {error}", bind=self._bind,
-                      port=self._port_number, error=e.socketError)
-            raise
+        self._listener.open(self.site)
 
     def startService(self) -> None:
         self._listen()
@@ -98,7 +90,9 @@ class ApiService(Service):
         self._cooperator.start()
         self.history.start()
         self.lag.start()
-        log.info("API on {url} (status page {url}, metrics {url}metrics; auth: {auth})", url=self.url,
+        url = self.url
+        root = url if url.startswith("http") else "/"
+        log.info("API on {url} (status page {root}, metrics {root}metrics; auth: {auth})", url=url, root=root,
                  auth=_describe(self.auth))
 
     def stopService(self) -> Any:
@@ -106,8 +100,7 @@ class ApiService(Service):
         self.history.stop()
         self.lag.stop()
         self._cooperator.stop()
-        port, self.port = self.port, None
-        return port.stopListening() if port is not None else None
+        return self._listener.close()
 
 
 def _describe(auth: Auth) -> str:

@@ -19,9 +19,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.server import Request
 
+from spiderd.contracts.pool import ExportReader, IURLPoolAdmin
 from spiderd.core import jsontext
-from spiderd.frontier.interfaces import IURLPoolAdmin
-from spiderd.frontier.pool.records import ExportReader
 
 log = Logger()
 

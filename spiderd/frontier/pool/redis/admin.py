@@ -2,36 +2,41 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
+from zope.interface import implementer
 
+from spiderd.contracts.pool import IURLPoolAdmin
 from spiderd.core.conditional import from_text
 from spiderd.core.urls import URL, registered_domain
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.crawled import link_info
 from spiderd.frontier.pool.records import counts, sort_records
+from spiderd.frontier.pool.redis.channel import RedisChannel
 from spiderd.frontier.pool.redis.export import FINGERPRINT, RedisExport, parse_failure
+from spiderd.frontier.pool.redis.queues import RedisQueues
 from spiderd.frontier.pool.shared import HostErrors, host_limit, host_row, top_hosts, why_head, why_host, why_parse
 
 STATES = {"0": "list", "1": "detail"}
 
 
+@implementer(IURLPoolAdmin)
 class RedisAdmin:
-    """RedisPool's answers for operators and tools: why and hosts (one script each), export (a reader),
-    import_states."""
+    """RedisPool's answers for operators and tools over the ``channel``: why and hosts (one script each), export
+    (a reader), import_states (into the ``queues``); ``politeness``: this node's defaults; ``host_errors``: its
+    failed fetches per host."""
 
-    prefix: str
-    politeness: Any  # Politeness: this node's defaults
-    host_errors: HostErrors
-    _clock: IReactorTime
-    namespace: str
-    _bits: int
-    _max_url_length: int
-    _run: Callable[..., defer.Deferred[Any]]  # RedisPool's: a script, after the statuses given before
-    _execute: Callable[..., defer.Deferred[Any]]  # RedisPool's: a command, after the statuses given before
-    addmany: Callable[..., defer.Deferred[int]]
+    def __init__(self, channel: RedisChannel, clock: IReactorTime, queues: RedisQueues, politeness: Politeness,
+                 host_errors: HostErrors, max_url_length: int) -> None:
+        self._channel = channel
+        self._clock = clock
+        self._queues = queues
+        self._politeness = politeness
+        self._host_errors = host_errors
+        self._max_url_length = max_url_length
 
     # -- why ------------------------------------------------------------------------
 
@@ -40,7 +45,7 @@ class RedisAdmin:
         u = why_parse(url, self._max_url_length)
         if isinstance(u, dict):
             return defer.succeed(u)
-        return self._run("why", [u.url, u.host]).addCallback(self._why, u)
+        return self._channel.run("why", [u.url, u.host]).addCallback(self._why, u)
 
     def _why(self, answer: list[Any], u: URL) -> dict[str, Any]:
         (state, kind, lease_until, failures, hub, waiting, inflight, delay, next_allowed, link, again, failed,
@@ -70,24 +75,25 @@ class RedisAdmin:
         (at most ``limit`` of each) and those hosts' slots; the failed fetches are this node's own."""
         limit = host_limit(limit)
         now = self._clock.seconds()
-        return self._run("hosts", [str(limit)], now).addCallback(self._hosts, limit, now)
+        return self._channel.run("hosts", [str(limit)], now).addCallback(self._hosts, limit, now)
 
     def _hosts(self, flat: list[Any], limit: int, now: float) -> list[dict[str, Any]]:
-        default = bool(self.politeness.adaptive.on)
+        default = bool(self._politeness.adaptive.on)
         rows = []
         for i in range(0, len(flat), 9):
             host, waiting, inflight, concurrency, configured, crawl_delay, next_allowed, until, factor = flat[i:i + 9]
             adaptive = float(factor) > 0 if factor else default
             rows.append(host_row(host, int(float(waiting)), int(float(inflight)), int(float(concurrency)),
                                  float(configured), float(crawl_delay), float(next_allowed), float(until or 0),
-                                 adaptive, self.host_errors.of(host), now))
+                                 adaptive, self._host_errors.of(host), now))
         return top_hosts(rows, limit)
 
     # -- export and import -----------------------------------------------------------
 
     def export(self, chunk: int = 1000) -> RedisExport:
         """A reader of every entry (see :mod:`..records`): waiting and pending URLs, then finished fingerprints."""
-        return RedisExport(self._execute, self.prefix, self.namespace, self._bits, chunk)
+        channel = self._channel
+        return RedisExport(channel.execute, channel.prefix, channel.namespace, channel.bits, chunk)
 
     def import_states(self, records: Iterable[Any]) -> defer.Deferred[dict[str, Any]]:
         """Re-add exported URLs (waiting again) and restore finished fingerprints the pool has never seen.
@@ -97,8 +103,8 @@ class RedisAdmin:
         found = sort_records(records, FINGERPRINT, self._max_url_length)
         codes = {"done": "1", "failed": "2", "batched": "3"}
         args = [arg for fp, state in found.finals for arg in (f"{fp:016x}", codes[state])]
-        restoring = self._run("restore", args).addCallback(int) if args else defer.succeed(0)
-        adds = [restoring, self.addmany(found.urls[0]), self.addmany(found.urls[1], detail=True)]
+        restoring = self._channel.run("restore", args).addCallback(int) if args else defer.succeed(0)
+        adds = [restoring, self._queues.addmany(found.urls[0]), self._queues.addmany(found.urls[1], detail=True)]
 
         def answer(results: list[int]) -> dict[str, Any]:
             restored, lists, details = results

@@ -18,6 +18,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from spiderd.contracts.pool import PoolUnavailable
 from spiderd.core.secrets import mask_secret, redact
 
 log = Logger()
@@ -27,7 +28,7 @@ SCRIPTS = ("add", "pop", "status", "claim", "seen", "hubs", "next_due", "stats",
 PAIRS = {"statuspop": ("status", "pop")}  # two scripts run in one call: the statuses waiting go out with a pop
 
 
-class RedisPoolError(Exception):
+class RedisPoolError(PoolUnavailable):
     """Redis could not be reached or answered with an error; the message names host:port, never the password."""
 
 

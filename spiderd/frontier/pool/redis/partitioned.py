@@ -23,11 +23,10 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from spiderd.contracts.pool import ExportReader, IURLPool, IURLPoolAdmin
 from spiderd.core import conditional as cg
 from spiderd.core.urls import MAX_URL_LENGTH, registered_domain
-from spiderd.frontier.interfaces import IURLPool, IURLPoolAdmin
 from spiderd.frontier.pool.options import PoolOptions
-from spiderd.frontier.pool.records import ExportReader
 from spiderd.frontier.pool.redis.cluster import ClusterLink, SlotLink, key_slot, parse_cluster_url
 from spiderd.frontier.pool.redis.known import KnownURLs
 from spiderd.frontier.pool.redis.link import RedisPoolError, load_scripts
@@ -48,7 +47,8 @@ Gen = Generator[Any, Any, Any]
 
 @implementer(IURLPool, IURLPoolAdmin)
 class PartitionedPool:
-    """IURLPool over ``parts`` (RedisPools on one cluster, partition p's keys tagged ``{tag p}``)."""
+    """IURLPool over ``parts`` (RedisPools on one cluster, partition p's keys tagged ``{tag p}``, sharing one
+    memory of known URLs and of recent failures: see make_cluster_pool)."""
 
     def __init__(self, cluster: ClusterLink, parts: Sequence[RedisPool], layout_key: str,
                  max_url_length: int = MAX_URL_LENGTH) -> None:
@@ -60,10 +60,8 @@ class PartitionedPool:
         self._cursor = 0  # where in _order the next pop starts
         self._order = stride_order(self._count)  # neighbours in turn are far apart in slots, so on other masters
         self._hub_parts: set[int] = set()  # partitions given hubs by set_hubs (a pop asks them first for hubs)
-        self.recent_failures = RecentFailures()  # every partition's, this node's (the API reads it)
-        for part in self.parts:
-            part.recent_failures = self.recent_failures
         first = self.parts[0]
+        self.recent_failures = first.recent_failures  # this node's, shared by every partition (the API reads it)
         self.failure_threshold = first.failure_threshold
         self.max_throttles = first.max_throttles
         self.conditional_get = first.conditional_get
@@ -339,9 +337,10 @@ def make_cluster_pool(
     cluster = ClusterLink(parse_cluster_url(url), list(scripts.values()), clock, connect_timeout=connect_timeout,
                           reply_timeout=reply_timeout)
     known = KnownURLs(options.config.redis_known_urls)  # one for every partition
+    failures = RecentFailures()  # the same
     parts = [RedisPool(SlotLink(cluster, f"{prefix}{{{tag}}}:"), scripts, clock, options, prefix=f"{prefix}{{{tag}}}:",
                        namespace=f"{namespace}{{{tag}}}:", seen_bucket_bits=seen_bucket_bits, politeness=politeness,
-                       status_wait=status_wait, known=known)
+                       status_wait=status_wait, known=known, recent_failures=failures)
              for tag in partition_tags(options.config.redis_partitions)]
     pool = PartitionedPool(cluster, parts, prefix + "{partitions}", options.config.max_url_length)
 

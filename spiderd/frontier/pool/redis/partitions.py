@@ -16,8 +16,8 @@ from typing import Any
 
 from twisted.internet import defer
 
+from spiderd.contracts.pool import ExportReader
 from spiderd.core.urls import fingerprint, parse, registered_domain
-from spiderd.frontier.pool.records import ExportReader
 from spiderd.frontier.pool.redis.export import FINGERPRINT
 from spiderd.frontier.pool.redis.cluster import SLOTS, key_slot
 from spiderd.frontier.pool.shared import STATE_COUNTS, stats_answer
