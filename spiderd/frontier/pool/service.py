@@ -22,6 +22,7 @@ from spiderd.config.sections import FetchSection, PoolSection
 from spiderd.contracts.pool import IURLPool
 from spiderd.core.rules import Site
 from spiderd.core.secrets import redact
+from spiderd.core.retry import Backoff
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 from spiderd.frontier.pool.hops import HopLimits
@@ -44,8 +45,8 @@ class PoolService(Service):
         self._clock = clock
         self._opener = opener
         self._where = where
-        self._retry_max = retry_max
-        self._delay = 1.0
+        self._backoff = Backoff(1.0, retry_max)
+        self._failures = 0
         self._retry: IDelayedCall | None = None
 
     def startService(self) -> None:
@@ -67,10 +68,11 @@ class PoolService(Service):
     def _failed(self, failure: Failure) -> None:
         if not self.running:
             return
+        self._failures += 1
+        delay = self._backoff.delay(self._failures)
         log.error("Cannot open the pool at {where}: {why}; retrying in {delay:.0f}s",
-                  where=self._where, why=failure.getErrorMessage(), delay=self._delay)
-        self._retry = self._clock.callLater(self._delay, self._open)
-        self._delay = min(self._delay * 2, self._retry_max)
+                  where=self._where, why=failure.getErrorMessage(), delay=delay)
+        self._retry = self._clock.callLater(delay, self._open)
 
     def stopService(self) -> Any:
         super().stopService()
