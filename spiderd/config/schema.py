@@ -152,6 +152,7 @@ SITE_KEYS = {  # the keys of one [[sites]] table (spiderd.config.sites)
     "proxy",
     "cookies",
     "max_hops",
+    "start_urls",
 }
 
 

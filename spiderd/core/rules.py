@@ -46,6 +46,7 @@ class Site:
     proxy: str = field(default="", repr=False)  # http://[user:pass@]host:port the site's URLs go through; "": none
     cookies: bool = False  # keep the cookies the site's hosts set (a jar per site, in memory) and send them back
     max_hops: int = 0  # link hops from a seed its URLs may be (its hosts' registered domains); 0: [pool] max_hops
+    start_urls: tuple[str, ...] = ()  # a worker job of this spider sent no URLs fetches these (Scrapy's start_urls)
 
 
 @dataclass(frozen=True)
