@@ -38,6 +38,21 @@ DIRECTORY_PATTERN = re.compile(r"""
                                     </tr>
                                 """, re.X)
 HREF_NAME_PATTERN = re.compile(r'href="(.+?)">(.+?)<')
+# ScrapydWeb 1.6.0 (scrapydweb/views/dashboard/jobs.py): a job's row of Scrapyd's /jobs page, once <thead> is cut out
+JOB_PATTERN = re.compile(r"""
+                            <tr>\s*
+                                <td>(?P<Project>.*?)</td>\s*
+                                <td>(?P<Spider>.*?)</td>\s*
+                                <td>(?P<Job>.*?)</td>\s*
+                                (?:<td>(?P<PID>.*?)</td>\s*)?
+                                (?:<td>(?P<Start>.*?)</td>\s*)?
+                                (?:<td>(?P<Runtime>.*?)</td>\s*)?
+                                (?:<td>(?P<Finish>.*?)</td>\s*)?
+                                (?:<td>(?P<Log>.*?)</td>\s*)?
+                                (?:<td>(?P<Items>.*?)</td>\s*)?
+                                [\w\W]*?
+                            </tr>
+                          """, re.X)
 
 
 def _logparser() -> Any:
@@ -96,6 +111,13 @@ class ScrapydWebTests(WorkerTestBase):
             self.assertEqual(response.code, 200)
             self.assertIn(f"Worker: job {row['filename'][:-4]} finished".encode(), body)
             self.assertEqual(row["size"], f"{len(body) // 1024}K" if len(body) >= 1024 else f"{len(body)}B")
+        _, page, _ = yield self.text("/jobs")
+        self.assertIn("<h1>Jobs</h1>", page)
+        jobs = [m.groupdict() for m in JOB_PATTERN.finditer(re.sub(r"<thead>.*?</thead>", "", page, flags=re.S))]
+        self.assertEqual([(j["Project"], j["Spider"], j["Job"], j["Log"]) for j in jobs],
+                         [("spiderd", "demo-shop", job, f'<a href="/logs/spiderd/demo-shop/{job}.log">Log</a>')
+                          for job in ("job-b", "job-a")])
+        self.assertRegex(jobs[0]["Finish"], r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")  # a finished job, to ScrapydWeb
         for path, location in (("/logs", "logs/"), ("/logs/spiderd", "spiderd/"), ("/logs/spiderd/demo-shop",
                                                                                   "demo-shop/")):
             response = yield self.http.get(self.api + path, allow_redirects=False)

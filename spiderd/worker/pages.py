@@ -3,10 +3,13 @@
 Plain HTML with no script and no external resource (a Content-Security-Policy
 says so to the browser), every value escaped: job ids, spider names,
 settings and host names come from clients.  A job's log is served as
-``text/plain`` at Scrapyd's path, ``/logs/<project>/<spider>/<job id>.log``,
-and ``/logs/`` lists them as Scrapyd's directory listing does.  The jobs page
-has no Cancel button: a cancelled spiderd job ships nothing, so its batch is
-lost to the frontier (``cancel.json`` is there for who means it).
+``text/plain`` at Scrapyd's path, ``/logs/<project>/<spider>/<job id>.log``
+(a byte range of it with 206, as Scrapyd's ``static.File``), and ``/logs/``
+and the directories below it are Scrapyd's listings (see :mod:`.listing`).
+Links are under the ``X-Forwarded-Prefix`` a reverse proxy sends, as in
+Scrapyd.  The jobs page has no Cancel button: a cancelled spiderd job ships
+nothing, so its batch is lost to the frontier (``cancel.json`` is there for
+who means it); the page says so where Scrapyd's has its Cancel column.
 """
 
 from __future__ import annotations

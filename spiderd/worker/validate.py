@@ -3,7 +3,8 @@
 Only ``setting=NAME=VALUE`` parameters are settings, and only those of
 :mod:`.jobsettings` are honoured (each value checked; the names of the others
 are kept with the job as ``ignored_settings``); every other parameter is a
-spider argument, kept apart, so an argument can never become a setting.  Values that end up in file names (job id, batch) must be plain names,
+spider argument, kept apart, so an argument can never become a setting.  A job sent no
+``DISTRIBUTED_START_URLS`` takes its spider's ``start_urls`` ([[sites]]), and is refused if it has none.  Values that end up in file names (job id, batch) must be plain names,
 and the FEED_URI template is rendered once at acceptance so that a template
 the feed module refuses (an unknown placeholder, a value escaping its
 directory) is refused here, not when the job ends.
