@@ -210,8 +210,8 @@ class NoURLsTests(WorkerTestBase):
 
     @defer.inlineCallbacks
     def test_refused_unless_the_spider_has_start_urls(self) -> Any:
-        """Refused in Scrapyd's error shape with a message saying how to send URLs, and nothing is persisted; a
-        spider with start_urls of its own in [[sites]] runs them."""
+        """Refused in Scrapyd's error shape with a message saying how to send URLs (as the home page's example
+        sends them), and nothing is persisted; a spider with start_urls of its own in [[sites]] runs them."""
         self.gate.open()
         service = self.worker()
         message = ("DISTRIBUTED_START_URLS is required: a spiderd job fetches the URLs it is sent, as a JSON list in "
@@ -220,6 +220,8 @@ class NoURLsTests(WorkerTestBase):
         code, answer, _ = yield self.call("POST", "/schedule.json", {"project": "spiderd", "spider": "demo-shop"})
         self.assertEqual((code, answer), (200, {"status": "error", "message": message, "node_name": "test-node"}))
         self.assertEqual(self.job_files(), {})
+        _, home, _ = yield self.call("GET", "/")  # the home page's curl example sends URLs
+        self.assertIn(b"-d spider=SPIDER -d setting=&#x27;DISTRIBUTED_START_URLS=[&quot;URL&quot;, ...]&#x27;", home)
         scrapyd_api = _scrapyd_api()
         api = scrapyd_api.ScrapydAPI(self.api)
 

@@ -107,7 +107,8 @@ class Pages:
         base = escape(base_path(request))
         host = (request.getHeader(b"host") or b"127.0.0.1:6800").decode("latin-1")
         spiders = "\n".join(f"    <li>{escape(name)}</li>" for name in self._spiders) or "    <li>(none)</li>"
-        example = f"curl http://{host}/schedule.json -d project={self._project} -d spider=SPIDER"
+        example = (f"curl http://{host}/schedule.json -d project={self._project} -d spider=SPIDER "
+                   """-d setting='DISTRIBUTED_START_URLS=["URL", ...]'""")
         return _page("spiderd worker", f"""<h1>spiderd worker</h1>
 <ul>
     <li><a href="{base}/jobs">Jobs</a></li>
