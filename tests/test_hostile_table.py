@@ -41,7 +41,8 @@ from spiderd.ops.web.api import MAX_JSON_BODY, MAX_URLS
 from .test_worker import Gate
 
 SITE, FEEDS = "{site}", "{feeds}"  # replaced, in every string of a row, by the demo site's root and a feed directory
-SCHEDULE = [("project", "spiderd"), ("spider", "demo-shop")]
+# an empty URL list, so that a schedule without URLs is not refused for that (a row's own URLs come after it)
+SCHEDULE = [("project", "spiderd"), ("spider", "demo-shop"), ("setting", "DISTRIBUTED_START_URLS=[]")]
 MAX_JOB_URLS = cfg.from_dict({}, "<defaults>").worker.max_job_urls  # 50,000: the table's node keeps the default
 ODD_PASSWORDS = {"space": "pa ssLEAK2", "quote": "it'sLEAK", "backslash": "back\\LEAK", "dquote": 'q"LEAK',
                  "lt": "<LEAK>"}

@@ -105,8 +105,8 @@ def assert_fires_after(case: unittest.SynchronousTestCase, clock: Clock, d: Defe
     case.successResultOf(d)
 
 
-def site_rules(name: str) -> list[dict[str, Any]]:
-    return [dict(DEMO["sites"][0], name=name)]
+def site_rules(name: str, **keys: Any) -> list[dict[str, Any]]:
+    return [dict(DEMO["sites"][0], name=name, **keys)]
 
 
 class WorkerTestBase(unittest.TestCase):
@@ -140,9 +140,10 @@ class WorkerTestBase(unittest.TestCase):
 
     # -- helpers ------------------------------------------------------------------------------------------
 
-    def parser(self, spider: str = "demo-shop") -> ParsePool:
+    def parser(self, spider: str = "demo-shop", **site: Any) -> ParsePool:
+        """The parser of a site named ``spider`` (the demo site's rules, with ``site``'s keys)."""
         if spider not in self._parsers:
-            settings = cfg.from_dict({"parse": {"workers": 0}, "sites": site_rules(spider)}, "<test>")
+            settings = cfg.from_dict({"parse": {"workers": 0}, "sites": site_rules(spider, **site)}, "<test>")
             parser = self._parsers[spider] = ParsePool(reactor, rules_of(settings.raw), 0)
             parser.startService()
             self.addCleanup(parser.stopService)
@@ -156,9 +157,9 @@ class WorkerTestBase(unittest.TestCase):
         options.update(overrides)
         return WorkerConfig(**options)
 
-    def worker(self, spider: str = "demo-shop", **overrides: Any) -> WorkerService:
-        service = WorkerService(reactor, self.config(**overrides), self.fetcher, self.parser(spider), self.store,
-                                self.shipper)
+    def worker(self, spider: str = "demo-shop", site: dict[str, Any] | None = None, **overrides: Any) -> WorkerService:
+        service = WorkerService(reactor, self.config(**overrides), self.fetcher, self.parser(spider, **(site or {})),
+                                self.store, self.shipper)
         service.startService()
         self.addCleanup(lambda: service.stopService() if service.running else None)
         self.api = "http://%s:%d" % service.address
@@ -177,6 +178,9 @@ class WorkerTestBase(unittest.TestCase):
 
     @defer.inlineCallbacks
     def schedule(self, *pairs: tuple[str, str], **kwargs: Any) -> Any:
+        """Schedule a job of ``pairs`` (an empty URL list unless they give one); returns its id."""
+        if not any(k == "setting" and v.startswith("DISTRIBUTED_START_URLS=") for k, v in pairs):
+            pairs += (("setting", "DISTRIBUTED_START_URLS=[]"),)
         code, answer, _ = yield self.call("POST", "/schedule.json", list(pairs), **kwargs)
         self.assertEqual((code, answer["status"]), (200, "ok"), answer)
         return answer["jobid"]
@@ -325,7 +329,8 @@ class ScrapydCompatibilityTests(WorkerTestBase):
     @defer.inlineCallbacks
     def test_documented_curl_examples(self) -> Any:
         """schedule (plain, with a setting and an argument), listjobs, cancel and daemonstatus."""
-        service = self.worker("somespider", project="myproject", max_jobs=1)
+        service = self.worker("somespider", {"start_urls": [self.root + self.good(0, 1)[0]]}, project="myproject",
+                              max_jobs=1)  # a spider with start URLs of its own: a job sent none fetches them
         # curl http://localhost:6800/schedule.json -d project=myproject -d spider=somespider
         code, plain, _ = yield self.call("POST", "/schedule.json", {"project": "myproject", "spider": "somespider"})
         self.assertEqual((code, plain["status"], plain["node_name"]), (200, "ok", "test-node"))
@@ -536,7 +541,8 @@ class ErrorTests(WorkerTestBase):
         self.worker()
         boundary = "xyz"
         form = "".join(f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
-                       for k, v in (("project", "spiderd"), ("spider", "demo-shop"), ("jobid", "multi")))
+                       for k, v in (("project", "spiderd"), ("spider", "demo-shop"), ("jobid", "multi"),
+                                    ("setting", "DISTRIBUTED_START_URLS=[]")))
         headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
         code, answer, _ = yield self.call("POST", "/schedule.json", (form + f"--{boundary}--\r\n").encode(),
                                           headers=headers)
@@ -551,8 +557,8 @@ class ErrorTests(WorkerTestBase):
         self.worker(max_jobs=1)
         yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("jobid", "same"),
                             ("setting", self.urls(self.slow())))
-        code, answer, _ = yield self.call("POST", "/schedule.json",
-                                          [("project", "spiderd"), ("spider", "demo-shop"), ("jobid", "same")])
+        code, answer, _ = yield self.call("POST", "/schedule.json", [("project", "spiderd"), ("spider", "demo-shop"),
+                                                                    ("jobid", "same"), ("setting", self.urls())])
         self.assertEqual((code, answer["status"], answer["message"]),
                          (200, "error", "job 'same' already exists (pending or running)"))
         self.gate.open()
@@ -589,11 +595,12 @@ class SecurityTests(WorkerTestBase):
 
     @defer.inlineCallbacks
     def test_basic_auth(self) -> Any:
-        """Missing or wrong credentials: 401 with a JSON error and a challenge; right ones: answered."""
+        """Missing or wrong credentials: 401 with Scrapyd's body, "Unauthorized", and a challenge; right ones:
+        answered."""
         with capturedLogs() as events:
             self.worker(username="scrapy", password=SECRET)
             code, answer, response = yield self.call("GET", "/daemonstatus.json")
-            self.assertEqual((code, answer["status"], answer["message"]), (401, "error", "Unauthorized"))
+            self.assertEqual((code, answer), (401, b"Unauthorized"))
             self.assertEqual(response.headers.getRawHeaders("www-authenticate"), ['Basic realm="spiderd"'])
             code, answer, _ = yield self.call("POST", "/schedule.json", {"project": "spiderd", "spider": "demo-shop"},
                                               auth=("scrapy", "wrong-" + SECRET))

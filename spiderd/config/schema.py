@@ -171,6 +171,7 @@ SITE_KEYS = {  # the keys of one [[sites]] table (spiderd.config.sites)
     "render",  # "never" (default), "always" or "auto": pages rendered in a headless browser ([render])
     "render_wait",  # a CSS selector: the rendered page has settled once it is there (default: network idle)
     "render_hosts",  # hosts besides allowed_hosts a rendered page's sub-requests may go to
+    "start_urls",
 }
 
 

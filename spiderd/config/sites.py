@@ -15,6 +15,7 @@ from spiderd.config.convert import ConfigError, convert, strings
 from spiderd.config.schema import SITE_KEYS
 from spiderd.core.proxyurl import ProxyURL
 from spiderd.core.rules import Field, Site
+from spiderd.core.urls import canonicalize
 
 
 def load_sites(value: Any, source: str) -> tuple[Site, ...]:
@@ -50,6 +51,7 @@ def _site(table: Any, where: str) -> Site:
         proxy=_proxy(table.get("proxy", ""), f"{where}.proxy"),
         cookies=convert("bool", table.get("cookies", False), f"{where}.cookies"),
         max_hops=convert("max_hops", table.get("max_hops", 0), f"{where}.max_hops"),
+        start_urls=_urls(table.get("start_urls", []), f"{where}.start_urls"),
         **_render(table, where),
     )
 
@@ -70,6 +72,17 @@ def _render(table: dict[str, Any], where: str) -> dict[str, Any]:
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}.render_hosts: {e}") from None
     return {"render": mode, "render_wait": wait, "render_hosts": hosts}
+
+
+def _urls(value: Any, where: str) -> tuple[str, ...]:
+    """A list of absolute http(s) URLs (a worker checks at each job that they are the site's)."""
+    try:
+        urls = strings(value)
+        for url in urls:
+            canonicalize(url)
+    except (TypeError, ValueError) as e:  # a BadURL too: its reason and the URL, its password redacted
+        raise ConfigError(f"{where}: {e}") from None
+    return urls
 
 
 # Headers a site may not set: hop-by-hop ones (RFC 9110 7.6.1), the framing and the host (HTTP/1.1 sets them

@@ -49,6 +49,7 @@ class Site:
     render: str = "never"  # "always" or "auto": its pages are rendered in a headless browser (spiderd.engine.render)
     render_wait: str = ""  # a CSS selector a rendered page has settled with ("": network idle)
     render_hosts: tuple[str, ...] = ()  # hosts besides allowed_hosts its rendered pages' sub-requests may go to
+    start_urls: tuple[str, ...] = ()  # a worker job of this spider sent no URLs fetches these (Scrapy's start_urls)
 
 
 @dataclass(frozen=True)

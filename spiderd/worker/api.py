@@ -3,16 +3,21 @@
 Endpoints, parameters, fields and error messages follow Scrapyd 1.6's
 ``scrapyd/webservice.py``: errors in what the client sent are answered with
 HTTP 200 and ``{"status": "error", "message": ...}``; every answer has
-``node_name``.  Where Scrapyd has no answer of its own: wrong or missing
-credentials get 401 (as Scrapyd's ``HTTPAuthSessionWrapper``) with a JSON body,
-a body over the cap 413 (see :mod:`.http`), a stopping worker 503, an internal
-error 500.  Secrets never leave: URIs in settings and arguments are redacted in
+``node_name``.  Wrong or missing credentials get 401 with the body
+``Unauthorized``, as from Scrapyd's ``HTTPAuthSessionWrapper``; a project name
+that is a path (``../p``) gets Scrapyd's ``DirectoryTraversalError`` from the
+endpoints whose egg storage checks it; a path with doubled slashes
+(``//listprojects.json``, from a client URL that ends in ``/``) is answered as
+its single-slash form.  Where Scrapyd has no answer of its own: a body over the
+cap 413 (see :mod:`.http`), a stopping worker 503, an internal error 500.
+Secrets never leave: URIs in settings and arguments are redacted in
 ``listjobs.json`` and in logs.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from datetime import datetime
 from typing import Any, Callable, Iterable
@@ -36,6 +41,7 @@ from spiderd.worker.validate import Validator
 
 log = Logger()
 MAX_NAMES = 20  # spiders named in a refusal
+SLASHES = re.compile(rb"//+")
 Handler = Callable[["Params"], "dict[str, Any] | Deferred[dict[str, Any]]"]
 
 
@@ -116,7 +122,7 @@ class WorkerAPI(JsonResource):
         if not self._auth.allows(request):
             log.warn("Worker API: wrong or missing credentials from {peer}", peer=str(request.getClientAddress()))
             request.setHeader(b"WWW-Authenticate", b'Basic realm="spiderd"')
-            return self.error(request, "Unauthorized", http.UNAUTHORIZED)
+            return send(request, http.UNAUTHORIZED, b"text/plain; charset=utf-8", b"Unauthorized")
         refused = foreign_request(request, self._auth.required)
         if refused is not None:
             log.warn("Worker API: {why} ({method} {path} from {peer})", why=refused, method=request.method.decode(),
@@ -125,6 +131,7 @@ class WorkerAPI(JsonResource):
         return None
 
     def render(self, request: Request) -> bytes | int:
+        request.path = SLASHES.sub(b"/", request.path)  # "//listprojects.json" is "/listprojects.json"
         refused = self.admit(request)
         if refused is not None:
             return refused
@@ -247,6 +254,8 @@ class WorkerAPI(JsonResource):
     def listversions(self, p: Params) -> dict[str, Any]:
         """spiderd's version for the project (no eggs here); none for another project, as Scrapyd."""
         project = p.get("project")
+        assert project is not None
+        self._validator.check_contained(project)
         return {"versions": list(self._validator.versions) if project == self._validator.project else []}
 
     def listspiders(self, p: Params) -> dict[str, Any]:
@@ -261,12 +270,16 @@ class WorkerAPI(JsonResource):
         """Scrapyd's parameter checks, then a refusal that says what this worker runs (it takes no eggs)."""
         project, version = p.get("project"), p.get("version")
         p.raw("egg")
+        assert project is not None
+        self._validator.check_contained(project)
         raise self._no_eggs(f"cannot add version '{version}' to project '{project}'")
 
     def delversion(self, p: Params) -> dict[str, Any]:
         """Scrapyd's checks, then a refusal: the spiders come from the configuration.  A version of another
         project is not found, as in Scrapyd 1.6 (whose egg storage looks for the egg file first)."""
         project, version = p.get("project"), p.get("version")
+        assert project is not None
+        self._validator.check_contained(project)
         if project != self._validator.project or version not in self._validator.versions:
             raise ApiError(f"version '{version}' not found")
         raise self._no_eggs(f"cannot delete version '{version}' of project '{project}'")
@@ -275,6 +288,7 @@ class WorkerAPI(JsonResource):
         """Scrapyd's check (project), then a refusal: the project is the configuration's."""
         project = p.get("project")
         assert project is not None
+        self._validator.check_contained(project)
         self._validator.check_project(project)
         raise self._no_eggs(f"cannot delete project '{project}'")
 

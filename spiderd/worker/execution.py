@@ -26,6 +26,7 @@ from spiderd.worker.itemized import Itemized
 from spiderd.worker.joblog import JobLogs
 from spiderd.worker.jobs import FINISHED, PENDING, RUNNING, Job, JobStore, Runner
 from spiderd.worker.jobsettings import JobOptions, SettingError, job_options
+from spiderd.worker.logstats import LogStats, dump, scrapy_stats
 from spiderd.worker.pipeline import Pipeline
 from spiderd.worker.run import Run
 
@@ -92,8 +93,13 @@ class Execution:
             run.add(urls)
         self.note(LogLevel.info, job, "Worker: job {id} ({spider}) started: {count} URLs{settings}",
                   spider=job.spider, count=len(run.todo), settings=self.options(job).in_effect(self._config))
+        progress = LogStats(self._reactor, functools.partial(self._logs.progress, job.id), lambda: run.stats)
+        progress.start()
         self._pipeline.start(run)
-        yield run.settled
+        try:
+            yield run.settled
+        finally:
+            progress.stop()
         fetched()  # the next pending job starts while this one ships
         job.stats = dict(run.stats)
         if run.halted is None:
@@ -122,6 +128,8 @@ class Execution:
             yield run.warc.discard()
         if run.halted == "interrupted":
             job.state, job.start_time = PENDING, None
+        else:
+            self._dump_stats(job, "cancelled")
         yield self._store.save(job)
 
     @defer.inlineCallbacks
@@ -155,11 +163,18 @@ class Execution:
         """The job's last lines: its counts (and its stats, in its log only)."""
         stats = ", ".join(f"{k}={v}" for k, v in sorted(job.stats.items())) or "none"
         self._logs.line(job.id, f"Worker: job {job.id} stats: {stats}; feed {redact(job.feed_uri or '')}")
+        self._dump_stats(job, "finished")
         left_out = self._logs.take_dropped(job.id)
         self.note(LogLevel.info, job, "Worker: job {id} finished: {items} items from {pages} pages, {failed} URLs "
                   "failed{left_out}", items=job.stats.get("items", 0), pages=job.stats.get("pages", 0),
                   failed=job.stats.get("failed", 0),
                   left_out=f" ({left_out} lines about single URLs not in this log)" if left_out else "")
+
+    def _dump_stats(self, job: Job, reason: str) -> None:
+        """Scrapy's stats block at the spider's close, in the job's log (ScrapydWeb and LogParser read it)."""
+        start = job.start_time or job.created
+        stats = scrapy_stats(job.stats, reason, start, job.end_time or start)
+        self._logs.line(job.id, "Dumping Scrapy stats:", tail=dump(stats))
 
     def options(self, job: Job) -> JobOptions:
         """What the job's settings ask for (checked when it was accepted)."""

@@ -66,8 +66,16 @@ class JobLogs:
         logger.emit(level, fmt, **fields)
         self.line(job_id, formatEvent({"log_format": fmt, **fields}), level)
 
-    def line(self, job_id: str, text: str, level: LogLevel = LogLevel.info, url: bool = False) -> None:
-        """Queue one line for the job's log; ``url``: a line about a single URL (those stop first)."""
+    def progress(self, job_id: str, text: str) -> None:
+        """Queue a line of the job's progress (its stats every minute); those stop with the lines about single URLs,
+        uncounted, so that a long job's log keeps room for its end."""
+        if self._sizes.get(job_id, 0) < URL_LINES_BYTES:
+            self.line(job_id, text)
+
+    def line(self, job_id: str, text: str, level: LogLevel = LogLevel.info, url: bool = False,
+             tail: str = "") -> None:
+        """Queue one line for the job's log; ``url``: a line about a single URL (those stop first); ``tail``: lines
+        of the worker's own that follow it as they are (Scrapy's stats block), passwords masked."""
         size = self._sizes.get(job_id, 0)
         if url and size >= URL_LINES_BYTES:
             self._dropped[job_id] = self._dropped.get(job_id, 0) + 1
@@ -76,7 +84,7 @@ class JobLogs:
                                   f"{URL_LINES_BYTES // 1024} KiB of them, {MAX_BYTES // 1024} KiB in all); "
                                   "the job's last line counts them")
             return
-        data = self._format(text, level).encode("utf-8")
+        data = (self._format(text, level) + (redact_text(tail).rstrip("\n") + "\n" if tail else "")).encode("utf-8")
         if size + len(data) > MAX_BYTES:
             return
         self._sizes[job_id] = size + len(data)

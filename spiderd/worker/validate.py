@@ -3,7 +3,8 @@
 Only ``setting=NAME=VALUE`` parameters are settings, and only those of
 :mod:`.jobsettings` are honoured (each value checked; the names of the others
 are kept with the job as ``ignored_settings``); every other parameter is a
-spider argument, kept apart, so an argument can never become a setting.  Values that end up in file names (job id, batch) must be plain names,
+spider argument, kept apart, so an argument can never become a setting.  A job sent no
+``DISTRIBUTED_START_URLS`` takes its spider's ``start_urls`` ([[sites]]), and is refused if it has none.  Values that end up in file names (job id, batch) must be plain names,
 and the FEED_URI template is rendered once at acceptance so that a template
 the feed module refuses (an unknown placeholder, a value escaping its
 directory) is refused here, not when the job ends.
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from twisted.internet import defer, task
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
+from twisted.python.filepath import FilePath, InsecurePath
 
 from spiderd.core.feeduri import check_param, parse_target
 from spiderd.core.rules import Site
@@ -35,6 +37,10 @@ if TYPE_CHECKING:
 CHUNK = 2000  # start URLs checked per turn of the reactor (about 10 ms of work)
 
 _NAME_RULE = "letters, digits, '.', '_' and '-', at most 128, not starting with '.'"
+_EGGS = FilePath("/eggs")  # Scrapyd's eggs_dir, as a name: its child() makes Scrapyd's check (no file is touched)
+NO_URLS = ("DISTRIBUTED_START_URLS is required: a spiderd job fetches the URLs it is sent, as a JSON list in one "
+           "setting, for example -d setting='DISTRIBUTED_START_URLS=[\"https://example.com/item/1.html\"]' "
+           "(spider '{spider}' has no start_urls of its own in [[sites]])")
 
 
 class Validator:
@@ -65,6 +71,14 @@ class Validator:
     def check_project(self, project: str) -> None:
         if project != self.project:
             raise ApiError(f"project '{project}' not found")
+
+    def check_contained(self, project: str) -> None:
+        """Scrapyd's egg storage check: a project name that is a path (``../p``, ``a/b``) is refused with its
+        ``DirectoryTraversalError`` (addversion, listversions, delversion and delproject make it first)."""
+        try:
+            _EGGS.child(project)
+        except InsecurePath:
+            raise ApiError(f"DirectoryTraversalError: {project}") from None
 
     def check_version(self, version: str | None) -> None:
         if version and version not in self.versions:
@@ -97,12 +111,15 @@ class Validator:
         honoured, ignored = split(self._settings(settings))
         job = Job(jobid, project, spider, honoured, args, _priority(priority), version)
         raw = job.settings.pop("DISTRIBUTED_START_URLS", None)
-        listed = self._url_list(raw) if raw is not None else []
-        d = self._canonical(listed, self.spiders[spider])
-        return d.addCallback(lambda urls: (self._finish(job, ignored, len(urls)), urls))
+        site = self.spiders[spider]
+        missing = raw is None and not site.start_urls  # what ScrapydWeb's Run button, Gerapy and a plain call send
+        listed = self._url_list(raw) if raw is not None else list(site.start_urls)
+        d = self._canonical(listed, site)
+        return d.addCallback(lambda urls: (self._finish(job, ignored, len(urls), missing), urls))
 
-    def _finish(self, job: Job, ignored: list[str], url_count: int) -> Job:
-        """The checks after the URLs: the job's options and its feed."""
+    def _finish(self, job: Job, ignored: list[str], url_count: int, missing: bool = False) -> Job:
+        """The checks after the URLs: the job's options and its feed; then, if it was sent no URLs and its spider
+        has none of its own, a refusal that says how to send them."""
         job.url_count = url_count
         try:
             options = job_options(job.settings)
@@ -112,6 +129,8 @@ class Validator:
             ignored.append("ROBOTSTXT_OBEY")  # this worker checks no robots.txt (fetch.robots = false)
         job.ignored_settings = sorted(ignored + list(options.ignored))
         self._check_feed(job, options.feed_uri)
+        if missing:
+            raise ApiError(NO_URLS.format(spider=job.spider))
         return job
 
     def _settings(self, raw: list[str]) -> dict[str, str]:
