@@ -105,7 +105,7 @@ class KVState:
         seq = counters[4]
         batch.put(k.queue_key(slot.hid, prio, seq), k.url_value(bytes((min(failures, 255),)), url, hops))
         if slot.cursor is not None:
-            slot.cursor.maybe[prio] = True
+            slot.cursor.more(prio)
         batch.put(k.state_key(fp), k.active(k.WAITING, failures, prio, seq))
         counters[0] += 1
         slot.waiting += 1

@@ -9,7 +9,6 @@ read-ahead too (``dequeue``).
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -29,15 +28,56 @@ PREFETCH_HOSTS = 5000
 
 
 class _Queues:
-    """A host's read state in its two queues (list, detail): position past the last key read, keys read
-    ahead and not taken yet, and whether the queue may hold more."""
+    """A host's read state in its two queues (list 0, detail 1): the position past the last key read, the keys
+    read ahead and not taken yet (a list, only while it holds some), and whether the queue may hold more (a
+    bit per queue).
 
-    __slots__ = ("buffered", "maybe", "position")
+    Every host known has one, so it is kept flat (about 70 bytes, its
+    lists aside): two empty deques alone would take 1.3 KB a host.
+    """
+
+    __slots__ = ("buffered0", "buffered1", "maybe", "position0", "position1")
 
     def __init__(self) -> None:
-        self.position: list[bytes | None] = [None, None]
-        self.buffered: list[deque[tuple[bytes, bytes]]] = [deque(), deque()]
-        self.maybe = [True, True]
+        self.position0: bytes | None = None
+        self.position1: bytes | None = None
+        self.buffered0: list[tuple[bytes, bytes]] | None = None
+        self.buffered1: list[tuple[bytes, bytes]] | None = None
+        self.maybe = 3
+
+    def position(self, prio: int) -> bytes | None:
+        """Just past the last key read in the ``prio`` queue (None: from its start)."""
+        return self.position1 if prio else self.position0
+
+    def buffered(self, prio: int) -> list[tuple[bytes, bytes]] | None:
+        """The keys (and values) read ahead in the ``prio`` queue, None when there are none."""
+        return self.buffered1 if prio else self.buffered0
+
+    def keep(self, prio: int, position: bytes | None, buffered: list[tuple[bytes, bytes]] | None) -> None:
+        """Set the ``prio`` queue's read position and read-ahead (None when empty)."""
+        buffered = buffered or None
+        if prio:
+            self.position1, self.buffered1 = position, buffered
+        else:
+            self.position0, self.buffered0 = position, buffered
+
+    def may_hold(self, prio: int) -> bool:
+        """Whether the ``prio`` queue may hold keys past the read position."""
+        return bool(self.maybe >> prio & 1)
+
+    def more(self, prio: int) -> None:
+        """Something was queued in ``prio``: read it again."""
+        self.maybe |= 1 << prio
+
+    def take(self, prio: int) -> tuple[bytes, bytes] | None:
+        """The next key read ahead in ``prio`` (and its value), or None."""
+        buffered = self.buffered(prio)
+        if not buffered:
+            return None
+        item = buffered.pop(0)
+        if not buffered:
+            self.keep(prio, self.position(prio), None)
+        return item
 
 
 class KVQueues:
@@ -225,15 +265,16 @@ class KVQueues:
         slot.cursor = queues
         counts = [0, 0]
         for prio in (0, 1):
-            buffered = queues.buffered[prio]
             while counts[0] + counts[1] < quota and caps[prio] > 0:
-                if not buffered:
-                    if not queues.maybe[prio]:
+                item = queues.take(prio)
+                if item is None:
+                    if not queues.may_hold(prio):
                         break
                     self._refill(slot, queues, prio, max(quota - counts[0] - counts[1], self._prefetch()))
-                    if not buffered:
+                    item = queues.take(prio)
+                    if item is None:
                         break
-                key, value = buffered.popleft()
+                key, value = item
                 url = k.split_url_value(value, 1)[0]
                 fp = fingerprint(url)
                 batch.delete(key)
@@ -254,13 +295,16 @@ class KVQueues:
         several pops of the host: iterators are the cost of a pop.
         """
         lowest = k.QUEUE + slot.hid + bytes((prio,))
-        buffered = queues.buffered[prio]
-        for key, value in self._kv.iterator(start=queues.position[prio] or lowest, stop=k.prefix_end(lowest)):
-            queues.position[prio] = key + b"\x00"
+        buffered = queues.buffered(prio) or []
+        position = queues.position(prio)
+        for key, value in self._kv.iterator(start=position or lowest, stop=k.prefix_end(lowest)):
+            position = key + b"\x00"
             buffered.append((key, value))
             if len(buffered) >= count:
-                return
-        queues.maybe[prio] = False  # read to the end: empty, once the buffer is taken, until something is queued
+                break
+        else:
+            queues.maybe &= ~(1 << prio)  # read to the end: empty, once the buffer is taken, until something is queued
+        queues.keep(prio, position, buffered)
 
     def _prefetch(self) -> int:
         """Keys read ahead per seek: a few, unless there are so many hosts that buffers would add up."""
@@ -283,11 +327,12 @@ class KVQueues:
     def _unbuffer(self, slot: HostSlot, prio: int, key: bytes) -> None:
         """A queued key deleted outside a pop (a status or a claim for a waiting URL) leaves the read-ahead too."""
         queues = slot.cursor
-        if queues is not None:
-            buffered = queues.buffered[prio]
+        buffered = None if queues is None else queues.buffered(prio)
+        if queues is not None and buffered:
             for index, (buffered_key, _) in enumerate(buffered):
                 if buffered_key == key:
                     del buffered[index]
+                    queues.keep(prio, queues.position(prio), buffered)
                     return
 
     # -- hubs -----------------------------------------------------------------------
