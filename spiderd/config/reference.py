@@ -13,6 +13,7 @@ documentation site builds (``docs/conf.py``); ``python -m spiderd.config.referen
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import tomllib
@@ -279,11 +280,11 @@ def _default(entry: Entry, code_default: Any) -> str:
 
 
 def _confval(name: str, kind: str, default: str, description: str) -> list[str]:
-    lines = ["```{confval} " + name, f":type: {_escape(kind)}"]
+    lines = ["```{confval} " + name, "---", f"type: {json.dumps(_escape(kind))}"]  # JSON is YAML: quotes kept
     if default:
-        lines.append(f":default: {_code(default)}")
+        lines.append(f"default: {json.dumps(_code(default))}")
     text = _escape(description[:1].upper() + description[1:])
-    return [*lines, "", text or "(no description)", "```", ""]
+    return [*lines, "---", text or "(no description)", "```", ""]
 
 
 def _code(text: str) -> str:
