@@ -241,3 +241,19 @@ def test_spark_schema_is_the_demos() -> None:
     from .test_schema import DEMO_DDL
 
     assert f'schema = "{DEMO_DDL}"' in (ROOT / "docs" / "guide" / "spark.md").read_text(encoding="utf-8")
+
+
+def routes(module: str) -> set[str]:
+    """The paths an API's routes table answers (``b"/path": (b"METHOD", handler)``)."""
+    source = (ROOT / "spiderd" / module).read_text(encoding="utf-8")
+    return set(re.findall(r'b"(/[^"]*)": \(b"(?:GET|POST)"', source))
+
+
+def test_every_endpoint_is_documented() -> None:
+    """Each path the node's API and the worker's Scrapyd API answer is in their reference pages."""
+    api = (ROOT / "docs" / "reference" / "http-api.md").read_text(encoding="utf-8")
+    scrapyd = (ROOT / "docs" / "reference" / "scrapyd.md").read_text(encoding="utf-8")
+    node_paths, worker_paths = routes("ops/web/api.py"), routes("worker/api.py")
+    assert {"/api/status", "/metrics"} <= node_paths and "/schedule.json" in worker_paths
+    assert [path for path in sorted(node_paths) if f"{path}`" not in api] == []
+    assert [path for path in sorted(worker_paths) if path.lstrip("/") not in scrapyd] == []
