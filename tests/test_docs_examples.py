@@ -257,3 +257,16 @@ def test_every_endpoint_is_documented() -> None:
     assert {"/api/status", "/metrics"} <= node_paths and "/schedule.json" in worker_paths
     assert [path for path in sorted(node_paths) if f"{path}`" not in api] == []
     assert [path for path in sorted(worker_paths) if path.lstrip("/") not in scrapyd] == []
+
+
+def test_every_metric_is_documented() -> None:
+    """The metrics table of the operations page lists every series the node declares, and no page names one it does
+    not (a counter's samples end in ``_total``, a histogram's in ``_bucket``, ``_sum`` and ``_count``)."""
+    declared = set(re.findall(r'"(spiderd_[a-z_]+)"', (ROOT / "spiderd" / "ops" / "web" / "metrics.py").read_text()))
+    operations = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    table = {re.sub(r"_total$", "", name) for name in re.findall(r"^\| `(spiderd_[a-z_]+)", operations, re.M)}
+    assert table == declared
+    pages = [path for path in ORDERED if path.parent.name != "bench"]  # bench/README.md: RESULT keys, not metrics
+    named = {re.sub(r"_(total|bucket|sum|count)$", "", name) for path in pages
+             for name in re.findall(r"\bspiderd_[a-z_]+\b", path.read_text(encoding="utf-8"))}
+    assert sorted(named - declared - {"spiderd_plugin"}) == []
