@@ -11,7 +11,7 @@ from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool
 
 DONE = 20_000
-BUDGET = 24  # bytes per done URL (the README's figure is about 15 at a million URLs)
+BUDGET = 24  # bytes per done URL (bench/README.md's figure is about 15 at ten million URLs)
 
 
 def test_done_urls_cost_at_most_24_bytes(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ def check_lines(lines: list[str], sites: tuple[Site, ...]) -> list[dict[str, Any
 
 
 def test_demo_ddl() -> None:
-    """The demo's schema, as the README gives it; url, urlhash, status, fetched_at and digest win over fields so named."""
+    """The demo's schema, as docs/guide/spark.md gives it; url, urlhash, status, fetched_at and digest win over fields so named."""
     assert schema.ddl(demo_sites()) == DEMO_DDL
     fields = {**DEMO["sites"][0]["fields"], "status": "css:b::text", "digest": "css:u::text", "odd name": "css:i::text"}
     assert schema.ddl(demo_sites(fields=fields)) == DEMO_DDL.replace(", url", ", `odd name` STRING, url", 1)

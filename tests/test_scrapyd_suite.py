@@ -4,7 +4,7 @@ The checks of ``integration_tests/`` in scrapy/scrapyd (tag 1.6.0; BSD-3-Clause,
 written here one for one with treq instead of requests, so they run in this suite on a free port: its 31 tests, with
 its credentials (``hello12345`` / ``67890world``) and its ``req()`` helper (no credentials and wrong ones must get
 401 with the body ``Unauthorized``).  One check differs on purpose, and says so: ``listprojects.json`` names the
-worker's one project, where a Scrapyd with no egg deployed names none (README, "Scrapyd compatibility").
+worker's one project, where a Scrapyd with no egg deployed names none (docs/reference/scrapyd.md).
 """
 
 from __future__ import annotations
