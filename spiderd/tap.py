@@ -36,6 +36,7 @@ from spiderd.frontier.scheduler import Recrawler, schedulers
 from spiderd.frontier.seeds import SeedService
 from spiderd.frontier.sitemapservice import sitemap_service
 from spiderd.ops.options import Options
+from spiderd.ops.liveconfig import LiveConfig
 from spiderd.ops.reload import ReloadService
 from spiderd.ops.systemd import SystemdNotifier
 from spiderd.ops.web import Node, api_service
@@ -54,6 +55,7 @@ def makeService(options: Options, reactor: INodeReactor | None = None) -> IServi
     try:
         settings = demo.fresh(options.overrides()) if options["demo"] else cfg.load(options["config"], options.overrides())
         cfg.check_data_dir(settings)
+        settings = cfg.with_overlay(settings)
         return build(settings, reactor, bool(options["demo"]), True, lifecycle.exit_on_start_failure(reactor))
     except cfg.ConfigError as e:
         sys.stderr.write(f"spiderd: configuration error: {e}\n")
@@ -96,14 +98,16 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
     worker = _worker(base) if role == "worker" or (role == "all" and "local" in s.batch.targets) else None
     frontier = _frontier(base, worker, demo_site) if base.pool is not None else Frontier()
     crawler = frontier.crawler
+    live = LiveConfig(s, reactor, base.blocking.lane("config"), base.parser.rules, base.fetcher, frontier.seeds,
+                      renders=base.steps.modes is not None and base.steps.modes.pool is not None)
     add(api_service(s.api, reactor, Node(
         role, reactor, stats=base.stats, pool=base.pool, crawler=crawler, seeds=frontier.seeds,
         batcher=frontier.batcher, worker=worker, shipper=worker.shipper if worker is not None else None,
         store=base.store, recrawler=frontier.recrawler, robots=base.fetcher.robots, rules=base.parser.rules,
-        storage=base.steps.gate, render=base.steps.modes,
+        storage=base.steps.gate, render=base.steps.modes, config=live,
         max_url_length=s.pool.max_url_length)))
     if signals:
-        add(ReloadService(reactor, s.source, s.spiderd, base.blocking.lane("reload"), frontier.seeds))
+        add(ReloadService(reactor, live))
         lifecycle.calm_repeated_stop_signals(reactor)
     add(SystemdNotifier(reactor, status=lambda: f"{base.stats.counts['pages']} pages",
                         healthy=lambda: crawler is None or crawler.healthy))

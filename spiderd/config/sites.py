@@ -18,11 +18,19 @@ from spiderd.core.rules import Field, Site
 from spiderd.core.urls import canonicalize
 
 
-def load_sites(value: Any, source: str) -> tuple[Site, ...]:
-    """The ``[[sites]]`` array of tables as Sites; ConfigError naming ``sites[i].key`` otherwise."""
+def load_sites(value: Any, source: str, labels: list[str] | None = None) -> tuple[Site, ...]:
+    """The ``[[sites]]`` array of tables as Sites; ConfigError naming ``sites[i].key`` (or the table's label, one
+    per table: where it comes from) otherwise.  Two sites of one name are refused (the sites API names them)."""
     if not isinstance(value, list):
         raise ConfigError(f"{source}: sites: expected an array of tables ([[sites]])")
-    return tuple(_site(table, f"{source}: sites[{i}]") for i, table in enumerate(value))
+    labels = labels or [f"{source}: sites[{i}]" for i in range(len(value))]
+    sites = tuple(_site(table, label) for table, label in zip(value, labels))
+    seen: dict[str, str] = {}
+    for site, label in zip(sites, labels):
+        if site.name in seen:
+            raise ConfigError(f"{label}.name: {site.name!r} is the name of {seen[site.name]} too")
+        seen[site.name] = label
+    return sites
 
 
 def _site(table: Any, where: str) -> Site:
