@@ -98,8 +98,8 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
     worker = _worker(base) if role == "worker" or (role == "all" and "local" in s.batch.targets) else None
     frontier = _frontier(base, worker, demo_site) if base.pool is not None else Frontier()
     crawler = frontier.crawler
-    live = LiveConfig(s, reactor, base.blocking.lane("config"), base.parser.rules, base.fetcher, frontier.seeds,
-                      renders=base.steps.modes is not None and base.steps.modes.pool is not None)
+    live = add(LiveConfig(s, reactor, base.blocking.lane("config"), base.parser.rules, base.fetcher, frontier.seeds,
+                          renders=base.steps.modes is not None and base.steps.modes.pool is not None))
     add(api_service(s.api, reactor, Node(
         role, reactor, stats=base.stats, pool=base.pool, crawler=crawler, seeds=frontier.seeds,
         batcher=frontier.batcher, worker=worker, shipper=worker.shipper if worker is not None else None,

@@ -206,9 +206,9 @@ def test_contract_imports_are_read(tmp_path: Path) -> None:
 
 
 # The modules that load a configuration (the command line, the demo, SIGHUP, the running configuration that SIGHUP and
-# the sites API change, the Scrapy spider, the schema tool); every other part is given the sections it reads
+# the sites API change (and its book), the Scrapy spider, the schema tool); every other part is given the sections it reads
 # (spiderd.config.sections).
-LOADERS = {"spiderd.tap", "spiderd.demo.config", "spiderd.ops.reload", "spiderd.ops.liveconfig",
+LOADERS = {"spiderd.tap", "spiderd.demo.config", "spiderd.ops.reload", "spiderd.ops.liveconfig", "spiderd.ops.sitebook",
            "spiderd.contrib.scrapy", "spiderd.feed.schema"}
 
 

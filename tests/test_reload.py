@@ -42,6 +42,8 @@ class ReloadTests(unittest.TestCase):
         self.live = LiveConfig(settings, reactor, Lane(reactor, "reload"), Rules(settings.sites),
                                seeds=self.seeds)  # type: ignore[arg-type]  # what SeedService gives a reload
         self.service = ReloadService(reactor, self.live, install=False)
+        self.live.startService()
+        self.addCleanup(self.live.stopService)
         self.service.startService()
         self.addCleanup(self.service.stopService)
 

@@ -10,10 +10,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import treq.client
 from twisted.internet import defer, reactor
 from twisted.logger import capturedLogs, formatEvent
 from twisted.trial import unittest
 from twisted.web import resource, server
+from twisted.web.client import Agent, HTTPConnectionPool
 
 from spiderd import tap
 from spiderd.config import settings as cfg
@@ -89,6 +91,19 @@ detail_urls = ["/item/\\\\d+$"]
 fields = {{title = "{title}", price = {{css = "p.price::text"}}}}
 {extra_site}
 """
+
+
+@defer.inlineCallbacks
+def call(api: Any, method: str, path: str, body: Any = None, csrf: bool = True) -> Any:
+    """(code, JSON answer) of one request to a node's API; writes carry its CSRF token unless ``csrf`` is False."""
+    headers = {"content-type": "application/json"}
+    if csrf:
+        headers["x-csrf-token"] = api.resource.sites.csrf
+    data = json.dumps(body).encode() if body is not None else None
+    client = treq.client.HTTPClient(Agent(reactor, pool=HTTPConnectionPool(reactor, persistent=False)))
+    answer = yield client.request(method, api.url + path.lstrip("/"), headers=headers, data=data)
+    text = yield answer.content()
+    return answer.code, json.loads(text)
 
 
 class LiveSitesTests(unittest.TestCase):
@@ -177,6 +192,7 @@ class LiveSitesTests(unittest.TestCase):
         reload = ReloadService(reactor, live, install=False)
         reload.startService()
         self.addCleanup(reload.stopService)
+        yield written[1]
         self.file.write_text(toml(str(self.data), self.root, "//h1/text()", self.pool_section(), api_port=6999))
         with capturedLogs() as events:
             ok = yield reload.reload()
@@ -184,6 +200,80 @@ class LiveSitesTests(unittest.TestCase):
         said = " ".join(formatEvent(e) for e in events)
         self.assertIn("needs a restart: api.port", said)
         self.assertEqual(live.status()["restart_needed"], ["api.port"])
+        for n in (2, 3):
+            yield self.shop.arrived[n]
+            self.shop.release(n)
+        yield top.getServiceNamed("crawler").finished
+
+
+    @defer.inlineCallbacks
+    def test_put_changes_a_field_while_fetches_are_in_flight_and_a_bad_table_changes_nothing(self) -> Any:
+        """PUT a site's table while item 2 is fetched: item 2 takes it; a bad table is refused, saying why; DELETE
+        and the history; the changes survive a restart (the overlay in the data directory)."""
+        self.write("//h1/text()")
+        top, items, written = self.start()
+        api = top.getServiceNamed("api")
+        yield written[1]
+        yield self.shop.arrived[2]
+        code, got = yield call(api, "GET", "/api/sites/shop")
+        self.assertEqual((code, got["origin"], got["table"]["fields"]["title"]), (200, "file", "//h1/text()"))
+        table = dict(got["table"], fields={"title": {"css": "h2::text"}, "price": {"css": "p.price::text"}})
+        code, got = yield call(api, "PUT", "/api/sites/shop", table, csrf=False)
+        self.assertEqual(code, 403)
+        code, got = yield call(api, "PUT", "/api/sites/shop", table)
+        self.assertEqual(code, 200, got)
+        self.assertEqual(got["changed"], ["sites.shop.fields"])
+        self.shop.release(2)
+        yield written[2]
+        before = (yield call(api, "GET", "/api/sites"))[1]
+        code, got = yield call(api, "PUT", "/api/sites/shop", dict(table, fields={"title": "//h2[bad"}))
+        self.assertEqual(code, 400)
+        self.assertIn("sites.shop.fields.title: bad XPath", got["message"])
+        code, got = yield call(api, "PUT", "/api/sites/shop", dict(table, colour="red"))
+        self.assertEqual(code, 400)
+        self.assertIn("colour: unknown key", got["message"])
+        self.assertEqual((yield call(api, "GET", "/api/sites"))[1], before)
+        code, got = yield call(api, "PUT", "/api/sites/blog", {"allowed_hosts": ["blog.example"]})
+        self.assertEqual(code, 200)
+        code, got = yield call(api, "DELETE", "/api/sites/blog")
+        self.assertEqual((code, got["changed"]), (200, ["sites.blog.allowed_hosts"]))
+        yield self.shop.arrived[3]
+        self.shop.release(3)
+        yield written[3]
+        crawler = top.getServiceNamed("crawler")
+        yield crawler.finished
+        stats = yield crawler.pool.stats()
+        self.assertEqual((stats["waiting"], stats["pending"], stats["failed"], stats["done"]), (0, 0, 0, 4))
+        titles = {item["url"].rpartition("/")[2]: item["title"] for item in items}
+        self.assertEqual(titles, {"1": "Title 1", "2": "Subtitle 2", "3": "Subtitle 3"})
+        code, got = yield call(api, "GET", "/api/sites/shop/history")
+        self.assertEqual([(e["user"], e["action"], e["keys"]) for e in got["history"]],
+                         [("loopback", "put", ["sites.shop.fields"])])
+        code, got = yield call(api, "GET", "/api/sites/blog/history")
+        self.assertEqual([e["action"] for e in got["history"]], ["put", "delete"])
+        code, got = yield call(api, "GET", "/api/status")
+        self.assertEqual(got["config"]["rules"], api.node.config.rules.digest)
+        yield top.stopService()
+        again = cfg.with_overlay(cfg.load(str(self.file)))
+        self.assertEqual([(s.name, s.fields[0].xpath) for s in again.sites],
+                         [("shop", "descendant-or-self::h2/text()")])
+
+    @defer.inlineCallbacks
+    def test_an_invalid_file_is_shown_in_the_status(self) -> Any:
+        """A reload of a bad file keeps the running rules; GET /api/status says why."""
+        self.write("//h1/text()")
+        top, items, written = self.start()
+        api = top.getServiceNamed("api")
+        reload = ReloadService(reactor, api.node.config, install=False)
+        reload.startService()
+        self.addCleanup(reload.stopService)
+        yield written[1]
+        digest = api.node.config.rules.digest
+        self.write("//h1[")
+        self.assertFalse((yield reload.reload()))
+        code, got = yield call(api, "GET", "/api/status")
+        self.assertIn("sites[0].fields.title: bad XPath", got["config"]["error"])
+        self.assertEqual(got["config"]["rules"], digest)
         for n in (2, 3):
             yield self.shop.arrived[n]
             self.shop.release(n)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -30,10 +31,14 @@ if TYPE_CHECKING:
 
 log = Logger()
 Validate = Callable[[], cfg.Settings]  # builds the new settings (on the lane); raises ConfigError
+Who = tuple[str, str]  # who made a change (a user name, "SIGHUP"), and how ("put", "delete", "reload")
 
 
-class LiveConfig:
-    """The node's running settings and the parts that take a change live (see the module's docstring)."""
+class LiveConfig(Service):
+    """The node's running settings and the parts that take a change live (see the module's docstring); a service
+    (its name: ``config``) for its lane."""
+
+    name = "config"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, settings: cfg.Settings, clock: IReactorTime, lane: Lane, rules: Rules,
                  fetcher: Fetcher | None = None, seeds: SeedService | None = None, renders: bool = False) -> None:
@@ -49,26 +54,35 @@ class LiveConfig:
         self.error: str | None = None  # the last refused change's error, until a change is applied
         self.error_at: float | None = None
         self.changed_at: float | None = None
-        self.listeners: list[Callable[[cfg.Settings, list[str]], Any]] = []  # called after each applied change
+        self.listeners: list[Callable[[cfg.Settings, list[str], Who], Any]] = []  # called after each applied change
+
+    def startService(self) -> None:
+        super().startService()
+        self.lane.start()
+
+    def stopService(self) -> None:
+        super().stopService()
+        self.lane.stop()
 
     @property
     def rules(self) -> Rules:
         """The rules pages are parsed with, as they are now."""
         return self._rules
 
-    def change(self, validate: Validate, why: str, seeds: bool = False) -> Deferred[list[str]]:
+    def change(self, validate: Validate, why: str, seeds: bool = False,
+               who: Who = ("SIGHUP", "reload")) -> Deferred[list[str]]:
         """Validate new settings on the lane, then apply them (with ``seeds``: load seeds and hubs again, as a
         reload does); fires with the changed keys, or fails with the ConfigError (the running settings kept)."""
-        return self._lock.run(self._change, validate, why, seeds)
+        return self._lock.run(self._change, validate, why, seeds, who)
 
     @defer.inlineCallbacks
-    def _change(self, validate: Validate, why: str, seeds: bool) -> Any:
+    def _change(self, validate: Validate, why: str, seeds: bool, who: Who) -> Any:
         try:
             fresh = yield self.lane.run(validate)
         except cfg.ConfigError as e:
             self.refused(str(e), why)
             raise
-        keys = self.apply(fresh, why)
+        keys = self.apply(fresh, why, who)
         if seeds and self._seeds is not None:
             yield self._seeds.load(fresh.pool.seeds, fresh.pool.hubs, fresh.pool.hub_refresh_span)
         return keys
@@ -79,7 +93,7 @@ class LiveConfig:
         log.error("{why} refused: configuration error: {error}; the running configuration is kept", why=why,
                   error=error)
 
-    def apply(self, fresh: cfg.Settings, why: str) -> list[str]:
+    def apply(self, fresh: cfg.Settings, why: str, who: Who = ("SIGHUP", "reload")) -> list[str]:
         """Put ``fresh`` into effect as far as a running node can; the keys that changed."""
         keys = changed_keys(self.settings, fresh)
         if changed_sites(keys):
@@ -94,7 +108,7 @@ class LiveConfig:
                  later="needs a restart: " + ", ".join(later) if later else "no restart needed",
                  digest=self._rules.digest)
         for listener in self.listeners:
-            listener(fresh, keys)
+            listener(fresh, keys, who)
         return keys
 
     def restart_needed(self) -> list[str]:

@@ -44,7 +44,6 @@ class ReloadService(Service):
 
     def startService(self) -> None:
         super().startService()
-        self._live.lane.start()
         if self._install:
             self._reactor.callWhenRunning(self._install_handler)
 
@@ -53,7 +52,6 @@ class ReloadService(Service):
         if self._installed:
             signal.signal(signal.SIGHUP, self._previous or signal.SIG_DFL)
             self._installed = False
-        self._live.lane.stop()
 
     def _install_handler(self) -> None:
         if self.running:

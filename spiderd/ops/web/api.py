@@ -33,6 +33,7 @@ from spiderd.core.net.resource import JsonResource, send
 from spiderd.core.net.serving import ApiError
 from spiderd.ops.lag import ReactorLag
 from spiderd.ops.web.history import History
+from spiderd.ops.web.sitesapi import SitesApi
 from spiderd.ops.web.metrics import CONTENT_TYPE as METRICS_TYPE, Metrics
 from spiderd.ops.web.streams import ExportStream, import_lines
 
@@ -59,8 +60,9 @@ class ApiResource(JsonResource):
     isLeaf = True
 
     def __init__(self, node: nodes.Node, history: History, metrics: Metrics, auth: Auth, cooperator: task.Cooperator,
-                 page: bytes, lag: ReactorLag | None = None) -> None:
+                 page: bytes, lag: ReactorLag | None = None, sites: SitesApi | None = None) -> None:
         super().__init__()
+        self.sites = sites  # /api/sites...: where the node's configuration can change
         self._node = node
         self._lag = lag
         self._history = history
@@ -101,6 +103,19 @@ class ApiResource(JsonResource):
         return cast(IURLPoolAdmin, self._pool)
 
     # -- dispatch ---------------------------------------------------------------------------------
+
+    def render(self, request: Request) -> bytes | int:
+        path = self.path_of(request)
+        if self.sites is None or not self.sites.owns(path):
+            return super().render(request)
+        refused = self.admit(request)
+        if refused is not None:
+            return refused
+        try:
+            handler = self.sites.route(request, path)
+        except ApiError as e:
+            return self.error(request, e.message, e.code or http.BAD_REQUEST)
+        return self.call(request, handler)
 
     def admit(self, request: Request) -> bytes | None:
         refused = foreign_request(request, self._auth.required)
@@ -344,15 +359,20 @@ def _query(request: Request, name: str) -> str | None:
         raise ApiError(f"the {name!r} query parameter is not UTF-8") from None
 
 
-def _body(request: Request, known: set[str]) -> dict[str, Any]:
-    """The JSON object in the request body (at most MAX_JSON_BODY bytes), with only ``known`` fields."""
+def json_body(request: Request) -> Any:
+    """The JSON value in the request body (at most MAX_JSON_BODY bytes); None for an empty body."""
     raw = _content(request).read(MAX_JSON_BODY + 1)
     if len(raw) > MAX_JSON_BODY:
         raise ApiError(f"request body too large: the limit is {MAX_JSON_BODY} bytes", http.REQUEST_ENTITY_TOO_LARGE)
     try:
-        data = jsontext.loads(raw) if raw.strip() else None
+        return jsontext.loads(raw) if raw.strip() else None
     except ValueError as e:
         raise ApiError(f"the body is not valid JSON: {e}") from None
+
+
+def _body(request: Request, known: set[str]) -> dict[str, Any]:
+    """The JSON object in the request body (at most MAX_JSON_BODY bytes), with only ``known`` fields."""
+    data = json_body(request)
     if not isinstance(data, dict):
         raise ApiError(f"the body must be a JSON object with the fields {', '.join(sorted(known))}")
     unknown = sorted(set(data) - known)

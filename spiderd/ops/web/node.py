@@ -53,6 +53,7 @@ class Node:
     storage: StorageGate | None = None  # the node's storage gate (a full disk holds its work)
     render: FetchModes | None = None  # how sites' pages are fetched: its render pool, "auto"'s choices
     config: LiveConfig | None = None  # the running configuration: reloads, the sites API
+    tester: Any = None  # the template tester (POST /api/sites/NAME/try), where the node fetches
     max_url_length: int = MAX_URL_LENGTH
     started: float = field(init=False)
 

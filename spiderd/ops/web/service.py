@@ -20,10 +20,12 @@ from spiderd.core.net.listener import Listen, Listener
 from spiderd.core.net.serving import JsonSite
 from spiderd.core.reactors import IServingClock
 from spiderd.ops.lag import ReactorLag
-from spiderd.ops.web.api import ApiResource
+from spiderd.ops.sitebook import SiteBook
+from spiderd.ops.web.api import ApiResource, json_body
 from spiderd.ops.web.history import History
 from spiderd.ops.web.metrics import Metrics
 from spiderd.ops.web.node import Node
+from spiderd.ops.web.sitesapi import SitesApi
 
 log = Logger()
 
@@ -57,8 +59,9 @@ class ApiService(Service):
         self.metrics = Metrics(node, self.history)
         self.lag = ReactorLag(clock or reactor, observe=self.metrics.reactor_lag.observe)
         self._cooperator = task.Cooperator(scheduler=lambda work: reactor.callLater(0, work), started=False)
+        sites = SitesApi(SiteBook(node.config), self.auth, json_body, node.tester) if node.config is not None else None
         self.resource = ApiResource(node, self.history, self.metrics, self.auth, self._cooperator, page_html(),
-                                    self.lag)
+                                    self.lag, sites)
         self.site = JsonSite(self.resource, MAX_BODY, socket.gethostname(), "API", reactor=reactor,
                              header_timeout=listen.header_timeout, idle_timeout=listen.idle_timeout)
 
