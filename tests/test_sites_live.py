@@ -29,19 +29,21 @@ PAGE = ("<html><body><h1>Title {n}</h1><h2>Subtitle {n}</h2><p class='price'>{n}
 
 
 class Shop(resource.Resource):
-    """``/list`` links to ``/item/1`` .. ``/item/3``; items 2 and 3 are answered only when the test releases them."""
+    """``/list`` links to ``/item/1`` .. ``/item/3``; items 2 and 3 (``held``) are answered only when the test releases
+    them."""
 
     isLeaf = True
 
-    def __init__(self) -> None:
+    def __init__(self, items: int = ITEMS, held: tuple[int, ...] = (2, 3)) -> None:
         super().__init__()
-        self.arrived = {n: defer.Deferred() for n in (2, 3)}  # fires when item n is asked for (its fetch in flight)
+        self.items = items
+        self.arrived = {n: defer.Deferred() for n in held}  # fires when item n is asked for (its fetch in flight)
         self.held: dict[int, server.Request] = {}
 
     def render_GET(self, request: server.Request) -> bytes | int:
         path = request.path.decode()
         if path == "/list":
-            links = "".join(f"<a href='/item/{n}'>item {n}</a>" for n in range(1, ITEMS + 1))
+            links = "".join(f"<a href='/item/{n}'>item {n}</a>" for n in range(1, self.items + 1))
             return f"<html><body>{links}</body></html>".encode()
         if not path.startswith("/item/"):
             request.setResponseCode(404)

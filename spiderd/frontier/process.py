@@ -183,6 +183,10 @@ class CrawlPort:
         claimed: Deferred[bool] = self._p.pool.claim(result.final_url, by=result.url)
         return claimed
 
+    def rules(self) -> Rules | None:
+        """None: the crawl parses with the node's rules as they are now."""
+        return None
+
     def kind(self, result: FetchResult) -> str:
         if self._hub:
             return "list"
