@@ -38,6 +38,7 @@ from spiderd.frontier.sitemapservice import sitemap_service
 from spiderd.ops.options import Options
 from spiderd.ops.liveconfig import LiveConfig
 from spiderd.ops.reload import ReloadService
+from spiderd.ops.sitetry import SiteTester
 from spiderd.ops.systemd import SystemdNotifier
 from spiderd.ops.web import Node, api_service
 from spiderd.store import PageStore, ShardedStore, page_store
@@ -105,6 +106,7 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
         batcher=frontier.batcher, worker=worker, shipper=worker.shipper if worker is not None else None,
         store=base.store, recrawler=frontier.recrawler, robots=base.fetcher.robots, rules=base.parser.rules,
         storage=base.steps.gate, render=base.steps.modes, config=live,
+        tester=SiteTester(reactor, live, base.fetcher, base.steps),
         max_url_length=s.pool.max_url_length)))
     if signals:
         add(ReloadService(reactor, live))

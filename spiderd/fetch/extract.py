@@ -23,6 +23,7 @@ from spiderd.fetch.links import Resolver, links, path_depth
 from spiderd.fetch.pagerobots import Directives, PageRobots, head_directives
 
 Kind = Literal["list", "detail"]
+ITEM_KEYS = frozenset({"url", "urlhash", "status", "fetched_at", "digest", "rendered"})  # an item's own, not fields
 MAX_LINKS = 10000
 _STRING_VALUE = etree.XPath("string()", smart_strings=False)
 _CACHE_SIZE = 16384

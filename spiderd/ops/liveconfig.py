@@ -22,6 +22,7 @@ from twisted.logger import Logger
 
 from spiderd.config import settings as cfg
 from spiderd.config.changes import changed_keys, changed_sites, needs_restart
+from spiderd.config.overlay import merge_sites
 from spiderd.core.blocking import Lane
 
 if TYPE_CHECKING:
@@ -110,6 +111,12 @@ class LiveConfig(Service):
         for listener in self.listeners:
             listener(fresh, keys, who)
         return keys
+
+    def site_tables(self) -> dict[str, dict[str, Any]]:
+        """Every site's table as it is in force (the file's, or the overlay's), by name, in order."""
+        settings = self.settings
+        tables, _ = merge_sites(list(settings.raw.get("sites", [])), settings.overlay, settings.source)
+        return {site.name: {**table, "name": site.name} for site, table in zip(settings.sites, tables)}
 
     def restart_needed(self) -> list[str]:
         """The keys changed since the start that the node takes only at its next start."""

@@ -25,7 +25,7 @@ from twisted.logger import Logger
 
 from spiderd.config import settings as cfg
 from spiderd.config.changes import changed_sites
-from spiderd.config.overlay import OVERLAY_FILE, merge_sites, write_overlay
+from spiderd.config.overlay import OVERLAY_FILE, write_overlay
 from spiderd.ops.liveconfig import LiveConfig
 
 log = Logger()
@@ -60,10 +60,7 @@ class SiteBook:
 
     def tables(self) -> dict[str, dict[str, Any]]:
         """Every site's table as it is in force (the file's, or the overlay's), by name, in order."""
-        settings = self._live.settings
-        tables, _ = merge_sites(list(settings.raw.get("sites", [])), settings.overlay, settings.source)
-        names = [site.name for site in settings.sites]
-        return {name: {**table, "name": name} for name, table in zip(names, tables)}
+        return self._live.site_tables()
 
     def origin(self, name: str) -> str:
         """Where a site's table comes from: ``api`` (the overlay) or ``file``."""
