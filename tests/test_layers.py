@@ -206,10 +206,10 @@ def test_contract_imports_are_read(tmp_path: Path) -> None:
 
 
 # The modules that load a configuration (the command line, the demo, SIGHUP, the running configuration that SIGHUP and
-# the sites API change (and its book), the Scrapy spider, the schema tool); every other part is given the sections it reads
+# the sites API change (its book, its template tester), the Scrapy spider, the schema tool); every other part is given the sections it reads
 # (spiderd.config.sections).
 LOADERS = {"spiderd.tap", "spiderd.demo.config", "spiderd.ops.reload", "spiderd.ops.liveconfig", "spiderd.ops.sitebook",
-           "spiderd.contrib.scrapy", "spiderd.feed.schema"}
+           "spiderd.ops.sitetry", "spiderd.contrib.scrapy", "spiderd.feed.schema"}
 
 
 def test_parts_take_sections_not_the_whole_settings() -> None:

@@ -113,6 +113,8 @@ class Processor:
             if item is not None and items is not None:
                 yield self._write("items", lambda: items.write(item, statuses), wanted)
                 self.stats.incr("items")
+                site = self.rules.site_for(item["url"])
+                self.stats.item_made(site.name if site is not None else "", item)
                 return
         yield self._write("pool", lambda: self.pool.set_statuses(statuses), wanted)
 

@@ -73,7 +73,8 @@ class ReloadService(Service):
             log.info("Reload (SIGHUP): {reopened} log files reopened; no configuration file to read ({source})",
                      reopened=reopened, source=source)
             return defer.succeed(True)
-        why = f"Reload (SIGHUP) of {source} ({reopened} log files reopened)"
+        log.info("Reload (SIGHUP): reading {source}; {reopened} log files reopened", source=source, reopened=reopened)
+        why = "Reload (SIGHUP)"
         live = self._live  # the overlay is read when the change's turn comes (a sites API change may go first)
         d = live.change(lambda: _read(source, _overrides(running), live.settings.overlay), why, seeds=True)
         return d.addCallbacks(lambda _: True, _refused)

@@ -1,8 +1,10 @@
 """The template tester behind ``POST /api/sites/NAME/try``: one page fetched as the crawl fetches it, and the report
 of a site's rules on it (:mod:`spiderd.fetch.tryout`).
 
-The body is ``{"url": "...", "site": {...}, "page": false}``: the URL to fetch, a draft of the site's table (optional;
-default: the site as it is in force), and whether the answer includes the page's HTML (the editor shows it).  A draft
+The body is ``{"url": "...", "site": {...}, "page": false, "html": "..."}``: the URL to fetch, a draft of the site's
+table (optional; default: the site as it is in force), whether the answer includes the page's HTML (the editor shows
+it), and the page's HTML as an earlier try gave it (optional: the editor tries each edit on the page it shows, without
+fetching it again).  A draft
 is validated with the whole configuration exactly as a ``PUT`` is, and is never used by the crawl.  The page is
 fetched through the node's fetcher and engine (robots.txt, the site's headers and proxy, rendered when the site
 renders), one try at a time.  The report is made in a child process killed after ``timeout`` seconds, so a costly
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     from spiderd.fetch.fetcher import Fetcher, FetchResult
 
 MAX_PAGE = 2 * 1024 * 1024  # characters of the page's HTML an answer includes at most
-KNOWN = {"url", "site", "page"}
+KNOWN = {"url", "site", "page", "html"}
 UNPROCESSABLE = 422  # the rules cannot be run on this page in time
 
 
@@ -56,16 +58,21 @@ class SiteTester:
 
     def try_site(self, name: str, body: Any) -> Deferred[Any]:
         """The report for ``body`` (see the module's docstring); ApiError for a bad request or draft."""
-        url, draft, page = _request(body)
+        url, draft, page, html = _request(body)
         table = draft if draft is not None else self._live.site_tables().get(name)
         if table is None:
             raise ApiError(f"no site named {name!r}: send its draft as \"site\"", http.NOT_FOUND)
-        return self._tried(name, url, table, page, draft is not None)
+        return self._tried(name, url, table, page, draft is not None, html)
 
     @defer.inlineCallbacks
-    def _tried(self, name: str, url: str, table: dict[str, Any], page: bool, draft: bool) -> Any:
+    def _tried(self, name: str, url: str, table: dict[str, Any], page: bool, draft: bool, html: str | None) -> Any:
         site = yield self._live.lane.run(self._validate, name, table)
-        answer = yield self._lock.run(self._try, url, site, page)
+        if html is not None:
+            answer = yield self._report(url, html.encode("utf-8"), "text/html; charset=utf-8", site)
+            answer["fetch"] = {"status": 200, "final_url": url, "content_type": "text/html", "bytes": len(html),
+                               "rendered": False, "reason": "the page given (not fetched again)"}
+        else:
+            answer = yield self._lock.run(self._try, url, site, page)
         return {"url": url, "site": name, "draft": draft, **answer}
 
     def _validate(self, name: str, table: dict[str, Any]) -> Site:
@@ -86,16 +93,20 @@ class SiteTester:
                    "reason": result.reason or result.error}
         if result.status != 200:
             return {"fetch": fetched, "warnings": [f"the fetch gave no page: {result.reason or result.status}"]}
-        limits = self._live.rules
-        message = request_message(result.final_url, result.page, result.content_type, site, limits.max_url_length,
-                                  limits.max_path_depth)
-        report = yield _run_child(self._reactor, self.clock, message, self.timeout)
+        report = yield self._report(result.final_url, result.page, result.content_type, site)
         if page:
             report["page"] = page_text(result.page, result.content_type)[:MAX_PAGE]
         return {"fetch": fetched, **report}
 
 
-def _request(body: Any) -> tuple[str, dict[str, Any] | None, bool]:
+    def _report(self, url: str, body: bytes, content_type: str | None, site: Site) -> Deferred[dict[str, Any]]:
+        """The report on a page, made in a child process (see the module's docstring)."""
+        limits = self._live.rules
+        message = request_message(url, body, content_type, site, limits.max_url_length, limits.max_path_depth)
+        return _run_child(self._reactor, self.clock, message, self.timeout)
+
+
+def _request(body: Any) -> tuple[str, dict[str, Any] | None, bool, str | None]:
     if not isinstance(body, dict) or set(body) - KNOWN:
         raise ApiError(f"the body must be a JSON object with the fields {', '.join(sorted(KNOWN))} (url required)")
     url, draft, page = body.get("url"), body.get("site"), body.get("page", False)
@@ -109,7 +120,10 @@ def _request(body: Any) -> tuple[str, dict[str, Any] | None, bool]:
         raise ApiError("'site' must be the site's table (a JSON object), as PUT /api/sites/NAME takes it")
     if not isinstance(page, bool):
         raise ApiError("'page' must be true or false")
-    return url, draft, page
+    html = body.get("html")
+    if html is not None and not isinstance(html, str):
+        raise ApiError("'html' must be the page's HTML as a string")
+    return url, draft, page, html
 
 
 class _Child(ProcessProtocol):

@@ -300,6 +300,8 @@ class Pipeline:
         if extracted.item is not None:
             run.items.write(extracted.item)
             run.stats["items"] += 1
+            if self.stats is not None:
+                self.stats.item_made(run.job.spider, extracted.item)
         elif extracted.error:
             run.stats[f"parse_{extracted.error}"] += 1
 

@@ -60,9 +60,11 @@ class ApiResource(JsonResource):
     isLeaf = True
 
     def __init__(self, node: nodes.Node, history: History, metrics: Metrics, auth: Auth, cooperator: task.Cooperator,
-                 page: bytes, lag: ReactorLag | None = None, sites: SitesApi | None = None) -> None:
+                 page: bytes, lag: ReactorLag | None = None, sites: SitesApi | None = None,
+                 sites_page: bytes = b"") -> None:
         super().__init__()
         self.sites = sites  # /api/sites...: where the node's configuration can change
+        self._sites_page = sites_page
         self._node = node
         self._lag = lag
         self._history = history
@@ -72,6 +74,7 @@ class ApiResource(JsonResource):
         self._page = page
         self.routes = {
             b"/": (b"GET", self.page),
+            b"/sites": (b"GET", self.sites_editor),
             b"/metrics": (b"GET", self.metrics),
             b"/api/status": (b"GET", self.status),
             b"/api/history": (b"GET", self.history),
@@ -122,7 +125,7 @@ class ApiResource(JsonResource):
         if refused is not None:
             return self.error(request, refused, http.FORBIDDEN)
         path = self.path_of(request)
-        allowed = self._auth.allows_page(request) if path == b"/" else self._auth.allows(request)
+        allowed = self._auth.allows_page(request) if path in (b"/", b"/sites") else self._auth.allows(request)
         if not allowed:
             request.setHeader(b"WWW-Authenticate", self._auth.challenge(request))
             return self.error(request, "wrong or missing credentials (api.token or api.username)", http.UNAUTHORIZED)
@@ -160,11 +163,15 @@ class ApiResource(JsonResource):
 
     def page(self, request: Request) -> Raw:
         """The status page: static HTML and JS that polls /api/status and /api/history."""
-        request.setHeader(b"Content-Security-Policy",
-                          b"default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                          b"connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'")
-        request.setHeader(b"Referrer-Policy", b"no-referrer")
-        return Raw(self._page, b"text/html; charset=utf-8")
+        return _page(request, self._page)
+
+    def sites_editor(self, request: Request) -> Raw:
+        """The sites page: the sites with their figures, and the template editor (the page it tries is shown in
+        a sandboxed frame that runs no script and, under this policy, loads nothing)."""
+        if self.sites is None or not self._sites_page:
+            raise ApiError("no sites page on this node", http.NOT_FOUND)
+        request.setHeader(b"X-Frame-Options", b"DENY")
+        return _page(request, self._sites_page)
 
     def metrics(self, request: Request) -> Deferred[Raw]:
         return self._metrics.render().addCallback(lambda text: Raw(text, METRICS_TYPE))
@@ -306,6 +313,15 @@ class ApiResource(JsonResource):
 
         d = self._cooperator.coiterate(chunks())
         return d.addCallback(lambda _: _added(added[0], list(good), rejected, what))
+
+
+def _page(request: Request, html: bytes) -> Raw:
+    """A page of the API, under a policy that lets it run its own inline script and talk to this API only."""
+    request.setHeader(b"Content-Security-Policy",
+                      b"default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                      b"connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'")
+    request.setHeader(b"Referrer-Policy", b"no-referrer")
+    return Raw(html, b"text/html; charset=utf-8")
 
 
 def _url_list(body: dict[str, Any]) -> list[Any]:

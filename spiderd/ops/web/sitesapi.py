@@ -1,8 +1,8 @@
 """The sites endpoints of the node's API: read, change and try the sites' rules while the node runs.
 
 =====================================  ==============================================================================
-``GET /api/sites``                     every site: its table, where it comes from (``file`` or ``api``), the rules'
-                                       version in force
+``GET /api/sites``                     every site: its table, where it comes from (``file`` or ``api``), its items
+                                       and empty fields so far, and the rules' version in force
 ``GET /api/sites/NAME``                one site's table
 ``PUT /api/sites/NAME``                the site's whole table (JSON, as one ``[[sites]]`` table of the file): replaces
                                        or adds it, validated with the whole configuration as the file is
@@ -42,7 +42,10 @@ Body = Callable[[Request], Any]  # the request's JSON body (the API's reader: it
 class SitesApi:
     """Routes ``/api/sites...`` to its handlers (see the module's docstring)."""
 
-    def __init__(self, book: SiteBook, auth: Auth, body: Body, tester: Any = None) -> None:
+    def __init__(self, book: SiteBook, auth: Auth, body: Body, tester: Any = None,
+                 figures: dict[str, dict[str, Any]] | None = None) -> None:
+        """``figures``: each site's items and empty fields so far (:meth:`~spiderd.core.stats.CrawlStats.item_made`)."""
+        self._figures = figures if figures is not None else {}
         self._book = book
         self._auth = auth
         self._body = body
@@ -86,7 +89,16 @@ class SitesApi:
     def all(self, request: Request) -> dict[str, Any]:
         tables = self._book.tables()
         return {"rules": self._book.rules_digest, "sites": [
-            {"name": name, "origin": self._book.origin(name), "table": table} for name, table in tables.items()]}
+            {"name": name, "origin": self._book.origin(name), "table": table, "figures": self._site_figures(name, table)}
+            for name, table in tables.items()]}
+
+    def _site_figures(self, name: str, table: dict[str, Any]) -> dict[str, Any]:
+        """The site's items so far and, per field of its table, how many came out empty."""
+        figures = self._figures.get(name, {})
+        empty = figures.get("empty", {})
+        fields = table.get("fields", {})
+        return {"items": figures.get("items", 0),
+                "empty": {f: empty.get(f, 0) for f in (fields if isinstance(fields, dict) else {})}}
 
     def get(self, name: str) -> dict[str, Any]:
         table = self._book.tables().get(name)
