@@ -34,10 +34,12 @@ from spiderd.frontier.pool.service import pool_service
 from spiderd.frontier.crawler import CrawlService
 from spiderd.frontier.scheduler import Recrawler, schedulers
 from spiderd.frontier.seeds import SeedService
+from spiderd.frontier.sharedsites import shared_sites
 from spiderd.frontier.sitemapservice import sitemap_service
 from spiderd.ops.options import Options
 from spiderd.ops.liveconfig import LiveConfig
 from spiderd.ops.reload import ReloadService
+from spiderd.ops.sitebook import SiteBook
 from spiderd.ops.sitetry import SiteTester
 from spiderd.ops.systemd import SystemdNotifier
 from spiderd.ops.web import Node, api_service
@@ -101,11 +103,12 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
     crawler = frontier.crawler
     live = add(LiveConfig(s, reactor, base.blocking.lane("config"), base.parser.rules, base.fetcher, frontier.seeds,
                           renders=base.steps.modes is not None and base.steps.modes.pool is not None))
+    book = SiteBook(live, add(shared_sites(s.pool, reactor)) if base.pool is not None else None)
     add(api_service(s.api, reactor, Node(
         role, reactor, stats=base.stats, pool=base.pool, crawler=crawler, seeds=frontier.seeds,
         batcher=frontier.batcher, worker=worker, shipper=worker.shipper if worker is not None else None,
         store=base.store, recrawler=frontier.recrawler, robots=base.fetcher.robots, rules=base.parser.rules,
-        storage=base.steps.gate, render=base.steps.modes, config=live,
+        storage=base.steps.gate, render=base.steps.modes, config=live, sites=book,
         tester=SiteTester(reactor, live, base.fetcher, base.steps),
         max_url_length=s.pool.max_url_length)))
     if signals:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import treq.client
-from twisted.internet import defer, reactor
+from twisted.internet import defer, reactor, task
 from twisted.logger import capturedLogs, formatEvent
 from twisted.trial import unittest
 from twisted.web import resource, server
@@ -295,6 +295,38 @@ class RedisLiveSitesTests(LiveSitesTests):
     def pool_section(self) -> dict[str, Any]:
         return {"backend": "redis", "redis_url": self.redis_url, "redis_prefix": self.namespace + "spiderd:",
                 "redis_namespace": self.namespace}
+
+    @defer.inlineCallbacks
+    def test_a_change_on_one_node_reaches_the_fleet(self) -> Any:
+        """Two frontier nodes on one Redis pool: a PUT on one is taken by the other at its next turn, which then
+        sends batches with the same rules; the history is the fleet's."""
+        self.write("//h1/text()")
+        first, _, _ = self.start()
+        other = self.data / "other"
+        other.mkdir()
+        settings = cfg.load(str(self.file), {"spiderd.data_dir": str(other)})
+        cfg.check_data_dir(settings)
+        second = tap.build(settings, reactor)
+        second.startService()
+        self.addCleanup(second.stopService)
+        a, b = first.getServiceNamed("api"), second.getServiceNamed("api")
+        while not (a.running and b.running):
+            yield task.deferLater(reactor, 0.01, lambda: None)
+        table = {"allowed_hosts": ["127.0.0.1"], "list_urls": ["/list$"], "detail_urls": [r"/item/\d+$"],
+                 "fields": {"title": "//h2/text()"}}
+        code, got = yield call(a, "PUT", "/api/sites/shop", table)
+        self.assertEqual(code, 200, got)
+        self.assertNotEqual(b.node.config.rules.digest, a.node.config.rules.digest)
+        yield second.getServiceNamed("shared-sites").poll()
+        self.assertEqual(b.node.config.rules.digest, a.node.config.rules.digest)
+        code, got = yield call(b, "GET", "/api/sites/shop")
+        self.assertEqual((got["origin"], got["table"]["fields"]), ("api", {"title": "//h2/text()"}))
+        code, got = yield call(b, "GET", "/api/sites/shop/history")
+        self.assertEqual([(e["user"], e["action"]) for e in got["history"]], [("loopback", "put")])
+        for n in (2, 3):
+            yield self.shop.arrived[n]
+            self.shop.release(n)
+        yield first.getServiceNamed("crawler").finished
 
     @defer.inlineCallbacks
     def _delete_keys(self) -> Any:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Callable, Protocol
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -39,11 +40,31 @@ class SiteError(ValueError):
     """A change the book refuses before validation (no such site, a bad name or body)."""
 
 
+class Shared(Protocol):
+    """Where a fleet keeps its sites (:class:`spiderd.frontier.sharedsites.SharedSites`, on a Redis pool); it calls
+    ``take`` with the fleet's overlay when another node changed it, and reads this node's with ``current``."""
+
+    take: Callable[[dict[str, dict[str, Any] | None]], Deferred[Any]] | None
+    current: Callable[[], Mapping[str, Any]]
+
+    def publish(self, name: str, table: dict[str, Any] | None) -> Deferred[None]: ...
+
+    def record(self, entries: list[dict[str, Any]]) -> Deferred[None]: ...
+
+    def history(self, name: str) -> Deferred[list[dict[str, Any]]]: ...
+
+
 class SiteBook:
     """The sites of a running node by name: read, put, delete, and their history (see the module's docstring)."""
 
-    def __init__(self, live: LiveConfig) -> None:
+    def __init__(self, live: LiveConfig, shared: Shared | None = None) -> None:
+        """``shared``: the fleet's store of the sites (a change made here is published there, and its history is
+        kept there); None: this node's data directory only."""
         self._live = live
+        self._shared = shared
+        if shared is not None:
+            shared.take = self.take
+            shared.current = lambda: live.settings.overlay
         data = live.settings.spiderd
         self.overlay_path = data.path(OVERLAY_FILE)
         self.history_path = data.path(HISTORY_FILE)
@@ -83,7 +104,22 @@ class SiteBook:
 
     def history(self, name: str) -> Deferred[list[dict[str, Any]]]:
         """The changes of ``name``, oldest first (at most the MAX_HISTORY newest); read on the lane."""
+        if self._shared is not None:
+            return self._shared.history(name).addCallback(lambda entries: entries[-MAX_HISTORY:])
         return self._live.lane.run(_read_history, self.history_path, name)
+
+    def take(self, overlay: dict[str, dict[str, Any] | None]) -> Deferred[list[str]]:
+        """Take the fleet's overlay (another node changed a site), validated with this node's file."""
+        live, path = self._live, self.overlay_path
+
+        def build() -> cfg.Settings:
+            running = live.settings
+            fresh = cfg.from_dict(running.raw, running.source, None, overlay)
+            write_overlay(path, overlay)
+            return fresh
+
+        d = live.change(build, "Sites: a change of the fleet", who=("fleet", "sync"))
+        return d.addErrback(_refused)
 
     def _change(self, name: str, table: dict[str, Any] | None, user: str, action: str) -> Deferred[list[str]]:
         live, path = self._live, self.overlay_path
@@ -99,17 +135,33 @@ class SiteBook:
             write_overlay(path, overlay)
             return fresh
 
-        return live.change(build, f"Sites API: {action} {name!r} by {user}", who=(user, action))
+        d = live.change(build, f"Sites API: {action} {name!r} by {user}", who=(user, action))
+        shared = self._shared
+        if shared is not None:
+            d.addCallback(lambda keys: shared.publish(name, table).addCallback(lambda _: keys))
+        return d
 
     def _record(self, fresh: cfg.Settings, keys: list[str], who: tuple[str, str]) -> None:
         """A change was applied: one history line per site it changed (written on the lane)."""
         user, action = who
+        if action == "sync":
+            return  # the node that made the change keeps its history
         entries = [{"time": round(self._live.changed_at or 0.0, 3), "user": user, "action": action, "site": name,
                     "keys": [k for k in keys if k.startswith(f"sites.{name}.")], "rules": self._live.rules.digest}
                    for name in changed_sites(keys)]
-        if entries:
+        if not entries:
+            return
+        if self._shared is not None:
+            d = self._shared.record(entries)
+        else:
             d = self._live.lane.run(_append, self.history_path, entries)
-            d.addErrback(lambda f: log.failure("Sites: cannot write the history {path}", f, path=self.history_path))
+        d.addErrback(lambda f: log.failure("Sites: cannot write the history", f))
+
+
+def _refused(failure: Any) -> list[str]:
+    """The fleet's sites do not validate with this node's file: nothing changed (logged, and in the status)."""
+    failure.trap(cfg.ConfigError)
+    return []
 
 
 def _check_name(name: str) -> None:

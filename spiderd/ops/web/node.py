@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from spiderd.frontier.scheduler import Recrawler
     from spiderd.frontier.seeds import SeedService
     from spiderd.ops.liveconfig import LiveConfig
+    from spiderd.ops.sitebook import SiteBook
     from spiderd.ops.web.history import History
     from spiderd.worker.service import WorkerService
 
@@ -53,6 +54,7 @@ class Node:
     storage: StorageGate | None = None  # the node's storage gate (a full disk holds its work)
     render: FetchModes | None = None  # how sites' pages are fetched: its render pool, "auto"'s choices
     config: LiveConfig | None = None  # the running configuration: reloads, the sites API
+    sites: SiteBook | None = None  # the sites API's book (GET/PUT/DELETE /api/sites...)
     tester: Any = None  # the template tester (POST /api/sites/NAME/try), where the node fetches
     max_url_length: int = MAX_URL_LENGTH
     started: float = field(init=False)

@@ -20,7 +20,6 @@ from spiderd.core.net.listener import Listen, Listener
 from spiderd.core.net.serving import JsonSite
 from spiderd.core.reactors import IServingClock
 from spiderd.ops.lag import ReactorLag
-from spiderd.ops.sitebook import SiteBook
 from spiderd.ops.web.api import ApiResource, json_body
 from spiderd.ops.web.history import History
 from spiderd.ops.web.metrics import Metrics
@@ -60,9 +59,9 @@ class ApiService(Service):
         self.lag = ReactorLag(clock or reactor, observe=self.metrics.reactor_lag.observe)
         self._cooperator = task.Cooperator(scheduler=lambda work: reactor.callLater(0, work), started=False)
         sites = None
-        if node.config is not None:
+        if node.sites is not None:
             figures = node.stats.sites if node.stats is not None else None
-            sites = SitesApi(SiteBook(node.config), self.auth, json_body, node.tester, figures)
+            sites = SitesApi(node.sites, self.auth, json_body, node.tester, figures)
         self.resource = ApiResource(node, self.history, self.metrics, self.auth, self._cooperator, page_html(),
                                     self.lag, sites, page_html("sites.html"))
         self.site = JsonSite(self.resource, MAX_BODY, socket.gethostname(), "API", reactor=reactor,
