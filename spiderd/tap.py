@@ -35,7 +35,7 @@ from spiderd.frontier.crawler import CrawlService
 from spiderd.frontier.scheduler import Recrawler, schedulers
 from spiderd.frontier.seeds import SeedService
 from spiderd.frontier.sharedsites import shared_sites
-from spiderd.frontier.sitemapservice import sitemap_service
+from spiderd.frontier.sitemapservice import SitemapService, sitemap_service
 from spiderd.ops.options import Options
 from spiderd.ops.liveconfig import LiveConfig
 from spiderd.ops.reload import ReloadService
@@ -83,12 +83,13 @@ class Base:
 
 @dataclass(frozen=True)
 class Frontier:
-    """The frontier's parts that the API and systemd read (all None in the worker role)."""
+    """The frontier's parts that the API, systemd and a change of the sites reach (all None in the worker role)."""
 
     crawler: CrawlService | None = None
     seeds: SeedService | None = None
     batcher: Batcher | None = None
     recrawler: Recrawler | None = None
+    sitemaps: SitemapService | None = None
 
 
 def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signals: bool = False,
@@ -101,7 +102,8 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
     worker = _worker(base) if role == "worker" or (role == "all" and "local" in s.batch.targets) else None
     frontier = _frontier(base, worker, demo_site) if base.pool is not None else Frontier()
     crawler = frontier.crawler
-    live = add(LiveConfig(s, reactor, base.blocking.lane("config"), base.parser.rules, base.fetcher, frontier.seeds,
+    followers = [base.fetcher.set_sites] + ([frontier.sitemaps.set_sites] if frontier.sitemaps is not None else [])
+    live = add(LiveConfig(s, reactor, base.blocking.lane("config"), base.parser.rules, followers, frontier.seeds,
                           renders=base.steps.modes is not None and base.steps.modes.pool is not None))
     book = SiteBook(live, add(shared_sites(s.pool, reactor)) if base.pool is not None else None)
     add(api_service(s.api, reactor, Node(
@@ -180,4 +182,4 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
         base.top.add(service)
     if node.exit_when_done:
         crawler.finished.addCallback(lambda _: lifecycle.stop_when_idle(reactor, batcher, worker))
-    return Frontier(crawler, seeds, batcher, recrawler)
+    return Frontier(crawler, seeds, batcher, recrawler, sitemaps)

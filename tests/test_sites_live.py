@@ -282,6 +282,26 @@ class LiveSitesTests(unittest.TestCase):
         yield top.getServiceNamed("crawler").finished
 
 
+    @defer.inlineCallbacks
+    def test_the_sitemap_reader_follows_the_sites(self) -> Any:
+        """A site added by PUT is one whose hosts' sitemaps are read (its rules: the reader's, on both threads)."""
+        self.file.write_text(toml(str(self.data), self.root, "//h1/text()", self.pool_section())
+                             .replace("robots = false", "robots = true"))
+        top, items, written = self.start()
+        api, sitemaps = top.getServiceNamed("api"), top.getServiceNamed("sitemaps")
+        while not api.running:
+            yield task.deferLater(reactor, 0.01, lambda: None)
+        self.assertIsNone(sitemaps._rules.site_for("http://blog.example/"))
+        code, got = yield call(api, "PUT", "/api/sites/blog", {"allowed_hosts": ["blog.example"]})
+        self.assertEqual(code, 200, got)
+        self.assertEqual(sitemaps._rules.site_for("http://blog.example/").name, "blog")
+        self.assertEqual(sitemaps._lane_rules.site_for("http://blog.example/").name, "blog")
+        for n in (2, 3):
+            yield self.shop.arrived[n]
+            self.shop.release(n)
+        yield top.getServiceNamed("crawler").finished
+
+
 class RedisLiveSitesTests(LiveSitesTests):
     """The same on the Redis pool (a key space of its own on the test Redis, deleted after)."""
 

@@ -12,7 +12,7 @@ refused change with its error.  Changes are made one at a time.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from twisted.application.service import Service
 from twisted.internet import defer
@@ -26,8 +26,8 @@ from spiderd.config.overlay import merge_sites
 from spiderd.core.blocking import Lane
 
 if TYPE_CHECKING:
+    from spiderd.core.rules import Site
     from spiderd.fetch.extract import Rules
-    from spiderd.fetch.fetcher import Fetcher
     from spiderd.frontier.seeds import SeedService
 
 log = Logger()
@@ -42,13 +42,15 @@ class LiveConfig(Service):
     name = "config"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, settings: cfg.Settings, clock: IReactorTime, lane: Lane, rules: Rules,
-                 fetcher: Fetcher | None = None, seeds: SeedService | None = None, renders: bool = False) -> None:
-        """``renders``: the node runs a render pool (a site may switch to rendering without a restart)."""
+                 followers: Sequence[Callable[[tuple[Site, ...]], object]] = (), seeds: SeedService | None = None,
+                 renders: bool = False) -> None:
+        """``followers``: the parts told the new sites besides ``rules`` (the fetcher's ``set_sites``, the sitemap
+        reader's); ``renders``: the node runs a render pool (a site may switch to rendering without a restart)."""
         self.settings = self.started = settings
         self._clock = clock
         self.lane = lane
         self._rules = rules
-        self._fetcher = fetcher
+        self._followers = tuple(followers)
         self._seeds = seeds
         self._renders = renders
         self._lock = defer.DeferredLock()
@@ -99,8 +101,8 @@ class LiveConfig(Service):
         keys = changed_keys(self.settings, fresh)
         if changed_sites(keys):
             self._rules.replace(fresh.sites)
-            if self._fetcher is not None:
-                self._fetcher.set_sites(fresh.sites)
+            for follow in self._followers:
+                follow(fresh.sites)
         self.settings, self.error, self.error_at = fresh, None, None
         self.changed_at = self._clock.seconds()
         later = [key for key in keys if self._needs_restart(key)]
