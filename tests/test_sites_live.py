@@ -151,7 +151,8 @@ class LiveSitesTests(unittest.TestCase):
 
     @defer.inlineCallbacks
     def test_sighup_changes_a_field_and_adds_a_site_while_fetches_are_in_flight(self) -> Any:
-        """Item 1 with the file's rules; a reload while item 2 is fetched: item 2 takes the new selector."""
+        """Item 1 with the file's rules; a reload while item 2 is fetched: item 2 takes the new selector; a bad file
+        changes nothing and says why; a reload removes the site added."""
         self.write("//h1/text()")
         top, items, written = self.start()
         reload = ReloadService(reactor, top.getServiceNamed("api").node.config, install=False)
@@ -175,6 +176,14 @@ class LiveSitesTests(unittest.TestCase):
         self.assertFalse(ok)
         config = top.getServiceNamed("api").node.config
         self.assertIn("pool.seeds", config.status()["error"])
+        self.assertEqual([s.name for s in config.settings.sites], ["shop", "blog"])
+        self.write("//h2/text()")  # the blog removed
+        with capturedLogs() as events:
+            self.assertTrue((yield reload.reload()))
+        self.assertIn("changed: sites.blog.allowed_hosts", " ".join(formatEvent(e) for e in events))
+        self.assertEqual([s.name for s in config.settings.sites], ["shop"])
+        self.assertIsNone(config.rules.site_for("http://blog.example/"))
+        self.assertIsNone(config.status()["error"])
         self.shop.release(3)
         yield written[3]
         crawler = top.getServiceNamed("crawler")
@@ -183,7 +192,6 @@ class LiveSitesTests(unittest.TestCase):
         titles = {item["url"].rpartition("/")[2]: item["title"] for item in items}
         self.assertEqual(titles, {"1": "Title 1", "2": "Subtitle 2", "3": "Subtitle 3"})
         self.assertEqual((stats["waiting"], stats["pending"], stats["failed"], stats["done"]), (0, 0, 0, 4))
-        self.assertEqual([s.name for s in config.settings.sites], ["shop", "blog"])
 
     @defer.inlineCallbacks
     def test_a_restart_key_is_named_and_not_applied(self) -> Any:
