@@ -34,9 +34,13 @@ from spiderd.frontier.pool.service import pool_service
 from spiderd.frontier.crawler import CrawlService
 from spiderd.frontier.scheduler import Recrawler, schedulers
 from spiderd.frontier.seeds import SeedService
-from spiderd.frontier.sitemapservice import sitemap_service
+from spiderd.frontier.sharedsites import shared_sites
+from spiderd.frontier.sitemapservice import SitemapService, sitemap_service
 from spiderd.ops.options import Options
+from spiderd.ops.liveconfig import LiveConfig
 from spiderd.ops.reload import ReloadService
+from spiderd.ops.sitebook import SiteBook
+from spiderd.ops.sitetry import SiteTester
 from spiderd.ops.systemd import SystemdNotifier
 from spiderd.ops.web import Node, api_service
 from spiderd.store import PageStore, ShardedStore, page_store
@@ -54,6 +58,7 @@ def makeService(options: Options, reactor: INodeReactor | None = None) -> IServi
     try:
         settings = demo.fresh(options.overrides()) if options["demo"] else cfg.load(options["config"], options.overrides())
         cfg.check_data_dir(settings)
+        settings = cfg.with_overlay(settings)
         return build(settings, reactor, bool(options["demo"]), True, lifecycle.exit_on_start_failure(reactor))
     except cfg.ConfigError as e:
         sys.stderr.write(f"spiderd: configuration error: {e}\n")
@@ -78,12 +83,13 @@ class Base:
 
 @dataclass(frozen=True)
 class Frontier:
-    """The frontier's parts that the API and systemd read (all None in the worker role)."""
+    """The frontier's parts that the API, systemd and a change of the sites reach (all None in the worker role)."""
 
     crawler: CrawlService | None = None
     seeds: SeedService | None = None
     batcher: Batcher | None = None
     recrawler: Recrawler | None = None
+    sitemaps: SitemapService | None = None
 
 
 def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signals: bool = False,
@@ -96,14 +102,19 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
     worker = _worker(base) if role == "worker" or (role == "all" and "local" in s.batch.targets) else None
     frontier = _frontier(base, worker, demo_site) if base.pool is not None else Frontier()
     crawler = frontier.crawler
+    followers = [base.fetcher.set_sites] + ([frontier.sitemaps.set_sites] if frontier.sitemaps is not None else [])
+    live = add(LiveConfig(s, reactor, base.blocking.lane("config"), base.parser.rules, followers, frontier.seeds,
+                          renders=base.steps.modes is not None and base.steps.modes.pool is not None))
+    book = SiteBook(live, add(shared_sites(s.pool, reactor)) if base.pool is not None else None)
     add(api_service(s.api, reactor, Node(
         role, reactor, stats=base.stats, pool=base.pool, crawler=crawler, seeds=frontier.seeds,
         batcher=frontier.batcher, worker=worker, shipper=worker.shipper if worker is not None else None,
         store=base.store, recrawler=frontier.recrawler, robots=base.fetcher.robots, rules=base.parser.rules,
-        storage=base.steps.gate, render=base.steps.modes,
+        storage=base.steps.gate, render=base.steps.modes, config=live, sites=book,
+        tester=SiteTester(reactor, live, base.fetcher, base.steps),
         max_url_length=s.pool.max_url_length)))
     if signals:
-        add(ReloadService(reactor, s.source, s.spiderd, base.blocking.lane("reload"), frontier.seeds))
+        add(ReloadService(reactor, live))
         lifecycle.calm_repeated_stop_signals(reactor)
     add(SystemdNotifier(reactor, status=lambda: f"{base.stats.counts['pages']} pages",
                         healthy=lambda: crawler is None or crawler.healthy))
@@ -171,4 +182,4 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
         base.top.add(service)
     if node.exit_when_done:
         crawler.finished.addCallback(lambda _: lifecycle.stop_when_idle(reactor, batcher, worker))
-    return Frontier(crawler, seeds, batcher, recrawler)
+    return Frontier(crawler, seeds, batcher, recrawler, sitemaps)

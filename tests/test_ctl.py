@@ -168,7 +168,8 @@ class RealDaemonTests(TestCase):
         daemon.config.write_text(config(self.tmp, [f"{self.dead}/first", f"{self.dead}/second"]))
         daemon.log.rename(daemon.log.with_suffix(".log.1"))  # as logrotate does
         daemon.process.send_signal(signal.SIGHUP)
-        daemon.wait_for(r"Reload \(SIGHUP\): 2 seeds and 0 hubs from .*; 1 log files reopened")
+        daemon.wait_for(r"Reload \(SIGHUP\): reading .*; 1 log files reopened")
+        daemon.wait_for(r"Reload \(SIGHUP\): changed: pool.seeds; no restart needed")
         daemon.wait_for(r"Seeds: 1 of 2 added")
         assert "Reload (SIGHUP)" not in daemon.log.with_suffix(".log.1").read_text()
         code, out, _ = run("why", "--json", f"{self.dead}/second")

@@ -205,9 +205,11 @@ def test_contract_imports_are_read(tmp_path: Path) -> None:
     assert _pool_contracts_of(module, tmp_path / "spiderd") == {"ICheckpoints", "IURLPool", "*"}
 
 
-# The modules that load a configuration (the command line, the demo, SIGHUP, the Scrapy spider, the schema tool); every
-# other part is given the sections it reads (spiderd.config.sections).
-LOADERS = {"spiderd.tap", "spiderd.demo.config", "spiderd.ops.reload", "spiderd.contrib.scrapy", "spiderd.feed.schema"}
+# The modules that load a configuration (the command line, the demo, SIGHUP, the running configuration that SIGHUP and
+# the sites API change (its book, its template tester), the Scrapy spider, the schema tool); every other part is given the sections it reads
+# (spiderd.config.sections).
+LOADERS = {"spiderd.tap", "spiderd.demo.config", "spiderd.ops.reload", "spiderd.ops.liveconfig", "spiderd.ops.sitebook",
+           "spiderd.ops.sitetry", "spiderd.contrib.scrapy", "spiderd.feed.schema"}
 
 
 def test_parts_take_sections_not_the_whole_settings() -> None:

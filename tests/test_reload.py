@@ -13,6 +13,8 @@ from twisted.trial import unittest
 from spiderd.config import settings as cfg
 from spiderd.core.blocking import Lane
 from spiderd.ops import reload as reload_module
+from spiderd.fetch.extract import Rules
+from spiderd.ops.liveconfig import LiveConfig
 from spiderd.ops.reload import ReloadService
 
 
@@ -37,8 +39,11 @@ class ReloadTests(unittest.TestCase):
         write(self.file, self.dir, ["http://a.example/"], [])
         self.seeds = Seeds()
         settings = cfg.load(str(self.file))
-        self.service = ReloadService(reactor, settings.source, settings.spiderd, Lane(reactor, "reload"), self.seeds,
-                                     install=False)
+        self.live = LiveConfig(settings, reactor, Lane(reactor, "reload"), Rules(settings.sites),
+                               seeds=self.seeds)  # type: ignore[arg-type]  # what SeedService gives a reload
+        self.service = ReloadService(reactor, self.live, install=False)
+        self.live.startService()
+        self.addCleanup(self.live.stopService)
         self.service.startService()
         self.addCleanup(self.service.stopService)
 
@@ -68,6 +73,7 @@ class ReloadTests(unittest.TestCase):
         self.assertFalse(ok)
         self.assertEqual(self.seeds.loaded, [])
         self.assertTrue(any("refused" in str(e.get("log_format", "")) for e in events))
+        self.assertIn("seeds: expected", self.live.status()["error"])
 
     @defer.inlineCallbacks
     def test_no_file_is_no_change(self) -> Any:

@@ -285,7 +285,7 @@ class FlowTests(WorkerTestBase):
         service = self.worker(max_jobs=1, max_job_urls=10_000)
         sizes: list[int] = []
         check = service.validator._check_urls
-        service.validator._check_urls = lambda urls, site: (sizes.append(len(urls)), check(urls, site))[1]
+        service.validator._check_urls = lambda urls, site, rules: (sizes.append(len(urls)), check(urls, site, rules))[1]
         held = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.held_urls(0, 1)))
         yield self.holding.holding(1)  # the one job slot is taken: the big job stays pending
         sizes.clear()

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from spiderd.config.convert import ConfigError, convert
 from spiderd.config.listen import Exposure, check_credentials, check_exposure, split
+from spiderd.config.overlay import OVERLAY_FILE, Overlay, merge_sites, read_overlay
 from spiderd.config.schema import SCHEMA
 from spiderd.config.sections import (ApiSection, BatchSection, FeedSection, FetchSection, ItemsSection, ParseSection,
                                      PoolSection, RenderSection, SitemapsSection, SpiderdSection, StoreSection,
@@ -28,7 +29,7 @@ from spiderd.config.sections import (ApiSection, BatchSection, FeedSection, Fetc
 from spiderd.config.sites import load_sites
 from spiderd.core.rules import Site
 
-__all__ = ["ConfigError", "Settings", "check_data_dir", "from_dict", "load"]
+__all__ = ["ConfigError", "Settings", "check_data_dir", "from_dict", "load", "with_overlay"]
 
 
 SECTIONS: dict[str, type[Any]] = {  # the TOML section -> its dataclass (the Settings attribute of the same name)
@@ -43,7 +44,8 @@ class Settings:
     """Everything spiderd reads from its configuration: a frozen section per TOML table, and the sites."""
 
     source: str = "<defaults>"
-    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)  # the file's (and overrides)
+    overlay: Overlay = field(default_factory=dict, compare=False, repr=False)  # sites changed at run time
     spiderd: SpiderdSection = field(default_factory=SpiderdSection)
     pool: PoolSection = field(default_factory=PoolSection)
     fetch: FetchSection = field(default_factory=FetchSection)
@@ -59,8 +61,9 @@ class Settings:
     sites: tuple[Site, ...] = ()  # [[sites]]
 
 
-def load(path: str, overrides: Mapping[str, Any] | None = None) -> Settings:
-    """Read and validate the TOML file at ``path``; ``overrides`` are ``section.key`` values."""
+def load(path: str, overrides: Mapping[str, Any] | None = None, overlay: Overlay | None = None) -> Settings:
+    """Read and validate the TOML file at ``path``; ``overrides`` are ``section.key`` values, ``overlay`` the sites
+    changed at run time (:mod:`spiderd.config.overlay`)."""
     try:
         with open(path, "rb") as f:
             raw = tomllib.load(f)
@@ -68,17 +71,25 @@ def load(path: str, overrides: Mapping[str, Any] | None = None) -> Settings:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from e
-    return from_dict(raw, path, overrides)
+    return from_dict(raw, path, overrides, overlay)
 
 
-def from_dict(raw: Mapping[str, Any], source: str = "<config>", overrides: Mapping[str, Any] | None = None) -> Settings:
-    """Validate an already-parsed configuration (used by ``load``, the demo and the parse workers)."""
+def from_dict(raw: Mapping[str, Any], source: str = "<config>", overrides: Mapping[str, Any] | None = None,
+              overlay: Overlay | None = None) -> Settings:
+    """Validate an already-parsed configuration (used by ``load``, the demo, the sites API and the parse workers);
+    ``overlay``: sites changed at run time, merged over the file's by name."""
     raw = _merge(raw, overrides or {})
+    overlay = dict(overlay or {})
     sections: dict[str, Any] = {}
     sites: tuple[Site, ...] = ()
+    if overlay and "sites" not in raw:
+        raw["sites"] = []
     for section, table in raw.items():
         if section == "sites":
-            sites = load_sites(table, source)
+            if not isinstance(table, list):
+                load_sites(table, source)  # the error: sites is not an array of tables
+            tables, labels = merge_sites(table, overlay, source)
+            sites = load_sites(tables, source, labels)
             continue
         schema = SCHEMA.get(section)
         if schema is None:
@@ -90,9 +101,22 @@ def from_dict(raw: Mapping[str, Any], source: str = "<config>", overrides: Mappi
                 raise ConfigError(f"{source}: {section}.{key}: unknown key (known: {', '.join(schema)})")
         values = {key: convert(schema[key], value, f"{source}: {section}.{key}") for key, value in table.items()}
         sections[section] = SECTIONS[section](**values)
-    settings = Settings(source, raw, sites=sites, **sections)
+    settings = Settings(source, raw, overlay, sites=sites, **sections)
     _check_together(settings)
     return settings
+
+
+def with_overlay(settings: Settings) -> Settings:
+    """``settings`` with the sites overlay of its data directory merged over its sites (the changes made through the
+    sites API survive a restart); ConfigError naming the overlay when its sites no longer validate with the file."""
+    overlay = read_overlay(settings.spiderd.path(OVERLAY_FILE))
+    if not overlay:
+        return settings
+    try:
+        return from_dict(settings.raw, settings.source, None, overlay)
+    except ConfigError as e:
+        raise ConfigError(f"{e} (with the sites changed at run time, kept in "
+                          f"{settings.spiderd.path(OVERLAY_FILE)})") from None
 
 
 def check_data_dir(settings: Settings) -> None:

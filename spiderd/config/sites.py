@@ -7,6 +7,8 @@ Hosts are lowercased, URL patterns compiled once to prove them, and each field's
 from __future__ import annotations
 
 import re
+import re._constants as sre_constants  # the parser Python's re compiles with (3.11+)
+import re._parser as sre_parse
 from typing import Any
 
 from lxml import etree
@@ -18,11 +20,19 @@ from spiderd.core.rules import Field, Site
 from spiderd.core.urls import canonicalize
 
 
-def load_sites(value: Any, source: str) -> tuple[Site, ...]:
-    """The ``[[sites]]`` array of tables as Sites; ConfigError naming ``sites[i].key`` otherwise."""
+def load_sites(value: Any, source: str, labels: list[str] | None = None) -> tuple[Site, ...]:
+    """The ``[[sites]]`` array of tables as Sites; ConfigError naming ``sites[i].key`` (or the table's label, one
+    per table: where it comes from) otherwise.  Two sites of one name are refused (the sites API names them)."""
     if not isinstance(value, list):
         raise ConfigError(f"{source}: sites: expected an array of tables ([[sites]])")
-    return tuple(_site(table, f"{source}: sites[{i}]") for i, table in enumerate(value))
+    labels = labels or [f"{source}: sites[{i}]" for i in range(len(value))]
+    sites = tuple(_site(table, label) for table, label in zip(value, labels))
+    seen: dict[str, str] = {}
+    for site, label in zip(sites, labels):
+        if site.name in seen:
+            raise ConfigError(f"{label}.name: {site.name!r} is the name of {seen[site.name]} too")
+        seen[site.name] = label
+    return sites
 
 
 def _site(table: Any, where: str) -> Site:
@@ -145,7 +155,41 @@ def _regexes(value: Any, where: str) -> tuple[str, ...]:
             re.compile(pattern)
         except re.error as e:
             raise ConfigError(f"{where}: bad regular expression {pattern!r}: {e}") from None
+        if _nested_repeat(sre_parse.parse(pattern)):
+            raise ConfigError(f"{where}: {pattern!r}: a repeated group that repeats inside, such as (a+)+, can "
+                              "backtrack for minutes on one URL: write it without the nesting (a+), or make the "
+                              "inner repeat possessive (a++)")
     return patterns
+
+
+_REPEATS = (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT)
+
+
+def _nested_repeat(parsed: Any) -> bool:
+    """True if a group repeated more than once is itself one repeat, as in ``(a+)+`` or ``(?:\\d*)*``: the text
+    splits between the two in exponentially many ways, all tried before a match fails.  (A repeated group with more
+    in it, such as ``(\\w+\\.)*``, is not refused: its other part pins where each turn ends.)"""
+    for op, av in parsed:
+        if op in _REPEATS:
+            if av[1] > 1 and _single_repeat(av[2]):
+                return True
+            if _nested_repeat(av[2]):
+                return True
+        elif op is sre_constants.SUBPATTERN and _nested_repeat(av[3]):
+            return True
+        elif op is sre_constants.BRANCH and any(_nested_repeat(b) for b in av[1]):
+            return True
+        elif op in (sre_constants.ASSERT, sre_constants.ASSERT_NOT) and _nested_repeat(av[1]):
+            return True
+    return False
+
+
+def _single_repeat(parsed: Any) -> bool:
+    """True if ``parsed`` is one repeat (inside groups) that may match more than once."""
+    items = list(parsed)
+    while len(items) == 1 and items[0][0] is sre_constants.SUBPATTERN:
+        items = list(items[0][1][3])
+    return len(items) == 1 and items[0][0] in _REPEATS and items[0][1][1] > 1
 
 
 def _fields(value: Any, where: str) -> tuple[Field, ...]:

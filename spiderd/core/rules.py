@@ -9,8 +9,10 @@ every role, so they live here, below all of them and below the configuration.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -50,6 +52,13 @@ class Site:
     render_wait: str = ""  # a CSS selector a rendered page has settled with ("": network idle)
     render_hosts: tuple[str, ...] = ()  # hosts besides allowed_hosts its rendered pages' sub-requests may go to
     start_urls: tuple[str, ...] = ()  # a worker job of this spider sent no URLs fetches these (Scrapy's start_urls)
+
+
+def sites_digest(sites: Iterable[Site]) -> str:
+    """A short digest naming one version of the sites' rules: the same rules give the same digest on every node
+    and in every process (a worker job carries its site's, the parse children key their compiled rules by it)."""
+    text = json.dumps([asdict(site) for site in sites], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

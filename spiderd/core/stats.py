@@ -25,6 +25,7 @@ class CrawlStats:
         self.counts: Counter[str] = Counter()
         self.statuses: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
+        self.sites: dict[str, dict[str, Any]] = {}  # a site's items and empty fields (item_made), by name
         # called with the seconds each fetch took (the API's latency histogram); None: nothing to call
         self.on_elapsed: Callable[[float], Any] | None = None
 
@@ -42,6 +43,17 @@ class CrawlStats:
 
     def incr(self, name: str, by: int = 1) -> None:
         self.counts[name] += by
+
+    def item_made(self, site: str, item: dict[str, Any]) -> None:
+        """Count an item of ``site`` and each of its fields that came out empty (the Sites view's figures)."""
+        figures = self.sites.setdefault(site, {"items": 0, "empty": Counter()})
+        figures["items"] += 1
+        empty: Counter[str] = figures["empty"]
+        for name, value in item.items():
+            if value is None or value == "" or value == []:
+                empty[name] += 1
+            else:
+                empty.setdefault(name, 0)
 
     def snapshot(self) -> dict[str, Any]:
         """Everything, as plain JSON-able values."""

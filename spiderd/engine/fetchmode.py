@@ -32,6 +32,7 @@ from twisted.python.failure import Failure
 from spiderd.core import status as st
 from spiderd.core.rules import Site
 from spiderd.core.urls import host_of
+from spiderd.fetch.extract import ITEM_KEYS
 
 if TYPE_CHECKING:
     from spiderd.engine.render import Rendered, RenderPool
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 
 log = Logger()
 MAX_HINTED = 1000  # hosts told the render hint
-ITEM_KEYS = frozenset({"url", "urlhash", "status", "fetched_at", "digest", "rendered"})  # an item's own, not fields
 
 
 @dataclass(slots=True)

@@ -31,7 +31,7 @@ from spiderd.store.interfaces import IPageStore
 
 if TYPE_CHECKING:
     from spiderd.engine.fetchmode import FetchModes
-    from spiderd.fetch.extract import Extracted
+    from spiderd.fetch.extract import Extracted, Rules
     from spiderd.fetch.fetcher import Fetcher, FetchResult
     from spiderd.fetch.parsepool import ParsePool
 
@@ -84,6 +84,9 @@ class Port(Protocol):
 
     def kind(self, result: FetchResult) -> str:
         """"list" or "detail": how the page is parsed."""
+
+    def rules(self) -> Rules | None:
+        """The version of the site rules the page is parsed with (a worker job's own), or None: the node's now."""
 
     def parsed(self, result: FetchResult, extracted: Extracted) -> Deferred[Any] | None:
         """The page is parsed: hand its links on; a Deferred for when they are safe, or None."""
@@ -167,7 +170,8 @@ class PageSteps:
         url = result.final_url
         preset = self.store.preset if kind == "detail" and self.store is not None else None
         extracted = yield self._parser.parse(url, result.page, result.content_type, kind, self._clock.seconds(),
-                                             result.status, compress=preset, robots_tag=result.robots_tag)
+                                             result.status, compress=preset, robots_tag=result.robots_tag,
+                                             rules=port.rules())
         if self.modes is not None:
             self.modes.mark(result, extracted)
         outcome = Outcome(result, Verdict.PAGE, kind=kind, extracted=extracted)

@@ -32,6 +32,11 @@ def parse_html(body: bytes, content_type: str | None) -> etree._Element | None:
         return None
 
 
+def page_text(body: bytes, content_type: str | None) -> str:
+    """The body as text, decoded as :func:`parse_html` decodes it (to show a page)."""
+    return _utf8(body, content_type).decode("utf-8", "replace")
+
+
 def _utf8(body: bytes, content_type: str | None) -> bytes:
     """The body as UTF-8 without NUL bytes: header charset, then BOM/meta, then UTF-8, then a guess."""
     encoding, bom = read_bom(body)

@@ -16,13 +16,14 @@ from typing import Any, Literal
 from lxml import etree
 
 from spiderd.core.digest import content_digest
-from spiderd.core.rules import HostTable, Site
+from spiderd.core.rules import HostTable, Site, sites_digest
 from spiderd.core.urls import MAX_URL_LENGTH, BadURL, canonicalize, fingerprint, host_of, to_signed64
 from spiderd.fetch.decode import is_html, parse_html
 from spiderd.fetch.links import Resolver, links, path_depth
 from spiderd.fetch.pagerobots import Directives, PageRobots, head_directives
 
 Kind = Literal["list", "detail"]
+ITEM_KEYS = frozenset({"url", "urlhash", "status", "fetched_at", "digest", "rendered"})  # an item's own, not fields
 MAX_LINKS = 10000
 _STRING_VALUE = etree.XPath("string()", smart_strings=False)
 _CACHE_SIZE = 16384
@@ -73,21 +74,36 @@ class _CompiledSite:
 
 
 class Rules:
-    """The sites' rules, compiled once; classifications are cached (bounded)."""
+    """The sites' rules, compiled once; classifications are cached (bounded).
+
+    A node's rules change at run time (a reload, the sites API) with :meth:`replace`: every part holding this
+    object sees the new sites at once, and ``digest`` names the version in force.  :meth:`with_sites` gives a
+    separate Rules of other sites under the same limits (a worker job's own version, kept while it runs).
+    """
 
     def __init__(
         self, sites: tuple[Site, ...], max_url_length: int = MAX_URL_LENGTH, max_path_depth: int = 32,
         anchors: bool = False, page_robots: PageRobots = PageRobots(),
     ) -> None:
-        self.sites = tuple(sites)
         self.page_robots = page_robots
         self.robot_names = frozenset(("robots", *page_robots.agents))  # meta names and X-Robots-Tag agents for us
         self.anchors = anchors  # collect anchor texts and paths (for the linkbase): ~1.7x the time of a list page
         self.max_url_length = max_url_length
         self.max_path_depth = max_path_depth
-        self._hosts = HostTable((host, compiled) for compiled in map(_compile_site, self.sites)
-                                for host in compiled.site.allowed_hosts)
+        self.replace(sites)
+
+    def replace(self, sites: tuple[Site, ...]) -> None:
+        """Take ``sites`` in place of the current ones (compiled first: a bad pattern leaves these as they are)."""
+        hosts = HostTable((host, compiled) for compiled in map(_compile_site, sites)
+                          for host in compiled.site.allowed_hosts)
+        self.sites: tuple[Site, ...] = tuple(sites)
+        self.digest = sites_digest(sites)
+        self._hosts = hosts
         self._link_cache: dict[str, tuple[str, str | None]] = {}
+
+    def with_sites(self, sites: tuple[Site, ...]) -> Rules:
+        """A separate Rules of ``sites`` with these limits and page directives."""
+        return Rules(sites, self.max_url_length, self.max_path_depth, self.anchors, self.page_robots)
 
     def site_for(self, url: str) -> Site | None:
         """The site allowing ``url``'s host (exact or a subdomain of an entry), or None."""

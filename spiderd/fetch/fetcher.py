@@ -154,6 +154,10 @@ class Fetcher:
         proxies = Proxies(reactor, self._connecting, config, self._pools, self._tls)  # pools close with the fetcher's
         self._sites = SiteOptions(config.sites, proxies)  # each hop's site: its headers, proxy, cookies
 
+    def set_sites(self, sites: tuple[Any, ...]) -> None:
+        """Fetch with ``sites``' headers, proxies and cookies from now on (the configuration changed at run time)."""
+        self._sites.replace(sites)
+
     def _agent(self, address: str | None) -> client.Agent:
         pool = ConnectionPool(self._reactor, self._config.per_host_connections, self._config.keepalive_timeout)
         self._pools.append(pool)

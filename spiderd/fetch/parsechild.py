@@ -6,7 +6,7 @@ from __future__ import annotations
 import marshal
 import os
 import sys
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
@@ -17,8 +17,10 @@ from twisted.python.failure import Failure
 
 import spiderd
 
-from spiderd.fetch.extract import Extracted
-from spiderd.fetch.parseworker import FrameDecoder, FrameError, extracted_from
+from spiderd.fetch.extract import Extracted, Rules
+from spiderd.fetch.parseworker import FrameDecoder, FrameError, extracted_from, frame, rules_message
+
+MAX_VERSIONS = 8  # versions of the rules a child keeps (the one in use, and those of running worker jobs)
 
 log = Logger()
 
@@ -70,11 +72,32 @@ class ParseChild(ProcessProtocol):
         self.pid = self.transport.pid
         log.info("Parse worker {slot} started (pid {pid})", slot=self.slot, pid=self.pid)
 
-    def send(self, request_id: int, payload: bytes, d: Deferred[Extracted]) -> None:
+    def started_with(self, rules: Rules) -> None:
+        """The child was sent ``rules`` in its init message: the version it parses with."""
+        self._versions: OrderedDict[str, None] = OrderedDict({rules.digest: None})
+        self._using = rules.digest
+
+    def send(self, request_id: int, payload: bytes, d: Deferred[Extracted], rules: Rules) -> None:
+        """Send one request, to be parsed with ``rules`` (the child is given that version first if need be)."""
         if not self.pending:
             self.progress = self.clock.seconds()
         self.pending.append((request_id, d))
+        self._use(rules)
         self.transport.write(payload)
+
+    def _use(self, rules: Rules) -> None:
+        digest = rules.digest
+        if digest not in self._versions:
+            if len(self._versions) >= MAX_VERSIONS:
+                oldest = next(d for d in self._versions if d != self._using)
+                del self._versions[oldest]
+                self.transport.write(frame(("forget", oldest)))
+            self.transport.write(frame(rules_message(rules)))
+        self._versions[digest] = None
+        self._versions.move_to_end(digest)
+        if digest != self._using:
+            self.transport.write(frame(("use", digest)))
+            self._using = digest
 
     def kill(self, because: str) -> None:
         """SIGKILL the child; its requests fail in processEnded, naming ``because``."""

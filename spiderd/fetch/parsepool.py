@@ -41,7 +41,7 @@ from spiderd.config.sections import FetchSection, PoolSection
 from spiderd.core.rules import Site
 
 log = Logger()
-_Request = tuple[int, bytes, "Deferred[Extracted]"]
+_Request = tuple[int, bytes, "Deferred[Extracted]", Rules]
 
 
 def page_robots(fetch: FetchSection) -> PageRobots:
@@ -102,7 +102,6 @@ class ParsePool(Service):
         self._rss = rss
         self.retired = 0
         self._retiring: set[ParseChild] = set()
-        self._init = frame(init_message(self.rules, max_links))
         self._children: list[ParseChild | None] = [None] * self.workers
         self._failures = [0] * self.workers
         self._restarts: dict[int, IDelayedCall] = {}
@@ -160,17 +159,20 @@ class ParsePool(Service):
         status: int,
         compress: int | None = None,
         robots_tag: str | None = None,
+        rules: Rules | None = None,
     ) -> Deferred[Extracted]:
         """The links and item of one page; fails with a :class:`ParseError` when the pool cannot parse it.
 
         With ``compress`` (an lzma preset), a worker also compresses the page for the store; inline
         parsing leaves that to the store's thread (``Extracted.compressed`` stays None).  ``robots_tag`` is
-        the response's X-Robots-Tag (:attr:`~spiderd.fetch.fetcher.FetchResult.robots_tag`).
+        the response's X-Robots-Tag (:attr:`~spiderd.fetch.fetcher.FetchResult.robots_tag`).  ``rules``: the
+        version of the rules to parse with (a worker job's own), else the pool's ``rules`` as they are now.
         """
+        rules = rules or self.rules
         if not self.running:
             return defer.fail(ParsePoolUnavailable("the parse pool is not running"))
         if self.workers == 0:
-            return defer.succeed(extract(url, body, content_type, kind, fetched_at, status, self.rules, self.max_links,
+            return defer.succeed(extract(url, body, content_type, kind, fetched_at, status, rules, self.max_links,
                                          robots_tag))
         self._next_id += 1
         try:
@@ -179,7 +181,7 @@ class ParsePool(Service):
             return defer.fail(ParseError(f"cannot send {url!r} to a parse worker: {e}"))
         if len(payload) > MAX_MESSAGE:
             return defer.fail(ParseError(f"page {url!r} is too large for a parse worker ({len(body)} bytes)"))
-        return self._dispatch(self._next_id, payload)
+        return self._dispatch(self._next_id, payload, rules)
 
     def ready(self) -> Deferred[None]:
         """Fires once every child has started and loaded the rules (at once inline)."""
@@ -204,18 +206,18 @@ class ParsePool(Service):
 
     # -- dispatching ----------------------------------------------------------------------------------------
 
-    def _dispatch(self, request_id: int, payload: bytes) -> Deferred[Extracted]:
+    def _dispatch(self, request_id: int, payload: bytes, rules: Rules) -> Deferred[Extracted]:
         d: Deferred[Extracted] = Deferred()
         child = self._pick()
         if child is not None:
-            child.send(request_id, payload, d)
+            child.send(request_id, payload, d, rules)
         elif not self._live():
             restarting = len(self._restarts)
             d.errback(ParsePoolUnavailable(f"no parse worker is running ({restarting} restarting)"))
         elif len(self._waiting) >= self.max_waiting:
             d.errback(ParsePoolUnavailable(f"the parse queue is full ({len(self._waiting)} pages waiting)"))
         else:
-            self._waiting.append((request_id, payload, d))
+            self._waiting.append((request_id, payload, d, rules))
         return d
 
     def _pick(self) -> ParseChild | None:
@@ -235,11 +237,11 @@ class ParsePool(Service):
         """At stop: hand every waiting request to a child, ignoring the queue bound."""
         while self._waiting:
             live = self._live()
-            request_id, payload, d = self._waiting.popleft()
+            request_id, payload, d, rules = self._waiting.popleft()
             if not live:
                 d.errback(ParsePoolUnavailable("the parse pool stopped with no worker running"))
                 continue
-            min(live, key=lambda c: len(c.pending)).send(request_id, payload, d)
+            min(live, key=lambda c: len(c.pending)).send(request_id, payload, d, rules)
 
     def _live(self) -> list[ParseChild]:
         return [c for c in self._children if c is not None]
@@ -261,7 +263,8 @@ class ParsePool(Service):
             self._children[slot] = None
             self._schedule_restart(slot)
             return
-        child.transport.write(self._init)
+        child.transport.write(frame(init_message(self.rules, self.max_links)))
+        child.started_with(self.rules)
         self._drain(child)
 
     def child_ready(self, child: ParseChild) -> None:
@@ -321,7 +324,7 @@ class ParsePool(Service):
 
     def _fail_waiting(self, error: Exception) -> None:
         waiting, self._waiting = self._waiting, deque()
-        for _, _, d in waiting:
+        for _, _, d, _ in waiting:
             d.errback(error)
 
     def _kill_all(self) -> None:

@@ -3,7 +3,9 @@
 The wire is a pipe each way carrying frames: a 4-byte big-endian length, then a
 ``marshal`` payload (the same interpreter is on both ends).  The parent first
 sends ``("init", sites, max_url_length, max_path_depth, max_links, anchors, page_robots)``; the child
-answers ``("ready", pid)``, then answers each request
+answers ``("ready", pid)``.  The rules change at run time: ``("rules", digest, sites)`` gives the child another
+version, ``("use", digest)`` parses the next requests with it, ``("forget", digest)`` drops one (the parent keeps
+at most a few per child).  The child answers each request
 ``(id, url, body, content_type, kind, fetched_at, status, preset, robots_tag)`` in order with
 ``(id, lists, details, item, skipped, error, list_anchors, detail_anchors, list_xpaths, detail_xpaths,
 noindex, nofollow, canonical, compressed, digest)`` (the fields of :class:`~spiderd.fetch.extract.Extracted`, in order): when ``preset`` is
@@ -87,9 +89,13 @@ class FrameDecoder:
 
 def init_message(rules: Rules, max_links: int = MAX_LINKS) -> tuple[Any, ...]:
     """The first message to a worker: the compiled sites as plain data, and the limits."""
-    sites = [dataclasses.asdict(site) for site in rules.sites]
-    return ("init", sites, rules.max_url_length, rules.max_path_depth, max_links, rules.anchors,
+    return ("init", _plain(rules.sites), rules.max_url_length, rules.max_path_depth, max_links, rules.anchors,
             rules.page_robots.as_tuple())
+
+
+def rules_message(rules: Rules) -> tuple[Any, ...]:
+    """Another version of the sites for a running worker, kept under its digest (``("use", digest)`` picks it)."""
+    return ("rules", rules.digest, _plain(rules.sites))
 
 
 def rules_from(message: tuple[Any, ...]) -> tuple[Rules, int]:
@@ -97,9 +103,36 @@ def rules_from(message: tuple[Any, ...]) -> tuple[Rules, int]:
     tag, sites, max_url_length, max_path_depth, max_links, anchors, (nofollow, meta, canonical, agents) = message
     if tag != "init":
         raise ValueError(f"expected an init message, got {tag!r}")
-    built = tuple(Site(**{**site, "fields": tuple(Field(**f) for f in site["fields"])}) for site in sites)
     page_robots = PageRobots(nofollow, meta, canonical, tuple(agents))
-    return Rules(built, max_url_length, max_path_depth, anchors, page_robots), max_links
+    return Rules(_sites(sites), max_url_length, max_path_depth, anchors, page_robots), max_links
+
+
+def _plain(sites: tuple[Site, ...]) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(site) for site in sites]
+
+
+def _sites(plain: list[dict[str, Any]]) -> tuple[Site, ...]:
+    return tuple(Site(**{**site, "fields": tuple(Field(**f) for f in site["fields"])}) for site in plain)
+
+
+class Versions:
+    """The child's versions of the rules by digest, and the one requests are parsed with (``use``)."""
+
+    def __init__(self, rules: Rules) -> None:
+        self.current = rules
+        self._by_digest = {rules.digest: rules}
+
+    def control(self, message: tuple[Any, ...]) -> None:
+        """Apply a ``rules``, ``use`` or ``forget`` message (the parent keeps the same table, so they agree)."""
+        tag, digest = message[0], message[1]
+        if tag == "rules":
+            self._by_digest[digest] = self.current.with_sites(_sites(message[2]))
+        elif tag == "use":
+            self.current = self._by_digest[digest]
+        elif tag == "forget":
+            self._by_digest.pop(digest, None)
+        else:
+            raise ValueError(f"unknown message {tag!r}")
 
 
 def answer(rules: Rules, max_links: int, request: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -158,11 +191,15 @@ def serve(stdin: Input, stdout: IO[bytes]) -> int:
     if init is None:
         return 0
     rules, max_links = rules_from(init)
+    versions = Versions(rules)
     write_message(stdout, ("ready", os.getpid()))
     stdout.flush()
     flushed = time.monotonic()
     while (request := stdin.next()) is not None:
-        write_message(stdout, answer(rules, max_links, request))
+        if isinstance(request[0], str):
+            versions.control(request)
+            continue
+        write_message(stdout, answer(versions.current, max_links, request))
         now = time.monotonic()
         if now - flushed >= FLUSH_INTERVAL or not stdin.waiting():
             stdout.flush()

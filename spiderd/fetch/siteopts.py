@@ -27,8 +27,15 @@ class SiteOptions:
 
     def __init__(self, sites: Iterable[Site], proxies: Proxies | None = None) -> None:
         self._proxies = proxies
-        self._jars: dict[int, CookieJar] = {}  # id of a site -> its cookies (sites with cookies = true)
+        self._jars: dict[str, CookieJar] = {}  # a site's name -> its cookies (sites with cookies = true)
+        self.replace(sites)
+
+    def replace(self, sites: Iterable[Site]) -> None:
+        """Take ``sites`` in place of the current ones (a site keeping its name keeps its cookies)."""
+        sites = tuple(sites)
         self._hosts = HostTable((host, site) for site in sites for host in site.allowed_hosts)
+        kept = {site.name for site in sites if site.cookies}
+        self._jars = {name: jar for name, jar in self._jars.items() if name in kept}
 
     def __bool__(self) -> bool:
         return bool(self._hosts)
@@ -67,9 +74,9 @@ class SiteOptions:
 
     def _jar(self, site: Site) -> CookieJar:
         """The site's own cookie jar (in memory; emptied past MAX_COOKIES, so no site can grow it without end)."""
-        jar = self._jars.get(id(site))
+        jar = self._jars.get(site.name)
         if jar is None:
-            jar = self._jars[id(site)] = CookieJar()
+            jar = self._jars[site.name] = CookieJar()
         elif len(jar) > MAX_COOKIES:
             jar.clear()
         return jar

@@ -43,6 +43,7 @@ from spiderd.core.retry import Backoff
 from spiderd.core.secrets import redact
 from spiderd.frontier.batchspool import Batch, append_lines, open_path, read_spool, remove, write_sealed
 from spiderd.frontier.batchtargets import TargetFigures, next_target, target_rows
+from spiderd.config.jobrules import job_setting
 from spiderd.frontier.batchwire import check_answer, make_client, schedule_form, split, target_url
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class Batcher(Service):
         self, reactor: INodeReactor, pool: IBatchLedger, spool_dir: str, config: BatchSection, http: HTTPClient | None = None,
         clock: IReactorTime | None = None, local: Callable[[], str] | None = None,
         spider_of: Callable[[str], str] | None = None, lane: Lane | None = None, *,
-        retry_first: float = 1.0, retry_max: float = 300.0, stop_timeout: float = 30.0, max_posts: int = 8,
+        rules_of: Callable[[str], str | None] | None = None, retry_first: float = 1.0, retry_max: float = 300.0, stop_timeout: float = 30.0, max_posts: int = 8,
     ) -> None:
         """``config``: the ``[batch]`` section (its ``spider`` names the batches unless ``spider_of`` does);
         ``reactor`` does the I/O; ``clock`` (default: the reactor) runs the flush, retry and timeout timers;
@@ -79,7 +80,8 @@ class Batcher(Service):
         ``spider_of(url)`` names the spider (site) of a URL: a batch holds one spider's URLs; ``lane``
         (default: one of its own) writes the spool; a failed POST is retried after ``retry_first`` seconds,
         doubling up to ``retry_max``; at most ``max_posts`` POSTs are in flight (the rest wait in order,
-        spooled); a stop waits ``stop_timeout`` seconds for them."""
+        spooled); a stop waits ``stop_timeout`` seconds for them; ``rules_of(spider)``: the site rules a batch
+        carries (:mod:`spiderd.config.jobrules`), as they are when it is sent, or None."""
         if not config.targets:
             raise ValueError("the batcher needs at least one target")
         self._reactor = reactor
@@ -93,6 +95,7 @@ class Batcher(Service):
         self._http = http
         self._local = local
         self._spider_of = spider_of or (lambda url: config.spider)
+        self._rules_of = rules_of or (lambda spider: None)
         self._targets: list[tuple[str, tuple[str, str] | None]] = []
         self._figures: list[TargetFigures] = []  # per target, in the order of config.targets
         self._open: list[str] = []
@@ -237,8 +240,9 @@ class Batcher(Service):
         self._posts.cancel_all()
 
     def _post(self, url: str, auth: tuple[str, str] | None, batch: Batch) -> Deferred[Any]:
-        data = schedule_form(self._config.project, batch.spider or self._config.spider, batch.number, batch.job_id,
-                             batch.urls, self._config.feed_uri)
+        spider = batch.spider or self._config.spider
+        data = schedule_form(self._config.project, spider, batch.number, batch.job_id, batch.urls,
+                             self._config.feed_uri, self._rules_of(spider))
         assert self._http is not None  # made at start
         d = self._http.post(url, data=data, auth=auth, timeout=self._config.timeout,
                             reactor=self._clock)  # type: ignore[arg-type]  # treq needs only its timers here
@@ -325,7 +329,16 @@ def build_batcher(batch: BatchSection, reactor: INodeReactor, pool: IBatchLedger
     config = replace(batch, project=local.project if local else batch.project, spider=batch.spider or default)
     spider_of = None if batch.spider else _site_name(rules, default)
     return Batcher(reactor, pool, spool_dir, config, local=local.target if local else None,
-                   spider_of=spider_of, lane=lane)
+                   spider_of=spider_of, lane=lane, rules_of=_site_rules(rules))
+
+
+def _site_rules(rules: Rules) -> Callable[[str], str | None]:
+    """The rules of the site a spider is named for, as a job carries them (None: no site of that name)."""
+    def setting(spider: str) -> str | None:
+        site = next((s for s in rules.sites if s.name == spider), None)
+        return job_setting(site) if site is not None else None
+
+    return setting
 
 
 def _site_name(rules: Rules, default: str) -> Callable[[str], str]:

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from twisted.internet import defer
 
+from spiderd.config.jobrules import SETTING as RULES_SETTING
 from spiderd.core.reactors import ITCPClock
 
 if TYPE_CHECKING:
@@ -73,8 +74,9 @@ def make_client(reactor: ITCPClock) -> HTTPClient:
 
 
 def schedule_form(project: str, spider: str, batch: int, job_id: str, urls: list[str],
-                  feed_uri: str | None = None) -> list[tuple[str, str]]:
-    """The ``schedule.json`` form of one batch: its URLs in one setting, its job id fixed across resends."""
+                  feed_uri: str | None = None, rules: str | None = None) -> list[tuple[str, str]]:
+    """The ``schedule.json`` form of one batch: its URLs in one setting, its job id fixed across resends, and its
+    site's rules (``rules``: :func:`spiderd.config.jobrules.job_setting`) in another."""
     data = [
         ("project", project),
         ("spider", spider),
@@ -84,4 +86,6 @@ def schedule_form(project: str, spider: str, batch: int, job_id: str, urls: list
     ]
     if feed_uri:
         data.insert(2, ("setting", f"FEED_URI={feed_uri}"))
+    if rules is not None:
+        data.append(("setting", f"{RULES_SETTING}={rules}"))
     return data

@@ -113,6 +113,8 @@ class Processor:
             if item is not None and items is not None:
                 yield self._write("items", lambda: items.write(item, statuses), wanted)
                 self.stats.incr("items")
+                site = self.rules.site_for(item["url"])
+                self.stats.item_made(site.name if site is not None else "", item)
                 return
         yield self._write("pool", lambda: self.pool.set_statuses(statuses), wanted)
 
@@ -182,6 +184,10 @@ class CrawlPort:
             return True
         claimed: Deferred[bool] = self._p.pool.claim(result.final_url, by=result.url)
         return claimed
+
+    def rules(self) -> Rules | None:
+        """None: the crawl parses with the node's rules as they are now."""
+        return None
 
     def kind(self, result: FetchResult) -> str:
         if self._hub:

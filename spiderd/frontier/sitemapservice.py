@@ -104,6 +104,12 @@ class SitemapService(Service):
 
     # -- service -------------------------------------------------------------------
 
+    def set_sites(self, sites: tuple[Site, ...]) -> None:
+        """Read the sitemaps of ``sites`` from now on (the configuration changed at run time); a file being read
+        on the lane finishes with the rules it started with."""
+        self._rules.replace(sites)
+        self._lane_rules = self._rules.with_sites(sites)
+
     def startService(self) -> None:
         super().startService()
         self._lane.start()

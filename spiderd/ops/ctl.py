@@ -7,6 +7,7 @@
     spiderctl jobs | failures | hosts [--limit N] [--json]
     spiderctl export [-o FILE]
     spiderctl import FILE
+    spiderctl try URL [--site NAME] [--field name=SELECTOR ...] [--json]
 
 Exit status: 0 done, 1 spiderd refused the request (its message is shown), 2 bad usage,
 3 spiderd cannot be reached, 4 wrong or missing credentials.
@@ -22,6 +23,7 @@ import time
 from typing import IO, Any, Iterable, Iterator, Sequence
 
 from spiderd.ops.ctlclient import OK, USAGE, Client, CtlError, json_answer
+from spiderd.ops.ctltry import cmd_try
 from spiderd.ops.listings import cmd_failures, cmd_hosts, cmd_jobs
 
 DEFAULT_URL = "http://127.0.0.1:6810"
@@ -291,6 +293,12 @@ def parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", help="a file (default: stdout)")
     imp = sub.add_parser("import", help="JSON lines from export back into the pool")
     imp.add_argument("file", help="the export file; - for stdin")
+    tried = sub.add_parser("try", help="fetch a page and show what a site's rules (or a draft) extract of it")
+    tried.add_argument("target", metavar="URL")
+    tried.add_argument("--site", help="the site (default: the one allowing the URL's host)")
+    tried.add_argument("--field", action="append", default=[], metavar="name=SELECTOR",
+                       help="a draft field: an XPath, or css:SELECTOR (repeatable; never saved)")
+    tried.add_argument("--json", action="store_true")
     return p
 
 
@@ -305,7 +313,8 @@ def _parse(p: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.N
 
 
 COMMANDS = {"status": cmd_status, "jobs": cmd_jobs, "failures": cmd_failures, "hosts": cmd_hosts, "add": cmd_add,
-            "pause": cmd_pause, "resume": cmd_pause, "why": cmd_why, "export": cmd_export, "import": cmd_import}
+            "pause": cmd_pause, "resume": cmd_pause, "why": cmd_why, "export": cmd_export, "import": cmd_import,
+            "try": cmd_try}
 
 
 def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:

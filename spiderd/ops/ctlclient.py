@@ -50,6 +50,11 @@ class Client:
         except (OSError, http.client.HTTPException) as e:
             raise CtlError(f"cannot reach spiderd at {self.base}: {_reason(e)}", UNREACHABLE) from None
 
+    def csrf(self) -> None:
+        """Send the API's CSRF token with the next writes (needed unless the bearer token is used)."""
+        if not self._headers.get("Authorization", "").startswith("Bearer "):
+            self._headers["X-CSRF-Token"] = self.call("GET", "/api/csrf")["token"]
+
     def call(self, method: str, path: str, payload: Any = None) -> dict[str, Any]:
         """A JSON request and its JSON answer."""
         body = json.dumps(payload).encode() if payload is not None else (b"{}" if method == "POST" else None)

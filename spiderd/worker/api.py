@@ -187,7 +187,7 @@ class WorkerAPI(JsonResource):
         assert project is not None and spider is not None
         self._validator.check_project(project)
         self._validator.check_version(version)
-        self._validator.check_spider(spider)
+        self._validator.check_spider(spider, settings)
         jobid = uuid.uuid1().hex if jobid is None else jobid  # Scrapyd's default job id
         checked = self._validator.job(project, spider, version, jobid, priority, settings, p.rest())
         return checked.addCallback(self._submit)

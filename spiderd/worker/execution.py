@@ -66,9 +66,20 @@ class Execution:
         if self._config.feed_format != "jsonl":  # the job's answers as WARC too, shipped beside its feed
             run.warc = JobWarc(self.items_path(job)[: -len(".jl")] + warc.EXTENSION, self._io)
         run.fetch_options = options.fetch_options()
+        run.rules = self._job_rules(job)
         if options.per_domain or options.download_delay:
             run.hosts = JobHosts(options.per_domain, options.download_delay)
         return run
+
+    def _job_rules(self, job: Job) -> Any:
+        """The site rules ``job`` was sent with (checked when it was accepted), or None: the worker's own."""
+        rules = self._pipeline.job_rules
+        try:
+            return rules.of(job.spider, job.settings) if rules is not None else None
+        except ValueError as e:  # accepted by an older spiderd: its rules no longer read
+            log.error("Worker: job {id}: its site rules cannot be used ({error}); the worker's own apply",
+                      id=job.id, error=str(e))
+            return None
 
     @defer.inlineCallbacks
     def execute(self, run: Run, fetched: Callable[[], None]) -> Any:

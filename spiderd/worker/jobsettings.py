@@ -10,6 +10,8 @@
 ``CONCURRENT_REQUESTS_PER_DOMAIN`` this job's requests in flight per host (within the worker's per host)
 ``USER_AGENT``                     this job's requests' user agent, and the robots.txt group they obey
 ``ROBOTSTXT_OBEY``                 ``False``: this job's requests are not checked against robots.txt
+``SPIDERD_SITE_RULES``             the site's extraction rules of the frontier that sent the job (its pages are
+                                   extracted with them: :mod:`spiderd.config.jobrules`)
 =================================  ============================================================================
 
 Every other setting is ignored: its name is listed in the job's ``ignored_settings`` and logged as a
@@ -25,7 +27,7 @@ from typing import Any, Mapping
 from spiderd.core import jsontext
 
 HONOURED = ("DISTRIBUTED_START_URLS", "FEED_URI", "FEEDS", "FEED_FORMAT", "DOWNLOAD_DELAY", "CONCURRENT_REQUESTS",
-            "CONCURRENT_REQUESTS_PER_DOMAIN", "USER_AGENT", "ROBOTSTXT_OBEY")
+            "CONCURRENT_REQUESTS_PER_DOMAIN", "USER_AGENT", "ROBOTSTXT_OBEY", "SPIDERD_SITE_RULES")
 MAX_DELAY = 300.0  # as the Crawl-delay honoured at most: a job cannot park a host (and its slot) for longer
 MAX_CONCURRENCY = 100_000
 MAX_USER_AGENT = 512

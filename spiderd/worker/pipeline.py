@@ -57,9 +57,10 @@ from spiderd.worker.run import Run
 
 if TYPE_CHECKING:
     from spiderd.core.stats import CrawlStats
-    from spiderd.fetch.extract import Extracted
+    from spiderd.fetch.extract import Extracted, Rules
     from spiderd.fetch.fetcher import Fetcher, FetchResult
     from spiderd.worker.itemized import Itemized
+    from spiderd.worker.jobrules import JobRules
 
 log = Logger()
 
@@ -95,6 +96,7 @@ class Pipeline:
         self._config = config
         self._fetcher = fetcher
         self.steps = steps
+        self.job_rules: JobRules | None = None  # the site rules jobs carry, compiled per version
         self.queue = HostQueue(worker_politeness(config))
         self.itemized = itemized
         self.totals: Counter[str] = Counter()  # over every job since the start
@@ -298,6 +300,8 @@ class Pipeline:
         if extracted.item is not None:
             run.items.write(extracted.item)
             run.stats["items"] += 1
+            if self.stats is not None:
+                self.stats.item_made(run.job.spider, extracted.item)
         elif extracted.error:
             run.stats[f"parse_{extracted.error}"] += 1
 
@@ -351,6 +355,11 @@ class JobPort:
 
     def kind(self, result: FetchResult) -> str:
         return "detail"
+
+    def rules(self) -> Rules | None:
+        """The rules the job was sent with (its version, for the whole job), or None: the worker's own."""
+        rules: Rules | None = self._run.rules
+        return rules
 
     def parsed(self, result: FetchResult, extracted: Extracted) -> Deferred[Any] | None:
         """A job follows no links; its page's canonical URL is its own too (no second item of it)."""

@@ -57,6 +57,7 @@ class Run:
         self.hosts: JobHosts | None = None  # the job's own per-host limits, if its settings set any
         self.fetch_options: dict[str, Any] = {}  # the fetcher's per-request arguments (user agent, robots)
         self.warc: Any = None  # a JobWarc: every HTTP answer's records (the [items] format asks for WARC)
+        self.rules: Any = None  # the site rules the job was sent with (spiderd.fetch.extract.Rules), or None
 
     def add(self, urls: list[str]) -> None:
         """Queue the job's URLs (first attempts)."""

@@ -35,6 +35,7 @@ from spiderd.worker.config import WorkerConfig
 from spiderd.worker.jobs import Job, JobStore
 from spiderd.worker.pipeline import Pipeline
 from spiderd.worker.runner import JobRunner
+from spiderd.worker.jobrules import JobRules
 from spiderd.worker.validate import Validator
 from spiderd.worker.table import job_rows
 
@@ -93,9 +94,10 @@ class WorkerService(Service):
         if steps is None:
             steps = PageSteps(clock or reactor, parser, store, claim_content, config.max_retry_after)
         pipeline = Pipeline(reactor, config, fetcher, steps, clock=clock, stats=stats)
+        pipeline.job_rules = job_rules = JobRules(rules or parser.rules)
         self.runner = JobRunner(reactor, config, self.job_store, self._io, pipeline, shipper, render_uri, incoming)
         self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor,
-                                   robots=fetcher.robots is not None)
+                                   robots=fetcher.robots is not None, job_rules=job_rules)
         auth = Auth(username=config.username, password=config.password)
         self._api = api = WorkerAPI(self.runner, self.validator, config.host_name, auth)
         self.ready: Deferred[None] = defer.succeed(None)  # the jobs on disk loaded and running (after startService)

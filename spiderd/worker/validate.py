@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from twisted.internet import defer, task
 from twisted.internet.defer import Deferred
@@ -29,6 +29,8 @@ from spiderd.core import jsontext
 from spiderd.core.secrets import redact, redact_text
 from spiderd.core.net.serving import ApiError
 from spiderd.worker.jobs import Job, safe_name
+from spiderd.config.jobrules import SETTING as RULES_SETTING
+from spiderd.worker.jobrules import JobRules
 from spiderd.worker.jobsettings import SettingError, job_options, split
 
 if TYPE_CHECKING:
@@ -54,12 +56,14 @@ class Validator:
         versions: tuple[str, ...],
         clock: IReactorTime,
         robots: bool = True,
+        job_rules: JobRules | None = None,
     ) -> None:
-        """``robots``: the worker checks robots.txt (else a job's ROBOTSTXT_OBEY has no effect)."""
+        """``robots``: the worker checks robots.txt (else a job's ROBOTSTXT_OBEY has no effect); ``job_rules``: the
+        site rules jobs carry (a job's spider need not be one of the worker's sites then)."""
         self.project = config.project
         self.versions = versions
-        self.spiders: dict[str, Site] = {site.name: site for site in rules.sites}
         self._rules = rules
+        self.job_rules = job_rules or JobRules(rules)
         self._default_feed = config.default_feed_uri
         self._feed_roots = config.feed_roots
         self._max_urls = config.max_job_urls
@@ -84,8 +88,15 @@ class Validator:
         if version and version not in self.versions:
             raise ApiError(f"version '{version}' not found")
 
-    def check_spider(self, spider: str) -> None:
-        if spider not in self.spiders:
+    @property
+    def spiders(self) -> dict[str, Site]:
+        """The worker's spiders: its sites as they are now (they change with a reload or the sites API)."""
+        return {site.name: site for site in self._rules.sites}
+
+    def check_spider(self, spider: str, settings: Sequence[str] = ()) -> None:
+        """A spider of the worker's sites, or one whose rules the job carries (``SPIDERD_SITE_RULES``)."""
+        carried = any(s.startswith(RULES_SETTING + "=") for s in settings)
+        if spider not in self.spiders and not carried:
             raise ApiError(f"spider '{spider}' not found")
 
     def job(
@@ -111,10 +122,16 @@ class Validator:
         honoured, ignored = split(self._settings(settings))
         job = Job(jobid, project, spider, honoured, args, _priority(priority), version)
         raw = job.settings.pop("DISTRIBUTED_START_URLS", None)
-        site = self.spiders[spider]
+        try:
+            rules = self.job_rules.of(spider, job.settings) or self._rules
+        except ValueError as e:
+            raise ApiError(str(e)) from None
+        site = next((s for s in rules.sites if s.name == spider), None)
+        if site is None:
+            raise ApiError(f"spider '{spider}' not found")
         missing = raw is None and not site.start_urls  # what ScrapydWeb's Run button, Gerapy and a plain call send
         listed = self._url_list(raw) if raw is not None else list(site.start_urls)
-        d = self._canonical(listed, site)
+        d = self._canonical(listed, site, rules)
         return d.addCallback(lambda urls: (self._finish(job, ignored, len(urls), missing), urls))
 
     def _finish(self, job: Job, ignored: list[str], url_count: int, missing: bool = False) -> Job:
@@ -160,22 +177,22 @@ class Validator:
             raise not_strings
         return value
 
-    def _canonical(self, listed: list[str], site: Site) -> Deferred[list[str]]:
+    def _canonical(self, listed: list[str], site: Site, rules: Rules) -> Deferred[list[str]]:
         """The canonical start URLs (in order, without duplicates), all of the spider's site: at once for a
         short list, else CHUNK at a time through the cooperator."""
         if len(listed) <= CHUNK:
-            return defer.maybeDeferred(self._check_urls, listed, site)
+            return defer.maybeDeferred(self._check_urls, listed, site, rules)
         checked: list[str] = []
 
         def chunks() -> Iterator[None]:
             for start in range(0, len(listed), CHUNK):
-                checked.extend(self._check_urls(listed[start:start + CHUNK], site))
+                checked.extend(self._check_urls(listed[start:start + CHUNK], site, rules))
                 yield None
 
         d = self._cooperator.coiterate(chunks())
         return d.addCallback(lambda _: list(dict.fromkeys(checked)))
 
-    def _check_urls(self, value: list[str], site: Site) -> list[str]:
+    def _check_urls(self, value: list[str], site: Site, rules: Rules) -> list[str]:
         """Canonical forms of ``value`` (without duplicates), or an ApiError for the first bad one."""
         urls = []
         for url in value:
@@ -183,7 +200,7 @@ class Validator:
                 canonical = canonicalize(url, self._rules.max_url_length)
             except BadURL as e:
                 raise ApiError(f"DISTRIBUTED_START_URLS is invalid: {self._redact_all(url)!r} ({e.reason})") from None
-            found = self._rules.site_for(canonical)
+            found = rules.site_for(canonical)
             if found is None or found.name != site.name:
                 hosts = ", ".join(site.allowed_hosts)
                 raise ApiError(f"DISTRIBUTED_START_URLS is invalid: {self._redact_all(url)!r} is not a URL of "

@@ -44,6 +44,19 @@ class Auth:
         given = args.get(b"token", [b""])[0].decode("utf-8", "replace")
         return bool(self.token) and _same(given, self.token)
 
+    def user_of(self, request: Request) -> str:
+        """Who an allowed request is, for the logs: the basic user name, ``token`` for the bearer token, or
+        ``loopback`` when no credentials are set."""
+        if not self.required:
+            return "loopback"
+        scheme = _authorization(request).strip().partition(" ")[0].lower()
+        return "token" if scheme == "bearer" else request.getUser().decode("utf-8", "replace")
+
+    def bearer(self, request: Request) -> bool:
+        """True if the request carries the bearer token (which a browser never sends by itself)."""
+        scheme, _, value = _authorization(request).strip().partition(" ")
+        return bool(self.token) and scheme.lower() == "bearer" and _same(value.strip(), self.token)
+
     def challenge(self, request: Request) -> bytes:
         """The ``WWW-Authenticate`` value: basic only when configured and the client did not try a token
         (so the status page, which sends a token, gets no browser login dialog)."""

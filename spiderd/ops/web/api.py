@@ -33,6 +33,7 @@ from spiderd.core.net.resource import JsonResource, send
 from spiderd.core.net.serving import ApiError
 from spiderd.ops.lag import ReactorLag
 from spiderd.ops.web.history import History
+from spiderd.ops.web.sitesapi import SitesApi
 from spiderd.ops.web.metrics import CONTENT_TYPE as METRICS_TYPE, Metrics
 from spiderd.ops.web.streams import ExportStream, import_lines
 
@@ -59,8 +60,11 @@ class ApiResource(JsonResource):
     isLeaf = True
 
     def __init__(self, node: nodes.Node, history: History, metrics: Metrics, auth: Auth, cooperator: task.Cooperator,
-                 page: bytes, lag: ReactorLag | None = None) -> None:
+                 page: bytes, lag: ReactorLag | None = None, sites: SitesApi | None = None,
+                 sites_page: bytes = b"") -> None:
         super().__init__()
+        self.sites = sites  # /api/sites...: where the node's configuration can change
+        self._sites_page = sites_page
         self._node = node
         self._lag = lag
         self._history = history
@@ -70,6 +74,7 @@ class ApiResource(JsonResource):
         self._page = page
         self.routes = {
             b"/": (b"GET", self.page),
+            b"/sites": (b"GET", self.sites_editor),
             b"/metrics": (b"GET", self.metrics),
             b"/api/status": (b"GET", self.status),
             b"/api/history": (b"GET", self.history),
@@ -102,12 +107,25 @@ class ApiResource(JsonResource):
 
     # -- dispatch ---------------------------------------------------------------------------------
 
+    def render(self, request: Request) -> bytes | int:
+        path = self.path_of(request)
+        if self.sites is None or not self.sites.owns(path):
+            return super().render(request)
+        refused = self.admit(request)
+        if refused is not None:
+            return refused
+        try:
+            handler = self.sites.route(request, path)
+        except ApiError as e:
+            return self.error(request, e.message, e.code or http.BAD_REQUEST)
+        return self.call(request, handler)
+
     def admit(self, request: Request) -> bytes | None:
         refused = foreign_request(request, self._auth.required)
         if refused is not None:
             return self.error(request, refused, http.FORBIDDEN)
         path = self.path_of(request)
-        allowed = self._auth.allows_page(request) if path == b"/" else self._auth.allows(request)
+        allowed = self._auth.allows_page(request) if path in (b"/", b"/sites") else self._auth.allows(request)
         if not allowed:
             request.setHeader(b"WWW-Authenticate", self._auth.challenge(request))
             return self.error(request, "wrong or missing credentials (api.token or api.username)", http.UNAUTHORIZED)
@@ -145,11 +163,15 @@ class ApiResource(JsonResource):
 
     def page(self, request: Request) -> Raw:
         """The status page: static HTML and JS that polls /api/status and /api/history."""
-        request.setHeader(b"Content-Security-Policy",
-                          b"default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                          b"connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'")
-        request.setHeader(b"Referrer-Policy", b"no-referrer")
-        return Raw(self._page, b"text/html; charset=utf-8")
+        return _page(request, self._page)
+
+    def sites_editor(self, request: Request) -> Raw:
+        """The sites page: the sites with their figures, and the template editor (the page it tries is shown in
+        a sandboxed frame that runs no script and, under this policy, loads nothing)."""
+        if self.sites is None or not self._sites_page:
+            raise ApiError("no sites page on this node", http.NOT_FOUND)
+        request.setHeader(b"X-Frame-Options", b"DENY")
+        return _page(request, self._sites_page)
 
     def metrics(self, request: Request) -> Deferred[Raw]:
         return self._metrics.render().addCallback(lambda text: Raw(text, METRICS_TYPE))
@@ -293,6 +315,15 @@ class ApiResource(JsonResource):
         return d.addCallback(lambda _: _added(added[0], list(good), rejected, what))
 
 
+def _page(request: Request, html: bytes) -> Raw:
+    """A page of the API, under a policy that lets it run its own inline script and talk to this API only."""
+    request.setHeader(b"Content-Security-Policy",
+                      b"default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                      b"connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'")
+    request.setHeader(b"Referrer-Policy", b"no-referrer")
+    return Raw(html, b"text/html; charset=utf-8")
+
+
 def _url_list(body: dict[str, Any]) -> list[Any]:
     """``body["urls"]``: a non-empty list of at most MAX_URLS."""
     urls = body.get("urls")
@@ -344,15 +375,20 @@ def _query(request: Request, name: str) -> str | None:
         raise ApiError(f"the {name!r} query parameter is not UTF-8") from None
 
 
-def _body(request: Request, known: set[str]) -> dict[str, Any]:
-    """The JSON object in the request body (at most MAX_JSON_BODY bytes), with only ``known`` fields."""
+def json_body(request: Request) -> Any:
+    """The JSON value in the request body (at most MAX_JSON_BODY bytes); None for an empty body."""
     raw = _content(request).read(MAX_JSON_BODY + 1)
     if len(raw) > MAX_JSON_BODY:
         raise ApiError(f"request body too large: the limit is {MAX_JSON_BODY} bytes", http.REQUEST_ENTITY_TOO_LARGE)
     try:
-        data = jsontext.loads(raw) if raw.strip() else None
+        return jsontext.loads(raw) if raw.strip() else None
     except ValueError as e:
         raise ApiError(f"the body is not valid JSON: {e}") from None
+
+
+def _body(request: Request, known: set[str]) -> dict[str, Any]:
+    """The JSON object in the request body (at most MAX_JSON_BODY bytes), with only ``known`` fields."""
+    data = json_body(request)
     if not isinstance(data, dict):
         raise ApiError(f"the body must be a JSON object with the fields {', '.join(sorted(known))}")
     unknown = sorted(set(data) - known)

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from spiderd.frontier.crawler import CrawlService
     from spiderd.frontier.scheduler import Recrawler
     from spiderd.frontier.seeds import SeedService
+    from spiderd.ops.liveconfig import LiveConfig
+    from spiderd.ops.sitebook import SiteBook
     from spiderd.ops.web.history import History
     from spiderd.worker.service import WorkerService
 
@@ -51,6 +53,9 @@ class Node:
     rules: Rules | None = None
     storage: StorageGate | None = None  # the node's storage gate (a full disk holds its work)
     render: FetchModes | None = None  # how sites' pages are fetched: its render pool, "auto"'s choices
+    config: LiveConfig | None = None  # the running configuration: reloads, the sites API
+    sites: SiteBook | None = None  # the sites API's book (GET/PUT/DELETE /api/sites...)
+    tester: Any = None  # the template tester (POST /api/sites/NAME/try), where the node fetches
     max_url_length: int = MAX_URL_LENGTH
     started: float = field(init=False)
 
@@ -102,7 +107,7 @@ def _assemble(node: Node, history: History, pool: dict[str, Any] | None) -> dict
         out["errors"] = dict(node.stats.errors)
         out["statuses"] = dict(node.stats.statuses)
     parts = {"crawler": _crawler, "batches": _batches, "feeds": _feeds, "worker": _worker, "store": _store,
-             "recrawl": _recrawl, "storage": _storage, "render": _render}
+             "recrawl": _recrawl, "storage": _storage, "render": _render, "config": _config}
     for name, part in parts.items():
         try:
             value = part(node)
@@ -132,6 +137,11 @@ def _storage(node: Node) -> dict[str, Any] | None:
     if gate is None:
         return None
     return {"blocked": gate.blocked() or bool(gate.blocks), "sinks": gate.status()}
+
+
+def _config(node: Node) -> dict[str, Any] | None:
+    """The running configuration: its file, the rules' version, the keys waiting for a restart, the last error."""
+    return node.config.status() if node.config is not None else None
 
 
 def _crawler(node: Node) -> dict[str, Any] | None:

@@ -20,19 +20,20 @@ from spiderd.core.net.listener import Listen, Listener
 from spiderd.core.net.serving import JsonSite
 from spiderd.core.reactors import IServingClock
 from spiderd.ops.lag import ReactorLag
-from spiderd.ops.web.api import ApiResource
+from spiderd.ops.web.api import ApiResource, json_body
 from spiderd.ops.web.history import History
 from spiderd.ops.web.metrics import Metrics
 from spiderd.ops.web.node import Node
+from spiderd.ops.web.sitesapi import SitesApi
 
 log = Logger()
 
 MAX_BODY = 32 * 1024 * 1024  # bytes: an import's chunk (spiderctl sends 5,000 lines per request)
 
 
-def page_html() -> bytes:
-    """The status page (one self-contained file)."""
-    return resources.files(__package__).joinpath("status.html").read_bytes()
+def page_html(name: str = "status.html") -> bytes:
+    """A page of the API (one self-contained file): the status page, or the sites page (``sites.html``)."""
+    return resources.files(__package__).joinpath(name).read_bytes()
 
 
 def api_service(config: ApiSection, reactor: IServingClock, node: Node) -> ApiService:
@@ -57,8 +58,12 @@ class ApiService(Service):
         self.metrics = Metrics(node, self.history)
         self.lag = ReactorLag(clock or reactor, observe=self.metrics.reactor_lag.observe)
         self._cooperator = task.Cooperator(scheduler=lambda work: reactor.callLater(0, work), started=False)
+        sites = None
+        if node.sites is not None:
+            figures = node.stats.sites if node.stats is not None else None
+            sites = SitesApi(node.sites, self.auth, json_body, node.tester, figures)
         self.resource = ApiResource(node, self.history, self.metrics, self.auth, self._cooperator, page_html(),
-                                    self.lag)
+                                    self.lag, sites, page_html("sites.html"))
         self.site = JsonSite(self.resource, MAX_BODY, socket.gethostname(), "API", reactor=reactor,
                              header_timeout=listen.header_timeout, idle_timeout=listen.idle_timeout)
 

@@ -1,0 +1,122 @@
+"""The sites changed at run time, shared by every frontier node of a Redis fleet.
+
+On a Redis pool, a change made through the sites API of any node is kept in Redis beside the pool: the hash
+``<prefix>sites:overlay`` (a site's name -> its table as JSON, or ``null``: removed), the counter
+``<prefix>sites:version`` (one more at each change) and the list ``<prefix>sites:history`` (the changes, newest
+last, at most HISTORY entries).  Every node reads the counter every ``interval`` seconds; when it moved, the node
+reads the overlay and, if it differs from its own, takes it (validated with its own file, as at a reload), so each
+node's batches carry the same rules.  A change is written one site at a time (HSET), so two nodes changing two sites
+at once lose neither.  A node that cannot reach Redis keeps its rules and tries again at the next turn.
+(``redis+cluster://`` pools are not shared this way yet: their nodes keep their overlay in their data directory.)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Callable
+
+from twisted.application.service import Service
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+
+from spiderd.config.sections import PoolSection
+from spiderd.frontier.pool.redis.link import RedisLink, parse_redis_url
+
+log = Logger()
+
+HISTORY = 10_000  # changes kept in Redis
+Overlay = dict[str, "dict[str, Any] | None"]
+
+
+class SharedSites(Service):
+    """Publishes this node's site changes to Redis and takes the fleet's (see the module's docstring)."""
+
+    name = "shared-sites"  # type: ignore[assignment]  # Service declares it None
+
+    def __init__(self, redis_url: str, prefix: str, clock: IReactorTime, interval: float = 2.0) -> None:
+        self._link = RedisLink(parse_redis_url(redis_url))
+        self._overlay, self._version, self._history = (prefix + "sites:overlay", prefix + "sites:version",
+                                                       prefix + "sites:history")
+        self._seen: Any = None  # the counter as last read
+        self.take: Callable[[dict[str, dict[str, Any] | None]], Deferred[Any]] | None = None  # applies the fleet's
+        self.current: Callable[[], Mapping[str, Any]] = dict  # this node's overlay
+        self._loop = LoopingCall(self.poll)
+        self._loop.clock = clock
+        self._interval = interval
+
+    def startService(self) -> None:
+        super().startService()
+        self._loop.start(self._interval, now=True).addErrback(lambda f: log.failure("Shared sites", f))
+
+    def stopService(self) -> Deferred[None]:
+        super().stopService()
+        if self._loop.running:
+            self._loop.stop()
+        return self._link.close()
+
+    def publish(self, name: str, table: dict[str, Any] | None) -> Deferred[None]:
+        """Keep this node's change of ``name`` (None: removed) in Redis, for the other nodes' next turn."""
+        d = self._link.execute("HSET", self._overlay, name, json.dumps(table))
+        d.addCallback(lambda _: self._link.execute("INCR", self._version))
+        return d.addCallback(lambda _: None)
+
+    def record(self, entries: list[dict[str, Any]]) -> Deferred[None]:
+        """Append history entries (a reload's changes, or the API's)."""
+        if not entries:
+            return defer.succeed(None)
+        d = self._link.execute("RPUSH", self._history, *(json.dumps(e, sort_keys=True) for e in entries))
+        d.addCallback(lambda _: self._link.execute("LTRIM", self._history, -HISTORY, -1))
+        return d.addCallback(lambda _: None)
+
+    def history(self, name: str) -> Deferred[list[dict[str, Any]]]:
+        """The fleet's changes of ``name``, oldest first."""
+        d = self._link.execute("LRANGE", self._history, 0, -1)
+        return d.addCallback(lambda lines: [e for e in map(_entry, lines) if e is not None and e.get("site") == name])
+
+    @defer.inlineCallbacks
+    def poll(self) -> Any:
+        """One turn: read the counter; if it moved, read the overlay and take it when it differs from this node's."""
+        try:
+            version = yield self._link.execute("GET", self._version)
+            if version is None or version == self._seen:
+                return
+            raw = yield self._link.execute("HGETALL", self._overlay)
+            overlay = {_text(k): json.loads(_text(v)) for k, v in _pairs(raw)}
+            self._seen = version
+            if overlay != dict(self.current()) and self.take is not None:
+                yield self.take(overlay)
+        except Exception:  # a periodic call must not die of its own error (Redis away, a bad value)
+            log.failure("Shared sites: reading the fleet's sites from Redis failed; trying again in {s}s",
+                        s=self._interval)
+
+
+def _pairs(raw: Any) -> list[tuple[Any, Any]]:
+    """HGETALL's answer as pairs (txredisapi gives a dict, or a flat list)."""
+    if isinstance(raw, dict):
+        return list(raw.items())
+    return list(zip(raw[::2], raw[1::2]))
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _entry(line: Any) -> dict[str, Any] | None:
+    try:
+        entry = json.loads(_text(line))
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+def shared_sites(pool: PoolSection, clock: IReactorTime) -> SharedSites | None:
+    """The fleet's store of the sites for a ``[pool]`` section: on a Redis pool (not a cluster), else None."""
+    from spiderd.frontier.pool.redis.cluster import is_cluster_url
+
+    if pool.backend != "redis" or is_cluster_url(pool.redis_url):
+        return None
+    return SharedSites(pool.redis_url, pool.redis_prefix, clock)
