@@ -25,7 +25,7 @@ from spiderd.engine.politeness import Politeness
 from spiderd.engine.render import build_modes
 from spiderd.engine.steps import PageSteps
 from spiderd.feed.writers import item_writers
-from spiderd.feed.shipper import FeedShipper
+from spiderd.feed.shipper import feed_shipper
 from spiderd.fetch.fetcher import Fetcher, fetch_config
 from spiderd.fetch.parsepool import ParsePool, parse_rules
 from spiderd.frontier.batcher import Batcher, LocalWorker, build_batcher
@@ -147,8 +147,7 @@ def _worker(base: Base) -> WorkerService:
     """The Scrapyd-compatible worker and its feed shipper: in the worker role, and in "all" with a local target
     (which, with ``[items] skip_duplicate_content``, claims its pages' content digests in the pool)."""
     s, node = base.s, base.s.spiderd
-    shipper = base.top.add(FeedShipper(base.reactor, node.path("spool"), retry_max=s.feed.retry_max,
-                                       stop_timeout=s.feed.stop_timeout, lane=base.blocking.lane("feed", 3)))
+    shipper = base.top.add(feed_shipper(s, base.reactor, node.path("spool"), base.blocking.lane("feed", 3)))
     config = worker_config(s.worker, s.fetch, data_dir=node.data_dir, role=node.role,
                            failure_threshold=s.pool.failure_threshold, feed_format=s.items.format)
     return base.top.add(build_worker(config, base.reactor, base.fetcher, base.parser, base.store, shipper,

@@ -14,7 +14,7 @@ from spiderd.core.rules import AdaptiveDelay
 
 MiB = 1024 * 1024
 DEFAULT_FEED_TEMPLATE = "%(batch)s_%(name)s_%(time)s.jl"
-FEED_SCHEMES = ("file", "ftp")
+FEED_SCHEMES = ("file", "ftp", "ftps", "sftp")
 
 
 @dataclass(frozen=True)

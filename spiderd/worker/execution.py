@@ -89,7 +89,7 @@ class Execution:
         job.state, job.start_time, job.end_time, job.error = RUNNING, now, None, None
         if job.feed_uri is None:
             job.feed_uri = self._render_uri(self.options(job).feed_uri or self._config.default_feed_uri,
-                                            job.feed_params(now))
+                                            job.feed_params(now, self._config.host_name))
         run.shipping = job.shipping  # the items file was complete when the worker went down: ship it, no re-run
         yield self._store.save(job)
         if job.shipping:

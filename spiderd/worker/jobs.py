@@ -20,7 +20,7 @@ from typing import Any, Callable
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from spiderd.core.feeduri import uri_time
+from spiderd.core.feeduri import time_params
 from spiderd.core.fsutil import fsync_dir, unlink_quietly, write_atomically, write_many_atomically
 
 log = Logger()
@@ -68,9 +68,11 @@ class Job:
         """The ``%(batch)s`` of the feed name: the ``batch`` spider argument, else the job id."""
         return self.args.get("batch") or self.id
 
-    def feed_params(self, now: float) -> dict[str, str]:
-        """The FEED_URI template's values: spider arguments, then batch, name (the spider) and time."""
-        return {**self.args, "batch": self.batch, "name": self.spider, "time": uri_time(now)}
+    def feed_params(self, now: float, node: str = "node") -> dict[str, str]:
+        """The FEED_URI template's values: spider arguments, then batch, name and site (the spider), node (this
+        worker's name), and time, date and hour (UTC)."""
+        return {**self.args, "batch": self.batch, "name": self.spider, "site": self.spider, "node": node,
+                **time_params(now)}
 
     def to_dict(self) -> dict[str, Any]:
         """The persisted form."""

@@ -66,6 +66,7 @@ class Validator:
         self.job_rules = job_rules or JobRules(rules)
         self._default_feed = config.default_feed_uri
         self._feed_roots = config.feed_roots
+        self._node = config.host_name
         self._max_urls = config.max_job_urls
         self._render_uri = render_uri
         self._clock = clock
@@ -212,9 +213,9 @@ class Validator:
         template = feed_uri or self._default_feed
         scheme = template.partition("://")[0].lower() if "://" in template else ""
         if scheme not in FEED_SCHEMES:
-            raise ApiError(f"FEED_URI is invalid: {redact(template)!r}: expected a file:// or ftp:// URI")
+            raise ApiError(f"FEED_URI is invalid: {redact(template)!r}: expected a file://, ftp://, ftps:// or sftp:// URI")
         try:
-            uri = self._render_uri(template, job.feed_params(self._clock.seconds()))
+            uri = self._render_uri(template, job.feed_params(self._clock.seconds(), self._node))
         except Exception as e:  # the feed module refuses with ValueError or KeyError; any refusal is the client's
             reason = self._redact_all(str(e) or type(e).__name__)
             raise ApiError(f"FEED_URI is invalid: {reason}") from None
