@@ -39,6 +39,21 @@ class _FTP(ftplib.FTP):
         return conn, size
 
 
+    def storbinary(self, cmd: str, fp: Any, blocksize: int = 65536, callback: Any = None, rest: Any = None) -> str:
+        """ftplib's, except that a TLS data connection the server closes without TLS's goodbye (pyftpdlib and
+        others do) is not an error: the server's answer and the size check after it say whether all arrived."""
+        self.voidcmd("TYPE I")
+        with self.transfercmd(cmd, rest) as conn:
+            while block := fp.read(blocksize):
+                conn.sendall(block)
+            if isinstance(conn, ssl.SSLSocket):
+                try:
+                    conn.unwrap()
+                except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+                    pass
+        return self.voidresp()
+
+
 class _FTPS(_FTP, ftplib.FTP_TLS):
     """Explicit FTPS whose TLS sockets an Abort can shut down too."""
 
