@@ -108,7 +108,7 @@ class FTPSTests(unittest.TestCase):
     @defer.inlineCallbacks
     def test_start_check_refuses_a_bad_certificate(self) -> Any:
         """A configured ftps:// host whose certificate does not check fails the start with one line."""
-        shipper = self.shipper(ca=self.other_ca[0], probe=(self.ftpd.uri("/%(date)s/%(batch)s.jl"),))
+        shipper = self.shipper(ca=self.other_ca[0], probe=(self.ftpd.uri("/").replace("%", "%%") + "%(date)s/%(batch)s.jl",))
         failure = yield self.assertFailure(shipper.ready, FeedTrustError)
         self.assertEqual(len(str(failure).splitlines()), 1)
         self.assertIn("127.0.0.1", str(failure))
@@ -117,8 +117,9 @@ class FTPSTests(unittest.TestCase):
     @defer.inlineCallbacks
     def test_start_check_passes_and_a_host_down_only_warns(self) -> Any:
         """A host whose certificate checks starts; a host that does not answer is warned of, and the start goes on."""
-        shipper = self.shipper(probe=(self.ftpd.uri("/%(batch)s.jl"),))
+        shipper = self.shipper(probe=(self.ftpd.uri("/").replace("%", "%%") + "%(batch)s.jl",))
         yield shipper.ready
+        self.assertTrue(any("TLS certificate checks" in t for t in self.logs.texts(LogLevel.info)))
         yield shipper.stopService()
         port = self.ftpd.port
         self.ftpd.stop()

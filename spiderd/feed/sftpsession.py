@@ -16,7 +16,7 @@ from typing import Any, Callable
 from twisted.conch.client.knownhosts import KnownHostsFile
 from twisted.conch.error import HostKeyChanged
 from twisted.conch.ssh import channel, common, connection, filetransfer, keys, transport, userauth
-from twisted.internet import defer, protocol
+from twisted.internet import defer, error, protocol
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorFromThreads
 from twisted.internet.threads import blockingCallFromThread
@@ -63,12 +63,18 @@ class _Transport(transport.SSHClientTransport):
         try:
             known = KnownHostsFile.fromPath(FilePath(f.options.known_hosts)).hasHostKey(name, keys.Key.fromString(hostKey))
         except HostKeyChanged:
-            return defer.fail(FeedTrustError(f"{f.target.host_port}: the SSH host key CHANGED (not the one in "
-                                             f"{f.options.known_hosts}): refused"))
+            return self._refuse(f"{f.target.host_port}: the SSH host key CHANGED (not the one in "
+                                f"{f.options.known_hosts}): refused")
         if not known:
-            return defer.fail(FeedTrustError(f"{f.target.host_port}: its SSH host key ({fingerprint.decode()}) is "
-                                             f"not in {f.options.known_hosts}: refused"))
+            return self._refuse(f"{f.target.host_port}: its SSH host key ({fingerprint.decode()}) is not in "
+                                f"{f.options.known_hosts}: refused")
         return defer.succeed(True)
+
+    def _refuse(self, why: str) -> Deferred[Any]:
+        """The host key does not check: the upload fails with why (the transport then disconnects)."""
+        error = FeedTrustError(why)
+        self.factory.fail(error)
+        return defer.fail(error)
 
     def connectionSecure(self) -> None:
         self.requestService(_Auth(self.factory, _Connection(self.factory)))
@@ -89,9 +95,10 @@ class _Auth(userauth.SSHUserAuthClient):
         super().__init__((factory.target.user or "anonymous").encode("utf-8"), service)
         self._factory = factory
         self._key_offered = False
+        self._password = factory.target.password
 
     def getPassword(self, prompt: bytes | None = None) -> Deferred[bytes] | None:
-        password = self._factory.target.password
+        password, self._password = self._password, ""  # offered once: a wrong one is not tried again and again
         return defer.succeed(password.encode("utf-8")) if password else None
 
     def getPublicKey(self) -> keys.Key | None:
@@ -133,6 +140,13 @@ class _SFTPChannel(channel.SSHChannel):
         self._client.makeConnection(self)
         self.dataReceived = self._client.dataReceived  # type: ignore[method-assign]
         self._factory.opened(self._client)
+
+    def closed(self) -> None:
+        """The channel (or the whole connection) closed: every request waiting for an answer fails now."""
+        super().closed()
+        if self._client is not None:
+            self._client.connectionLost(Failure(error.ConnectionLost("the SFTP channel closed")))
+        self._factory.fail(FeedError("the SFTP channel closed"))
 
     def openFailed(self, reason: Any) -> None:
         self._factory.fail(FeedError(f"SSH channel refused: {reason}"))
