@@ -137,6 +137,7 @@ class FeedShipper(Service):
             log.info("Resuming {count} spooled feed files", count=len(self._entries))
         for entry in list(self._entries.values()):
             self._attempt(entry)
+        self.check_partitions()
 
     # -- ship -------------------------------------------------------------------------------------
 
@@ -321,6 +322,11 @@ class FeedShipper(Service):
 
 
     # -- partitions -------------------------------------------------------------------------------
+
+    def arm_partitions(self) -> None:
+        """Every holder (job) of this node holds its partition now: partitions may close from here on."""
+        self.partitions.arm()
+        self.check_partitions()
 
     def hold(self, holder: str, uri: str) -> None:
         """``holder`` (a job) will ship into ``uri``'s partition: no marker until it is released (by ``ship``'s

@@ -16,6 +16,7 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger, LogLevel
 
+from spiderd.core.feeduri import partition_window
 from spiderd.core.fsutil import unlink_quietly
 from spiderd.core.secrets import redact
 from spiderd.feed import warc
@@ -24,7 +25,7 @@ from spiderd.worker.config import WorkerConfig
 from spiderd.worker.files import ItemsFile, JobHosts
 from spiderd.worker.itemized import Itemized
 from spiderd.worker.joblog import JobLogs
-from spiderd.worker.jobs import FINISHED, PENDING, RUNNING, Job, JobStore, Runner
+from spiderd.worker.jobs import ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
 from spiderd.worker.jobsettings import JobOptions, SettingError, job_options
 from spiderd.worker.logstats import LogStats, dump, scrapy_stats
 from spiderd.worker.pipeline import Pipeline
@@ -88,8 +89,11 @@ class Execution:
         now = self._reactor.seconds()
         job.state, job.start_time, job.end_time, job.error = RUNNING, now, None, None
         if job.feed_uri is None:
-            job.feed_uri = self._render_uri(self.options(job).feed_uri or self._config.default_feed_uri,
-                                            job.feed_params(now, self._config.host_name))
+            template = self.options(job).feed_uri or self._config.default_feed_uri
+            job.feed_uri = self._render_uri(template, job.feed_params(now, self._config.host_name))
+            window = partition_window(template, now)
+            job.feed_window = list(window) if window is not None else None
+        self.hold(job)
         run.shipping = job.shipping  # the items file was complete when the worker went down: ship it, no re-run
         yield self._store.save(job)
         if job.shipping:
@@ -158,12 +162,13 @@ class Execution:
             job.shipping = True
             yield self._store.save(job)
         assert job.feed_uri is not None
+        window = (job.feed_window[0], job.feed_window[1]) if job.feed_window else None
         if run.warc is not None and os.path.exists(run.warc.path):
-            yield self._shipper.ship(run.warc.path, warc_uri(job.feed_uri))
+            yield self._shipper.ship(run.warc.path, warc_uri(job.feed_uri), window)
         if self._config.feed_format == "warc":
             yield self._io(unlink_quietly, run.items.path)
-        else:
-            yield self._shipper.ship(run.items.path, job.feed_uri)  # an empty file too: "batch done, no items"
+        else:  # an empty file too: "batch done, no items"
+            yield self._shipper.ship(run.items.path, job.feed_uri, window, release=job.id)
         self._itemized.commit(job.id)
         job.shipping = False
         self.end(job, FINISHED)
@@ -200,8 +205,18 @@ class Execution:
         self._logs.note(log, level, job.id, fmt, id=job.id, **fields)
 
     def end(self, job: Job, state: str) -> None:
-        """``job`` ended in ``state`` now."""
+        """``job`` ended in ``state`` now: it holds its feed's partition no more."""
         job.state, job.end_time = state, self._reactor.seconds()
+        self._shipper.release(job.id)
+
+    def arm_partitions(self) -> None:
+        """The jobs from disk hold their partitions: the shipper may close partitions from now on."""
+        self._shipper.arm_partitions()
+
+    def hold(self, job: Job) -> None:
+        """A job that will ship into a partition keeps it open (no marker) until it ends."""
+        if job.feed_uri is not None and job.feed_window and job.state not in ENDED:
+            self._shipper.hold(job.id, job.feed_uri)
 
 
 def _cap(*caps: int) -> int:

@@ -56,6 +56,7 @@ class Job:
     start_time: float | None = None
     end_time: float | None = None
     feed_uri: str | None = None  # rendered at the first start; a re-run ships to the same name
+    feed_window: list[float] | None = None  # the time window of the feed's partition (rendered with it), if any
     shipping: bool = False  # the items file is complete and being handed to the shipper
     error: str | None = None
     stats: dict[str, int] = field(default_factory=dict)

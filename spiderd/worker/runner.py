@@ -139,6 +139,9 @@ class JobRunner:
                 unlink_quietly(self.items_path(job)[: -len(".jl")] + warc.EXTENSION)
         if self._queue:
             log.info("Worker: {count} accepted jobs to run from the last run", count=len(self._queue))
+        for job in jobs:
+            self._execution.hold(job)
+        self._execution.arm_partitions()  # every job that will ship into a partition holds it now
         self._prune()
         self.kick()
 
