@@ -10,6 +10,7 @@ import sqlite3
 import stat
 import tempfile
 import threading
+import time
 from typing import Any
 from urllib.parse import urlencode
 
@@ -795,6 +796,39 @@ class ListeningTests(WorkerTestBase):
         self.assertFalse(client.done.called)
         clock.advance(0.1)
         self.assertEqual((yield client.done), b"")
+
+
+class PartitionTests(WorkerTestBase):
+    """A FEED_URI with partition directories: the job's files land in its hour, and the hour gets its marker."""
+
+    @defer.inlineCallbacks
+    def test_job_feed_in_its_hour_then_the_marker(self) -> Any:
+        """The job renders %(date)s, %(hour)s, %(site)s and %(node)s at its start and keeps the window in its job
+        file; its hour is marked (manifest with the file's records, then _SUCCESS) once its file is shipped."""
+        clock = Clock()
+        clock.advance(reactor.seconds() + 7200)  # the shipper's clock: the job's hour has passed
+        self.shipper = FeedShipper(reactor, os.path.join(self.data, "spool2"), clock=clock, partition_grace=0.0)
+        self.shipper.startService()
+        self.addCleanup(self.shipper.stopService)
+        self.gate.open()
+        service = self.worker()
+        template = f"FEED_URI=file://{self.feeds}/dt=%(date)s/hour=%(hour)s/%(batch)s_%(site)s_%(node)s.jl"
+        job_id = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", template),
+                                     ("batch", "7"), ("setting", self.urls(*items(3))))
+        job = yield service.runner.when_done(job_id)
+        yield self.shipper.settled()
+        start = job.feed_window[0]
+        hour = time.strftime("dt=%Y-%m-%d/hour=%H", time.gmtime(start))
+        self.assertEqual(job.feed_window, [start, start + 3600])
+        self.assertEqual(self.job_files()[job_id]["feed_window"], job.feed_window)
+        directory = os.path.join(self.feeds, hour)
+        self.assertEqual(sorted(os.listdir(directory)), ["7_demo-shop_test-node.jl", "_MANIFEST.json", "_SUCCESS"])
+        with open(os.path.join(directory, "_MANIFEST.json"), encoding="utf-8") as f:
+            manifest = json.load(f)
+        with open(os.path.join(directory, "7_demo-shop_test-node.jl"), "rb") as f:
+            lines = f.read().count(b"\n")
+        self.assertEqual([(e["name"], e["records"]) for e in manifest["files"]], [("7_demo-shop_test-node.jl", lines)])
+        self.assertEqual(lines, len(self.ok_finals(items(3))))
 
 
 class PersistenceTests(WorkerTestBase):
