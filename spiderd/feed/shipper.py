@@ -22,7 +22,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from spiderd.config.settings import Settings
+from spiderd.config.sections import FeedSection
 from spiderd.core.blocking import Lane
 from spiderd.core.feeduri import parse_target
 from spiderd.core.lifecycle import InFlight, settled
@@ -117,12 +117,13 @@ class FeedShipper(Service):
         super().startService()
         self._lane.start()
         self._slots = defer.DeferredSemaphore(self._concurrency)
-        self.ready = self._lane.run(check_trust, self._probe, self._transport, self._reactor)
-        self.ready.addCallback(lambda _: self._lane.run(self._recover)).addCallback(self._resume)
+        self.ready = self._lane.run(self._recover).addCallback(self._resume)
         self._marker_check.start(PARTITION_CHECK, now=False)
 
     def _recover(self) -> tuple[list[SpoolEntry], list[tuple[str, str]]]:
-        """Thread: the spool's entries and refusals; the partitions' ledger read."""
+        """Thread: the FTPS and SFTP hosts to check checked; the spool's entries and refusals; the partitions'
+        ledger read."""
+        check_trust(self._probe, self._transport, self._reactor)
         recovered = self.spool.recover()
         self.partitions.ledger.load()
         return recovered
@@ -396,14 +397,10 @@ def _within(clock: IReactorTime, seconds: float, d: Deferred[Any]) -> Deferred[b
     return result
 
 
-def feed_shipper(s: Settings, reactor: IThreadedClock, spool_dir: str, lane: Lane) -> FeedShipper:
-    """The node's shipper from ``[feed]``: it checks, at start, the FTPS and SFTP hosts of the worker's default feed
-    and (in the all role, with a local worker) of ``[batch] feed_uri``."""
-    feed = s.feed
+def feed_shipper(feed: FeedSection, reactor: IThreadedClock, spool_dir: str, lane: Lane,
+                 probe: tuple[str, ...]) -> FeedShipper:
+    """The node's shipper from ``[feed]``; at start it checks the FTPS and SFTP hosts of the ``probe`` templates."""
     transport = TransportOptions(feed.ca_file, feed.insecure, feed.known_hosts, feed.ssh_key, feed.timeout)
-    probe = [s.worker.feed_template]
-    if s.spiderd.role == "all" and "local" in s.batch.targets:
-        probe.append(s.batch.feed_uri)
     return FeedShipper(reactor, spool_dir, retry_max=feed.retry_max, stop_timeout=feed.stop_timeout,
                        transport=transport, probe=tuple(t for t in probe if t), partition_grace=feed.partition_grace,
                        lane=lane)
