@@ -1,10 +1,13 @@
-"""The feed shipper: a service that spools finished JSON-lines feed files and ships them to the analytics host
-(FTP, or a local directory) in the background, retrying until they go through.
+"""The feed shipper: a service that spools finished feed files and ships them to the analytics host (FTP, FTPS,
+SFTP, or a local directory) in the background, retrying until they go through, and marks complete partitions.
 
 A file is checked (:mod:`spiderd.feed.jsonl`; a target named ``*.warc.gz``: :mod:`spiderd.feed.warc`, every
-record read back whole by warcio) and uploaded (:mod:`spiderd.feed.upload`) to the target its URI names
-(:mod:`spiderd.core.feeduri`, which also renders the templates).  A refused file (bad JSON lines, or its final name
-taken) is quarantined with a clear error.
+record read back whole by warcio; ``*.parquet``: :mod:`spiderd.feed.parquet`, every row group read back) and
+uploaded (:mod:`spiderd.feed.upload`) to the target its URI names (:mod:`spiderd.core.feeduri`, which also renders
+the templates).  A refused file (bad JSON lines, or its final name taken) is quarantined with a clear error.  A
+host whose certificate or host key does not check (:class:`~spiderd.feed.errors.FeedTrustError`) keeps the file
+spooled, says so at error level and retries at the longest back-off.  Partitions and their ``_SUCCESS`` marker are
+:mod:`spiderd.feed.partitions`'.
 
 The spool on disk, and how a crash at any point is recovered, is :mod:`spiderd.feed.spool`'s.
 """
@@ -30,6 +33,7 @@ from spiderd.core.reactors import IThreadedClock
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import mask_secret, redact
 from spiderd.feed.errors import BadFeedError, FeedExistsError, FeedTrustError
+from spiderd.feed.parquet import is_parquet, validate_parquet
 from spiderd.feed.partitions import Partitions, partition_of, write_marker
 from spiderd.feed.jsonl import validate_jsonl
 from spiderd.feed.spool import FeedSpool, SpoolEntry
@@ -239,7 +243,8 @@ class FeedShipper(Service):
 
     def _check(self, entry: SpoolEntry) -> int:
         """Thread: the number of records, or quarantine and BadFeedError (the target's name says the format)."""
-        check = validate_warc if is_warc(parse_target(entry.target).name) else validate_jsonl
+        name = parse_target(entry.target).name
+        check = validate_warc if is_warc(name) else validate_parquet if is_parquet(name) else validate_jsonl
         try:
             return check(self.spool.path(entry.id, ".jl"))
         except BadFeedError as e:

@@ -48,7 +48,8 @@ class WorkerConfig:
     max_body_size: int = 16 * MiB
     stop_timeout: float = 30.0
     finished_to_keep: int = 100
-    feed_format: str = "jsonl"  # [items] format: "warc" or "both" ship each job's answers as a WARC file too
+    feed_format: str = "jsonl"  # [items] format: "warc" or "both" ship each job's answers as a WARC file too; "parquet"
+    # ships its feed as Parquet
 
     @property
     def jobs_dir(self) -> str:

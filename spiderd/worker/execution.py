@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
@@ -19,7 +19,9 @@ from twisted.logger import Logger, LogLevel
 from spiderd.core.feeduri import partition_window
 from spiderd.core.fsutil import unlink_quietly
 from spiderd.core.secrets import redact
-from spiderd.feed import warc
+from spiderd.core.rules import Site
+from spiderd.feed import parquet, warc
+from spiderd.feed.schema import columns
 from spiderd.feed.warcfiles import JobWarc, warc_uri
 from spiderd.worker.config import WorkerConfig
 from spiderd.worker.files import ItemsFile, JobHosts
@@ -42,7 +44,9 @@ class Execution:
 
     def __init__(self, reactor: IReactorTime, config: WorkerConfig, store: JobStore, io: Runner, pipeline: Pipeline,
                  itemized: Itemized, logs: JobLogs, shipper: FeedShipper,
-                 render_uri: Callable[[str, dict[str, str]], str], incoming_dir: str) -> None:
+                 render_uri: Callable[[str, dict[str, str]], str], incoming_dir: str,
+                 sites: Mapping[str, Site] | None = None) -> None:
+        """``sites``: the spiders by name (their fields are the columns of a Parquet feed)."""
         self._reactor = reactor
         self._config = config
         self._store = store
@@ -53,10 +57,15 @@ class Execution:
         self._shipper = shipper
         self._render_uri = render_uri
         self.incoming_dir = incoming_dir
+        self._sites = sites or {}
 
     def items_path(self, job: Job) -> str:
         """The local file of a job's items (in the shipper's ``incoming`` directory)."""
         return os.path.join(self.incoming_dir, job.id + ".jl")
+
+    def parquet_path(self, job: Job) -> str:
+        """The job's feed as Parquet (``[items] format = "parquet"``), made from its items file when it ships."""
+        return self.items_path(job)[: -len(".jl")] + parquet.EXTENSION
 
     def new_run(self, job: Job) -> Run:
         """The run of ``job``: its items file (and WARC file), its caps, its fetch options, its log."""
@@ -64,7 +73,7 @@ class Execution:
         options = self.options(job)
         run = Run(job, items, self._pipeline.totals, _cap(self._config.job_concurrency, options.concurrent_requests))
         run.note = functools.partial(self._logs.line, job.id, url=True)
-        if self._config.feed_format != "jsonl":  # the job's answers as WARC too, shipped beside its feed
+        if self._config.feed_format in ("warc", "both"):  # the job's answers as WARC too, shipped beside its feed
             run.warc = JobWarc(self.items_path(job)[: -len(".jl")] + warc.EXTENSION, self._io)
         run.fetch_options = options.fetch_options()
         run.rules = self._job_rules(job)
@@ -167,6 +176,9 @@ class Execution:
             yield self._shipper.ship(run.warc.path, warc_uri(job.feed_uri), window)
         if self._config.feed_format == "warc":
             yield self._io(unlink_quietly, run.items.path)
+        elif self._config.feed_format == "parquet":  # converted once, then the .jl goes: a re-ship finds either
+            yield self._io(self._to_parquet, job)
+            yield self._shipper.ship(self.parquet_path(job), parquet.parquet_uri(job.feed_uri), window, release=job.id)
         else:  # an empty file too: "batch done, no items"
             yield self._shipper.ship(run.items.path, job.feed_uri, window, release=job.id)
         self._itemized.commit(job.id)
@@ -174,6 +186,14 @@ class Execution:
         self.end(job, FINISHED)
         yield self._store.save(job)
         self._finished(job)
+
+    def _to_parquet(self, job: Job) -> None:
+        """Thread: the items file as Parquet with the spider's columns, then the items file removed."""
+        items = self.items_path(job)
+        if os.path.exists(items):
+            site = self._sites.get(job.spider)
+            parquet.convert(items, self.parquet_path(job), columns([site] if site is not None else []))
+            os.unlink(items)
 
     def _finished(self, job: Job) -> None:
         """The job's last lines: its counts (and its stats, in its log only)."""

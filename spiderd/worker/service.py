@@ -95,9 +95,10 @@ class WorkerService(Service):
             steps = PageSteps(clock or reactor, parser, store, claim_content, config.max_retry_after)
         pipeline = Pipeline(reactor, config, fetcher, steps, clock=clock, stats=stats)
         pipeline.job_rules = job_rules = JobRules(rules or parser.rules)
-        self.runner = JobRunner(reactor, config, self.job_store, self._io, pipeline, shipper, render_uri, incoming)
         self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor,
                                    robots=fetcher.robots is not None, job_rules=job_rules)
+        self.runner = JobRunner(reactor, config, self.job_store, self._io, pipeline, shipper, render_uri, incoming,
+                                self.validator.spiders)
         auth = Auth(username=config.username, password=config.password)
         self._api = api = WorkerAPI(self.runner, self.validator, config.host_name, auth)
         self.ready: Deferred[None] = defer.succeed(None)  # the jobs on disk loaded and running (after startService)
