@@ -12,6 +12,8 @@ directory) is refused here, not when the job ends.
 
 from __future__ import annotations
 
+import importlib.util
+
 import math
 import os
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
@@ -220,6 +222,9 @@ class Validator:
             reason = self._redact_all(str(e) or type(e).__name__)
             raise ApiError(f"FEED_URI is invalid: {reason}") from None
         target = parse_target(uri)
+        if target.scheme == "sftp" and importlib.util.find_spec("bcrypt") is None:
+            raise ApiError("FEED_URI is invalid: sftp:// needs Twisted's conch extra on this worker "
+                           "(pip install 'spiderd[sftp]')")
         if target.scheme == "file" and not any(_under(target.directory, root) for root in self._feed_roots):
             raise ApiError(f"FEED_URI is invalid: {redact(template)!r} writes outside this worker's feed "
                            f"directories ({', '.join(self._feed_roots) or 'none'}; see worker.feed_dirs)")
