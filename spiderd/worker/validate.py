@@ -13,7 +13,6 @@ directory) is refused here, not when the job ends.
 from __future__ import annotations
 
 import importlib.util
-
 import math
 import os
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
