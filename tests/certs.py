@@ -31,7 +31,8 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
 def make_ca(directory: Path, name: str) -> tuple[Path, x509.Certificate, ec.EllipticCurvePrivateKey]:
     """A self-signed CA: (its PEM certificate's path, the certificate, its key)."""
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = (_builder(_name(name), _name(name), key).add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+    cert = (_builder(_name(name), _name(name), key)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
                                          data_encipherment=False, key_agreement=False, key_cert_sign=True,
                                          crl_sign=True, encipher_only=False, decipher_only=False), critical=True)

@@ -40,12 +40,17 @@ class Recording:
 
 
 class Dropping:
-    """Closes the control connection once part of an upload has arrived, when told to."""
+    """Once part of an upload has arrived, closes the control connection (``drop``) or, once, the data connection
+    alone (``drop_data``), when told to."""
 
     def handle_read(self) -> None:
         super().handle_read()  # type: ignore[misc]
-        if self.cmd_channel.behaviour.get("drop") and self.tot_bytes_received > 10000:  # type: ignore[attr-defined]
+        behaviour = self.cmd_channel.behaviour  # type: ignore[attr-defined]
+        if behaviour.get("drop") and self.tot_bytes_received > 10000:  # type: ignore[attr-defined]
             self.cmd_channel.close()  # type: ignore[attr-defined]
+        elif behaviour.get("drop_data") and self.tot_bytes_received > 10000:  # type: ignore[attr-defined]
+            behaviour["drop_data"] = False
+            self.close()  # type: ignore[attr-defined]
 
     handle_read_event = handle_read  # pyftpdlib calls this alias
 

@@ -108,7 +108,8 @@ class FTPSTests(unittest.TestCase):
     @defer.inlineCallbacks
     def test_start_check_refuses_a_bad_certificate(self) -> Any:
         """A configured ftps:// host whose certificate does not check fails the start with one line."""
-        shipper = self.shipper(ca=self.other_ca[0], probe=(self.ftpd.uri("/").replace("%", "%%") + "%(date)s/%(batch)s.jl",))
+        template = self.ftpd.uri("/").replace("%", "%%") + "%(date)s/%(batch)s.jl"
+        shipper = self.shipper(ca=self.other_ca[0], probe=(template,))
         failure = yield self.assertFailure(shipper.ready, FeedTrustError)
         self.assertEqual(len(str(failure).splitlines()), 1)
         self.assertIn("127.0.0.1", str(failure))
@@ -138,6 +139,23 @@ class FTPSTests(unittest.TestCase):
         self.assertFalse((self.ftpd.home / "feeds" / "1_site_t.jl").exists())
         self.assertEqual((shipper.waiting, shipper.failures), (1, 1))
         self.ftpd.behaviour["drop"] = False
+        self.clock.advance(5.0)
+        yield shipper.settled()
+        self.assertEqual(shipper.shipped, 1, shipper.last_error)
+        self.assertEqual((self.ftpd.home / "feeds" / "1_site_t.jl").read_bytes(), data)
+        self.assertEqual(os.listdir(self.ftpd.home / "feeds"), ["1_site_t.jl"])
+
+    @defer.inlineCallbacks
+    def test_server_drops_the_data_connection(self) -> Any:
+        """The server closes the TLS data connection alone, mid-file: the attempt fails, no final name shows, the
+        next attempt ships the file whole over the same kind of connection."""
+        self.ftpd.behaviour["drop_data"] = True
+        data = big_feed()
+        shipper = self.shipper(retry_first=5.0)
+        yield shipper.ship(self.feed(data=data), self.ftpd.uri("/feeds/1_site_t.jl"))
+        yield shipper.settled()
+        self.assertFalse((self.ftpd.home / "feeds" / "1_site_t.jl").exists())
+        self.assertEqual((shipper.waiting, shipper.failures, shipper.shipped), (1, 1, 0))
         self.clock.advance(5.0)
         yield shipper.settled()
         self.assertEqual(shipper.shipped, 1, shipper.last_error)

@@ -61,7 +61,8 @@ class ConvertTests(unittest.SynchronousTestCase):
         got = table.to_pylist()
         self.assertEqual(got[0]["tags"], ["x", "y"])
         self.assertEqual((got[1]["urlhash"], json.loads(got[1]["_extra"])), (2**63 - 1, {"note": "not declared"}))
-        self.assertEqual((got[2]["title"], json.loads(got[2]["_extra"]), got[2]["fetched_at"]), (None, {"title": 7}, 3.0))
+        self.assertEqual((got[2]["title"], json.loads(got[2]["_extra"]), got[2]["fetched_at"]),
+                         (None, {"title": 7}, 3.0))
         self.assertIsNone(got[0]["_extra"])
         metadata = pq.read_metadata(target)
         self.assertEqual(metadata.metadata[b"spiderd.schema_version"], b"1")

@@ -229,7 +229,8 @@ class RotationByTimeTests(unittest.TestCase):
     def writer(self, **options: Any) -> Any:
         lane = Lane(reactor, "items-time")
         self.addCleanup(lane.close)
-        writer = ItemWriter(self.clock, str(self.dir / "items"), batch_size=1, lane=lane, **options)  # type: ignore[arg-type]
+        writer = ItemWriter(self.clock, str(self.dir / "items"), batch_size=1, lane=lane,  # type: ignore[arg-type]
+                            **options)
         writer.startService()
         self.addCleanup(lambda: writer.stopService() if writer.running else None)
         yield writer.ready

@@ -6,9 +6,10 @@ A group goes out when ``batch_size`` entries wait, or ``flush_interval`` seconds
 Deferred fires once its group is written (what "written" means, and how a file rotates by count, is the subclass's
 ``_commit``).  Whatever the count, the open file is completed ``rotate_seconds`` after its first entry and
 ``rotate_idle`` seconds after its last one (a slow or idle crawl), and by :meth:`RotatedFiles.rotate` (the crawl
-has finished), so a consumer that reads only complete files is never kept waiting for the stop.  At start, the files a previous run left are settled first (``_settle_previous``); ``ready`` fires
-once they are, and fails if they could not be (a start failure) unless the subclass says the crawl may go on
-(``_settle_failed``).  Every completed file is told to ``on_rotate``.
+has finished), so a consumer that reads only complete files is never kept waiting for the stop.  At start, the
+files a previous run left are settled first (``_settle_previous``); ``ready`` fires once they are, and fails if
+they could not be (a start failure) unless the subclass says the crawl may go on (``_settle_failed``).  Every
+completed file is told to ``on_rotate``.
 """
 
 from __future__ import annotations

@@ -61,7 +61,8 @@ class _Transport(transport.SSHClientTransport):
         f = self.factory
         name = known_host_name(f.target.host, f.target.port)
         try:
-            known = KnownHostsFile.fromPath(FilePath(f.options.known_hosts)).hasHostKey(name, keys.Key.fromString(hostKey))
+            hosts = KnownHostsFile.fromPath(FilePath(f.options.known_hosts))
+            known = hosts.hasHostKey(name, keys.Key.fromString(hostKey))
         except HostKeyChanged:
             return self._refuse(f"{f.target.host_port}: the SSH host key CHANGED (not the one in "
                                 f"{f.options.known_hosts}): refused")

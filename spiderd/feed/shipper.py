@@ -86,7 +86,7 @@ class FeedShipper(Service):
         self.partitions = Partitions(spool_dir, partition_grace)
         self._marking = False
         self._marker_abort = Abort()
-        self._marker_check = task.LoopingCall(self.check_partitions)
+        self._marker_check = task.LoopingCall(self._check_partitions_logged)
         self._marker_check.clock = self._clock
 
     @property
@@ -358,6 +358,13 @@ class FeedShipper(Service):
         d.addErrback(self._mark_failed)
         d.addBoth(self._marked)
         self._inflight.track(d)
+
+    def _check_partitions_logged(self) -> None:
+        """The timer's call: an error is logged, never raised (it would stop the timer for good)."""
+        try:
+            self.check_partitions()
+        except Exception:
+            log.failure("Looking for partitions to close failed")
 
     def _mark(self, due: list[str], abort: Abort) -> None:
         """Thread: the markers of ``due``, one partition after the other."""

@@ -214,7 +214,8 @@ class Validator:
         template = feed_uri or self._default_feed
         scheme = template.partition("://")[0].lower() if "://" in template else ""
         if scheme not in FEED_SCHEMES:
-            raise ApiError(f"FEED_URI is invalid: {redact(template)!r}: expected a file://, ftp://, ftps:// or sftp:// URI")
+            raise ApiError(f"FEED_URI is invalid: {redact(template)!r}: expected a file://, ftp://, ftps:// or "
+                           "sftp:// URI")
         try:
             uri = self._render_uri(template, job.feed_params(self._clock.seconds(), self._node))
         except Exception as e:  # the feed module refuses with ValueError or KeyError; any refusal is the client's
