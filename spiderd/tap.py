@@ -153,7 +153,8 @@ def _worker(base: Base) -> WorkerService:
     shipper = base.top.add(feed_shipper(s.feed, base.reactor, node.path("spool"), base.blocking.lane("feed", 3),
                                         probe=(s.worker.feed_template, local_feed)))
     config = worker_config(s.worker, s.fetch, data_dir=node.data_dir, role=node.role,
-                           failure_threshold=s.pool.failure_threshold, feed_format=s.items.format)
+                           failure_threshold=s.pool.failure_threshold, feed_format=s.items.format,
+                           rotate_seconds=s.items.rotate_seconds, rotate_idle=s.items.rotate_idle)
     return base.top.add(build_worker(config, base.reactor, base.fetcher, base.parser, base.store, shipper,
                                      base.blocking.lane("worker-io"), base.stats, base.steps))
 

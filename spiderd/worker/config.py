@@ -48,6 +48,8 @@ class WorkerConfig:
     max_body_size: int = 16 * MiB
     stop_timeout: float = 30.0
     finished_to_keep: int = 100
+    rotate_seconds: float = 0.0  # [items]: a job's items file becomes a part this long after its first item (0: never)
+    rotate_idle: float = 0.0  # or this long after its last one (0: never)
     feed_format: str = "jsonl"  # [items] format: "warc" or "both" ship each job's answers as a WARC file too; "parquet"
     # ships its feed as Parquet
 

@@ -13,6 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from twisted.internet import defer
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger, LogLevel
 
@@ -30,6 +31,7 @@ from spiderd.worker.joblog import JobLogs
 from spiderd.worker.jobs import ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
 from spiderd.worker.jobsettings import JobOptions, SettingError, job_options
 from spiderd.worker.logstats import LogStats, dump, scrapy_stats
+from spiderd.worker.parts import LEDGER, JobParts, PartClock, part_uri
 from spiderd.worker.pipeline import Pipeline
 from spiderd.worker.run import Run
 
@@ -63,6 +65,10 @@ class Execution:
         """The local file of a job's items (in the shipper's ``incoming`` directory)."""
         return os.path.join(self.incoming_dir, job.id + ".jl")
 
+    def parts_of(self, job: Job) -> JobParts:
+        """The job's parts: its ledger beside its job file, its part files beside its items file."""
+        return JobParts(self.items_path(job), os.path.join(self._config.jobs_dir, job.id + LEDGER))
+
     def parquet_path(self, job: Job) -> str:
         """The job's feed as Parquet (``[items] format = "parquet"``), made from its items file when it ships."""
         return self.items_path(job)[: -len(".jl")] + parquet.EXTENSION
@@ -77,6 +83,11 @@ class Execution:
             run.warc = JobWarc(self.items_path(job)[: -len(".jl")] + warc.EXTENSION, self._io)
         run.fetch_options = options.fetch_options()
         run.rules = self._job_rules(job)
+        run.parts = self.parts_of(job)
+        if self._config.rotate_seconds or self._config.rotate_idle:
+            run.part_clock = PartClock(self._reactor, self._config.rotate_seconds, self._config.rotate_idle,
+                                       lambda: self._seal(run))
+            items.on_write = run.part_clock.wrote
         if options.per_domain or options.download_delay:
             run.hosts = JobHosts(options.per_domain, options.download_delay)
         return run
@@ -105,6 +116,7 @@ class Execution:
         self.hold(job)
         run.shipping = job.shipping  # the items file was complete when the worker went down: ship it, no re-run
         yield self._store.save(job)
+        yield self._recover_parts(run)
         if job.shipping:
             yield self._ship(run)
             return
@@ -146,8 +158,14 @@ class Execution:
     def _halted(self, run: Run) -> Any:
         """A cancelled or interrupted run: its files go; an interrupted job is pending again."""
         job = run.job
+        if run.part_clock is not None:
+            run.part_clock.reset()
+        if run.sealing is not None:
+            yield run.sealing
         self._itemized.release(job.id)
         yield run.items.discard()
+        if run.halted != "interrupted":  # cancelled: its parts shipped stay shipped, its ledger goes
+            yield self._io(_forget_parts, run.parts)
         if run.warc is not None:
             yield run.warc.discard()
         if run.halted == "interrupted":
@@ -164,6 +182,10 @@ class Execution:
         (or, format "warc", dropped), says the job still has to ship."""
         job = run.job
         run.shipping = True
+        if run.part_clock is not None:
+            run.part_clock.reset()
+        if run.sealing is not None:  # a part being cut ships before the rest (the partition's hold ends last)
+            yield run.sealing
         if not job.shipping:
             yield run.items.close()
             if run.warc is not None:
@@ -172,6 +194,7 @@ class Execution:
             yield self._store.save(job)
         assert job.feed_uri is not None
         window = (job.feed_window[0], job.feed_window[1]) if job.feed_window else None
+        yield self._recover_parts(run)  # a part whose shipping failed goes before the rest
         if run.warc is not None and os.path.exists(run.warc.path):
             yield self._shipper.ship(run.warc.path, warc_uri(job.feed_uri), window)
         if self._config.feed_format == "warc":
@@ -182,10 +205,66 @@ class Execution:
         else:  # an empty file too: "batch done, no items"
             yield self._shipper.ship(run.items.path, job.feed_uri, window, release=job.id)
         self._itemized.commit(job.id)
+        yield self._io(run.parts.remove)
         job.shipping = False
         self.end(job, FINISHED)
         yield self._store.save(job)
         self._finished(job)
+
+    # -- parts (see parts.py) -------------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def _recover_parts(self, run: Run) -> Any:
+        """What earlier runs cut: their pages make no item again, the parts not shipped are shipped now."""
+        recovered = yield self._io(run.parts.recover)
+        run.sealed, run.next_part = recovered.sealed, recovered.next
+        by_number: dict[int, str] = {}
+        for number, path in recovered.unshipped:  # a .jl (cut, maybe converted halfway) wins over a .parquet
+            if path.endswith(".jl") or number not in by_number:
+                by_number[number] = path
+        for number in sorted(by_number):
+            yield self._ship_part(run, number, by_number[number])
+
+    @defer.inlineCallbacks
+    def _seal(self, run: Run) -> Any:
+        """The job's file is old or idle: what it holds is cut as the next part and shipped; the job goes on."""
+        if run.shipping or run.halted or run.sealing is not None or not run.items.fingerprints:
+            return
+        number, run.next_part = run.next_part, run.next_part + 1
+        pages = set(run.items.fingerprints)
+        run.sealing = done = Deferred[None]()
+        try:
+            path = yield run.items.cut(lambda fps: run.parts.cut(number, fps))
+            self._itemized.commit(run.job.id, only=pages)
+            yield self._ship_part(run, number, path)
+        except Exception:
+            log.failure("Worker: job {id}: cutting part {number} failed; it ships at the job's end or next run",
+                        id=run.job.id, number=number)
+        finally:
+            run.sealing = None
+            done.callback(None)
+
+    @defer.inlineCallbacks
+    def _ship_part(self, run: Run, number: int, path: str) -> Any:
+        job = run.job
+        assert job.feed_uri is not None
+        uri = part_uri(job.feed_uri, number)
+        if self._config.feed_format == "parquet":
+            if path.endswith(".jl"):
+                path = yield self._io(self._part_to_parquet, job, path)
+            uri = parquet.parquet_uri(uri)
+        window = (job.feed_window[0], job.feed_window[1]) if job.feed_window else None
+        yield self._shipper.ship(path, uri, window)
+        self.note(LogLevel.info, job, "Worker: job {id}: part {number} handed to the shipper ({name})",
+                  number=number, name=os.path.basename(uri))
+
+    def _part_to_parquet(self, job: Job, path: str) -> str:
+        """Thread: a cut part as Parquet; its path."""
+        target = path[: -len(".jl")] + parquet.EXTENSION
+        site = self._sites.get(job.spider)
+        parquet.convert(path, target, columns([site] if site is not None else []))
+        os.unlink(path)
+        return target
 
     def _to_parquet(self, job: Job) -> None:
         """Thread: the items file as Parquet with the spider's columns, then the items file removed."""
@@ -237,6 +316,12 @@ class Execution:
         """A job that will ship into a partition keeps it open (no marker) until it ends."""
         if job.feed_uri is not None and job.feed_window and job.state not in ENDED:
             self._shipper.hold(job.id, job.feed_uri)
+
+
+def _forget_parts(parts: JobParts) -> None:
+    """Thread: a cancelled job's part files not shipped, and its ledger, go."""
+    parts.discard_parts()
+    parts.remove()
 
 
 def _cap(*caps: int) -> int:

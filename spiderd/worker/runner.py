@@ -140,6 +140,9 @@ class JobRunner:
                 unlink_quietly(self.items_path(job))
                 unlink_quietly(self.items_path(job)[: -len(".jl")] + warc.EXTENSION)
                 unlink_quietly(self._execution.parquet_path(job))
+                parts = self._execution.parts_of(job)
+                parts.discard_parts()
+                parts.remove()
         if self._queue:
             log.info("Worker: {count} accepted jobs to run from the last run", count=len(self._queue))
         for job in jobs:
