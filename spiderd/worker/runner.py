@@ -156,6 +156,7 @@ class JobRunner:
         feed = self._execution.parquet_path(job) if self._config.feed_format == "parquet" else ""
         if job.shipping and not os.path.exists(self.items_path(job)) and not (feed and os.path.exists(feed)):
             job.shipping = False
+            self._execution.parts_of(job).remove()  # (its parts were shipped before its last file)
             self._end(job, FINISHED)
             self._store.save(job).addErrback(lambda f: log.failure("Worker: saving job {id} failed", f, id=job.id))
             return
