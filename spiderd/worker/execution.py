@@ -47,8 +47,8 @@ class Execution:
     def __init__(self, reactor: IReactorTime, config: WorkerConfig, store: JobStore, io: Runner, pipeline: Pipeline,
                  itemized: Itemized, logs: JobLogs, shipper: FeedShipper,
                  render_uri: Callable[[str, dict[str, str]], str], incoming_dir: str,
-                 sites: Mapping[str, Site] | None = None) -> None:
-        """``sites``: the spiders by name (their fields are the columns of a Parquet feed)."""
+                 sites: Callable[[], Mapping[str, Site]] | None = None) -> None:
+        """``sites``: the worker's spiders by name as they are now (their fields are a Parquet feed's columns)."""
         self._reactor = reactor
         self._config = config
         self._store = store
@@ -59,7 +59,7 @@ class Execution:
         self._shipper = shipper
         self._render_uri = render_uri
         self.incoming_dir = incoming_dir
-        self._sites = sites or {}
+        self._sites = sites or dict
 
     def items_path(self, job: Job) -> str:
         """The local file of a job's items (in the shipper's ``incoming`` directory)."""
@@ -258,11 +258,17 @@ class Execution:
         self.note(LogLevel.info, job, "Worker: job {id}: part {number} handed to the shipper ({name})",
                   number=number, name=os.path.basename(uri))
 
+    def _columns(self, job: Job) -> list[tuple[str, str]]:
+        """A Parquet feed's columns: the fields of the site the job was sent with, else of the worker's own."""
+        rules = self._job_rules(job)
+        sites = [s for s in rules.sites if s.name == job.spider] if rules is not None else []
+        own = self._sites().get(job.spider)
+        return columns(sites or ([own] if own is not None else []))
+
     def _part_to_parquet(self, job: Job, path: str) -> str:
         """Thread: a cut part as Parquet; its path."""
         target = path[: -len(".jl")] + parquet.EXTENSION
-        site = self._sites.get(job.spider)
-        parquet.convert(path, target, columns([site] if site is not None else []))
+        parquet.convert(path, target, self._columns(job))
         os.unlink(path)
         return target
 
@@ -270,8 +276,7 @@ class Execution:
         """Thread: the items file as Parquet with the spider's columns, then the items file removed."""
         items = self.items_path(job)
         if os.path.exists(items):
-            site = self._sites.get(job.spider)
-            parquet.convert(items, self.parquet_path(job), columns([site] if site is not None else []))
+            parquet.convert(items, self.parquet_path(job), self._columns(job))
             os.unlink(items)
 
     def _finished(self, job: Job) -> None:

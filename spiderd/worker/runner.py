@@ -84,7 +84,7 @@ class JobRunner:
         shipper: FeedShipper,
         render_uri: Callable[[str, dict[str, str]], str],
         incoming_dir: str,
-        sites: Mapping[str, Site] | None = None,
+        sites: Callable[[], Mapping[str, Site]] | None = None,
     ) -> None:
         """``pipeline``: the worker's queue and URL slots over the node's page engine; the runner gives it the
         ledger of what was itemized and asks it to say when slots are free that no running job takes."""

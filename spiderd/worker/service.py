@@ -98,7 +98,7 @@ class WorkerService(Service):
         self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor,
                                    robots=fetcher.robots is not None, job_rules=job_rules)
         self.runner = JobRunner(reactor, config, self.job_store, self._io, pipeline, shipper, render_uri, incoming,
-                                self.validator.spiders)
+                                lambda: self.validator.spiders)
         auth = Auth(username=config.username, password=config.password)
         self._api = api = WorkerAPI(self.runner, self.validator, config.host_name, auth)
         self.ready: Deferred[None] = defer.succeed(None)  # the jobs on disk loaded and running (after startService)
