@@ -24,8 +24,10 @@ from spiderd.demo import config as demo
 from spiderd.engine.politeness import Politeness
 from spiderd.engine.render import build_modes
 from spiderd.engine.steps import PageSteps
+from spiderd.feed.items import ItemWriter
+from spiderd.feed.warcfiles import WarcWriter
 from spiderd.feed.writers import item_writers
-from spiderd.feed.shipper import FeedShipper
+from spiderd.feed.shipper import feed_shipper
 from spiderd.fetch.fetcher import Fetcher, fetch_config
 from spiderd.fetch.parsepool import ParsePool, parse_rules
 from spiderd.frontier.batcher import Batcher, LocalWorker, build_batcher
@@ -147,10 +149,12 @@ def _worker(base: Base) -> WorkerService:
     """The Scrapyd-compatible worker and its feed shipper: in the worker role, and in "all" with a local target
     (which, with ``[items] skip_duplicate_content``, claims its pages' content digests in the pool)."""
     s, node = base.s, base.s.spiderd
-    shipper = base.top.add(FeedShipper(base.reactor, node.path("spool"), retry_max=s.feed.retry_max,
-                                       stop_timeout=s.feed.stop_timeout, lane=base.blocking.lane("feed", 3)))
+    local_feed = s.batch.feed_uri if node.role == "all" and "local" in s.batch.targets else ""  # the all role's own
+    shipper = base.top.add(feed_shipper(s.feed, base.reactor, node.path("spool"), base.blocking.lane("feed", 3),
+                                        probe=(s.worker.feed_template, local_feed)))
     config = worker_config(s.worker, s.fetch, data_dir=node.data_dir, role=node.role,
-                           failure_threshold=s.pool.failure_threshold, feed_format=s.items.format)
+                           failure_threshold=s.pool.failure_threshold, feed_format=s.items.format,
+                           rotate_seconds=s.items.rotate_seconds, rotate_idle=s.items.rotate_idle)
     return base.top.add(build_worker(config, base.reactor, base.fetcher, base.parser, base.store, shipper,
                                      base.blocking.lane("worker-io"), base.stats, base.steps))
 
@@ -180,6 +184,14 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
     for service in (items, archive, batcher, seeds, seed_timer, recrawler, site,
                     ProgressLogger(stats, pool, reactor, node.log_interval, extra), sitemaps, crawler):
         base.top.add(service)
+    crawler.finished.addCallback(_complete_files, items, archive)
     if node.exit_when_done:
         crawler.finished.addCallback(lambda _: lifecycle.stop_when_idle(reactor, batcher, worker))
     return Frontier(crawler, seeds, batcher, recrawler, sitemaps)
+
+
+def _complete_files(_: object, *writers: ItemWriter | WarcWriter | None) -> None:
+    """The crawl has finished: the writers' last files complete now, not at the stop."""
+    for writer in writers:
+        if writer is not None:
+            writer.rotate()

@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import tempfile
 import threading
-import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from pyftpdlib.authorizers import DummyAuthorizer
-from pyftpdlib.handlers import DTPHandler, FTPHandler
-from pyftpdlib.ioloop import IOLoop
-from pyftpdlib.servers import FTPServer
 from twisted.internet import defer, reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
@@ -31,12 +25,8 @@ from spiderd.feed.items import ItemWriter, json_line
 from spiderd.feed.jsonl import validate_jsonl
 from spiderd.feed.shipper import FeedShipper
 from spiderd.feed.upload import upload
+from tests.ftpservers import PASSWORD, FTPd
 
-logging.getLogger("pyftpdlib").addHandler(logging.NullHandler())  # keeps pyftpdlib from configuring logging
-logging.getLogger("pyftpdlib").setLevel(logging.WARNING)
-
-USER = "spark"
-PASSWORD = "p@ss:w/rd%"
 SCRAPY = "%(batch)s_%(name)s_%(time)s.jl"
 GOOD = b'{"url":"http://a/1","title":"\xc3\xa9t\xc3\xa9"}\n{"url":"http://a/2","n":[1,2.5,null]}\n'
 
@@ -51,82 +41,6 @@ def write(path: Path, data: bytes) -> str:
 def big_feed(lines: int = 5000) -> bytes:
     """A valid feed large enough that a STOR spans many reads."""
     return b"".join(b'{"n":%d,"pad":"%s"}\n' % (i, b"x" * 80) for i in range(lines))
-
-
-# -- the FTP server -----------------------------------------------------------------------
-
-
-class RecordingHandler(FTPHandler):
-    """Records STOR/RNFR/RNTO names; may block a STOR, and uses a DTP handler that may drop it."""
-
-    seen: list[tuple[str, str]]
-    behaviour: dict[str, Any]
-
-    def pre_process_command(self, line: str, cmd: str, arg: str) -> Any:
-        if cmd in ("STOR", "APPE", "RNFR", "RNTO", "DELE"):
-            self.seen.append((cmd, arg))
-        release = self.behaviour.get("block")
-        if cmd == "STOR" and release is not None:
-            reactor.callFromThread(self.behaviour["entered"].callback, None)
-            release.wait(30)  # a safety net so a broken test cannot hang the server thread
-        return super().pre_process_command(line, cmd, arg)
-
-
-class DroppingDTP(DTPHandler):
-    """Closes the control connection once part of an upload has arrived, when told to."""
-
-    def handle_read(self) -> None:
-        super().handle_read()
-        if self.cmd_channel.behaviour.get("drop") and self.tot_bytes_received > 10000:
-            self.cmd_channel.close()
-
-    handle_read_event = handle_read  # pyftpdlib calls this alias
-
-
-class FTPd:
-    """pyftpdlib on 127.0.0.1 in a thread: ``spark`` with a password (home ``spark/``) and anonymous (``anon/``)."""
-
-    def __init__(self, root: Path, port: int = 0) -> None:
-        self.home, self.anon = root / "spark", root / "anon"
-        self.home.mkdir(parents=True, exist_ok=True)
-        self.anon.mkdir(parents=True, exist_ok=True)
-        self.seen: list[tuple[str, str]] = []
-        self.behaviour: dict[str, Any] = {}
-        handler = type("Handler", (RecordingHandler,), {
-            "authorizer": self._authorizer(), "seen": self.seen, "behaviour": self.behaviour,
-            "dtp_handler": DroppingDTP, "timeout": 30})
-        self.server = FTPServer(("127.0.0.1", port), handler, ioloop=IOLoop())
-        self.port = self.server.address[1]
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="test-ftpd", daemon=True)
-        self._thread.start()
-
-    def _authorizer(self) -> DummyAuthorizer:
-        authorizer = DummyAuthorizer()
-        authorizer.add_user(USER, PASSWORD, str(self.home), perm="elradfmwMT")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # write access for anonymous warns
-            authorizer.add_anonymous(str(self.anon), perm="elradfmwMT")
-        return authorizer
-
-    def _serve(self) -> None:
-        while not self._stopping.is_set():
-            self.server.ioloop.loop(0.02, blocking=False)
-        self.server.close_all()
-
-    def stop(self) -> None:
-        """Close every socket and join the thread (idempotent)."""
-        self._stopping.set()
-        self._thread.join()
-
-    def uri(self, path: str, anonymous: bool = False) -> str:
-        """A feed URI for ``path`` on this server."""
-        creds = "" if anonymous else f"{USER}:{quote(PASSWORD, safe='')}@"
-        return f"ftp://{creds}127.0.0.1:{self.port}{path}"
-
-    def stored(self) -> list[str]:
-        """STOR arguments seen."""
-        return [arg for cmd, arg in self.seen if cmd == "STOR"]
 
 
 class LogEvents:

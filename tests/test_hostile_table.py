@@ -147,7 +147,7 @@ ROWS = [
            says="ftp://feeduser:***@127.0.0.1:2121/in/%(batch)s.jl", never="LEAK"),
     worker("jobs_page_shows_no_feed_password", "GET", "/jobs", None, 200, "demo-shop", never="LEAK"),
     refused("feed_password_in_a_refusal", feed("http://feeduser:pa ssLEAK2@127.0.0.1/%(batch)s.jl"),
-            says="expected a file:// or ftp:// URI", never="LEAK"),
+            says="expected a file://, ftp://, ftps:// or sftp:// URI", never="LEAK"),
     # 7: the worker's API refuses other web origins and host names, as /api does
     worker("schedule_from_another_origin", "POST", "/schedule.json", SCHEDULE, 403, "cross-origin request refused",
            headers=(("Origin", "http://evil.example"),)),

@@ -212,3 +212,93 @@ class ItemWriterTests(unittest.TestCase):
                          os.path.getsize(writer._path + ".part"))
         yield writer.stopService()
         self.assertEqual(result(pool.stats())["done"], 2)
+
+
+class RotationByTimeTests(unittest.TestCase):
+    """Items files complete by age and when idle, whatever their count, on an injected clock."""
+
+    timeout = 30
+
+    def setUp(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="spiderd-items-time-"))
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.clock = Clock()
+        self.clock.advance(1_000_000)
+
+    @defer.inlineCallbacks
+    def writer(self, **options: Any) -> Any:
+        lane = Lane(reactor, "items-time")
+        self.addCleanup(lane.close)
+        writer = ItemWriter(self.clock, str(self.dir / "items"), batch_size=1, lane=lane,  # type: ignore[arg-type]
+                            **options)
+        writer.startService()
+        self.addCleanup(lambda: writer.stopService() if writer.running else None)
+        yield writer.ready
+        return writer
+
+    def names(self) -> list[str]:
+        return sorted(os.listdir(self.dir / "items"))
+
+    @defer.inlineCallbacks
+    def step(self, writer: ItemWriter, seconds: float) -> Any:
+        yield writer.settled()  # the group written, its file's timers armed
+        self.clock.advance(seconds)
+        yield writer.settled()
+
+    @defer.inlineCallbacks
+    def test_complete_by_age(self) -> Any:
+        """A file is complete rotate_seconds after its first line though lines keep coming; the next line opens
+        a new file."""
+        writer = yield self.writer(rotate_seconds=300.0, rotate_idle=1000.0)
+        yield writer.write({"url": "http://a/1"})
+        yield self.step(writer, 200)
+        yield writer.write({"url": "http://a/2"})
+        yield self.step(writer, 99)
+        [part] = self.names()
+        self.assertTrue(part.endswith(".jl.part"))
+        yield self.step(writer, 1)
+        [done] = self.names()
+        self.assertTrue(done.endswith(".jl"))
+        self.assertEqual(len((self.dir / "items" / done).read_text().splitlines()), 2)
+        self.assertEqual(writer.files, [str(self.dir / "items" / done)])
+        yield writer.write({"url": "http://a/3"})
+        self.assertEqual(len(self.names()), 2)
+        self.assertEqual(len([n for n in self.names() if n.endswith(".part")]), 1)
+
+    @defer.inlineCallbacks
+    def test_complete_when_idle(self) -> Any:
+        """A file no line came into for rotate_idle seconds is complete (an idle crawl); each line restarts it."""
+        writer = yield self.writer(rotate_seconds=3600.0, rotate_idle=60.0)
+        yield writer.write({"url": "http://a/1"})
+        yield self.step(writer, 59)
+        yield writer.write({"url": "http://a/2"})
+        yield self.step(writer, 59)
+        self.assertTrue(self.names()[0].endswith(".part"))
+        yield self.step(writer, 1)
+        [done] = self.names()
+        self.assertTrue(done.endswith(".jl"))
+        yield self.step(writer, 3600)  # nothing more happens without lines
+        self.assertEqual(self.names(), [done])
+
+    @defer.inlineCallbacks
+    def test_rotate_when_the_crawl_finished(self) -> Any:
+        """rotate() (the crawl finished) completes the open file at once, queued lines included."""
+        writer = yield self.writer(rotate_seconds=3600.0, rotate_idle=3600.0, flush_interval=10.0)
+        writer._batch_size = 100
+        queued = writer.write({"url": "http://a/1"})
+        yield writer.rotate()
+        yield queued
+        [done] = self.names()
+        self.assertTrue(done.endswith(".jl"))
+        self.assertEqual(len((self.dir / "items" / done).read_text().splitlines()), 1)
+
+    @defer.inlineCallbacks
+    def test_settings(self) -> Any:
+        """[items] rotate_seconds and rotate_idle reach the writers (defaults 300 and 60)."""
+        self.assertEqual((ItemsSection().rotate_seconds, ItemsSection().rotate_idle), (300.0, 60.0))
+        blocking = Blocking(reactor)
+        items, _ = item_writers(ItemsSection(rotate_seconds=5.0, rotate_idle=2.0), str(self.dir / "i"), reactor,
+                                None, blocking)  # type: ignore[arg-type]
+        assert items is not None
+        self.assertEqual((items._rotate_seconds, items._rotate_idle), (5.0, 2.0))
+        yield defer.succeed(None)

@@ -507,3 +507,36 @@ def test_local_target_needs_the_all_role() -> None:
         cfg.from_dict({"spiderd": {"role": "frontier"}}, "x.toml")
     assert cfg.from_dict({"spiderd": {"role": "frontier"}, "batch": {"targets": ["h:6800"]}}).batch.targets == ("h:6800",)
     assert cfg.from_dict({"spiderd": {"role": "worker"}}).spiderd.role == "worker"
+
+
+def test_feed_transport_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """[feed] ca_file must be a PEM CA file, known_hosts a readable file; an sftp:// feed needs known_hosts; an
+    unknown scheme and parquet without pyarrow are one line each."""
+    settings = cfg.from_dict({})
+    assert (settings.feed.ca_file, settings.feed.insecure, settings.feed.known_hosts, settings.feed.timeout,
+            settings.feed.partition_grace) == ("", False, "", 60.0, 300.0)
+    not_pem = tmp_path / "ca.pem"
+    not_pem.write_text("not a certificate\n")
+    for bad, message in (({"feed": {"ca_file": str(not_pem)}}, r"feed\.ca_file: .* holds no PEM CA certificate"),
+                         ({"feed": {"ca_file": str(tmp_path / "none.pem")}}, r"feed\.ca_file: no readable file"),
+                         ({"feed": {"known_hosts": str(tmp_path / "none")}}, r"feed\.known_hosts: no readable file"),
+                         ({"worker": {"feed_template": "sftp://u@h/f/%(batch)s.jl"}},
+                          r"worker\.feed_template: an sftp:// feed needs feed\.known_hosts"),
+                         ({"batch": {"feed_uri": "scp://u@h/f/%(batch)s.jl"}}, r"batch\.feed_uri: .*expected ftp://, "
+                                                                               r"ftps:// or sftp://"),
+                         ({"worker": {"feed_template": "ftps://h/f/%(nope)s.jl"}}, r"needs the parameter 'nope'")):
+        with pytest.raises(cfg.ConfigError, match=message) as info:
+            cfg.from_dict(bad)
+        assert len(str(info.value).splitlines()) == 1
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    ok = cfg.from_dict({"feed": {"known_hosts": str(known)},
+                        "worker": {"feed_template": "sftp://u@h:2222/f/dt=%(date)s/hour=%(hour)s/%(batch)s_%(site)s_"
+                                                    "%(node)s.jl"}})
+    assert ok.worker.feed_template.startswith("sftp://")
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyarrow" else real(name, *a))
+    with pytest.raises(cfg.ConfigError, match=r"items\.format = 'parquet': needs the pyarrow package"):
+        cfg.from_dict({"items": {"format": "parquet"}})

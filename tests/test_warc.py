@@ -227,6 +227,33 @@ class WriterTests(unittest.TestCase):
         self.assertEqual(warc.validate_warc(self.rotated[1]), 3)
 
     @defer.inlineCallbacks
+    def test_rotation_by_age_and_idle(self) -> Any:
+        """A WARC file completes rotate_seconds after its first answer, or rotate_idle after its last, whatever
+        its count; rotate() completes it at once (the crawl has finished)."""
+        w = self.writer(rotate_seconds=300.0, rotate_idle=60.0)
+        yield w.ready
+        yield self.write_pages(w, [10])
+        yield w.settled()
+        self.clock.advance(59)
+        yield self.write_pages(w, [20])
+        yield w.settled()
+        self.clock.advance(59)
+        yield w.settled()
+        self.assertEqual(self.rotated, [])
+        self.clock.advance(1)  # idle for 60 s
+        yield w.settled()
+        self.assertEqual([warc.validate_warc(p) for p in self.rotated], [5])
+        for _ in range(6):  # an answer every 50 s: never idle, complete by age
+            yield self.write_pages(w, [10])
+            yield w.settled()
+            self.clock.advance(50)
+            yield w.settled()
+        self.assertEqual([warc.validate_warc(p) for p in self.rotated], [5, 13])
+        yield self.write_pages(w, [10])
+        yield w.rotate()
+        self.assertEqual([warc.validate_warc(p) for p in self.rotated], [5, 13, 3])
+
+    @defer.inlineCallbacks
     def test_torn_file_cut_at_next_start(self) -> Any:
         """A .part a killed run left (a torn last record) is cut after its last whole record and completed."""
         w = self.writer()

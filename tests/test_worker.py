@@ -10,6 +10,7 @@ import sqlite3
 import stat
 import tempfile
 import threading
+import time
 from typing import Any
 from urllib.parse import urlencode
 
@@ -42,6 +43,8 @@ from spiderd.core.secrets import is_loopback
 from spiderd.core.rules import AdaptiveDelay
 from spiderd.worker.jobs import Job, JobStore, safe_name, write_atomically
 from spiderd.worker.pipeline import retryable
+
+from spiderd.core.lifecycle import wait_until
 
 from .helpers import ClockedReactor, rules_of
 
@@ -795,6 +798,141 @@ class ListeningTests(WorkerTestBase):
         self.assertFalse(client.done.called)
         clock.advance(0.1)
         self.assertEqual((yield client.done), b"")
+
+
+class PartitionTests(WorkerTestBase):
+    """A FEED_URI with partition directories: the job's files land in its hour, and the hour gets its marker."""
+
+    @defer.inlineCallbacks
+    def test_job_feed_in_its_hour_then_the_marker(self) -> Any:
+        """The job renders %(date)s, %(hour)s, %(site)s and %(node)s at its start and keeps the window in its job
+        file; its hour is marked (manifest with the file's records, then _SUCCESS) once its file is shipped."""
+        clock = Clock()
+        clock.advance(reactor.seconds() + 7200)  # the shipper's clock: the job's hour has passed
+        self.shipper = FeedShipper(reactor, os.path.join(self.data, "spool2"), clock=clock, partition_grace=0.0)
+        self.shipper.startService()
+        self.addCleanup(self.shipper.stopService)
+        self.gate.open()
+        service = self.worker()
+        template = f"FEED_URI=file://{self.feeds}/dt=%(date)s/hour=%(hour)s/%(batch)s_%(site)s_%(node)s.jl"
+        job_id = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", template),
+                                     ("batch", "7"), ("setting", self.urls(*items(3))))
+        job = yield service.runner.when_done(job_id)
+        yield self.shipper.settled()
+        start = job.feed_window[0]
+        hour = time.strftime("dt=%Y-%m-%d/hour=%H", time.gmtime(start))
+        self.assertEqual(job.feed_window, [start, start + 3600])
+        self.assertEqual(self.job_files()[job_id]["feed_window"], job.feed_window)
+        directory = os.path.join(self.feeds, hour)
+        self.assertEqual(sorted(os.listdir(directory)), ["7_demo-shop_test-node.jl", "_MANIFEST.json", "_SUCCESS"])
+        with open(os.path.join(directory, "_MANIFEST.json"), encoding="utf-8") as f:
+            manifest = json.load(f)
+        with open(os.path.join(directory, "7_demo-shop_test-node.jl"), "rb") as f:
+            lines = f.read().count(b"\n")
+        self.assertEqual([(e["name"], e["records"]) for e in manifest["files"]], [("7_demo-shop_test-node.jl", lines)])
+        self.assertEqual(lines, len(self.ok_finals(items(3))))
+
+
+class PartTests(WorkerTestBase):
+    """[items] rotate_seconds / rotate_idle in the worker: a long job ships its items so far as parts, exactly once
+    across a restart, and the rest at its end."""
+
+    def parted_worker(self, clock: Clock, **overrides: Any) -> WorkerService:
+        self.clock = clock
+        overrides.setdefault("rotate_seconds", 300.0)
+        overrides.setdefault("rotate_idle", 60.0)
+        service = WorkerService(ClockedReactor(reactor, clock), self.config(**overrides), self.fetcher,
+                                self.parser("demo-shop"), self.store, self.shipper)
+        service.startService()
+        self.addCleanup(lambda: service.stopService() if service.running else None)
+        self.api = "http://%s:%d" % service.address
+        return service
+
+    def feed_lines(self) -> dict[str, list[str]]:
+        found = {}
+        for name in sorted(os.listdir(self.feeds)):
+            with open(os.path.join(self.feeds, name), encoding="utf-8") as f:
+                found[name] = [json.loads(line)["url"] for line in f]
+        return found
+
+    @defer.inlineCallbacks
+    def start_job(self, service: WorkerService, paths: list[str]) -> Any:
+        job_id = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                     ("batch", "5"), ("setting", self.urls(*paths)))
+        yield self.until(lambda: job_id in service.runner.runs)
+        return job_id
+
+    def until(self, predicate: Any) -> Deferred[None]:
+        """Fires once ``predicate()`` holds, running what the worker's clock has due meanwhile (no time passes)."""
+        clock = self.clock
+
+        def check() -> bool:
+            clock.advance(0)
+            return bool(predicate())
+
+        return wait_until(reactor, check, 0.01)
+
+    @defer.inlineCallbacks
+    def test_idle_job_ships_a_part_then_the_rest(self) -> Any:
+        """Three pages' items, then the job waits on a slow page: after rotate_idle its items so far ship as
+        <name>-p00001.jl (once: nothing more happens without items); the rest ships under the name at its end."""
+        clock = Clock()
+        clock.advance(reactor.seconds())
+        service = self.parted_worker(clock)
+        good, slow = self.good(0, 3), self.slow()
+        job_id = yield self.start_job(service, good + [slow])
+        run = service.runner.runs[job_id]
+        yield self.until(lambda: run.stats["items"] == 3)
+        clock.advance(59)
+        self.assertEqual(os.listdir(self.feeds) if os.path.isdir(self.feeds) else [], [])
+        clock.advance(1)
+        yield self.until(lambda: run.sealing is None and run.next_part == 2)
+        yield self.shipper.settled()
+        [(part, urls)] = self.feed_lines().items()
+        self.assertRegex(part, r"^5_demo-shop_.*-p00001\.jl$")
+        self.assertEqual(sorted(urls), sorted(self.ok_finals(good)))
+        clock.advance(3600)  # no item since: no empty part
+        self.gate.open()
+        yield self.until(lambda: service.runner.jobs[job_id].state == "finished")
+        job = service.runner.jobs[job_id]
+        yield self.shipper.settled()
+        lines = self.feed_lines()
+        [final] = [n for n in lines if n != part]
+        self.assertEqual(final, part.replace("-p00001", ""))
+        self.assertEqual(lines[final], sorted(self.ok_finals([slow])))
+        self.assertEqual(job.stats["items"], 4)
+        self.assertFalse(os.path.exists(os.path.join(self.data, "worker", "jobs", job_id + ".parts")))
+
+    @defer.inlineCallbacks
+    def test_part_then_restart_makes_no_item_twice(self) -> Any:
+        """A part ships, the worker stops mid-job (the job is pending again), a new worker runs it again: the pages
+        of the part make no item again; the part and the rest hold each item once."""
+        clock = Clock()
+        clock.advance(reactor.seconds())
+        service = self.parted_worker(clock, rotate_seconds=5.0, rotate_idle=0.0)  # by age alone this time
+        good, slow = self.good(0, 3), self.slow()
+        job_id = yield self.start_job(service, good + [slow])
+        run = service.runner.runs[job_id]
+        yield self.until(lambda: run.stats["items"] == 3)
+        clock.advance(5)  # (less than the fetch timeout: the slow page is still held)
+        yield self.until(lambda: run.sealing is None and run.next_part == 2)
+        stopping = service.stopService()
+        yield self.until(lambda: service.runner.stopping)  # (its port closed first)
+        clock.advance(10)  # the worker's stop_timeout: the job is interrupted, pending again
+        yield stopping
+        yield self.shipper.settled()
+        self.assertEqual(len(self.feed_lines()), 1, self.feed_lines())
+        self.gate.open()
+        again = self.parted_worker(clock)
+        yield again.ready
+        yield self.until(lambda: again.runner.jobs[job_id].state == "finished")
+        job = again.runner.jobs[job_id]
+        yield self.shipper.settled()
+        lines = self.feed_lines()
+        self.assertEqual(len(lines), 2, lines)
+        every = [url for urls in lines.values() for url in urls]
+        self.assertEqual(sorted(every), sorted(self.ok_finals(good + [slow])))  # each once
+        self.assertEqual((job.state, job.stats["items"]), ("finished", 1))
 
 
 class PersistenceTests(WorkerTestBase):

@@ -192,10 +192,10 @@ class FlowTests(WorkerTestBase):
         both_shipping: Deferred[None] = Deferred()
         real_ship = self.shipper.ship
 
-        def slow_ship(path: str, uri: str) -> Deferred[None]:
+        def slow_ship(path: str, uri: str, *args: Any, **kwargs: Any) -> Deferred[None]:
             d: Deferred[None] = Deferred()
             shipped.append(d)
-            d.addCallback(lambda _: real_ship(path, uri))
+            d.addCallback(lambda _: real_ship(path, uri, *args, **kwargs))
             if len(shipped) == 2:
                 both_shipping.callback(None)
             return d

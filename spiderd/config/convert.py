@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 from typing import Any, Callable
 
 from spiderd.core.cron import parse as parse_cron
-from spiderd.core.feeduri import render_uri
+from spiderd.core.feeduri import render_uri, time_params
 from spiderd.core.rules import MAX_HOPS, SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS, HostRule
 from spiderd.config.endpoints import addresses, redis_url, store_url, targets, url_paths, urls
 from spiderd.config.listen import MAX_BACKLOG, endpoint
@@ -24,7 +25,8 @@ from spiderd.core.compression import FAST
 ROLES = ("all", "frontier", "worker")
 POOL_BACKENDS = ("leveldb", "memory", "redis")
 POLITENESS = ("host", "ip")  # [fetch] politeness: a slot per host, or per address (the hosts on one IP share it)
-FEED_FORMATS = ("jsonl", "warc", "both")  # [items] format: items as JSON lines, answers as WARC, or both
+FEED_FORMATS = ("jsonl", "warc", "both", "parquet")  # [items] format: items as JSON lines, answers as WARC, both, or
+# the worker's feeds as Parquet
 
 
 __all__ = ["CONVERTERS", "MAX_SECONDS", "ConfigError", "convert", "expect", "finite_number", "strings"]
@@ -111,12 +113,31 @@ def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
 
 
 def _feed_template(value: Any) -> str:
-    """"" (the worker's default) or a file:// / ftp:// template that renders with batch, name and time (the errors
-    of render_uri show the template with its password redacted)."""
+    """"" (the worker's default) or a file://, ftp://, ftps:// or sftp:// template that renders with batch, name,
+    site, node, time, date and hour (the errors of render_uri show the template with its password redacted)."""
     template = expect(value, str, "a string")
     if template:
-        render_uri(template, {"batch": "1", "name": "spider", "time": "2026-01-01T00-00-00+00-00"})
+        render_uri(template, {"batch": "1", "name": "spider", "site": "spider", "node": "node", **time_params(0)})
     return template
+
+
+def _readable_file(value: Any) -> str:
+    """"" (none) or the path of a readable file."""
+    path = expect(value, str, "a string")
+    if path and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+        raise ValueError(f"no readable file at {path!r}")
+    return path
+
+
+def _ca_file(value: Any) -> str:
+    """"" (the system's CAs) or a readable PEM file of CA certificates."""
+    path = _readable_file(value)
+    if path:
+        try:
+            ssl.create_default_context(cafile=path)
+        except (ssl.SSLError, ValueError) as e:
+            raise ValueError(f"{path!r} holds no PEM CA certificate ({e})") from None
+    return path
 
 
 def _abs_dirs(value: Any) -> tuple[str, ...]:
@@ -279,6 +300,8 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "bucket_bits": _bucket_bits,
     "partitions": _bounded_int(1, 1024, "a multiple of the cluster's masters spreads them evenly"),
     "feed_template": _feed_template,
+    "readable_file": _readable_file,
+    "ca_file": _ca_file,
     "url_paths": url_paths,
     "max_hops": _bounded_int(0, MAX_HOPS, "link hops from a seed; 0 = no limit"),
     "sitemap_urls": _bounded_int(1, SITEMAP_MAX_URLS, "the sitemap protocol's limit per file"),

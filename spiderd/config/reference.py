@@ -63,7 +63,10 @@ KINDS: dict[str, str] = {  # a schema kind, as the reader is told it
     "abs_dirs": "list of absolute directories",
     "bucket_bits": "integer 14..24",
     "partitions": "integer 1..1024",
-    "feed_template": "file:// or ftp:// URI template (%(batch)s, %(name)s, %(time)s)",
+    "feed_template": "file://, ftp://, ftps:// or sftp:// URI template (%(batch)s, %(name)s, %(site)s, %(node)s, "
+                     "%(time)s, %(date)s, %(hour)s)",
+    "readable_file": 'path of a readable file, or ""',
+    "ca_file": 'path of a PEM file of CA certificates, or "" (the system\'s)',
     "url_paths": "list of paths",
     "max_hops": f"integer 0..{MAX_HOPS}",
     "sitemap_urls": f"integer 1..{SITEMAP_MAX_URLS}",

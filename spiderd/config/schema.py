@@ -130,6 +130,12 @@ SCHEMA: dict[str, dict[str, str]] = {
     "feed": {
         "retry_max": "positive",
         "stop_timeout": "non_negative",
+        "timeout": "positive",  # seconds an FTP, FTPS or SFTP step may take
+        "ca_file": "ca_file",  # PEM CAs that FTPS certificates are checked against ("": the system's)
+        "insecure": "bool",  # FTPS certificates not checked (an explicit choice)
+        "known_hosts": "readable_file",  # SFTP host keys, OpenSSH's format
+        "ssh_key": "readable_file",  # an SFTP private key (besides the URI's password)
+        "partition_grace": "non_negative",  # seconds after a partition's hour or day before its marker
     },
     "api": {
         "bind": "str",
@@ -150,7 +156,9 @@ SCHEMA: dict[str, dict[str, str]] = {
     "items": {
         "dir": "str",
         "rotate_count": "positive_int",
-        "format": "feed_format",  # "jsonl", "warc" (the fetched answers, warcio) or "both"
+        "rotate_seconds": "positive",  # a file is complete this long after its first line
+        "rotate_idle": "positive",  # or once no line came for this long
+        "format": "feed_format",  # "jsonl", "warc" (the fetched answers, warcio), "both", or "parquet" (pyarrow)
         "warc_rotate_mb": "positive_int",
         "skip_duplicate_content": "bool",  # mirror pages: one item per content digest
     },

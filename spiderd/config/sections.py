@@ -170,7 +170,10 @@ class ItemsSection:
 
     dir: str = "items"
     rotate_count: int = 10000
-    format: str = "jsonl"  # "warc" or "both": the fetched answers as WARC files too (needs warcio)
+    rotate_seconds: float = 300.0  # a file is complete this long after its first line
+    rotate_idle: float = 60.0  # or once no line came for this long (the crawl is idle)
+    format: str = "jsonl"  # "warc" or "both": the fetched answers as WARC files too (needs warcio); "parquet": the
+    # worker's feeds as Parquet (needs pyarrow)
     warc_rotate_mb: int = 1000  # a WARC file is complete at this size (or at rotate_count answers)
     skip_duplicate_content: bool = False  # a detail page whose content digest another URL gave first: no item
 
@@ -220,6 +223,12 @@ class FeedSection:
 
     retry_max: float = 300.0
     stop_timeout: float = 30.0
+    timeout: float = 60.0  # seconds an FTP, FTPS or SFTP step may take
+    ca_file: str = ""  # PEM CAs for FTPS ("": the system's)
+    insecure: bool = False  # FTPS certificates not checked
+    known_hosts: str = ""  # SFTP host keys (OpenSSH's format)
+    ssh_key: str = ""  # an SFTP private key
+    partition_grace: float = 300.0  # seconds after a partition's hour (or day) before it may close
 
 
 @dataclass(frozen=True)

@@ -143,7 +143,8 @@ def _merge(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, An
 def _check_together(settings: Settings) -> None:
     source, fetch = settings.source, settings.fetch
     _check_recrawl(settings)
-    if settings.items.format != "jsonl" and importlib.util.find_spec("warcio") is None:
+    _check_feed(settings)
+    if settings.items.format in ("warc", "both") and importlib.util.find_spec("warcio") is None:
         raise ConfigError(f"{source}: items.format = {settings.items.format!r}: WARC output needs the "
                           "warcio package: pip install 'spiderd[warc]' (or pip install warcio)")
     if settings.pool.pending_threshold <= fetch.timeout:
@@ -156,6 +157,22 @@ def _check_together(settings: Settings) -> None:
     _check_listening(settings)
     _check_adaptive(fetch, source)
     _check_render(settings)
+
+
+def _check_feed(settings: Settings) -> None:
+    """Parquet needs pyarrow; an sftp:// feed needs Conch and known_hosts: one line naming what is missing."""
+    source = settings.source
+    if settings.items.format == "parquet" and importlib.util.find_spec("pyarrow") is None:
+        raise ConfigError(f"{source}: items.format = 'parquet': needs the pyarrow package: "
+                          "pip install 'spiderd[parquet]'")
+    for key, template in (("batch.feed_uri", settings.batch.feed_uri), ("worker.feed_template",
+                                                                        settings.worker.feed_template)):
+        if not template.startswith("sftp://"):
+            continue
+        if importlib.util.find_spec("bcrypt") is None:
+            raise ConfigError(f"{source}: {key}: SFTP needs Twisted's conch extra: pip install 'spiderd[sftp]'")
+        if not settings.feed.known_hosts:
+            raise ConfigError(f"{source}: {key}: an sftp:// feed needs feed.known_hosts (the host keys to trust)")
 
 
 def _check_render(settings: Settings) -> None:

@@ -1,12 +1,15 @@
 """Feed URIs: where a feed file goes, and the templates that name it.
 
-A target is ``ftp://[user[:pass]@]host[:port]/dir/name`` or ``file:///dir/name``, parsed into a :class:`Target`
-(:func:`parse_target`).  Paths are taken literally (no percent-decoding; only the password is URL-decoded) and, as
-in Scrapy, from the FTP root the server shows the user.  A path must be absolute and end in a file name.
+A target is ``ftp://``, ``ftps://`` (explicit TLS), ``sftp://`` (``[user[:pass]@]host[:port]/dir/name``) or
+``file:///dir/name``, parsed into a :class:`Target` (:func:`parse_target`).  Paths are taken literally (no
+percent-decoding; only the user and password are URL-decoded) and, as in Scrapy, from the FTP root the server shows
+the user (SFTP: from the server's root).  A path must be absolute and end in a file name.
 
 A template is a Scrapy FEED_URI (``ftp://anonymous@spark/%(batch)s_%(name)s_%(time)s.jl``) rendered by
 :func:`render_uri`.  A parameter names a file, never a directory (:func:`check_param`); only ``%(key)s`` and ``%%``
-are directives, and a rendered name longer than a file system takes is refused.  ``%(time)s`` is :func:`uri_time`.
+are directives, and a rendered name longer than a file system takes is refused.  ``%(time)s`` is :func:`uri_time`;
+``%(date)s`` and ``%(hour)s`` (:func:`time_params`) name partition directories (``dt=%(date)s/hour=%(hour)s/``), and
+:func:`partition_window` says which time window a template's directory stands for.
 
 Pure: the configuration checks its templates with these at load, the worker and the feed shipper use them at run
 time.  Errors show the URI redacted (:func:`spiderd.core.secrets.redact`).
@@ -24,11 +27,13 @@ from urllib.parse import unquote, urlsplit
 from spiderd.core.secrets import redact
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # control characters: never in a feed path or a template parameter
+PORTS = {"ftp": 21, "ftps": 21, "sftp": 22}  # the remote schemes and their default ports (ftps: explicit TLS on 21)
+SCHEMES = ("file", *PORTS)
 
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where a feed file goes: a directory and a final name, on an FTP host or the local disk."""
+    """Where a feed file goes: a directory and a final name, on an FTP, FTPS or SFTP host or the local disk."""
 
     scheme: str
     directory: str
@@ -49,19 +54,25 @@ class Target:
         if self.scheme == "file":
             return f"file://{path}"
         user = f"{self.user}@" if self.user else ""
-        return f"ftp://{user}{self.host}:{self.port}{path}"
+        return f"{self.scheme}://{user}{self.host}:{self.port}{path}"
+
+    @property
+    def host_port(self) -> str:
+        """``host:port`` (IPv6 in brackets), as messages show it."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
 def parse_target(uri: str) -> Target:
-    """``ftp://[user[:pass]@]host[:port]/dir/name`` or ``file:///dir/name``; ValueError otherwise."""
+    """``ftp|ftps|sftp://[user[:pass]@]host[:port]/dir/name`` or ``file:///dir/name``; ValueError otherwise."""
     shown = redact(uri)
     try:
         parts = urlsplit(uri)
         port = parts.port
     except ValueError as e:
         raise ValueError(f"bad feed URI {shown!r}: {e}") from None
-    if parts.scheme not in ("ftp", "file") or parts.query or parts.fragment:
-        raise ValueError(f"feed URI {shown!r}: expected ftp://USER:PASS@HOST/DIR/NAME or file:///DIR/NAME")
+    if parts.scheme not in SCHEMES or parts.query or parts.fragment:
+        raise ValueError(f"feed URI {shown!r}: expected ftp://, ftps:// or sftp://USER:PASS@HOST/DIR/NAME, "
+                         "or file:///DIR/NAME")
     directory, name = _split_path(parts.path, shown)
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost"):
@@ -70,7 +81,12 @@ def parse_target(uri: str) -> Target:
     if not parts.hostname:
         raise ValueError(f"feed URI {shown!r} has no host")
     user, password = unquote(parts.username or ""), unquote(parts.password or "")
-    return Target("ftp", directory, name, parts.hostname, port or 21, user, password)
+    return Target(parts.scheme, directory, name, parts.hostname, port or PORTS[parts.scheme], user, password)
+
+
+def template_target(template: str) -> Target:
+    """The host, port and user of a feed URI template (its parameters filled with placeholders)."""
+    return parse_target(_DIRECTIVE.sub(lambda m: "%" if m.group(1) == "%" else "x", template))
 
 
 def _split_path(path: str, shown: str) -> tuple[str, str]:
@@ -93,6 +109,27 @@ def uri_time(seconds: float) -> str:
     ``:`` replaced by ``-`` (``2023-11-14T22-13-20+00-00``)."""
     utc = datetime.fromtimestamp(seconds, timezone.utc).replace(microsecond=0)
     return utc.isoformat().replace(":", "-")
+
+
+def time_params(seconds: float) -> dict[str, str]:
+    """``%(time)s``, ``%(date)s`` (``2026-12-05``) and ``%(hour)s`` (``09``), in UTC, of the Unix time ``seconds``."""
+    utc = datetime.fromtimestamp(seconds, timezone.utc)
+    return {"time": uri_time(seconds), "date": utc.strftime("%Y-%m-%d"), "hour": utc.strftime("%H")}
+
+
+def partition_window(template: str, seconds: float) -> tuple[float, float] | None:
+    """The time window (start, end) of the partition directory a file of time ``seconds`` lands in: the hour when
+    the template's directory names ``%(hour)s``, the day when it names ``%(date)s`` only; None when it names
+    neither (the files land in no partition, and no marker is written)."""
+    directory = template.rsplit("/", 1)[0]
+    if "%(hour)s" in directory:
+        span = 3600
+    elif "%(date)s" in directory:
+        span = 86400
+    else:
+        return None
+    start = seconds - seconds % span
+    return float(start), float(start + span)
 
 
 def check_param(key: str, value: Any) -> str:

@@ -1,7 +1,8 @@
-"""Items as JSON-lines files in the data directory, committed together with the pool, rotated by count.
+"""Items as JSON-lines files in the data directory, committed together with the pool, rotated by count and by
+time (``rotate_seconds`` after a file's first line, ``rotate_idle`` after its last: :mod:`spiderd.feed.rotated`).
 
 A file is written as ``<name>.jl.part`` and renamed to ``<name>.jl`` when it
-holds ``rotate_count`` items or the service stops, so whatever picks up
+holds ``rotate_count`` items, is old or idle, or the service stops, so whatever picks up
 ``*.jl`` files (the FTP shipper, a Spark job) never sees half a file.  Lines
 are UTF-8 JSON objects, one per line, written on the writer's lane (one thread, in order); the queue,
 the groups and the file names are :mod:`spiderd.feed.rotated`'s.
@@ -70,9 +71,12 @@ class ItemWriter(RotatedFiles):
         on_rotate: Callable[[str], Any] | None = None,
         pool: ICheckpoints | None = None,
         lane: Lane | None = None,
+        rotate_seconds: float | None = None,
+        rotate_idle: float | None = None,
     ) -> None:
         super().__init__(reactor, directory, lane or Lane(reactor, "items"), flush_interval=flush_interval,
-                         batch_size=batch_size, on_rotate=on_rotate)
+                         batch_size=batch_size, on_rotate=on_rotate, rotate_seconds=rotate_seconds,
+                         rotate_idle=rotate_idle)
         self._rotate_count = rotate_count
         self._pool = pool
         self._file: IO[bytes] | None = None  # the open .part file (used on the lane's thread only)
@@ -145,6 +149,14 @@ class ItemWriter(RotatedFiles):
             yield self._drop_checkpoint(self._checkpoint)
         final = yield self._in_thread(finish_part, self._path + PART)
         self._completed([final] if final is not None else [])
+
+    def _is_open(self) -> bool:
+        return self._file is not None
+
+    @defer.inlineCallbacks
+    def _complete_current(self) -> Any:
+        if self._file is not None:
+            yield self._rotate()
 
     @defer.inlineCallbacks
     def _abandon(self) -> Any:

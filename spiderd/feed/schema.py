@@ -66,7 +66,7 @@ def problems(line: dict[str, Any], declared: list[tuple[str, str]]) -> list[str]
     for name, kind in declared:
         if name not in line:
             found.append(f"{name}: missing")
-        elif not _fits(line[name], kind):
+        elif not fits(line[name], kind):
             found.append(f"{name}: {line[name]!r} is not {kind}")
     return found
 
@@ -79,7 +79,8 @@ def _quote(name: str) -> str:
     return name if _PLAIN_NAME.fullmatch(name) else "`" + name.replace("`", "``") + "`"
 
 
-def _fits(value: Any, kind: str) -> bool:
+def fits(value: Any, kind: str) -> bool:
+    """True if a decoded JSON ``value`` fits the Spark type ``kind`` (null fits STRING and ARRAY<STRING>)."""
     if kind == "STRING":
         return value is None or isinstance(value, str)
     if kind == "ARRAY<STRING>":

@@ -3,7 +3,7 @@
 The layout, under ``spool_dir``::
 
     incoming/          callers may write here, so that ship()'s move is a rename
-    queue/<id>.json    sidecar: target URI, original name, attempts, first seen, rename_sent
+    queue/<id>.json    sidecar: target URI, original name, attempts, first seen, rename_sent, partition window
     queue/<id>.jl      the file (JSON lines, or WARC for a ``.warc.gz`` target)
     bad/<id>.*         refused files (bad JSON lines, or final name taken), with a ``.reason``
 
@@ -29,7 +29,7 @@ from twisted.logger import Logger
 from spiderd.core.feeduri import parse_target
 from spiderd.core.fsutil import fsync_dir, fsync_file, unlink_quietly, write_atomically
 from spiderd.core.secrets import redact
-from spiderd.feed.upload import Abort
+from spiderd.feed.transport import Abort
 
 log = Logger()
 
@@ -50,11 +50,13 @@ class SpoolEntry:
     timer: IDelayedCall | None = None
     abort: Abort | None = None
     error: str | None = None  # the last failed attempt's, without a password
+    window: tuple[float, float] | None = None  # the time window of the partition it lands in (None: none)
 
     def record(self) -> dict[str, Any]:
         """The sidecar's content."""
         return {"target": self.target, "name": self.name, "attempts": self.attempts,
-                "first_seen": self.first_seen, "rename_sent": self.rename_sent}
+                "first_seen": self.first_seen, "rename_sent": self.rename_sent,
+                "window": list(self.window) if self.window else None}
 
 
 class FeedSpool:
@@ -96,6 +98,9 @@ class FeedSpool:
                 raw = json.load(f)
             entry = SpoolEntry(stem, raw["target"], raw["name"], float(raw["first_seen"]),
                                int(raw["attempts"]), bool(raw.get("rename_sent")))
+            if raw.get("window"):
+                start, end = raw["window"]
+                entry.window = (float(start), float(end))
             parse_target(entry.target)
         except (ValueError, KeyError, TypeError) as e:
             self._refuse(stem, f"unreadable sidecar: {redact(str(e))}", refused)

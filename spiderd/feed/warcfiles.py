@@ -39,10 +39,12 @@ class WarcWriter(RotatedFiles):
 
     def __init__(self, reactor: IThreadedClock, directory: str, lane: Lane | None = None, *, rotate_count: int = 10000,
                  rotate_bytes: int = 1 << 30, flush_interval: float = 0.5, batch_size: int = 200,
-                 prefix: str = "spiderd", on_rotate: Callable[[str], Any] | None = None) -> None:
+                 prefix: str = "spiderd", on_rotate: Callable[[str], Any] | None = None,
+                 rotate_seconds: float | None = None, rotate_idle: float | None = None) -> None:
         warc.require()
         super().__init__(reactor, directory, lane or Lane(reactor, "warc"),
-                         flush_interval=flush_interval, batch_size=batch_size, on_rotate=on_rotate)
+                         flush_interval=flush_interval, batch_size=batch_size, on_rotate=on_rotate,
+                         rotate_seconds=rotate_seconds, rotate_idle=rotate_idle)
         self._rotate_count = rotate_count
         self._rotate_bytes = rotate_bytes
         self._prefix = prefix
@@ -59,10 +61,11 @@ class WarcWriter(RotatedFiles):
         """Write what is queued now; fires once it is on disk."""
         return self._flush()
 
-    def rotate(self) -> Deferred[Any]:
-        """Write what is queued and complete the open file (the worker, at a job's end)."""
-        self._flush()
-        return self._complete_open()
+    def _is_open(self) -> bool:
+        return self._file is not None
+
+    def _complete_current(self) -> Deferred[Any]:
+        return self._lane.run(self._close_current).addCallback(self._completed)
 
     def _complete_open(self) -> Deferred[Any]:
         self._writing.addCallback(lambda _: self._lane.run(self._close_current))

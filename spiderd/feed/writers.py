@@ -12,10 +12,13 @@ from spiderd.feed.warcfiles import WarcWriter
 
 def item_writers(config: ItemsSection, directory: str, reactor: IThreadedClock, pool: ICheckpoints,
                  blocking: Blocking) -> tuple[ItemWriter | None, WarcWriter | None]:
-    """The items writer (unless ``format = "warc"``) and the WARC writer (unless ``"jsonl"``), into ``directory``,
-    each on its lane of ``blocking`` (``items``, ``warc``)."""
-    items = ItemWriter(reactor, directory, config.rotate_count, pool=pool,
-                       lane=blocking.lane("items")) if config.format != "warc" else None
+    """The items writer (unless ``format = "warc"``) and the WARC writer (``"warc"`` or ``"both"``), into
+    ``directory``, each on its lane of ``blocking`` (``items``, ``warc``); their files complete by count and by
+    time (``rotate_seconds``, ``rotate_idle``)."""
+    age, idle = config.rotate_seconds, config.rotate_idle
+    items = ItemWriter(reactor, directory, config.rotate_count, pool=pool, lane=blocking.lane("items"),
+                       rotate_seconds=age, rotate_idle=idle) if config.format != "warc" else None
     archive = WarcWriter(reactor, directory, blocking.lane("warc"), rotate_count=config.rotate_count,
-                         rotate_bytes=config.warc_rotate_mb * 2**20) if config.format != "jsonl" else None
+                         rotate_bytes=config.warc_rotate_mb * 2**20, rotate_seconds=age,
+                         rotate_idle=idle) if config.format in ("warc", "both") else None
     return items, archive

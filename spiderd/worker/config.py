@@ -14,7 +14,7 @@ from spiderd.core.rules import AdaptiveDelay
 
 MiB = 1024 * 1024
 DEFAULT_FEED_TEMPLATE = "%(batch)s_%(name)s_%(time)s.jl"
-FEED_SCHEMES = ("file", "ftp")
+FEED_SCHEMES = ("file", "ftp", "ftps", "sftp")
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,10 @@ class WorkerConfig:
     max_body_size: int = 16 * MiB
     stop_timeout: float = 30.0
     finished_to_keep: int = 100
-    feed_format: str = "jsonl"  # [items] format: "warc" or "both" ship each job's answers as a WARC file too
+    rotate_seconds: float = 0.0  # [items]: a job's items file becomes a part this long after its first item (0: never)
+    rotate_idle: float = 0.0  # or this long after its last one (0: never)
+    feed_format: str = "jsonl"  # [items] format: "warc" or "both" ship each job's answers as a WARC file too; "parquet"
+    # ships its feed as Parquet
 
     @property
     def jobs_dir(self) -> str:

@@ -10,23 +10,28 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from twisted.internet import defer
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger, LogLevel
 
+from spiderd.core.feeduri import partition_window
 from spiderd.core.fsutil import unlink_quietly
 from spiderd.core.secrets import redact
-from spiderd.feed import warc
+from spiderd.core.rules import Site
+from spiderd.feed import parquet, warc
+from spiderd.feed.schema import columns
 from spiderd.feed.warcfiles import JobWarc, warc_uri
 from spiderd.worker.config import WorkerConfig
 from spiderd.worker.files import ItemsFile, JobHosts
 from spiderd.worker.itemized import Itemized
 from spiderd.worker.joblog import JobLogs
-from spiderd.worker.jobs import FINISHED, PENDING, RUNNING, Job, JobStore, Runner
+from spiderd.worker.jobs import ENDED, FINISHED, PENDING, RUNNING, Job, JobStore, Runner
 from spiderd.worker.jobsettings import JobOptions, SettingError, job_options
 from spiderd.worker.logstats import LogStats, dump, scrapy_stats
+from spiderd.worker.parts import LEDGER, JobParts, PartClock, part_uri
 from spiderd.worker.pipeline import Pipeline
 from spiderd.worker.run import Run
 
@@ -41,7 +46,9 @@ class Execution:
 
     def __init__(self, reactor: IReactorTime, config: WorkerConfig, store: JobStore, io: Runner, pipeline: Pipeline,
                  itemized: Itemized, logs: JobLogs, shipper: FeedShipper,
-                 render_uri: Callable[[str, dict[str, str]], str], incoming_dir: str) -> None:
+                 render_uri: Callable[[str, dict[str, str]], str], incoming_dir: str,
+                 sites: Callable[[], Mapping[str, Site]] | None = None) -> None:
+        """``sites``: the worker's spiders by name as they are now (their fields are a Parquet feed's columns)."""
         self._reactor = reactor
         self._config = config
         self._store = store
@@ -52,10 +59,19 @@ class Execution:
         self._shipper = shipper
         self._render_uri = render_uri
         self.incoming_dir = incoming_dir
+        self._sites = sites or dict
 
     def items_path(self, job: Job) -> str:
         """The local file of a job's items (in the shipper's ``incoming`` directory)."""
         return os.path.join(self.incoming_dir, job.id + ".jl")
+
+    def parts_of(self, job: Job) -> JobParts:
+        """The job's parts: its ledger beside its job file, its part files beside its items file."""
+        return JobParts(self.items_path(job), os.path.join(self._config.jobs_dir, job.id + LEDGER))
+
+    def parquet_path(self, job: Job) -> str:
+        """The job's feed as Parquet (``[items] format = "parquet"``), made from its items file when it ships."""
+        return self.items_path(job)[: -len(".jl")] + parquet.EXTENSION
 
     def new_run(self, job: Job) -> Run:
         """The run of ``job``: its items file (and WARC file), its caps, its fetch options, its log."""
@@ -63,10 +79,15 @@ class Execution:
         options = self.options(job)
         run = Run(job, items, self._pipeline.totals, _cap(self._config.job_concurrency, options.concurrent_requests))
         run.note = functools.partial(self._logs.line, job.id, url=True)
-        if self._config.feed_format != "jsonl":  # the job's answers as WARC too, shipped beside its feed
+        if self._config.feed_format in ("warc", "both"):  # the job's answers as WARC too, shipped beside its feed
             run.warc = JobWarc(self.items_path(job)[: -len(".jl")] + warc.EXTENSION, self._io)
         run.fetch_options = options.fetch_options()
         run.rules = self._job_rules(job)
+        run.parts = self.parts_of(job)
+        if self._config.rotate_seconds or self._config.rotate_idle:
+            run.part_clock = PartClock(self._reactor, self._config.rotate_seconds, self._config.rotate_idle,
+                                       lambda: self._seal(run))
+            items.on_write = run.part_clock.wrote
         if options.per_domain or options.download_delay:
             run.hosts = JobHosts(options.per_domain, options.download_delay)
         return run
@@ -88,10 +109,14 @@ class Execution:
         now = self._reactor.seconds()
         job.state, job.start_time, job.end_time, job.error = RUNNING, now, None, None
         if job.feed_uri is None:
-            job.feed_uri = self._render_uri(self.options(job).feed_uri or self._config.default_feed_uri,
-                                            job.feed_params(now))
+            template = self.options(job).feed_uri or self._config.default_feed_uri
+            job.feed_uri = self._render_uri(template, job.feed_params(now, self._config.host_name))
+            window = partition_window(template, now)
+            job.feed_window = list(window) if window is not None else None
+        self.hold(job)
         run.shipping = job.shipping  # the items file was complete when the worker went down: ship it, no re-run
         yield self._store.save(job)
+        yield self._recover_parts(run)
         if job.shipping:
             yield self._ship(run)
             return
@@ -133,8 +158,14 @@ class Execution:
     def _halted(self, run: Run) -> Any:
         """A cancelled or interrupted run: its files go; an interrupted job is pending again."""
         job = run.job
+        if run.part_clock is not None:
+            run.part_clock.reset()
+        if run.sealing is not None:
+            yield run.sealing
         self._itemized.release(job.id)
         yield run.items.discard()
+        if run.halted != "interrupted":  # cancelled: its parts shipped stay shipped, its ledger goes
+            yield self._io(_forget_parts, run.parts)
         if run.warc is not None:
             yield run.warc.discard()
         if run.halted == "interrupted":
@@ -151,6 +182,10 @@ class Execution:
         (or, format "warc", dropped), says the job still has to ship."""
         job = run.job
         run.shipping = True
+        if run.part_clock is not None:
+            run.part_clock.reset()
+        if run.sealing is not None:  # a part being cut ships before the rest (the partition's hold ends last)
+            yield run.sealing
         if not job.shipping:
             yield run.items.close()
             if run.warc is not None:
@@ -158,17 +193,91 @@ class Execution:
             job.shipping = True
             yield self._store.save(job)
         assert job.feed_uri is not None
+        window = (job.feed_window[0], job.feed_window[1]) if job.feed_window else None
+        yield self._recover_parts(run)  # a part whose shipping failed goes before the rest
         if run.warc is not None and os.path.exists(run.warc.path):
-            yield self._shipper.ship(run.warc.path, warc_uri(job.feed_uri))
+            yield self._shipper.ship(run.warc.path, warc_uri(job.feed_uri), window)
         if self._config.feed_format == "warc":
             yield self._io(unlink_quietly, run.items.path)
-        else:
-            yield self._shipper.ship(run.items.path, job.feed_uri)  # an empty file too: "batch done, no items"
+        elif self._config.feed_format == "parquet":  # converted once, then the .jl goes: a re-ship finds either
+            yield self._io(self._to_parquet, job)
+            yield self._shipper.ship(self.parquet_path(job), parquet.parquet_uri(job.feed_uri), window, release=job.id)
+        else:  # an empty file too: "batch done, no items"
+            yield self._shipper.ship(run.items.path, job.feed_uri, window, release=job.id)
         self._itemized.commit(job.id)
+        yield self._io(run.parts.remove)
         job.shipping = False
         self.end(job, FINISHED)
         yield self._store.save(job)
         self._finished(job)
+
+    # -- parts (see parts.py) -------------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def _recover_parts(self, run: Run) -> Any:
+        """What earlier runs cut: their pages make no item again, the parts not shipped are shipped now."""
+        recovered = yield self._io(run.parts.recover)
+        run.sealed, run.next_part = recovered.sealed, recovered.next
+        by_number: dict[int, str] = {}
+        for number, path in recovered.unshipped:  # a .jl (cut, maybe converted halfway) wins over a .parquet
+            if path.endswith(".jl") or number not in by_number:
+                by_number[number] = path
+        for number in sorted(by_number):
+            yield self._ship_part(run, number, by_number[number])
+
+    @defer.inlineCallbacks
+    def _seal(self, run: Run) -> Any:
+        """The job's file is old or idle: what it holds is cut as the next part and shipped; the job goes on."""
+        if run.shipping or run.halted or run.sealing is not None or not run.items.fingerprints:
+            return
+        number, run.next_part = run.next_part, run.next_part + 1
+        pages = set(run.items.fingerprints)
+        run.sealing = done = Deferred[None]()
+        try:
+            path = yield run.items.cut(lambda fps: run.parts.cut(number, fps))
+            self._itemized.commit(run.job.id, only=pages)
+            yield self._ship_part(run, number, path)
+        except Exception:
+            log.failure("Worker: job {id}: cutting part {number} failed; it ships at the job's end or next run",
+                        id=run.job.id, number=number)
+        finally:
+            run.sealing = None
+            done.callback(None)
+
+    @defer.inlineCallbacks
+    def _ship_part(self, run: Run, number: int, path: str) -> Any:
+        job = run.job
+        assert job.feed_uri is not None
+        uri = part_uri(job.feed_uri, number)
+        if self._config.feed_format == "parquet":
+            if path.endswith(".jl"):
+                path = yield self._io(self._part_to_parquet, job, path)
+            uri = parquet.parquet_uri(uri)
+        window = (job.feed_window[0], job.feed_window[1]) if job.feed_window else None
+        yield self._shipper.ship(path, uri, window)
+        self.note(LogLevel.info, job, "Worker: job {id}: part {number} handed to the shipper ({name})",
+                  number=number, name=os.path.basename(uri))
+
+    def _columns(self, job: Job) -> list[tuple[str, str]]:
+        """A Parquet feed's columns: the fields of the site the job was sent with, else of the worker's own."""
+        rules = self._job_rules(job)
+        sites = [s for s in rules.sites if s.name == job.spider] if rules is not None else []
+        own = self._sites().get(job.spider)
+        return columns(sites or ([own] if own is not None else []))
+
+    def _part_to_parquet(self, job: Job, path: str) -> str:
+        """Thread: a cut part as Parquet; its path."""
+        target = path[: -len(".jl")] + parquet.EXTENSION
+        parquet.convert(path, target, self._columns(job))
+        os.unlink(path)
+        return target
+
+    def _to_parquet(self, job: Job) -> None:
+        """Thread: the items file as Parquet with the spider's columns, then the items file removed."""
+        items = self.items_path(job)
+        if os.path.exists(items):
+            parquet.convert(items, self.parquet_path(job), self._columns(job))
+            os.unlink(items)
 
     def _finished(self, job: Job) -> None:
         """The job's last lines: its counts (and its stats, in its log only)."""
@@ -200,8 +309,24 @@ class Execution:
         self._logs.note(log, level, job.id, fmt, id=job.id, **fields)
 
     def end(self, job: Job, state: str) -> None:
-        """``job`` ended in ``state`` now."""
+        """``job`` ended in ``state`` now: it holds its feed's partition no more."""
         job.state, job.end_time = state, self._reactor.seconds()
+        self._shipper.release(job.id)
+
+    def arm_partitions(self) -> None:
+        """The jobs from disk hold their partitions: the shipper may close partitions from now on."""
+        self._shipper.arm_partitions()
+
+    def hold(self, job: Job) -> None:
+        """A job that will ship into a partition keeps it open (no marker) until it ends."""
+        if job.feed_uri is not None and job.feed_window and job.state not in ENDED:
+            self._shipper.hold(job.id, job.feed_uri)
+
+
+def _forget_parts(parts: JobParts) -> None:
+    """Thread: a cancelled job's part files not shipped, and its ledger, go."""
+    parts.discard_parts()
+    parts.remove()
 
 
 def _cap(*caps: int) -> int:

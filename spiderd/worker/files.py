@@ -4,7 +4,7 @@ all jobs, are the engine's :class:`~spiderd.engine.politeness.Politeness`)."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 from twisted.internet.defer import Deferred
 
@@ -12,6 +12,7 @@ from spiderd.core.fsutil import LaneFile
 from spiderd.engine.hostqueue import FREED, NOW
 from spiderd.feed.items import json_line
 from spiderd.worker.jobs import Runner
+from spiderd.worker.parts import item_fingerprint
 
 FLUSH_AT = 256 * 1024
 
@@ -27,6 +28,8 @@ class ItemsFile(LaneFile):
     def __init__(self, path: str, io: Runner) -> None:
         super().__init__(path, io)
         self.count = 0
+        self.fingerprints: set[int] = set()  # of the pages whose items are in the current part (see parts.py)
+        self.on_write: Callable[[], object] = lambda: None
         self._buffer: list[str] = []
         self._size = 0
 
@@ -40,8 +43,26 @@ class ItemsFile(LaneFile):
         self._buffer.append(line)
         self._size += len(line)
         self.count += 1
+        fp = item_fingerprint(item)
+        if fp is not None:
+            self.fingerprints.add(fp)
         if self._size >= FLUSH_AT:
             self._flush()
+        self.on_write()
+
+    def cut(self, cut: Callable[[set[int]], str]) -> Deferred[str]:
+        """Everything written so far becomes a part: on the lane, the file is fsynced and closed, ``cut(its
+        pages)`` renames it (and enters it in the job's ledger), and the file starts again empty; fires with the
+        part's path.  A failure leaves the file closed: the writes after it fail, and so does ``close``."""
+        self._flush()
+        fingerprints, self.fingerprints = self.fingerprints, set()
+        return self._io(self._cut, cut, fingerprints)
+
+    def _cut(self, cut: Callable[[set[int]], str], fingerprints: set[int]) -> str:
+        self._close()
+        path = cut(fingerprints)
+        self._open()
+        return path
 
     def close(self) -> Deferred[None]:
         """Write what is queued, fsync and close; fails if any write failed."""

@@ -79,11 +79,16 @@ class Itemized:
         self._db.delete(key)  # expired (or of the format without times)
         return None
 
-    def commit(self, job_id: str) -> None:
-        """The job's feed is shipped: its pages are itemized, as of now."""
+    def commit(self, job_id: str, only: set[int] | None = None) -> None:
+        """The job's feed is shipped (``only``: a part of it, these pages): its pages are itemized, as of now."""
         now = self._clock.seconds()
+        taken = self._by_job.get(job_id, set())
+        chosen = taken if only is None else taken & only
+        self._by_job[job_id] = taken - chosen
+        if not self._by_job[job_id]:
+            del self._by_job[job_id]
         with self._db.write_batch() as batch:
-            for fp in self._by_job.pop(job_id, set()):
+            for fp in chosen:
                 holder = self._claims.get(fp)
                 redirected = holder is not None and holder == (job_id, True)
                 batch.put(fp.to_bytes(8, "big"), _RECORD.pack(now, redirected))

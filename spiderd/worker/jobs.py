@@ -20,7 +20,7 @@ from typing import Any, Callable
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from spiderd.core.feeduri import uri_time
+from spiderd.core.feeduri import time_params
 from spiderd.core.fsutil import fsync_dir, unlink_quietly, write_atomically, write_many_atomically
 
 log = Logger()
@@ -56,6 +56,7 @@ class Job:
     start_time: float | None = None
     end_time: float | None = None
     feed_uri: str | None = None  # rendered at the first start; a re-run ships to the same name
+    feed_window: list[float] | None = None  # the time window of the feed's partition (rendered with it), if any
     shipping: bool = False  # the items file is complete and being handed to the shipper
     error: str | None = None
     stats: dict[str, int] = field(default_factory=dict)
@@ -68,9 +69,11 @@ class Job:
         """The ``%(batch)s`` of the feed name: the ``batch`` spider argument, else the job id."""
         return self.args.get("batch") or self.id
 
-    def feed_params(self, now: float) -> dict[str, str]:
-        """The FEED_URI template's values: spider arguments, then batch, name (the spider) and time."""
-        return {**self.args, "batch": self.batch, "name": self.spider, "time": uri_time(now)}
+    def feed_params(self, now: float, node: str = "node") -> dict[str, str]:
+        """The FEED_URI template's values: spider arguments, then batch, name and site (the spider), node (this
+        worker's name), and time, date and hour (UTC)."""
+        return {**self.args, "batch": self.batch, "name": self.spider, "site": self.spider, "node": node,
+                **time_params(now)}
 
     def to_dict(self) -> dict[str, Any]:
         """The persisted form."""

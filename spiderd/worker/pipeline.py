@@ -321,9 +321,11 @@ class Pipeline:
         """True if ``url`` (a page fetched for this run) should make an item (see :mod:`.itemized`)."""
         if url in run.seen:
             return False
+        fp = fingerprint(url)
+        if fp in run.sealed:  # a part of an earlier run of the job holds its item
+            return False
         if self.itemized is None:
             return True
-        fp = fingerprint(url)
         if fp in run.direct:
             return self.itemized.direct(fp, run.job.id)
         return self.itemized.claim(fp, run.job.id)

@@ -58,6 +58,11 @@ class Run:
         self.fetch_options: dict[str, Any] = {}  # the fetcher's per-request arguments (user agent, robots)
         self.warc: Any = None  # a JobWarc: every HTTP answer's records (the [items] format asks for WARC)
         self.rules: Any = None  # the site rules the job was sent with (spiderd.fetch.extract.Rules), or None
+        self.parts: Any = None  # its JobParts (see parts.py)
+        self.part_clock: Any = None  # its PartClock, if its files close on time
+        self.next_part = 1
+        self.sealed: set[int] = set()  # the pages whose items earlier parts hold: no item again
+        self.sealing: Deferred[Any] | None = None  # a part being cut and shipped
 
     def add(self, urls: list[str]) -> None:
         """Queue the job's URLs (first attempts)."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
@@ -39,6 +39,7 @@ from twisted.python.failure import Failure
 from spiderd.core.fsutil import unlink_quietly
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.memory import release_memory
+from spiderd.core.rules import Site
 from spiderd.core.secrets import redact
 from spiderd.core.storage import storage_error
 from spiderd.worker.accepted import Accepted, digest
@@ -83,6 +84,7 @@ class JobRunner:
         shipper: FeedShipper,
         render_uri: Callable[[str, dict[str, str]], str],
         incoming_dir: str,
+        sites: Callable[[], Mapping[str, Site]] | None = None,
     ) -> None:
         """``pipeline``: the worker's queue and URL slots over the node's page engine; the runner gives it the
         ledger of what was itemized and asks it to say when slots are free that no running job takes."""
@@ -96,7 +98,7 @@ class JobRunner:
         self.accepted = Accepted(config.accepted_dir)
         self.logs = JobLogs(config.logs_dir, io, reactor)
         self._execution = Execution(reactor, config, store, io, self._pipeline, self._itemized, self.logs, shipper,
-                                    render_uri, incoming_dir)
+                                    render_uri, incoming_dir, sites)
         self._gate = pipeline.steps.gate
         if self._gate is not None:
             self._gate.add_listener(self.kick)
@@ -137,15 +139,24 @@ class JobRunner:
             elif job.state == CANCELLED:
                 unlink_quietly(self.items_path(job))
                 unlink_quietly(self.items_path(job)[: -len(".jl")] + warc.EXTENSION)
+                unlink_quietly(self._execution.parquet_path(job))
+                parts = self._execution.parts_of(job)
+                parts.discard_parts()
+                parts.remove()
         if self._queue:
             log.info("Worker: {count} accepted jobs to run from the last run", count=len(self._queue))
+        for job in jobs:
+            self._execution.hold(job)
+        self._execution.arm_partitions()  # every job that will ship into a partition holds it now
         self._prune()
         self.kick()
 
     def _recover(self, job: Job) -> None:
         """A job cut short: run it again, or only ship it again, or (shipped already) finish it."""
-        if job.shipping and not os.path.exists(self.items_path(job)):
+        feed = self._execution.parquet_path(job) if self._config.feed_format == "parquet" else ""
+        if job.shipping and not os.path.exists(self.items_path(job)) and not (feed and os.path.exists(feed)):
             job.shipping = False
+            self._execution.parts_of(job).remove()  # (its parts were shipped before its last file)
             self._end(job, FINISHED)
             self._store.save(job).addErrback(lambda f: log.failure("Worker: saving job {id} failed", f, id=job.id))
             return

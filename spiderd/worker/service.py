@@ -95,9 +95,10 @@ class WorkerService(Service):
             steps = PageSteps(clock or reactor, parser, store, claim_content, config.max_retry_after)
         pipeline = Pipeline(reactor, config, fetcher, steps, clock=clock, stats=stats)
         pipeline.job_rules = job_rules = JobRules(rules or parser.rules)
-        self.runner = JobRunner(reactor, config, self.job_store, self._io, pipeline, shipper, render_uri, incoming)
         self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor,
                                    robots=fetcher.robots is not None, job_rules=job_rules)
+        self.runner = JobRunner(reactor, config, self.job_store, self._io, pipeline, shipper, render_uri, incoming,
+                                lambda: self.validator.spiders)
         auth = Auth(username=config.username, password=config.password)
         self._api = api = WorkerAPI(self.runner, self.validator, config.host_name, auth)
         self.ready: Deferred[None] = defer.succeed(None)  # the jobs on disk loaded and running (after startService)
@@ -196,14 +197,15 @@ def default_incoming_dir(shipper: FeedShipper) -> str:
 
 
 def worker_config(worker: WorkerSection, fetch: FetchSection, *, data_dir: str, role: str = "worker",
-                  failure_threshold: int = 3, feed_format: str = "jsonl") -> WorkerConfig:
+                  failure_threshold: int = 3, feed_format: str = "jsonl", rotate_seconds: float = 0.0,
+                  rotate_idle: float = 0.0) -> WorkerConfig:
     """The WorkerConfig of the ``[worker]`` section, in the data directory ``data_dir``.
 
     ``listen``, else ``bind`` and ``port``, with ``backlog``, make the endpoint (:mod:`spiderd.config.listen`):
     ``port = -1`` is 6800 in the worker role (where Scrapyd listens), any free port for the all role's own worker;
     ``concurrency = 0`` is ``[fetch]``'s.  ``per_host_concurrency``, ``per_host_delay``, the adaptive politeness
     rule, the per-host tables, ``politeness``, ``max_retry_after`` and ``max_throttles`` come from ``[fetch]``;
-    ``failure_threshold`` is ``[pool]``'s, ``feed_format`` ``[items]``'s ``format``.
+    ``failure_threshold`` is ``[pool]``'s; ``feed_format``, ``rotate_seconds`` and ``rotate_idle`` ``[items]``'s.
     """
     values: dict[str, Any] = asdict(worker)
     port = worker.port if worker.port != -1 else 6800 if role == "worker" else 0
@@ -214,6 +216,7 @@ def worker_config(worker: WorkerSection, fetch: FetchSection, *, data_dir: str, 
     values["concurrency"] = worker.concurrency or fetch.concurrency
     return WorkerConfig(
         data_dir=data_dir, failure_threshold=failure_threshold, feed_format=feed_format,
+        rotate_seconds=rotate_seconds, rotate_idle=rotate_idle,
         per_host_concurrency=fetch.per_host_concurrency, per_host_delay=fetch.per_host_delay,
         max_retry_after=fetch.max_retry_after, max_throttles=fetch.max_throttles,
         host_overrides=fetch.host_overrides, adaptive=fetch.adaptive, adaptive_overrides=fetch.host_adaptive,

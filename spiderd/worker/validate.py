@@ -12,6 +12,7 @@ directory) is refused here, not when the job ends.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
@@ -66,6 +67,7 @@ class Validator:
         self.job_rules = job_rules or JobRules(rules)
         self._default_feed = config.default_feed_uri
         self._feed_roots = config.feed_roots
+        self._node = config.host_name
         self._max_urls = config.max_job_urls
         self._render_uri = render_uri
         self._clock = clock
@@ -212,13 +214,17 @@ class Validator:
         template = feed_uri or self._default_feed
         scheme = template.partition("://")[0].lower() if "://" in template else ""
         if scheme not in FEED_SCHEMES:
-            raise ApiError(f"FEED_URI is invalid: {redact(template)!r}: expected a file:// or ftp:// URI")
+            raise ApiError(f"FEED_URI is invalid: {redact(template)!r}: expected a file://, ftp://, ftps:// or "
+                           "sftp:// URI")
         try:
-            uri = self._render_uri(template, job.feed_params(self._clock.seconds()))
+            uri = self._render_uri(template, job.feed_params(self._clock.seconds(), self._node))
         except Exception as e:  # the feed module refuses with ValueError or KeyError; any refusal is the client's
             reason = self._redact_all(str(e) or type(e).__name__)
             raise ApiError(f"FEED_URI is invalid: {reason}") from None
         target = parse_target(uri)
+        if target.scheme == "sftp" and importlib.util.find_spec("bcrypt") is None:
+            raise ApiError("FEED_URI is invalid: sftp:// needs Twisted's conch extra on this worker "
+                           "(pip install 'spiderd[sftp]')")
         if target.scheme == "file" and not any(_under(target.directory, root) for root in self._feed_roots):
             raise ApiError(f"FEED_URI is invalid: {redact(template)!r} writes outside this worker's feed "
                            f"directories ({', '.join(self._feed_roots) or 'none'}; see worker.feed_dirs)")
