@@ -528,6 +528,82 @@ class PoolContract:
         assert (yield pool.pop(1, hub_percent=50)) == {"http://hub.example/": True}
 
     @defer.inlineCallbacks
+    def test_a_due_hub_waits_for_its_host(self) -> Gen:
+        """A due hub whose host may not go yet (its delay, a throttling block) is due at the host's next-allowed
+        time: next_due says when, not 0 (which made the fetch loop pop again at once until then)."""
+        pool = yield self.make_pool(delay=5.0, concurrency=4)
+        hub = "http://hub.example/"
+        yield pool.set_hubs([hub], 1)
+        assert (yield pool.pop(4)) == {hub: True}
+        yield pool.set_status(hub, 200)
+        self.clock.advance(1)
+        assert (yield pool.pop(4)) == {}
+        assert abs((yield pool.next_due()) - 4.0) < 1e-6
+        self.clock.advance(2)
+        assert abs((yield pool.next_due()) - 2.0) < 1e-6
+        self.clock.advance(2)
+        assert (yield pool.pop(4)) == {hub: True}
+
+    @defer.inlineCallbacks
+    def test_a_due_hub_waits_for_its_host_s_throttling_block(self) -> Gen:
+        """A due hub whose host a throttling answer blocks costs a pop or two until the block ends, not one per
+        turn of the loop."""
+        pool = yield self.make_pool(concurrency=4)
+        hub, page = "http://hub.example/", "http://hub.example/page"
+        yield pool.set_hubs([hub], 1)
+        yield pool.add(page)
+        assert (yield pool.pop(4)) == {hub: True, page: False}
+        blocked_until = self.clock.seconds() + 30
+        yield pool.throttle(page, blocked_until, 429)
+        yield pool.set_status(hub, 200)
+        pops = 0
+        while not (yield pool.pop(4)).get(hub):  # the fetch loop's way: pop, then wait for next_due
+            pops += 1
+            due = yield pool.next_due()
+            assert due > 0 and pops < 5, (due, pops)
+            self.clock.advance(due)
+        assert self.clock.seconds() >= blocked_until
+
+    @defer.inlineCallbacks
+    def test_a_hub_still_held_is_not_handed_out_again(self) -> Gen:
+        """A hub due again while its previous fetch still holds it (a refresh span shorter than that fetch) waits
+        for that fetch's status: never two fetches of it at once, and its host's slot is freed once."""
+        pool = yield self.make_pool(concurrency=4, pending_threshold=60)
+        hub = "http://hub.example/"
+        yield pool.set_hubs([hub], 1)
+        assert (yield pool.pop(4)) == {hub: True}
+        self.clock.advance(3)
+        assert (yield pool.pop(4)) == {}
+        assert (yield pool.next_due()) != 0
+        yield pool.add("http://hub.example/page")
+        assert (yield pool.pop(4)) == {"http://hub.example/page": False}
+        yield pool.set_status(hub, 200)
+        self.clock.advance(1)
+        assert (yield pool.pop(4)) == {hub: True}
+        yield pool.set_status(hub, 200)
+        yield pool.set_status("http://hub.example/page", 200)
+        yield pool.add("http://hub.example/other")
+        assert [row["inflight"] for row in (yield pool.hosts())] == [0]
+
+    @defer.inlineCallbacks
+    def test_a_due_hub_waits_for_a_free_slot_of_its_host(self) -> Gen:
+        """A due hub whose host's slots are all taken goes once one is freed (the embedded pools at once, Redis
+        at its next look, a second on), and costs no pop meanwhile."""
+        pool = yield self.make_pool(concurrency=1)
+        hub, page = "http://hub.example/", "http://hub.example/page"
+        yield pool.set_hubs([hub], 1)
+        assert (yield pool.pop(1)) == {hub: True}
+        yield pool.set_status(hub, 200)
+        yield pool.add(page)
+        assert (yield pool.pop(1)) == {page: False}
+        self.clock.advance(2)
+        assert (yield pool.pop(1)) == {}
+        assert (yield pool.next_due()) != 0
+        yield pool.set_status(page, 200)
+        self.clock.advance(1)
+        assert (yield pool.pop(1)) == {hub: True}
+
+    @defer.inlineCallbacks
     def test_hubs_once_per_span(self) -> Gen:
         """Hubs come out flagged, at most once per refresh span, and take at most hub_percent of a pop."""
         pool = yield self.make_pool(concurrency=10)
@@ -700,6 +776,27 @@ class PoolContract:
         yield pool.set_host_group("a.example", "a.example")
         yield pool.addmany([f"http://{h}.example/{i}" for h in "ab" for i in range(4, 6)])
         assert self.hosts_of((yield self.drain(pool))) == ["a.example", "b.example"]
+
+    @defer.inlineCallbacks
+    def test_a_due_hub_waits_for_a_free_slot_of_its_group(self) -> Gen:
+        """A due hub whose group's slots are taken by another host of its address goes once that host's fetch
+        ends."""
+        a, b = (f"{h}.example" for h in self.three_hosts[:2])
+        pool = yield self.make_pool(concurrency=1)
+        for host in (a, b):
+            yield pool.set_host_group(host, "192.0.2.1")
+        hub, page = f"http://{a}/", f"http://{b}/page"
+        yield pool.set_hubs([hub], 1)
+        assert (yield pool.pop(1)) == {hub: True}
+        yield pool.set_status(hub, 200)
+        yield pool.add(page)
+        assert (yield pool.pop(1)) == {page: False}
+        self.clock.advance(2)
+        assert (yield pool.pop(1)) == {}
+        assert (yield pool.next_due()) != 0
+        yield pool.set_status(page, 200)
+        self.clock.advance(1)
+        assert (yield pool.pop(1)) == {hub: True}
 
     @defer.inlineCallbacks
     def test_hosts_of_one_group_share_the_requests_in_flight(self) -> Gen:
