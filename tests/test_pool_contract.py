@@ -17,6 +17,7 @@ from spiderd.contracts import pool as pool_contracts
 from spiderd.contracts.pool import IURLPool, IURLPoolAdmin
 from spiderd.core import status
 from spiderd.core.conditional import Validators
+from spiderd.core.recrawls import Recrawl
 from spiderd.core.rules import AdaptiveDelay
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
@@ -393,6 +394,41 @@ class PoolContract:
                 assert ((yield pool.stats())["done"], (yield pool.why(url))["state"]) == (1, "done")
         assert (yield pool.why(url))["state"] == "failed"
         assert (yield pool.recrawl([("a.example", "list", self.clock.seconds())], 10)) == 0
+
+    @defer.inlineCallbacks
+    def test_batched_details_recrawled(self) -> Gen:
+        """Detail URLs sent in batches, of a domain whose detail pages are recrawled, are kept in a crawled set of
+        their own: recrawl_batched hands them out once their interval has passed, oldest first, with the fetch
+        time and validators a worker told (batched_fetched), else when they were sent, and scores them as sent
+        again; they stay batched (seen), and other domains keep nothing."""
+        pool = yield self.make_pool(recrawl=[("a.example", "detail")])
+        d1, d2, d3 = "http://a.example/d1", "http://a.example/d2", "http://b.example/d3"
+        assert (yield pool.seen_add([d1, d2, d3])) == 3
+        sent = self.clock.seconds()
+
+        def cutoffs(age: float) -> list[tuple[str, str, float]]:
+            now = self.clock.seconds()
+            return [("a.example", "detail", now - age), ("b.example", "detail", now - age)]
+
+        assert (yield pool.recrawl_batched(cutoffs(1), 10)) == []
+        self.clock.advance(10)
+        told = [Recrawl(d2, sent + 5, V1), Recrawl(d3, sent + 5, V1)]
+        assert (yield pool.batched_fetched(told)) == 1  # d3's domain keeps nothing
+        assert (yield pool.recrawl_batched(cutoffs(5), 1)) == [Recrawl(d1, sent, None)]
+        assert (yield pool.recrawl_batched(cutoffs(5), 10)) == [Recrawl(d2, sent + 5, V1)]
+        assert (yield pool.recrawl_batched(cutoffs(5), 10)) == []  # scored as sent now
+        self.clock.advance(6)
+        assert sorted(r.url for r in (yield pool.recrawl_batched(cutoffs(5), 10))) == [d1, d2]
+        assert (yield pool.seen_filter([d1, d2, d3])) == []
+        stats = yield pool.stats()
+        assert (stats["batched"], stats["done"], stats["waiting"]) == (3, 0, 0)
+        assert (yield pool.add(d1, always=True))  # queued here again: out of the set of batched pages
+        self.clock.advance(6)
+        assert [r.url for r in (yield pool.recrawl_batched(cutoffs(5), 10))] == [d2]
+        if self.backend == "leveldb":
+            from spiderd.frontier.pool.fsck import check
+
+            assert check(pool._kv) == []
 
     @defer.inlineCallbacks
     def test_validators_of_a_page_queued_again_while_leased(self) -> Gen:
