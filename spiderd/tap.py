@@ -135,6 +135,8 @@ def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiSer
     fetching = fetch_config(s.fetch, s.sites, robots_store=node.path("robots") if s.fetch.robots else "")
     fetcher = Fetcher(reactor, fetching, on_crawl_delay=pool.set_host_delay if pool else None,
                       on_address=by_address)
+    if s.items.format != "jsonl":  # WARC files that replay: robots.txt and redirects archived with each page
+        fetcher.keep_answers()
     store = page_store(s.store, node.data_dir, reactor, blocking.lane("store"))
     paced = Politeness(s.fetch.per_host_delay, s.fetch.per_host_concurrency, s.fetch.host_overrides)  # sub-requests
     modes, renderer = build_modes(s.render, paced, reactor, fetcher, parser)

@@ -200,7 +200,7 @@ class DeployedPathTests(unittest.TestCase):
             self.assertEqual(sorted(i["url"] for i in second), [url("/e/p/2"), url("/n/p/3")])
             for item in second:
                 self.assertIs(item["recrawl"], True)
-                self.assertLessEqual(fetched[item["url"]], item["previous_fetched_at"])
+                self.assertLessEqual(item["previous_fetched_at"], fetched[item["url"]])  # (answered, then parsed)
                 self.assertLess(item["previous_fetched_at"], item["fetched_at"])
             self.assertEqual(worker.runner.totals["not_modified"], 1)
             self.assertEqual(crawler.stats.counts["not_modified"], 1)

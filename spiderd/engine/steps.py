@@ -148,7 +148,7 @@ class PageSteps:
 
     @defer.inlineCallbacks
     def _process(self, result: FetchResult, port: Port, sent: cg.Validators | None, wait: float | None) -> Any:
-        if result.headers is not None:
+        if result.headers is not None or result.previous:  # (answers fetched on the way: robots.txt, redirects)
             archived = port.archive(result)
             if archived is not None:
                 yield archived

@@ -126,6 +126,7 @@ class Execution:
         job.stats = {}
         yield run.items.open()
         if run.warc is not None:
+            run.warc.name = shipped_name(warc_uri(job.feed_uri))  # (its warcinfo names the file as shipped)
             yield run.warc.open()
         if not run.halted:
             urls = yield self._io(self._store.load_urls, job)
@@ -347,3 +348,10 @@ def _canonical_keys(recrawls: Mapping[str, Recrawl]) -> dict[str, Recrawl]:
         except BadURL:
             continue
     return found
+
+
+def shipped_name(uri: str) -> str:
+    """The name a file is shipped under: the last part of its feed URI's path."""
+    from urllib.parse import unquote, urlsplit
+
+    return os.path.basename(unquote(urlsplit(uri).path)) or uri

@@ -208,6 +208,8 @@ class Pipeline:
             elapsed = result.elapsed
             if run.halted:
                 return
+            if recrawl is not None:
+                result.previous_fetch = recrawl.fetched_at  # (a 304's WARC revisit record refers to it)
             self._count(run, result)
             processing = self.steps.process(result, JobPort(self, run), sent)
         finally:
@@ -256,14 +258,15 @@ class Pipeline:
             self.stats.incr("not_modified")
         recrawl = run.recrawl[taken.url]
         assert recrawl.validators is not None  # (only a conditional fetch is NOT_MODIFIED)
-        self._tell(taken.url, recrawl.validators.updated(result.validators))
+        self._tell(taken.url, recrawl.validators.updated(result.validators), result.fetched_at)
 
-    def _tell(self, url: str, validators: cg.Validators | None) -> None:
-        """Tell ``on_fetched`` of a job URL's answer now (its failure is logged: the job goes on)."""
+    def _tell(self, url: str, validators: cg.Validators | None, when: float = 0.0) -> None:
+        """Tell ``on_fetched`` of a job URL's answer, in at ``when`` (its WARC-Date; 0: now); its failure is
+        logged: the job goes on."""
         if self.on_fetched is None:
             return
         try:
-            self.on_fetched(Recrawl(url, self.clock.seconds(), validators))
+            self.on_fetched(Recrawl(url, when or self.clock.seconds(), validators))
         except Exception:
             log.failure("Worker: telling the fetch of {url}", url=url)
 
@@ -326,7 +329,7 @@ class Pipeline:
     def _stored(self, run: Run, extracted: Extracted, result: FetchResult) -> None:
         run.stats["pages"] += 1
         recrawl = run.recrawl.get(result.url)
-        self._tell(result.url, result.validators)
+        self._tell(result.url, result.validators, result.fetched_at)
         if extracted.item is not None:
             item = extracted.item
             if recrawl is not None:  # seed 004's mod_detail: a changed page, and when it was fetched before
