@@ -221,8 +221,12 @@ class PageSteps:
         item = self._item_row(key, extracted) if getattr(store, "item_table", False) else None
 
         def save() -> Deferred[None]:
-            saved: Deferred[None] = store.save(key, fingerprint(key), body, compressed=extracted.compressed,
-                                               digest=extracted.digest, item=item)
+            if item is None:  # (only a store with the item table is given one)
+                saved: Deferred[None] = store.save(key, fingerprint(key), body, compressed=extracted.compressed,
+                                                   digest=extracted.digest)
+            else:
+                saved = store.save(key, fingerprint(key), body, compressed=extracted.compressed,
+                                   digest=extracted.digest, item=item)
             return saved
 
         return retried(self.gate, "store", save, lambda: not port.keep_waiting())
