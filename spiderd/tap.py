@@ -34,7 +34,7 @@ from spiderd.frontier.batcher import Batcher, LocalWorker, build_batcher
 from spiderd.frontier.build import crawl_service
 from spiderd.frontier.pool.service import pool_service
 from spiderd.frontier.crawler import CrawlService
-from spiderd.frontier.scheduler import Recrawler, schedulers
+from spiderd.frontier.scheduler import Recrawler, fetches_told, schedulers
 from spiderd.frontier.seeds import SeedService
 from spiderd.frontier.sharedsites import shared_sites
 from spiderd.frontier.sitemapservice import SitemapService, sitemap_service
@@ -135,6 +135,8 @@ def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiSer
     fetching = fetch_config(s.fetch, s.sites, robots_store=node.path("robots") if s.fetch.robots else "")
     fetcher = Fetcher(reactor, fetching, on_crawl_delay=pool.set_host_delay if pool else None,
                       on_address=by_address)
+    if s.items.format != "jsonl":  # WARC files that replay: robots.txt and redirects archived with each page
+        fetcher.keep_answers()
     store = page_store(s.store, node.data_dir, reactor, blocking.lane("store"))
     paced = Politeness(s.fetch.per_host_delay, s.fetch.per_host_concurrency, s.fetch.host_overrides)  # sub-requests
     modes, renderer = build_modes(s.render, paced, reactor, fetcher, parser)
@@ -147,7 +149,8 @@ def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiSer
 
 def _worker(base: Base) -> WorkerService:
     """The Scrapyd-compatible worker and its feed shipper: in the worker role, and in "all" with a local target
-    (which, with ``[items] skip_duplicate_content``, claims its pages' content digests in the pool)."""
+    (which, with ``[items] skip_duplicate_content``, claims its pages' content digests in the pool, and tells it
+    its fetches of the pages whose detail pages are recrawled)."""
     s, node = base.s, base.s.spiderd
     local_feed = s.batch.feed_uri if node.role == "all" and "local" in s.batch.targets else ""  # the all role's own
     shipper = base.top.add(feed_shipper(s.feed, base.reactor, node.path("spool"), base.blocking.lane("feed", 3),
@@ -155,8 +158,9 @@ def _worker(base: Base) -> WorkerService:
     config = worker_config(s.worker, s.fetch, data_dir=node.data_dir, role=node.role,
                            failure_threshold=s.pool.failure_threshold, feed_format=s.items.format,
                            rotate_seconds=s.items.rotate_seconds, rotate_idle=s.items.rotate_idle)
+    told = fetches_told(base.reactor, base.pool, s.sites) if base.pool is not None else None
     return base.top.add(build_worker(config, base.reactor, base.fetcher, base.parser, base.store, shipper,
-                                     base.blocking.lane("worker-io"), base.stats, base.steps))
+                                     base.blocking.lane("worker-io"), base.stats, base.steps, on_fetched=told))
 
 
 def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Frontier:
@@ -169,7 +173,8 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
                             base.blocking.lane("batcher"))
     seeds = SeedService(pool, s.pool.seeds, s.pool.hubs, s.pool.hub_refresh_span, store=base.store,
                         state_path=node.path("hubs-added.json"), lane=base.blocking.lane("seeds"))
-    seed_timer, recrawler = schedulers(s.pool, s.sites, reactor, pool, pool, lambda: stats.counts["requests"])
+    seed_timer, recrawler = schedulers(s.pool, s.sites, reactor, pool, pool, lambda: stats.counts["requests"],
+                                       batched=batcher.add_recrawls if batcher is not None else None)
     outputs = "feeds" if batcher is not None else s.items.dir
     site = demo.DemoSiteService(reactor, pool, node.data_dir, outputs) if demo_site else None
     extra = {"batches": batcher.status} if batcher is not None else {}

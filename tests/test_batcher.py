@@ -48,7 +48,7 @@ class Scrapyd(resource.Resource):
         return json.dumps({"node_name": "x", "status": "ok", "jobid": "j%d" % len(self.batches)}).encode()
 
 
-class BatcherTests(unittest.TestCase):
+class BatcherCase(unittest.TestCase):
     """Targets are real HTTP servers; the batcher's timers run on a Clock."""
 
     def setUp(self) -> None:
@@ -93,6 +93,11 @@ class BatcherTests(unittest.TestCase):
         """Let the in-flight POSTs finish (real I/O)."""
         yield batcher._lock.run(lambda: None)
         yield batcher._posts.wait()
+
+
+
+class BatcherTests(BatcherCase):
+    """Batches, dedup, failures, spool, stop, restart."""
 
     @defer.inlineCallbacks
     def test_full_batch_is_posted_like_seed_003(self) -> Any:

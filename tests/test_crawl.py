@@ -168,6 +168,23 @@ class CrawlTests(unittest.TestCase):
         self.assertEqual(crawler.pool.politeness.slot("slow.example", b"").delay, 7.0)
 
     @defer.inlineCallbacks
+    def test_item_table_holds_each_item_with_its_page(self) -> Any:
+        """With [store] item_table (seed 004's pagebase), each stored page's item is in crawler_item too: its
+        site, its fields as JSON (queried in SQL), its fetch time, as in the items file; the feed is still written."""
+        yield self.crawl(store={"item_table": True})
+        with sqlite3.connect(self.data / "pages.sqlite3") as db:
+            rows = db.execute("SELECT url, site, json_extract(fields, '$.title'), fields, fetched_at "
+                              "FROM crawler_item").fetchall()
+        by_url = {item["url"]: item for item in self.items()}
+        self.assertEqual(sorted(row[0] for row in rows), sorted(self.stored()))
+        self.assertEqual(sorted(by_url), sorted(self.stored()))
+        for url, site, title, fields, fetched_at in rows:
+            item = by_url[url]
+            self.assertEqual((site, title, fetched_at), (DEMO["sites"][0]["name"], item["title"], item["fetched_at"]))
+            self.assertEqual(json.loads(fields), {k: v for k, v in item.items()
+                                                  if k not in ("url", "urlhash", "status", "fetched_at", "digest")})
+
+    @defer.inlineCallbacks
     def test_second_run_fetches_nothing_again(self) -> Any:
         """A restart on the same data directory hands out nothing that was done: no page is fetched twice."""
         yield self.crawl()

@@ -9,6 +9,7 @@ from twisted.internet.task import Clock
 from twisted.logger import capturedLogs
 from twisted.trial import unittest
 
+from spiderd.engine.politeness import Politeness
 from spiderd.frontier.crawler import FAILING_PULLS, CrawlService, pull_size, pull_waits
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.core.stats import CrawlStats
@@ -61,14 +62,18 @@ class LoopTests(unittest.TestCase):
 
 
 class CountedPops:
-    """A memory pool that counts pops and what each asked for."""
+    """A memory pool that counts pops and what each asked for (past ``cap`` pops, each fails: a loop that pops
+    again at once would never give the clock back)."""
 
-    def __init__(self, clock: Clock) -> None:
-        self.real = open_memory_pool(clock)
+    def __init__(self, clock: Clock, politeness: Politeness | None = None, cap: int = 1000) -> None:
+        self.real = open_memory_pool(clock, politeness=politeness)
         self.asked: list[int] = []
+        self.cap = cap
 
     def pop(self, count: int, hub_percent: int = 50) -> Any:
         self.asked.append(count)
+        if len(self.asked) > self.cap:
+            return defer.fail(RuntimeError("popped again and again"))
         return self.real.pop(count, hub_percent)
 
     def __getattr__(self, name: str) -> Any:
@@ -243,3 +248,31 @@ class PullAheadEdgeTests(unittest.TestCase):
         self.assertEqual((self.started, crawler.queued), ([], 0))  # left, not freed: the lease may be another's
         self.assertEqual(self.pool.freed, [])
         crawler.stopService()
+
+
+class WaitingHubTests(unittest.TestCase):
+    """A due hub whose host may not go yet costs no pop until the host's next-allowed time (issue 34: one hub with
+    ``hub_refresh_span = 1``, ``per_host_delay = 5`` and ``concurrency = 4`` kept a core busy)."""
+
+    def test_a_waiting_hub_costs_no_pops(self) -> None:
+        """Over 20 s of an injected clock the hub is fetched at each of its host's turns (every 5 s), and the
+        loop pops a few times per turn, not at once again and again (capped here: the loop would never end)."""
+        clock = Clock()
+        pool = CountedPops(clock, politeness=Politeness(delay=5.0, concurrency=4))
+        pool.real.set_hubs(["http://hub.example/"], 1)
+        crawler = CrawlService(clock, pool, fetcher=None, steps=None, rules=None, stats=CrawlStats(clock),
+                               concurrency=4)
+        started: list[float] = []
+
+        def start(url: str, hub: bool, at: float) -> None:  # a fetch that ends at once, done
+            started.append(clock.seconds())
+            pool.real.set_status(url, 200)
+
+        crawler._start = start  # type: ignore[method-assign]
+        crawler.startService()
+        clock.advance(0)
+        for _ in range(40):
+            clock.advance(0.5)
+        crawler.stopService()
+        self.assertEqual(started, [0.0, 5.0, 10.0, 15.0, 20.0])
+        self.assertLessEqual(len(pool.asked), 3 * len(started) + 4)  # and the heartbeat's, every 5 s

@@ -37,12 +37,14 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "worker": (*SHARED, *PARTS, "spiderd.engine"),
     "ops": (*SHARED, *PARTS, "spiderd.engine", *ROLES),
     "demo": SHARED,
-    "contrib": (*SHARED, "spiderd.fetch"),
+    "contrib": (*SHARED, "spiderd.fetch", "spiderd.frontier"),  # (its middleware runs the frontier's batcher)
     "tap": (*SHARED, *PARTS, "spiderd.engine", *ROLES, "spiderd.ops", "spiderd.demo"),
 }
 
-# The pool's backends, which only the frontier (and tap, which builds one) may import.
+# The pool's backends, which only the frontier (and the composition roots: tap, which builds a node, and Scrapy's
+# batch middleware, which builds its batcher's ledger) may import.
 POOL_INTERNALS = ("spiderd.frontier.pool",)
+COMPOSITION_ROOTS = ("spiderd.tap", "spiderd.contrib.batchmiddleware")
 # The pool's narrow contracts (spiderd.contracts.pool) each consumer takes: the one it uses, no other.
 CONTRACTS = {
     "spiderd.feed.items": {"ICheckpoints"},
@@ -151,12 +153,12 @@ def test_packages_import_only_their_layers(layer: str) -> None:
 
 
 def test_pool_internals_stay_in_the_frontier() -> None:
-    """Outside spiderd.frontier, only tap imports the pool's backends or the frontier's whole-pool interfaces: every
-    other part reaches the pool through spiderd.contracts."""
+    """Outside spiderd.frontier, only the composition roots import the pool's backends or the frontier's whole-pool
+    interfaces: every other part reaches the pool through spiderd.contracts."""
     reaching = {
         f"{_name(path)} imports {name}"
         for path in sorted(PACKAGE.rglob("*.py"))
-        if not _within(_name(path), ("spiderd.frontier", "spiderd.tap"))
+        if not _within(_name(path), ("spiderd.frontier", *COMPOSITION_ROOTS))
         for name in imported(path)
         if _within(name, POOL_INTERNALS)
     }

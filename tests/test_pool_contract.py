@@ -17,6 +17,7 @@ from spiderd.contracts import pool as pool_contracts
 from spiderd.contracts.pool import IURLPool, IURLPoolAdmin
 from spiderd.core import status
 from spiderd.core.conditional import Validators
+from spiderd.core.recrawls import Recrawl
 from spiderd.core.rules import AdaptiveDelay
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
@@ -395,6 +396,41 @@ class PoolContract:
         assert (yield pool.recrawl([("a.example", "list", self.clock.seconds())], 10)) == 0
 
     @defer.inlineCallbacks
+    def test_batched_details_recrawled(self) -> Gen:
+        """Detail URLs sent in batches, of a domain whose detail pages are recrawled, are kept in a crawled set of
+        their own: recrawl_batched hands them out once their interval has passed, oldest first, with the fetch
+        time and validators a worker told (batched_fetched), else when they were sent, and scores them as sent
+        again; they stay batched (seen), and other domains keep nothing."""
+        pool = yield self.make_pool(recrawl=[("a.example", "detail")])
+        d1, d2, d3 = "http://a.example/d1", "http://a.example/d2", "http://b.example/d3"
+        assert (yield pool.seen_add([d1, d2, d3])) == 3
+        sent = self.clock.seconds()
+
+        def cutoffs(age: float) -> list[tuple[str, str, float]]:
+            now = self.clock.seconds()
+            return [("a.example", "detail", now - age), ("b.example", "detail", now - age)]
+
+        assert (yield pool.recrawl_batched(cutoffs(1), 10)) == []
+        self.clock.advance(10)
+        told = [Recrawl(d2, sent + 5, V1), Recrawl(d3, sent + 5, V1)]
+        assert (yield pool.batched_fetched(told)) == 1  # d3's domain keeps nothing
+        assert (yield pool.recrawl_batched(cutoffs(5), 1)) == [Recrawl(d1, sent, None)]
+        assert (yield pool.recrawl_batched(cutoffs(5), 10)) == [Recrawl(d2, sent + 5, V1)]
+        assert (yield pool.recrawl_batched(cutoffs(5), 10)) == []  # scored as sent now
+        self.clock.advance(6)
+        assert sorted(r.url for r in (yield pool.recrawl_batched(cutoffs(5), 10))) == [d1, d2]
+        assert (yield pool.seen_filter([d1, d2, d3])) == []
+        stats = yield pool.stats()
+        assert (stats["batched"], stats["done"], stats["waiting"]) == (3, 0, 0)
+        assert (yield pool.add(d1, always=True))  # queued here again: out of the set of batched pages
+        self.clock.advance(6)
+        assert [r.url for r in (yield pool.recrawl_batched(cutoffs(5), 10))] == [d2]
+        if self.backend == "leveldb":
+            from spiderd.frontier.pool.fsck import check
+
+            assert check(pool._kv) == []
+
+    @defer.inlineCallbacks
     def test_validators_of_a_page_queued_again_while_leased(self) -> Gen:
         """A recrawled page added again (always) while its fetch runs: that fetch's validators are still kept,
         for the fetch that follows."""
@@ -526,6 +562,82 @@ class PoolContract:
         self.clock.advance(3)
         assert (yield pool.next_due()) == 0
         assert (yield pool.pop(1, hub_percent=50)) == {"http://hub.example/": True}
+
+    @defer.inlineCallbacks
+    def test_a_due_hub_waits_for_its_host(self) -> Gen:
+        """A due hub whose host may not go yet (its delay, a throttling block) is due at the host's next-allowed
+        time: next_due says when, not 0 (which made the fetch loop pop again at once until then)."""
+        pool = yield self.make_pool(delay=5.0, concurrency=4)
+        hub = "http://hub.example/"
+        yield pool.set_hubs([hub], 1)
+        assert (yield pool.pop(4)) == {hub: True}
+        yield pool.set_status(hub, 200)
+        self.clock.advance(1)
+        assert (yield pool.pop(4)) == {}
+        assert abs((yield pool.next_due()) - 4.0) < 1e-6
+        self.clock.advance(2)
+        assert abs((yield pool.next_due()) - 2.0) < 1e-6
+        self.clock.advance(2)
+        assert (yield pool.pop(4)) == {hub: True}
+
+    @defer.inlineCallbacks
+    def test_a_due_hub_waits_for_its_host_s_throttling_block(self) -> Gen:
+        """A due hub whose host a throttling answer blocks costs a pop or two until the block ends, not one per
+        turn of the loop."""
+        pool = yield self.make_pool(concurrency=4)
+        hub, page = "http://hub.example/", "http://hub.example/page"
+        yield pool.set_hubs([hub], 1)
+        yield pool.add(page)
+        assert (yield pool.pop(4)) == {hub: True, page: False}
+        blocked_until = self.clock.seconds() + 30
+        yield pool.throttle(page, blocked_until, 429)
+        yield pool.set_status(hub, 200)
+        pops = 0
+        while not (yield pool.pop(4)).get(hub):  # the fetch loop's way: pop, then wait for next_due
+            pops += 1
+            due = yield pool.next_due()
+            assert due > 0 and pops < 5, (due, pops)
+            self.clock.advance(due)
+        assert self.clock.seconds() >= blocked_until
+
+    @defer.inlineCallbacks
+    def test_a_hub_still_held_is_not_handed_out_again(self) -> Gen:
+        """A hub due again while its previous fetch still holds it (a refresh span shorter than that fetch) waits
+        for that fetch's status: never two fetches of it at once, and its host's slot is freed once."""
+        pool = yield self.make_pool(concurrency=4, pending_threshold=60)
+        hub = "http://hub.example/"
+        yield pool.set_hubs([hub], 1)
+        assert (yield pool.pop(4)) == {hub: True}
+        self.clock.advance(3)
+        assert (yield pool.pop(4)) == {}
+        assert (yield pool.next_due()) != 0
+        yield pool.add("http://hub.example/page")
+        assert (yield pool.pop(4)) == {"http://hub.example/page": False}
+        yield pool.set_status(hub, 200)
+        self.clock.advance(1)
+        assert (yield pool.pop(4)) == {hub: True}
+        yield pool.set_status(hub, 200)
+        yield pool.set_status("http://hub.example/page", 200)
+        yield pool.add("http://hub.example/other")
+        assert [row["inflight"] for row in (yield pool.hosts())] == [0]
+
+    @defer.inlineCallbacks
+    def test_a_due_hub_waits_for_a_free_slot_of_its_host(self) -> Gen:
+        """A due hub whose host's slots are all taken goes once one is freed (the embedded pools at once, Redis
+        at its next look, a second on), and costs no pop meanwhile."""
+        pool = yield self.make_pool(concurrency=1)
+        hub, page = "http://hub.example/", "http://hub.example/page"
+        yield pool.set_hubs([hub], 1)
+        assert (yield pool.pop(1)) == {hub: True}
+        yield pool.set_status(hub, 200)
+        yield pool.add(page)
+        assert (yield pool.pop(1)) == {page: False}
+        self.clock.advance(2)
+        assert (yield pool.pop(1)) == {}
+        assert (yield pool.next_due()) != 0
+        yield pool.set_status(page, 200)
+        self.clock.advance(1)
+        assert (yield pool.pop(1)) == {hub: True}
 
     @defer.inlineCallbacks
     def test_hubs_once_per_span(self) -> Gen:
@@ -700,6 +812,27 @@ class PoolContract:
         yield pool.set_host_group("a.example", "a.example")
         yield pool.addmany([f"http://{h}.example/{i}" for h in "ab" for i in range(4, 6)])
         assert self.hosts_of((yield self.drain(pool))) == ["a.example", "b.example"]
+
+    @defer.inlineCallbacks
+    def test_a_due_hub_waits_for_a_free_slot_of_its_group(self) -> Gen:
+        """A due hub whose group's slots are taken by another host of its address goes once that host's fetch
+        ends."""
+        a, b = (f"{h}.example" for h in self.three_hosts[:2])
+        pool = yield self.make_pool(concurrency=1)
+        for host in (a, b):
+            yield pool.set_host_group(host, "192.0.2.1")
+        hub, page = f"http://{a}/", f"http://{b}/page"
+        yield pool.set_hubs([hub], 1)
+        assert (yield pool.pop(1)) == {hub: True}
+        yield pool.set_status(hub, 200)
+        yield pool.add(page)
+        assert (yield pool.pop(1)) == {page: False}
+        self.clock.advance(2)
+        assert (yield pool.pop(1)) == {}
+        assert (yield pool.next_due()) != 0
+        yield pool.set_status(page, 200)
+        self.clock.advance(1)
+        assert (yield pool.pop(1)) == {hub: True}
 
     @defer.inlineCallbacks
     def test_hosts_of_one_group_share_the_requests_in_flight(self) -> Gen:

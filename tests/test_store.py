@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import lzma
 import os
 import socket
@@ -181,6 +182,49 @@ class StoreContract:
         self.tick(store)
         yield again
         self.assertEqual(self.raw_digests()["http://a.example/3"], content_digest(b"y"))
+
+    bad_item = base.ItemRow("shop", "not json", 1.0)  # an item row the database refuses
+
+    def raw_items(self) -> dict[int, tuple[str, str, dict[str, Any], float]]:
+        """urlhash (unsigned): (url, site, fields, fetched_at) of every crawler_item row."""
+        raise NotImplementedError
+
+    @inlineCallbacks
+    def test_item_table(self) -> Any:
+        """With item_table, each page's item goes in crawler_item (urlhash, url, site, fields as JSON, fetched_at)
+        with its page; a resave updates it; a page without an item has no row; without item_table, none at all."""
+        store = self.started(item_table=True)
+        fields = {"title": "Caf\u00e9 \"one\"", "tags": ["a", "b"], "price": None}
+        saves = [store.save("http://a.example/1", 2**64 - 5, HTML, item=base.ItemRow("shop", json.dumps(fields), 1.5)),
+                 store.save("http://a.example/2", 2, HTML)]
+        self.tick(store)
+        yield defer.gatherResults(saves)
+        self.assertEqual(self.raw_items(), {2**64 - 5: ("http://a.example/1", "shop", fields, 1.5)})
+        again = store.save("http://a.example/1", 2**64 - 5, b"x", item=base.ItemRow("shop", '{"title": "two"}', 9.0))
+        self.tick(store)
+        yield again
+        self.assertEqual(self.raw_items(), {2**64 - 5: ("http://a.example/1", "shop", {"title": "two"}, 9.0)})
+        yield store.stopService()
+        plain = self.started()
+        saved = plain.save("http://a.example/3", 3, HTML, item=base.ItemRow("shop", "{}", 1.0))
+        self.tick(plain)
+        yield saved
+        self.assertEqual(len(self.raw_items()), 1)
+
+    @inlineCallbacks
+    def test_item_row_fails_with_its_page(self) -> Any:
+        """The item is written in the page's transaction: an item the database refuses fails its page too, and
+        neither row is stored; the other pages of the batch are."""
+        store = self.started(item_table=True)
+        bad = store.save("http://a.example/bad", 5, HTML, item=self.bad_item)
+        good = store.save("http://a.example/good", 6, HTML, item=base.ItemRow("shop", "{}", 1.0))
+        self.tick(store)
+        yield good
+        failure = yield bad.addCallbacks(lambda _: None, lambda f: f.value)
+        self.assertIsNotNone(failure)
+        self.assertIsNone((yield store.get(5)))
+        self.assertEqual(list(self.raw_items()), [6])
+        self.flushLoggedErrors()
 
     @inlineCallbacks
     def test_resave_updates_the_row(self) -> Any:
@@ -372,6 +416,14 @@ class SQLiteStoreTests(StoreContract, TestCase):
         with sqlite3.connect(os.path.join(self.data_dir, "pages.sqlite3")) as db:
             return dict(db.execute("SELECT url, digest FROM crawler_html").fetchall())
 
+    def raw_items(self) -> dict[int, tuple[str, str, dict[str, Any], float]]:
+        with sqlite3.connect(os.path.join(self.data_dir, "pages.sqlite3")) as db:
+            if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'crawler_item'").fetchone():
+                return {}
+            rows = db.execute("SELECT urlhash, url, site, fields, fetched_at FROM crawler_item "
+                              "WHERE json_valid(fields)").fetchall()
+        return {to_unsigned(h): (url, site, json.loads(fields), at) for h, url, site, fields, at in rows}
+
     @inlineCallbacks
     def test_works_on_the_lane_it_is_given(self) -> Any:
         """The SQLite store does its database work on the lane it is given (the node's), and lets go of it at
@@ -491,6 +543,16 @@ class MySQLStoreTests(StoreContract, TestCase):
 
     def raw_digests(self) -> dict[str, str | None]:
         return dict(self.admin(f"SELECT url, digest FROM `{self.database}`.crawler_html"))
+
+    bad_item = base.ItemRow("s" * 256, "{}", 1.0)  # over varchar(255) (a CHECK failure is no row's error in pymysql)
+
+    def raw_items(self) -> dict[int, tuple[str, str, dict[str, Any], float]]:
+        tables = self.admin("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s",
+                            self.database)
+        if ("crawler_item",) not in [tuple(t) for t in tables]:
+            return {}
+        rows = self.admin(f"SELECT urlhash, url, site, fields, fetched_at FROM `{self.database}`.crawler_item")
+        return {int(h): (url, site, json.loads(fields), float(at)) for h, url, site, fields, at in rows}
 
     @inlineCallbacks
     def test_user_who_may_not_alter_stores_without_digest(self) -> Any:

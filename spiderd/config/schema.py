@@ -152,6 +152,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "url": "store_url",
         "compression_preset": "preset",
         "batch_size": "positive_int",
+        "item_table": "bool",  # each page's item in crawler_item too
     },
     "items": {
         "dir": "str",

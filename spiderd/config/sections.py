@@ -162,6 +162,7 @@ class StoreSection:
     url: str | tuple[str, ...] = "sqlite:///pages.sqlite3"  # a tuple: MySQL shards; "none": no store
     compression_preset: int = FAST  # "fast" (XZ preset 0, short match search), or an XZ preset 0..9
     batch_size: int = 100
+    item_table: bool = False  # each page's item in crawler_item too, in the page's transaction (seed 004's pagebase)
 
 
 @dataclass(frozen=True)

@@ -200,8 +200,8 @@ def _check_adaptive(fetch: FetchSection, source: str) -> None:
 
 
 def _check_recrawl(settings: Settings) -> None:
-    """Recrawls leave new URLs a share of the fetches, the kinds' shares of a pop add up to at most 1; detail
-    pages sent in batches cannot be recrawled here."""
+    """Recrawls leave new URLs a share of the fetches, the kinds' shares of a pop add up to at most 1; "local"
+    needs this node's worker (detail pages sent in batches are recrawled in batches too)."""
     pool, source = settings.pool, settings.source
     if pool.recrawl_list_ratio + pool.recrawl_detail_ratio > 1:
         raise ConfigError(
@@ -218,12 +218,6 @@ def _check_recrawl(settings: Settings) -> None:
         return
     if "local" in settings.batch.targets and settings.spiderd.role != "all":
         raise ConfigError(f"{source}: batch.targets: \"local\" needs the all role (this node's worker)")
-    for i, site in enumerate(settings.sites):
-        if site.recrawl_detail:
-            raise ConfigError(
-                f"{source}: sites[{i}].recrawl_detail: detail pages sent in batches are fetched by "
-                "workers, not by this node: recrawling them needs batch.targets = []"
-            )
 
 
 def _check_listening(settings: Settings) -> None:

@@ -5,7 +5,7 @@ contract               methods                                                  
 =====================  =======================================================  ===================================
 :class:`IURLQueue`     add, addmany, within_hops, size, empty, stats            the API, the demo, the status page
 :class:`ISeedLists`    (a queue) set_seeds, set_hubs, seed_urls                 the seeds service
-:class:`IRecrawl`      (a queue) recrawl                                        the recrawler
+:class:`IRecrawl`      (a queue) recrawl, recrawl_batched, batched_fetched      the recrawler, the local worker
 :class:`ILeases`       pop, claim, fetched, validators, next_due, set_status,   the crawler (statuses and pops)
                        throttle, set_statuses
 :class:`ICheckpoints`  set_statuses with a checkpoint, checkpoint,              the items writer
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
     from spiderd.core.conditional import Validators
+    from spiderd.core.recrawls import Recrawl
 
 HOSTS_MOST = 200  # hosts one IURLPoolAdmin.hosts() answer holds at most
 
@@ -109,6 +110,20 @@ class IRecrawl(IURLQueue):
     def recrawl(cutoffs: Sequence[tuple[str, str, float]], limit: int) -> Deferred[int]:
         """Queue again, as add(always=True), up to ``limit`` done pages of the crawled sets ``(domain, kind,
         cut-off time)`` fetched at or before the cut-off; fires with the number queued."""
+
+    def recrawl_batched(cutoffs: Sequence[tuple[str, str, float]], limit: int) -> Deferred[list[Recrawl]]:
+        """Seed 004's ``mod_detail`` where detail pages go to workers: up to ``limit`` pages sent in batches (kept
+        in crawled sets, see IBatchLedger.seen_add) of the sets ``(domain, "detail", cut-off time)`` last fetched
+        (or sent) at or before the cut-off, oldest first; fires with each one's URL, previous fetch time and
+        kept validators (spiderd.core.recrawls.Recrawl).  Each is scored as sent now, so a page goes out once per
+        interval whether or not a worker tells its fetch (``batched_fetched``); done pages fetched by this node
+        (``recrawl``) are left alone."""
+
+    def batched_fetched(pages: Iterable[Recrawl]) -> Deferred[int]:
+        """A worker fetched pages sent in batches: each ``Recrawl`` gives the URL, the fetch's time and the
+        validators of its 200 or 304 (None: the 200 had none, which drops those kept).  A page kept in a crawled
+        set is scored by that time and keeps those validators (with ``conditional_get``); any other is left
+        alone.  Fires with the number recorded."""
 
 
 class IStatusWrites(Interface):
@@ -192,7 +207,9 @@ class IBatchLedger(Interface):
         """Fires with the canonical forms of ``urls`` never seen in any state (no duplicates); marks nothing."""
 
     def seen_add(urls: Iterable[str]) -> Deferred[int]:
-        """Records ``urls`` as sent in a batch (final); fires with the number newly recorded."""
+        """Records ``urls`` as sent in a batch (final); fires with the number newly recorded.  A detail URL of a
+        domain whose detail pages are recrawled (the pool's ``recrawl`` pairs) is also kept in its crawled set,
+        scored by now, for ``IRecrawl.recrawl_batched``."""
 
     def next_batch(count: int = 1) -> Deferred[int]:
         """Reserves ``count`` batch numbers, unique across restarts (and nodes); fires with the first."""

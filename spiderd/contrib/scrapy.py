@@ -1,4 +1,7 @@
-"""Real Scrapyd as a batch target: a Scrapy spider that works spiderd's batches like spiderd's own worker.
+"""Scrapy and spiderd's batches, both ends: :class:`BatchMiddleware` (seed 003's spider middleware: a CrawlSpider
+that keeps its own frontier sends one rule's requests in batches to Scrapyd nodes, see
+:mod:`spiderd.contrib.batchmiddleware`), and :class:`DistributedSpider`, which works those batches on real Scrapyd
+like spiderd's own worker.
 
 spiderd's batcher POSTs each batch to ``schedule.json`` as seed 003 does::
 
@@ -43,7 +46,9 @@ from spiderd.fetch.extract import Rules, extract
 from spiderd.fetch.parsepool import page_robots
 from spiderd.core.urls import BadURL, canonicalize
 
-__all__ = ["DistributedSpider", "DistributedSpiderError", "parse_start_urls"]
+from spiderd.contrib.batchmiddleware import BatchMiddleware, BatchSettingError
+
+__all__ = ["BatchMiddleware", "BatchSettingError", "DistributedSpider", "DistributedSpiderError", "parse_start_urls"]
 
 START_URLS_SETTING = "DISTRIBUTED_START_URLS"
 CONFIG_SETTING = "SPIDERD_CONFIG"

@@ -16,6 +16,7 @@ means (a pool status, a job's items file, a retry) is the role's.
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
@@ -27,6 +28,8 @@ from spiderd.core import conditional as cg
 from spiderd.core import throttle as th
 from spiderd.core.storage import StorageGate, retried
 from spiderd.core.urls import fingerprint, host_of
+from spiderd.feed.schema import FIXED
+from spiderd.store.base import ItemRow
 from spiderd.store.interfaces import IPageStore
 
 if TYPE_CHECKING:
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
     from spiderd.fetch.parsepool import ParsePool
 
 ClaimContent = Callable[[str, str], "Deferred[bool]"]  # a pool's claim_content(digest, url)
+ITEM_COLUMNS = frozenset(name for name, _ in FIXED)  # an item's own columns: in crawler_item's and crawler_html's
 
 
 class Verdict(enum.Enum):
@@ -144,7 +148,7 @@ class PageSteps:
 
     @defer.inlineCallbacks
     def _process(self, result: FetchResult, port: Port, sent: cg.Validators | None, wait: float | None) -> Any:
-        if result.headers is not None:
+        if result.headers is not None or result.previous:  # (answers fetched on the way: robots.txt, redirects)
             archived = port.archive(result)
             if archived is not None:
                 yield archived
@@ -197,6 +201,16 @@ class PageSteps:
         d = self._claim_content(extracted.digest, extracted.canonical or url)
         return d.addCallback(lambda holds: not holds)
 
+    def _item_row(self, url: str, extracted: Extracted) -> ItemRow | None:
+        """The page's item as ``crawler_item`` keeps it: its site, the site's fields (JSON), its fetch time."""
+        item = extracted.item
+        if item is None:
+            return None
+        site = self._parser.rules.site_for(url)
+        fields = {name: value for name, value in item.items() if name not in ITEM_COLUMNS}
+        return ItemRow(site.name if site is not None else "", json.dumps(fields, ensure_ascii=False),
+                       float(item.get("fetched_at") or self._clock.seconds()))
+
     def _store(self, url: str, body: bytes, extracted: Extracted, port: Port) -> Deferred[None] | None:
         """The page into the store, under its canonical URL when it names one (the item's url); saved again
         while its storage refuses it (a full disk) and the port may still wait."""
@@ -204,10 +218,15 @@ class PageSteps:
         if store is None:
             return None
         key = extracted.canonical or url
+        item = self._item_row(key, extracted) if getattr(store, "item_table", False) else None
 
         def save() -> Deferred[None]:
-            saved: Deferred[None] = store.save(key, fingerprint(key), body, compressed=extracted.compressed,
-                                               digest=extracted.digest)
+            if item is None:  # (only a store with the item table is given one)
+                saved: Deferred[None] = store.save(key, fingerprint(key), body, compressed=extracted.compressed,
+                                                   digest=extracted.digest)
+            else:
+                saved = store.save(key, fingerprint(key), body, compressed=extracted.compressed,
+                                   digest=extracted.digest, item=item)
             return saved
 
         return retried(self.gate, "store", save, lambda: not port.keep_waiting())

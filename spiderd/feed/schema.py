@@ -7,7 +7,9 @@ after redirects), ``urlhash``, ``status``, ``fetched_at`` (Unix seconds) and
 ``digest``, the page body's content digest (``sha1:`` and 32 base32 characters,
 spiderd.core.digest: Heritrix's and WARC's form; the stored page's column).
 Where a site renders its pages (``[[sites]] render``), its items also hold ``rendered``: true when the page was
-rendered in a headless browser, false when it was fetched plain ("auto").
+rendered in a headless browser, false when it was fetched plain ("auto").  Where a site recrawls its detail pages
+(``recrawl_detail``), the item of a page a worker fetched again because it changed holds ``recrawl`` (true) and
+``previous_fetched_at`` (Unix seconds); other items leave them out (Spark reads them as null).
 ``urlhash`` is the farmhash ``fingerprint64`` of ``url`` written as a
 *signed* 64-bit integer (the same 64 bits: ``h - 2**64`` when ``h >= 2**63``),
 so Spark reads it as ``BIGINT``; the page store keeps the unsigned value
@@ -29,6 +31,7 @@ from typing import Any, Iterable
 from spiderd.core.rules import Field, Site
 
 FIXED = (("url", "STRING"), ("urlhash", "BIGINT"), ("status", "INT"), ("fetched_at", "DOUBLE"), ("digest", "STRING"))
+RECRAWL = (("recrawl", "BOOLEAN"), ("previous_fetched_at", "DOUBLE"))  # on recrawled detail pages' items only
 _BOUNDS = {"BIGINT": 2**63, "INT": 2**31}
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -39,7 +42,7 @@ class SchemaConflict(ValueError):
 
 def columns(sites: Iterable[Site]) -> list[tuple[str, str]]:
     """(name, Spark type) of every item column: the sites' fields in order (each once), then the fixed ones (and
-    ``rendered`` where a site renders)."""
+    ``rendered`` where a site renders, ``recrawl`` and ``previous_fetched_at`` where one recrawls detail pages)."""
     sites = tuple(sites)
     fixed = dict(FIXED)
     found: dict[str, str] = {}
@@ -51,7 +54,8 @@ def columns(sites: Iterable[Site]) -> list[tuple[str, str]]:
             if found.setdefault(field.name, kind) != kind:
                 raise SchemaConflict(f"field {field.name!r} is {found[field.name]} in one site, {kind} in another")
     rendering = [("rendered", "BOOLEAN")] if any(site.render != "never" for site in sites) else []
-    return [*found.items(), *FIXED, *rendering]
+    recrawling = list(RECRAWL) if any(site.recrawl_detail > 0 for site in sites) else []
+    return [*found.items(), *FIXED, *rendering, *recrawling]
 
 
 def ddl(sites: Iterable[Site]) -> str:
@@ -65,7 +69,8 @@ def problems(line: dict[str, Any], declared: list[tuple[str, str]]) -> list[str]
     found = [f"{name}: not declared" for name in line if name not in types]
     for name, kind in declared:
         if name not in line:
-            found.append(f"{name}: missing")
+            if (name, kind) not in RECRAWL:  # (only a recrawl's item has them)
+                found.append(f"{name}: missing")
         elif not fits(line[name], kind):
             found.append(f"{name}: {line[name]!r} is not {kind}")
     return found

@@ -8,6 +8,12 @@ deflate inflated, chunks joined): as StormCrawler's WARC module does, the respon
 ``Transfer-Encoding`` and ``Content-Length`` are kept as ``X-Crawler-<name>`` and a ``Content-Length`` of the
 stored body is set, so the record reads as what it holds; a truncated body says ``WARC-Truncated: length``.
 
+So that a file replays (pywb, OpenWayback), every HTTP answer of a fetch is archived: each robots.txt answer
+(with the first page fetched after it) and each redirect of a chain (its 3xx ``response``, then the next hop's);
+a 304 to a conditional fetch is a ``revisit`` record of the server-not-modified profile, with
+``WARC-Refers-To-Target-URI`` and, where the previous capture's time is known (a worker's recrawl),
+``WARC-Refers-To-Date``.
+
 A page rendered in a headless browser (:mod:`spiderd.engine.render`) keeps both: the ``response`` record is the main
 document as it was fetched, and a ``conversion`` record (``WARC-Refers-To`` the response) holds the rendered DOM.
 
@@ -33,6 +39,8 @@ log = Logger()
 EXTENSION = ".warc.gz"
 MISSING = "WARC output needs the warcio package: pip install 'spiderd[warc]' (or pip install warcio)"
 WARC_VERSION = "1.0"  # what Common Crawl writes and every reader takes
+NOT_MODIFIED = 304
+REVISIT_NOT_MODIFIED = "http://netpreserve.org/warc/1.0/revisit/server-not-modified"
 _DECODED = frozenset({"content-encoding", "transfer-encoding", "content-length"})
 _GZIP = b"\x1f\x8b"
 
@@ -75,12 +83,22 @@ def warcinfo_record(filename: str) -> bytes:
 
 
 def answer_records(result: Any) -> bytes:
-    """The gzip members of the ``request`` and ``response`` records of a FetchResult that has an HTTP answer."""
-    from warcio.statusandheaders import StatusAndHeaders
+    """The gzip members of the records of a FetchResult: first those of the answers fetched on the way
+    (``previous``: robots.txt, each redirect), then, if it has an HTTP answer, its ``request`` and ``response``
+    (a 304: a ``revisit`` record instead)."""
     from warcio.warcwriter import WARCWriter
 
     out = io.BytesIO()
     writer = WARCWriter(out, gzip=True, warc_version=WARC_VERSION)
+    for answer in [*getattr(result, "previous", ()), result]:
+        if answer.headers is not None:
+            _write_answer(writer, answer)
+    return out.getvalue()
+
+
+def _write_answer(writer: Any, result: Any) -> None:
+    from warcio.statusandheaders import StatusAndHeaders
+
     url = result.final_url
     body = bytes(result.body)
     when = {"WARC-Date": warc_date(result.fetched_at or _now())}
@@ -89,8 +107,11 @@ def answer_records(result: Any) -> bytes:
         response_headers["WARC-Truncated"] = "length"
     status = StatusAndHeaders(f"{result.status} {result.phrase}".rstrip(), _stored_headers(result.headers, len(body)),
                               protocol=result.http_version)
-    response = writer.create_warc_record(url, "response", payload=io.BytesIO(body), length=len(body),
-                                         http_headers=status, warc_headers_dict=response_headers)
+    if result.status == NOT_MODIFIED:
+        response = _revisit(writer, url, status, response_headers, getattr(result, "previous_fetch", None))
+    else:
+        response = writer.create_warc_record(url, "response", payload=io.BytesIO(body), length=len(body),
+                                             http_headers=status, warc_headers_dict=response_headers)
     parts = urlsplit(url)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     sent = StatusAndHeaders(f"GET {target} HTTP/1.1", [("Host", parts.netloc.rpartition("@")[2])]
@@ -99,7 +120,15 @@ def answer_records(result: Any) -> bytes:
     writer.write_request_response_pair(request, response)  # warcio writes the response first
     if result.rendered is not None:
         writer.write_record(_conversion(writer, url, result.rendered, response, when))
-    return out.getvalue()
+
+
+def _revisit(writer: Any, url: str, status: Any, headers: dict[str, str], previous: float | None) -> Any:
+    """A 304's ``revisit`` record (WARC 1.0's server-not-modified profile): the page did not change since the
+    capture of ``url`` at ``previous`` (WARC-Refers-To-Date, when known), which a replay serves instead."""
+    refers = {**headers, "WARC-Profile": REVISIT_NOT_MODIFIED, "WARC-Refers-To-Target-URI": url}
+    if previous is not None:
+        refers["WARC-Refers-To-Date"] = warc_date(previous)
+    return writer.create_warc_record(url, "revisit", http_headers=status, warc_headers_dict=refers)
 
 
 def _conversion(writer: Any, url: str, dom: bytes, response: Any, when: dict[str, str]) -> Any:

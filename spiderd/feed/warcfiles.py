@@ -170,6 +170,7 @@ class JobWarc(LaneFile):
     def __init__(self, path: str, io: Callable[..., Deferred[Any]]) -> None:
         warc.require()
         super().__init__(path, io)
+        self.name = os.path.basename(path)  # the file's name in its warcinfo record: set to its name as shipped
 
     def open(self) -> Deferred[None]:
         return self._io(self._open)
@@ -186,7 +187,7 @@ class JobWarc(LaneFile):
         return self._io(self._discard)
 
     def _opened(self, file: IO[Any]) -> None:
-        file.write(warc.warcinfo_record(os.path.basename(self.path)))
+        file.write(warc.warcinfo_record(self.name))
 
     def _encode(self, result: Any) -> bytes:
         return warc.answer_records(result)

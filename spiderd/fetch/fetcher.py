@@ -81,6 +81,10 @@ class FetchResult:
     request_headers: list[tuple[str, str]] = field(default_factory=list)  # what fetch() sent (besides Host)
     fetched_at: float = 0.0  # clock time the answer was in (0: unknown)
     rendered: bytes | None = None  # the DOM a headless browser rendered of ``body`` (spiderd.engine.render)
+    # with keep_answers (WARC output): the HTTP answers fetched on the way, in order: the robots.txt answers
+    # fetched for this URL (and its redirects' hosts) and each redirect followed (3xx)
+    previous: list[FetchResult] = field(default_factory=list)
+    previous_fetch: float | None = None  # a recrawl's previous fetch: a 304's WARC revisit record refers to it
 
     @property
     def page(self) -> bytes:
@@ -141,6 +145,7 @@ class Fetcher:
                             store=robots_store(config.robots_store))
             self._closing.append(robots.close)
         self.robots = robots
+        self._keep_answers = False  # keep_answers(): the answers on the way go with each result (WARC output)
         self._pools: list[ConnectionPool] = []
         self._endpoints: list[CachedEndpoints] = []  # each agent's (the schemes a lookup served: _tell_address)
         self._address_listeners: list[AddressListener] = [] if on_address is None else [on_address]
@@ -180,11 +185,21 @@ class Fetcher:
             headers = headers.copy()
             for name, value in validators.headers():
                 headers.setRawHeaders(name, [value])
-        d = self._follow(url, url, [], started, headers, robots, user_agent)
+        answers: list[FetchResult] | None = [] if self._keep_answers else None
+        d = self._follow(url, url, [], started, headers, robots, user_agent, answers)
         timer = self._reactor.callLater(self._config.timeout, d.cancel)
         d.addBoth(_stop_timer, timer)
         d.addErrback(self._failed, url, started)
+        if answers is not None:
+            d.addCallback(_with_previous, answers)
         return d.addCallback(_sent, headers)
+
+    def keep_answers(self) -> None:
+        """Hand on with each result the HTTP answers fetched on the way (``FetchResult.previous``: robots.txt,
+        redirects), for WARC files that replay; the robots.txt answers are kept until a fetch takes them."""
+        self._keep_answers = True
+        if self.robots is not None:
+            self.robots.keep_answers = True
 
     def fetch_raw(self, url: str, max_size: int, redirects: int = 0, truncate: bool = False) -> Deferred[FetchResult]:
         """A GET with no robots check (for robots.txt), following at most ``redirects`` redirects, even to
@@ -197,9 +212,10 @@ class Fetcher:
         d = self._raw(url, max_size, redirects, hops, truncate)
         timer = self._reactor.callLater(self._config.timeout, d.cancel)
         d.addBoth(_stop_timer, timer)
-        d.addCallback(lambda got: _finish(got[0], url, got[1], hops, self._reactor.seconds() - started))
+        d.addCallback(lambda got: _finish(got[0], url, got[1], hops, self._reactor.seconds() - started,
+                                          self._reactor.seconds()))
         d.addErrback(self._failed, url, started)
-        return d
+        return d.addCallback(_sent, self._headers)
 
     @defer.inlineCallbacks
     def _raw(self, url: str, max_size: int, redirects: int, hops: list[str], truncate: bool) -> Any:
@@ -223,16 +239,22 @@ class Fetcher:
 
     @defer.inlineCallbacks
     def _follow(self, original: str, url: str, redirects: list[str], started: float, headers: Headers,
-                robots: bool, user_agent: str | None) -> Any:
+                robots: bool, user_agent: str | None, answers: list[FetchResult] | None = None) -> Any:
         while True:
-            if robots and self.robots is not None and not (yield self.robots.allowed(url, user_agent)):
-                return FetchResult(original, st.ROBOTS_DENIED, url, redirects=redirects, error="robots",
-                                   reason=st.reason(st.ROBOTS_DENIED, f"disallowed by {robots_url(url)}"))
+            if robots and self.robots is not None:
+                allowed = yield self.robots.allowed(url, user_agent)
+                if answers is not None:
+                    answers.extend(self.robots.take_answer(url))
+                if not allowed:
+                    return FetchResult(original, st.ROBOTS_DENIED, url, redirects=redirects, error="robots",
+                                       reason=st.reason(st.ROBOTS_DENIED, f"disallowed by {robots_url(url)}"))
             response, body = yield self._get(url, self._config.max_body_size, headers=headers)
             location = response.headers.getRawHeaders(b"location", [None])[0]
             if response.code not in REDIRECT_CODES or location is None:
                 return _finish((response, body), original, url, redirects, self._reactor.seconds() - started,
                                self._reactor.seconds())
+            if answers is not None:  # the redirect itself, as an answer of its own (its WARC record)
+                answers.append(_finish((response, body), url, url, [], 0.0, self._reactor.seconds()))
             target = _resolve(url, location)
             if target is None:
                 return FetchResult(original, st.BAD_REDIRECT, url, redirects=redirects, error="bad-redirect",
@@ -312,6 +334,11 @@ def _headers(user_agent: str) -> Headers:
     })
 
 
+def _with_previous(result: FetchResult, answers: list[FetchResult]) -> FetchResult:
+    result.previous = answers
+    return result
+
+
 def _finish(got: tuple[IResponse, bytes], original: str, url: str, redirects: list[str], elapsed: float,
             now: float | None = None) -> FetchResult:
     """The FetchResult of an answer; given ``now`` (clock time), a throttling answer's Retry-After is read; a 200's
@@ -360,9 +387,12 @@ def _version(version: Any) -> str:
 
 
 def _sent(result: FetchResult, headers: Headers) -> FetchResult:
-    """``result`` with the request headers that were sent (for a WARC request record)."""
-    if result.headers is not None:
-        result.request_headers = _raw_pairs(headers)
+    """``result`` with the request headers that were sent (for a WARC request record), and so the redirects it
+    followed (``previous``; a robots.txt answer has its own)."""
+    sent = _raw_pairs(headers)
+    for answer in (*result.previous, result):
+        if answer.headers is not None and not answer.request_headers:
+            answer.request_headers = sent
     return result
 
 

@@ -42,12 +42,13 @@ MAX_CRAWL_DELAY = 300.0  # as Heritrix's respectCrawlDelayUpToSeconds: a hostile
 
 
 class _Entry:
-    __slots__ = ("parser", "expires", "waiters")
+    __slots__ = ("parser", "expires", "waiters", "answer")
 
     def __init__(self) -> None:
         self.parser: Protego | None = None
         self.expires = 0.0
         self.waiters: list[Deferred[None]] | None = []
+        self.answer: FetchResult | None = None  # the fetch of robots.txt, until a page's fetch takes it
 
 
 class FetchRaw(Protocol):
@@ -78,6 +79,7 @@ class Robots:
         self._max = max_entries
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
         self._store: RobotsStore = store if store is not None else MemoryStore()
+        self.keep_answers = False  # keep each robots.txt answer for the page fetch that takes it (WARC output)
 
     def add_delay_listener(self, listener: Callable[[str, float], Any]) -> None:
         """Call ``listener(host, seconds)`` too when a robots.txt gives a Crawl-delay."""
@@ -103,6 +105,15 @@ class Robots:
         assert entry.waiters is not None
         entry.waiters.append(waiter)
         return waiter.addCallback(lambda _: self._check(entry, url, agent))
+
+    def take_answer(self, url: str) -> list[FetchResult]:
+        """With ``keep_answers``: the fetch of ``url``'s robots.txt, once (to the first fetch that asks after it
+        was fetched: archived with that page), else nothing."""
+        entry = self._cache.get(_origin(url))
+        if entry is None or entry.answer is None:
+            return []
+        answer, entry.answer = entry.answer, None
+        return [answer]
 
     def cached(self, url: str) -> bool | None:
         """What the cache knows now, fetching nothing: True (allowed), False (disallowed), None (not known)."""
@@ -156,6 +167,8 @@ class Robots:
 
     def _got(self, result: FetchResult, origin: str, entry: _Entry) -> None:
         now = self._clock.seconds()
+        if self.keep_answers and result.headers is not None:
+            entry.answer = result
         body = None
         if 200 <= result.status < 300:
             if result.error == "truncated":

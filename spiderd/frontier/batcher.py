@@ -15,7 +15,9 @@ which a spiderd worker runs once.
 Targets take turns by batch number.  A refused connection, a timeout, an
 HTTP error or a ``"status": "error"`` answer sends the batch to the next
 target after a backoff; it leaves the spool only once a target accepted it.
-``startService`` resends whatever the spool holds.  ``stopService`` seals the
+``startService`` resends whatever the spool holds.  Pages sent again (seed
+004's mod_detail, ``add_recrawls``) go in batches of their own, sealed at once,
+with each page's previous fetch and validators in ``DISTRIBUTED_RECRAWL``.  ``stopService`` seals the
 open batch and returns the ``DeferredList`` of every POST in flight (bounded
 by ``stop_timeout``); unsent batches stay spooled for the next start.
 """
@@ -38,13 +40,14 @@ from spiderd.config.sections import BatchSection
 from spiderd.contracts.pool import IBatchLedger
 from spiderd.core.blocking import Lane
 from spiderd.core.lifecycle import InFlight, settled
+from spiderd.core.recrawls import Recrawl
 from spiderd.core.reactors import INodeReactor
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import redact
 from spiderd.frontier.batchspool import Batch, append_lines, open_path, read_spool, remove, write_sealed
 from spiderd.frontier.batchtargets import TargetFigures, next_target, target_rows
 from spiderd.config.jobrules import job_setting
-from spiderd.frontier.batchwire import check_answer, make_client, schedule_form, split, target_url
+from spiderd.frontier.batchwire import check_answer, make_client, schedule_form, split, split_recrawls, target_url
 
 if TYPE_CHECKING:
     from treq.client import HTTPClient
@@ -166,6 +169,33 @@ class Batcher(Service):
         self._arm_timer()
         return len(fresh)
 
+    def add_recrawls(self, pages: list[Recrawl]) -> Deferred[int]:
+        """Send detail pages again (seed 004's mod_detail, from ``IRecrawl.recrawl_batched``): in batches of their
+        own (no seen set: they were sent before), each naming its pages' previous fetches (``DISTRIBUTED_RECRAWL``),
+        sealed and spooled at once; fires with the number spooled."""
+        if not self.running:
+            return defer.fail(RuntimeError("the batcher is stopped"))
+        return self._lock.run(self._add_recrawls, list(pages))
+
+    @defer.inlineCallbacks
+    def _add_recrawls(self, pages: list[Recrawl]) -> Any:
+        size = self._config.size
+        by_spider = _by_spider([p.url for p in pages], self._spider_of)
+        of = {p.url: p for p in pages}
+        chunks = [(spider, chunk) for spider, urls in by_spider.items()
+                  for start in range(0, len(urls), size)
+                  for chunk in split_recrawls([of[u] for u in urls[start:start + size]], self._config.max_setting_bytes)]
+        if not chunks:
+            return 0
+        first = yield self._pool.next_batch(len(chunks))
+        batches = [Batch(first + i, [p.url for p in chunk], spider, recrawls=chunk)
+                   for i, (spider, chunk) in enumerate(chunks)]
+        yield self._in_thread(write_sealed, self._dir, batches, list(self._open))
+        for batch in batches:
+            self._spooled[batch.number] = batch
+            self._send(batch)
+        return len(pages)
+
     def _arm_timer(self) -> None:
         """Have the open batch sent ``flush_interval`` after now, unless it is empty or a timer is set."""
         if self._open and self.running and (self._timer is None or not self._timer.active()):
@@ -242,7 +272,7 @@ class Batcher(Service):
     def _post(self, url: str, auth: tuple[str, str] | None, batch: Batch) -> Deferred[Any]:
         spider = batch.spider or self._config.spider
         data = schedule_form(self._config.project, spider, batch.number, batch.job_id, batch.urls,
-                             self._config.feed_uri, self._rules_of(spider))
+                             self._config.feed_uri, self._rules_of(spider), batch.recrawls)
         assert self._http is not None  # made at start
         d = self._http.post(url, data=data, auth=auth, timeout=self._config.timeout,
                             reactor=self._clock)  # type: ignore[arg-type]  # treq needs only its timers here

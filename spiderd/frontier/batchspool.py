@@ -10,16 +10,19 @@ from dataclasses import dataclass, field
 
 from twisted.internet.interfaces import IDelayedCall
 
+from spiderd.core import recrawls
 from spiderd.core.fsutil import unlink_quietly, write_many_atomically
 
 
 @dataclass
 class Batch:
-    """A sealed batch: its number, its URLs and spider, its spool file and its sending state."""
+    """A sealed batch: its number, its URLs and spider, its spool file and its sending state; a batch of recrawls
+    (seed 004's mod_detail) has each URL's previous fetch too, sent as DISTRIBUTED_RECRAWL."""
 
     number: int
     urls: list[str]
     spider: str = ""
+    recrawls: list[recrawls.Recrawl] = field(default_factory=list)
     job_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # the same at every resend: run once
     attempts: int = 0
     path: str = ""
@@ -48,7 +51,10 @@ def write_sealed(directory: str, batches: list[Batch], rest: list[str]) -> None:
     files = []
     for batch in batches:
         batch.path = os.path.join(directory, f"batch-{batch.number}.json")
-        data = {"batch": batch.number, "spider": batch.spider, "job_id": batch.job_id, "urls": batch.urls}
+        data: dict[str, object] = {"batch": batch.number, "spider": batch.spider, "job_id": batch.job_id,
+                                   "urls": batch.urls}
+        if batch.recrawls:
+            data["recrawl"] = {r.url: r.entry() for r in batch.recrawls}
         files.append((batch.path, json.dumps(data).encode()))
     files.append((open_path(directory), "".join(u + "\n" for u in rest).encode()))
     write_many_atomically(files)
@@ -63,6 +69,9 @@ def read_spool(directory: str) -> tuple[list[Batch], list[str]]:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
             batch = Batch(int(data["batch"]), list(data["urls"]), str(data.get("spider", "")), path=path)
+            if data.get("recrawl"):
+                kept = recrawls.parse(json.dumps(data["recrawl"]), len(data["recrawl"]))
+                batch.recrawls = [kept[url] for url in batch.urls if url in kept]
             batch.job_id = str(data.get("job_id", "")) or batch.job_id
             spooled.append(batch)
     in_batches = {url for batch in spooled for url in batch.urls}

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from twisted.internet import defer
 
 from spiderd.config.jobrules import SETTING as RULES_SETTING
+from spiderd.core import recrawls
 from spiderd.core.reactors import ITCPClock
 
 if TYPE_CHECKING:
@@ -29,6 +30,24 @@ def split(urls: list[str], max_bytes: int) -> list[list[str]]:
             chunks.append(current)
             current, size, cost = [], len(SETTING_PREFIX) + 2, cost - 2
         current.append(url)
+        size += cost
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def split_recrawls(pages: list[recrawls.Recrawl], max_bytes: int) -> list[list[recrawls.Recrawl]]:
+    """Consecutive chunks of ``pages`` whose ``DISTRIBUTED_RECRAWL=<json>`` fits in ``max_bytes`` (their
+    ``DISTRIBUTED_START_URLS`` is smaller still)."""
+    chunks: list[list[recrawls.Recrawl]] = []
+    current: list[recrawls.Recrawl] = []
+    size = len(recrawls.PREFIX) + 2  # the braces
+    for page in pages:
+        cost = recrawls.entry_bytes(page) - 2 + (1 if current else 0)  # its "url": {...}, and a comma
+        if current and size + cost > max_bytes:
+            chunks.append(current)
+            current, size, cost = [], len(recrawls.PREFIX) + 2, cost - 1
+        current.append(page)
         size += cost
     if current:
         chunks.append(current)
@@ -74,9 +93,11 @@ def make_client(reactor: ITCPClock) -> HTTPClient:
 
 
 def schedule_form(project: str, spider: str, batch: int, job_id: str, urls: list[str],
-                  feed_uri: str | None = None, rules: str | None = None) -> list[tuple[str, str]]:
-    """The ``schedule.json`` form of one batch: its URLs in one setting, its job id fixed across resends, and its
-    site's rules (``rules``: :func:`spiderd.config.jobrules.job_setting`) in another."""
+                  feed_uri: str | None = None, rules: str | None = None,
+                  recrawled: list[recrawls.Recrawl] | None = None) -> list[tuple[str, str]]:
+    """The ``schedule.json`` form of one batch: its URLs in one setting, its job id fixed across resends, its
+    site's rules (``rules``: :func:`spiderd.config.jobrules.job_setting`) in another; a batch of recrawls has their
+    previous fetches in one more (``DISTRIBUTED_RECRAWL``)."""
     data = [
         ("project", project),
         ("spider", spider),
@@ -88,4 +109,6 @@ def schedule_form(project: str, spider: str, batch: int, job_id: str, urls: list
         data.insert(2, ("setting", f"FEED_URI={feed_uri}"))
     if rules is not None:
         data.append(("setting", f"{RULES_SETTING}={rules}"))
+    if recrawled:
+        data.append(("setting", recrawls.PREFIX + recrawls.setting_value(recrawled)))
     return data

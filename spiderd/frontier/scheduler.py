@@ -39,6 +39,13 @@ list and detail URLs (recrawled pages included): ``[pool] list_ratio`` and
 node of a cluster runs its own recrawler; one script per call on Redis means
 no page is queued twice.  Sites that share a registered domain share the
 shortest interval.
+
+Where detail pages go to workers in batches (``[batch] targets``), recrawled
+detail pages go to them too: the pool keeps the pages it sent in a crawled set
+of their own (scored when sent, or when this node's worker fetched them), the
+recrawler takes those due (``recrawl_batched``, within the detail budget) and
+the batcher sends them again in batches that carry each page's previous fetch
+and validators (``DISTRIBUTED_RECRAWL``, see :mod:`spiderd.core.recrawls`).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from twisted.application.service import Service
 from twisted.internet import defer, task
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -57,7 +65,8 @@ from spiderd.config.sections import PoolSection
 from spiderd.contracts.pool import IRecrawl, ISeedTimerPool
 from spiderd.core.cron import Cron, CronError, parse
 from spiderd.core.lifecycle import InFlight
-from spiderd.core.urls import registered_domain
+from spiderd.core.recrawls import Recrawl
+from spiderd.core.urls import host_of, registered_domain
 
 log = Logger()
 
@@ -141,6 +150,10 @@ class RecrawlPolicy:
                         intervals[(domain, kind)] = min(seconds, intervals.get((domain, kind), seconds))
         return cls(intervals)
 
+    def keeps(self, url: str, kind: str) -> bool:
+        """Whether the pages of kind ``kind`` of ``url``'s registered domain are recrawled."""
+        return bool(self.intervals) and (registered_domain(host_of(url)), kind) in self.intervals
+
     def pairs(self) -> list[tuple[str, str]]:
         """The (domain, kind) pairs the pool keeps crawled sets for."""
         return list(self.intervals)
@@ -167,8 +180,12 @@ class Recrawler(Service):
     name = "recrawler"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, clock: IReactorTime, pool: IRecrawl, policy: RecrawlPolicy, fetches: Callable[[], int], *,
-                 every: float = 60.0, batch: int = 1000, ratios: Mapping[str, float] | None = None) -> None:
+                 every: float = 60.0, batch: int = 1000, ratios: Mapping[str, float] | None = None,
+                 batched: Callable[[list[Recrawl]], Deferred[Any]] | None = None) -> None:
+        """``batched``: where detail pages go when workers fetch them (the batcher's ``add_recrawls``): the
+        detail pages due are then those sent in batches (``pool.recrawl_batched``), sent there again."""
         self._clock = clock
+        self._batched = batched
         self._pool = pool
         self._policy = policy
         self._fetches = fetches
@@ -217,10 +234,22 @@ class Recrawler(Service):
             mine = [c for c in cutoffs if c[1] == kind]
             if allowed <= 0 or not mine:
                 continue
-            counts[kind] = yield self._pool.recrawl(mine, allowed)
+            if kind == "detail" and self._batched is not None:
+                counts[kind] = yield self._send_again(mine, allowed)
+            else:
+                counts[kind] = yield self._pool.recrawl(mine, allowed)
             self.queued_by_kind[kind] += counts[kind]
             waiting += counts[kind]
         return self._queued(counts)
+
+    @defer.inlineCallbacks
+    def _send_again(self, cutoffs: list[tuple[str, str, float]], allowed: int) -> Any:
+        """The detail pages sent in batches whose interval has passed, sent again in batches; their number."""
+        assert self._batched is not None
+        pages = yield self._pool.recrawl_batched(cutoffs, allowed)
+        if pages:
+            yield self._batched(pages)
+        return len(pages)
 
     @staticmethod
     def _failed(failure: Failure) -> int:
@@ -235,14 +264,48 @@ class Recrawler(Service):
         return total
 
 
+class FetchesTold:
+    """What this node's worker tells of its jobs' fetches (each stored 200 and 304, as a ``Recrawl``: URL, time,
+    the answer's validators), for the pages of the domains whose detail pages are recrawled: into the pool
+    (``batched_fetched``), one call per turn of the reactor, so the next recrawl of each is conditional on
+    them."""
+
+    def __init__(self, clock: IReactorTime, pool: IRecrawl, policy: RecrawlPolicy) -> None:
+        self._clock = clock
+        self._pool = pool
+        self._policy = policy
+        self._waiting: list[Recrawl] = []
+        self._call: IDelayedCall | None = None
+
+    def __call__(self, page: Recrawl) -> None:
+        if self._policy.keeps(page.url, "detail"):
+            self._waiting.append(page)
+            if self._call is None:
+                self._call = self._clock.callLater(0, self._flush)
+
+    def _flush(self) -> None:
+        pages, self._waiting, self._call = self._waiting, [], None
+        d = defer.maybeDeferred(self._pool.batched_fetched, pages)
+        d.addErrback(lambda f: log.failure("Recording {count} fetches of batched pages", f, count=len(pages)))
+
+
+def fetches_told(clock: IReactorTime, pool: IRecrawl, sites: Iterable[Any]) -> FetchesTold | None:
+    """What this node's worker tells its pool of its fetches, where any site recrawls its detail pages."""
+    policy = RecrawlPolicy.from_sites(sites)
+    return FetchesTold(clock, pool, policy) if any(kind == "detail" for _, kind in policy.intervals) else None
+
+
 def schedulers(config: PoolSection, sites: Iterable[Any], clock: IReactorTime, seeds: ISeedTimerPool,
-               pages: IRecrawl, fetches: Callable[[], int]) -> tuple[SeedTimer | None, Recrawler | None]:
+               pages: IRecrawl, fetches: Callable[[], int],
+               batched: Callable[[list[Recrawl]], Deferred[Any]] | None = None,
+               ) -> tuple[SeedTimer | None, Recrawler | None]:
     """The seed timer (``[pool] seed_cron``, on the pool's ``seeds``) and the recrawler (sites with recrawl
-    intervals; the ``recrawl_*`` keys of ``[pool]``; on its crawled ``pages``), each when configured."""
+    intervals; the ``recrawl_*`` keys of ``[pool]``; on its crawled ``pages``; detail pages sent again to
+    ``batched``, the batcher, where workers fetch them), each when configured."""
     timer = SeedTimer(clock, seeds, parse(config.seed_cron)) if config.seed_cron else None
     policy = RecrawlPolicy.from_sites(sites)
     if not policy.intervals:
         return timer, None
     ratios = {"list": config.recrawl_list_ratio, "detail": config.recrawl_detail_ratio}
     return timer, Recrawler(clock, pages, policy, fetches, every=config.recrawl_every, batch=config.recrawl_batch,
-                            ratios=ratios)
+                            ratios=ratios, batched=batched)

@@ -76,6 +76,7 @@ class _Options(TypedDict):
     preset: int
     batch_size: int
     flush_interval: float
+    item_table: bool
 
 
 def open_store(
@@ -88,13 +89,16 @@ def open_store(
     flush_interval: float = 1.0,
     stop_timeout: float = 60.0,
     lane: Lane | None = None,
+    item_table: bool = False,
 ) -> PageStore | ShardedStore:
     """The page store named by ``url`` (a Service: start it before use, stop it to flush and close).
 
     ``stop_timeout`` bounds how long a MySQL store keeps retrying at stop
-    while the server is unreachable; ``lane`` is the SQLite store's (default: one of its own).
+    while the server is unreachable; ``lane`` is the SQLite store's (default: one of its own); ``item_table``: each
+    page's item goes in ``crawler_item`` too.
     """
-    options: _Options = {"preset": preset, "batch_size": batch_size, "flush_interval": flush_interval}
+    options: _Options = {"preset": preset, "batch_size": batch_size, "flush_interval": flush_interval,
+                         "item_table": item_table}
     if not isinstance(url, str):
         if not url or not all(u.startswith("mysql://") for u in url):
             raise ValueError("shards must be one or more mysql:// URLs")
@@ -116,4 +120,4 @@ def page_store(config: StoreSection, data_dir: str, reactor: IThreadedClock,
     if config.url == "none":
         return None
     return open_store(config.url, data_dir, reactor, preset=config.compression_preset, batch_size=config.batch_size,
-                      lane=lane)
+                      lane=lane, item_table=config.item_table)

@@ -48,11 +48,22 @@ class Page:
     hub: bool
     compressed: bytes | None = None  # html_lzma made elsewhere (by a parse worker), or None
     digest: str | None = None  # the body's content digest (spiderd.core.digest), or None (the column's NULL)
+    item: ItemRow | None = None  # its item's row of crawler_item (a store with item_table), or None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRow:
+    """A page's item as the ``crawler_item`` table keeps it: its site, its fields (JSON text) and its fetch time."""
+
+    site: str
+    fields: str
+    fetched_at: float
 
 
 @dataclass(frozen=True, slots=True)
 class Statements:
-    """A backend's SQL: the upsert takes (urlhash, url, html_lzma, digest), the hub insert (url,).
+    """A backend's SQL: the upsert takes (urlhash, url, html_lzma, digest), the hub insert (url,), the item upsert
+    (urlhash, url, site, fields, fetched_at).
 
     ``digest`` False: the upsert takes the first three only (a table without the column, see mysql.py).
     """
@@ -60,6 +71,7 @@ class Statements:
     upsert: str
     hub: str
     digest: bool = True
+    item: str = ""
 
 
 class Batch:
@@ -116,6 +128,15 @@ def _write_all(cursor: Any, sql: Statements, batch: Batch, rows: list[Any], good
     hubs = [(batch.pages[i].url,) for i in good if batch.pages[i].hub]
     if hubs:
         cursor.executemany(sql.hub, hubs)
+    items = [_item_params(rows[i], batch.pages[i].item) for i in good if batch.pages[i].item is not None]
+    if items and sql.item:
+        cursor.executemany(sql.item, items)
+
+
+def _item_params(row: Row, item: ItemRow | None) -> tuple[Any, ...]:
+    """The item upsert's parameters: the page row's urlhash (as the database keeps it) and URL, then the item's."""
+    assert item is not None
+    return (row[0], row[1], item.site, item.fields, item.fetched_at)
 
 
 def _write_one(cursor: Any, sql: Statements, page: Page, row: Any, fatal: Fatal) -> BaseException | None:
@@ -123,6 +144,8 @@ def _write_one(cursor: Any, sql: Statements, page: Page, row: Any, fatal: Fatal)
         cursor.execute(sql.upsert, _params(sql, row))
         if page.hub:
             cursor.execute(sql.hub, (page.url,))
+        if page.item is not None and sql.item:
+            cursor.execute(sql.item, _item_params(row, page.item))
 
     try:
         _in_savepoint(cursor, write)
@@ -168,10 +191,13 @@ class PageStore(Service):
     max_hub_url_length: int | None = None  # a backend whose hub column is bounded sets it
 
     def __init__(
-        self, reactor: IReactorTime, *, preset: int = 1, batch_size: int = 100, flush_interval: float = 1.0
+        self, reactor: IReactorTime, *, preset: int = 1, batch_size: int = 100, flush_interval: float = 1.0,
+        item_table: bool = False,
     ) -> None:
+        """``item_table``: each page's item goes in ``crawler_item`` too, in the same transaction as the page."""
         if not FAST <= preset <= 9 or batch_size < 1 or not flush_interval > 0:
             raise ValueError(f"bad store options: {preset=} {batch_size=} {flush_interval=}")
+        self.item_table = item_table
         self._reactor = reactor
         self.preset = preset
         self.batch_size = batch_size
@@ -196,19 +222,21 @@ class PageStore(Service):
 
     def save(
         self, url: str, urlhash: int, html: bytes, hub: bool = False, compressed: bytes | None = None,
-        digest: str | None = None,
+        digest: str | None = None, item: ItemRow | None = None,
     ) -> Deferred[None]:
         """Queue a page (and, if ``hub``, its URL as a hub); fires once its row is committed.
 
         ``compressed``, when given, is the page already XZ-compressed (by a parse worker), stored as is;
-        ``digest`` is its content digest (the ``digest`` column; NULL without one).
+        ``digest`` is its content digest (the ``digest`` column; NULL without one); ``item``, its item's row of
+        ``crawler_item``, written in the page's transaction where ``item_table`` is on (else left out).
         """
         problem = self._not_running(f"page {url!r} not saved") or check_page(url, urlhash, html)
         problem = problem or (self._hub_too_long(url) if hub else None)
         if problem is not None:
             return fail(problem)
         done: Deferred[None] = Deferred()
-        self._queue.append((Page(url, urlhash, bytes(html), bool(hub), compressed, digest), done))
+        kept = item if self.item_table else None
+        self._queue.append((Page(url, urlhash, bytes(html), bool(hub), compressed, digest, kept), done))
         if len(self._queue) >= self.batch_size:
             self.flush()
         elif self._timer is None:
@@ -374,7 +402,7 @@ class NullStore(PageStore):
 
     def save(
         self, url: str, urlhash: int, html: bytes, hub: bool = False, compressed: bytes | None = None,
-        digest: str | None = None,
+        digest: str | None = None, item: ItemRow | None = None,
     ) -> Deferred[None]:
         problem = self._not_running(f"page {url!r} not saved") or check_page(url, urlhash, html)
         return fail(problem) if problem else succeed(None)

@@ -9,6 +9,8 @@ from zope.interface import Interface
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
+    from spiderd.store.base import ItemRow
+
 
 class IPageStore(Interface):
     """Where fetched pages go (seed 000's ``crawler_html`` and ``crawler_hub``)."""
@@ -17,13 +19,15 @@ class IPageStore(Interface):
     preset: int  # the XZ preset pages are compressed with
     pending: int  # pages accepted but not yet committed: a back-pressure signal
     where: str  # where the pages go, fit for logs (never a password)
+    item_table: bool  # each page's item goes in crawler_item too (save's ``item``)
 
     def save(url: str, urlhash: int, html: bytes, hub: bool = False, compressed: bytes | None = None,
-             digest: str | None = None) -> Deferred[None]:
+             digest: str | None = None, item: ItemRow | None = None) -> Deferred[None]:
         """Queue a page (and, if ``hub``, its URL as a hub) for a batched write; fires once it is committed.
 
         ``compressed``, when given, is the page already XZ-compressed at ``preset`` (by a parse worker);
-        ``digest``: its content digest (spiderd.core.digest; the ``digest`` column)."""
+        ``digest``: its content digest (spiderd.core.digest; the ``digest`` column); ``item``: its item's row of
+        ``crawler_item``, written in the page's transaction where ``item_table`` is on."""
 
     def save_hubs(urls: Iterable[str]) -> Deferred[int]:
         """Record hub URLs, ignoring those already stored; fires with the number added."""

@@ -12,6 +12,9 @@ URL fails or silently merges two URLs:
   and a case-insensitive collation ``/News`` and ``/news``; longer hub URLs
   are refused with a clear error.
 
+With ``item_table``, a third table, ``crawler_item`` (urlhash, url, site, the site's fields as JSON, fetched_at),
+holds each page's item, written in the page's transaction (seed 004's pagebase: fields queried without Spark).
+
 A ``digest`` column (the page's content digest, ``sha1:BASE32``) follows
 ``created_at``; a ``crawler_html`` made before it gets it (``ALTER TABLE ...
 ADD COLUMN``, NULL for the rows already there) at the first write, on the
@@ -33,7 +36,7 @@ once (a connection the server closed while idle), then fail to the caller.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -71,6 +74,18 @@ SCHEMA = {
     " PRIMARY KEY (`id`), UNIQUE KEY `url` (`url`)"
     ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 ROW_FORMAT=DYNAMIC",
 }
+ITEM_SCHEMA = ("CREATE TABLE IF NOT EXISTS `crawler_item` ("
+               " `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT,"
+               " `urlhash` bigint(20) unsigned NOT NULL COMMENT 'farmhash, as in crawler_html',"
+               " `url` text NOT NULL,"
+               " `site` varchar(255) NOT NULL,"
+               " `fields` json NOT NULL COMMENT 'the site''s fields',"
+               " `fetched_at` double NOT NULL COMMENT 'Unix seconds',"
+               " PRIMARY KEY (`id`), UNIQUE KEY `urlhash` (`urlhash`)"
+               ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4")
+ITEM_UPSERT = ("INSERT INTO crawler_item (urlhash, url, site, fields, fetched_at) VALUES (%s, %s, %s, %s, %s) "
+               "ON DUPLICATE KEY UPDATE url = VALUES(url), site = VALUES(site), fields = VALUES(fields), "
+               "fetched_at = VALUES(fetched_at)")
 SQL = Statements(
     upsert="INSERT INTO crawler_html (urlhash, url, html_lzma, digest) VALUES (%s, %s, %s, %s) ON DUPLICATE KEY "
     "UPDATE url = VALUES(url), html_lzma = VALUES(html_lzma), digest = VALUES(digest), created_at = CURRENT_TIMESTAMP",
@@ -231,7 +246,8 @@ class MySQLStore(PageStore):
         self._pool: adbapi.ConnectionPool | None = None
         self._deadline: IDelayedCall | None = None
         self._schema_ready = False
-        self._sql = SQL
+        self._schema = {**SCHEMA, "crawler_item": ITEM_SCHEMA} if self.item_table else SCHEMA
+        self._sql = replace(SQL, item=ITEM_UPSERT) if self.item_table else SQL
 
     @property
     def where(self) -> str:
@@ -295,10 +311,10 @@ class MySQLStore(PageStore):
             return
         txn.execute(
             "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN %s",
-            (tuple(SCHEMA),),
+            (tuple(self._schema),),
         )
         existing = {row[0] for row in txn.fetchall()}
-        for table, statement in SCHEMA.items():
+        for table, statement in self._schema.items():
             if table not in existing:
                 txn.execute(statement)
         if "crawler_html" in existing:
@@ -324,7 +340,7 @@ class MySQLStore(PageStore):
                 raise
             log.warn("page store: crawler_html in {where} has no digest column and this user may not add it "
                      "({error}); pages are stored without their digest", where=self.where, error=describe(e))
-            self._sql = SQL_NO_DIGEST
+            self._sql = replace(SQL_NO_DIGEST, item=self._sql.item)
 
     def _write_txn(self, txn: Any, batch: Batch) -> Outcome:
         batch.encode(int)  # compress before the transaction starts

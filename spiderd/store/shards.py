@@ -19,7 +19,7 @@ from zope.interface import implementer
 
 from spiderd.store.interfaces import IPageStore
 from spiderd.core.urls import fingerprint
-from spiderd.store.base import PageStore, check_page
+from spiderd.store.base import ItemRow, PageStore, check_page
 
 
 @implementer(IPageStore)
@@ -42,6 +42,10 @@ class ShardedStore(MultiService):
         return self.shards[0].preset
 
     @property
+    def item_table(self) -> bool:
+        return self.shards[0].item_table
+
+    @property
     def where(self) -> str:
         return " + ".join(shard.where for shard in self.shards)
 
@@ -54,10 +58,10 @@ class ShardedStore(MultiService):
         return self.shards[urlhash % len(self.shards)]
 
     def save(self, url: str, urlhash: int, html: bytes, hub: bool = False,
-             compressed: bytes | None = None, digest: str | None = None) -> Deferred[None]:
+             compressed: bytes | None = None, digest: str | None = None, item: ItemRow | None = None) -> Deferred[None]:
         problem = check_page(url, urlhash, html)
         shard = self.shards[0] if problem is not None else self.shard_of(urlhash)  # the shard says what is wrong
-        return shard.save(url, urlhash, html, hub=hub, compressed=compressed, digest=digest)
+        return shard.save(url, urlhash, html, hub=hub, compressed=compressed, digest=digest, item=item)
 
     def save_hubs(self, urls: Iterable[str]) -> Deferred[int]:
         by_shard: dict[int, list[str]] = {}

@@ -1,6 +1,7 @@
 """The embedded page store: SQLite on one lane (one thread, in order) that owns the connection.
 
-The schema is seed 000's, in SQLite's types, plus a ``digest`` column (the page's
+The schema is seed 000's, in SQLite's types (with ``item_table``, a ``crawler_item`` table too: each page's
+item, written in the page's transaction), plus a ``digest`` column (the page's
 content digest; added, NULL for the rows already there, to a table made before it,
 when the store opens, on its thread).  SQLite's INTEGER is a *signed*
 64-bit number, so ``urlhash`` (an unsigned farmhash) is stored as its signed
@@ -45,12 +46,26 @@ CREATE TABLE IF NOT EXISTS crawler_hub (
     created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP
 );
 """
+ITEM_SCHEMA = """
+CREATE TABLE IF NOT EXISTS crawler_item (
+    id INTEGER PRIMARY KEY,
+    urlhash INTEGER NOT NULL UNIQUE,  -- the page's, as in crawler_html
+    url TEXT NOT NULL,
+    site TEXT NOT NULL,
+    fields TEXT NOT NULL CHECK (json_valid(fields)),  -- the site's fields, JSON (json_extract(fields, '$.title'))
+    fetched_at REAL NOT NULL  -- Unix seconds
+);
+"""
+ITEM_UPSERT = ("INSERT INTO crawler_item (urlhash, url, site, fields, fetched_at) VALUES (?, ?, ?, ?, ?) "
+               "ON CONFLICT (urlhash) DO UPDATE SET url = excluded.url, site = excluded.site, "
+               "fields = excluded.fields, fetched_at = excluded.fetched_at")
 SQL = Statements(
     upsert="INSERT INTO crawler_html (urlhash, url, html_lzma, digest) VALUES (?, ?, ?, ?) ON CONFLICT (urlhash) "
     "DO UPDATE SET url = excluded.url, html_lzma = excluded.html_lzma, digest = excluded.digest, "
     "created_at = CURRENT_TIMESTAMP",
     hub="INSERT INTO crawler_hub (url) VALUES (?) ON CONFLICT (url) DO NOTHING",
 )
+SQL_ITEMS = Statements(SQL.upsert, SQL.hub, item=ITEM_UPSERT)
 # Errors that concern the whole database (disk full, I/O error, locked): they fail the whole batch.
 FATAL = (sqlite3.OperationalError,)
 
@@ -76,9 +91,11 @@ def add_digest_column(db: sqlite3.Connection) -> None:
 class SQLiteDB:
     """The blocking half: a connection used only on the store's own thread."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, item_table: bool = False) -> None:
         self.path = path
         self._db: sqlite3.Connection | None = None
+        self._item_table = item_table
+        self._sql = SQL_ITEMS if item_table else SQL
 
     def open(self) -> sqlite3.Connection:
         """The connection, opened (and the schema created) on first use."""
@@ -89,14 +106,14 @@ class SQLiteDB:
             db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
-            db.executescript(SCHEMA)
+            db.executescript(SCHEMA + (ITEM_SCHEMA if self._item_table else ""))
             add_digest_column(db)
             self._db = db
         return self._db
 
     def write(self, batch: Batch) -> Outcome:
         """Write a batch in one transaction; one outcome per page."""
-        return self._transaction(lambda cursor: write_rows(cursor, SQL, batch, to_signed, FATAL))
+        return self._transaction(lambda cursor: write_rows(cursor, self._sql, batch, to_signed, FATAL))
 
     def write_hubs(self, urls: list[str]) -> int:
         """Insert hub URLs, skipping known ones; the number inserted."""
@@ -150,7 +167,7 @@ class SQLiteStore(PageStore):
     def __init__(self, path: str, reactor: IThreadedClock, lane: Lane | None = None, **options: Any) -> None:
         super().__init__(reactor, **options)
         self.path = path
-        self._db = SQLiteDB(path)
+        self._db = SQLiteDB(path, self.item_table)
         self._lane = lane or Lane(reactor, "store")
         self._opened = False
 

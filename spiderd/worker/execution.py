@@ -19,6 +19,8 @@ from twisted.logger import Logger, LogLevel
 
 from spiderd.core.feeduri import partition_window
 from spiderd.core.fsutil import unlink_quietly
+from spiderd.core.recrawls import Recrawl
+from spiderd.core.urls import BadURL, canonicalize
 from spiderd.core.secrets import redact
 from spiderd.core.rules import Site
 from spiderd.feed import parquet, warc
@@ -88,6 +90,7 @@ class Execution:
             run.part_clock = PartClock(self._reactor, self._config.rotate_seconds, self._config.rotate_idle,
                                        lambda: self._seal(run))
             items.on_write = run.part_clock.wrote
+        run.recrawl = _canonical_keys(options.recrawl)
         if options.per_domain or options.download_delay:
             run.hosts = JobHosts(options.per_domain, options.download_delay)
         return run
@@ -123,6 +126,7 @@ class Execution:
         job.stats = {}
         yield run.items.open()
         if run.warc is not None:
+            run.warc.name = shipped_name(warc_uri(job.feed_uri))  # (its warcinfo names the file as shipped)
             yield run.warc.open()
         if not run.halted:
             urls = yield self._io(self._store.load_urls, job)
@@ -332,3 +336,22 @@ def _forget_parts(parts: JobParts) -> None:
 def _cap(*caps: int) -> int:
     """The lowest of the caps that are set (0: none)."""
     return min((c for c in caps if c), default=0)
+
+
+def _canonical_keys(recrawls: Mapping[str, Recrawl]) -> dict[str, Recrawl]:
+    """DISTRIBUTED_RECRAWL by the canonical form of each URL (the form a job's URLs are fetched in); a URL that is
+    none is left out (its fetch, if it is one of the job's, is a plain GET)."""
+    found = {}
+    for url, recrawl in recrawls.items():
+        try:
+            found[canonicalize(url)] = recrawl
+        except BadURL:
+            continue
+    return found
+
+
+def shipped_name(uri: str) -> str:
+    """The name a file is shipped under: the last part of its feed URI's path."""
+    from urllib.parse import unquote, urlsplit
+
+    return os.path.basename(unquote(urlsplit(uri).path)) or uri

@@ -12,6 +12,9 @@
 ``ROBOTSTXT_OBEY``                 ``False``: this job's requests are not checked against robots.txt
 ``SPIDERD_SITE_RULES``             the site's extraction rules of the frontier that sent the job (its pages are
                                    extracted with them: :mod:`spiderd.config.jobrules`)
+``DISTRIBUTED_RECRAWL``            the job's URLs that are recrawls, with their previous fetch and validators (a
+                                   JSON object, see :mod:`spiderd.core.recrawls`): fetched conditionally; a 304
+                                   is done with no item line, a 200's item says ``"recrawl": true``
 =================================  ============================================================================
 
 Every other setting is ignored: its name is listed in the job's ``ignored_settings`` and logged as a
@@ -21,13 +24,13 @@ warning.  A bad value is refused with a message naming the setting, as Scrapy wo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from spiderd.core import jsontext
+from spiderd.core import jsontext, recrawls
 
 HONOURED = ("DISTRIBUTED_START_URLS", "FEED_URI", "FEEDS", "FEED_FORMAT", "DOWNLOAD_DELAY", "CONCURRENT_REQUESTS",
-            "CONCURRENT_REQUESTS_PER_DOMAIN", "USER_AGENT", "ROBOTSTXT_OBEY", "SPIDERD_SITE_RULES")
+            "CONCURRENT_REQUESTS_PER_DOMAIN", "USER_AGENT", "ROBOTSTXT_OBEY", "SPIDERD_SITE_RULES", recrawls.SETTING)
 MAX_DELAY = 300.0  # as the Crawl-delay honoured at most: a job cannot park a host (and its slot) for longer
 MAX_CONCURRENCY = 100_000
 MAX_USER_AGENT = 512
@@ -36,6 +39,7 @@ FEED_OPTIONS_KEPT = ("format", "encoding")
 _TRUE, _FALSE = ("True", "true", "1"), ("False", "false", "0")
 MAX_IGNORED = 50  # names listed, at most
 MAX_NAME = 100
+MAX_RECRAWLS = 1_000_000  # entries of DISTRIBUTED_RECRAWL (a job's URLs are fewer: worker.max_job_urls)
 
 
 class SettingError(ValueError):
@@ -53,6 +57,7 @@ class JobOptions:
     user_agent: str | None = None
     robots: bool = True
     ignored: tuple[str, ...] = ()  # options of its FEEDS entry that a spiderd job does not use
+    recrawl: Mapping[str, recrawls.Recrawl] = field(default_factory=dict)  # URL as sent -> its previous fetch
 
     def fetch_options(self) -> dict[str, Any]:
         """The fetcher's per-request arguments (empty for a job that sets neither)."""
@@ -79,6 +84,8 @@ class JobOptions:
             said.append(f"USER_AGENT={self.user_agent!r}")
         if not self.robots:
             said.append("ROBOTSTXT_OBEY=False (robots.txt not checked)")
+        if self.recrawl:
+            said.append(f"{recrawls.SETTING}: {len(self.recrawl)} recrawls (conditional GET; a 304 makes no item)")
         return "; settings: " + ", ".join(said) if said else ""
 
 
@@ -102,7 +109,17 @@ def job_options(settings: Mapping[str, str]) -> JobOptions:
         user_agent=_user_agent(settings.get("USER_AGENT")),
         robots=_bool("ROBOTSTXT_OBEY", settings.get("ROBOTSTXT_OBEY"), True),
         ignored=ignored,
+        recrawl=_recrawl(settings.get(recrawls.SETTING)),
     )
+
+
+def _recrawl(raw: str | None) -> dict[str, recrawls.Recrawl]:
+    if raw is None:
+        return {}
+    try:
+        return recrawls.parse(raw, MAX_RECRAWLS)
+    except recrawls.RecrawlError as e:
+        raise SettingError(str(e)) from None
 
 
 def _delay(raw: str | None) -> float:

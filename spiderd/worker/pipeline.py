@@ -43,7 +43,9 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
+from spiderd.core import conditional as cg
 from spiderd.core import status as st
+from spiderd.core.recrawls import Recrawl
 from spiderd.core.retry import Backoff
 from spiderd.core.storage import storage_error
 from spiderd.core import throttle as th
@@ -86,11 +88,13 @@ class Pipeline:
 
     def __init__(self, reactor: IReactorTime, config: WorkerConfig, fetcher: Fetcher, steps: PageSteps,
                  itemized: Itemized | None = None, clock: IReactorTime | None = None,
-                 stats: CrawlStats | None = None, on_slack: Callable[[], None] | None = None) -> None:
+                 stats: CrawlStats | None = None, on_slack: Callable[[], None] | None = None,
+                 on_fetched: Callable[[Recrawl], None] | None = None) -> None:
         """``reactor`` does the I/O; ``clock`` (default: the reactor) runs the retry and per-host timers;
         ``stats`` (the node's CrawlStats, if given) counts every fetch, for its status and metrics; ``on_slack``
         is called when the worker has free slots that no running job's URL may take now (the runner may start
-        another job)."""
+        another job); ``on_fetched`` is told each job URL's stored 200 and 304 (its URL, the time, the answer's
+        validators: the all role's pool keeps them for the next recrawl)."""
         self._reactor = reactor
         self.clock = clock or reactor
         self._config = config
@@ -102,6 +106,7 @@ class Pipeline:
         self.totals: Counter[str] = Counter()  # over every job since the start
         self.stats = stats
         self.on_slack = on_slack
+        self.on_fetched = on_fetched
         self.in_flight = 0  # URLs holding one of the worker's slots
         self._wake: IDelayedCall | None = None
         self._gate = steps.gate  # the storage gate: no URL starts while it holds
@@ -196,13 +201,17 @@ class Pipeline:
     def _work(self, run: Run, taken: Entry) -> Any:
         """Fetch, then the engine's steps (a throttle blocks the host before its slot frees), then the outcome."""
         elapsed = None
+        recrawl = run.recrawl.get(taken.url)
+        sent = recrawl.validators if recrawl is not None else None  # a recrawl: conditional on what was kept
         try:
-            result = yield run.wait(self.steps.fetch(self._fetcher, taken.url, **run.fetch_options))
+            result = yield run.wait(self.steps.fetch(self._fetcher, taken.url, sent, **run.fetch_options))
             elapsed = result.elapsed
             if run.halted:
                 return
+            if recrawl is not None:
+                result.previous_fetch = recrawl.fetched_at  # (a 304's WARC revisit record refers to it)
             self._count(run, result)
-            processing = self.steps.process(result, JobPort(self, run))
+            processing = self.steps.process(result, JobPort(self, run), sent)
         finally:
             self.queue.done(taken.host, self.clock.seconds(), elapsed)
             if run.hosts is not None:
@@ -237,8 +246,29 @@ class Pipeline:
             run.note(f"{result.url} failed: {_why(result)} (not retried)", LogLevel.warn)
         elif verdict is Verdict.DUPLICATE:
             run.stats["duplicates"] += 1
+        elif verdict is Verdict.NOT_MODIFIED:
+            self._not_modified(run, taken, result)
         elif verdict is Verdict.PAGE:
             self._page(run, outcome)
+
+    def _not_modified(self, run: Run, taken: Entry, result: FetchResult) -> None:
+        """A 304 to a recrawl's conditional GET: done and unchanged, no item line."""
+        run.stats["not_modified"] += 1
+        if self.stats is not None:
+            self.stats.incr("not_modified")
+        recrawl = run.recrawl[taken.url]
+        assert recrawl.validators is not None  # (only a conditional fetch is NOT_MODIFIED)
+        self._tell(taken.url, recrawl.validators.updated(result.validators), result.fetched_at)
+
+    def _tell(self, url: str, validators: cg.Validators | None, when: float = 0.0) -> None:
+        """Tell ``on_fetched`` of a job URL's answer, in at ``when`` (its WARC-Date; 0: now); its failure is
+        logged: the job goes on."""
+        if self.on_fetched is None:
+            return
+        try:
+            self.on_fetched(Recrawl(url, when or self.clock.seconds(), validators))
+        except Exception:
+            log.failure("Worker: telling the fetch of {url}", url=url)
 
     def _throttled(self, run: Run, taken: Entry, result: FetchResult, wait: float) -> None:
         """A 429 or 503 (its host blocked by the port until its Retry-After, or for the back-off of its
@@ -292,13 +322,20 @@ class Pipeline:
             return
         run.storing += 1
         saved = outcome.saved if outcome.saved is not None else defer.succeed(None)
-        saved.addCallbacks(lambda _: self._stored(run, extracted), lambda f: self._not_stored(run, url, f))
+        saved.addCallbacks(lambda _: self._stored(run, extracted, outcome.result),
+                           lambda f: self._not_stored(run, url, f))
         saved.addBoth(lambda _: self._storing_over(run))
 
-    def _stored(self, run: Run, extracted: Extracted) -> None:
+    def _stored(self, run: Run, extracted: Extracted, result: FetchResult) -> None:
         run.stats["pages"] += 1
+        recrawl = run.recrawl.get(result.url)
+        self._tell(result.url, result.validators, result.fetched_at)
         if extracted.item is not None:
-            run.items.write(extracted.item)
+            item = extracted.item
+            if recrawl is not None:  # seed 004's mod_detail: a changed page, and when it was fetched before
+                item = {**item, "recrawl": True, "previous_fetched_at": recrawl.fetched_at}
+                run.stats["recrawled_items"] += 1
+            run.items.write(item)
             run.stats["items"] += 1
             if self.stats is not None:
                 self.stats.item_made(run.job.spider, extracted.item)

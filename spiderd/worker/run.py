@@ -13,6 +13,7 @@ from typing import Any, Callable
 from twisted.internet.defer import Deferred
 from twisted.logger import LogLevel
 
+from spiderd.core.recrawls import Recrawl
 from spiderd.core.urls import fingerprint
 from spiderd.engine.hostqueue import FREED, NOW, HostQueue
 from spiderd.worker.files import ItemsFile, JobHosts
@@ -63,6 +64,7 @@ class Run:
         self.next_part = 1
         self.sealed: set[int] = set()  # the pages whose items earlier parts hold: no item again
         self.sealing: Deferred[Any] | None = None  # a part being cut and shipped
+        self.recrawl: dict[str, Recrawl] = {}  # canonical URL -> its previous fetch (DISTRIBUTED_RECRAWL)
 
     def add(self, urls: list[str]) -> None:
         """Queue the job's URLs (first attempts)."""

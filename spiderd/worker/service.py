@@ -25,6 +25,7 @@ from spiderd.core.blocking import Lane
 from spiderd.core.net.auth import Auth
 from spiderd.core.net.listener import Listen, Listener
 from spiderd.core.net.serving import JsonSite
+from spiderd.core.recrawls import Recrawl
 from spiderd.core.reactors import INodeReactor
 from spiderd.config.listen import listen_endpoint
 from spiderd.config.sections import FetchSection, WorkerSection
@@ -69,6 +70,7 @@ class WorkerService(Service):
         stats: CrawlStats | None = None,
         claim_content: ClaimContent | None = None,
         steps: PageSteps | None = None,
+        on_fetched: Callable[[Recrawl], None] | None = None,
     ) -> None:
         """``config`` is checked at load (:mod:`spiderd.config`).
 
@@ -78,7 +80,8 @@ class WorkerService(Service):
         given: status API, metrics, progress) counts every fetch of every job; ``claim_content`` (the pool's, in the all
         role with ``[items] skip_duplicate_content``) skips pages whose content another URL gave first; ``steps``:
         the node's page engine, shared with its crawler (default: one of the worker's own, over ``parser``,
-        ``store`` and ``claim_content``).
+        ``store`` and ``claim_content``); ``on_fetched`` is told each job URL's stored 200 and 304 (the all role's
+        pool keeps their time and validators, for seed 004's detail recrawls in batches).
         """
         self.setName("worker")
         if render_uri is None:
@@ -93,7 +96,7 @@ class WorkerService(Service):
         incoming = incoming_dir or default_incoming_dir(shipper)
         if steps is None:
             steps = PageSteps(clock or reactor, parser, store, claim_content, config.max_retry_after)
-        pipeline = Pipeline(reactor, config, fetcher, steps, clock=clock, stats=stats)
+        pipeline = Pipeline(reactor, config, fetcher, steps, clock=clock, stats=stats, on_fetched=on_fetched)
         pipeline.job_rules = job_rules = JobRules(rules or parser.rules)
         self.validator = Validator(config, rules or parser.rules, render_uri, (spiderd.__version__,), reactor,
                                    robots=fetcher.robots is not None, job_rules=job_rules)
@@ -225,12 +228,14 @@ def worker_config(worker: WorkerSection, fetch: FetchSection, *, data_dir: str, 
 
 def build_worker(config: WorkerConfig, reactor: INodeReactor, fetcher: Fetcher, parser: ParsePool,
                  store: IPageStore | None, shipper: FeedShipper, lane: Lane | None = None,
-                 stats: CrawlStats | None = None, steps: PageSteps | None = None) -> WorkerService:
+                 stats: CrawlStats | None = None, steps: PageSteps | None = None,
+                 on_fetched: Callable[[Recrawl], None] | None = None) -> WorkerService:
     """The worker role's service for ``tap.build``.
 
     The robots.txt Crawl-delays that the fetcher's ``robots`` (if any) finds raise the jobs' per-host delays; with
     ``config.per_ip`` the addresses the fetcher looks up group the hosts (the fetcher's ``tell_addresses``)."""
-    worker = WorkerService(reactor, config, fetcher, parser, store, shipper, lane=lane, stats=stats, steps=steps)
+    worker = WorkerService(reactor, config, fetcher, parser, store, shipper, lane=lane, stats=stats, steps=steps,
+                           on_fetched=on_fetched)
     if fetcher.robots is not None:
         fetcher.robots.add_delay_listener(worker.set_host_delay)
     if config.per_ip:

@@ -12,6 +12,13 @@ keep nothing more.  ``recrawl`` walks each (domain, kind) range from its
 oldest entry up to the cut-off time and puts those pages back in their queues,
 like ``add(always=True)``.
 
+Detail pages sent in batches (seed 004's ``mod_detail`` where workers fetch
+them) of a domain whose detail pages are recrawled have a set of their own (prio
+``SENT``, 2): ``seen_add`` gives such a URL an ``R`` entry scored when it was sent
+and the state ``B`` prio time; ``batched_fetched`` (the worker's fetch) moves it to
+the fetch's time; ``recrawl_batched`` takes those older than a cut-off and scores
+them as sent again now, for the batcher.
+
 Linkbase.  ``K`` fp -> URL, parent URL, anchor text and the link element's
 path in the parent (``xpath``, seed 004's linkinfo) of the page that linked to
 it first (see :func:`link_value`; entries written before the path was kept
@@ -28,6 +35,8 @@ from twisted.internet import defer
 from zope.interface import implementer
 
 from spiderd.contracts.pool import ILinkbase
+from spiderd.core import conditional as cg
+from spiderd.core.recrawls import Recrawl
 from spiderd.core.deadlines import Deadlines
 from spiderd.core.linkinfo import clean_anchor, clean_xpath
 from spiderd.core.urls import host_of, registered_domain
@@ -38,6 +47,8 @@ if TYPE_CHECKING:
     from spiderd.frontier.pool.kvcore import KVState
 
 KINDS = {"list": 0, "detail": 1}
+DETAIL = KINDS["detail"]
+SENT = 2  # the crawled set (``R`` range) of the detail pages sent in batches, apart from those fetched here
 LINK_FIELDS = ("parent", "anchor", "xpath")
 
 
@@ -91,12 +102,27 @@ class CrawledSets:
         if prio not in self.kept.get(domain, ()):
             return k.DONE
         fetched_ms = int(self._clock.seconds() * 1000)
+        self._put(batch, domain, prio, fetched_ms, fp, url)
+        return k.done_in_crawled_set(prio, fetched_ms)
+
+    def batched_state(self, batch: Any, url: str, host: str, fp: int) -> bytes:
+        """The state of a detail URL sent in a batch, with an ``R`` entry (scored now) when its domain's detail
+        pages are recrawled: ``recrawl_batched`` sends it again once its interval has passed."""
+        domain = registered_domain(host) if self.kept else ""
+        if DETAIL not in self.kept.get(domain, ()):
+            return k.BATCHED
+        sent_ms = int(self._clock.seconds() * 1000)
+        self._put(batch, domain, SENT, sent_ms, fp, url)
+        return k.batched_in_crawled_set(SENT, sent_ms)
+
+    def _put(self, batch: Any, domain: str, prio: int, fetched_ms: int, fp: int, url: str) -> None:
+        """Write the ``R`` entry of ``url``; a walk goes back to it if it sorts before where the last one stopped
+        (the clock went back)."""
         key = k.crawled_key(k.host_id(domain), prio, fetched_ms, fp)
         batch.put(key, url.encode())
         prefix = key[:10]
-        if self._cursors.get(prefix, key) > key:  # the clock went back: walk from here next time
+        if self._cursors.get(prefix, key) > key:
             self._cursors[prefix] = key
-        return k.done_in_crawled_set(prio, fetched_ms)
 
     def recrawled(self, host: str, prio: int) -> bool:
         """True if the pages of ``host``'s registered domain and kind ``prio`` are recrawled (kept in a crawled set)."""
@@ -141,6 +167,68 @@ class CrawledSets:
             if queued >= limit:
                 break
         return queued
+
+    def recrawl_batched(self, cutoffs: Sequence[tuple[str, str, float]], limit: int) -> defer.Deferred[list[Recrawl]]:
+        """Up to ``limit`` detail pages sent in batches, of each domain's set (its cut-off for "detail"), last
+        fetched (or sent) at or before the cut-off; each is scored as sent now."""
+        batch = self._kv.write_batch()
+        now_ms = int(self._clock.seconds() * 1000)
+        out: list[Recrawl] = []
+        for domain, kind, cutoff in cutoffs:
+            if len(out) >= limit:
+                break
+            if kind == "detail":
+                self._batched_range(batch, domain, cutoff, now_ms, limit - len(out), out)
+        if out:
+            batch.write()
+        return defer.succeed(out)
+
+    def _batched_range(self, batch: Any, domain: str, cutoff: float, now_ms: int, limit: int,
+                       out: list[Recrawl]) -> None:
+        prefix = k.CRAWLED + k.host_id(domain) + bytes((SENT,))
+        stop = prefix + k.u64(max(0, int(cutoff * 1000) + 1))
+        taken = 0
+        for key, value in self._kv.iterator(start=max(prefix, self._cursors.get(prefix, prefix)), stop=stop):
+            self._cursors[prefix] = key + b"\x00"
+            batch.delete(key)
+            fp, fetched_ms = int.from_bytes(key[18:], "big"), int.from_bytes(key[10:18], "big")
+            if self._kv.get(k.state_key(fp)) != k.batched_in_crawled_set(SENT, fetched_ms):
+                continue  # stale: never left by this pool, but harmless
+            url = value.decode()
+            self._rescore(batch, domain, fp, url, now_ms)
+            out.append(Recrawl(url, fetched_ms / 1000.0, cg.unpack(self._kv.get(k.validators_key(fp)))))
+            taken += 1
+            if taken >= limit:
+                break
+
+    def _rescore(self, batch: Any, domain: str, fp: int, url: str, fetched_ms: int) -> None:
+        """A batched page's ``R`` entry and state at ``fetched_ms`` (its old entry is deleted by the caller)."""
+        self._put(batch, domain, SENT, fetched_ms, fp, url)
+        batch.put(k.state_key(fp), k.batched_in_crawled_set(SENT, fetched_ms))
+
+    def batched_fetched(self, pages: Iterable[Recrawl]) -> defer.Deferred[int]:
+        """A worker fetched batched pages: each one kept in a crawled set is scored by its fetch and keeps the
+        validators given (with ``conditional_get``; None drops them)."""
+        batch = self._kv.write_batch()
+        recorded = 0
+        for page in pages:
+            u = parsed(page.url, self._state.max_url_length)
+            state = None if u is None else self._kv.get(k.state_key(u.fingerprint))
+            if u is None or state is None or state[:1] != k.BATCHED or len(state) != 10:
+                continue
+            domain, old_ms = registered_domain(u.host), int.from_bytes(state[2:], "big")
+            batch.delete(k.crawled_key(k.host_id(domain), SENT, old_ms, u.fingerprint))
+            self._rescore(batch, domain, u.fingerprint, u.url, int(page.fetched_at * 1000))
+            if self._state.conditional_get:
+                key = k.validators_key(u.fingerprint)
+                if page.validators is None:
+                    batch.delete(key)
+                else:
+                    batch.put(key, cg.pack(page.validators))
+            recorded += 1
+        if recorded:
+            batch.write()
+        return defer.succeed(recorded)
 
     # -- linkbase ---------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ def check(kv: Any) -> list[str]:
         if value[0] == k.PENDING and fp not in leased:
             problems.append(f"pending URL {fp} has no lease")
         if value not in (k.DONE, k.FAILED, k.BATCHED) and value[0] not in (k.WAITING, k.PENDING) and not (
-            value[:1] == k.DONE and len(value) == 10
+            k.in_crawled_set(value)
         ):
             problems.append(f"URL {fp} has an unknown state {value!r}")
     _check_crawled(kv, states, problems)
@@ -79,11 +79,12 @@ def _check_crawled(kv: Any, states: dict[int, bytes], problems: list[str]) -> No
     for key, value in kv.iterator(prefix=k.CRAWLED):
         fp, prio, fetched_ms = int.from_bytes(key[18:], "big"), key[9], int.from_bytes(key[10:18], "big")
         entries.add(fp)
-        if states.get(fp) != k.done_in_crawled_set(prio, fetched_ms) or fingerprint(value.decode()) != fp:
+        expected = (k.done_in_crawled_set(prio, fetched_ms), k.batched_in_crawled_set(prio, fetched_ms))
+        if states.get(fp) not in expected or fingerprint(value.decode()) != fp:
             problems.append(f"crawled entry of {value.decode()} disagrees with its state {states.get(fp)!r}")
     for fp, value in states.items():
-        if value[:1] == k.DONE and len(value) > 1 and fp not in entries:
-            problems.append(f"URL {fp} is done in a crawled set but has no entry")
+        if k.in_crawled_set(value) and fp not in entries:
+            problems.append(f"URL {fp} is done or batched in a crawled set but has no entry")
 
 
 def _check_hosts(kv: Any, per_host: Counter[bytes], problems: list[str]) -> None:

@@ -104,6 +104,17 @@ def done_in_crawled_set(prio: int, fetched_ms: int) -> bytes:
     return DONE + bytes((prio,)) + fetched_ms.to_bytes(8, "big")
 
 
+def batched_in_crawled_set(prio: int, fetched_ms: int) -> bytes:
+    """The state of a URL sent in a batch that has an ``R`` entry: ``B``, its prio and its (last known) fetch
+    time (a worker's, or when it was sent)."""
+    return BATCHED + bytes((prio,)) + fetched_ms.to_bytes(8, "big")
+
+
+def in_crawled_set(state: bytes | None) -> bool:
+    """Whether ``state`` is that of a done or batched URL with an ``R`` entry."""
+    return state is not None and len(state) == 10 and state[:1] in (DONE, BATCHED)
+
+
 def checkpoint_key(name: str) -> bytes:
     return CHECKPOINT + name.encode()
 

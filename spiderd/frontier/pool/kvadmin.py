@@ -107,8 +107,8 @@ def _describe_state(state: bytes | None) -> dict[str, Any]:
         return {"state": "done", **({"fetched_at": int.from_bytes(state[2:], "big") / 1000.0} if len(state) > 1 else {})}
     if state == k.FAILED:
         return {"state": "failed"}
-    if state == k.BATCHED:
-        return {"state": "batched"}
+    if state[:1] == k.BATCHED:  # (in a crawled set: with its last known fetch time)
+        return {"state": "batched", **({"fetched_at": int.from_bytes(state[2:], "big") / 1000.0} if len(state) > 1 else {})}
     failures, prio, number = k.parse_active(state)
     kind = "detail" if prio else "list"
     if state[0] == k.WAITING:

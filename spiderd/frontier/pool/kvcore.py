@@ -65,6 +65,9 @@ class KVState:
         self.counters = k.unpack_counters(kv.get(k.COUNTERS))
         self.hubs: dict[int, list[Any]] = {}  # fp -> [url, host, next_due]
         self.hub_heap: list[tuple[float, int]] = []
+        # host or group key -> fps of due hubs that wait for a fetch of it to end (its slots full, or the hub still
+        # held by its previous fetch): out of the heap, so a waiting hub costs no pop (see park)
+        self.parked: dict[str, set[int]] = {}
         # url -> [fp, host, holds a host slot] of the URLs and hubs this process handed out
         self.leased: dict[str, list[Any]] = {}
         # fp -> prio of leased URLs added again (always=True): queued when the lease ends (a restart returns every
@@ -123,10 +126,33 @@ class KVState:
         return 0 if value is None else k.split_url_value(value, 1)[1]
 
     def release(self, leased: list[Any] | None) -> None:
-        """Free the host slot a hand-out (its ``leased`` record) holds, once."""
-        if leased is not None and leased[2]:
+        """Free the host slot a hand-out (its ``leased`` record) holds, once; the hubs parked on its host (or
+        group) go back to the heap."""
+        if leased is None:
+            return
+        if leased[2]:
             leased[2] = False
             self.politeness.release(self.slot(leased[1]))
+        if self.parked:
+            self.unpark(leased[1])
+
+    def park(self, slot: HostSlot, fp: int) -> None:
+        """Keep the due hub ``fp`` of ``slot``'s host out of the heap until a fetch of its host (or group) ends."""
+        key = slot.host if slot.group is None else slot.group.key
+        self.parked.setdefault(key, set()).add(fp)
+
+    def unpark(self, host: str | None = None) -> None:
+        """Put the hubs parked on ``host`` and its group (None: all of them) back in the heap, at their due time."""
+        if host is None:
+            keys = list(self.parked)
+        else:
+            slot = self.politeness.hosts.get(host)
+            keys = [host] if slot is None or slot.group is None else [host, slot.group.key]
+        for key in keys:
+            for fp in self.parked.pop(key, ()):
+                entry = self.hubs.get(fp)
+                if entry is not None:
+                    heapq.heappush(self.hub_heap, (entry[2], fp))
 
     def slot(self, host: str) -> HostSlot:
         """The politeness slot of ``host`` (made on first use)."""
@@ -163,6 +189,7 @@ class KVState:
                 prio, failures = (value[1], value[0]) if again is None else (again, 0)
                 self.enqueue(batch, url, fp, slot, prio, failures, hops if again is None else 0)
             self.commit(batch, slots.values())
+            self.unpark()  # (a hub parked on a host that moved to another group meanwhile)
         following = next(self.kv.iterator(prefix=k.LEASE, include_value=False), None)
         self.lease_bound = k.from_u64(following, 1)[0] / 1000.0 if following else float("inf")
         return len(expired)

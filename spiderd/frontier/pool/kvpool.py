@@ -53,7 +53,7 @@ class KVPool(PartsPool):
         self.state = state = KVState(kv, clock, options, politeness=politeness, trim=trim)
         crawled = CrawledSets(state, options.recrawl, config.linkbase, config.linkbase_max)
         queues = KVQueues(state, crawled)
-        super().__init__(queues, KVStatuses(state, queues, crawled), KVLedger(state), crawled,
+        super().__init__(queues, KVStatuses(state, queues, crawled), KVLedger(state, crawled), crawled,
                          KVContent(kv, config.max_url_length), KVAdmin(state, queues, crawled))
         self._kv = kv
         self._clock = clock

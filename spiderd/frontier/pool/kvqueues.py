@@ -354,12 +354,16 @@ class KVQueues:
                 due = self._hubs[fp][2]
                 self._hubs[fp][2] = min(due, self._clock.seconds() + self._hub_span)
         batch.write()
+        self._state.parked.clear()
         self._hub_heap[:] = [(entry[2], fp) for fp, entry in self._hubs.items()]
         heapq.heapify(self._hub_heap)
         return defer.succeed(None)
 
     def _pop_hubs(self, batch: Any, now: float, wanted: int) -> list[str]:
-        """Lease up to ``wanted`` due hubs whose host may go now; each is due again a refresh span later."""
+        """Lease up to ``wanted`` due hubs whose host may go now; each is due again a refresh span later.  A due
+        hub whose host may not go yet is due at its host's next-allowed time; one whose host has no free slot, or
+        that its previous fetch still holds, is parked until a fetch of that host ends (``KVState.park``): so a
+        waiting hub costs no pop, and is never fetched twice at once."""
         out: list[str] = []
         heap = self._hub_heap
         later = []
@@ -370,8 +374,12 @@ class KVQueues:
                 continue
             url, host, _ = entry
             slot = self._state.slot(host)
-            if slot.next_allowed > now or slot.inflight >= slot.concurrency:
-                later.append((due, fp))
+            if url in self._leased or slot.inflight >= slot.concurrency:
+                self._state.park(slot, fp)  # back in the heap when a fetch of its host (or its own) ends
+                continue
+            if slot.next_allowed > now:  # due when its host may go (a delay, a throttling block)
+                entry[2] = slot.next_allowed
+                later.append((entry[2], fp))
                 continue
             entry[2] = now + self._hub_span
             later.append((entry[2], fp))

@@ -16,6 +16,7 @@ from twisted.internet.defer import Deferred
 
 from spiderd.contracts.pool import ExportReader, IBatchLedger, IURLPoolAdmin
 from spiderd.core.conditional import Validators
+from spiderd.core.recrawls import Recrawl
 
 
 class Queues(Protocol):
@@ -58,6 +59,10 @@ class Crawled(Protocol):
     """Seed 004: recrawl of the crawled sets, the linkbase, one-shot claims."""
 
     def recrawl(self, cutoffs: Sequence[tuple[str, str, float]], limit: int) -> Deferred[int]: ...
+
+    def recrawl_batched(self, cutoffs: Sequence[tuple[str, str, float]], limit: int) -> Deferred[list[Recrawl]]: ...
+
+    def batched_fetched(self, pages: Iterable[Recrawl]) -> Deferred[int]: ...
 
     def add_links(self, parent: str, urls: Sequence[str], anchors: Sequence[str] = (),
                   xpaths: Sequence[str] = ()) -> Deferred[int]: ...
@@ -144,6 +149,12 @@ class PartsPool:
 
     def recrawl(self, cutoffs: Sequence[tuple[str, str, float]], limit: int) -> Deferred[int]:
         return self.crawled.recrawl(cutoffs, limit)
+
+    def recrawl_batched(self, cutoffs: Sequence[tuple[str, str, float]], limit: int) -> Deferred[list[Recrawl]]:
+        return self.crawled.recrawl_batched(cutoffs, limit)
+
+    def batched_fetched(self, pages: Iterable[Recrawl]) -> Deferred[int]:
+        return self.crawled.batched_fetched(pages)
 
     def add_links(self, parent: str, urls: Sequence[str], anchors: Sequence[str] = (),
                   xpaths: Sequence[str] = ()) -> Deferred[int]:

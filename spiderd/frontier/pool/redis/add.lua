@@ -49,6 +49,8 @@ for i = 11, #ARGV, 11 do
           if code == DONE then  -- out of its crawled set until done again
             redis.call('ZREM', crawled(0, domain), url)
             redis.call('ZREM', crawled(1, domain), url)
+          elseif code == BATCHED then
+            redis.call('ZREM', crawled(2, domain), url)
           end
         end
         if filled(FAILS) then redis.call('HDEL', FAILS, fp) end

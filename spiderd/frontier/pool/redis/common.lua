@@ -698,7 +698,7 @@ local function take_again(fp)
 end
 
 -- The crawled set of a domain and kind (seed 004): URL -> fetch time.
-local CRAWLED_KIND = {[0] = 'list', [1] = 'detail'}
+local CRAWLED_KIND = {[0] = 'list', [1] = 'detail', [2] = 'batched'}  -- 2: detail pages sent in batches
 local function crawled(prio, domain)
   return P .. 'crawled:' .. CRAWLED_KIND[prio] .. ':' .. domain
 end

@@ -10,6 +10,7 @@ from twisted.internet import defer
 from zope.interface import implementer
 
 from spiderd.contracts.pool import IBatchLedger
+from spiderd.core.urls import host_of, registered_domain
 from spiderd.frontier.pool.redis.channel import RedisChannel
 from spiderd.frontier.pool.redis.keys import add_keys
 from spiderd.frontier.pool.shared import URLParser
@@ -17,11 +18,14 @@ from spiderd.frontier.pool.shared import URLParser
 
 @implementer(IBatchLedger)
 class RedisLedger:
-    """seen_filter, seen_add and next_batch over the ``channel`` (``urls`` parses, counting rejections)."""
+    """seen_filter, seen_add and next_batch over the ``channel`` (``urls`` parses, counting rejections); a URL
+    sent in a batch of a domain whose detail pages are recrawled (``kept``: domain -> its kept prios, "1" for
+    detail) goes in its crawled set of batched pages (``batched.lua``)."""
 
-    def __init__(self, channel: RedisChannel, urls: URLParser) -> None:
+    def __init__(self, channel: RedisChannel, urls: URLParser, kept: dict[str, str] | None = None) -> None:
         self._channel = channel
         self._urls = urls
+        self._kept = {domain for domain, prios in (kept or {}).items() if "1" in prios}
 
     def seen_filter(self, urls: Iterable[str]) -> defer.Deferred[list[str]]:
         """The canonical forms of ``urls`` the pool has never seen (in any state), without duplicates."""
@@ -29,7 +33,19 @@ class RedisLedger:
 
     def seen_add(self, urls: Iterable[str]) -> defer.Deferred[int]:
         """Record ``urls`` as sent in a batch (a final state here); fires with the number newly recorded."""
-        return self._seen(urls, mark=True).addCallback(len)
+        return self._seen(urls, mark=True).addCallback(self._keep).addCallback(len)
+
+    def _keep(self, marked: list[str]) -> Any:
+        """Put the URLs just marked of the recrawled domains in their sets of batched pages."""
+        args = ["mark"]
+        if self._kept:
+            for url in marked:
+                domain = registered_domain(host_of(url))
+                if domain in self._kept:
+                    args += (url, domain)
+        if len(args) == 1:
+            return marked
+        return self._channel.run("batched", args).addCallback(lambda _: marked)
 
     def _seen(self, urls: Iterable[str], mark: bool) -> defer.Deferred[list[str]]:
         channel = self._channel

@@ -24,7 +24,7 @@ from spiderd.core.secrets import mask_secret, redact
 log = Logger()
 
 SCRIPTS = ("add", "pop", "status", "claim", "seen", "hubs", "next_due", "stats", "why", "hosts", "seeds",
-           "restore", "recrawl", "links", "group")
+           "restore", "recrawl", "links", "group", "batched")
 PAIRS = {"statuspop": ("status", "pop")}  # two scripts run in one call: the statuses waiting go out with a pop
 
 

@@ -25,6 +25,7 @@ from zope.interface import implementer
 
 from spiderd.contracts.pool import ExportReader, IURLPool, IURLPoolAdmin
 from spiderd.core import conditional as cg
+from spiderd.core.recrawls import Recrawl
 from spiderd.core.urls import MAX_URL_LENGTH, registered_domain
 from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.redis.cluster import ClusterLink, SlotLink, key_slot, parse_cluster_url
@@ -276,6 +277,23 @@ class PartitionedPool:
                 break
             queued += yield self.parts[p].recrawl(group, limit - queued)
         return queued
+
+    @defer.inlineCallbacks
+    def recrawl_batched(self, cutoffs: Iterable[tuple[str, str, float]], limit: int) -> Gen:
+        """Each partition's sets of batched pages in turn, up to ``limit`` pages in all."""
+        groups: dict[int, list[tuple[str, str, float]]] = {}
+        for cutoff in cutoffs:
+            groups.setdefault(partition_of(cutoff[0], self._count), []).append(cutoff)
+        taken: list[Recrawl] = []
+        for p, group in sorted(groups.items()):
+            if len(taken) >= limit:
+                break
+            taken += yield self.parts[p].recrawl_batched(group, limit - len(taken))
+        return taken
+
+    def batched_fetched(self, pages: Iterable[Recrawl]) -> defer.Deferred[int]:
+        calls = [self.parts[p].batched_fetched(group) for p, group in self._groups(pages, lambda r: r.url).items()]
+        return self._each(calls).addCallback(sum)
 
     def add_links(self, parent: str, urls: Sequence[str], anchors: Sequence[str] = (),
                   xpaths: Sequence[str] = ()) -> defer.Deferred[int]:

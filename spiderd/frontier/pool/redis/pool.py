@@ -82,8 +82,9 @@ class RedisPool(PartsPool):
             channel, clock, urls, self.hops, self.split, handed, pending_threshold=config.pending_threshold,
             max_per_host=config.max_urls_per_host, conditional=conditional, per_ip=options.per_ip)
         super().__init__(queues, RedisStatuses(channel, clock, urls, politeness, options, kept, handed, self.host_errors),
-                         RedisLedger(channel, urls),
-                         RedisCrawled(channel, config.linkbase, config.linkbase_max, config.max_url_length),
+                         RedisLedger(channel, urls, kept),
+                         RedisCrawled(channel, config.linkbase, config.linkbase_max, config.max_url_length,
+                                      options.conditional_get),
                          RedisContent(channel, config.max_url_length),
                          RedisAdmin(channel, clock, queues, politeness, self.host_errors, config.max_url_length))
 

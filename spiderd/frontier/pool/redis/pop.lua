@@ -84,6 +84,11 @@ local function sweep()
 end
 
 
+-- Hand out due hubs whose host may go now; each is due again a refresh span later.  A due hub that may not go is
+-- due again when it may: at its host's next-allowed time (a delay, a throttling block), or HUB_RECHECK seconds on
+-- while its host has no free slot or its previous hand-out still holds it (no node is told when those end), so a
+-- waiting hub costs no pop until then, where the fetch loop popped again at once.
+local HUB_RECHECK = 1
 local function pop_hubs()
   if HUBS_WANTED <= 0 then return 0 end
   local span = tonumber(HUB_SPAN or '0')
@@ -92,10 +97,16 @@ local function pop_hubs()
     local rec = redis.call('HGET', HUB, fp)
     if not rec then
       redis.call('ZREM', HUBS, fp)
-    elseif redis.call('HEXISTS', LEASE, 'h' .. fp) == 0 then  -- not still held by an earlier hand-out
+    elseif redis.call('HEXISTS', LEASE, 'h' .. fp) == 1 then  -- still held by an earlier hand-out
+      redis.call('ZADD', HUBS, score_arg(NOW + HUB_RECHECK), fp)
+    else
       local url = string.match(rec, '^%S+ (.*)$')
       local s = slot(host_of(url))
-      if gate(s).next <= NOW and gate(s).busy < s.conc then
+      if gate(s).busy >= s.conc then
+        redis.call('ZADD', HUBS, score_arg(NOW + HUB_RECHECK), fp)
+      elseif gate(s).next > NOW then
+        redis.call('ZADD', HUBS, score_arg(gate(s).next), fp)
+      else
         redis.call('ZADD', HUBS, score_arg(NOW + span), fp)
         occupy(s, 1)
         lease('h' .. fp, 'h' .. HELD .. ' ' .. rec, DEADLINE_S)
