@@ -162,8 +162,7 @@ class Servers:
         slots = yield first.execute("CLUSTER", "SLOTS")
         yield first.close()
         masters = list(dict.fromkeys(int(m[1]) for _, _, m, *_ in slots))
-        replicas = list(dict.fromkeys(int(r[1]) for _, _, m, *rs in sorted(slots, key=lambda e: masters.index(
-            int(e[2][1]))) for r in rs))
+        replicas = [port for port in ports if port not in masters]  # (CLUSTER SLOTS may not list them all yet)
         links = [RedisLink(RedisAddress("127.0.0.1", port, 0)) for port in masters]
         copies = [RedisLink(RedisAddress("127.0.0.1", port, 0)) for port in replicas]
         return cls(links, [(int(a), int(b), masters.index(int(m[1]))) for a, b, m, *_ in slots], copies)
