@@ -516,6 +516,16 @@ class ClusterScenario(Scenario):
     def sent(self) -> set[int]:
         return set().union(*(frontier_batches(self.dir / f"frontier{i}.log") for i in range(self.FRONTIERS)))
 
+    def resumed(self) -> list[float]:
+        """Each frontier's outage of the master (its "served by ... now, N s after it was lost" lines)."""
+        seconds = []
+        for i in range(self.FRONTIERS):
+            log = self.dir / f"frontier{i}.log"
+            for line in log.read_text(errors="replace").splitlines() if log.exists() else ():
+                if "are served by" in line and " s after it was lost" in line:
+                    seconds.append(float(line.split(" s after it was lost")[0].rsplit(" ", 1)[1]))
+        return seconds
+
     def batches_lost(self, carried: set[int]) -> int:
         spooled = {int(p.stem.split("-")[1]) for i in range(self.FRONTIERS)
                    for p in (self.dir / f"frontier{i}" / "batches").glob("batch-*.json")}
@@ -558,6 +568,9 @@ def cluster_scenario(kind: str, root: Path, site: str, spec: SiteSpec, rng: rand
                 row.note = (row.note + "; did not complete").strip("; ")
         finally:
             s.stop()
+        resumed = s.resumed()
+        row.note += (f"; frontiers resumed {min(resumed):.1f}-{max(resumed):.1f}s after losing the master"
+                     if resumed else "; no frontier lost the master (MOVED only)")
         return s.check(row)
     finally:
         cluster.stop()
