@@ -607,9 +607,14 @@ def seen_memory(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen
     for base in range(0, args.seen, BATCH):
         yield pool.seen_add([url(i) for i in range(base, min(args.seen, base + BATCH))])
     ours = ((yield servers.used_memory()) - before) / args.seen
+    print(f"spiderd seen set: {args.seen} URLs: {ours:.1f} bytes per URL (used_memory)", flush=True)
     buckets = [(link, key) for link, key in (yield servers.scan(_glob_escape(prefix) + "*s:*")) if ":s:" in key]
-    usage = yield defer.gatherResults([link.execute("MEMORY", "USAGE", k, "SAMPLES", "0") for link, k in buckets])
-    encodings = set((yield defer.gatherResults([link.execute("OBJECT", "ENCODING", k) for link, k in buckets])))
+    usage, encodings = [], set()
+    for i in range(0, len(buckets), BATCH):  # (a cluster has P x 2^bits buckets: not all in one pipeline)
+        usage += yield defer.gatherResults([link.execute("MEMORY", "USAGE", k, "SAMPLES", "0")
+                                            for link, k in buckets[i:i + BATCH]])
+        encodings.update((yield defer.gatherResults([link.execute("OBJECT", "ENCODING", k)
+                                                     for link, k in buckets[i:i + BATCH]])))
     yield pool.close()
     print(f"spiderd seen set: {args.seen} URLs, {len(buckets)} buckets ({', '.join(sorted(encodings))}): "
           f"{ours:.1f} bytes per URL (used_memory), {sum(map(int, usage)) / args.seen:.1f} (MEMORY USAGE)", flush=True)

@@ -162,6 +162,29 @@ class ClusterLinkTests(ClusterCase, TestCase):
         assert any("answers again" in line for line in text), text
 
     @defer.inlineCallbacks
+    def test_calls_that_do_not_wait_notice_a_master_back(self) -> Gen:
+        """With only calls that do not wait (pops) for a master that was down, one a backoff step has it PINGed
+        (the call itself fails at once, not held by a connection): once it answers they go to it again."""
+        yield self.link.open()
+        key = self.key_on(0)
+        slot = key_slot(key)
+        self.cluster.kill(0)
+        lost = self.link.execute(slot, "GET", key, wait=False)
+        self.assertFailure(lost, RedisPoolError)
+        yield lost
+        self.cluster.restart(0)
+        early = self.link.execute(slot, "GET", key, wait=False)
+        self.assertFailure(early, SlotUnavailable)  # within the backoff step: not tried
+        yield early
+        self.clock.advance(1)
+        with capturedLogs() as events:
+            probed = self.link.execute(slot, "GET", key, wait=False)
+            self.assertFailure(probed, SlotUnavailable)  # a PING goes out instead
+            yield probed
+            yield settle(lambda: any("answers again" in formatEvent(e) for e in events), "the PING")
+        assert (yield self.link.execute(slot, "SET", key, "back", wait=False)) == "OK"
+
+    @defer.inlineCallbacks
     def test_clusterdown_is_tried_again_after_the_backoff(self) -> Gen:
         """A slot its master stopped serving (CLUSTER DELSLOTS: CLUSTERDOWN) is tried again on the backoff (a pop-like
         call fails at once meanwhile), with one warning for the outage however many tries, and the command runs once

@@ -241,7 +241,7 @@ class ClusterLink:
         if address is None:  # not mapped yet (or the map was lost): ask, then send
             return self.refresh().addCallback(lambda _: self._first(slot, send, wait, failures, redirects))
         outage = self._down.get((address.host, address.port))
-        if not wait and outage is not None and not self._may_try(outage):
+        if not wait and outage is not None and not self._may_try(address, outage):
             return defer.fail(SlotUnavailable(f"Redis Cluster: slot {slot} at {address} is unavailable: "
                                               f"{outage.why}"))
         d = send(self._link(address))
@@ -254,16 +254,21 @@ class ClusterLink:
             raise RedisPoolError(f"Redis Cluster: no master serves slot {slot}")
         return self._call(slot, send, wait, failures, redirects)
 
-    def _may_try(self, outage: Outage) -> bool:
-        """Whether a call that would not wait may try a master down (one call a backoff step: the outage is noticed
-        to end by the calls that do not wait too), asking the slot map again as it does."""
+    def _may_try(self, address: RedisAddress, outage: Outage) -> bool:
+        """Whether a call that would not wait may go to a master in an outage: once a backoff step the map is asked
+        again, and the master is tried (so that calls that do not wait notice the end of an outage too): with
+        this call if it answered (``CLUSTERDOWN``...), else with a PING of its own, not to hold the call for a
+        connection that may take ``connect_timeout`` to fail."""
         now = self._clock.seconds()
         if now < outage.next_try:
             return False
         outage.tries += 1
         outage.next_try = now + self._backoff.delay(outage.tries)
         self.refresh().addErrback(lambda _: None)
-        return True
+        if (address.host, address.port) not in self._unreachable:
+            return True
+        self._link(address).execute("PING").addCallbacks(self._answered, lambda _: None, (address,))
+        return False
 
     def _answered(self, result: Any, address: RedisAddress) -> Any:
         key = (address.host, address.port)
