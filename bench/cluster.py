@@ -46,7 +46,12 @@ everything on the partitioned pool; Redis CPU is each master's ``INFO cpu``,
 reported per shard with the spread between shards ((max - min) / mean), and
 memory is summed over the masters.  Its 1000 hosts are 1000 registered domains
 (``www.shopN.com``: the pool partitions by registered domain); ``--domains``
-gives the single Redis the same URLs.  Ends with one ``RESULT key=value ...`` line.
+gives the single Redis the same URLs.  ``--replicas 1`` gives each master a replica (the cluster's
+slots as before); Redis CPU stays the masters' (``redis_us_per_page``), each replica's is shown beside it.
+``--durability none,replica`` runs the crawler-shaped mix once per ``[pool] redis_durability`` (the other parts
+with the first) and adds ``redis_us_per_page_<mode>``, ``replica_us_per_page_<mode>``, ``pages_per_s_<mode>`` and
+``ceiling_per_shard_<mode>`` (1e6 / the busiest master's CPU a page) to the RESULT line ("aof" needs Redis 7.2 or
+later).  Ends with one ``RESULT key=value ...`` line.
 """
 
 from __future__ import annotations
@@ -100,7 +105,7 @@ def open_pool(args: argparse.Namespace, reactor: Any, prefix: str, status_wait: 
     each status sent at once unless ``status_wait`` (the crawler-shaped mix: ``[pool] redis_status_wait``)."""
     return open_redis_pool(args.redis, reactor, prefix=prefix, namespace=prefix, seen_bucket_bits=args.bucket_bits,
                            politeness=Politeness(0.0, 100000), pending_threshold=3600, status_wait=status_wait,
-                           redis_known_urls=args.known_urls)
+                           redis_known_urls=args.known_urls, durability=args.mode)
 
 
 # -- a node -----------------------------------------------------------------------------
@@ -142,8 +147,10 @@ def pop_ack_loop(pool: Any) -> Gen:
 class Servers:
     """Admin connections to each Redis server: the one Redis, or every master of the cluster."""
 
-    def __init__(self, links: list[RedisLink], ranges: list[tuple[int, int, int]]) -> None:
-        self.links = links
+    def __init__(self, links: list[RedisLink], ranges: list[tuple[int, int, int]],
+                 replicas: list[RedisLink] | None = None) -> None:
+        self.links = links  # the masters
+        self.replicas = replicas or []  # with --replicas: each master's replicas, in the masters' order
         self._ranges = ranges  # (first slot, last slot, index of its master) on a cluster
 
     @classmethod
@@ -151,9 +158,14 @@ class Servers:
     def open(cls, url_: str, ports: list[int] | None) -> Gen:
         if not ports:
             return cls([RedisLink(parse_redis_url(url_))], [])
-        links = [RedisLink(RedisAddress("127.0.0.1", port, 0)) for port in ports]
-        slots = yield links[0].execute("CLUSTER", "SLOTS")
-        return cls(links, [(int(a), int(b), ports.index(int(m[1]))) for a, b, m, *_ in slots])
+        first = RedisLink(RedisAddress("127.0.0.1", ports[0], 0))
+        slots = yield first.execute("CLUSTER", "SLOTS")
+        yield first.close()
+        masters = list(dict.fromkeys(int(m[1]) for _, _, m, *_ in slots))
+        replicas = [port for port in ports if port not in masters]  # (CLUSTER SLOTS may not list them all yet)
+        links = [RedisLink(RedisAddress("127.0.0.1", port, 0)) for port in masters]
+        copies = [RedisLink(RedisAddress("127.0.0.1", port, 0)) for port in replicas]
+        return cls(links, [(int(a), int(b), masters.index(int(m[1]))) for a, b, m, *_ in slots], copies)
 
     def at(self, key: str) -> RedisLink:
         """The server of ``key`` (its slot's master on a cluster)."""
@@ -161,9 +173,10 @@ class Servers:
         return next((self.links[i] for a, b, i in self._ranges if a <= slot <= b), self.links[0])
 
     @defer.inlineCallbacks
-    def cpu(self) -> Gen:
-        """Seconds of CPU each server has used (all its clients)."""
-        infos = yield defer.gatherResults([link.execute("INFO", "cpu") for link in self.links])
+    def cpu(self, replicas: bool = False) -> Gen:
+        """Seconds of CPU each server (each master; ``replicas``: each replica) has used (all its clients)."""
+        infos = yield defer.gatherResults([link.execute("INFO", "cpu")
+                                           for link in (self.replicas if replicas else self.links)])
         out = []
         for info in infos:
             fields = dict(line.split(":") for line in info.split() if ":" in line)
@@ -215,7 +228,7 @@ class Servers:
             yield defer.gatherResults([link.execute("UNLINK", key) for link, key in keys[i:i + 1000]])
 
     def close(self) -> defer.Deferred[Any]:
-        return defer.gatherResults([link.close() for link in self.links])
+        return defer.gatherResults([link.close() for link in self.links + self.replicas])
 
 
 def _glob_escape(text: str) -> str:
@@ -245,6 +258,7 @@ def pop_ack_rate(args: argparse.Namespace, reactor: Any, servers: Servers, nodes
     cpu = yield servers.cpu()
     start_at = time.time() + 2.0
     command = [sys.executable, os.path.abspath(__file__), "--worker", "--prefix", prefix, "--redis", args.redis,
+               "--durability", args.mode,
                "--start-at", repr(start_at), "--loops", str(args.loops), "--bucket-bits", str(args.bucket_bits)] + (["--domains"] if args.domains else [])
     procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(nodes)]
     outputs = yield defer.gatherResults([threads.deferToThread(p.communicate) for p in procs])
@@ -411,21 +425,25 @@ def seen_member(u: str, prefix: str, bits: int, code: int) -> tuple[str, str]:
 class Run:
     """A measured run of a mix: the servers' CPU and commands, this process's CPU and the time from its start."""
 
-    def __init__(self, servers: Servers, commands: dict[str, list[int]], cpu: list[float]) -> None:
-        self.servers, self.commands, self.cpu = servers, commands, cpu
+    def __init__(self, servers: Servers, commands: dict[str, list[int]], cpu: list[float],
+                 replica_cpu: list[float]) -> None:
+        self.servers, self.commands, self.cpu, self.replica_cpu = servers, commands, cpu, replica_cpu
+        self.replica_us: list[float] = []  # each replica's CPU a page, once ended
         self.node_cpu, self.started = process_cpu(), time.time()
 
     @classmethod
     @defer.inlineCallbacks
     def start(cls, servers: Servers) -> Gen:
         commands = yield servers.commandstats()
-        return cls(servers, commands, (yield servers.cpu()))
+        return cls(servers, commands, (yield servers.cpu()), (yield servers.cpu(replicas=True)))
 
     @defer.inlineCallbacks
     def end(self, args: argparse.Namespace, pages: int) -> Gen:
         """(seconds, the node's CPU a page in us, each server's CPU a page in us), the commands shown if asked."""
         seconds, node_us = time.time() - self.started, (process_cpu() - self.node_cpu) / pages * 1e6
         shards = [used / pages * 1e6 for used in cpu_used(self.cpu, (yield self.servers.cpu()))]
+        self.replica_us = [used / pages * 1e6 for used in cpu_used(self.replica_cpu,
+                                                                   (yield self.servers.cpu(replicas=True)))]
         yield show_commands(args, self.servers, self.commands, pages)
         return seconds, node_us, shards
 
@@ -528,6 +546,10 @@ def crawler_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen
     pages = yield model.run()
     seconds, node_us, shards = yield run.end(args, pages)
     yield pool.close()
+    copies = (f", its replicas {sum(run.replica_us):.1f} us ({'/'.join(f'{us:.1f}' for us in run.replica_us)})"
+              if run.replica_us else "")
+    print(f"redis_durability = {args.mode!r}: Redis CPU a page {sum(shards):.1f} us, per shard "
+          f"{'/'.join(f'{us:.1f}' for us in shards)}{copies}; {pages / seconds:,.0f} pages/s", flush=True)
     pops = (f"pops ahead of up to {args.pop_ahead} URLs" if args.pop_ahead else
             f"pops of {args.pop_batch} free slots or more")
     print(f"crawler-shaped mix (64 fetches in flight, {args.fetch_ms:g} ms a fetch on average, {pops}, "
@@ -536,7 +558,7 @@ def crawler_mix(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen
           f"Redis {sum(shards):.1f} us, node {node_us:.1f} us; script calls a page: "
           f"{', '.join(f'{name} {n / pages:.2f}' for name, n in calls.most_common())}", flush=True)
     yield servers.delete(prefix)
-    return sum(shards)
+    return sum(shards), shards, run.replica_us, pages / seconds
 
 
 @defer.inlineCallbacks
@@ -585,9 +607,14 @@ def seen_memory(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen
     for base in range(0, args.seen, BATCH):
         yield pool.seen_add([url(i) for i in range(base, min(args.seen, base + BATCH))])
     ours = ((yield servers.used_memory()) - before) / args.seen
+    print(f"spiderd seen set: {args.seen} URLs: {ours:.1f} bytes per URL (used_memory)", flush=True)
     buckets = [(link, key) for link, key in (yield servers.scan(_glob_escape(prefix) + "*s:*")) if ":s:" in key]
-    usage = yield defer.gatherResults([link.execute("MEMORY", "USAGE", k, "SAMPLES", "0") for link, k in buckets])
-    encodings = set((yield defer.gatherResults([link.execute("OBJECT", "ENCODING", k) for link, k in buckets])))
+    usage, encodings = [], set()
+    for i in range(0, len(buckets), BATCH):  # (a cluster has P x 2^bits buckets: not all in one pipeline)
+        usage += yield defer.gatherResults([link.execute("MEMORY", "USAGE", k, "SAMPLES", "0")
+                                            for link, k in buckets[i:i + BATCH]])
+        encodings.update((yield defer.gatherResults([link.execute("OBJECT", "ENCODING", k)
+                                                     for link, k in buckets[i:i + BATCH]])))
     yield pool.close()
     print(f"spiderd seen set: {args.seen} URLs, {len(buckets)} buckets ({', '.join(sorted(encodings))}): "
           f"{ours:.1f} bytes per URL (used_memory), {sum(map(int, usage)) / args.seen:.1f} (MEMORY USAGE)", flush=True)
@@ -627,7 +654,12 @@ def driver(reactor: Any, args: argparse.Namespace) -> Gen:
     nothing = defer.succeed
     try:
         shards, mix_rate = yield (crawl_mix(args, reactor, servers) if "mix" in only else nothing(([0.0], 0.0)))
-        crawler = yield (crawler_mix(args, reactor, servers) if "crawler" in only else nothing(0.0))
+        durable: dict[str, tuple[float, list[float], list[float], float]] = {}
+        for mode in args.durability.split(",") if "crawler" in only else ():
+            args.mode = mode
+            durable[mode] = yield crawler_mix(args, reactor, servers)
+        args.mode = args.durability.split(",")[0]
+        crawler = durable[args.mode][0] if durable else 0.0
         one = yield (pop_ack_rate(args, reactor, servers, 1) if "popack" in only else nothing(0.0))
         two = yield (pop_ack_rate(args, reactor, servers, 2) if "popack" in only else nothing(0.0))
         ours, theirs = yield (seen_memory(args, reactor, servers) if "seen" in only else nothing((0.0, 0.0)))
@@ -642,7 +674,12 @@ def driver(reactor: Any, args: argparse.Namespace) -> Gen:
     if len(shards) > 1:
         per_shard = (f"shards={len(shards)} redis_us_per_page_per_shard={'/'.join(f'{us:.1f}' for us in shards)} "
                      f"shard_spread={spread(shards):.2f} pages_per_s_ceiling_per_shard={1e6 / max(shards):.0f} ")
-    print(f"RESULT redis_cpu_us_per_page={crawler or sum(shards):.1f} "  # issue 17's key: the crawler-shaped figure
+    by_mode = "".join(f"redis_us_per_page_{mode}={total:.1f} redis_us_per_page_per_shard_{mode}="
+                      f"{'/'.join(f'{us:.1f}' for us in each)} "
+                      + (f"replica_us_per_page_{mode}={sum(copies):.1f} " if copies else "")
+                      + f"pages_per_s_{mode}={rate:.0f} ceiling_per_shard_{mode}={1e6 / max(each):.0f} "
+                      for mode, (total, each, copies, rate) in durable.items()) if len(durable) > 1 else ""
+    print(f"RESULT {by_mode}redis_cpu_us_per_page={crawler or sum(shards):.1f} "  # issue 17's key: the crawler-shaped figure
           f"redis_us_per_page={sum(shards):.1f} redis_us_per_page_crawler={crawler:.1f} {per_shard}mix_pages_per_s={mix_rate:.0f} "
           f"pop_ack_1node={one:.0f} pop_ack_2node={two:.0f} redis_bytes_per_url={ours:.1f} "
           f"scrapy_redis_bytes_per_url={theirs:.1f} redis_bytes_per_waiting_url={waiting:.1f}"
@@ -658,6 +695,9 @@ def main() -> None:
                         help="a redis:// URL to use (default: a private redis-server started and stopped by this run)")
     parser.add_argument("--cluster", action="store_true", help="start a 3-master Redis Cluster and bench on it")
     parser.add_argument("--aof", action="store_true", help="--cluster: AOF with fsync always (as the tests run it)")
+    parser.add_argument("--replicas", type=int, default=0, help="--cluster: replicas of each master")
+    parser.add_argument("--durability", default="none",
+                        help="[pool] redis_durability; several, comma-separated: the crawler-shaped mix once each")
     parser.add_argument("--domains", action="store_true", help="hosts are 1000 registered domains (www.shopN.com)")
     parser.add_argument("--hosts", type=int, default=HOSTS, help="hosts the URLs are spread over")
     parser.add_argument("--bucket-bits", type=int, default=16, help="seen_bucket_bits (per partition on a cluster)")
@@ -686,6 +726,8 @@ def main() -> None:
     parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.ports = None
+    args.mode = args.durability.split(",")[0]
+    args.cluster = args.cluster or args.replicas > 0
     REPEAT, HOSTS = args.repeat_links, args.hosts
     args.domains = args.domains or args.cluster
     if args.domains:
@@ -694,10 +736,11 @@ def main() -> None:
         task.react(worker if args.worker else driver, (args,))
     elif args.cluster:
         with tempfile.TemporaryDirectory(prefix="spiderd-bench-cluster-") as directory:
-            cluster = RedisCluster(directory, aof=args.aof).start()
+            cluster = RedisCluster(directory, aof=args.aof, replicas=args.replicas).start()
             try:
                 args.redis, args.ports = cluster.url, cluster.ports
-                print(f"Redis Cluster of {len(cluster.ports)} masters on ports {cluster.ports}", flush=True)
+                print(f"Redis Cluster of {cluster.masters} masters with {args.replicas} replica(s) each on ports "
+                      f"{cluster.ports}", flush=True)
                 task.react(driver, (args,))
             finally:
                 cluster.stop()

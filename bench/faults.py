@@ -56,6 +56,7 @@ from faultkit import (FTP_SERVER, ROOT, STOP_LIMIT, TWISTD, PrivateMariaDB, Priv
 sys.path.insert(0, str(ROOT))
 
 from spiderd.demo.pages import SiteSpec  # noqa: E402
+from tests.rediscluster import RedisCluster  # noqa: E402
 
 class Scenario:
     """One crawl of the site by a frontier and a worker, with hooks to break things."""
@@ -474,6 +475,107 @@ def service_scenario(kind: str, root: Path, site: str, spec: SiteSpec, rng: rand
     return row
 
 
+class ClusterScenario(Scenario):
+    """Three frontiers sharing the Redis Cluster pool of ``cluster`` (three masters with a replica each:
+    ``[pool] redis_durability = durability``), one worker, the FTP host."""
+
+    FRONTIERS = 3
+
+    def __init__(self, name: str, root: Path, site_url: str, spec: SiteSpec, cluster: RedisCluster,
+                 durability: str) -> None:
+        self.cluster, self.durability = cluster, durability
+        super().__init__(name, root, site_url, spec, pool="redis")
+
+    def _make_nodes(self) -> None:
+        self.frontier_role, self.worker_role = "frontier0", "worker"
+        self.worker = self._node("worker")
+        self.frontiers = [self._node(f"frontier{i}") for i in range(self.FRONTIERS)]
+        self.frontier = self.frontiers[0]
+
+    def _config(self, role: str) -> str:
+        pool = (f'backend = "redis"\nredis_url = "{self.cluster.url}"\nredis_prefix = "{self.name}:"\n'
+                f'redis_namespace = "{self.name}:"\nredis_durability = "{self.durability}"')
+        return node_toml(role="worker" if role == "worker" else "frontier", data_dir=self.dir / role,
+                         site_url=self.site_url, store_url=self.store_url, targets=f'["127.0.0.1:{self.worker_port}"]',
+                         worker_port=self.worker_port, ftp_port=self.ftp_port,
+                         per_host=(4, 0.02) if role != "worker" else (32, 0), pool=pool)
+
+    def start(self) -> None:
+        self.ftp.start()
+        wait_port(self.ftp_port, proc=self.ftp)
+        self.worker.start()
+        wait_port(self.worker_port, proc=self.worker)
+        for frontier in self.frontiers:
+            frontier.start()
+
+    def stop(self) -> None:
+        for proc in (*self.frontiers, self.worker, self.ftp):
+            if proc.alive():
+                proc.term() if proc is not self.ftp else proc.kill9()
+
+    def sent(self) -> set[int]:
+        return set().union(*(frontier_batches(self.dir / f"frontier{i}.log") for i in range(self.FRONTIERS)))
+
+    def resumed(self) -> list[float]:
+        """Each frontier's outage of the master (its "served by ... now, N s after it was lost" lines)."""
+        seconds = []
+        for i in range(self.FRONTIERS):
+            log = self.dir / f"frontier{i}.log"
+            for line in log.read_text(errors="replace").splitlines() if log.exists() else ():
+                if "are served by" in line and " s after it was lost" in line:
+                    seconds.append(float(line.split(" s after it was lost")[0].rsplit(" ", 1)[1]))
+        return seconds
+
+    def batches_lost(self, carried: set[int]) -> int:
+        spooled = {int(p.stem.split("-")[1]) for i in range(self.FRONTIERS)
+                   for p in (self.dir / f"frontier{i}" / "batches").glob("batch-*.json")}
+        return len((self.sent() | spooled) - carried)
+
+
+def cluster_scenario(kind: str, root: Path, site: str, spec: SiteSpec, rng: random.Random, durability: str,
+                     run: int) -> Row:
+    """A Redis Cluster failover mid-crawl: ``CLUSTER FAILOVER`` on a master's replica ("failover"), or the master
+    killed (SIGKILL) and its replica promoted by the cluster ("kill9"), then the master started again (it comes back
+    as its replica's replica).  Recover: from the fault to the next page stored."""
+    name = f"cluster-{'failover' if kind == 'failover' else 'master-kill9'}-{durability}-{run}"
+    cluster = RedisCluster(root / f"{name}-servers", replicas=1).start()
+
+    def fault(s: Scenario, row: Row, rng_: random.Random) -> None:
+        while len(s.sent()) < 3 and not s.complete():  # type: ignore[attr-defined]
+            time.sleep(0.05)  # polling the frontiers' logs: the crawl is under way
+        master = rng_.randrange(cluster.masters)
+        replica = cluster.replica_of(master)
+        before, started = s.progress(), time.monotonic()
+        if kind == "failover":
+            cluster.failover(replica)
+        else:
+            cluster.kill(master)
+        cluster.wait_master(replica, timeout=60)
+        promoted = time.monotonic() - started
+        row.injected += 1
+        row.recover.append(s.wait_progress(before) + promoted)
+        row.note = f"promoted in {promoted:.1f}s"
+        if kind != "failover":
+            cluster.restart(master)
+
+    try:
+        s = ClusterScenario(name, root, site, spec, cluster, durability)
+        row = Row(name)
+        s.start()
+        try:
+            fault(s, row, rng)
+            if not s.wait_complete(300):
+                row.note = (row.note + "; did not complete").strip("; ")
+        finally:
+            s.stop()
+        resumed = s.resumed()
+        row.note += (f"; frontiers resumed {min(resumed):.1f}-{max(resumed):.1f}s after losing the master"
+                     if resumed else "; no frontier lost the master (MOVED only)")
+        return s.check(row)
+    finally:
+        cluster.stop()
+
+
 SCENARIOS: dict[str, Callable[..., Row]] = {
     "frontier-kill9": lambda *a: run_scenario("frontier-kill9", *a[:3], frontier_kill9, a[3]),
     "worker-kill9": lambda *a: run_scenario("worker-kill9", *a[:3], worker_kill9, a[3]),
@@ -485,7 +587,10 @@ SCENARIOS: dict[str, Callable[..., Row]] = {
     "inprocess-kill9": lambda *a: run_node("inprocess-kill9", *a),
     "inprocess-nostore-kill9": lambda *a: run_node("inprocess-nostore-kill9", *a, store="none"),
     "local-worker-kill9": lambda *a: run_node("local-worker-kill9", *a, targets='["local"]'),
+    "cluster-failover": lambda *a, **k: cluster_scenario("failover", *a, **k),
+    "cluster-master-kill9": lambda *a, **k: cluster_scenario("kill9", *a, **k),
 }
+CLUSTER = {"cluster-failover", "cluster-master-kill9"}
 
 
 def main() -> None:
@@ -495,6 +600,8 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated scenario names: " + ", ".join(SCENARIOS))
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs) afterwards")
+    parser.add_argument("--runs", type=int, default=1, help="runs of each cluster-* scenario")
+    parser.add_argument("--durability", default="replica", help="cluster-*: [pool] redis_durability")
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n] or list(SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]
@@ -520,9 +627,11 @@ def main() -> None:
     print(HEADER, flush=True)
     try:
         for name in names:
-            row = SCENARIOS[name](root, url, spec, rng)
-            rows.append(row)
-            print(row.line(), flush=True)
+            for run in range(args.runs if name in CLUSTER else 1):
+                extra = {"durability": args.durability, "run": run + 1} if name in CLUSTER else {}
+                row = SCENARIOS[name](root, url, spec, rng, **extra)
+                rows.append(row)
+                print(row.line(), flush=True)
     finally:
         site.kill9()
         if not args.keep:

@@ -15,8 +15,10 @@ SETTLE_TIMEOUT = 30.0
 
 
 class ClusterCase:
-    """``self.cluster``: three masters of this class, started in setUpClass and stopped in tearDownClass."""
+    """``self.cluster``: three masters of this class (``replicas`` each), started in setUpClass and stopped in
+    tearDownClass."""
 
+    replicas = 0
     cluster: RedisCluster
     _directory: tempfile.TemporaryDirectory[str]
 
@@ -29,7 +31,7 @@ class ClusterCase:
         if available() is not None:
             return  # each test skips (or fails under SPIDERD_REQUIRE_SERVICES=1) in setUp
         cls._directory = tempfile.TemporaryDirectory(prefix="spiderd-cluster-")
-        cls.cluster = RedisCluster(cls._directory.name).start()
+        cls.cluster = RedisCluster(cls._directory.name, replicas=cls.replicas).start()
 
     @classmethod
     def tearDownClass(cls) -> None:
@@ -44,16 +46,16 @@ class ClusterCase:
         self.addCleanup(self._masters_up)  # type: ignore[attr-defined]
 
     def _masters_up(self) -> None:
-        """A test that killed a master leaves the next test a whole cluster."""
-        for i in range(self.cluster.masters):
+        """A test that killed a node leaves the next test a whole cluster."""
+        for i in range(len(self.cluster.ports)):
             if not self.cluster.running(i):
                 self.cluster.restart(i)
 
 
 @defer.inlineCallbacks
-def settle(predicate: Callable[[], bool], what: str) -> Generator[Any, Any, None]:
+def settle(predicate: Callable[[], bool], what: str, timeout: float = SETTLE_TIMEOUT) -> Generator[Any, Any, None]:
     """Let the reactor run (real network I/O with another process, not a timer of ours) until ``predicate()``."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT
+    deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         yield task.deferLater(reactor, 0.01, lambda: None)  # type: ignore[arg-type]

@@ -162,22 +162,57 @@ class ClusterLinkTests(ClusterCase, TestCase):
         assert any("answers again" in line for line in text), text
 
     @defer.inlineCallbacks
+    def test_calls_that_do_not_wait_notice_a_master_back(self) -> Gen:
+        """With only calls that do not wait (pops) for a master that was down, one a backoff step has it PINGed
+        (the call itself fails at once, not held by a connection): once it answers they go to it again."""
+        yield self.link.open()
+        key = self.key_on(0)
+        slot = key_slot(key)
+        self.cluster.kill(0)
+        lost = self.link.execute(slot, "GET", key, wait=False)
+        self.assertFailure(lost, RedisPoolError)
+        yield lost
+        self.cluster.restart(0)
+        early = self.link.execute(slot, "GET", key, wait=False)
+        self.assertFailure(early, SlotUnavailable)  # within the backoff step: not tried
+        yield early
+        self.clock.advance(1)
+        with capturedLogs() as events:
+            probed = self.link.execute(slot, "GET", key, wait=False)
+            self.assertFailure(probed, SlotUnavailable)  # a PING goes out instead
+            yield probed
+            yield settle(lambda: any("answers again" in formatEvent(e) for e in events), "the PING")
+        assert (yield self.link.execute(slot, "SET", key, "back", wait=False)) == "OK"
+
+    @defer.inlineCallbacks
     def test_clusterdown_is_tried_again_after_the_backoff(self) -> Gen:
-        """A slot its master stopped serving (CLUSTER DELSLOTS: CLUSTERDOWN) is tried again on the backoff, and the
-        command runs once the slot is served again."""
+        """A slot its master stopped serving (CLUSTER DELSLOTS: CLUSTERDOWN) is tried again on the backoff (a pop-like
+        call fails at once meanwhile), with one warning for the outage however many tries, and the command runs once
+        the slot is served again, the end of the outage logged."""
         yield self.link.open()
         key = self.key_on(2)
         slot, port = key_slot(key), self.cluster.ports[2]
         assert self.cluster.cli(port, "CLUSTER", "DELSLOTS", str(slot)) == "OK"
-        try:
-            answered: list[Any] = []
-            d = self.link.execute(slot, "SET", key, "later")
-            d.addBoth(lambda result: answered.append(result) or result)
-            yield settle(lambda: bool(answered or self.clock.getDelayedCalls()), "a retry on the backoff")
-            assert not answered
-        finally:
-            assert self.cluster.cli(port, "CLUSTER", "ADDSLOTS", str(slot)) == "OK"
-        while not answered:
-            self.clock.advance(5)
-            yield settle(lambda: bool(answered or self.clock.getDelayedCalls()), "the retry")
-        assert (yield d) == "OK" and self.cluster.cli(port, "GET", key) == "later"
+        with capturedLogs() as events:
+            try:
+                answered: list[Any] = []
+                d = self.link.execute(slot, "SET", key, "later")
+                d.addBoth(lambda result: answered.append(result) or result)
+                for _ in range(3):  # three tries, still down
+                    yield settle(lambda: bool(answered or self.clock.getDelayedCalls()), "a retry on the backoff")
+                    self.clock.advance(0.1 * 2 ** _)
+                yield settle(lambda: bool(answered or self.clock.getDelayedCalls()), "a retry on the backoff")
+                assert not answered
+                fast = self.link.execute(slot, "GET", key, wait=False)
+                self.assertFailure(fast, RedisPoolError)  # (SlotUnavailable, or CLUSTERDOWN once a backoff step)
+                yield fast
+            finally:
+                assert self.cluster.cli(port, "CLUSTER", "ADDSLOTS", str(slot)) == "OK"
+            while not answered:
+                self.clock.advance(5)
+                yield settle(lambda: bool(answered or self.clock.getDelayedCalls()), "the retry")
+            assert (yield d) == "OK" and self.cluster.cli(port, "GET", key) == "later"
+        text = [formatEvent(e) for e in events]
+        warned = [e for e in events if e["log_level"].name == "warn"]
+        assert len(warned) == 1 and "CLUSTERDOWN" in formatEvent(warned[0]), text
+        assert any("answers again" in line and "CLUSTERDOWN" in line for line in text), text

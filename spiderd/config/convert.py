@@ -24,6 +24,7 @@ from spiderd.core.compression import FAST
 
 ROLES = ("all", "frontier", "worker")
 POOL_BACKENDS = ("leveldb", "memory", "redis")
+DURABILITY = ("none", "replica", "aof")  # [pool] redis_durability: when a write to Redis is acknowledged
 POLITENESS = ("host", "ip")  # [fetch] politeness: a slot per host, or per address (the hosts on one IP share it)
 FEED_FORMATS = ("jsonl", "warc", "both", "parquet")  # [items] format: items as JSON lines, answers as WARC, both, or
 # the worker's feeds as Parquet
@@ -272,6 +273,7 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "backend": _choice(POOL_BACKENDS),
     "feed_format": _choice(FEED_FORMATS),
     "politeness": _choice(POLITENESS),
+    "durability": _choice(DURABILITY),
     "positive": _positive,
     "non_negative": _non_negative,
     "delay_factor": _delay_factor,

@@ -21,7 +21,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
-from spiderd.config.convert import FEED_FORMATS, HOST_KEYS, POLITENESS, POOL_BACKENDS, ROLES, ConfigError, convert
+from spiderd.config.convert import (DURABILITY, FEED_FORMATS, HOST_KEYS, POLITENESS, POOL_BACKENDS, ROLES, ConfigError,
+                                    convert)
 from spiderd.config.schema import SCHEMA, SITE_KEYS
 from spiderd.config.settings import SECTIONS
 from spiderd.config.sites import load_sites
@@ -36,6 +37,7 @@ KINDS: dict[str, str] = {  # a schema kind, as the reader is told it
     "backend": " or ".join(f'"{b}"' for b in POOL_BACKENDS),
     "feed_format": " or ".join(f'"{f}"' for f in FEED_FORMATS),
     "politeness": " or ".join(f'"{p}"' for p in POLITENESS),
+    "durability": " or ".join(f'"{d}"' for d in DURABILITY),
     "positive": "number > 0",
     "non_negative": "number >= 0",
     "delay_factor": "number 0..1000",

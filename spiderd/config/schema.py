@@ -35,6 +35,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "redis_pop_batch": "positive_int",
         "redis_pop_ahead": "count",  # 0: pop for free slots only (redis_pop_batch)
         "redis_known_urls": "count",  # 0: none remembered
+        "redis_durability": "durability",  # "none", "replica" (WAIT) or "aof" (WAITAOF)
         "seed_cron": "cron",
         "recrawl_every": "positive",
         "recrawl_batch": "positive_int",

@@ -59,6 +59,8 @@ class PoolSection:
     redis_pop_batch: int = 8  # with redis_pop_ahead 0: the crawler pops when this many fetch slots are free
     redis_pop_ahead: int = 32  # leased URLs the crawler pops ahead of its free slots (at most [fetch] concurrency)
     redis_known_urls: int = 100000  # URLs a node remembers the pool knows, so adding them again costs Redis nothing
+    redis_durability: str = "none"  # a write is answered once its master has it ("none"), a replica ("replica": WAIT)
+    # or the master's and a replica's AOF ("aof": WAITAOF, Redis 7.2 on)
     seed_cron: str = ""
     recrawl_every: float = 60.0
     recrawl_batch: int = 1000

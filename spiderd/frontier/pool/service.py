@@ -89,7 +89,8 @@ def pool_service(config: PoolSection, fetching: FetchSection, sites: tuple[Site,
     if config.backend == "redis":
         pool, opener = make_redis_pool(config.redis_url, reactor, prefix=config.redis_prefix,
                                        namespace=config.redis_namespace, seen_bucket_bits=config.redis_seen_bucket_bits,
-                                       options=options, politeness=politeness, status_wait=config.redis_status_wait)
+                                       options=options, politeness=politeness, status_wait=config.redis_status_wait,
+                                       durability=config.redis_durability)
         return PoolService(pool, reactor, opener, where=redact(config.redis_url))
     if config.backend == "memory":
         return PoolService(open_memory_pool(reactor, options, politeness=politeness), reactor, where="memory")

@@ -198,6 +198,7 @@ from twisted.python.failure import Failure
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.redis.cluster import is_cluster_url
+from spiderd.frontier.pool.redis.durability import Durability
 from spiderd.frontier.pool.redis.link import RedisAddress, RedisLink, RedisPoolError, load_scripts, parse_redis_url
 from spiderd.frontier.pool.redis.partitioned import PartitionedPool, make_cluster_pool
 from spiderd.frontier.pool.redis.pool import RedisPool
@@ -215,13 +216,15 @@ def open_redis_pool(
     connect_timeout: float = 10.0,
     reply_timeout: float = 30.0,
     status_wait: float = 0.0,
+    durability: str = "none",
     **options: Any,
 ) -> defer.Deferred[RedisPool | PartitionedPool]:
     """Connect to ``redis://[:password@]host:port/db`` (or a cluster's ``redis+cluster://[:password@]host:port,...``)
     and open the pool; fails with RedisPoolError naming host:port.
 
     ``options``: ``options`` (a PoolOptions, as the embedded pool's) and ``politeness``, or the keywords of
-    :meth:`~spiderd.frontier.pool.options.PoolOptions.of` (``failure_threshold=2``).
+    :meth:`~spiderd.frontier.pool.options.PoolOptions.of` (``failure_threshold=2``); ``durability``: ``[pool]
+    redis_durability`` (:mod:`.durability`).
     """
     if not 14 <= seen_bucket_bits <= 24:
         return defer.fail(ValueError(f"seen_bucket_bits must be between 14 and 24, not {seen_bucket_bits!r}"))
@@ -229,7 +232,8 @@ def open_redis_pool(
         address = url if is_cluster_url(url) else parse_redis_url(url)
         pool, opener = make_redis_pool(address, clock, prefix=prefix, namespace=namespace,
                                        seen_bucket_bits=seen_bucket_bits, connect_timeout=connect_timeout,
-                                       reply_timeout=reply_timeout, status_wait=status_wait, **options)
+                                       reply_timeout=reply_timeout, status_wait=status_wait, durability=durability,
+                                       **options)
     except ValueError as e:
         return defer.fail(e)
     return opener().addCallback(lambda _: pool)
@@ -238,20 +242,23 @@ def open_redis_pool(
 def make_redis_pool(
     address: str | RedisAddress, clock: IReactorTime, *, prefix: str, namespace: str = "", seen_bucket_bits: int = 16,
     connect_timeout: float = 10.0, reply_timeout: float = 30.0, options: PoolOptions | None = None,
-    politeness: Politeness | None = None, status_wait: float = 0.0, **keywords: Any,
+    politeness: Politeness | None = None, status_wait: float = 0.0, durability: str = "none", **keywords: Any,
 ) -> tuple[RedisPool | PartitionedPool, Callable[[], defer.Deferred[Any]]]:
     """A pool not connected yet, and the call that connects it (and may be called again after a failure);
     ``keywords`` (without ``options``): those of :meth:`PoolOptions.of`.  A ``redis+cluster://`` address gives the
     partitioned pool (``[pool] redis_partitions`` of the options: its partitions)."""
     options = options or PoolOptions.of(**keywords)
+    durable = Durability(durability)
     if isinstance(address, str) and is_cluster_url(address):
         return make_cluster_pool(address, clock, options, prefix=prefix, namespace=namespace,
                                  seen_bucket_bits=seen_bucket_bits, politeness=politeness,
-                                 connect_timeout=connect_timeout, reply_timeout=reply_timeout, status_wait=status_wait)
+                                 connect_timeout=connect_timeout, reply_timeout=reply_timeout, status_wait=status_wait,
+                                 durability=durable)
     if isinstance(address, str):
         address = parse_redis_url(address)
     scripts = load_scripts()
-    link = RedisLink(address, scripts.values(), connect_timeout=connect_timeout, reply_timeout=reply_timeout)
+    link = RedisLink(address, scripts.values(), connect_timeout=connect_timeout, reply_timeout=reply_timeout,
+                     durability=durable)
     pool = RedisPool(link, scripts, clock, options, prefix=prefix, namespace=namespace,
                      seen_bucket_bits=seen_bucket_bits, politeness=politeness, status_wait=status_wait)
 

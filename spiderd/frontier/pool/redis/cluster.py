@@ -8,10 +8,20 @@ hash tag, :func:`key_slot`); ``ASK`` sends ``ASKING`` and the command to the
 node named, once; ``TRYAGAIN``, ``CLUSTERDOWN``, ``LOADING`` and a master that cannot
 be reached are tried again after the project's backoff (:class:`spiderd.core.retry.
 Backoff`), until the master answers or the client is closed: a status or an add
-given while a master is down goes out once it is back.  ``wait=False`` fails
-at once with :class:`SlotUnavailable` instead while the slot's master is known
-to be down (a pop skips that partition).  Scripts are loaded on each master's
-connection (RedisLink); a node that lost the function library (or, before Redis 7, a script) gets it again.
+given while a master is down goes out once it is back, or once the map names the
+replica promoted in its place (a map that gives slots back to a master that
+could not be reached, from a node that has not heard of the failover yet, is
+not believed for those slots: were it back, the other would answer ``MOVED``).
+Each outage of a master (unreachable, or answering ``TRYAGAIN``, ``CLUSTERDOWN``,
+``LOADING``) logs one warning, and its end one line with its length (the
+clock's).  ``wait=False`` fails at once with :class:`SlotUnavailable` instead
+while the slot's master is known to be down (a pop skips that partition), but
+for one call a backoff step, which tries it (and reads the map again).  A write
+answered but not acknowledged by a replica (``[pool] redis_durability``,
+:mod:`.durability`: the connection ended first, or the master was demoted) is
+sent again at once, to whichever master the map names by then.  Scripts are
+loaded on each master's connection (RedisLink); a node that lost the function
+library (or, before Redis 7, a script) gets it again.
 
 Why not redis-py's cluster client: it is blocking (a lane thread per call, or its
 asyncio client under the asyncio reactor, a change of the whole daemon), and
@@ -22,6 +32,7 @@ the wire.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 from urllib.parse import unquote
 
@@ -32,7 +43,9 @@ from twisted.python.failure import Failure
 
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import redact
-from spiderd.frontier.pool.redis.link import RedisAddress, RedisLink, RedisPoolError, RedisReplyError, Script
+from spiderd.frontier.pool.redis.durability import NONE, Durability
+from spiderd.frontier.pool.redis.link import (RedisAddress, RedisLink, RedisPoolError, RedisReplyError, Script,
+                                              Unacknowledged)
 
 log = Logger()
 
@@ -93,11 +106,23 @@ class SlotUnavailable(RedisPoolError):
     """The master of a slot is known to be down (asked with ``wait=False``)."""
 
 
+@dataclass(slots=True)
+class Outage:
+    """A master that cannot be reached, or answers that the cluster is down (``TRYAGAIN``, ``CLUSTERDOWN``,
+    ``LOADING``): since when (the clock's), why, and when a call that would not wait may try it next."""
+
+    why: str
+    since: float
+    tries: int = 0
+    next_try: float = 0.0
+
+
 class ClusterLink:
     """Routes commands and scripts by slot to the cluster's masters, following redirections and outages."""
 
     def __init__(self, seeds: Sequence[RedisAddress], scripts: Sequence[Script], clock: IReactorTime, *,
-                 connect_timeout: float = 10.0, reply_timeout: float = 30.0, backoff: Backoff = BACKOFF) -> None:
+                 connect_timeout: float = 10.0, reply_timeout: float = 30.0, backoff: Backoff = BACKOFF,
+                 durability: Durability = NONE) -> None:
         if not seeds:
             raise ValueError("a Redis Cluster needs at least one seed node")
         self._seeds = list(seeds)
@@ -105,9 +130,11 @@ class ClusterLink:
         self._clock = clock
         self._timeouts = (connect_timeout, reply_timeout)
         self._backoff = backoff
+        self._durability = durability
         self._slots: list[RedisAddress | None] = [None] * SLOTS
         self._links: dict[tuple[str, int], RedisLink] = {}
-        self._down: dict[tuple[str, int], str] = {}  # master -> why, while it cannot be reached
+        self._down: dict[tuple[str, int], Outage] = {}  # master -> its outage, until it answers or is replaced
+        self._unreachable: set[tuple[str, int]] = set()  # nodes whose last connection failed (asked last)
         self._refreshing: list[defer.Deferred[None]] = []  # callers of the refresh under way
         self._timers: dict[Any, defer.Deferred[None]] = {}  # retries waiting for their backoff
         self._closed = False
@@ -136,23 +163,50 @@ class ClusterLink:
         known = {(a.host, a.port): a for a in self._slots if a is not None}
         for seed in self._seeds:
             known.setdefault((seed.host, seed.port), seed)
-        return sorted(known.values(), key=lambda a: (a.host, a.port) in self._down)
+        return sorted(known.values(), key=lambda a: (a.host, a.port) in self._unreachable)
 
     def _ask_slots(self, nodes: list[RedisAddress]) -> defer.Deferred[None]:
         node, rest = nodes[0], nodes[1:]
         d = self._link(node).execute("CLUSTER", "SLOTS").addCallback(self._map, node)
         if rest:
-            d.addErrback(lambda _: self._ask_slots(rest))
+            d.addErrback(self._ask_next, node, rest)
         return d
 
+    def _ask_next(self, failure: Failure, node: RedisAddress, rest: list[RedisAddress]) -> defer.Deferred[None]:
+        if not failure.check(RedisReplyError):
+            self._unreachable.add((node.host, node.port))
+        return self._ask_slots(rest)
+
     def _map(self, reply: list[Any], asked: RedisAddress) -> None:
+        """The slot map of ``CLUSTER SLOTS``, but for slots it gives back to a master that could not be reached
+        when another serves them already: the answer of a node that has not heard of a failover yet (were the
+        master back and serving them, the other would answer MOVED)."""
+        previous = self._slots
         slots: list[RedisAddress | None] = [None] * SLOTS
         for entry in reply:
             start, end, master = int(entry[0]), int(entry[1]), entry[2]
             host = _text(master[0]) or asked.host
             address = RedisAddress(host, int(master[1]), 0, asked.password)
             slots[start:end + 1] = [address] * (end - start + 1)
+            if (host, address.port) in self._unreachable:
+                for slot in range(start, end + 1):
+                    if previous[slot] is not None and previous[slot] != address:
+                        slots[slot] = previous[slot]
+        self._unreachable.discard((asked.host, asked.port))
         self._slots = slots
+        self._taken_over(previous)
+
+    def _taken_over(self, previous: list[RedisAddress | None]) -> None:
+        """A master down whose slots the new map gives to others (its replica, promoted): its outage is over."""
+        masters = {(a.host, a.port) for a in self._slots if a is not None}
+        for key in [key for key in self._down if key not in masters]:
+            outage = self._down.pop(key)
+            heirs = sorted({str(self._slots[s]) for s, old in enumerate(previous)
+                            if old is not None and (old.host, old.port) == key and self._slots[s] is not None})
+            if heirs:
+                log.info("Redis Cluster: the slots of {address} are served by {heirs} now, {seconds:.1f} s after "
+                         "it was lost", address=f"{key[0]}:{key[1]}", heirs=", ".join(heirs),
+                         seconds=self._clock.seconds() - outage.since)
 
     def master(self, slot: int) -> RedisAddress | None:
         """The master serving ``slot`` as last known."""
@@ -163,7 +217,8 @@ class ClusterLink:
         link = self._links.get(key)
         if link is None:
             connect, reply = self._timeouts
-            link = self._links[key] = RedisLink(address, self._scripts, connect_timeout=connect, reply_timeout=reply)
+            link = self._links[key] = RedisLink(address, self._scripts, connect_timeout=connect, reply_timeout=reply,
+                                                durability=self._durability)
         return link
 
     # -- sending ----------------------------------------------------------------------
@@ -185,9 +240,10 @@ class ClusterLink:
         address = self._slots[slot]
         if address is None:  # not mapped yet (or the map was lost): ask, then send
             return self.refresh().addCallback(lambda _: self._first(slot, send, wait, failures, redirects))
-        if not wait and (address.host, address.port) in self._down:
-            why = self._down[(address.host, address.port)]
-            return defer.fail(SlotUnavailable(f"Redis Cluster: slot {slot} at {address} is unavailable: {why}"))
+        outage = self._down.get((address.host, address.port))
+        if not wait and outage is not None and not self._may_try(address, outage):
+            return defer.fail(SlotUnavailable(f"Redis Cluster: slot {slot} at {address} is unavailable: "
+                                              f"{outage.why}"))
         d = send(self._link(address))
         d.addCallback(self._answered, address)
         return d.addErrback(self._failed, slot, send, wait, failures, redirects, address)
@@ -198,10 +254,41 @@ class ClusterLink:
             raise RedisPoolError(f"Redis Cluster: no master serves slot {slot}")
         return self._call(slot, send, wait, failures, redirects)
 
+    def _may_try(self, address: RedisAddress, outage: Outage) -> bool:
+        """Whether a call that would not wait may go to a master in an outage: once a backoff step the map is asked
+        again, and the master is tried (so that calls that do not wait notice the end of an outage too): with
+        this call if it answered (``CLUSTERDOWN``...), else with a PING of its own, not to hold the call for a
+        connection that may take ``connect_timeout`` to fail."""
+        now = self._clock.seconds()
+        if now < outage.next_try:
+            return False
+        outage.tries += 1
+        outage.next_try = now + self._backoff.delay(outage.tries)
+        self.refresh().addErrback(lambda _: None)
+        if (address.host, address.port) not in self._unreachable:
+            return True
+        self._link(address).execute("PING").addCallbacks(self._answered, lambda _: None, (address,))
+        return False
+
     def _answered(self, result: Any, address: RedisAddress) -> Any:
-        if self._down.pop((address.host, address.port), None) is not None:
-            log.info("Redis Cluster: {address} answers again", address=str(address))
+        key = (address.host, address.port)
+        self._unreachable.discard(key)
+        outage = self._down.pop(key, None)
+        if outage is not None:
+            log.info("Redis Cluster: {address} answers again, {seconds:.1f} s after {why}", address=str(address),
+                     seconds=self._clock.seconds() - outage.since, why=outage.why)
         return result
+
+    def _trouble(self, address: RedisAddress, why: str, slot: int) -> None:
+        """One warning per outage of a master (the first failure); the map is asked again."""
+        key = (address.host, address.port)
+        if key not in self._down:
+            log.warn("Redis Cluster: master {address} is unavailable ({why}): its slots (slot {slot} among them) "
+                     "wait; their commands are tried again until it or its replica answers", address=str(address),
+                     why=why, slot=slot)
+            now = self._clock.seconds()
+            self._down[key] = Outage(why, now, 1, now + self._backoff.delay(1))
+        self.refresh().addErrback(lambda _: None)  # another master may have taken its slots over
 
     def _failed(self, failure: Failure, slot: int, send: Callable[[RedisLink], defer.Deferred[Any]], wait: bool,
                 failures: int, redirects: int, address: RedisAddress) -> Any:
@@ -213,13 +300,20 @@ class ClusterLink:
             if word in ("MOVED", "ASK") and redirects < REDIRECTS:
                 return self._redirected(word, rest, slot, send, wait, failures, redirects)
             if word in RETRIED:
-                log.info("Redis Cluster: slot {slot} at {address}: {reply}; trying again", slot=slot,
-                         address=str(address), reply=reply)
-                return self._later(slot, send, wait, failures + 1, redirects)
+                log.debug("Redis Cluster: slot {slot} at {address}: {reply}; trying again", slot=slot,
+                          address=str(address), reply=reply)
+                self._trouble(address, reply, slot)
+                return self._later(slot, send, wait, failures + 1, redirects) if wait else failure
             return failure
         if failure.check(SlotUnavailable):
             return failure
-        self._lost(address, failure.getErrorMessage(), slot)
+        if failure.check(Unacknowledged) and redirects < REDIRECTS:  # answered, perhaps lost: sent again
+            self.refresh().addErrback(lambda _: None)  # (a demoted master answers MOVED meanwhile)
+            return self._call(slot, send, wait, failures, redirects + 1) if wait else failure
+        self._unreachable.add((address.host, address.port))
+        if self._slots[slot] != address and redirects < REDIRECTS:  # its slot moved meanwhile (a failover)
+            return self._call(slot, send, wait, failures, redirects + 1) if wait else failure
+        self._trouble(address, failure.getErrorMessage(), slot)
         if not wait:
             return failure
         return self._later(slot, send, wait, failures + 1, redirects)
@@ -239,15 +333,6 @@ class ClusterLink:
         link.execute("ASKING").addErrback(lambda _: None)  # the next command on that connection may go there
         d = send(link)
         return d.addErrback(self._failed, slot, send, wait, failures, redirects + 1, address)
-
-    def _lost(self, address: RedisAddress, why: str, slot: int) -> None:
-        key = (address.host, address.port)
-        if key not in self._down:
-            log.warn("Redis Cluster: master {address} is unavailable ({why}): its slots (slot {slot} among them) "
-                     "wait; their commands are tried again until it is back", address=str(address), why=why,
-                     slot=slot)
-        self._down[key] = why
-        self.refresh().addErrback(lambda _: None)  # another master may have taken its slots over
 
     def _later(self, slot: int, send: Callable[[RedisLink], defer.Deferred[Any]], wait: bool, failures: int,
                redirects: int) -> defer.Deferred[Any]:

@@ -18,26 +18,18 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from spiderd.contracts.pool import PoolUnavailable
 from spiderd.core.secrets import mask_secret, redact
+from spiderd.frontier.pool.redis.durability import NONE, Acknowledger, Durability, writes_command, writes_script
+from spiderd.frontier.pool.redis.errors import RedisPoolError, RedisReplyError, Unacknowledged
 
 log = Logger()
+
+__all__ = ["Link", "RedisAddress", "RedisLink", "RedisPoolError", "RedisReplyError", "Script", "Unacknowledged",
+           "load_scripts", "parse_redis_url"]
 
 SCRIPTS = ("add", "pop", "status", "claim", "seen", "hubs", "next_due", "stats", "why", "hosts", "seeds",
            "restore", "recrawl", "links", "group", "batched")
 PAIRS = {"statuspop": ("status", "pop")}  # two scripts run in one call: the statuses waiting go out with a pop
-
-
-class RedisPoolError(PoolUnavailable):
-    """Redis could not be reached or answered with an error; the message names host:port, never the password."""
-
-
-class RedisReplyError(RedisPoolError):
-    """Redis answered with an error (``reply``: its text, e.g. ``MOVED 3999 127.0.0.1:7002``); the connection is fine."""
-
-    def __init__(self, message: str, reply: str) -> None:
-        super().__init__(message)
-        self.reply = reply
 
 
 class Link(Protocol):
@@ -151,8 +143,12 @@ class RedisLink:
         *,
         connect_timeout: float = 10.0,
         reply_timeout: float = 30.0,
+        durability: Durability = NONE,
     ) -> None:
+        """``durability``: when a write is answered (``[pool] redis_durability``, :mod:`.durability`)."""
         self.address = address
+        self.durability = durability
+        self._acks: Acknowledger | None = None  # the connection's writes waiting for a replica
         self._scripts = tuple(scripts)
         self._connect_timeout = connect_timeout
         self._reply_timeout = reply_timeout
@@ -174,6 +170,8 @@ class RedisLink:
             d = self._connection().addCallback(lambda _: self._call(script, args, keys))
         else:
             d = self._call(script, args, keys)
+        if self.durability.on and writes_script(script.name):
+            d.addCallback(self._acknowledged)
         return self._track(d.addErrback(self._wrap))
 
     def _call(self, script: Script, args: Sequence[Any], keys: Sequence[str]) -> defer.Deferred[Any]:
@@ -184,7 +182,17 @@ class RedisLink:
 
     def execute(self, *args: Any) -> defer.Deferred[Any]:
         """Run one Redis command."""
-        return self._track(self._send(*args).addErrback(self._wrap))
+        d = self._send(*args)
+        if self.durability.on and writes_command(args):
+            d.addCallback(self._acknowledged)
+        return self._track(d.addErrback(self._wrap))
+
+    def _acknowledged(self, result: Any) -> defer.Deferred[Any]:
+        """A write's answer, once the connection's Acknowledger says a replica (or the AOF) has it."""
+        if self._acks is None:
+            raise Unacknowledged(f"Redis at {self.address}: the connection ended before a replica acknowledged "
+                                 "a write")
+        return self._acks.covered(result)
 
     def close(self) -> defer.Deferred[None]:
         """Let the commands on their way finish, then disconnect; later calls fail."""
@@ -270,6 +278,9 @@ class RedisLink:
         out: txredisapi then aborts it); ``disconnect()`` closes whatever is left of it, and the next command
         connects again."""
         conn, self._conn = self._conn, None
+        acks, self._acks = self._acks, None
+        if acks is not None:
+            acks.lost("the connection ended")
         if conn is None:
             return
         try:
@@ -313,12 +324,35 @@ class RedisLink:
                  for library in libraries]
         d = defer.gatherResults(loads, consumeErrors=True)
         d.addCallback(lambda answers: self._eval_scripts(conn, all(answers)))
+        d.addCallback(self._acknowledging)
 
         def failed(failure: Failure) -> Failure:
             conn.disconnect()
             return failure.value.subFailure if isinstance(failure.value, defer.FirstError) else failure
 
         return d.addErrback(failed).addErrback(self._wrap)
+
+    def _acknowledging(self, conn: Any) -> defer.Deferred[Any]:
+        """The new connection's Acknowledger (with a durability: ROLE tells whether a replica is there; with "aof",
+        ``WAITAOF 1 0`` whether this Redis has it and its AOF on); fires with the connection."""
+        acks = Acknowledger(self.durability, lambda *args: conn.execute_command(*args), str(self.address))
+        if not self.durability.on:
+            self._acks = acks
+            return defer.succeed(conn)
+        d = acks.check_role().addErrback(lambda _: None)  # not a master: its writes will say so
+        if self.durability.mode == "aof":
+            d.addCallback(lambda _: conn.execute_command("WAITAOF", "1", "0", str(self.durability.timeout_ms)))
+            d.addErrback(self._no_waitaof)
+
+        def ready(_: object) -> Any:
+            self._acks = acks
+            return conn
+
+        return d.addCallback(ready)
+
+    def _no_waitaof(self, failure: Failure) -> None:
+        raise RedisPoolError(f"Redis at {self.address}: redis_durability = \"aof\" needs WAITAOF (Redis 7.2 or later) "
+                             f"and appendonly yes: {self._scrub(failure)}")
 
     @staticmethod
     def _loaded(failure: Failure) -> bool | Failure:

@@ -29,6 +29,7 @@ from spiderd.core.recrawls import Recrawl
 from spiderd.core.urls import MAX_URL_LENGTH, registered_domain
 from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.redis.cluster import ClusterLink, SlotLink, key_slot, parse_cluster_url
+from spiderd.frontier.pool.redis.durability import NONE, Durability
 from spiderd.frontier.pool.redis.known import KnownURLs
 from spiderd.frontier.pool.redis.link import RedisPoolError, load_scripts
 from spiderd.frontier.pool.redis.partitions import (
@@ -342,7 +343,7 @@ class PartitionedPool:
 def make_cluster_pool(
     url: str, clock: IReactorTime, options: PoolOptions = PoolOptions(), *, prefix: str, namespace: str = "",
     seen_bucket_bits: int = 16, politeness: Politeness | None = None, connect_timeout: float = 10.0,
-    reply_timeout: float = 30.0, status_wait: float = 0.0,
+    reply_timeout: float = 30.0, status_wait: float = 0.0, durability: Durability = NONE,
 ) -> tuple[PartitionedPool, Callable[[], defer.Deferred[PartitionedPool]]]:
     """A pool on the Redis Cluster of ``redis+cluster://`` ``url``, not connected yet, and the call that connects it:
     ``options.config.redis_partitions`` partitions, each a RedisPool of ``options`` (as the single Redis pool's).
@@ -353,7 +354,7 @@ def make_cluster_pool(
         raise ValueError("a Redis Cluster pool's prefix and namespace may not hold '{' (its hash tags follow them)")
     scripts = load_scripts()
     cluster = ClusterLink(parse_cluster_url(url), list(scripts.values()), clock, connect_timeout=connect_timeout,
-                          reply_timeout=reply_timeout)
+                          reply_timeout=reply_timeout, durability=durability)
     known = KnownURLs(options.config.redis_known_urls)  # one for every partition
     failures = RecentFailures()  # the same
     parts = [RedisPool(SlotLink(cluster, f"{prefix}{{{tag}}}:"), scripts, clock, options, prefix=f"{prefix}{{{tag}}}:",
