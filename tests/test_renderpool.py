@@ -18,7 +18,7 @@ from spiderd.core.rules import Site
 from spiderd.engine.browser import BrowserChild
 from spiderd.engine.politeness import Politeness
 from spiderd.engine.render import HANG_GRACE, MEMORY_EVERY, RenderFailed, Rendered, RenderPool
-from spiderd.engine.subrequests import SubRequestGate, SubRequests, politeness_limits
+from spiderd.engine.subrequests import HostTurns, SubRequests
 from spiderd.fetch.fetcher import FetchResult
 from spiderd.fetch.parseworker import FrameDecoder
 
@@ -56,8 +56,7 @@ class PoolTests(SynchronousTestCase):
 
     def make(self, **config: Any) -> RenderPool:
         knobs = {"browsers": 1, "pages_per_browser": 2, "navigation_timeout": 5.0, "settle_timeout": 5.0, **config}
-        gate = SubRequestGate(self.clock, politeness_limits(Politeness()))
-        subrequests = SubRequests(self.clock, None, gate)  # type: ignore[arg-type]  # (no fetch here)
+        subrequests = SubRequests(self.clock, None, HostTurns(self.clock, Politeness()))  # type: ignore[arg-type]  # (no fetch here)
         pool = RenderPool(self.clock, RenderSection(**knobs), subrequests, starter=self.start,
                           rss=lambda pid, tree: self.memory.get(pid))
         pool.startService()

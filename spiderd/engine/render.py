@@ -3,8 +3,9 @@
 ``RenderPool`` is a Service over ``browsers`` child processes (:mod:`.renderchild`, one Chromium each, driven by
 Playwright), each rendering up to ``pages_per_browser`` pages at once; pages beyond wait in the parent.  A page is
 the main document's answer as spiderd fetched it; the browser renders it, and its sub-requests come back here to
-be checked (its site's hosts only, :class:`~.subrequests.SiteHosts`), paced (:class:`~.subrequests.SubRequestGate`)
-and fetched with spiderd's fetcher (robots.txt, the site's headers, proxy and cookies).  A throttling answer to a
+be checked (its site's hosts only, :class:`~.subrequests.SiteHosts`), paced in the role's politeness
+(:class:`~.subrequests.HostTurns`: the crawler's pool, the worker's host queue, as the page's caller says) and
+fetched with spiderd's fetcher (robots.txt, the site's headers, proxy and cookies).  A throttling answer to a
 sub-request blocks its host and is told with the page (``Rendered.throttle``).
 
 Bounded and supervised as the parse pool is: a browser that has rendered ``max_pages`` pages, or whose processes
@@ -39,7 +40,7 @@ from spiderd.core.urls import BadURL, canonicalize, host_of
 from spiderd.engine.browser import BrowserChild, spawn
 from spiderd.engine.fetchmode import AutoRender, FetchModes
 from spiderd.engine.politeness import Politeness
-from spiderd.engine.subrequests import SubRequestGate, SubRequests, politeness_limits
+from spiderd.engine.subrequests import HostTurns, Lent, SubRequests
 from spiderd.fetch.fetcher import Fetcher, FetchResult
 from spiderd.fetch.parsepool import ParsePool
 
@@ -110,6 +111,8 @@ class RenderJob:
     user_agent: str | None
     robots: bool
     d: Deferred[Rendered]
+    turns: HostTurns | None = None  # the role's (None: the pool's own)
+    lent: Lent | None = None  # the page's unit of its host's concurrency, lent to its sub-requests
     attempts: int = 0
     queued_at: float = 0.0
     started: float = 0.0
@@ -180,14 +183,16 @@ class RenderPool(Service):
 
     # -- rendering ----------------------------------------------------------------------------------------
 
-    def render(self, result: FetchResult, site: Site, user_agent: str | None = None,
-               robots: bool = True) -> Deferred[Rendered]:
-        """The rendered DOM of a fetched 200 (``result``); fails with :class:`RenderFailed` naming why."""
+    def render(self, result: FetchResult, site: Site, user_agent: str | None = None, robots: bool = True,
+               turns: HostTurns | None = None) -> Deferred[Rendered]:
+        """The rendered DOM of a fetched 200 (``result``); fails with :class:`RenderFailed` naming why.  Its
+        sub-requests take their turns in ``turns`` (the role's politeness), the page's own unit of its host
+        (``result.url``'s, held by the caller until the page's outcome) lent to them."""
         if not self.running:
             return defer.fail(RenderFailed("the render pool is not running"))
         self._next_id += 1
         job = RenderJob(self._next_id, result, site, user_agent, robots, Deferred(lambda _: self._cancel(job)),
-                        queued_at=self._reactor.seconds())
+                        turns, Lent(host_of(result.url)), queued_at=self._reactor.seconds())
         self.waiting.append(job)
         self._drain()
         return job.d
@@ -315,7 +320,7 @@ class RenderPool(Service):
         def throttled(wait: float) -> None:
             job.throttle = max(job.throttle, wait)
 
-        d = self.subrequests.fetch(job.site, url, job.user_agent, job.robots, throttled)
+        d = self.subrequests.fetch(job.site, url, job.user_agent, job.robots, throttled, job.turns, job.lent)
         d.addCallbacks(lambda answer: child.send(("sub", job.rid, sid) + answer), _cancelled)
         d.addErrback(lambda f: log.failure("Sub-request {url}", f, url=url))
         job.subs[sid] = d
@@ -415,14 +420,14 @@ def build_modes(render: RenderLimits, politeness: Politeness, reactor: IProcessC
                 parser: ParsePool) -> tuple[FetchModes, RenderPool | None]:
     """How the node fetches each site's pages, and its render pool when a site asks to render (else None).
 
-    Sub-requests are paced by ``politeness``'s delays and concurrency (``[fetch]``'s per-host delay and
-    concurrency and its ``[fetch.hosts]``), and the robots.txt Crawl-delays the fetcher finds."""
+    Each role's fetch passes the turns of its own politeness; a fetch that passes none is paced by
+    ``politeness`` (``[fetch]``'s per-host delay and concurrency and its ``[fetch.hosts]``, and the robots.txt
+    Crawl-delays the fetcher finds)."""
     pool = None
     if any(site.render != "never" for site in parser.rules.sites):
         if fetcher.robots is not None:
             fetcher.robots.add_delay_listener(politeness.set_robots_delay)
-        gate = SubRequestGate(reactor, politeness_limits(politeness))
-        pool = RenderPool(reactor, render, SubRequests(reactor, fetcher, gate))
+        pool = RenderPool(reactor, render, SubRequests(reactor, fetcher, HostTurns(reactor, politeness)))
     auto = AutoRender(render.auto_probe, render.auto_recheck, render.auto_hosts)
     return FetchModes(reactor, parser.rules, pool, parser, auto), pool
 

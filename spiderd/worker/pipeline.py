@@ -98,6 +98,7 @@ class Pipeline:
         self.steps = steps
         self.job_rules: JobRules | None = None  # the site rules jobs carry, compiled per version
         self.queue = HostQueue(worker_politeness(config))
+        self.turns = self.queue.turns(self.clock)  # a rendered page's sub-requests count in the same politeness
         self.itemized = itemized
         self.totals: Counter[str] = Counter()  # over every job since the start
         self.stats = stats
@@ -197,7 +198,7 @@ class Pipeline:
         """Fetch, then the engine's steps (a throttle blocks the host before its slot frees), then the outcome."""
         elapsed = None
         try:
-            result = yield run.wait(self.steps.fetch(self._fetcher, taken.url, **run.fetch_options))
+            result = yield run.wait(self.steps.fetch(self._fetcher, taken.url, turns=self.turns, **run.fetch_options))
             elapsed = result.elapsed
             if run.halted:
                 return
