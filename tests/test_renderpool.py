@@ -124,3 +124,47 @@ class PoolTests(SynchronousTestCase):
         self.clock.pump([1.0] * MEMORY_EVERY)
         self.assertTrue(big.retiring)
         self.assertEqual(self.pool.counts["replaced"], 1)
+
+    def test_failures_and_restarts_counted_by_reason_in_status_and_metrics(self) -> None:
+        """A page that broke its navigation bound, one whose browser hung twice, a browser past max_pages: the
+        status counts failures and restarts by reason, and /metrics exposes them with the pages rendered."""
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.parser import text_string_to_metric_families
+
+        from spiderd.engine.fetchmode import FetchModes
+        from spiderd.fetch.extract import Rules
+        from spiderd.ops.web.history import History
+        from spiderd.ops.web.metrics import NodeCollector
+        from spiderd.ops.web.node import Node, status
+
+        self.pool = self.make(max_pages=3)
+        first = self.children[-1]
+        self.pool.browser_ready(first)
+        slow, rendered, hung = self.render(1), self.render(2), self.render(3)
+        self.pool.browser_message(first, ("failed", 1, "TimeoutError: Timeout 5000ms exceeded.", "navigation_timeout"))
+        self.answer(first, 2)  # page 3 went to it as its third: it is replaced
+        self.failureResultOf(slow, RenderFailed)
+        self.successResultOf(rendered)
+        self.pool.browser_ready(self.children[-1])
+        for _ in range(2):  # page 3's browser hangs (killed: it was replaced already); so does the next one
+            self.clock.advance(5 + 5 + HANG_GRACE + 1)
+            self.clock.advance(0)
+            self.pool.browser_ready(self.children[-1])
+        self.failureResultOf(hung, RenderFailed)
+        answer = self.pool.status()
+        self.assertEqual(answer["failures"], {"navigation_timeout": 1, "browser_died": 1})
+        self.assertEqual(answer["restarts"], {"max_pages": 1, "hung": 1})
+
+        node = Node("all", self.clock, render=FetchModes(self.clock, Rules([]), self.pool))
+        history = History(self.clock, node.pages, lambda: None)  # type: ignore[arg-type,return-value]
+        self.assertEqual(self.successResultOf(status(node, history))["render"]["failures"], answer["failures"])
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(NodeCollector(node, history))
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples}
+        self.assertEqual(samples[("spiderd_render_pages_total", ())], 1)
+        self.assertEqual(samples[("spiderd_render_failures_total", (("reason", "navigation_timeout"),))], 1)
+        self.assertEqual(samples[("spiderd_render_failures_total", (("reason", "browser_died"),))], 1)
+        self.assertEqual(samples[("spiderd_render_browser_restarts_total", (("reason", "hung"),))], 1)
+        self.assertEqual(samples[("spiderd_render_browser_restarts_total", (("reason", "max_pages"),))], 1)
+        self.assertEqual(samples[("spiderd_render_browsers", ())], 1)

@@ -19,7 +19,7 @@ are other processes, and the pool only reads their pipes (and /proc, once a seco
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -144,6 +144,8 @@ class RenderPool(Service):
         self.waiting: deque[RenderJob] = deque()
         self._next_id = 0
         self.counts = {"rendered": 0, "failed": 0, "again": 0, "replaced": 0, "crashed": 0}
+        self.failures: Counter[str] = Counter()  # pages failed, by reason (FAILURE_KINDS)
+        self.restarts: Counter[str] = Counter()  # browsers started in another's place, by why it went (RESTART_KINDS)
         self._stopped: Deferred[None] | None = None
         self._deadline: IDelayedCall | None = None
         self._ticks = 0
@@ -170,7 +172,7 @@ class RenderPool(Service):
         self._restarts.clear()
         waiting, self.waiting = self.waiting, deque()
         for job in waiting:
-            self._fail(job, "the render pool stopped")
+            self._fail(job, "the render pool stopped", "stopped")
         for child in self._all():
             child.close()
         if self._all():
@@ -201,7 +203,8 @@ class RenderPool(Service):
         """Counters for the status API."""
         live = self._live()
         return {"browsers": len(live), "rendering": sum(len(c.pages) for c in self._all()),
-                "waiting": len(self.waiting), **self.counts, **self.subrequests.counts}
+                "waiting": len(self.waiting), **self.counts, **self.subrequests.counts,
+                "failures": dict(self.failures), "restarts": dict(self.restarts)}
 
     def pids(self) -> list[int]:
         """The child processes of the running browsers (each the leader of its browser's process group)."""
@@ -230,7 +233,7 @@ class RenderPool(Service):
         child.send(("render", job.rid, r.final_url, r.status, list(r.headers or ()), bytes(r.body),
                     job.site.render_wait))
         if child.rendered >= self.config.max_pages:
-            self._retire(child, f"{child.rendered} pages rendered")
+            self._retire(child, f"{child.rendered} pages rendered", "max_pages")
 
     def _cancel(self, job: RenderJob) -> None:
         """The caller gave up (a stop's deadline): the page leaves the queue or its browser's count."""
@@ -264,9 +267,9 @@ class RenderPool(Service):
             job.d.callback(rendered)
         elif kind == "crashed":  # its page or its whole browser died: a new browser takes this one's place
             self._again(job, str(message[2]))
-            self._retire(child, f"a page crashed ({message[2]})")
+            self._retire(child, f"a page crashed ({message[2]})", "page_crashed")
         else:
-            self._fail(job, str(message[2]))
+            self._fail(job, str(message[2]), str(message[3]) if len(message) > 3 else "page_error")
         self._after(child)
 
     def _after(self, child: BrowserChild) -> None:
@@ -280,6 +283,7 @@ class RenderPool(Service):
         if self.children[child.slot] is child:
             self.children[child.slot] = None
             if self.running:
+                self.restarts[child.killed_kind or "exited"] += 1
                 self._schedule_restart(child.slot, ready=child.ready)
         held = list(child.pages.values())
         child.pages.clear()
@@ -300,11 +304,14 @@ class RenderPool(Service):
         if job.attempts < ATTEMPTS and self.running:
             self.counts["again"] += 1
             self.waiting.appendleft(job)
+        elif self.running:
+            self._fail(job, f"its browser died {job.attempts} times (the last: {why})", "browser_died")
         else:
-            self._fail(job, f"its browser died {job.attempts} times (the last: {why})")
+            self._fail(job, f"the render pool stopped (its browser: {why})", "stopped")
 
-    def _fail(self, job: RenderJob, why: str) -> None:
+    def _fail(self, job: RenderJob, why: str, kind: str) -> None:
         self.counts["failed"] += 1
+        self.failures[kind] += 1
         if not job.d.called:
             job.d.errback(RenderFailed(why))
 
@@ -363,12 +370,13 @@ class RenderPool(Service):
         if self._failures[slot] and not self._live() and self.waiting:
             log.warn("No render browser is up: {count} pages wait", count=len(self.waiting))
 
-    def _retire(self, child: BrowserChild, why: str) -> None:
+    def _retire(self, child: BrowserChild, why: str, kind: str) -> None:
         """Replace ``child`` by a new browser; it finishes the pages it holds, then exits."""
         if child.retiring or self.children[child.slot] is not child:
             return
         log.info("Render browser {slot} (pid {pid}) replaced: {why}", slot=child.slot, pid=child.pid, why=why)
         self.counts["replaced"] += 1
+        self.restarts[kind] += 1
         child.retiring = True
         self._retiring.add(child)
         self.children[child.slot] = None
@@ -383,7 +391,7 @@ class RenderPool(Service):
         deadline = config.navigation_timeout + config.settle_timeout + HANG_GRACE
         for child in self._all():
             if any(now - job.started > deadline for job in child.pages.values()):
-                child.kill(f"a page held more than {deadline:g} s: the browser hung")
+                child.kill(f"a page held more than {deadline:g} s: the browser hung", "hung")
         self._ticks += 1
         if self._ticks % MEMORY_EVERY:
             return
@@ -391,7 +399,8 @@ class RenderPool(Service):
         for child in self._live():
             rss = self._rss(child.pid, tree) if child.ready and child.pid is not None else None
             if rss is not None and rss > config.max_rss_mb * 2**20:
-                self._retire(child, f"its processes hold {rss / 2**20:.0f} MB (limit {config.max_rss_mb} MB)")
+                self._retire(child, f"its processes hold {rss / 2**20:.0f} MB (limit {config.max_rss_mb} MB)",
+                             "max_rss")
 
     def _kill_all(self) -> None:
         self._deadline = None

@@ -18,7 +18,8 @@ Child to parent::
     ("ready", pid)                                 the browser is up
     ("sub", rid, sid, url, resource_type)          a sub-request of page ``rid``, for the parent to fetch
     ("done", rid, html, final_url, notes, subrequests, sub_bytes)
-    ("failed", rid, reason)                        the page broke a bound: it fails
+    ("failed", rid, reason, kind)                  the page broke a bound: it fails (kind: navigation_timeout,
+                                                   navigation_error, settle_timeout or page_error)
     ("crashed", rid, reason)                       its page or browser died under it: it may be rendered again
     ("gone", reason)                               the browser died: the child exits
 
@@ -124,7 +125,7 @@ class Child:
         except Exception as e:  # Playwright's errors, NotSettled, a closed browser: the page's reason
             why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
             crashed = type(e).__name__ == "TargetClosedError" or "crash" in str(e).lower()
-            self.send(("crashed" if crashed else "failed", rid, why))
+            self.send(("crashed", rid, why) if crashed else ("failed", rid, why, page.failure_kind(e)))
             if tab is not None:
                 self.rendering.pop(tab, None)
                 await self._close(tab)
@@ -197,20 +198,32 @@ class Page:
         self.count = self.bytes = self.inflight = 0
         self.last = time.monotonic()
         self.notes: list[str] = []
+        self.stage = "navigation"  # then "settle", then "content"
 
     def note(self, text: str) -> None:
         if text not in self.notes and len(self.notes) < 10:
             self.notes.append(text)
 
+    def failure_kind(self, error: BaseException) -> str:
+        """The failure's kind, for the pool's counts: by the stage it broke in, and whether it was a timeout."""
+        timeout = "Timeout" in type(error).__name__ or isinstance(error, NotSettled)
+        if self.stage == "navigation":
+            return "navigation_timeout" if timeout else "navigation_error"
+        if self.stage == "settle" and timeout:
+            return "settle_timeout"
+        return "page_error"
+
     async def load(self, page: Any) -> tuple[bytes, str]:
         child = self.child
         await page.goto(self.url, wait_until="load", timeout=child.navigation_timeout * 1000)
+        self.stage = "settle"
         self.last = max(self.last, time.monotonic())  # idle counts from the load (its scripts' requests may be on
         # their way to the route yet)
         if self.wait:
             await page.wait_for_selector(self.wait, state="attached", timeout=child.settle_timeout * 1000)
         else:
             await self._idle()
+        self.stage = "content"
         html = await self._content(page)
         cut = await page.evaluate("window.__spiderdCut || 0")
         if cut:
