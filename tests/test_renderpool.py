@@ -8,7 +8,7 @@ import marshal
 from typing import Any
 
 from twisted.internet.defer import Deferred
-from twisted.internet.error import ProcessTerminated
+from twisted.internet.error import ProcessDone, ProcessTerminated
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
@@ -32,6 +32,7 @@ class Transport:
     def __init__(self, child: BrowserChild, pid: int) -> None:
         self.pid = pid
         self.child, self.frames, self.signals, self.closed = child, FrameDecoder(), [], False
+        self.ended = False
         self.sent: list[tuple[Any, ...]] = []
 
     def write(self, data: bytes) -> None:
@@ -168,3 +169,47 @@ class PoolTests(SynchronousTestCase):
         self.assertEqual(samples[("spiderd_render_browser_restarts_total", (("reason", "hung"),))], 1)
         self.assertEqual(samples[("spiderd_render_browser_restarts_total", (("reason", "max_pages"),))], 1)
         self.assertEqual(samples[("spiderd_render_browsers", ())], 1)
+
+    def test_browsers_replaced_one_at_a_time(self) -> None:
+        """Two browsers of two pages each, max_pages 8: the first is due after 4 pages, the second after 8, their
+        successors after 8 each; and one is replaced at a time (a browser due while another finishes its pages
+        beside its successor renders on until that one exited): never two replaced browsers' processes at once."""
+        self.pool = self.make(browsers=2, pages_per_browser=2, max_pages=8)
+        first, second = self.children[-2:]
+        self.assertEqual([first.budget, second.budget], [4, 8])
+        for n in range(12):  # four pages at a time, one after the other, then all answered
+            pages = []
+            for k in range(4):
+                pages.append(self.render(4 * n + k))
+                self.assertLessEqual(self.pool.status()["retiring"], 1)
+            for child in [c for c in self.children if c.pages]:
+                for rid in list(child.pages):
+                    self.answer(child, rid)
+                    self.assertLessEqual(self.pool.status()["retiring"], 1)
+            for page in pages:
+                self.successResultOf(page)
+            for child in self.children:  # a closed child exits
+                if child.transport.closed and not child.transport.ended:  # type: ignore[attr-defined]
+                    child.transport.ended = True  # type: ignore[attr-defined]
+                    child.processEnded(Failure(ProcessDone(0)))
+        self.assertGreaterEqual(self.pool.restarts["max_pages"], 4)
+        self.assertEqual([c.budget for c in self.children[-2:]], [8, 8])
+
+    def test_a_due_browser_waits_while_another_is_replaced(self) -> None:
+        """A browser that comes due while a replaced one still finishes its page renders on; it is replaced once
+        that one exited."""
+        self.pool = self.make(browsers=2, pages_per_browser=1, max_pages=2)
+        old = self.children[-2]
+        pages = [self.render(n) for n in range(4)]  # 0: the first browser's only page (due: replaced)
+        self.assertTrue(old.retiring)
+        successor = self.children[-1]
+        self.answer(successor, next(iter(successor.pages)))  # page 3 goes to it, its second: due, but old holds on
+        self.assertEqual(successor.rendered, 2)
+        self.assertFalse(successor.retiring)
+        self.assertEqual(self.pool.status()["retiring"], 1)
+        self.answer(old, next(iter(old.pages)))
+        old.processEnded(Failure(ProcessDone(0)))  # (its input closed once its page was answered)
+        self.assertTrue(successor.retiring)
+        self.assertEqual(self.pool.status()["retiring"], 1)
+        for page in pages[:2]:
+            self.successResultOf(page)

@@ -63,6 +63,8 @@ class RenderLimits(Protocol):
     @property
     def max_pages(self) -> int: ...
     @property
+    def pages_per_context(self) -> int: ...
+    @property
     def max_rss_mb(self) -> int: ...
     @property
     def navigation_timeout(self) -> float: ...
@@ -136,14 +138,15 @@ class RenderPool(Service):
         self._rss = rss
         self.stop_timeout = stop_timeout
         self._init = ("init", config.browser, config.load_media, config.navigation_timeout, config.settle_timeout,
-                      config.idle_time, config.max_subrequests, config.max_subrequest_bytes)
+                      config.idle_time, config.max_subrequests, config.max_subrequest_bytes, config.pages_per_context)
         self.children: list[BrowserChild | None] = [None] * config.browsers
         self._retiring: set[BrowserChild] = set()
         self._failures = [0] * config.browsers
         self._restarts: dict[int, IDelayedCall] = {}
         self.waiting: deque[RenderJob] = deque()
         self._next_id = 0
-        self.counts = {"rendered": 0, "failed": 0, "again": 0, "replaced": 0, "crashed": 0}
+        self.counts = {"rendered": 0, "failed": 0, "again": 0, "replaced": 0, "crashed": 0, "contexts_replaced": 0}
+        self._started = [0] * config.browsers  # browsers started in each slot
         self.failures: Counter[str] = Counter()  # pages failed, by reason (FAILURE_KINDS)
         self.restarts: Counter[str] = Counter()  # browsers started in another's place, by why it went (RESTART_KINDS)
         self._stopped: Deferred[None] | None = None
@@ -202,7 +205,8 @@ class RenderPool(Service):
     def status(self) -> dict[str, Any]:
         """Counters for the status API."""
         live = self._live()
-        return {"browsers": len(live), "rendering": sum(len(c.pages) for c in self._all()),
+        return {"browsers": len(live), "retiring": len(self._retiring),
+                "rendering": sum(len(c.pages) for c in self._all()),
                 "waiting": len(self.waiting), **self.counts, **self.subrequests.counts,
                 "failures": dict(self.failures), "restarts": dict(self.restarts)}
 
@@ -232,8 +236,7 @@ class RenderPool(Service):
         r = job.result
         child.send(("render", job.rid, r.final_url, r.status, list(r.headers or ()), bytes(r.body),
                     job.site.render_wait))
-        if child.rendered >= self.config.max_pages:
-            self._retire(child, f"{child.rendered} pages rendered", "max_pages")
+        self._replace_due()
 
     def _cancel(self, job: RenderJob) -> None:
         """The caller gave up (a stop's deadline): the page leaves the queue or its browser's count."""
@@ -251,6 +254,9 @@ class RenderPool(Service):
 
     def browser_message(self, child: BrowserChild, message: tuple[Any, ...]) -> None:
         kind, rid = message[0], message[1]
+        if kind == "contexts":  # the browser closed a context it replaced
+            self.counts["contexts_replaced"] += 1
+            return
         job = child.pages.get(rid)
         if kind == "sub":
             self._sub(child, job, message[2], message[3])
@@ -293,6 +299,7 @@ class RenderPool(Service):
                      pid=child.pid, count=len(held), why=child.why_ended)
         for job in reversed(held):
             self._again(job, child.why_ended)
+        self._replace_due()
         self._drain()
         self._check_stopped()
 
@@ -349,6 +356,7 @@ class RenderPool(Service):
     def _spawn(self, slot: int) -> None:
         self._restarts.pop(slot, None)
         child = BrowserChild(self, slot, self._reactor)
+        child.budget = self._budget(slot)
         self.children[slot] = child
         try:
             self._start(self._reactor, child)
@@ -358,6 +366,24 @@ class RenderPool(Service):
             self._schedule_restart(slot, ready=False)
             return
         child.send(self._init)
+
+    def _replace_due(self) -> None:
+        """Replace a browser given its budget of pages, when none is being replaced: one replaced browser at a
+        time finishes its pages beside its successor (a browser past its budget renders on meanwhile)."""
+        if self._retiring or not self.running:
+            return
+        for child in self._live():
+            if child.rendered >= child.budget:
+                self._retire(child, f"{child.rendered} pages rendered", "max_pages")
+                return
+
+    def _budget(self, slot: int) -> int:
+        """The pages a new browser in ``slot`` renders before it is replaced: ``max_pages``; the first browser of
+        slot i of n, (i + 1) / n of it, so that the slots' browsers come due apart."""
+        self._started[slot] += 1
+        if self._started[slot] > 1:
+            return self.config.max_pages
+        return max(1, self.config.max_pages * (slot + 1) // len(self.children))
 
     def _schedule_restart(self, slot: int, ready: bool) -> None:
         """Start another browser in ``slot``: at once after one that ran, later and later after one that never

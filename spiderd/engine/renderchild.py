@@ -9,7 +9,8 @@ and every process of its browser with one ``killpg``.
 The wire is the parse children's (:func:`spiderd.fetch.parseworker.frame`: a 4-byte length, then ``marshal``),
 a pipe each way.  Parent to child::
 
-    ("init", browser, load_media, navigation_timeout, settle_timeout, idle_time, max_subrequests, max_bytes)
+    ("init", browser, load_media, navigation_timeout, settle_timeout, idle_time, max_subrequests, max_bytes,
+     pages_per_context)
     ("render", rid, url, status, headers, body, render_wait)
     ("sub", rid, sid, status, headers, body)       the answer to a sub-request (status 0: refused, body: why)
 
@@ -21,6 +22,7 @@ Child to parent::
     ("failed", rid, reason, kind)                  the page broke a bound: it fails (kind: navigation_timeout,
                                                    navigation_error, settle_timeout or page_error)
     ("crashed", rid, reason)                       its page or browser died under it: it may be rendered again
+    ("contexts", closed)                           an old context was closed (``closed`` in all)
     ("gone", reason)                               the browser died: the child exits
 
 The main document is never fetched by the browser: the parent fetched it (politely, robots.txt checked, as the
@@ -37,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import marshal
 import os
+import random
 import signal
 import sys
 import time
@@ -60,6 +63,7 @@ CAP_SCRIPT = """(() => {
 })();"""
 _SKIPPED_HEADERS = frozenset({"content-encoding", "transfer-encoding", "content-length", "connection"})
 CLOSE_TIMEOUT = 5.0
+JITTER = 0.2  # a context serves pages_per_context pages, give or take this share (browsers do not change together)
 # Whatever the route does not answer (a download, a pop-up's own loads) goes to a proxy that is not there, loopback
 # included: the browser reaches no server but through the parent.
 NO_NETWORK = ("--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>")
@@ -70,18 +74,27 @@ class NotSettled(Exception):
 
 
 class Child:
-    """The browser, its one context and its tabs, the pages they render; messages in from the parent, out to it.
+    """The browser, its context and its tabs, the pages they render; messages in from the parent, out to it.
 
     A tab renders one page after another (a same-site navigation keeps its renderer process: no process is
-    started per page); a tab whose page failed is closed, and a new one opened when one is needed."""
+    started per page); a tab whose page failed is closed, and a new one opened when one is needed.  After
+    ``pages_per_context`` pages (give or take ``JITTER``) a new context takes the place of the current one, which
+    is closed with its last tab: what its pages left in the browser, in Playwright's driver and in this process
+    (each request's objects, the renderers and their caches) goes with it, so a long-lived browser's memory
+    stays that of its first pages."""
 
     def __init__(self, out: Any, init: tuple[Any, ...]) -> None:
         (_, self.executable, self.load_media, self.navigation_timeout, self.settle_timeout, self.idle_time,
-         self.max_subrequests, self.max_bytes) = init
+         self.max_subrequests, self.max_bytes, self.pages_per_context) = init
         self.out = out
         self.browser: Any = None
-        self.context: Any = None
-        self.free: list[Any] = []  # tabs between pages
+        self.context: Any = None  # where new tabs open
+        self.served = 0  # pages given a tab of the current context
+        self.budget = 0  # pages the current context serves
+        self.closed = 0  # contexts closed
+        self.rotating: asyncio.Future[None] | None = None  # a new context on its way
+        self.tabs: dict[Any, int] = {}  # context -> its open tabs (an old context closes with its last)
+        self.free: list[Any] = []  # tabs between pages (of the current context)
         self.rendering: dict[Any, Page] = {}  # tab -> the page it renders
         self.opening = 0  # tabs being opened (a new page meanwhile is taken for one of them, not a pop-up)
         self.subs: dict[tuple[int, int], asyncio.Future[tuple[Any, ...]]] = {}
@@ -97,11 +110,17 @@ class Child:
             executable_path=self.executable, headless=True, handle_sigint=False, handle_sigterm=False,
             handle_sighup=False, args=["--no-sandbox", "--disable-dev-shm-usage", "--no-first-run", *NO_NETWORK])
         self.browser.on("disconnected", lambda _: self.end("the browser exited"))
-        self.context = context = await self.browser.new_context(service_workers="block", accept_downloads=False)
+        self.context = await self._context()
+        self.send(("ready", os.getpid()))
+
+    async def _context(self) -> Any:
+        context = await self.browser.new_context(service_workers="block", accept_downloads=False)
         context.on("page", self._popup)
         await context.add_init_script(CAP_SCRIPT % self.max_subrequests)
         await context.route("**/*", self._route)  # every page of the context: a pop-up's requests too
-        self.send(("ready", os.getpid()))
+        self.tabs[context] = 0
+        self.budget = max(1, round(self.pages_per_context * random.uniform(1 - JITTER, 1 + JITTER)))
+        return context
 
     def end(self, why: str) -> None:
         """The browser is gone (or unusable): the child says so and exits."""
@@ -138,31 +157,65 @@ class Child:
                 self.subs.pop(key).cancel()
 
     async def _tab(self) -> Any:
+        if self.served >= self.budget and self.rotating is None:
+            self.rotating = asyncio.ensure_future(self._rotate())
+        if self.rotating is not None:
+            await asyncio.shield(self.rotating)
+        self.served += 1
         if self.free:
-            return self.free.pop()
-        self.opening += 1
-        try:
-            tab = await self.context.new_page()
-        finally:
-            self.opening -= 1
-        tab.on("dialog", lambda dialog: self._dialog(tab, dialog))
+            tab = self.free.pop()
+        else:
+            context = self.context
+            self.opening += 1
+            try:
+                tab = await context.new_page()
+            finally:
+                self.opening -= 1
+            self.tabs[context] += 1
+            tab.on("dialog", lambda dialog: self._dialog(tab, dialog))
         return tab
 
+    async def _rotate(self) -> None:
+        """A new context for the next pages; the old one's free tabs close now, its others after their page."""
+        try:
+            old, self.context = self.context, await self._context()
+            free, self.free, self.served = self.free, [], 0
+            for tab in free:
+                await self._close(tab, old)
+        finally:
+            self.rotating = None
+
     async def _rest(self, tab: Any) -> None:
-        """Between pages a tab shows about:blank: what the last page left running (timers, requests) ends."""
+        """Between pages a tab shows about:blank: what the last page left running (timers, requests) ends.  A tab
+        of an old context is closed instead."""
+        context = tab.context
+        if context is not self.context:
+            await self._close(tab, context)
+            return
         try:
             await asyncio.wait_for(tab.goto("about:blank"), CLOSE_TIMEOUT)
         except Exception:
-            await self._close(tab)
+            await self._close(tab, context)
         else:
             self.free.append(tab)
 
-    async def _close(self, tab: Any) -> None:
-        """Close a tab whose page failed (a renderer stuck in a loop goes with it)."""
+    async def _close(self, tab: Any, context: Any = None) -> None:
+        """Close a tab (one whose page failed: a renderer stuck in a loop goes with it); an old context goes
+        with its last tab."""
+        context = tab.context if context is None else context
         try:
             await asyncio.wait_for(tab.close(), CLOSE_TIMEOUT)
         except Exception:
             self.end("a page could not be closed")
+        self.tabs[context] = self.tabs.get(context, 1) - 1
+        if context is not self.context and self.tabs[context] <= 0:
+            del self.tabs[context]
+            try:
+                await asyncio.wait_for(context.close(), CLOSE_TIMEOUT)
+            except Exception:
+                self.end("a context could not be closed")
+            self.closed += 1
+            self.send(("contexts", self.closed))
 
     def _popup(self, tab: Any) -> None:
         if self.opening:

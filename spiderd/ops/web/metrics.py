@@ -180,6 +180,8 @@ class NodeCollector:
         yield _labelled(CounterMetricFamily("spiderd_render_browser_restarts", "Browsers started in another's place, "
                                             "by why it went (max_pages, max_rss, page_crashed, hung, exited, "
                                             "protocol).", labels=["reason"]), "reason", s["restarts"])
+        yield _counter("spiderd_render_contexts_replaced", "Browser contexts closed after [render] "
+                       "pages_per_context pages (a new one served the next pages).", s["contexts_replaced"])
         yield _gauge("spiderd_render_browsers", "Browsers up.", s["browsers"])
         yield _gauge("spiderd_render_pages_rendering", "Pages in a browser now.", s["rendering"])
         yield _gauge("spiderd_render_pages_waiting", "Pages waiting for a browser.", s["waiting"])
