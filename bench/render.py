@@ -13,7 +13,11 @@ page links an image (not loaded by either crawler).  The runs:
   ``render = "always"``, ``[render] browsers = 2``, ``pages_per_browser = 4``, ``[fetch] concurrency = 8``; to its
   end (``exit_when_done``).  Its memory, every process of it (its browsers, their renderers, the parse children)
   summed as their proportional set sizes (PSS: a page shared by two of them counts half in each; their RSS summed
-  would count Chromium's shared pages once per process), is read when the node has rendered 500 and 2,000 pages;
+  would count Chromium's shared pages once per process), is read every ``--memory-every`` (250) rendered pages,
+  by kind of process (the node, parse and render children, Playwright drivers, browsers, renderers, other browser
+  processes); a point can land on a transient (a context or a browser being replaced: old and new side by side),
+  so their private memory (resident less shared, cheap to read) is read at every poll too, and its median and
+  peak over the 250 pages before 500 and 2,000 are reported; and the CPU each kind of process spent per page;
 - ``scrapy_playwright``: Scrapy 2.13+ with scrapy-playwright, from its own virtualenv (``--scrapy-venv``, made on
   first use), on the asyncio reactor, ``executable_path`` the same Chromium, ``CONCURRENT_REQUESTS = 8``, images,
   media and fonts aborted, each page waited for until its network is idle (Playwright's ``networkidle``: 500 ms
@@ -23,8 +27,10 @@ page links an image (not loaded by either crawler).  The runs:
   rendered (``render`` counters in /api/status), and whether it found every item.
 
 Pages per second are items over the run's wall time, the browsers' start included.  Ends with one ``RESULT`` line:
-``render_pages_per_s``, ``scrapy_playwright_pages_per_s``, ``render_rss_mb_at_500``, ``render_rss_mb_at_2000``,
-``auto_rendered_share``, ``auto_items_found`` and ``auto_items_expected``.
+``render_pages_per_s``, ``render_items_filled``, ``scrapy_playwright_pages_per_s`` (absent when the Scrapy
+virtualenv is: ``--make-scrapy-venv`` makes it with pip), ``render_rss_mb_at_500``, ``render_rss_mb_at_2000``,
+``render_private_mb_median_500`` / ``_peak_500`` and ``_2000``, ``auto_rendered_share``, ``auto_items_found`` and
+``auto_items_expected``.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from spiderd.core.proctree import children_of, command_of, descendants, pss_of  # noqa: E402
+from spiderd.core.proctree import children_of, command_of, descendants, pss_of, tree_private  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
@@ -202,6 +208,34 @@ def kind_of(pid: int, node: int) -> str:
     return "browser" if "chrom" in command else "other"
 
 
+def ticks_of(pid: int) -> int:
+    """``pid``'s CPU time (user and system) in clock ticks (0 when gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class CpuByKind:
+    """CPU seconds of the node's processes by kind, summed over polls (each process's time since the last poll;
+    a process's last fraction of a poll before it exits is lost)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, int] = {}
+        self.seconds: dict[str, float] = {}
+
+    def poll(self, node: int) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        now: dict[int, int] = {}
+        for pid in [node, *descendants(node)]:
+            now[pid] = ticks_of(pid)
+            kind = kind_of(pid, node)
+            self.seconds[kind] = self.seconds.get(kind, 0.0) + (now[pid] - self.seen.get(pid, 0)) / tick
+        self.seen = now
+
+
 def memory_by_kind(node: int) -> dict[str, float]:
     """The node's memory (PSS, MB) by kind of process, with their counts and the total."""
     tree = children_of()
@@ -227,24 +261,28 @@ def run_spiderd(work: Path, root: str, render: str, browsers: int = 2, pages: in
                                stderr=subprocess.STDOUT)
     memory: dict[int, dict[str, float]] = {}
     samples: list[tuple[int, float]] = []  # (pages rendered, the node's memory) at every poll
+    cpu = CpuByKind()
     last: dict[str, Any] = {}
     while process.poll() is None:
-        time.sleep(0.5)
+        time.sleep(1.0)
+        cpu.poll(process.pid)
         answer = status(api)
         if answer is None:
             continue
         last = answer
         rendered = answer.get("render", {}).get("rendered", 0)
-        kinds = memory_by_kind(process.pid)
-        samples.append((rendered, kinds["total"]))
+        samples.append((rendered, (tree_private(process.pid) or 0) / 2**20))  # cheap: every poll
         mark = rendered // every * every
-        if mark and mark not in memory:
-            memory[mark] = kinds
+        if mark and mark not in memory:  # the PSS walks every process's page tables: only at the marks
+            memory[mark] = kinds = memory_by_kind(process.pid)
             print(f"  {render} at {mark} pages (load {os.getloadavg()[0]:.1f}): "
                   + " ".join(f"{k}={v:.0f}" for k, v in sorted(memory[mark].items())), flush=True)
     elapsed = time.monotonic() - started
     items = [json.loads(line) for f in (work / render / "items").glob("*.jl") for line in f.open()]
     filled = sum(1 for item in items if item.get("price"))
+    pages = max(1, last.get("counts", {}).get("pages", 0))
+    print(f"  {render}: CPU ms per page by kind of process: "
+          + " ".join(f"{k}={v * 1000 / pages:.0f}" for k, v in sorted(cpu.seconds.items())), flush=True)
     return {"elapsed": elapsed, "items": len(items), "filled": filled, "memory": memory, "samples": samples,
             "render": last.get("render", {}),
             "pages": last.get("counts", {}).get("pages", 0)}
@@ -311,8 +349,8 @@ def main() -> None:
                 results[f"render_rss_mb_at_{mark}"] = spiderd_run["memory"][mark]["total"]
             window = sorted(m for n, m in spiderd_run["samples"] if mark - 250 < n <= mark)
             if window:  # every poll over the 250 pages before the mark: a point lands on a transient or not
-                results[f"render_rss_mb_median_{mark}"] = window[len(window) // 2]
-                results[f"render_rss_mb_peak_{mark}"] = window[-1]
+                results[f"render_private_mb_median_{mark}"] = window[len(window) // 2]
+                results[f"render_private_mb_peak_{mark}"] = window[-1]
         python = None if args.skip_scrapy else scrapy_venv(args.scrapy_venv, args.make_scrapy_venv)
         if python is not None:
             scrapy = run_scrapy(work, root, python, args.browsers * args.pages_per_browser)
