@@ -61,9 +61,15 @@ CAP_SCRIPT = """(() => {
     return send.apply(this, arguments);
   };
 })();"""
+CONTENT_SCRIPT = """() => {
+  let html = document.doctype ? new XMLSerializer().serializeToString(document.doctype) : "";
+  if (document.documentElement) html += document.documentElement.outerHTML;
+  return [html, window.__spiderdCut || 0, window.__spiderdPopups || 0];
+}"""
 _SKIPPED_HEADERS = frozenset({"content-encoding", "transfer-encoding", "content-length", "connection"})
 CLOSE_TIMEOUT = 5.0
 JITTER = 0.2  # a context serves pages_per_context pages, give or take this share (browsers do not change together)
+REST_AFTER = 2.0  # seconds a tab waits for its next page before it is sent to about:blank
 # Whatever the route does not answer (a download, a pop-up's own loads) goes to a proxy that is not there, loopback
 # included: the browser reaches no server but through the parent.
 NO_NETWORK = ("--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>")
@@ -77,7 +83,10 @@ class Child:
     """The browser, its context and its tabs, the pages they render; messages in from the parent, out to it.
 
     A tab renders one page after another (a same-site navigation keeps its renderer process: no process is
-    started per page); a tab whose page failed is closed, and a new one opened when one is needed.  After
+    started per page), going from one straight to the next (its last page unloads as the next loads); one left
+    without a page for ``REST_AFTER`` seconds goes to about:blank, so an idle browser runs no page's scripts (a
+    navigation to about:blank between every two pages cost the browser a fifth of its CPU per page); a tab whose
+    page failed is closed, and a new one opened when one is needed.  After
     ``pages_per_context`` pages (give or take ``JITTER``) a new context takes the place of the current one, which
     is closed with its last tab: what its pages left in the browser, in Playwright's driver and in this process
     (each request's objects, the renderers and their caches) goes with it, so a long-lived browser's memory
@@ -94,7 +103,8 @@ class Child:
         self.closed = 0  # contexts closed
         self.rotating: asyncio.Future[None] | None = None  # a new context on its way
         self.tabs: dict[Any, int] = {}  # context -> its open tabs (an old context closes with its last)
-        self.free: list[Any] = []  # tabs between pages (of the current context)
+        self.free: list[Any] = []  # tabs between pages (of the current context), the last freed last
+        self.freed: dict[Any, float] = {}  # a free tab -> when it was freed (its page left in it till it rests)
         self.rendering: dict[Any, Page] = {}  # tab -> the page it renders
         self.opening = 0  # tabs being opened (a new page meanwhile is taken for one of them, not a pop-up)
         self.subs: dict[tuple[int, int], asyncio.Future[tuple[Any, ...]]] = {}
@@ -164,6 +174,7 @@ class Child:
         self.served += 1
         if self.free:
             tab = self.free.pop()
+            self.freed.pop(tab, None)
         else:
             context = self.context
             self.opening += 1
@@ -180,24 +191,40 @@ class Child:
         try:
             old, self.context = self.context, await self._context()
             free, self.free, self.served = self.free, [], 0
+            self.freed.clear()
             for tab in free:
                 await self._close(tab, old)
         finally:
             self.rotating = None
 
     async def _rest(self, tab: Any) -> None:
-        """Between pages a tab shows about:blank: what the last page left running (timers, requests) ends.  A tab
-        of an old context is closed instead."""
+        """A tab whose page is done waits for the next one as it is; one of an old context is closed."""
         context = tab.context
         if context is not self.context:
             await self._close(tab, context)
             return
+        self.free.append(tab)
+        self.freed[tab] = time.monotonic()
+        asyncio.get_running_loop().call_later(REST_AFTER, lambda: asyncio.ensure_future(self._blank(tab)))
+
+    async def _blank(self, tab: Any) -> None:
+        """A tab still free ``REST_AFTER`` seconds after its page goes to about:blank (what that page left running,
+        timers and requests, ends); it is free again once there (closed if it cannot get there)."""
+        freed = self.freed.get(tab)
+        if freed is None or time.monotonic() - freed < REST_AFTER - 0.01:
+            return  # given a page since (or freed again later: its own call comes)
+        self.free.remove(tab)
+        del self.freed[tab]
+        context = tab.context
         try:
             await asyncio.wait_for(tab.goto("about:blank"), CLOSE_TIMEOUT)
         except Exception:
             await self._close(tab, context)
+            return
+        if context is self.context:
+            self.free.insert(0, tab)  # rested: taken after those with a page left (LIFO keeps the busiest warm)
         else:
-            self.free.append(tab)
+            await self._close(tab, context)
 
     async def _close(self, tab: Any, context: Any = None) -> None:
         """Close a tab (one whose page failed: a renderer stuck in a loop goes with it); an old context goes
@@ -277,22 +304,22 @@ class Page:
         else:
             await self._idle()
         self.stage = "content"
-        html = await self._content(page)
-        cut = await page.evaluate("window.__spiderdCut || 0")
+        html, cut, popups = await self._content(page)
         if cut:
             self.note(f"cut at {child.max_subrequests} sub-requests ({cut} more refused)")
-        if await page.evaluate("window.__spiderdPopups || 0"):
+        if popups:
             self.note("pop-up refused")
         return html.encode("utf-8"), page.url
 
-    async def _content(self, page: Any) -> str:
-        """The DOM as HTML (asked again while a navigation the route refuses is still under way)."""
+    async def _content(self, page: Any) -> tuple[str, int, int]:
+        """The DOM as HTML (as Playwright's ``content()`` makes it), the sub-requests cut and the pop-ups refused,
+        in one evaluation; asked again while a navigation the route refuses is still under way."""
         for _ in range(20):
             try:
-                html: str = await page.content()
-                return html
+                html, cut, popups = await page.evaluate(CONTENT_SCRIPT)
+                return str(html), int(cut), int(popups)
             except Exception as e:
-                if "navigating" not in str(e):
+                if "navigat" not in str(e) and "context was destroyed" not in str(e):
                     raise
                 await asyncio.sleep(0.05)
         raise NotSettled("the page kept navigating")
@@ -315,6 +342,9 @@ class Page:
         if not self.served and request.url == self.url and request.is_navigation_request():
             self.served = True
             await route.fulfill(**self.main)
+            return
+        if not self.served:  # the tab's last page, still there until this one's document comes
+            await route.abort("blockedbyclient")
             return
         if request.is_navigation_request() and request.frame.parent_frame is None:
             self.note("navigation away refused")
