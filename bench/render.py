@@ -231,8 +231,11 @@ class CpuByKind:
         now: dict[int, int] = {}
         for pid in [node, *descendants(node)]:
             now[pid] = ticks_of(pid)
+            before = self.seen.get(pid, 0)
+            if before > now[pid]:  # another process with the same pid
+                before = 0
             kind = kind_of(pid, node)
-            self.seconds[kind] = self.seconds.get(kind, 0.0) + (now[pid] - self.seen.get(pid, 0)) / tick
+            self.seconds[kind] = self.seconds.get(kind, 0.0) + (now[pid] - before) / tick
         self.seen = now
 
 
