@@ -24,6 +24,7 @@ from spiderd.demo import config as demo
 from spiderd.engine.politeness import Politeness
 from spiderd.engine.render import build_modes
 from spiderd.engine.steps import PageSteps
+from spiderd.engine.subrequests import HostTurns
 from spiderd.feed.items import ItemWriter
 from spiderd.feed.warcfiles import WarcWriter
 from spiderd.feed.writers import item_writers
@@ -81,6 +82,7 @@ class Base:
     parser: ParsePool
     fetcher: Fetcher
     steps: PageSteps
+    turns: HostTurns | None = None  # the pool's politeness, for rendered pages' sub-requests (None: no pool)
 
 
 @dataclass(frozen=True)
@@ -138,13 +140,15 @@ def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiSer
     if s.items.format != "jsonl":  # WARC files that replay: robots.txt and redirects archived with each page
         fetcher.keep_answers()
     store = page_store(s.store, node.data_dir, reactor, blocking.lane("store"))
-    paced = Politeness(s.fetch.per_host_delay, s.fetch.per_host_concurrency, s.fetch.host_overrides)  # sub-requests
+    paced = Politeness(s.fetch.per_host_delay, s.fetch.per_host_concurrency, s.fetch.host_overrides)  # a caller's
+    # sub-requests that passes no politeness of its own (the crawler and the worker pass theirs)
     modes, renderer = build_modes(s.render, paced, reactor, fetcher, parser)
     for service in (pooled, store, parser, renderer, lifecycle.Closer("fetcher", fetcher.close)):
         top.add(service)
     claim = pool.claim_content if pool is not None and s.items.skip_duplicate_content else None
     steps = PageSteps(reactor, parser, store, claim, s.fetch.max_retry_after, StorageGate(reactor), modes)
-    return Base(s, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher, steps)
+    return Base(s, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher, steps,
+                pooled.turns if pooled is not None else None)
 
 
 def _worker(base: Base) -> WorkerService:
@@ -185,7 +189,7 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
                                base.blocking.lane("sitemaps"), stats, detail_sink=sink)
     crawler = crawl_service(node, s.fetch, s.pool, reactor, pool, base.fetcher, base.steps, base.parser.rules, stats,
                             items=items, archive=archive, detail_sink=sink,
-                            discovery=(sitemaps,) if sitemaps is not None else ())
+                            discovery=(sitemaps,) if sitemaps is not None else (), turns=base.turns)
     for service in (items, archive, batcher, seeds, seed_timer, recrawler, site,
                     ProgressLogger(stats, pool, reactor, node.log_interval, extra), sitemaps, crawler):
         base.top.add(service)

@@ -47,3 +47,21 @@ def test_rss_of_this_process() -> None:
     assert rss is not None and 10 * 2**20 < rss < 4 * 2**30
     assert rss_of(2**22 + 12345) is None  # no such process
     assert isinstance(release_memory(), bool)
+
+
+def test_private_memory_of_a_tree() -> None:
+    """A process's private memory (resident less shared) is read from its statm: above 0, below its resident set;
+    a tree's sums its descendants' (the render pool's watchdog reads it every 5 s, on the reactor)."""
+    import os
+
+    from spiderd.core.memory import private_of
+    from spiderd.core.proctree import tree_private
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        own, whole = private_of(os.getpid()), tree_private(os.getpid())
+        assert own is not None and whole is not None
+        assert 0 < own < (rss_of(os.getpid()) or 0) and whole > own
+        assert private_of(2**22 + 12345) is None and tree_private(2**22 + 12345) is None
+    finally:
+        child.communicate(b"")

@@ -92,6 +92,23 @@ class ShopTests(unittest.TestCase):
         self.assertTrue(all(item["rendered"] is True for item in items))
 
     @defer.inlineCallbacks
+    def test_contexts_replaced_as_pages_go(self) -> Any:
+        """pages_per_context 2: the browser's context is replaced every two pages or so (its old one closed after
+        its last page), and every page renders right across the changes."""
+        settings = node_settings(str(self.data), self.root, sites=[shop_site("always")], batch={"targets": []},
+                                 render={**RENDER, "pages_per_context": 2})
+        top = tap.build(settings, reactor)
+        crawler, pool = top.getServiceNamed("crawler"), top.getServiceNamed("render")
+        top.startService()
+        try:
+            yield crawler.finished
+        finally:
+            yield top.stopService()
+        self.assertEqual(self.fields(read_items(self.data / "items")), self.expected())
+        self.assertGreaterEqual(pool.status()["contexts_replaced"], 2)
+        self.assertEqual(pool.status()["failed"], 0)
+
+    @defer.inlineCallbacks
     def test_warc_keeps_the_response_and_the_rendered_dom(self) -> Any:
         """Each rendered detail page: a response record with the body as fetched (no product in it) and a
         conversion record of the rendered DOM (its title and price) that refers to that response."""

@@ -17,7 +17,7 @@ from spiderd.config import settings as cfg
 
 from . import services
 from .shop import Shop, shop_site
-from .test_crawl import node_settings, run_crawl
+from .test_crawl import node_settings, run_crawl, run_with_worker
 from .test_render import read_items
 
 
@@ -94,6 +94,38 @@ class SubRequestTests(unittest.TestCase):
         self.assertEqual([p for p in self.shop.requests if p.startswith("/api/")], [])
         self.assertEqual(self.items(), [(f"/p/{n}", None, None) for n in (1, 2, 3)])
         self.assertEqual(self.shop.requests["/static/detail.js"], 3)
+
+    def assert_spaced(self, delay: float, since: str = "/") -> None:
+        """Every request to the shop (but robots.txt), from the first whose path starts with ``since``, came at
+        least ``delay`` (less a margin for the clock's grain) after the one before it, whatever its kind."""
+        arrivals = [(at, path) for at, path in self.shop.arrivals if path != "/robots.txt"]
+        first = next(n for n, (_, path) in enumerate(arrivals) if path.startswith(since))
+        arrivals = arrivals[first:]
+        for (before, _), (at, path) in zip(arrivals, arrivals[1:]):
+            self.assertGreaterEqual(at - before, delay - 0.05, (path, arrivals))
+
+    @defer.inlineCallbacks
+    def test_per_host_delay_counts_pages_and_sub_requests_alike(self) -> Any:
+        """The crawler, two requests at a time per host, per_host_delay 0.5: the pages it takes from its pool and
+        their sub-requests share the host's one politeness, so no request of either kind comes sooner than 0.5 s
+        after the one before it (a page is not taken while its host's delay runs from a sub-request)."""
+        yield run_crawl(self.settings({"per_host_delay": 0.5, "per_host_concurrency": 2}))
+        self.assertEqual(len(self.items()), 3)
+        self.assertEqual(sum(1 for _, path in self.shop.arrivals if path.startswith("/api/")), 3)
+        self.assert_spaced(0.5)
+
+    @defer.inlineCallbacks
+    def test_per_host_delay_in_the_worker(self) -> Any:
+        """The same in the worker's jobs (detail pages sent in batches to the node's own worker): from its first
+        page on, its pages and their sub-requests come per_host_delay apart."""
+        settings = node_settings(str(self.data), self.root, sites=[shop_site("always")],
+                                 render={"browsers": 1, "pages_per_browser": 2, "idle_time": 0.2},
+                                 fetch={"robots": True, "per_host_delay": 0.5, "per_host_concurrency": 2},
+                                 batch={"targets": ["local"], "size": 3},
+                                 worker={"feed_template": f"file://{self.data}/shipped/%(batch)s_%(name)s_%(time)s.jl"})
+        yield run_with_worker(settings)
+        self.assertEqual(len(read_items(self.data / "shipped")), 3)
+        self.assert_spaced(0.5, since="/p/")
 
     @defer.inlineCallbacks
     def test_per_host_delay(self) -> Any:

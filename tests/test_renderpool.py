@@ -8,7 +8,7 @@ import marshal
 from typing import Any
 
 from twisted.internet.defer import Deferred
-from twisted.internet.error import ProcessTerminated
+from twisted.internet.error import ProcessDone, ProcessTerminated
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
@@ -18,7 +18,7 @@ from spiderd.core.rules import Site
 from spiderd.engine.browser import BrowserChild
 from spiderd.engine.politeness import Politeness
 from spiderd.engine.render import HANG_GRACE, MEMORY_EVERY, RenderFailed, Rendered, RenderPool
-from spiderd.engine.subrequests import SubRequestGate, SubRequests, politeness_limits
+from spiderd.engine.subrequests import HostTurns, SubRequests
 from spiderd.fetch.fetcher import FetchResult
 from spiderd.fetch.parseworker import FrameDecoder
 
@@ -32,6 +32,7 @@ class Transport:
     def __init__(self, child: BrowserChild, pid: int) -> None:
         self.pid = pid
         self.child, self.frames, self.signals, self.closed = child, FrameDecoder(), [], False
+        self.ended = False
         self.sent: list[tuple[Any, ...]] = []
 
     def write(self, data: bytes) -> None:
@@ -56,8 +57,7 @@ class PoolTests(SynchronousTestCase):
 
     def make(self, **config: Any) -> RenderPool:
         knobs = {"browsers": 1, "pages_per_browser": 2, "navigation_timeout": 5.0, "settle_timeout": 5.0, **config}
-        gate = SubRequestGate(self.clock, politeness_limits(Politeness()))
-        subrequests = SubRequests(self.clock, None, gate)  # type: ignore[arg-type]  # (no fetch here)
+        subrequests = SubRequests(self.clock, None, HostTurns(self.clock, Politeness()))  # type: ignore[arg-type]  # (no fetch here)
         pool = RenderPool(self.clock, RenderSection(**knobs), subrequests, starter=self.start,
                           rss=lambda pid, tree: self.memory.get(pid))
         pool.startService()
@@ -125,3 +125,91 @@ class PoolTests(SynchronousTestCase):
         self.clock.pump([1.0] * MEMORY_EVERY)
         self.assertTrue(big.retiring)
         self.assertEqual(self.pool.counts["replaced"], 1)
+
+    def test_failures_and_restarts_counted_by_reason_in_status_and_metrics(self) -> None:
+        """A page that broke its navigation bound, one whose browser hung twice, a browser past max_pages: the
+        status counts failures and restarts by reason, and /metrics exposes them with the pages rendered."""
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.parser import text_string_to_metric_families
+
+        from spiderd.engine.fetchmode import FetchModes
+        from spiderd.fetch.extract import Rules
+        from spiderd.ops.web.history import History
+        from spiderd.ops.web.metrics import NodeCollector
+        from spiderd.ops.web.node import Node, status
+
+        self.pool = self.make(max_pages=3)
+        first = self.children[-1]
+        self.pool.browser_ready(first)
+        slow, rendered, hung = self.render(1), self.render(2), self.render(3)
+        self.pool.browser_message(first, ("failed", 1, "TimeoutError: Timeout 5000ms exceeded.", "navigation_timeout"))
+        self.answer(first, 2)  # page 3 went to it as its third: it is replaced
+        self.failureResultOf(slow, RenderFailed)
+        self.successResultOf(rendered)
+        self.pool.browser_ready(self.children[-1])
+        for _ in range(2):  # page 3's browser hangs (killed: it was replaced already); so does the next one
+            self.clock.advance(5 + 5 + HANG_GRACE + 1)
+            self.clock.advance(0)
+            self.pool.browser_ready(self.children[-1])
+        self.failureResultOf(hung, RenderFailed)
+        answer = self.pool.status()
+        self.assertEqual(answer["failures"], {"navigation_timeout": 1, "browser_died": 1})
+        self.assertEqual(answer["restarts"], {"max_pages": 1, "hung": 1})
+
+        node = Node("all", self.clock, render=FetchModes(self.clock, Rules([]), self.pool))
+        history = History(self.clock, node.pages, lambda: None)  # type: ignore[arg-type,return-value]
+        self.assertEqual(self.successResultOf(status(node, history))["render"]["failures"], answer["failures"])
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(NodeCollector(node, history))
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples}
+        self.assertEqual(samples[("spiderd_render_pages_total", ())], 1)
+        self.assertEqual(samples[("spiderd_render_failures_total", (("reason", "navigation_timeout"),))], 1)
+        self.assertEqual(samples[("spiderd_render_failures_total", (("reason", "browser_died"),))], 1)
+        self.assertEqual(samples[("spiderd_render_browser_restarts_total", (("reason", "hung"),))], 1)
+        self.assertEqual(samples[("spiderd_render_browser_restarts_total", (("reason", "max_pages"),))], 1)
+        self.assertEqual(samples[("spiderd_render_browsers", ())], 1)
+
+    def test_browsers_replaced_one_at_a_time(self) -> None:
+        """Two browsers of two pages each, max_pages 8: the first is due after 4 pages, the second after 8, their
+        successors after 8 each; and one is replaced at a time (a browser due while another finishes its pages
+        beside its successor renders on until that one exited): never two replaced browsers' processes at once."""
+        self.pool = self.make(browsers=2, pages_per_browser=2, max_pages=8)
+        first, second = self.children[-2:]
+        self.assertEqual([first.budget, second.budget], [4, 8])
+        for n in range(12):  # four pages at a time, one after the other, then all answered
+            pages = []
+            for k in range(4):
+                pages.append(self.render(4 * n + k))
+                self.assertLessEqual(self.pool.status()["retiring"], 1)
+            for child in [c for c in self.children if c.pages]:
+                for rid in list(child.pages):
+                    self.answer(child, rid)
+                    self.assertLessEqual(self.pool.status()["retiring"], 1)
+            for page in pages:
+                self.successResultOf(page)
+            for child in self.children:  # a closed child exits
+                if child.transport.closed and not child.transport.ended:  # type: ignore[attr-defined]
+                    child.transport.ended = True  # type: ignore[attr-defined]
+                    child.processEnded(Failure(ProcessDone(0)))
+        self.assertGreaterEqual(self.pool.restarts["max_pages"], 4)
+        self.assertEqual([c.budget for c in self.children[-2:]], [8, 8])
+
+    def test_a_due_browser_waits_while_another_is_replaced(self) -> None:
+        """A browser that comes due while a replaced one still finishes its page renders on; it is replaced once
+        that one exited."""
+        self.pool = self.make(browsers=2, pages_per_browser=1, max_pages=2)
+        old = self.children[-2]
+        pages = [self.render(n) for n in range(4)]  # 0: the first browser's only page (due: replaced)
+        self.assertTrue(old.retiring)
+        successor = self.children[-1]
+        self.answer(successor, next(iter(successor.pages)))  # page 3 goes to it, its second: due, but old holds on
+        self.assertEqual(successor.rendered, 2)
+        self.assertFalse(successor.retiring)
+        self.assertEqual(self.pool.status()["retiring"], 1)
+        self.answer(old, next(iter(old.pages)))
+        old.processEnded(Failure(ProcessDone(0)))  # (its input closed once its page was answered)
+        self.assertTrue(successor.retiring)
+        self.assertEqual(self.pool.status()["retiring"], 1)
+        for page in pages[:2]:
+            self.successResultOf(page)

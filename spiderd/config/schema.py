@@ -86,6 +86,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "browsers": "positive_int",
         "pages_per_browser": "positive_int",
         "max_pages": "positive_int",
+        "pages_per_context": "positive_int",
         "max_rss_mb": "positive_int",
         "navigation_timeout": "positive",
         "settle_timeout": "positive",

@@ -144,8 +144,9 @@ class RenderSection:
     browser: str = "/usr/bin/chromium"  # the distribution's Chromium (nothing is ever downloaded)
     browsers: int = 1  # browser processes at once
     pages_per_browser: int = 4  # pages each renders at once (browsers x pages_per_browser: the render slots)
-    max_pages: int = 500  # pages a browser renders before it is replaced
-    max_rss_mb: int = 1024  # a browser whose processes hold more (proportional set size, summed) is replaced
+    max_pages: int = 500  # pages a browser renders before it is replaced (the first ones staggered: see RenderPool)
+    pages_per_context: int = 100  # pages a browser context serves before a new one takes its place (+-20%)
+    max_rss_mb: int = 1024  # a browser whose processes hold more (private resident memory, summed) is replaced
     navigation_timeout: float = 15.0  # seconds for the page's load event
     settle_timeout: float = 10.0  # seconds after it for the page to settle (network idle, or render_wait)
     idle_time: float = 0.5  # no sub-request in flight this long: the page has settled

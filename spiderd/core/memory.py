@@ -43,6 +43,19 @@ def rss_of(pid: int) -> int | None:
         return None
 
 
+def private_of(pid: int) -> int | None:
+    """The private resident memory of process ``pid`` in bytes: its resident set less its shared pages (files and
+    shared memory), i.e. its anonymous pages (heaps, stacks), from /proc's ``statm`` (one read of the kernel's
+    counters, where ``smaps_rollup`` walks the process's page tables: 1 to 170 ms for a Chromium process);
+    None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            fields = f.read().split()
+            return (int(fields[1]) - int(fields[2])) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 
 

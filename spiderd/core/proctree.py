@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from spiderd.core.memory import rss_of
+from spiderd.core.memory import private_of, rss_of
 
 
 def children_of() -> dict[int, list[int]]:
@@ -59,6 +59,16 @@ def tree_memory(pid: int, tree: dict[int, list[int]] | None = None) -> int | Non
     if own is None:
         return None
     return own + sum(pss_of(child) or 0 for child in descendants(pid, tree))
+
+
+def tree_private(pid: int, tree: dict[int, list[int]] | None = None) -> int | None:
+    """The private resident memory (:func:`~spiderd.core.memory.private_of`) of ``pid`` and its descendants in
+    bytes, summed (None: ``pid`` cannot be read): cheap enough to read every few seconds on the reactor, where
+    :func:`tree_memory` is not (a few hundred ms for a browser's processes)."""
+    own = private_of(pid)
+    if own is None:
+        return None
+    return own + sum(private_of(child) or 0 for child in descendants(pid, tree))
 
 
 def command_of(pid: int) -> list[str]:

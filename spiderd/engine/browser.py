@@ -51,8 +51,10 @@ class BrowserChild(ProcessProtocol):
         self.ready = False
         self.retiring = False  # takes no new page; its input closes once it holds none
         self.rendered = 0  # pages given to it in all
+        self.budget = 0  # pages it renders before it is replaced (the pool's max_pages, staggered at first)
         self.pid: int | None = None
         self.killed_because = ""
+        self.killed_kind = ""  # why it was killed, in a word (the pool's restart reasons): "hung", "protocol"
         self.said = ""  # its last words (a "gone" message, or stderr)
         self._frames = FrameDecoder()
 
@@ -68,11 +70,12 @@ class BrowserChild(ProcessProtocol):
         """No more pages: it finishes those it holds, closes its browser and exits."""
         self.transport.closeStdin()
 
-    def kill(self, because: str) -> None:
+    def kill(self, because: str, kind: str = "killed") -> None:
         """SIGKILL the child and its browser (its process group); its pages go back to the pool."""
         log.warn("Killing render browser {slot} (pid {pid}): {because}", slot=self.slot, pid=self.pid,
                  because=because)
         self.killed_because = self.killed_because or because
+        self.killed_kind = self.killed_kind or kind
         try:
             if self.pid is None:
                 raise OSError("no process group")
@@ -94,7 +97,7 @@ class BrowserChild(ProcessProtocol):
             for payload in self._frames.feed(data):
                 self._message(marshal.loads(payload))
         except (FrameError, ValueError, EOFError, TypeError) as e:
-            self.kill(f"protocol error ({e})")
+            self.kill(f"protocol error ({e})", "protocol")
 
     def _message(self, message: tuple[Any, ...]) -> None:
         if message[0] == "ready":

@@ -36,6 +36,7 @@ from spiderd.fetch.extract import ITEM_KEYS
 
 if TYPE_CHECKING:
     from spiderd.engine.render import Rendered, RenderPool
+    from spiderd.engine.subrequests import HostTurns
     from spiderd.fetch.extract import Extracted, Rules
     from spiderd.fetch.fetcher import Fetcher, FetchResult
     from spiderd.fetch.parsepool import ParsePool
@@ -139,27 +140,30 @@ class FetchModes:
         self.auto = auto or AutoRender()
         self._hinted: set[str] = set()
 
-    def fetch(self, fetcher: Fetcher, url: str, validators: Any = None, **options: Any) -> Deferred[FetchResult]:
-        """``url`` fetched, and rendered when its site asks; never fails (a FetchResult, as the fetcher's)."""
+    def fetch(self, fetcher: Fetcher, url: str, validators: Any = None, turns: HostTurns | None = None,
+              **options: Any) -> Deferred[FetchResult]:
+        """``url`` fetched, and rendered when its site asks; never fails (a FetchResult, as the fetcher's).
+        ``turns``: the caller's politeness, where a rendered page's sub-requests take their turns."""
         d = fetcher.fetch(url, **options) if validators is None else fetcher.fetch(url, validators=validators,
                                                                                    **options)
         site = self.rules.site_for(url) if self.pool is not None else None
         if site is None or site.render == "never":
             return d
         started = self._clock.seconds()
-        return d.addCallback(self._fetched, site, options, started)
+        return d.addCallback(self._fetched, site, options, started, turns)
 
-    def _fetched(self, result: FetchResult, site: Site, options: dict[str, Any], started: float) -> Any:
+    def _fetched(self, result: FetchResult, site: Site, options: dict[str, Any], started: float,
+                 turns: HostTurns | None) -> Any:
         if result.status != 200 or "html" not in (result.content_type or "text/html").lower():
             return result
         assert self.pool is not None
-        self.pool.subrequests.gate.book(host_of(result.final_url), started)
+        (turns or self.pool.subrequests.turns).book(host_of(result.final_url), started)
         render, compare = (True, False) if site.render == "always" else self.auto.plan(result.final_url)
         if site.render == "auto":
             self.auto.counted(result.final_url, render)
         if not render:
             return result
-        d = self.pool.render(result, site, options.get("user_agent"), options.get("robots", True))
+        d = self.pool.render(result, site, options.get("user_agent"), options.get("robots", True), turns)
         d.addCallback(self._rendered, result, compare)
         return d.addErrback(self._failed, result)
 

@@ -23,8 +23,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Hashable, Protocol
 
+from twisted.internet.interfaces import IReactorTime
+
 from spiderd.core.urls import host_of
 from spiderd.engine.politeness import HostSlot, Politeness
+from spiderd.engine.subrequests import HostTurns
 
 NOW = 0.0  # an owner's gate: it may start a request now
 FREED = math.inf  # an owner's gate: not before one of its own requests ends
@@ -88,7 +91,7 @@ class HostQueue:
 
     def add(self, entry: Entry) -> None:
         """Queue ``entry`` in its host's line."""
-        slot = self._slot(entry.host)
+        slot = self.slot(entry.host)
         line: Line = slot.cursor
         line.owners.setdefault(entry.owner, deque()).append(entry)
         self._hosts_of.setdefault(entry.owner, set()).add(entry.host)
@@ -118,7 +121,7 @@ class HostQueue:
         if elapsed is not None:
             self.politeness.fetched(slot, elapsed, now)
         self.politeness.release(slot)
-        self._maybe_idle(slot)
+        self.settle(slot)
 
     def freed(self, owner: Owner) -> None:
         """``owner`` may start one more request (one of its requests ended): the host it parked first gets its
@@ -145,29 +148,34 @@ class HostQueue:
             entries = slot.cursor.owners.pop(owner, ())
             slot.waiting -= len(entries)
             dropped += len(entries)
-            self._maybe_idle(slot)
+            self.settle(slot)
         self._parked.pop(owner, None)
         self.waiting -= dropped
         return dropped
 
     def block(self, host: str, until: float) -> None:
         """Hand out nothing of ``host`` (and its address, per IP) before ``until`` (a throttling answer)."""
-        slot = self._slot(host)
+        slot = self.slot(host)
         self.politeness.block(slot, until)
-        self._maybe_idle(slot)
+        self.settle(slot)
 
     def blocked_until(self, host: str) -> float:
         """The earliest start of ``host``'s next request (0: none booked)."""
         return self.politeness.next_allowed(host)
+
+    def turns(self, clock: IReactorTime) -> HostTurns:
+        """Turns in this queue's politeness for requests it does not hand out (a rendered page's sub-requests)."""
+        return HostTurns(clock, self.politeness, self.slot, self.settle)
 
     def next_time(self) -> float | None:
         """The earliest time a take may hand something out (None: nothing waits on time)."""
         times = [t for t in (self.politeness.next_time(), self._timed[0][0] if self._timed else None) if t is not None]
         return min(times, default=None)
 
-    # -- inside -----------------------------------------------------------------------------------------------
+    # -- slots ----------------------------------------------------------------------------------------------
 
-    def _slot(self, host: str) -> HostSlot:
+    def slot(self, host: str) -> HostSlot:
+        """``host``'s slot, with its line (made on first use)."""
         slot = self.politeness.slot(host, b"")
         if slot.cursor is None:
             slot.cursor = Line()
@@ -192,7 +200,8 @@ class HostQueue:
         while self._idle and self._idle[0][0] <= now:
             self._forget(heapq.heappop(self._idle)[2], now)
 
-    def _maybe_idle(self, slot: HostSlot) -> None:
+    def settle(self, slot: HostSlot) -> None:
+        """``slot`` may be idle now: it is forgotten once its next-allowed time is past, if still idle then."""
         if not slot.waiting and not slot.own_inflight:
             heapq.heappush(self._idle, (slot.next_allowed, next(self._tiebreak), slot.host))
 

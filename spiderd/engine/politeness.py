@@ -33,7 +33,7 @@ import heapq
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from spiderd.core.addresses import AddressTable
 from spiderd.core.deadlines import Deadlines
@@ -159,6 +159,7 @@ class Politeness:
     _group_of: AddressTable = field(default_factory=AddressTable)  # host -> its group (per-IP), last told last
     _groups: dict[str, HostGroup] = field(default_factory=dict)
     _tally: Tally = field(default_factory=Tally)
+    released: list[Callable[[HostSlot], None]] = field(default_factory=list)  # told after each release (a unit freed)
 
     def slot(self, host: str, hid: bytes) -> HostSlot:
         """The slot of ``host``, created on first use (in its group, if it was told one)."""
@@ -235,6 +236,8 @@ class Politeness:
         if slot.own_inflight > 0:
             slot.inflight -= 1
         self.requeue(slot)
+        for listener in self.released:
+            listener(slot)
 
     def fetched(self, slot: HostSlot, elapsed: float, now: float) -> None:
         """A request to ``slot``'s host that took ``elapsed`` seconds ended at ``now``: with adaptive politeness,

@@ -3,22 +3,25 @@
 ``RenderPool`` is a Service over ``browsers`` child processes (:mod:`.renderchild`, one Chromium each, driven by
 Playwright), each rendering up to ``pages_per_browser`` pages at once; pages beyond wait in the parent.  A page is
 the main document's answer as spiderd fetched it; the browser renders it, and its sub-requests come back here to
-be checked (its site's hosts only, :class:`~.subrequests.SiteHosts`), paced (:class:`~.subrequests.SubRequestGate`)
-and fetched with spiderd's fetcher (robots.txt, the site's headers, proxy and cookies).  A throttling answer to a
+be checked (its site's hosts only, :class:`~.subrequests.SiteHosts`), paced in the role's politeness
+(:class:`~.subrequests.HostTurns`: the crawler's pool, the worker's host queue, as the page's caller says) and
+fetched with spiderd's fetcher (robots.txt, the site's headers, proxy and cookies).  A throttling answer to a
 sub-request blocks its host and is told with the page (``Rendered.throttle``).
 
 Bounded and supervised as the parse pool is: a browser that has rendered ``max_pages`` pages, or whose processes
-hold more than ``max_rss_mb``, is replaced (a new one starts at once; the old one takes no new page, finishes those
+hold more than ``max_rss_mb`` (their private resident memory, summed), is replaced (a new one starts at once; the old one takes no new page, finishes those
 it holds and exits).  A browser that crashes, or holds a page past its deadline (hung: it is killed, with its whole
 process group), costs no page: each page it held is rendered again, once, by another browser, then fails with
 :class:`RenderFailed` naming why.  A page that breaks its own bounds (no load within ``navigation_timeout``, no
 settling within ``settle_timeout``) fails at once with the reason.  Nothing here blocks the reactor: the browsers
-are other processes, and the pool only reads their pipes (and /proc, once a second, for their memory).
+are other processes, and the pool only reads their pipes (and /proc: every 5 s their memory, from the kernel's
+counters, each a read of microseconds; their proportional set size, which walks their page tables, took a second
+of the reactor's every 5 s with two browsers).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -39,7 +42,7 @@ from spiderd.core.urls import BadURL, canonicalize, host_of
 from spiderd.engine.browser import BrowserChild, spawn
 from spiderd.engine.fetchmode import AutoRender, FetchModes
 from spiderd.engine.politeness import Politeness
-from spiderd.engine.subrequests import SubRequestGate, SubRequests, politeness_limits
+from spiderd.engine.subrequests import HostTurns, Lent, SubRequests
 from spiderd.fetch.fetcher import Fetcher, FetchResult
 from spiderd.fetch.parsepool import ParsePool
 
@@ -61,6 +64,8 @@ class RenderLimits(Protocol):
     def pages_per_browser(self) -> int: ...
     @property
     def max_pages(self) -> int: ...
+    @property
+    def pages_per_context(self) -> int: ...
     @property
     def max_rss_mb(self) -> int: ...
     @property
@@ -110,6 +115,8 @@ class RenderJob:
     user_agent: str | None
     robots: bool
     d: Deferred[Rendered]
+    turns: HostTurns | None = None  # the role's (None: the pool's own)
+    lent: Lent | None = None  # the page's unit of its host's concurrency, lent to its sub-requests
     attempts: int = 0
     queued_at: float = 0.0
     started: float = 0.0
@@ -125,7 +132,7 @@ class RenderPool(Service):
 
     def __init__(self, reactor: IProcessClock, config: RenderLimits, subrequests: SubRequests, *,
                  starter: Callable[[Any, BrowserChild], None] = spawn, stop_timeout: float = 10.0,
-                 rss: Callable[[int, dict[int, list[int]]], int | None] = proctree.tree_memory) -> None:
+                 rss: Callable[[int, dict[int, list[int]]], int | None] = proctree.tree_private) -> None:
         self._reactor = reactor
         self.config = config
         self.subrequests = subrequests
@@ -133,14 +140,17 @@ class RenderPool(Service):
         self._rss = rss
         self.stop_timeout = stop_timeout
         self._init = ("init", config.browser, config.load_media, config.navigation_timeout, config.settle_timeout,
-                      config.idle_time, config.max_subrequests, config.max_subrequest_bytes)
+                      config.idle_time, config.max_subrequests, config.max_subrequest_bytes, config.pages_per_context)
         self.children: list[BrowserChild | None] = [None] * config.browsers
         self._retiring: set[BrowserChild] = set()
         self._failures = [0] * config.browsers
         self._restarts: dict[int, IDelayedCall] = {}
         self.waiting: deque[RenderJob] = deque()
         self._next_id = 0
-        self.counts = {"rendered": 0, "failed": 0, "again": 0, "replaced": 0, "crashed": 0}
+        self.counts = {"rendered": 0, "failed": 0, "again": 0, "replaced": 0, "crashed": 0, "contexts_replaced": 0}
+        self._started = [0] * config.browsers  # browsers started in each slot
+        self.failures: Counter[str] = Counter()  # pages failed, by reason (FAILURE_KINDS)
+        self.restarts: Counter[str] = Counter()  # browsers started in another's place, by why it went (RESTART_KINDS)
         self._stopped: Deferred[None] | None = None
         self._deadline: IDelayedCall | None = None
         self._ticks = 0
@@ -167,7 +177,7 @@ class RenderPool(Service):
         self._restarts.clear()
         waiting, self.waiting = self.waiting, deque()
         for job in waiting:
-            self._fail(job, "the render pool stopped")
+            self._fail(job, "the render pool stopped", "stopped")
         for child in self._all():
             child.close()
         if self._all():
@@ -180,14 +190,16 @@ class RenderPool(Service):
 
     # -- rendering ----------------------------------------------------------------------------------------
 
-    def render(self, result: FetchResult, site: Site, user_agent: str | None = None,
-               robots: bool = True) -> Deferred[Rendered]:
-        """The rendered DOM of a fetched 200 (``result``); fails with :class:`RenderFailed` naming why."""
+    def render(self, result: FetchResult, site: Site, user_agent: str | None = None, robots: bool = True,
+               turns: HostTurns | None = None) -> Deferred[Rendered]:
+        """The rendered DOM of a fetched 200 (``result``); fails with :class:`RenderFailed` naming why.  Its
+        sub-requests take their turns in ``turns`` (the role's politeness), the page's own unit of its host
+        (``result.url``'s, held by the caller until the page's outcome) lent to them."""
         if not self.running:
             return defer.fail(RenderFailed("the render pool is not running"))
         self._next_id += 1
         job = RenderJob(self._next_id, result, site, user_agent, robots, Deferred(lambda _: self._cancel(job)),
-                        queued_at=self._reactor.seconds())
+                        turns, Lent(host_of(result.url)), queued_at=self._reactor.seconds())
         self.waiting.append(job)
         self._drain()
         return job.d
@@ -195,8 +207,10 @@ class RenderPool(Service):
     def status(self) -> dict[str, Any]:
         """Counters for the status API."""
         live = self._live()
-        return {"browsers": len(live), "rendering": sum(len(c.pages) for c in self._all()),
-                "waiting": len(self.waiting), **self.counts, **self.subrequests.counts}
+        return {"browsers": len(live), "retiring": len(self._retiring),
+                "rendering": sum(len(c.pages) for c in self._all()),
+                "waiting": len(self.waiting), **self.counts, **self.subrequests.counts,
+                "failures": dict(self.failures), "restarts": dict(self.restarts)}
 
     def pids(self) -> list[int]:
         """The child processes of the running browsers (each the leader of its browser's process group)."""
@@ -224,8 +238,7 @@ class RenderPool(Service):
         r = job.result
         child.send(("render", job.rid, r.final_url, r.status, list(r.headers or ()), bytes(r.body),
                     job.site.render_wait))
-        if child.rendered >= self.config.max_pages:
-            self._retire(child, f"{child.rendered} pages rendered")
+        self._replace_due()
 
     def _cancel(self, job: RenderJob) -> None:
         """The caller gave up (a stop's deadline): the page leaves the queue or its browser's count."""
@@ -243,6 +256,9 @@ class RenderPool(Service):
 
     def browser_message(self, child: BrowserChild, message: tuple[Any, ...]) -> None:
         kind, rid = message[0], message[1]
+        if kind == "contexts":  # the browser closed a context it replaced
+            self.counts["contexts_replaced"] += 1
+            return
         job = child.pages.get(rid)
         if kind == "sub":
             self._sub(child, job, message[2], message[3])
@@ -259,9 +275,9 @@ class RenderPool(Service):
             job.d.callback(rendered)
         elif kind == "crashed":  # its page or its whole browser died: a new browser takes this one's place
             self._again(job, str(message[2]))
-            self._retire(child, f"a page crashed ({message[2]})")
+            self._retire(child, f"a page crashed ({message[2]})", "page_crashed")
         else:
-            self._fail(job, str(message[2]))
+            self._fail(job, str(message[2]), str(message[3]) if len(message) > 3 else "page_error")
         self._after(child)
 
     def _after(self, child: BrowserChild) -> None:
@@ -275,6 +291,7 @@ class RenderPool(Service):
         if self.children[child.slot] is child:
             self.children[child.slot] = None
             if self.running:
+                self.restarts[child.killed_kind or "exited"] += 1
                 self._schedule_restart(child.slot, ready=child.ready)
         held = list(child.pages.values())
         child.pages.clear()
@@ -284,6 +301,7 @@ class RenderPool(Service):
                      pid=child.pid, count=len(held), why=child.why_ended)
         for job in reversed(held):
             self._again(job, child.why_ended)
+        self._replace_due()
         self._drain()
         self._check_stopped()
 
@@ -295,11 +313,14 @@ class RenderPool(Service):
         if job.attempts < ATTEMPTS and self.running:
             self.counts["again"] += 1
             self.waiting.appendleft(job)
+        elif self.running:
+            self._fail(job, f"its browser died {job.attempts} times (the last: {why})", "browser_died")
         else:
-            self._fail(job, f"its browser died {job.attempts} times (the last: {why})")
+            self._fail(job, f"the render pool stopped (its browser: {why})", "stopped")
 
-    def _fail(self, job: RenderJob, why: str) -> None:
+    def _fail(self, job: RenderJob, why: str, kind: str) -> None:
         self.counts["failed"] += 1
+        self.failures[kind] += 1
         if not job.d.called:
             job.d.errback(RenderFailed(why))
 
@@ -315,7 +336,7 @@ class RenderPool(Service):
         def throttled(wait: float) -> None:
             job.throttle = max(job.throttle, wait)
 
-        d = self.subrequests.fetch(job.site, url, job.user_agent, job.robots, throttled)
+        d = self.subrequests.fetch(job.site, url, job.user_agent, job.robots, throttled, job.turns, job.lent)
         d.addCallbacks(lambda answer: child.send(("sub", job.rid, sid) + answer), _cancelled)
         d.addErrback(lambda f: log.failure("Sub-request {url}", f, url=url))
         job.subs[sid] = d
@@ -337,6 +358,7 @@ class RenderPool(Service):
     def _spawn(self, slot: int) -> None:
         self._restarts.pop(slot, None)
         child = BrowserChild(self, slot, self._reactor)
+        child.budget = self._budget(slot)
         self.children[slot] = child
         try:
             self._start(self._reactor, child)
@@ -346,6 +368,24 @@ class RenderPool(Service):
             self._schedule_restart(slot, ready=False)
             return
         child.send(self._init)
+
+    def _replace_due(self) -> None:
+        """Replace a browser given its budget of pages, when none is being replaced: one replaced browser at a
+        time finishes its pages beside its successor (a browser past its budget renders on meanwhile)."""
+        if self._retiring or not self.running:
+            return
+        for child in self._live():
+            if child.rendered >= child.budget:
+                self._retire(child, f"{child.rendered} pages rendered", "max_pages")
+                return
+
+    def _budget(self, slot: int) -> int:
+        """The pages a new browser in ``slot`` renders before it is replaced: ``max_pages``; the first browser of
+        slot i of n, (i + 1) / n of it, so that the slots' browsers come due apart."""
+        self._started[slot] += 1
+        if self._started[slot] > 1:
+            return self.config.max_pages
+        return max(1, self.config.max_pages * (slot + 1) // len(self.children))
 
     def _schedule_restart(self, slot: int, ready: bool) -> None:
         """Start another browser in ``slot``: at once after one that ran, later and later after one that never
@@ -358,12 +398,13 @@ class RenderPool(Service):
         if self._failures[slot] and not self._live() and self.waiting:
             log.warn("No render browser is up: {count} pages wait", count=len(self.waiting))
 
-    def _retire(self, child: BrowserChild, why: str) -> None:
+    def _retire(self, child: BrowserChild, why: str, kind: str) -> None:
         """Replace ``child`` by a new browser; it finishes the pages it holds, then exits."""
         if child.retiring or self.children[child.slot] is not child:
             return
         log.info("Render browser {slot} (pid {pid}) replaced: {why}", slot=child.slot, pid=child.pid, why=why)
         self.counts["replaced"] += 1
+        self.restarts[kind] += 1
         child.retiring = True
         self._retiring.add(child)
         self.children[child.slot] = None
@@ -378,15 +419,17 @@ class RenderPool(Service):
         deadline = config.navigation_timeout + config.settle_timeout + HANG_GRACE
         for child in self._all():
             if any(now - job.started > deadline for job in child.pages.values()):
-                child.kill(f"a page held more than {deadline:g} s: the browser hung")
+                child.kill(f"a page held more than {deadline:g} s: the browser hung", "hung")
         self._ticks += 1
         if self._ticks % MEMORY_EVERY:
             return
-        tree = proctree.children_of()  # one pass over /proc (a few ms with hundreds of processes): every 5 s
+        tree = proctree.children_of()  # one pass over /proc (a few ms with hundreds of processes): every 5 s, and
+        # each process's private memory from its statm (the kernel's counters: no page-table walk on the reactor)
         for child in self._live():
             rss = self._rss(child.pid, tree) if child.ready and child.pid is not None else None
             if rss is not None and rss > config.max_rss_mb * 2**20:
-                self._retire(child, f"its processes hold {rss / 2**20:.0f} MB (limit {config.max_rss_mb} MB)")
+                self._retire(child, f"its processes hold {rss / 2**20:.0f} MB (limit {config.max_rss_mb} MB)",
+                             "max_rss")
 
     def _kill_all(self) -> None:
         self._deadline = None
@@ -415,14 +458,14 @@ def build_modes(render: RenderLimits, politeness: Politeness, reactor: IProcessC
                 parser: ParsePool) -> tuple[FetchModes, RenderPool | None]:
     """How the node fetches each site's pages, and its render pool when a site asks to render (else None).
 
-    Sub-requests are paced by ``politeness``'s delays and concurrency (``[fetch]``'s per-host delay and
-    concurrency and its ``[fetch.hosts]``), and the robots.txt Crawl-delays the fetcher finds."""
+    Each role's fetch passes the turns of its own politeness; a fetch that passes none is paced by
+    ``politeness`` (``[fetch]``'s per-host delay and concurrency and its ``[fetch.hosts]``, and the robots.txt
+    Crawl-delays the fetcher finds)."""
     pool = None
     if any(site.render != "never" for site in parser.rules.sites):
         if fetcher.robots is not None:
             fetcher.robots.add_delay_listener(politeness.set_robots_delay)
-        gate = SubRequestGate(reactor, politeness_limits(politeness))
-        pool = RenderPool(reactor, render, SubRequests(reactor, fetcher, gate))
+        pool = RenderPool(reactor, render, SubRequests(reactor, fetcher, HostTurns(reactor, politeness)))
     auto = AutoRender(render.auto_probe, render.auto_recheck, render.auto_hosts)
     return FetchModes(reactor, parser.rules, pool, parser, auto), pool
 

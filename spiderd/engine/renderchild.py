@@ -9,7 +9,8 @@ and every process of its browser with one ``killpg``.
 The wire is the parse children's (:func:`spiderd.fetch.parseworker.frame`: a 4-byte length, then ``marshal``),
 a pipe each way.  Parent to child::
 
-    ("init", browser, load_media, navigation_timeout, settle_timeout, idle_time, max_subrequests, max_bytes)
+    ("init", browser, load_media, navigation_timeout, settle_timeout, idle_time, max_subrequests, max_bytes,
+     pages_per_context)
     ("render", rid, url, status, headers, body, render_wait)
     ("sub", rid, sid, status, headers, body)       the answer to a sub-request (status 0: refused, body: why)
 
@@ -18,8 +19,10 @@ Child to parent::
     ("ready", pid)                                 the browser is up
     ("sub", rid, sid, url, resource_type)          a sub-request of page ``rid``, for the parent to fetch
     ("done", rid, html, final_url, notes, subrequests, sub_bytes)
-    ("failed", rid, reason)                        the page broke a bound: it fails
+    ("failed", rid, reason, kind)                  the page broke a bound: it fails (kind: navigation_timeout,
+                                                   navigation_error, settle_timeout or page_error)
     ("crashed", rid, reason)                       its page or browser died under it: it may be rendered again
+    ("contexts", closed)                           an old context was closed (``closed`` in all)
     ("gone", reason)                               the browser died: the child exits
 
 The main document is never fetched by the browser: the parent fetched it (politely, robots.txt checked, as the
@@ -36,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import marshal
 import os
+import random
 import signal
 import sys
 import time
@@ -57,8 +61,15 @@ CAP_SCRIPT = """(() => {
     return send.apply(this, arguments);
   };
 })();"""
+CONTENT_SCRIPT = """() => {
+  let html = document.doctype ? new XMLSerializer().serializeToString(document.doctype) : "";
+  if (document.documentElement) html += document.documentElement.outerHTML;
+  return [html, window.__spiderdCut || 0, window.__spiderdPopups || 0];
+}"""
 _SKIPPED_HEADERS = frozenset({"content-encoding", "transfer-encoding", "content-length", "connection"})
 CLOSE_TIMEOUT = 5.0
+JITTER = 0.2  # a context serves pages_per_context pages, give or take this share (browsers do not change together)
+REST_AFTER = 2.0  # seconds a tab waits for its next page before it is sent to about:blank
 # Whatever the route does not answer (a download, a pop-up's own loads) goes to a proxy that is not there, loopback
 # included: the browser reaches no server but through the parent.
 NO_NETWORK = ("--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>")
@@ -69,18 +80,31 @@ class NotSettled(Exception):
 
 
 class Child:
-    """The browser, its one context and its tabs, the pages they render; messages in from the parent, out to it.
+    """The browser, its context and its tabs, the pages they render; messages in from the parent, out to it.
 
     A tab renders one page after another (a same-site navigation keeps its renderer process: no process is
-    started per page); a tab whose page failed is closed, and a new one opened when one is needed."""
+    started per page), going from one straight to the next (its last page unloads as the next loads); one left
+    without a page for ``REST_AFTER`` seconds goes to about:blank, so an idle browser runs no page's scripts (a
+    navigation to about:blank between every two pages cost the browser a fifth of its CPU per page); a tab whose
+    page failed is closed, and a new one opened when one is needed.  After
+    ``pages_per_context`` pages (give or take ``JITTER``) a new context takes the place of the current one, which
+    is closed with its last tab: what its pages left in the browser, in Playwright's driver and in this process
+    (each request's objects, the renderers and their caches) goes with it, so a long-lived browser's memory
+    stays that of its first pages."""
 
     def __init__(self, out: Any, init: tuple[Any, ...]) -> None:
         (_, self.executable, self.load_media, self.navigation_timeout, self.settle_timeout, self.idle_time,
-         self.max_subrequests, self.max_bytes) = init
+         self.max_subrequests, self.max_bytes, self.pages_per_context) = init
         self.out = out
         self.browser: Any = None
-        self.context: Any = None
-        self.free: list[Any] = []  # tabs between pages
+        self.context: Any = None  # where new tabs open
+        self.served = 0  # pages given a tab of the current context
+        self.budget = 0  # pages the current context serves
+        self.closed = 0  # contexts closed
+        self.rotating: asyncio.Future[None] | None = None  # a new context on its way
+        self.tabs: dict[Any, int] = {}  # context -> its open tabs (an old context closes with its last)
+        self.free: list[Any] = []  # tabs between pages (of the current context), the last freed last
+        self.freed: dict[Any, float] = {}  # a free tab -> when it was freed (its page left in it till it rests)
         self.rendering: dict[Any, Page] = {}  # tab -> the page it renders
         self.opening = 0  # tabs being opened (a new page meanwhile is taken for one of them, not a pop-up)
         self.subs: dict[tuple[int, int], asyncio.Future[tuple[Any, ...]]] = {}
@@ -96,11 +120,17 @@ class Child:
             executable_path=self.executable, headless=True, handle_sigint=False, handle_sigterm=False,
             handle_sighup=False, args=["--no-sandbox", "--disable-dev-shm-usage", "--no-first-run", *NO_NETWORK])
         self.browser.on("disconnected", lambda _: self.end("the browser exited"))
-        self.context = context = await self.browser.new_context(service_workers="block", accept_downloads=False)
+        self.context = await self._context()
+        self.send(("ready", os.getpid()))
+
+    async def _context(self) -> Any:
+        context = await self.browser.new_context(service_workers="block", accept_downloads=False)
         context.on("page", self._popup)
         await context.add_init_script(CAP_SCRIPT % self.max_subrequests)
         await context.route("**/*", self._route)  # every page of the context: a pop-up's requests too
-        self.send(("ready", os.getpid()))
+        self.tabs[context] = 0
+        self.budget = max(1, round(self.pages_per_context * random.uniform(1 - JITTER, 1 + JITTER)))
+        return context
 
     def end(self, why: str) -> None:
         """The browser is gone (or unusable): the child says so and exits."""
@@ -124,7 +154,7 @@ class Child:
         except Exception as e:  # Playwright's errors, NotSettled, a closed browser: the page's reason
             why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
             crashed = type(e).__name__ == "TargetClosedError" or "crash" in str(e).lower()
-            self.send(("crashed" if crashed else "failed", rid, why))
+            self.send(("crashed", rid, why) if crashed else ("failed", rid, why, page.failure_kind(e)))
             if tab is not None:
                 self.rendering.pop(tab, None)
                 await self._close(tab)
@@ -137,31 +167,82 @@ class Child:
                 self.subs.pop(key).cancel()
 
     async def _tab(self) -> Any:
+        if self.served >= self.budget and self.rotating is None:
+            self.rotating = asyncio.ensure_future(self._rotate())
+        if self.rotating is not None:
+            await asyncio.shield(self.rotating)
+        self.served += 1
         if self.free:
-            return self.free.pop()
-        self.opening += 1
-        try:
-            tab = await self.context.new_page()
-        finally:
-            self.opening -= 1
-        tab.on("dialog", lambda dialog: self._dialog(tab, dialog))
+            tab = self.free.pop()
+            self.freed.pop(tab, None)
+        else:
+            context = self.context
+            self.opening += 1
+            try:
+                tab = await context.new_page()
+            finally:
+                self.opening -= 1
+            self.tabs[context] += 1
+            tab.on("dialog", lambda dialog: self._dialog(tab, dialog))
         return tab
 
+    async def _rotate(self) -> None:
+        """A new context for the next pages; the old one's free tabs close now, its others after their page."""
+        try:
+            old, self.context = self.context, await self._context()
+            free, self.free, self.served = self.free, [], 0
+            self.freed.clear()
+            for tab in free:
+                await self._close(tab, old)
+        finally:
+            self.rotating = None
+
     async def _rest(self, tab: Any) -> None:
-        """Between pages a tab shows about:blank: what the last page left running (timers, requests) ends."""
+        """A tab whose page is done waits for the next one as it is; one of an old context is closed."""
+        context = tab.context
+        if context is not self.context:
+            await self._close(tab, context)
+            return
+        self.free.append(tab)
+        self.freed[tab] = time.monotonic()
+        asyncio.get_running_loop().call_later(REST_AFTER, lambda: asyncio.ensure_future(self._blank(tab)))
+
+    async def _blank(self, tab: Any) -> None:
+        """A tab still free ``REST_AFTER`` seconds after its page goes to about:blank (what that page left running,
+        timers and requests, ends); it is free again once there (closed if it cannot get there)."""
+        freed = self.freed.get(tab)
+        if freed is None or time.monotonic() - freed < REST_AFTER - 0.01:
+            return  # given a page since (or freed again later: its own call comes)
+        self.free.remove(tab)
+        del self.freed[tab]
+        context = tab.context
         try:
             await asyncio.wait_for(tab.goto("about:blank"), CLOSE_TIMEOUT)
         except Exception:
-            await self._close(tab)
+            await self._close(tab, context)
+            return
+        if context is self.context:
+            self.free.insert(0, tab)  # rested: taken after those with a page left (LIFO keeps the busiest warm)
         else:
-            self.free.append(tab)
+            await self._close(tab, context)
 
-    async def _close(self, tab: Any) -> None:
-        """Close a tab whose page failed (a renderer stuck in a loop goes with it)."""
+    async def _close(self, tab: Any, context: Any = None) -> None:
+        """Close a tab (one whose page failed: a renderer stuck in a loop goes with it); an old context goes
+        with its last tab."""
+        context = tab.context if context is None else context
         try:
             await asyncio.wait_for(tab.close(), CLOSE_TIMEOUT)
         except Exception:
             self.end("a page could not be closed")
+        self.tabs[context] = self.tabs.get(context, 1) - 1
+        if context is not self.context and self.tabs[context] <= 0:
+            del self.tabs[context]
+            try:
+                await asyncio.wait_for(context.close(), CLOSE_TIMEOUT)
+            except Exception:
+                self.end("a context could not be closed")
+            self.closed += 1
+            self.send(("contexts", self.closed))
 
     def _popup(self, tab: Any) -> None:
         if self.opening:
@@ -197,36 +278,48 @@ class Page:
         self.count = self.bytes = self.inflight = 0
         self.last = time.monotonic()
         self.notes: list[str] = []
+        self.stage = "navigation"  # then "settle", then "content"
 
     def note(self, text: str) -> None:
         if text not in self.notes and len(self.notes) < 10:
             self.notes.append(text)
 
+    def failure_kind(self, error: BaseException) -> str:
+        """The failure's kind, for the pool's counts: by the stage it broke in, and whether it was a timeout."""
+        timeout = "Timeout" in type(error).__name__ or isinstance(error, NotSettled)
+        if self.stage == "navigation":
+            return "navigation_timeout" if timeout else "navigation_error"
+        if self.stage == "settle" and timeout:
+            return "settle_timeout"
+        return "page_error"
+
     async def load(self, page: Any) -> tuple[bytes, str]:
         child = self.child
         await page.goto(self.url, wait_until="load", timeout=child.navigation_timeout * 1000)
+        self.stage = "settle"
         self.last = max(self.last, time.monotonic())  # idle counts from the load (its scripts' requests may be on
         # their way to the route yet)
         if self.wait:
             await page.wait_for_selector(self.wait, state="attached", timeout=child.settle_timeout * 1000)
         else:
             await self._idle()
-        html = await self._content(page)
-        cut = await page.evaluate("window.__spiderdCut || 0")
+        self.stage = "content"
+        html, cut, popups = await self._content(page)
         if cut:
             self.note(f"cut at {child.max_subrequests} sub-requests ({cut} more refused)")
-        if await page.evaluate("window.__spiderdPopups || 0"):
+        if popups:
             self.note("pop-up refused")
         return html.encode("utf-8"), page.url
 
-    async def _content(self, page: Any) -> str:
-        """The DOM as HTML (asked again while a navigation the route refuses is still under way)."""
+    async def _content(self, page: Any) -> tuple[str, int, int]:
+        """The DOM as HTML (as Playwright's ``content()`` makes it), the sub-requests cut and the pop-ups refused,
+        in one evaluation; asked again while a navigation the route refuses is still under way."""
         for _ in range(20):
             try:
-                html: str = await page.content()
-                return html
+                html, cut, popups = await page.evaluate(CONTENT_SCRIPT)
+                return str(html), int(cut), int(popups)
             except Exception as e:
-                if "navigating" not in str(e):
+                if "navigat" not in str(e) and "context was destroyed" not in str(e):
                     raise
                 await asyncio.sleep(0.05)
         raise NotSettled("the page kept navigating")
@@ -249,6 +342,9 @@ class Page:
         if not self.served and request.url == self.url and request.is_navigation_request():
             self.served = True
             await route.fulfill(**self.main)
+            return
+        if not self.served:  # the tab's last page, still there until this one's document comes
+            await route.abort("blockedbyclient")
             return
         if request.is_navigation_request() and request.frame.parent_frame is None:
             self.note("navigation away refused")

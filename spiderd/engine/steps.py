@@ -34,6 +34,7 @@ from spiderd.store.interfaces import IPageStore
 
 if TYPE_CHECKING:
     from spiderd.engine.fetchmode import FetchModes
+    from spiderd.engine.subrequests import HostTurns
     from spiderd.fetch.extract import Extracted, Rules
     from spiderd.fetch.fetcher import Fetcher, FetchResult
     from spiderd.fetch.parsepool import ParsePool
@@ -126,11 +127,12 @@ class PageSteps:
         self.throttles = th.HostThrottles(max_retry_after)  # consecutive 429/503 per host: the back-off
 
     def fetch(self, fetcher: Fetcher, url: str, validators: cg.Validators | None = None,
-              **options: Any) -> Deferred[FetchResult]:
+              turns: HostTurns | None = None, **options: Any) -> Deferred[FetchResult]:
         """``url`` fetched as its site asks (plain HTTP, or rendered in a headless browser); never fails.
-        ``validators``: a conditional GET; ``options``: the fetcher's (``user_agent``, ``robots``)."""
+        ``validators``: a conditional GET; ``turns``: the role's politeness, where a rendered page's sub-requests
+        take their turns; ``options``: the fetcher's (``user_agent``, ``robots``)."""
         if self.modes is not None:
-            return self.modes.fetch(fetcher, url, validators, **options)
+            return self.modes.fetch(fetcher, url, validators, turns, **options)
         if validators is None:
             return fetcher.fetch(url, **options)
         return fetcher.fetch(url, validators=validators, **options)

@@ -2,43 +2,39 @@
 
 A sub-request goes to its page's own site only: the site's ``allowed_hosts`` (and their subdomains) and its
 ``render_hosts``; the render pool fetches it with spiderd's own fetcher, so robots.txt, the site's headers, proxy and
-cookies apply as to any page.  :class:`SubRequestGate` paces them per host as ``[fetch]`` paces pages: at most
-``per_host_concurrency`` in flight (or the host's ``[fetch.hosts]`` override), starts ``per_host_delay`` apart (or
-the robots.txt Crawl-delay, the longer), the main document's fetch booked first, and nothing while a throttling
-answer (429, 503) blocks the host.  A sub-request waiting for its turn holds no render slot of another page.
+cookies apply as to any page.  It counts against its host's politeness: the role's own
+:class:`~spiderd.engine.politeness.Politeness` (the crawler's pool, the worker's host queue), through
+:class:`HostTurns`.  A sub-request starts only at the host's next-allowed time, and pushes it ``delay`` on (so the
+role's next page of that host waits too); it runs in a unit of the host's concurrency: its page's own (the main
+document's, which the page holds until its outcome; its sub-requests to its host take it one at a time) or a free
+one (which the role's next page then waits for); a throttling answer (429, 503) blocks the host in the role's
+politeness at once.  A sub-request waiting for its turn holds no render slot of another page.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlsplit
 
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.python.failure import Failure
 
 from spiderd.core import status as st
 from spiderd.core.rules import HostTable, Site
 from spiderd.core.throttle import throttled
 from spiderd.core.urls import BadURL, canonicalize, host_of
-from spiderd.engine.politeness import Politeness
+from spiderd.engine.politeness import HostSlot, Politeness
 
 if TYPE_CHECKING:
     from spiderd.fetch.fetcher import Fetcher, FetchResult
 
-Limits = Callable[[str], tuple[float, int]]  # host -> (delay between starts, requests in flight at most)
 Answer = tuple[int, list[tuple[str, str]], bytes]  # (status, headers, body) for the browser; status 0: refused, why
 DEFAULT_THROTTLE = 5.0  # seconds a throttling answer without Retry-After blocks its host
-
-
-def politeness_limits(politeness: Politeness) -> Limits:
-    """A host's delay (its configured one or its robots.txt Crawl-delay, the longer) and concurrency."""
-    def limits(host: str) -> tuple[float, int]:
-        delay, concurrency = politeness.overrides.get(host, (politeness.delay, politeness.concurrency))
-        return max(delay, politeness.delays(host)[1]), concurrency
-    return limits
+COLLECT_EVERY = 1000  # releases between two collections of idle slots (a politeness no role collects)
 
 
 class SiteHosts:
@@ -62,99 +58,161 @@ class SiteHosts:
 
 
 @dataclass(slots=True, eq=False)
-class _Host:
-    next_allowed: float = 0.0
-    inflight: int = 0
-    waiting: deque[Deferred[None]] = field(default_factory=deque)
-    timer: IDelayedCall | None = None
+class Lent:
+    """A rendered page's own unit of its host's concurrency (its main document's, held until the page's outcome),
+    lent to its sub-requests to that host, one at a time."""
+
+    host: str
+    busy: bool = False
 
 
-class SubRequestGate:
-    """Per-host turns for sub-requests: a delay between starts, a cap in flight, throttle blocks."""
+@dataclass(slots=True, eq=False)
+class Turn:
+    """A sub-request's turn: its host, the page's unit it runs in (None: a unit of its own), its start."""
 
-    def __init__(self, clock: IReactorTime, limits: Limits, max_hosts: int = 10000) -> None:
+    host: str
+    lent: Lent | None
+    started: float
+
+
+@dataclass(slots=True, eq=False)
+class _Waiter:
+    lent: Lent | None
+    d: Deferred[Turn] = field(default_factory=Deferred)
+
+
+class HostTurns:
+    """Turns for sub-requests in a role's politeness (see the module's docstring).
+
+    ``slot_of`` is the role's way to a host's slot (the pool's, the host queue's: made on first use);
+    ``settled(slot)`` is told after each release, so the role may forget an idle slot (None: the politeness is
+    collected every ``COLLECT_EVERY`` releases)."""
+
+    def __init__(self, clock: IReactorTime, politeness: Politeness,
+                 slot_of: Callable[[str], HostSlot] | None = None,
+                 settled: Callable[[HostSlot], None] | None = None) -> None:
         self._clock = clock
-        self._limits = limits
-        self._max_hosts = max_hosts
-        self._hosts: dict[str, _Host] = {}
+        self.politeness = politeness
+        self._slot_of = slot_of or (lambda host: politeness.slot(host, b""))
+        self._settled = settled
+        self._waiting: dict[str, deque[_Waiter]] = {}
+        self._timers: dict[str, IDelayedCall] = {}
+        self._releases = 0
+        politeness.released.append(self._freed)
 
     def book(self, host: str, start: float) -> None:
-        """A request to ``host`` started at ``start`` (a page's main document): the next one waits its delay."""
-        slot = self._slot(host)
-        slot.next_allowed = max(slot.next_allowed, start + self._limits(host)[0])
+        """A request to ``host`` (a page's main document) started at ``start``: the next one waits its delay."""
+        slot = self._slot_of(host)
+        slot.next_allowed = max(slot.next_allowed, start + slot.delay)
+
+    def acquire(self, host: str, lent: Lent | None = None) -> Deferred[Turn]:
+        """Fires with a turn when a sub-request to ``host`` may start (cancel it to give up its place); then
+        ``release`` the turn.  ``lent``: the unit of the sub-request's page."""
+        waiter = _Waiter(lent, Deferred(lambda d: self._drop(host, waiter)))
+        self._waiting.setdefault(host, deque()).append(waiter)
+        self._pump(host)
+        return waiter.d
+
+    def release(self, turn: Turn) -> None:
+        """``turn``'s sub-request ended: its unit is free (adaptive politeness: its duration counts)."""
+        now = self._clock.seconds()
+        slot = self._slot_of(turn.host)
+        self.politeness.fetched(slot, now - turn.started, now)
+        if turn.lent is None:
+            self.politeness.release(slot)  # the role's next page may take the unit (the waiters are told first)
+        else:
+            turn.lent.busy = False
+            self._pump(turn.host)
+        self._settle(slot, now)
 
     def block(self, host: str, until: float) -> None:
-        """Start nothing to ``host`` before ``until`` (a throttling answer)."""
-        slot = self._slot(host)
-        slot.next_allowed = max(slot.next_allowed, until)
+        """Start nothing to ``host`` (pages and sub-requests) before ``until`` (a throttling answer)."""
+        slot = self._slot_of(host)
+        self.politeness.block(slot, until)
+        self._settle(slot, self._clock.seconds())
 
-    def acquire(self, host: str) -> Deferred[None]:
-        """Fires when a sub-request to ``host`` may start (cancel it to give up the turn); then ``release``."""
-        slot = self._slot(host)
-        d: Deferred[None] = Deferred(lambda d: _drop(slot.waiting, d))
-        slot.waiting.append(d)
-        self._pump(host, slot)
-        return d
+    def waiting(self) -> int:
+        """Sub-requests waiting for their turn."""
+        return sum(len(line) for line in self._waiting.values())
 
-    def release(self, host: str) -> None:
-        """A sub-request to ``host`` ended."""
-        slot = self._hosts.get(host)
-        if slot is not None:
-            slot.inflight = max(0, slot.inflight - 1)
-            self._pump(host, slot)
+    def _settle(self, slot: HostSlot, now: float) -> None:
+        if self._settled is not None:
+            self._settled(slot)
+            return
+        self._releases += 1
+        if self._releases % COLLECT_EVERY == 0:
+            self.politeness.collect(now)
 
-    def next_allowed(self, host: str) -> float:
-        slot = self._hosts.get(host)
-        return 0.0 if slot is None else slot.next_allowed
+    def _freed(self, _: HostSlot) -> None:
+        """A unit was freed in the politeness (of this host, or of another of its address group)."""
+        for host in list(self._waiting):
+            self._pump(host)
 
-    def _slot(self, host: str) -> _Host:
-        slot = self._hosts.get(host)
-        if slot is None:
-            if len(self._hosts) >= self._max_hosts:
-                self._collect()
-            slot = self._hosts[host] = _Host()
-        return slot
+    def _pump(self, host: str) -> None:
+        """Start what may start now of ``host``'s waiters (their callbacks run once the state is set)."""
+        line = self._waiting.get(host)
+        go: list[tuple[_Waiter, Turn]] = []
+        if line:
+            slot, now = self._slot_of(host), self._clock.seconds()
+            while line:
+                if slot.next_allowed > now:
+                    self._wake(host, slot.next_allowed - now)
+                    break
+                waiter = next((w for w in line if w.lent is not None and w.lent.host == host and not w.lent.busy),
+                              None)
+                if waiter is not None:
+                    assert waiter.lent is not None
+                    waiter.lent.busy = True
+                    lent = waiter.lent
+                elif slot.inflight < slot.concurrency:
+                    waiter, lent = line[0], None
+                    slot.inflight += 1
+                else:
+                    break  # until a unit is freed (a release)
+                line.remove(waiter)
+                slot.next_allowed = now + slot.delay
+                go.append((waiter, Turn(host, lent, now)))
+        if not line:
+            self._waiting.pop(host, None)
+        for waiter, turn in go:
+            waiter.d.callback(turn)
 
-    def _pump(self, host: str, slot: _Host) -> None:
-        delay, concurrency = self._limits(host)
-        while slot.waiting and slot.inflight < concurrency:
-            now = self._clock.seconds()
-            if slot.next_allowed > now:
-                if slot.timer is None or not slot.timer.active():
-                    slot.timer = self._clock.callLater(slot.next_allowed - now, self._pump, host, slot)
+    def _wake(self, host: str, delay: float) -> None:
+        timer = self._timers.get(host)
+        if timer is not None and timer.active():
+            if timer.getTime() <= self._clock.seconds() + delay:
                 return
-            d = slot.waiting.popleft()
-            slot.inflight += 1
-            slot.next_allowed = now + delay
-            d.callback(None)
+            timer.cancel()
+        self._timers[host] = self._clock.callLater(delay, self._woken, host)
 
-    def _collect(self) -> None:
-        now = self._clock.seconds()
-        for host in [h for h, s in self._hosts.items() if not s.inflight and not s.waiting and s.next_allowed <= now]:
-            del self._hosts[host]
+    def _woken(self, host: str) -> None:
+        self._timers.pop(host, None)
+        self._pump(host)
 
-
-def _drop(waiting: deque[Deferred[None]], d: Deferred[None]) -> None:
-    try:
-        waiting.remove(d)
-    except ValueError:
-        pass
+    def _drop(self, host: str, waiter: _Waiter) -> None:
+        line = self._waiting.get(host)
+        if line is not None and waiter in line:
+            line.remove(waiter)
+            if not line:
+                del self._waiting[host]
 
 
 class SubRequests:
     """Checks, paces and fetches the sub-requests of rendered pages (see the module's docstring)."""
 
-    def __init__(self, clock: IReactorTime, fetcher: Fetcher, gate: SubRequestGate) -> None:
+    def __init__(self, clock: IReactorTime, fetcher: Fetcher, turns: HostTurns) -> None:
+        """``turns``: those of a caller that passes none of its own (a politeness of the ``[fetch]`` settings)."""
         self._clock = clock
         self._fetcher = fetcher
-        self.gate = gate
+        self.turns = turns
         self._hosts = SiteHosts()
         self.counts = {"subrequests": 0, "refused": 0}  # fetched (or on their way), refused here
 
-    def fetch(self, site: Site, url: str, user_agent: str | None, robots: bool,
-              throttled: Callable[[float], None]) -> Deferred[Answer]:
-        """The answer to a sub-request of a page of ``site`` (a refusal is status 0 with the reason); a throttling
-        answer blocks its host and is told to ``throttled(wait)``.  Cancel it to give up its turn or its fetch."""
+    def fetch(self, site: Site, url: str, user_agent: str | None, robots: bool, throttled: Callable[[float], None],
+              turns: HostTurns | None = None, lent: Lent | None = None) -> Deferred[Answer]:
+        """The answer to a sub-request of a page of ``site`` (a refusal is status 0 with the reason), in a turn of
+        ``turns`` (the role's; ``lent``: the page's unit); a throttling answer blocks its host and is told to
+        ``throttled(wait)``.  Cancel it to give up its turn or its fetch."""
         why = self._hosts.refusal(site, url)
         canonical = ""
         if not why:
@@ -166,23 +224,28 @@ class SubRequests:
             self.counts["refused"] += 1
             return defer.succeed((0, [], why.encode()))
         self.counts["subrequests"] += 1
-        host = host_of(canonical)
-        turn = self.gate.acquire(host)
-        fetched: Deferred[FetchResult] = turn.addCallback(self._fetch, canonical, user_agent, robots)
-        return fetched.addCallback(self._answered, host, throttled)
+        paced = turns or self.turns
+        turn: Deferred[Turn] = paced.acquire(host_of(canonical), lent)
+        fetched: Deferred[Answer] = turn.addCallback(self._fetch, paced, canonical, user_agent, robots, throttled)
+        return fetched
 
-    def _fetch(self, _: None, url: str, user_agent: str | None, robots: bool) -> Deferred[FetchResult]:
-        return self._fetcher.fetch(url, user_agent=user_agent, robots=robots)
+    def _fetch(self, turn: Turn, turns: HostTurns, url: str, user_agent: str | None, robots: bool,
+               told: Callable[[float], None]) -> Deferred[Answer]:
+        d = self._fetcher.fetch(url, user_agent=user_agent, robots=robots)
+        return d.addBoth(self._answered, turns, turn, told)
 
-    def _answered(self, result: FetchResult, host: str, told: Callable[[float], None]) -> Answer:
-        self.gate.release(host)
+    def _answered(self, result: FetchResult | Failure, turns: HostTurns, turn: Turn,
+                  told: Callable[[float], None]) -> Answer | Failure:
+        turns.release(turn)  # whatever happened (a cancel too): the unit is free
+        if isinstance(result, Failure):
+            return result
         if throttled(result.status):
             wait = result.retry_after if result.retry_after is not None else DEFAULT_THROTTLE
-            self.gate.block(host, self._clock.seconds() + wait)
+            turns.block(turn.host, self._clock.seconds() + wait)
             told(wait)
         if result.headers is None:
             return 0, [], (result.reason or st.reason(result.status)).encode()
         return result.status, list(result.headers), bytes(result.body)
 
 
-__all__ = ["SiteHosts", "SubRequestGate", "SubRequests", "politeness_limits"]
+__all__ = ["HostTurns", "Lent", "SiteHosts", "SubRequests", "Turn"]

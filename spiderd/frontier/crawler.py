@@ -44,6 +44,7 @@ from spiderd.core.lifecycle import InFlight
 from spiderd.core.stats import CrawlStats
 from spiderd.core.storage import storage_error
 from spiderd.engine.steps import PageSteps
+from spiderd.engine.subrequests import HostTurns
 from spiderd.feed.items import ItemWriter
 from spiderd.fetch.fetcher import Fetcher, FetchResult
 from spiderd.contracts.pool import ICrawlPool
@@ -105,11 +106,14 @@ class CrawlService(Service):
         linkbase: bool = False,
         conditional_get: bool = True,
         discovery: tuple[Any, ...] = (),
+        turns: HostTurns | None = None,
     ) -> None:
-        """``steps``: the node's page engine (parse, store, throttles, duplicate content), shared with its worker."""
+        """``steps``: the node's page engine (parse, store, throttles, duplicate content), shared with its worker;
+        ``turns``: the pool's politeness, where a rendered page's sub-requests take their turns."""
         self._reactor = reactor
         self.pool = pool
         self._fetcher = fetcher
+        self._turns = turns
         self.stats = stats
         self._processor = Processor(reactor, pool, steps, rules, stats, detail_sink, items=items, archive=archive,
                                     linkbase=linkbase, conditional_get=conditional_get)
@@ -332,7 +336,7 @@ class CrawlService(Service):
                  error=f"{failure.type.__name__}: {failure.getErrorMessage()}")
 
     def _fetch(self, sent: cg.Validators | None, url: str, hub: bool, at: float) -> Deferred[Any]:
-        d = self._processor.steps.fetch(self._fetcher, url, sent)  # plain, or rendered as the site asks
+        d = self._processor.steps.fetch(self._fetcher, url, sent, self._turns)  # plain, or rendered as the site asks
         d.addBoth(self._fetched)
         return d.addCallback(self._processor.process, hub, sent, self._still_wanted(at))
 

@@ -102,6 +102,7 @@ class Pipeline:
         self.steps = steps
         self.job_rules: JobRules | None = None  # the site rules jobs carry, compiled per version
         self.queue = HostQueue(worker_politeness(config))
+        self.turns = self.queue.turns(self.clock)  # a rendered page's sub-requests count in the same politeness
         self.itemized = itemized
         self.totals: Counter[str] = Counter()  # over every job since the start
         self.stats = stats
@@ -204,7 +205,8 @@ class Pipeline:
         recrawl = run.recrawl.get(taken.url)
         sent = recrawl.validators if recrawl is not None else None  # a recrawl: conditional on what was kept
         try:
-            result = yield run.wait(self.steps.fetch(self._fetcher, taken.url, sent, **run.fetch_options))
+            result = yield run.wait(self.steps.fetch(self._fetcher, taken.url, sent, turns=self.turns,
+                                                     **run.fetch_options))
             elapsed = result.elapsed
             if run.halted:
                 return

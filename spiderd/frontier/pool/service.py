@@ -24,6 +24,7 @@ from spiderd.core.rules import Site
 from spiderd.core.secrets import redact
 from spiderd.core.retry import Backoff
 from spiderd.engine.politeness import Politeness
+from spiderd.engine.subrequests import HostTurns
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 from spiderd.frontier.pool.hops import HopLimits
 from spiderd.frontier.pool.options import PoolOptions
@@ -39,8 +40,10 @@ class PoolService(Service):
     name = "pool"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, pool: IURLPool, clock: IReactorTime, opener: Callable[[], Deferred[Any]] | None = None,
-                 where: str = "", retry_max: float = 30.0) -> None:
+                 where: str = "", retry_max: float = 30.0, turns: HostTurns | None = None) -> None:
+        """``turns``: the pool's politeness, where rendered pages' sub-requests take their turns."""
         self.pool = pool
+        self.turns = turns
         self.ready: Deferred[None] = Deferred()
         self._clock = clock
         self._opener = opener
@@ -84,20 +87,23 @@ class PoolService(Service):
 def pool_service(config: PoolSection, fetching: FetchSection, sites: tuple[Site, ...], reactor: IReactorTime, *,
                  path: str, source: str = "<config>") -> PoolService:
     """The pool that ``[pool] backend`` names, as a service (LevelDB's at ``path``: a LevelDB pool that cannot open
-    is a ConfigError naming ``spiderd.data_dir`` of ``source``)."""
+    is a ConfigError naming ``spiderd.data_dir`` of ``source``), with its politeness's turns for sub-requests: the
+    host slots the embedded pools pop through; with Redis, whose host slots live in Redis, this node's own count."""
     options, politeness = pool_options(config, fetching, sites), pool_politeness(fetching)
     if config.backend == "redis":
         pool, opener = make_redis_pool(config.redis_url, reactor, prefix=config.redis_prefix,
                                        namespace=config.redis_namespace, seen_bucket_bits=config.redis_seen_bucket_bits,
                                        options=options, politeness=politeness, status_wait=config.redis_status_wait,
                                        durability=config.redis_durability)
-        return PoolService(pool, reactor, opener, where=redact(config.redis_url))
+        return PoolService(pool, reactor, opener, where=redact(config.redis_url), turns=HostTurns(reactor, politeness))
     if config.backend == "memory":
-        return PoolService(open_memory_pool(reactor, options, politeness=politeness), reactor, where="memory")
+        kv = open_memory_pool(reactor, options, politeness=politeness)
+        return PoolService(kv, reactor, where="memory", turns=HostTurns(reactor, politeness, kv.state.slot))
     try:
-        return PoolService(open_leveldb_pool(path, reactor, options, politeness=politeness), reactor, where=path)
+        kv = open_leveldb_pool(path, reactor, options, politeness=politeness)
     except Exception as e:  # noqa: BLE001  # leveldb.IOError when another spiderd holds the lock
         raise ConfigError(f"{source}: spiderd.data_dir: cannot open the pool: {e}") from None
+    return PoolService(kv, reactor, where=path, turns=HostTurns(reactor, politeness, kv.state.slot))
 
 
 def pool_options(config: PoolSection, fetching: FetchSection, sites: tuple[Site, ...] = ()) -> PoolOptions:

@@ -92,6 +92,7 @@ class NodeCollector:
         yield from self._batches()
         yield from self._feeds()
         yield from self._worker()
+        yield from self._render()
         if node.store is not None:
             yield _gauge("spiderd_store_pending_writes", "Pages accepted by the page store, not yet committed.",
                          node.store.pending)
@@ -164,6 +165,30 @@ class NodeCollector:
         yield _counter("spiderd_feed_uploads", "Feed files shipped.", s["shipped"])
         yield _counter("spiderd_feed_upload_failures", "Feed upload attempts that failed (retried).", s["failures"])
         yield _gauge("spiderd_feed_files_waiting", "Feed files in the spool, not yet shipped.", s["waiting"])
+
+    def _render(self) -> Iterator[Metric]:
+        modes = self._node.render
+        if modes is None or modes.pool is None:
+            return
+        s = modes.pool.status()
+        yield _counter("spiderd_render_pages", "Pages rendered in a browser.", s["rendered"])
+        yield _labelled(CounterMetricFamily("spiderd_render_failures", "Pages that could not be rendered, by reason "
+                                            "(navigation_timeout, navigation_error, settle_timeout, page_error, "
+                                            "browser_died, stopped).", labels=["reason"]), "reason", s["failures"])
+        yield _counter("spiderd_render_again", "Pages rendered again because their browser died under them.",
+                       s["again"])
+        yield _labelled(CounterMetricFamily("spiderd_render_browser_restarts", "Browsers started in another's place, "
+                                            "by why it went (max_pages, max_rss, page_crashed, hung, exited, "
+                                            "protocol).", labels=["reason"]), "reason", s["restarts"])
+        yield _counter("spiderd_render_contexts_replaced", "Browser contexts closed after [render] "
+                       "pages_per_context pages (a new one served the next pages).", s["contexts_replaced"])
+        yield _gauge("spiderd_render_browsers", "Browsers up.", s["browsers"])
+        yield _gauge("spiderd_render_pages_rendering", "Pages in a browser now.", s["rendering"])
+        yield _gauge("spiderd_render_pages_waiting", "Pages waiting for a browser.", s["waiting"])
+        yield _counter("spiderd_render_subrequests", "Sub-requests of rendered pages fetched (or on their way).",
+                       s["subrequests"])
+        yield _counter("spiderd_render_subrequests_refused", "Sub-requests of rendered pages refused by spiderd "
+                       "(not a host of the site, a bad URL).", s["refused"])
 
     def _worker(self) -> Iterator[Metric]:
         worker = self._node.worker
