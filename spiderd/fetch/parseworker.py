@@ -12,8 +12,8 @@ noindex, nofollow, canonical, compressed, digest)`` (the fields of :class:`~spid
 not None (and the page is not ``noindex``) the child also XZ-compresses the body for the page store, so that
 CPU work runs in the parse processes too, as does the content digest (``digest``, computed by ``extract``).  The child exits at end of input.
 
-To keep the parent's share of a page small, the child grows its input pipe to
-1 MiB (the parent writes pages in few system calls) and flushes answers in
+To keep the parent's share of a page small, the child grows its pipes to
+1 MiB (the parent writes pages in few system calls, and reads answers in few) and flushes answers in
 batches: when no request is waiting, or every FLUSH_INTERVAL while busy.  It
 runs at a lower priority so the reactor process wins the CPU when every core
 is parsing, keeps freed memory in its heap for the next page (glibc's mallopt:
@@ -215,6 +215,7 @@ def main() -> int:
     _lower_priority()
     keep_heap()  # lzma's buffers reused, not faulted in afresh for every page
     _grow_pipe(0)
+    _grow_pipe(1)  # answers too: a batch of them goes out without waiting for the parent to read
     out = os.fdopen(os.dup(1), "wb", buffering=WRITE_BUFFER)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
