@@ -83,6 +83,33 @@ def widen_reads(transport: object, fd: int = 1, size: int = READ_SIZE) -> bool:
     return True
 
 
+class RulesVersions:
+    """The parent's copy of the versions of the rules a child holds (:class:`~spiderd.fetch.parseworker.Versions`
+    is the child's): at most MAX_VERSIONS, the one in use among them."""
+
+    def __init__(self, rules: Rules) -> None:
+        """The child was started with ``rules`` (its init message)."""
+        self._versions: OrderedDict[str, None] = OrderedDict({rules.digest: None})
+        self._using = rules.digest
+
+    def use(self, rules: Rules) -> list[tuple[Any, ...]]:
+        """The messages that make ``rules`` the version the child parses with (none if it is already)."""
+        messages: list[tuple[Any, ...]] = []
+        digest = rules.digest
+        if digest not in self._versions:
+            if len(self._versions) >= MAX_VERSIONS:
+                oldest = next(d for d in self._versions if d != self._using)
+                del self._versions[oldest]
+                messages.append(("forget", oldest))
+            messages.append(rules_message(rules))
+        self._versions[digest] = None
+        self._versions.move_to_end(digest)
+        if digest != self._using:
+            messages.append(("use", digest))
+            self._using = digest
+        return messages
+
+
 class ParseChild(ProcessProtocol):
     """One child process: frames out on stdin, frames in on stdout, a FIFO of pending requests."""
 
@@ -105,30 +132,16 @@ class ParseChild(ProcessProtocol):
 
     def started_with(self, rules: Rules) -> None:
         """The child was sent ``rules`` in its init message: the version it parses with."""
-        self._versions: OrderedDict[str, None] = OrderedDict({rules.digest: None})
-        self._using = rules.digest
+        self._versions = RulesVersions(rules)
 
     def send(self, request_id: int, payload: bytes, d: Deferred[Extracted], rules: Rules) -> None:
         """Send one request, to be parsed with ``rules`` (the child is given that version first if need be)."""
         if not self.pending:
             self.progress = self.clock.seconds()
         self.pending.append((request_id, d))
-        self._use(rules)
+        for message in self._versions.use(rules):
+            self.transport.write(frame(message))
         self.transport.write(payload)
-
-    def _use(self, rules: Rules) -> None:
-        digest = rules.digest
-        if digest not in self._versions:
-            if len(self._versions) >= MAX_VERSIONS:
-                oldest = next(d for d in self._versions if d != self._using)
-                del self._versions[oldest]
-                self.transport.write(frame(("forget", oldest)))
-            self.transport.write(frame(rules_message(rules)))
-        self._versions[digest] = None
-        self._versions.move_to_end(digest)
-        if digest != self._using:
-            self.transport.write(frame(("use", digest)))
-            self._using = digest
 
     def kill(self, because: str) -> None:
         """SIGKILL the child; its requests fail in processEnded, naming ``because``."""
