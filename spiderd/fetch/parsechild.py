@@ -110,16 +110,16 @@ class RulesVersions:
         return messages
 
 
-class ParseChild(ProcessProtocol):
-    """One child process: frames out on stdin, frames in on stdout, a FIFO of pending requests."""
+class WorkerProcess(ProcessProtocol):
+    """What a pool's child process has whatever it does: its slot and pid, when it last said something, a
+    SIGKILL that names why, its stderr logged, its frames decoded and handed to :meth:`message`."""
 
     transport: IProcessTransport  # set by spawnProcess, before anything here uses it
+    what = "Worker"  # how the logs name it ("Parse worker 0 says: ...")
 
-    def __init__(self, owner: ChildOwner, slot: int, clock: IReactorTime) -> None:
-        self.owner = owner
+    def __init__(self, slot: int, clock: IReactorTime) -> None:
         self.slot = slot
         self.clock = clock
-        self.pending: deque[tuple[int, Deferred[Extracted]]] = deque()
         self.ready = False
         self.pid: int | None = None
         self.progress = 0.0
@@ -128,6 +128,46 @@ class ParseChild(ProcessProtocol):
 
     def connectionMade(self) -> None:
         self.pid = self.transport.pid
+
+    def kill(self, because: str) -> None:
+        """SIGKILL the child; what it held is settled in processEnded, naming ``because``."""
+        log.warn("Killing {what} {slot} (pid {pid}): {because}", what=self.what.lower(), slot=self.slot,
+                 pid=self.pid, because=because)
+        self.killed_because = self.killed_because or because
+        try:
+            self.transport.signalProcess("KILL")
+        except Exception:  # already gone: processEnded follows
+            pass
+
+    def childDataReceived(self, childFD: int, data: bytes) -> None:
+        if childFD != 1:
+            text = data.decode("utf-8", "replace").rstrip()
+            if text:
+                log.warn("{what} {slot} says: {text}", what=self.what, slot=self.slot, text=text[:2000])
+            return
+        try:
+            for payload in self._frames.feed(data):
+                self.message(marshal.loads(payload))
+        except (FrameError, ValueError, EOFError, TypeError) as e:
+            self.kill(f"protocol error ({e})")
+
+    def message(self, message: tuple[Any, ...]) -> None:
+        """One message from the child."""
+        raise NotImplementedError
+
+
+class ParseChild(WorkerProcess):
+    """One child process: frames out on stdin, frames in on stdout, a FIFO of pending requests."""
+
+    what = "Parse worker"
+
+    def __init__(self, owner: ChildOwner, slot: int, clock: IReactorTime) -> None:
+        super().__init__(slot, clock)
+        self.owner = owner
+        self.pending: deque[tuple[int, Deferred[Extracted]]] = deque()
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
         log.info("Parse worker {slot} started (pid {pid})", slot=self.slot, pid=self.pid)
 
     def started_with(self, rules: Rules) -> None:
@@ -143,26 +183,7 @@ class ParseChild(ProcessProtocol):
             self.transport.write(frame(message))
         self.transport.write(payload)
 
-    def kill(self, because: str) -> None:
-        """SIGKILL the child; its requests fail in processEnded, naming ``because``."""
-        log.warn("Killing parse worker {slot} (pid {pid}): {because}", slot=self.slot, pid=self.pid, because=because)
-        self.killed_because = self.killed_because or because
-        try:
-            self.transport.signalProcess("KILL")
-        except Exception:  # already gone: processEnded follows
-            pass
-
-    def childDataReceived(self, childFD: int, data: bytes) -> None:
-        if childFD != 1:
-            self._stderr(data)
-            return
-        try:
-            for payload in self._frames.feed(data):
-                self._message(marshal.loads(payload))
-        except (FrameError, ValueError, EOFError, TypeError) as e:
-            self.kill(f"protocol error ({e})")
-
-    def _message(self, message: tuple[Any, ...]) -> None:
+    def message(self, message: tuple[Any, ...]) -> None:
         if message[0] == "ready":
             self.ready = True
             self.owner.child_ready(self)
@@ -173,11 +194,6 @@ class ParseChild(ProcessProtocol):
         self.progress = self.clock.seconds()
         d.callback(extracted_from(message))
         self.owner.child_answered(self)
-
-    def _stderr(self, data: bytes) -> None:
-        text = data.decode("utf-8", "replace").rstrip()
-        if text:
-            log.warn("Parse worker {slot} says: {text}", slot=self.slot, text=text[:2000])
 
     def processEnded(self, reason: Failure) -> None:
         self.owner.child_ended(self, reason)
