@@ -23,8 +23,8 @@ The runs, each ``twistd -n spiderd --exit-when-done`` (or Scrapy) to the end of 
 - ``cores_1``, ``cores_2``: ``mission`` under ``taskset -c`` on the first CPU this process may use, then on
   the first two.  With a third CPU the site's server is pinned to the others, out of the way; on a 2-CPU
   machine it is not pinned (it shares the crawler's CPUs) and its CPU over each run is printed apart, not
-  counted.  spiderd's parser processes follow ``os.cpu_count()``, not the affinity, so ``cores_1`` runs
-  two of them on one CPU, as a user's ``taskset`` would;
+  counted.  spiderd's parser processes follow the affinity (``[parse] workers = -1``: one per CPU it may use), so
+  ``cores_1`` runs one of them;
 - ``http10``: the mission path against the site served by Python's ``http.server`` (HTTP/1.0, a
   connection closed after every answer), a 1,000-detail-page copy, concurrency 16, as a server on the web
   may be; ``scrapy_http10``: Scrapy against the same server;

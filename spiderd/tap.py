@@ -17,6 +17,7 @@ from spiderd.config import settings as cfg
 from spiderd.contracts.pool import IURLPool
 from spiderd.core import lifecycle
 from spiderd.core.blocking import Blocking
+from spiderd.core.memory import calm_gc
 from spiderd.core.reactors import INodeReactor
 from spiderd.core.stats import CrawlStats, ProgressLogger
 from spiderd.core.storage import StorageGate
@@ -62,7 +63,9 @@ def makeService(options: Options, reactor: INodeReactor | None = None) -> IServi
         settings = demo.fresh(options.overrides()) if options["demo"] else cfg.load(options["config"], options.overrides())
         cfg.check_data_dir(settings)
         settings = cfg.with_overlay(settings)
-        return build(settings, reactor, bool(options["demo"]), True, lifecycle.exit_on_start_failure(reactor))
+        top = build(settings, reactor, bool(options["demo"]), True, lifecycle.exit_on_start_failure(reactor))
+        reactor.callWhenRunning(calm_gc)  # once started: the start-up heap frozen, fewer collections
+        return top
     except cfg.ConfigError as e:
         sys.stderr.write(f"spiderd: configuration error: {e}\n")
         raise SystemExit(2) from None

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
+
+import pytest
 
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
@@ -44,3 +49,20 @@ class ClockedReactor:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._reactor, name)
+
+
+needs_affinity = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs Linux's sched_setaffinity and 2 CPUs this process may run on",
+)
+
+
+@contextmanager
+def pinned_to_one_cpu() -> Iterator[None]:
+    """This thread pinned to the first CPU of its affinity (as ``taskset -c`` pins a process), then restored."""
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)

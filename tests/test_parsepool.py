@@ -21,7 +21,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from spiderd.fetch.extract import Extracted, extract
 from spiderd.fetch.parsepool import ParsePool, ParsePoolUnavailable, ParseWorkerDied
-from .helpers import ClockedReactor, rules_of
+from .helpers import ClockedReactor, needs_affinity, pinned_to_one_cpu, rules_of
 from spiderd.fetch.parseworker import FrameDecoder, FrameError, Input, answer, frame, init_message, rules_from, serve
 
 RAW = {
@@ -377,8 +377,14 @@ class InlineTests(SynchronousTestCase):
         self.successResultOf(pool.stopService())
 
     def test_workers_minus_one_is_cpu_count(self) -> None:
-        """workers=-1 means one child per CPU."""
-        self.assertEqual(ParsePool(Clock(), rules_of(RAW), -1).workers, os.cpu_count())
+        """workers=-1 means one child per CPU this process may run on."""
+        self.assertEqual(ParsePool(Clock(), rules_of(RAW), -1).workers, len(os.sched_getaffinity(0)))
+
+    @needs_affinity
+    def test_workers_minus_one_follows_the_affinity(self) -> None:
+        """Pinned to one CPU (taskset -c 0), workers=-1 starts one child, not one per CPU of the machine."""
+        with pinned_to_one_cpu():
+            self.assertEqual(ParsePool(Clock(), rules_of(RAW), -1).workers, 1)
 
 
 # -- real children ----------------------------------------------------------------------------------------------

@@ -133,7 +133,7 @@ class SitemapsSection:
 class ParseSection:
     """``[parse]``: the parse children."""
 
-    workers: int = -1  # -1: one per CPU; 0: in the main process
+    workers: int = -1  # -1: one per CPU of this process's affinity (spiderd.core.cpus); 0: in the main process
     max_rss_mb: int = 512  # a parser process holding more is replaced (it answers what it holds first)
 
 

@@ -85,6 +85,7 @@ class FetchResult:
     # fetched for this URL (and its redirects' hosts) and each redirect followed (3xx)
     previous: list[FetchResult] = field(default_factory=list)
     previous_fetch: float | None = None  # a recrawl's previous fetch: a 304's WARC revisit record refers to it
+    parsed: Any = None  # the page's Extracted when a fetch worker parsed it where it fetched it (body then empty)
 
     @property
     def page(self) -> bytes:
@@ -246,8 +247,7 @@ class Fetcher:
                 if answers is not None:
                     answers.extend(self.robots.take_answer(url))
                 if not allowed:
-                    return FetchResult(original, st.ROBOTS_DENIED, url, redirects=redirects, error="robots",
-                                       reason=st.reason(st.ROBOTS_DENIED, f"disallowed by {robots_url(url)}"))
+                    return robots_denied(original, url, redirects)
             response, body = yield self._get(url, self._config.max_body_size, headers=headers)
             location = response.headers.getRawHeaders(b"location", [None])[0]
             if response.code not in REDIRECT_CODES or location is None:
@@ -317,9 +317,20 @@ class Fetcher:
         logged."""
         schemes = {scheme for endpoints in self._endpoints for scheme in endpoints.schemes(name, port)}
         for host in pool_hosts(name, port, schemes):
-            for listener in self._address_listeners:
-                d = defer.maybeDeferred(listener, host, address)
-                d.addErrback(_told_failure, host)
+            self.tell(host, address)
+
+    def tell(self, host: str, address: str) -> None:
+        """Tell each address listener that ``host`` (as the pool keys it) was looked up at ``address`` (this
+        fetcher's lookups, and those of the fetch children, :mod:`spiderd.fetch.fetchpool`)."""
+        for listener in self._address_listeners:
+            d = defer.maybeDeferred(listener, host, address)
+            d.addErrback(_told_failure, host)
+
+
+def robots_denied(original: str, url: str, redirects: list[str] | None = None) -> FetchResult:
+    """The result of fetching ``original`` when robots.txt disallows ``url`` (it, or a redirect's target)."""
+    return FetchResult(original, st.ROBOTS_DENIED, url, redirects=redirects or [], error="robots",
+                       reason=st.reason(st.ROBOTS_DENIED, f"disallowed by {robots_url(url)}"))
 
 
 def _told_failure(failure: Failure, host: str) -> None:

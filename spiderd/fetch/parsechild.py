@@ -1,14 +1,21 @@
 """One parse child process as the parse pool sees it: started with ``python -m spiderd.fetch.parseworker``,
-frames out on its stdin, frames in on its stdout, a FIFO of the requests it holds."""
+frames out on its stdin, frames in on its stdout, a FIFO of the requests it holds.
+
+The reactor reads a child's stdout :data:`READ_SIZE` bytes at a time (:func:`widen_reads`), not Twisted's 8 KiB: an
+answer carrying a compressed page (10-20 KB) took two or three reactor wake-ups, and a batch of answers one per
+8 KiB.
+"""
 
 from __future__ import annotations
 
+import errno
 import marshal
 import os
 import sys
 from collections import OrderedDict, deque
 from typing import Any, Protocol
 
+from twisted.internet import main
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IProcessTransport, IReactorProcess, IReactorTime
 from twisted.internet.protocol import ProcessProtocol
@@ -23,6 +30,8 @@ from spiderd.fetch.parseworker import FrameDecoder, FrameError, extracted_from, 
 MAX_VERSIONS = 8  # versions of the rules a child keeps (the one in use, and those of running worker jobs)
 
 log = Logger()
+
+READ_SIZE = 256 * 1024  # bytes read from a child's stdout at once (the child writes its answers in 256 KiB)
 
 
 class ChildOwner(Protocol):
@@ -49,19 +58,68 @@ def spawn_module(reactor: IReactorProcess, protocol: ProcessProtocol, module: st
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(spiderd.__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    reactor.spawnProcess(protocol, sys.executable, [sys.executable, "-m", module], env=env)
+    widen_reads(reactor.spawnProcess(protocol, sys.executable, [sys.executable, "-m", module], env=env))
 
 
-class ParseChild(ProcessProtocol):
-    """One child process: frames out on stdin, frames in on stdout, a FIFO of pending requests."""
+def widen_reads(transport: object, fd: int = 1, size: int = READ_SIZE) -> bool:
+    """Have the reactor read the child's ``fd`` ``size`` bytes at a time; False where the transport is not
+    POSIX's (``twisted.internet.process.Process``, whose readers read 8 KiB), which is left as it is."""
+    reader = getattr(transport, "pipes", {}).get(fd)
+    if reader is None or not isinstance(getattr(reader, "fd", None), int) or not hasattr(reader, "dataReceived"):
+        return False
+
+    def read() -> object:
+        """What Twisted's ``fdesc.readFromFD`` does, with a larger read."""
+        try:
+            data = os.read(reader.fd, size)
+        except OSError as e:
+            return None if e.errno in (errno.EAGAIN, errno.EINTR) else main.CONNECTION_LOST
+        if not data:
+            return main.CONNECTION_DONE
+        reader.dataReceived(data)
+        return None
+
+    reader.doRead = read
+    return True
+
+
+class RulesVersions:
+    """The parent's copy of the versions of the rules a child holds (:class:`~spiderd.fetch.parseworker.Versions`
+    is the child's): at most MAX_VERSIONS, the one in use among them."""
+
+    def __init__(self, rules: Rules) -> None:
+        """The child was started with ``rules`` (its init message)."""
+        self._versions: OrderedDict[str, None] = OrderedDict({rules.digest: None})
+        self._using = rules.digest
+
+    def use(self, rules: Rules) -> list[tuple[Any, ...]]:
+        """The messages that make ``rules`` the version the child parses with (none if it is already)."""
+        messages: list[tuple[Any, ...]] = []
+        digest = rules.digest
+        if digest not in self._versions:
+            if len(self._versions) >= MAX_VERSIONS:
+                oldest = next(d for d in self._versions if d != self._using)
+                del self._versions[oldest]
+                messages.append(("forget", oldest))
+            messages.append(rules_message(rules))
+        self._versions[digest] = None
+        self._versions.move_to_end(digest)
+        if digest != self._using:
+            messages.append(("use", digest))
+            self._using = digest
+        return messages
+
+
+class WorkerProcess(ProcessProtocol):
+    """What a pool's child process has whatever it does: its slot and pid, when it last said something, a
+    SIGKILL that names why, its stderr logged, its frames decoded and handed to :meth:`message`."""
 
     transport: IProcessTransport  # set by spawnProcess, before anything here uses it
+    what = "Worker"  # how the logs name it ("Parse worker 0 says: ...")
 
-    def __init__(self, owner: ChildOwner, slot: int, clock: IReactorTime) -> None:
-        self.owner = owner
+    def __init__(self, slot: int, clock: IReactorTime) -> None:
         self.slot = slot
         self.clock = clock
-        self.pending: deque[tuple[int, Deferred[Extracted]]] = deque()
         self.ready = False
         self.pid: int | None = None
         self.progress = 0.0
@@ -70,38 +128,11 @@ class ParseChild(ProcessProtocol):
 
     def connectionMade(self) -> None:
         self.pid = self.transport.pid
-        log.info("Parse worker {slot} started (pid {pid})", slot=self.slot, pid=self.pid)
-
-    def started_with(self, rules: Rules) -> None:
-        """The child was sent ``rules`` in its init message: the version it parses with."""
-        self._versions: OrderedDict[str, None] = OrderedDict({rules.digest: None})
-        self._using = rules.digest
-
-    def send(self, request_id: int, payload: bytes, d: Deferred[Extracted], rules: Rules) -> None:
-        """Send one request, to be parsed with ``rules`` (the child is given that version first if need be)."""
-        if not self.pending:
-            self.progress = self.clock.seconds()
-        self.pending.append((request_id, d))
-        self._use(rules)
-        self.transport.write(payload)
-
-    def _use(self, rules: Rules) -> None:
-        digest = rules.digest
-        if digest not in self._versions:
-            if len(self._versions) >= MAX_VERSIONS:
-                oldest = next(d for d in self._versions if d != self._using)
-                del self._versions[oldest]
-                self.transport.write(frame(("forget", oldest)))
-            self.transport.write(frame(rules_message(rules)))
-        self._versions[digest] = None
-        self._versions.move_to_end(digest)
-        if digest != self._using:
-            self.transport.write(frame(("use", digest)))
-            self._using = digest
 
     def kill(self, because: str) -> None:
-        """SIGKILL the child; its requests fail in processEnded, naming ``because``."""
-        log.warn("Killing parse worker {slot} (pid {pid}): {because}", slot=self.slot, pid=self.pid, because=because)
+        """SIGKILL the child; what it held is settled in processEnded, naming ``because``."""
+        log.warn("Killing {what} {slot} (pid {pid}): {because}", what=self.what.lower(), slot=self.slot,
+                 pid=self.pid, because=because)
         self.killed_because = self.killed_because or because
         try:
             self.transport.signalProcess("KILL")
@@ -110,15 +141,49 @@ class ParseChild(ProcessProtocol):
 
     def childDataReceived(self, childFD: int, data: bytes) -> None:
         if childFD != 1:
-            self._stderr(data)
+            text = data.decode("utf-8", "replace").rstrip()
+            if text:
+                log.warn("{what} {slot} says: {text}", what=self.what, slot=self.slot, text=text[:2000])
             return
         try:
             for payload in self._frames.feed(data):
-                self._message(marshal.loads(payload))
+                self.message(marshal.loads(payload))
         except (FrameError, ValueError, EOFError, TypeError) as e:
             self.kill(f"protocol error ({e})")
 
-    def _message(self, message: tuple[Any, ...]) -> None:
+    def message(self, message: tuple[Any, ...]) -> None:
+        """One message from the child."""
+        raise NotImplementedError
+
+
+class ParseChild(WorkerProcess):
+    """One child process: frames out on stdin, frames in on stdout, a FIFO of pending requests."""
+
+    what = "Parse worker"
+
+    def __init__(self, owner: ChildOwner, slot: int, clock: IReactorTime) -> None:
+        super().__init__(slot, clock)
+        self.owner = owner
+        self.pending: deque[tuple[int, Deferred[Extracted]]] = deque()
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        log.info("Parse worker {slot} started (pid {pid})", slot=self.slot, pid=self.pid)
+
+    def started_with(self, rules: Rules) -> None:
+        """The child was sent ``rules`` in its init message: the version it parses with."""
+        self._versions = RulesVersions(rules)
+
+    def send(self, request_id: int, payload: bytes, d: Deferred[Extracted], rules: Rules) -> None:
+        """Send one request, to be parsed with ``rules`` (the child is given that version first if need be)."""
+        if not self.pending:
+            self.progress = self.clock.seconds()
+        self.pending.append((request_id, d))
+        for message in self._versions.use(rules):
+            self.transport.write(frame(message))
+        self.transport.write(payload)
+
+    def message(self, message: tuple[Any, ...]) -> None:
         if message[0] == "ready":
             self.ready = True
             self.owner.child_ready(self)
@@ -129,11 +194,6 @@ class ParseChild(ProcessProtocol):
         self.progress = self.clock.seconds()
         d.callback(extracted_from(message))
         self.owner.child_answered(self)
-
-    def _stderr(self, data: bytes) -> None:
-        text = data.decode("utf-8", "replace").rstrip()
-        if text:
-            log.warn("Parse worker {slot} says: {text}", slot=self.slot, text=text[:2000])
 
     def processEnded(self, reason: Failure) -> None:
         self.owner.child_ended(self, reason)

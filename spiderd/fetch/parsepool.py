@@ -1,7 +1,8 @@
 """The parse pool: :func:`spiderd.fetch.extract.extract` in child processes, so parsing never stalls the reactor.
 
 ``ParsePool(reactor, rules, workers)`` is a Service (``rules``: :func:`parse_rules` of the configuration's
-sections).  ``workers=0`` parses inline (tests, tiny crawls), ``-1`` starts one child per CPU.  Each child holds
+sections).  ``workers=0`` parses inline (tests, tiny crawls), ``-1`` starts one child per CPU this process may run on
+(its affinity: :func:`spiderd.core.cpus.usable_cpus`).  Each child holds
 at most ``queue_size`` requests; the rest wait in the parent (at most
 ``max_waiting``).  A child that dies fails the requests it held with
 :class:`ParseWorkerDied` and is restarted after a capped, growing delay; while
@@ -17,7 +18,6 @@ hold and exit, and kills them at the deadline.
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from typing import Callable
 
@@ -29,6 +29,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from spiderd.core.cpus import processes
 from spiderd.core.memory import rss_of
 from spiderd.core.retry import Backoff
 from spiderd.core.reactors import IProcessClock
@@ -90,7 +91,7 @@ class ParsePool(Service):
     ) -> None:
         self._reactor = reactor
         self.rules = rules
-        self.workers = (os.cpu_count() or 1) if workers < 0 else workers
+        self.workers = processes(workers)
         self.queue_size = queue_size
         self.max_waiting = max_waiting
         self.max_links = max_links

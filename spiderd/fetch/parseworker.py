@@ -12,8 +12,8 @@ noindex, nofollow, canonical, compressed, digest)`` (the fields of :class:`~spid
 not None (and the page is not ``noindex``) the child also XZ-compresses the body for the page store, so that
 CPU work runs in the parse processes too, as does the content digest (``digest``, computed by ``extract``).  The child exits at end of input.
 
-To keep the parent's share of a page small, the child grows its input pipe to
-1 MiB (the parent writes pages in few system calls) and flushes answers in
+To keep the parent's share of a page small, the child grows its pipes to
+1 MiB (the parent writes pages in few system calls, and reads answers in few) and flushes answers in
 batches: when no request is waiting, or every FLUSH_INTERVAL while busy.  It
 runs at a lower priority so the reactor process wins the CPU when every core
 is parsing, keeps freed memory in its heap for the next page (glibc's mallopt:
@@ -89,13 +89,13 @@ class FrameDecoder:
 
 def init_message(rules: Rules, max_links: int = MAX_LINKS) -> tuple[Any, ...]:
     """The first message to a worker: the compiled sites as plain data, and the limits."""
-    return ("init", _plain(rules.sites), rules.max_url_length, rules.max_path_depth, max_links, rules.anchors,
+    return ("init", plain_sites(rules.sites), rules.max_url_length, rules.max_path_depth, max_links, rules.anchors,
             rules.page_robots.as_tuple())
 
 
 def rules_message(rules: Rules) -> tuple[Any, ...]:
     """Another version of the sites for a running worker, kept under its digest (``("use", digest)`` picks it)."""
-    return ("rules", rules.digest, _plain(rules.sites))
+    return ("rules", rules.digest, plain_sites(rules.sites))
 
 
 def rules_from(message: tuple[Any, ...]) -> tuple[Rules, int]:
@@ -104,14 +104,16 @@ def rules_from(message: tuple[Any, ...]) -> tuple[Rules, int]:
     if tag != "init":
         raise ValueError(f"expected an init message, got {tag!r}")
     page_robots = PageRobots(nofollow, meta, canonical, tuple(agents))
-    return Rules(_sites(sites), max_url_length, max_path_depth, anchors, page_robots), max_links
+    return Rules(sites_from(sites), max_url_length, max_path_depth, anchors, page_robots), max_links
 
 
-def _plain(sites: tuple[Site, ...]) -> list[dict[str, Any]]:
+def plain_sites(sites: tuple[Site, ...]) -> list[dict[str, Any]]:
+    """The sites as plain data (a message's)."""
     return [dataclasses.asdict(site) for site in sites]
 
 
-def _sites(plain: list[dict[str, Any]]) -> tuple[Site, ...]:
+def sites_from(plain: list[dict[str, Any]]) -> tuple[Site, ...]:
+    """The sites of :func:`plain_sites`'s plain data."""
     return tuple(Site(**{**site, "fields": tuple(Field(**f) for f in site["fields"])}) for site in plain)
 
 
@@ -126,7 +128,7 @@ class Versions:
         """Apply a ``rules``, ``use`` or ``forget`` message (the parent keeps the same table, so they agree)."""
         tag, digest = message[0], message[1]
         if tag == "rules":
-            self._by_digest[digest] = self.current.with_sites(_sites(message[2]))
+            self._by_digest[digest] = self.current.with_sites(sites_from(message[2]))
         elif tag == "use":
             self.current = self._by_digest[digest]
         elif tag == "forget":
@@ -138,9 +140,17 @@ class Versions:
 def answer(rules: Rules, max_links: int, request: tuple[Any, ...]) -> tuple[Any, ...]:
     """The answer tuple to one request."""
     request_id, url, body, content_type, kind, fetched_at, status, preset, robots_tag = request
+    return (request_id, *parsed(rules, max_links, url, body, content_type, kind, fetched_at, status, preset,
+                                robots_tag))
+
+
+def parsed(rules: Rules, max_links: int, url: str, body: bytes, content_type: str | None, kind: str,
+           fetched_at: float, status: int, preset: int | None, robots_tag: str | None) -> tuple[Any, ...]:
+    """The fields of the page's :class:`~spiderd.fetch.extract.Extracted`, in order; with ``preset`` (and the page
+    not ``noindex``) ``compressed`` is the body XZ-compressed for the store."""
     result = extract(url, body, content_type, kind, fetched_at, status, rules, max_links, robots_tag)
     compressed = compress(body, preset) if preset is not None and not result.noindex else None
-    return (request_id, result.lists, result.details, result.item, result.skipped, result.error,
+    return (result.lists, result.details, result.item, result.skipped, result.error,
             result.list_anchors, result.detail_anchors, result.list_xpaths, result.detail_xpaths,
             result.noindex, result.nofollow, result.canonical, compressed, result.digest)
 
@@ -214,7 +224,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _lower_priority()
     keep_heap()  # lzma's buffers reused, not faulted in afresh for every page
-    _grow_pipe(0)
+    grow_pipe(0)
+    grow_pipe(1)  # answers too: a batch of them goes out without waiting for the parent to read
     out = os.fdopen(os.dup(1), "wb", buffering=WRITE_BUFFER)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -229,7 +240,7 @@ def _lower_priority() -> None:
         pass
 
 
-def _grow_pipe(fd: int, size: int = PIPE_SIZE) -> None:
+def grow_pipe(fd: int, size: int = PIPE_SIZE) -> None:
     """Make the pipe on ``fd`` hold many pages, so the parent writes them in few system calls (Linux only)."""
     try:
         import fcntl
