@@ -95,8 +95,10 @@ class ShopTests(unittest.TestCase):
     def test_contexts_replaced_as_pages_go(self) -> Any:
         """pages_per_context 2: the browser's context is replaced every two pages or so (its old one closed after
         its last page), and every page renders right across the changes."""
-        settings = node_settings(str(self.data), self.root, sites=[shop_site("always")], batch={"targets": []},
-                                 render={**RENDER, "pages_per_context": 2})
+        # render_wait: the test is about contexts, so a page is done once its fields are in, not after idle_time,
+        # which a loaded machine can let pass before the XHR is sent
+        settings = node_settings(str(self.data), self.root, sites=[shop_site("always", render_wait=WAIT)],
+                                 batch={"targets": []}, render={**RENDER, "pages_per_context": 2})
         top = tap.build(settings, reactor)
         crawler, pool = top.getServiceNamed("crawler"), top.getServiceNamed("render")
         top.startService()
