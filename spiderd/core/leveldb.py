@@ -21,3 +21,47 @@ Error: type[Exception] = _plyvel.Error
 IOError: type[Exception] = _plyvel.IOError  # noqa: A001 (plyvel's own name: another process holds the lock)
 CorruptionError: type[Exception] = _plyvel.CorruptionError
 repair_db: Any = _plyvel.repair_db
+
+
+class Reopening:
+    """A LevelDB that can be opened again in place: after a write the disk refused (a full disk), LevelDB refuses
+    every later write until it is reopened (a failed compaction's error sticks), and a log record a failed write
+    tore must have no record written after it in the same log; reopening starts a new log.
+
+    ``get``, ``put``, ``delete``, ``write_batch`` and ``iterator`` are the open DB's own methods (no cost a call);
+    anything else is looked up on it.  ``reopen`` closes and opens it again, and raises if it cannot be opened
+    (then every call fails until a ``reopen`` succeeds).
+    """
+
+    get: Any
+    put: Any
+    delete: Any
+    write_batch: Any
+    iterator: Any
+
+    def __init__(self, path: str, **options: Any) -> None:
+        self.path = path
+        self._options = options
+        self.db: Any = None
+        self._open()
+
+    def _open(self) -> None:
+        db = self.db = DB(self.path, **self._options)
+        self.get, self.put, self.delete = db.get, db.put, db.delete
+        self.write_batch, self.iterator = db.write_batch, db.iterator
+
+    def reopen(self) -> None:
+        """Close the DB and open it again (raises, leaving it closed, if it cannot be opened)."""
+        self.close()
+        self._open()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.db is None or self.db.closed)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.db.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["db"], name)
