@@ -144,6 +144,11 @@ class StorageGate:
         self._schedule()
         return d
 
+    def wake(self) -> None:
+        """Fire the waiters now, as a try would (at a stop: each waiting write is made once more, and gives up
+        if it may no longer wait)."""
+        self._open()
+
     def status(self) -> dict[str, Any]:
         """For /api/status: each blocked sink, its error, since when and its next try (seconds from now)."""
         now = self._clock.seconds()

@@ -206,7 +206,7 @@ class CrawlPort:
 
     @defer.inlineCallbacks
     def _links(self, result: FetchResult, extracted: Extracted) -> Any:
-        """The links into the pool (made again while its storage refuses them), details to the batcher."""
+        """The links into the pool, details to the batcher: each made again while its storage refuses them."""
         p, pool = self._p, self._p.pool
         lists, details = extracted.lists, extracted.details
         within = set((yield p.gated("pool", lambda: pool.within_hops(result.url, lists + details), self.keep_waiting)))
@@ -215,8 +215,8 @@ class CrawlPort:
             p.stats.incr("links_max_hops", len(extracted.lists) + len(extracted.details) - len(within))
         waits: list[Deferred[Any]] = [p.gated("pool", lambda: self._into_pool(result, extracted, lists, details),
                                               self.keep_waiting)]
-        if details and not p.own_details:
-            waits.append(p.add_details(details))
+        if details and not p.own_details:  # the batcher's spool (its seen set is the pool's)
+            waits.append(p.gated("batches", lambda: p.add_details(details), self.keep_waiting))
         yield defer.gatherResults(waits, consumeErrors=True)
 
     def _into_pool(self, result: FetchResult, extracted: Extracted, lists: list[str],

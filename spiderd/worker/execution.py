@@ -13,11 +13,13 @@ import os
 from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.internet import defer
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger, LogLevel
 
 from spiderd.core.fsutil import unlink_quietly
 from spiderd.core.secrets import redact
+from spiderd.core.storage import retried
 from spiderd.feed import warc
 from spiderd.feed.warcfiles import JobWarc, warc_uri
 from spiderd.worker.config import WorkerConfig
@@ -41,7 +43,9 @@ class Execution:
 
     def __init__(self, reactor: IReactorTime, config: WorkerConfig, store: JobStore, io: Runner, pipeline: Pipeline,
                  itemized: Itemized, logs: JobLogs, shipper: FeedShipper,
-                 render_uri: Callable[[str, dict[str, str]], str], incoming_dir: str) -> None:
+                 render_uri: Callable[[str, dict[str, str]], str], incoming_dir: str,
+                 stopping: Callable[[], bool] = lambda: False) -> None:
+        """``stopping()``: the worker is stopping (a feed waiting for its storage is left to the next start)."""
         self._reactor = reactor
         self._config = config
         self._store = store
@@ -52,6 +56,12 @@ class Execution:
         self._shipper = shipper
         self._render_uri = render_uri
         self.incoming_dir = incoming_dir
+        self._stopping = stopping
+        self._gate = pipeline.steps.gate
+
+    def _gated(self, sink: str, write: Callable[[], Deferred[Any]]) -> Deferred[Any]:
+        """``write()``, made again while its storage refuses it (a full disk), until the worker stops."""
+        return retried(self._gate, sink, write, self._stopping)
 
     def items_path(self, job: Job) -> str:
         """The local file of a job's items (in the shipper's ``incoming`` directory)."""
@@ -92,6 +102,8 @@ class Execution:
                                             job.feed_params(now))
         run.shipping = job.shipping  # the items file was complete when the worker went down: ship it, no re-run
         yield self._store.save(job)
+        if self._gate is not None:
+            self._gate.succeeded("worker")  # its job files are written again
         if job.shipping:
             yield self._ship(run)
             return
@@ -148,7 +160,9 @@ class Execution:
         """Make the items file durable, mark the job ``shipping``, hand the file over, then finish.
 
         With WARC output, the WARC file goes first (if not gone already): the items file, handed over last
-        (or, format "warc", dropped), says the job still has to ship."""
+        (or, format "warc", dropped), says the job still has to ship.  Once the job is saved as shipping, a
+        write its storage refuses (the spool's, the ledger's, the job file's) is made again when the storage
+        gate tries again; at a stop it is left to the next start, which ships the file."""
         job = run.job
         run.shipping = True
         if not job.shipping:
@@ -156,18 +170,24 @@ class Execution:
             if run.warc is not None:
                 yield run.warc.close()
             job.shipping = True
-            yield self._store.save(job)
-        assert job.feed_uri is not None
+            try:
+                yield self._store.save(job)
+            except Exception:
+                job.shipping = False  # not saved so: the job runs again
+                raise
+        feed, items = job.feed_uri, run.items.path
+        assert feed is not None
         if run.warc is not None and os.path.exists(run.warc.path):
-            yield self._shipper.ship(run.warc.path, warc_uri(job.feed_uri))
+            warc_path = run.warc.path
+            yield self._gated("spool", lambda: self._shipper.ship(warc_path, warc_uri(feed)))
         if self._config.feed_format == "warc":
-            yield self._io(unlink_quietly, run.items.path)
-        else:
-            yield self._shipper.ship(run.items.path, job.feed_uri)  # an empty file too: "batch done, no items"
-        self._itemized.commit(job.id)
+            yield self._io(unlink_quietly, items)
+        else:  # an empty file too: "batch done, no items"
+            yield self._gated("spool", lambda: self._shipper.ship(items, feed))
+        yield self._gated("worker", lambda: defer.maybeDeferred(self._itemized.commit, job.id))
         job.shipping = False
         self.end(job, FINISHED)
-        yield self._store.save(job)
+        yield self._gated("worker", lambda: self._store.save(job))
         self._finished(job)
 
     def _finished(self, job: Job) -> None:
