@@ -144,6 +144,27 @@ class GateTests(unittest.SynchronousTestCase):
         self.assertLessEqual(len(events), 12)
         self.assertGreaterEqual(len(events), 9)
 
+    def test_a_sink_whose_try_passed_wakes_nobody_at_once(self) -> None:
+        """A sink blocked once, whose try came with no write since (the crawler held by another sink pops
+        nothing), does not wake the other sink's waiting writes at once: they are made again at that sink's own
+        tries only (the gate woke them without end, a batch of pages refused 60 times a second)."""
+        clock = Clock()
+        gate = StorageGate(clock, Backoff(1.0, 60.0))
+        gate.failed("pool", FULL)
+        attempts: list[float] = []
+
+        def write() -> Deferred[None]:
+            attempts.append(clock.seconds())
+            return defer.fail(FULL)
+
+        d = retried(gate, "store", write)
+        for _ in range(40):
+            clock.advance(0.25)
+        self.assertNoResult(d)
+        self.assertEqual(attempts, [0.0, 1.0, 3.0, 7.0])
+        d.cancel()
+        self.failureResultOf(d)
+
     def test_retried_waits_for_the_gate(self) -> None:
         """A write refused twice is made again at each try and fires with its result; one refused past
         ``give_up`` fails with StorageBlocked; another error fails at once."""
