@@ -4,33 +4,22 @@ compaction makes it refuse every write until then), and a crawl whose pool sits 
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from typing import Any
 
-from twisted.internet import defer, reactor
+from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.logger import capturedLogs
 from twisted.trial import unittest
-from twisted.web import server
 
 from spiderd.core import leveldb
 from spiderd.core import status as st
-from spiderd.core.stats import CrawlStats
-from spiderd.core.storage import StorageGate, storage_error
+from spiderd.core.storage import storage_error
 from spiderd.engine.politeness import Politeness
-from spiderd.engine.steps import PageSteps
-from spiderd.feed.items import ItemWriter
-from spiderd.fetch.fetcher import FetchConfig, Fetcher
-from spiderd.fetch.parsepool import ParsePool
-from spiderd.frontier.crawler import CrawlService
 from spiderd.frontier.pool import KVPool, PoolOptions, open_leveldb_pool
-from spiderd.ops.web.node import Node, _storage
 
-from .helpers import ClockedReactor, rules_of
-from .test_storage import DETAILS, SITES, Pages, fill, mount_tmpfs
-from .test_throttle import Base
+from .test_storage import StorageCrawl, fill, few_lines, mount_tmpfs
 
 COUNTS = ("waiting", "pending", "done", "failed")
 
@@ -103,10 +92,8 @@ class PoolDiskTests(unittest.SynchronousTestCase):
         self.assertEqual(counts(again), {"waiting": 0, "pending": 0, "done": 600, "failed": 0})
 
 
-class CrawlPoolDiskTests(Base):
-    """A crawl whose LevelDB pool alone sits on a 1 MB tmpfs that is filled up (its store and items elsewhere)."""
-
-    timeout = 60
+class CrawlPoolDiskTests(StorageCrawl):
+    """A crawl whose LevelDB pool alone sits on a 1 MB tmpfs that is filled up (its items elsewhere)."""
 
     def setUp(self) -> None:
         self.mnt = mount_tmpfs(self, "1m")
@@ -116,54 +103,15 @@ class CrawlPoolDiskTests(Base):
         """While the pool's disk is full the crawler pops nothing and fails no URL, the status says the pool is
         blocked and few lines are logged; once space returns (the gate's next try) the crawl goes on and every
         page's item is written once."""
-        self.clock = Clock()
-        self.clock.advance(1_000_000)
-        site = Pages()
-        port = reactor.listenTCP(0, server.Site(site), interface="127.0.0.1")
-        self.addCleanup(port.stopListening)
-        root = f"http://127.0.0.1:{port.getHost().port}/"
-        clocked = ClockedReactor(reactor, self.clock)
-        fetcher = Fetcher(clocked, FetchConfig(timeout=10))
-        self.addCleanup(fetcher.close)
-        parser = ParsePool(reactor, rules_of({"sites": SITES}), 0)
-        parser.startService()
-        self.addCleanup(parser.stopService)
-        pool = open_leveldb_pool(os.path.join(self.mnt, "pool"), self.clock, politeness=Politeness(concurrency=4),
-                                 failure_threshold=1)
-        self.addCleanup(pool.close)
-        elsewhere = tempfile.mkdtemp()
-        items = ItemWriter(clocked, os.path.join(elsewhere, "items"), pool=pool, flush_interval=0.5, batch_size=5)
-        items.startService()
-        self.addCleanup(items.stopService)
-        yield self.settle(lambda: items.ready.called)
-        gate = StorageGate(self.clock)
-        steps = PageSteps(clocked, parser, None, gate=gate)
-        crawler = CrawlService(clocked, pool, fetcher, steps, parser.rules, CrawlStats(self.clock), items=items,
-                               concurrency=4)
-        yield pool.add(root)
+        path = os.path.join(self.mnt, "pool")
+        crawler = yield self.crawl(lambda clock: open_leveldb_pool(path, clock, politeness=Politeness(concurrency=4),
+                                                                   failure_threshold=1), None, tempfile.mkdtemp())
+        self.addCleanup(self.pool.close)
         filler = fill(self, self.mnt)
         with capturedLogs() as events:
-            crawler.startService()
-            self.addCleanup(crawler.stopService)
-            yield self.settle(lambda: "pool" in gate.blocks and crawler.fetching == 0)
-            fetched = sum(site.requests.values())
-            yield self.advance(0.5, step=0.1)  # the gate holds: nothing new is fetched
-            self.assertEqual(sum(site.requests.values()), fetched)
-            self.assertTrue(_storage(Node("all", self.clock, storage=gate))["blocked"])
+            yield self.held(crawler, "pool")
             self.assertEqual(crawler.pull_failures, 0)
             os.unlink(filler)
-            for _ in range(60):
-                yield self.advance(2.0, step=0.5)
-                state = yield pool.stats()
-                if state["done"] == DETAILS + 1:
-                    break
-        yield self.settle(lambda: crawler.processing == 0)
-        self.assertEqual((state["done"], state["failed"]), (DETAILS + 1, 0))
-        yield items.stopService()
-        lines = [json.loads(line) for name in sorted(os.listdir(os.path.join(elsewhere, "items")))
-                 if name.endswith(".jl") for line in open(os.path.join(elsewhere, "items", name))]
-        self.assertEqual(sorted(item["url"] for item in lines), sorted(f"{root}p/{i}" for i in range(DETAILS)))
-        self.assertEqual(gate.blocks, {})
-        ours = [e["log_format"] for e in events if e.get("log_namespace", "").startswith("spiderd")]
-        self.assertLess(len(ours), 10, ours)
+            yield self.to_the_end(crawler)
+        few_lines(self, events)
         self.assertNotIn(st.name(st.PROCESSING_ERROR), crawler.stats.errors)

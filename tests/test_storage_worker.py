@@ -64,30 +64,41 @@ class WorkerFilesTests(WorkerTestBase):
             yield task.deferLater(reactor, 0.01, lambda: None)
         raise AssertionError("timed out waiting")
 
+    def tmpfs_at(self, path: str, size: str = "1m") -> str:
+        """A tmpfs of ``size`` where ``path`` is (a link to it); its mount point."""
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        mount = mount_tmpfs(self, size)
+        os.symlink(mount, path)
+        return mount
+
+    @defer.inlineCallbacks
+    def held_job(self, service: WorkerService, mount: str, batch: str, sink: str) -> Any:
+        """Fill ``mount``, schedule a job; once ``sink`` is blocked the job is still running; free the space: the
+        job as it ended."""
+        filler = fill(self, mount)
+        job = yield self.job(batch)
+        yield self.until(lambda: sink in self.storage.blocks)
+        self.assertEqual(service.runner.jobs[job].state, "running")
+        os.unlink(filler)
+        done = service.runner.when_done(job)
+        yield self.until(lambda: done.called)
+        finished = yield done
+        yield service.runner._execution._shipper.settled()
+        self.assertEqual((finished.state, finished.error), ("finished", None))
+        return finished
+
     @defer.inlineCallbacks
     def test_a_full_spool_holds_the_job_until_it_ships(self) -> Any:
         """The spool's queue is full when the job's feed is handed over: the job stays running (not finished
         with its items lost), the gate says why, few lines are logged; once space returns the feed ships once."""
         spool = os.path.join(self.tmp, "spool")
-        os.makedirs(os.path.join(spool, "queue"))
-        mnt = mount_tmpfs(self, "1m")
-        os.rmdir(os.path.join(spool, "queue"))
-        os.symlink(mnt, os.path.join(spool, "queue"))
+        mount = self.tmpfs_at(os.path.join(spool, "queue"))
         shipper = FeedShipper(reactor, spool, stop_timeout=5.0)
         shipper.startService()
         self.addCleanup(shipper.stopService)
         service = yield self.started(shipper)
-        filler = fill(self, mnt)
         with capturedLogs() as events:
-            job = yield self.job("1")
-            yield self.until(lambda: "spool" in self.storage.blocks)
-            self.assertEqual(service.runner.jobs[job].state, "running")
-            os.unlink(filler)
-            done = service.runner.when_done(job)
-            yield self.until(lambda: done.called)
-        finished = yield done
-        yield shipper.settled()
-        self.assertEqual((finished.state, finished.error), ("finished", None))
+            yield self.held_job(service, mount, "1", "spool")
         self.assertEqual(sorted(i["url"] for i in self.feed_items("1")), sorted(self.root + u for u in self.urls_ok))
         self.assertEqual(self.storage.blocks, {})
         ours = [e["log_format"] for e in events if e.get("log_namespace", "").startswith("spiderd")
@@ -99,22 +110,9 @@ class WorkerFilesTests(WorkerTestBase):
         """The ledger of itemized pages cannot take the job's records when it ships: the job waits (it does not
         end with an error), and once space returns its pages are recorded (a redirect to one of them makes no
         second item) and it finishes."""
-        ledger = os.path.join(self.data, "worker", "itemized")
-        os.makedirs(ledger)
-        mount = mount_tmpfs(self, "1m")
-        os.rmdir(ledger)
-        os.symlink(mount, ledger)
+        mount = self.tmpfs_at(os.path.join(self.data, "worker", "itemized"))
         service = yield self.started()
-        filler = fill(self, mount)
-        job = yield self.job("2")
-        yield self.until(lambda: "worker" in self.storage.blocks)
-        self.assertEqual(service.runner.jobs[job].state, "running")
-        os.unlink(filler)
-        done = service.runner.when_done(job)
-        yield self.until(lambda: done.called)
-        finished = yield done
-        yield self.shipper.settled()
-        self.assertEqual((finished.state, finished.error), ("finished", None))
+        yield self.held_job(service, mount, "2", "worker")
         self.assertEqual(len(self.feed_items("2")), len(self.urls_ok))
         for url in self.urls_ok:
             self.assertIsNotNone(service.runner._itemized._recent(fingerprint(self.root + url)), url)
@@ -124,9 +122,7 @@ class WorkerFilesTests(WorkerTestBase):
         """schedule.json on a full disk answers 503 saying so (no traceback) and blocks the storage gate; once
         space returns the same batch is accepted, runs and ships, and the gate is open again."""
         worker_dir = os.path.join(self.data, "worker")
-        mount = mount_tmpfs(self, "2m")
-        os.makedirs(self.data, exist_ok=True)
-        os.symlink(mount, worker_dir)
+        mount = self.tmpfs_at(worker_dir, "2m")
         service = yield self.started()
         filler = fill(self, mount)
         pairs = [("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()), ("batch", "3"),
