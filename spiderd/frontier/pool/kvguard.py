@@ -71,4 +71,6 @@ class Guarded:
         value = getattr(self._part, name)
         if name.startswith("_") or name in UNGUARDED or not callable(value):
             return value
-        return functools.partial(self._guard.call, value)
+        guarded = functools.partial(self._guard.call, value)
+        setattr(self, name, guarded)  # found in the instance from now on: 0.2 us a call, not 1
+        return guarded
