@@ -3,6 +3,7 @@
     python bench/faults.py                 # every fault, the 10,000-page site (the better part of an hour)
     python bench/faults.py --details 2000  # quicker
     python bench/faults.py --only frontier-kill9,inprocess-kill9
+    python bench/faults.py --details 2000 --load -1 --stretch 2   # under load: a busy process a core
 
 Topologies (fresh directories each time), against the generated site
 (``python -m spiderd.demo.site``, with its 404s, 500s, redirects and slow
@@ -20,6 +21,11 @@ pages):
   (SIGKILL of the whole process group) 40 times, each 0.2-1.5 s (at random)
   after the restarted node has written something again, then run to the end.
 
+``*-disk-full``: one ``all`` node whose data directory is a tmpfs of its own, filled for 15 s once a third of
+the pages are done (its status must say the storage is blocked meanwhile, and it must log fewer than 100 lines
+about it).  ``under-load``: the frontier and the worker SIGKILLed at random moments with a busy process on
+each core and the timings stretched.
+
 The invariants checked at the end of every scenario: every good detail page
 of the site is in the page store and in the items ("stored" counts the pages
 found in both; with the store off, in the items), once ("dups": second rows in
@@ -31,8 +37,9 @@ pool, URLs the pool counts as batched that no worker job carried).  "Time to
 recover" is from the end of a fault (the process or server back) to the next
 page stored (for the frontier: to its next batch sent).  Before anything
 starts it checks that this machine has what the chosen scenarios need
-(pyftpdlib and the other test extras, redis-server, MariaDB), else it says
-what is missing and exits with status 2.  Ends with one ``RESULT`` line.
+(pyftpdlib and the other test extras, redis-server, MariaDB, root for a
+tmpfs), else it says what is missing and exits with status 2.  A scenario that breaks an invariant keeps its
+work directory and says so (``BROKEN ...``).  Ends with one ``RESULT`` line.
 """
 
 from __future__ import annotations
