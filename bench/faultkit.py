@@ -116,6 +116,16 @@ class Row:
     items_expected: int = 0
     items_missing: int = 0
     items_duplicated: int = 0
+    also_broken: list[str] = field(default_factory=list)  # a scenario's own invariants it broke
+
+    def broken(self) -> list[str]:
+        """The invariants this scenario broke (none for a scenario shown but not counted)."""
+        if not self.counted:
+            return []
+        checks = {"stored": self.stored < self.expected, "dups": self.duplicates > 0, "lost": self.batches_lost > 0,
+                  "wrong": self.wrong > 0, "missing": self.items_missing > 0, "itemdup": self.items_duplicated > 0,
+                  "complete": "did not complete" in self.note}
+        return [name for name, broke in checks.items() if broke] + self.also_broken
 
     def line(self) -> str:
         recover = f"{max(self.recover):.1f}s" if self.recover else "-"
@@ -212,6 +222,72 @@ class PrivateMariaDB:
 
 
 
+class Load:
+    """A busy process on each core (or ``count``), at the usual priority, for as long as it is held."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> "Load":
+        for _ in range(self.count):
+            self.procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+        self.procs.clear()
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as ``uptime`` shows them."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+class Tmpfs:
+    """A tmpfs of ``size`` mounted at ``path`` (root only); ``fill`` takes its free space, ``free`` gives it back."""
+
+    def __init__(self, path: Path, size: str) -> None:
+        self.path, self.size = path, size
+        self.filler = path / ".filler"
+
+    def mount(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size}", "tmpfs", str(self.path)], check=True,
+                       capture_output=True)
+
+    def fill(self) -> None:
+        with open(self.filler, "wb", buffering=0) as f:
+            chunk = b"\0" * (1 << 20)
+            try:
+                while True:
+                    f.write(chunk)
+            except OSError:
+                pass
+            chunk = b"\0" * 4096
+            try:
+                while True:
+                    f.write(chunk)
+            except OSError:
+                pass
+
+    def free(self) -> None:
+        self.filler.unlink(missing_ok=True)
+
+    def unmount(self, keep: Path | None = None) -> None:
+        """Unmount; with ``keep``, copy what it holds there first."""
+        self.free()
+        if keep is not None:
+            shutil.copytree(self.path, keep, symlinks=True, dirs_exist_ok=True)
+        subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
+
+
+def can_mount_tmpfs() -> bool:
+    return os.geteuid() == 0 and shutil.which("mount") is not None
+
+
 # -- what the scenarios need -------------------------------------------------------------------------------
 
 # (what, how to check it, how to get it, the scenarios that need it); "*" means every scenario
@@ -228,8 +304,10 @@ REQUIREMENTS = (
     ("mariadb-install-db on PATH and /usr/sbin/mariadbd",
      lambda: shutil.which("mariadb-install-db") is not None and os.access("/usr/sbin/mariadbd", os.X_OK),
      "apt-get install mariadb-server", "mariadb-restart"),
+    ("root, to mount a small tmpfs (the node's data directory) and fill it", can_mount_tmpfs,
+     "run as root (or leave these scenarios out with --only)", "inprocess-disk-full local-worker-disk-full"),
 )
-NO_FTP = {"inprocess-kill9", "inprocess-nostore-kill9"}  # the in-process path ships nothing
+NO_FTP = {"inprocess-kill9", "inprocess-nostore-kill9", "inprocess-disk-full"}  # the in-process path ships nothing
 
 
 def missing_requirements(names: list[str]) -> list[str]:

@@ -3,6 +3,7 @@
     python bench/faults.py                 # every fault, the 10,000-page site (the better part of an hour)
     python bench/faults.py --details 2000  # quicker
     python bench/faults.py --only frontier-kill9,inprocess-kill9
+    python bench/faults.py --details 2000 --load -1 --stretch 2   # under load: a busy process a core
 
 Topologies (fresh directories each time), against the generated site
 (``python -m spiderd.demo.site``, with its 404s, 500s, redirects and slow
@@ -20,6 +21,11 @@ pages):
   (SIGKILL of the whole process group) 40 times, each 0.2-1.5 s (at random)
   after the restarted node has written something again, then run to the end.
 
+``*-disk-full``: one ``all`` node whose data directory is a tmpfs of its own, filled for 15 s once a third of
+the pages are done (its status must say the storage is blocked meanwhile, and it must log fewer than 100 lines
+about it).  ``under-load``: the frontier and the worker SIGKILLed at random moments with a busy process on
+each core and the timings stretched.
+
 The invariants checked at the end of every scenario: every good detail page
 of the site is in the page store and in the items ("stored" counts the pages
 found in both; with the store off, in the items), once ("dups": second rows in
@@ -31,8 +37,9 @@ pool, URLs the pool counts as batched that no worker job carried).  "Time to
 recover" is from the end of a fault (the process or server back) to the next
 page stored (for the frontier: to its next batch sent).  Before anything
 starts it checks that this machine has what the chosen scenarios need
-(pyftpdlib and the other test extras, redis-server, MariaDB), else it says
-what is missing and exits with status 2.  Ends with one ``RESULT`` line.
+(pyftpdlib and the other test extras, redis-server, MariaDB, root for a
+tmpfs), else it says what is missing and exits with status 2.  A scenario that breaks an invariant keeps its
+work directory and says so (``BROKEN ...``).  Ends with one ``RESULT`` line.
 """
 
 from __future__ import annotations
@@ -50,13 +57,24 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from faultkit import (FTP_SERVER, ROOT, STOP_LIMIT, TWISTD, PrivateMariaDB, PrivateRedis, Proc, Row, free_port,
-                      frontier_batches, HEADER, missing_requirements, mysql_urls, node_toml, wait_port)
+import re
+import urllib.request
+
+from faultkit import (FTP_SERVER, ROOT, STOP_LIMIT, TWISTD, Load, PrivateMariaDB, PrivateRedis, Proc, Row, Tmpfs,
+                      free_port, frontier_batches, HEADER, load_average, missing_requirements, mysql_urls, node_toml,
+                      wait_port)
 
 sys.path.insert(0, str(ROOT))
 
 from spiderd.demo.pages import SiteSpec  # noqa: E402
 from tests.rediscluster import RedisCluster  # noqa: E402
+
+STRETCH = 1.0  # --stretch: the scenarios' waits, outages and random moments, multiplied
+
+
+def pause(seconds: float) -> None:
+    """Sleep ``seconds`` x STRETCH (a fault's moment or outage)."""
+    time.sleep(seconds * STRETCH)
 
 class Scenario:
     """One crawl of the site by a frontier and a worker, with hooks to break things."""
@@ -143,7 +161,7 @@ class Scenario:
         return wanted <= {i["url"] for i in self.items()} and wanted <= set(self.stored())
 
     def wait_complete(self, timeout: float = 300.0) -> bool:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout * STRETCH
         while time.monotonic() < deadline:
             if self.complete():
                 return True
@@ -153,7 +171,7 @@ class Scenario:
     def wait_progress(self, after: int, timeout: float = 120.0) -> float:
         """Seconds until more pages are stored than ``after`` (the time to recover)."""
         started = time.monotonic()
-        while time.monotonic() - started < timeout:
+        while time.monotonic() - started < timeout * STRETCH:
             if self.progress() > after or self.complete():
                 return time.monotonic() - started
             time.sleep(0.1)
@@ -162,14 +180,14 @@ class Scenario:
     def wait_batches(self, after: int, timeout: float = 120.0) -> float:
         """Seconds until the frontier has sent more batches than ``after`` (a restarted frontier works again)."""
         started = time.monotonic()
-        while time.monotonic() - started < timeout:
+        while time.monotonic() - started < timeout * STRETCH:
             if len(frontier_batches(self.dir / "frontier.log")) > after or self.complete():
                 return time.monotonic() - started
             time.sleep(0.1)
         return float("inf")
 
     def wait_pages(self, count: int, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout * STRETCH
         while self.progress() < count and time.monotonic() < deadline:
             time.sleep(0.1)
 
@@ -341,10 +359,106 @@ def node_kill9(s: NodeScenario, row: Row, rng: random.Random, times: int = 40) -
         done = s.work()
         while s.work() <= done and not s.complete() and time.monotonic() < deadline:
             time.sleep(0.05)  # until it has written something since the last kill
-        time.sleep(rng.uniform(0.2, 1.5))  # a random moment
+        pause(rng.uniform(0.2, 1.5))  # a random moment
         s.node.kill9()
         row.injected += 1
         s.node.start()
+
+
+class DiskScenario(NodeScenario):
+    """A node in the ``all`` role whose data directory (pool, store, items, its worker's jobs, ledgers and spool)
+    is a tmpfs of its own, filled up for a while mid-crawl."""
+
+    def __init__(self, name: str, root: Path, site_url: str, spec: SiteSpec, **options: Any) -> None:
+        super().__init__(name, root, site_url, spec, **options)
+        self.tmpfs = Tmpfs(self.dir / "all", f"{64 + spec.details * 64 // 1024}m")  # the crawl's data, and room
+
+    def start(self) -> None:
+        self.tmpfs.mount()
+        super().start()
+
+    def release(self, keep: bool) -> None:
+        """Unmount the data directory (its files copied next to it first when ``keep``)."""
+        self.tmpfs.unmount(self.dir / "all-kept" if keep else None)
+
+    def api(self) -> str:
+        """The node's API root, from its last start's log line."""
+        found = re.findall(r"API on (http://[^ /]+)", (self.dir / "all.log").read_text(errors="replace"))
+        return found[-1] if found else ""
+
+    def status(self) -> dict[str, Any]:
+        """``/api/status`` ({} when it cannot be read)."""
+        try:
+            with urllib.request.urlopen(self.api() + "/api/status", timeout=5) as answer:
+                return dict(json.loads(answer.read()))
+        except (OSError, ValueError):
+            return {}
+
+    def storage(self) -> dict[str, Any]:
+        """``/api/status``'s storage part."""
+        return dict(self.status().get("storage") or {})
+
+    def complete(self) -> bool:
+        """Every page in the items and the store, and nothing left in the pool: an items file abandoned while
+        the disk was full holds lines past its checkpoint until the node settles it, whose URLs are done again."""
+        if not super().complete():
+            return False
+        pool = self.status().get("pool") or {}
+        return pool.get("waiting") == 0 and pool.get("pending") == 0
+
+
+STORAGE_WORDS = re.compile(r"(?i)storage|no space|disk|errno 28|read-only|traceback")
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT")
+
+
+def storage_lines(text: str) -> int:
+    """Lines about the storage a node logs at its usual level (info; the bench's log keeps debug lines too):
+    those naming it, and the continuation lines of tracebacks."""
+    return sum(1 for line in text.splitlines()
+               if "#debug]" not in line and (STORAGE_WORDS.search(line) or not LOG_LINE.match(line)))
+
+
+def disk_full(s: DiskScenario, row: Row, rng: random.Random, hold: float = 15.0) -> None:
+    """Fill the node's data directory for ``hold`` seconds once a third of the pages are done; the status must
+    say the storage is blocked meanwhile, and the log say little about it."""
+    midway(s, 0.3)
+    log = s.dir / "all.log"
+    start = log.stat().st_size
+    s.tmpfs.fill()
+    row.injected += 1
+    ends, blocked = time.monotonic() + hold, False
+    while time.monotonic() < ends:
+        blocked = blocked or bool(s.storage().get("blocked"))
+        time.sleep(0.5)  # polling the node's API
+    after = s.progress()
+    s.tmpfs.free()
+    row.recover.append(s.wait_progress(after))
+    completed = s.wait_complete()
+    with open(log, "rb") as f:
+        f.seek(start)
+        lines = storage_lines(f.read().decode(errors="replace"))
+    row.note = f"status blocked: {'yes' if blocked else 'NO'}; {lines} log lines about it"
+    if not completed:
+        row.note += "; did not complete"
+    if not blocked:
+        row.also_broken.append("status")
+    if lines >= 100:
+        row.also_broken.append("log")
+
+
+def run_disk_full(name: str, root: Path, site: str, spec: SiteSpec, rng: random.Random, **options: Any) -> Row:
+    s = DiskScenario(name, root, site, spec, **options)
+    row = Row(name)
+    s.start()
+    try:
+        disk_full(s, row, rng)
+    finally:
+        s.stop()
+        try:
+            s.check(row)
+        finally:
+            s.release(keep=bool(row.broken()))
+    return row
 
 
 def run_node(name: str, root: Path, site: str, spec: SiteSpec, rng: random.Random, **options: Any) -> Row:
@@ -369,7 +483,7 @@ def frontier_kill9(s: Scenario, row: Row, rng: random.Random, times: int = 5) ->
     """SIGKILL the frontier at random moments spread over the crawl, restart it each time."""
     for i in range(times):
         midway(s, i / (times + 1))
-        time.sleep(rng.uniform(0.1, 1.5))  # a random moment
+        pause(rng.uniform(0.1, 1.5))  # a random moment
         s.frontier.kill9()
         before = len(frontier_batches(s.dir / "frontier.log"))
         s.frontier.start()
@@ -382,7 +496,7 @@ def worker_kill9(s: Scenario, row: Row, rng: random.Random, times: int = 3) -> N
     for i in range(times):
         midway(s, (i + 1) / (times + 2))
         s.worker.kill9()
-        time.sleep(rng.uniform(0.2, 1.0))  # down for a moment: batches fail over to the spool
+        pause(rng.uniform(0.2, 1.0))  # down for a moment: batches fail over to the spool
         before = s.progress()
         s.worker.start()
         row.injected += 1
@@ -393,7 +507,7 @@ def ftp_down(s: Scenario, row: Row, rng: random.Random) -> None:
     """Stop the FTP server for a few seconds mid-crawl, start it again on the same port."""
     midway(s, 0.3)
     s.ftp.kill9()
-    time.sleep(5)  # the outage
+    pause(5)  # the outage
     s.ftp.start()
     wait_port(s.ftp_port, proc=s.ftp)
     row.injected += 1
@@ -461,7 +575,7 @@ def service_scenario(kind: str, root: Path, site: str, spec: SiteSpec, rng: rand
         else:
             midway(s, 0.3)
         before = s.progress()
-        server.restart(3)
+        server.restart(3 * STRETCH)
         row.injected += 1
         row.recover.append(s.wait_progress(before))
 
@@ -576,6 +690,27 @@ def cluster_scenario(kind: str, root: Path, site: str, spec: SiteSpec, rng: rand
         cluster.stop()
 
 
+def under_load(root: Path, site: str, spec: SiteSpec, rng: random.Random) -> Row:
+    """The frontier and the worker SIGKILLed at random moments, with a busy process on each core and the
+    scenario's timings stretched three times (unless the whole run is already: ``--load``, ``--stretch``)."""
+    global STRETCH
+    stretch, STRETCH = STRETCH, max(STRETCH, 3.0)
+
+    def fault(s: Scenario, row: Row, rng: random.Random) -> None:
+        frontier_kill9(s, row, rng, times=3)
+        worker_kill9(s, row, rng, times=2)
+
+    try:
+        with Load(0 if LOADED else os.cpu_count() or 1):
+            row = run_scenario("under-load", root, site, spec, fault, rng)
+    finally:
+        STRETCH = stretch
+    row.note = (row.note + f"; load {load_average()}").strip("; ")
+    return row
+
+
+LOADED = False  # --load: the whole run is under load already
+
 SCENARIOS: dict[str, Callable[..., Row]] = {
     "frontier-kill9": lambda *a: run_scenario("frontier-kill9", *a[:3], frontier_kill9, a[3]),
     "worker-kill9": lambda *a: run_scenario("worker-kill9", *a[:3], worker_kill9, a[3]),
@@ -589,20 +724,29 @@ SCENARIOS: dict[str, Callable[..., Row]] = {
     "local-worker-kill9": lambda *a: run_node("local-worker-kill9", *a, targets='["local"]'),
     "cluster-failover": lambda *a, **k: cluster_scenario("failover", *a, **k),
     "cluster-master-kill9": lambda *a, **k: cluster_scenario("kill9", *a, **k),
+    "inprocess-disk-full": lambda *a: run_disk_full("inprocess-disk-full", *a),
+    "local-worker-disk-full": lambda *a: run_disk_full("local-worker-disk-full", *a, targets='["local"]'),
+    "under-load": under_load,
 }
 CLUSTER = {"cluster-failover", "cluster-master-kill9"}
 
 
 def main() -> None:
+    global STRETCH, LOADED
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lists", type=int, default=200)
     parser.add_argument("--details", type=int, default=10000)
     parser.add_argument("--only", default="", help="comma-separated scenario names: " + ", ".join(SCENARIOS))
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs) afterwards")
+    parser.add_argument("--keep", action="store_true", help="keep the whole work directory (logs) afterwards")
     parser.add_argument("--runs", type=int, default=1, help="runs of each cluster-* scenario")
     parser.add_argument("--durability", default="replica", help="cluster-*: [pool] redis_durability")
+    parser.add_argument("--load", type=int, default=0, metavar="N",
+                        help="N busy processes (-1: one per core) for the whole run")
+    parser.add_argument("--stretch", type=float, default=1.0,
+                        help="multiply the scenarios' waits, outages and random moments (and their time limits)")
     args = parser.parse_args()
+    STRETCH = args.stretch
     names = [n for n in args.only.split(",") if n] or list(SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
@@ -622,19 +766,30 @@ def main() -> None:
     port = int(site.child.stdout.readline().split()[1])  # type: ignore[union-attr]
     url = f"http://127.0.0.1:{port}/"
     rng = random.Random(args.seed)
-    rows = []
-    print(f"site: {spec.lists} list pages, {spec.details} detail pages at {url}; work dir {root}", flush=True)
+    rows, broken = [], []
+    load = args.load if args.load >= 0 else os.cpu_count() or 1
+    LOADED = load > 0
+    print(f"site: {spec.lists} list pages, {spec.details} detail pages at {url}; work dir {root}; "
+          f"{load} busy processes, timings x{STRETCH:g}; load average {load_average()}", flush=True)
     print(HEADER, flush=True)
     try:
-        for name in names:
-            for run in range(args.runs if name in CLUSTER else 1):
-                extra = {"durability": args.durability, "run": run + 1} if name in CLUSTER else {}
-                row = SCENARIOS[name](root, url, spec, rng, **extra)
-                rows.append(row)
-                print(row.line(), flush=True)
+        with Load(load):
+            for name in names:
+                for run in range(args.runs if name in CLUSTER else 1):
+                    extra = {"durability": args.durability, "run": run + 1} if name in CLUSTER else {}
+                    row = SCENARIOS[name](root, url, spec, rng, **extra)
+                    rows.append(row)
+                    print(row.line(), flush=True)
+                    if row.broken():
+                        broken.append(name)
+                        print(f"BROKEN {name}: {', '.join(row.broken())}; its work directory is kept: {root / name}",
+                              flush=True)
+                    elif not args.keep:
+                        for path in root.glob(name + "*"):
+                            shutil.rmtree(path, ignore_errors=True)
     finally:
         site.kill9()
-        if not args.keep:
+        if not args.keep and not broken:
             shutil.rmtree(root, ignore_errors=True)
     counted = [r for r in rows if r.counted]
     print(
@@ -642,7 +797,8 @@ def main() -> None:
         f"pages_stored={sum(r.stored for r in counted)} duplicates={sum(r.duplicates for r in counted)} "
         f"batches_lost={sum(r.batches_lost for r in counted)} wrongly_done={sum(r.wrong for r in counted)} "
         f"items_expected={sum(r.items_expected for r in counted)} items_missing={sum(r.items_missing for r in counted)} "
-        f"items_duplicated={sum(r.items_duplicated for r in counted)}"
+        f"items_duplicated={sum(r.items_duplicated for r in counted)} broken={','.join(broken) or 'none'} "
+        f"load={load_average().replace(' ', '/')}"
     )
 
 

@@ -144,6 +144,27 @@ class GateTests(unittest.SynchronousTestCase):
         self.assertLessEqual(len(events), 12)
         self.assertGreaterEqual(len(events), 9)
 
+    def test_a_sink_whose_try_passed_wakes_nobody_at_once(self) -> None:
+        """A sink blocked once, whose try came with no write since (the crawler held by another sink pops
+        nothing), does not wake the other sink's waiting writes at once: they are made again at that sink's own
+        tries only (the gate woke them without end, a batch of pages refused 60 times a second)."""
+        clock = Clock()
+        gate = StorageGate(clock, Backoff(1.0, 60.0))
+        gate.failed("pool", FULL)
+        attempts: list[float] = []
+
+        def write() -> Deferred[None]:
+            attempts.append(clock.seconds())
+            return defer.fail(FULL)
+
+        d = retried(gate, "store", write)
+        for _ in range(40):
+            clock.advance(0.25)
+        self.assertNoResult(d)
+        self.assertEqual(attempts, [0.0, 1.0, 3.0, 7.0])
+        d.cancel()
+        self.failureResultOf(d)
+
     def test_retried_waits_for_the_gate(self) -> None:
         """A write refused twice is made again at each try and fires with its result; one refused past
         ``give_up`` fails with StorageBlocked; another error fails at once."""
@@ -190,10 +211,87 @@ class Pages(resource.Resource):
         return b"<html><body><h1>%s</h1><p>%s</p></body></html>" % (path.encode(), os.urandom(1000).hex().encode())
 
 
-class FullDiskTests(Base):
-    """The crawler with its items file and SQLite page store on a 1 MB tmpfs that is filled up."""
+class StorageCrawl(Base):
+    """A crawl of :class:`Pages` by the real fetcher and parser, its time on a Clock, with a storage gate: the parts
+    are made by :meth:`crawl`, the crawl held by a refusing sink is checked by :meth:`held`, then run to its end."""
 
     timeout = 60
+
+    @defer.inlineCallbacks
+    def crawl(self, pool: Any, store: Any, items_dir: str) -> Any:
+        """The crawler (not started) over ``pool``, ``store`` (None: none) and an items writer in ``items_dir``;
+        ``self.root``, ``self.site``, ``self.gate``, ``self.items`` are set, the pool holds the site's root."""
+        self.clock = Clock()
+        self.clock.advance(1_000_000)
+        self.site = Pages()
+        port = reactor.listenTCP(0, server.Site(self.site), interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        self.root = f"http://127.0.0.1:{port.getHost().port}/"
+        clocked = ClockedReactor(reactor, self.clock)
+        fetcher = Fetcher(clocked, FetchConfig(timeout=10))
+        self.addCleanup(fetcher.close)
+        parser = ParsePool(reactor, rules_of({"sites": SITES}), 0)
+        parser.startService()
+        self.addCleanup(parser.stopService)
+        self.pool = pool = pool(self.clock)
+        if store is not None:
+            store = store(clocked)
+            store.startService()
+            self.addCleanup(store.stopService)
+            self.assertEqual((yield store.count()), 0)  # (open before the storage refuses writes)
+        self.store, self.items_dir = store, items_dir
+        self.items = ItemWriter(clocked, items_dir, pool=pool, flush_interval=0.5, batch_size=5)
+        self.items.startService()
+        self.addCleanup(self.items.stopService)
+        yield self.settle(lambda: self.items.ready.called)
+        self.gate = StorageGate(self.clock)
+        steps = PageSteps(clocked, parser, store, gate=self.gate)
+        yield pool.add(self.root)
+        return CrawlService(clocked, pool, fetcher, steps, parser.rules, CrawlStats(self.clock), items=self.items,
+                            concurrency=4)
+
+    @defer.inlineCallbacks
+    def held(self, crawler: CrawlService, sink: str | None = None) -> Any:
+        """Start the crawl; once ``sink`` (None: any) is blocked: nothing new is fetched, no URL failed, the status
+        says so."""
+        crawler.startService()
+        self.addCleanup(crawler.stopService)
+        blocked = (lambda: sink in self.gate.blocks) if sink is not None else self.gate.blocked
+        yield self.settle(lambda: blocked() and crawler.fetching == 0, real_seconds=30)
+        fetched = sum(self.site.requests.values())
+        yield self.advance(0.5, step=0.1)  # the gate holds: nothing new is fetched
+        self.assertEqual(sum(self.site.requests.values()), fetched)
+        self.assertEqual((yield self.pool.stats())["failed"], 0)
+        self.assertTrue(_storage(Node("all", self.clock, storage=self.gate))["blocked"])
+
+    @defer.inlineCallbacks
+    def to_the_end(self, crawler: CrawlService) -> Any:
+        """Run the crawl (the storage takes writes again) to its end: every URL done, none failed, every page's
+        item written once (and every page stored), the gate open."""
+        for _ in range(60):
+            yield self.advance(2.0, step=0.5)
+            state = yield self.pool.stats()
+            if state["done"] == DETAILS + 1:
+                break
+        yield self.settle(lambda: crawler.processing == 0)
+        self.assertEqual((state["done"], state["failed"]), (DETAILS + 1, 0))
+        yield self.items.stopService()
+        lines = [json.loads(line) for name in sorted(os.listdir(self.items_dir))
+                 if name.endswith(".jl") for line in open(os.path.join(self.items_dir, name))]
+        self.assertEqual(sorted(i["url"] for i in lines), sorted(f"{self.root}p/{i}" for i in range(DETAILS)))
+        if self.store is not None:
+            self.assertEqual((yield self.store.count()), DETAILS)
+        self.assertEqual(self.gate.blocks, {})
+
+
+def few_lines(case: unittest.TestCase, events: list[dict[str, Any]], most: int = 10) -> None:
+    """Fewer than ``most`` events of spiderd's were logged."""
+    ours = [e["log_format"] for e in events if e.get("log_namespace", "").startswith("spiderd")]
+    case.assertLess(len(ours), most, ours)
+
+
+class FullDiskTests(StorageCrawl):
+    """The crawler with its items file and SQLite page store on a 1 MB tmpfs that is filled up."""
 
     def setUp(self) -> None:
         self.mnt = mount_tmpfs(self, "1m")
@@ -203,59 +301,16 @@ class FullDiskTests(Base):
         """While the disk is full no URL fails, the crawler takes no new URL, the status says the sink is blocked
         and few lines are logged; once space returns (and the gate's wait is over) every page's item is written
         once and every page stored."""
-        self.clock = Clock()
-        self.clock.advance(1_000_000)
-        site = Pages()
-        port = reactor.listenTCP(0, server.Site(site), interface="127.0.0.1")
-        self.addCleanup(port.stopListening)
-        root = f"http://127.0.0.1:{port.getHost().port}/"
-        clocked = ClockedReactor(reactor, self.clock)
-        fetcher = Fetcher(clocked, FetchConfig(timeout=10))
-        self.addCleanup(fetcher.close)
-        parser = ParsePool(reactor, rules_of({"sites": SITES}), 0)
-        parser.startService()
-        self.addCleanup(parser.stopService)
-        pool = open_memory_pool(self.clock, politeness=Politeness(concurrency=4), failure_threshold=1)
-        store = open_store("sqlite:///pages.sqlite3", self.mnt, clocked, batch_size=5)
-        store.startService()
-        self.addCleanup(store.stopService)
-        items = ItemWriter(clocked, os.path.join(self.mnt, "items"), pool=pool, flush_interval=0.5, batch_size=5)
-        items.startService()
-        self.addCleanup(items.stopService)
-        yield self.settle(lambda: items.ready.called)
-        self.assertEqual((yield store.count()), 0)  # (open before the disk fills)
-        gate = StorageGate(self.clock)
-        steps = PageSteps(clocked, parser, store, gate=gate)
-        stats = CrawlStats(self.clock)
-        crawler = CrawlService(clocked, pool, fetcher, steps, parser.rules, stats, items=items, concurrency=4)
+        crawler = yield self.crawl(lambda clock: open_memory_pool(clock, politeness=Politeness(concurrency=4),
+                                                                  failure_threshold=1),
+                                   lambda clocked: open_store("sqlite:///pages.sqlite3", self.mnt, clocked,
+                                                              batch_size=5), os.path.join(self.mnt, "items"))
         filler = fill(self, self.mnt)
-        yield pool.add(root)
         with capturedLogs() as events:
-            crawler.startService()
-            self.addCleanup(crawler.stopService)
-            yield self.settle(lambda: gate.blocked() and crawler.fetching == 0)
-            fetched = sum(site.requests.values())
-            yield self.advance(0.5, step=0.1)  # the gate holds: nothing new is fetched
-            self.assertEqual(sum(site.requests.values()), fetched)
-            state = yield pool.stats()
-            self.assertEqual(state["failed"], 0)
-            self.assertTrue(_storage(Node("all", self.clock, storage=gate))["blocked"])
+            yield self.held(crawler)
             os.unlink(filler)
-            for _ in range(40):
-                yield self.advance(2.0, step=0.5)
-                state = yield pool.stats()
-                if state["done"] == DETAILS + 1:
-                    break
-        yield self.settle(lambda: crawler.processing == 0)
-        self.assertEqual((state["done"], state["failed"]), (DETAILS + 1, 0))
-        yield items.stopService()
-        lines = [json.loads(line) for name in sorted(os.listdir(os.path.join(self.mnt, "items")))
-                 if name.endswith(".jl") for line in open(os.path.join(self.mnt, "items", name))]
-        self.assertEqual(sorted(item["url"] for item in lines), sorted(f"{root}p/{i}" for i in range(DETAILS)))
-        self.assertEqual((yield store.count()), DETAILS)
-        self.assertEqual(gate.blocks, {})
-        ours = [e["log_format"] for e in events if e.get("log_namespace", "").startswith("spiderd")]
-        self.assertLess(len(ours), 10, ours)
+            yield self.to_the_end(crawler)
+        few_lines(self, events)
 
 
 class WorkerFullDiskTests(WorkerTestBase):

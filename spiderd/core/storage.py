@@ -144,6 +144,11 @@ class StorageGate:
         self._schedule()
         return d
 
+    def wake(self) -> None:
+        """Fire the waiters now, as a try would (at a stop: each waiting write is made once more, and gives up
+        if it may no longer wait)."""
+        self._open()
+
     def status(self) -> dict[str, Any]:
         """For /api/status: each blocked sink, its error, since when and its next try (seconds from now)."""
         now = self._clock.seconds()
@@ -158,12 +163,14 @@ class StorageGate:
             block.logged, block.refused = now, 0
 
     def _schedule(self) -> None:
-        """One timer, at the earliest next try."""
-        if not self.blocks or self._wake is not None and self._wake.active():
+        """One timer, at the earliest next try to come (a block whose try came and went, with no write since to
+        say how it went, wakes nobody again: its waiters would try at once, and again, without end)."""
+        if self._wake is not None and self._wake.active():
             return
         now = self._clock.seconds()
-        due = min(block.until for block in self.blocks.values())
-        self._wake = self._clock.callLater(max(0.0, due - now), self._tried)
+        due = [block.until for block in self.blocks.values() if block.until > now]
+        if due:
+            self._wake = self._clock.callLater(min(due) - now, self._tried)
 
     def _tried(self) -> None:
         self._wake = None

@@ -41,6 +41,7 @@ from spiderd.contracts.pool import IBatchLedger
 from spiderd.core.blocking import Lane
 from spiderd.core.lifecycle import InFlight, settled
 from spiderd.core.recrawls import Recrawl
+from spiderd.core.storage import storage_error
 from spiderd.core.reactors import INodeReactor
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import redact
@@ -164,9 +165,11 @@ class Batcher(Service):
         yield self._pool.seen_add(fresh)
         self._open.extend(fresh)
         self._open_set.update(fresh)
-        if len(self._open) >= self._config.size:
-            yield self._seal(everything=False)
-        self._arm_timer()
+        try:
+            if len(self._open) >= self._config.size:
+                yield self._seal(everything=False)
+        finally:
+            self._arm_timer()  # (a seal that failed is tried again by the timer)
         return len(fresh)
 
     def add_recrawls(self, pages: list[Recrawl]) -> Deferred[int]:
@@ -214,7 +217,16 @@ class Batcher(Service):
         return settled([self._posts.wait(), self._lock.run(lambda: None)])
 
     def _flush_timer(self) -> None:
-        self._lock.run(self._seal).addErrback(lambda f: log.failure("Sealing a batch", f))
+        self._lock.run(self._seal).addErrback(self._not_sealed)
+
+    def _not_sealed(self, failure: Failure) -> None:
+        """Sealing failed: tried again a flush interval later (a full disk is told of once, by the storage gate
+        of the writes that wait for it)."""
+        if storage_error(failure) is None:
+            log.failure("Sealing a batch", failure)
+        else:
+            log.debug("Sealing a batch: {error}", error=storage_error(failure))
+        self._arm_timer()
 
     @defer.inlineCallbacks
     def _seal(self, everything: bool = True) -> Any:

@@ -35,9 +35,17 @@ def open_path(directory: str) -> str:
 
 
 def append_lines(path: str, lines: list[str]) -> None:
-    """Add ``lines`` to the open batch's file."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write("".join(line + "\n" for line in lines))
+    """Add ``lines`` to the open batch's file; one the disk refused in part (a full disk) is cut back, so that
+    the next lines do not follow half of one."""
+    data = memoryview("".join(line + "\n" for line in lines).encode("utf-8"))
+    with open(path, "ab", buffering=0) as f:
+        size = f.seek(0, os.SEEK_END)
+        try:
+            while data:
+                data = data[f.write(data) :]
+        except OSError:
+            f.truncate(size)
+            raise
 
 
 def remove(path: str) -> None:

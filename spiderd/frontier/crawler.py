@@ -234,7 +234,7 @@ class CrawlService(Service):
         if wanted <= 0:
             return  # a fetch's end kicks again
         self._popping = True
-        d = self.pool.pop(wanted, self._hub_percent)
+        d = defer.maybeDeferred(self.pool.pop, wanted, self._hub_percent)
         d.addCallback(self._popped)
         d.addCallbacks(self._pulled, self._pull_failed)
 
@@ -252,11 +252,17 @@ class CrawlService(Service):
     def _pulled(self, _: Any) -> None:
         self._popping = False
         self.pull_failures = 0
+        if self._gate is not None:
+            self._gate.succeeded("pool")
 
     def _pull_failed(self, failure: Any) -> None:
         """A pull that failed is logged and counted; the heartbeat tries again. A loop failing again and
-        again makes the node unhealthy (the status says "failing", systemd's watchdog stops being fed)."""
+        again makes the node unhealthy (the status says "failing", systemd's watchdog stops being fed).
+        One the pool's storage refused (a full disk) blocks the storage gate instead, which tries again."""
         self._popping = False
+        if self._gate is not None and self._gate.failed("pool", failure):
+            self.stats.errors["storage_blocked"] += 1
+            return
         self.pull_failures += 1
         self.last_error = f"{failure.type.__name__}: {failure.getErrorMessage()}"[:300]
         self.stats.errors["pull"] += 1

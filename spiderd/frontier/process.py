@@ -11,7 +11,7 @@ item is written twice.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from spiderd.fetch.extract import Extracted, Rules
 
 log = Logger()
+T = TypeVar("T")
 
 
 class Processor:
@@ -78,7 +79,8 @@ class Processor:
         d = self.steps.process(result, CrawlPort(self, hub, wanted), sent)
         return d.addCallback(self.record, sent, wanted)
 
-    def _write(self, sink: str, write: Callable[[], Deferred[None]], wanted: Callable[[], bool]) -> Deferred[None]:
+    def gated(self, sink: str, write: Callable[[], Deferred[T]], wanted: Callable[[], bool]) -> Deferred[T]:
+        """``write()``, made again while its storage refuses it (see :meth:`process`)."""
         return retried(self.steps.gate, sink, write, lambda: not wanted())
 
     @defer.inlineCallbacks
@@ -92,11 +94,11 @@ class Processor:
         nothing else; a throttled URL goes back to its queue, its host blocked in the pool."""
         result = outcome.result
         if outcome.verdict is Verdict.THROTTLED:
-            yield self._write("pool", lambda: self._throttled(result, outcome.wait), wanted)
+            yield self.gated("pool", lambda: self._throttled(result, outcome.wait), wanted)
             return
         if outcome.verdict is Verdict.NOT_MODIFIED:
             assert sent is not None  # (only a conditional fetch is NOT_MODIFIED)
-            yield self._write("pool", lambda: self._not_modified(result, sent), wanted)
+            yield self.gated("pool", lambda: self._not_modified(result, sent), wanted)
             return
         statuses: list[Status] = [(result.url, result.status, result.reason)]  # reason: None for a page
         if result.validators is not None and self._conditional:
@@ -111,12 +113,12 @@ class Processor:
                 statuses.append((extracted.canonical, result.status))
             item, items = outcome.item, self._items
             if item is not None and items is not None:
-                yield self._write("items", lambda: items.write(item, statuses), wanted)
+                yield self.gated("items", lambda: items.write(item, statuses), wanted)
                 self.stats.incr("items")
                 site = self.rules.site_for(item["url"])
                 self.stats.item_made(site.name if site is not None else "", item)
                 return
-        yield self._write("pool", lambda: self.pool.set_statuses(statuses), wanted)
+        yield self.gated("pool", lambda: self.pool.set_statuses(statuses), wanted)
 
     @defer.inlineCallbacks
     def _settle_page(self, outcome: Outcome) -> Any:
@@ -204,24 +206,33 @@ class CrawlPort:
 
     @defer.inlineCallbacks
     def _links(self, result: FetchResult, extracted: Extracted) -> Any:
+        """The links into the pool, details to the batcher: each made again while its storage refuses them."""
         p, pool = self._p, self._p.pool
         lists, details = extracted.lists, extracted.details
-        within = set((yield pool.within_hops(result.url, lists + details)))
+        within = set((yield p.gated("pool", lambda: pool.within_hops(result.url, lists + details), self.keep_waiting)))
         if len(within) < len(lists) + len(details):
             lists, details = [u for u in lists if u in within], [u for u in details if u in within]
             p.stats.incr("links_max_hops", len(extracted.lists) + len(extracted.details) - len(within))
+        waits: list[Deferred[Any]] = [p.gated("pool", lambda: self._into_pool(result, extracted, lists, details),
+                                              self.keep_waiting)]
+        if details and not p.own_details:  # the batcher's spool (its seen set is the pool's)
+            waits.append(p.gated("batches", lambda: p.add_details(details), self.keep_waiting))
+        yield defer.gatherResults(waits, consumeErrors=True)
+
+    def _into_pool(self, result: FetchResult, extracted: Extracted, lists: list[str],
+                   details: list[str]) -> Deferred[Any]:
+        """The list links (and details, when the pool has their queue) and the linkbase's entries, into the pool."""
+        p, pool = self._p, self._p.pool
         waits: list[Deferred[Any]] = []
         if lists:
             waits.append(pool.addmany(lists, parent=result.url))
         if details and p.own_details:
             waits.append(pool.addmany(details, detail=True, parent=result.url))
-        elif details:
-            waits.append(p.add_details(details))
         if p.linkbase:
             waits.append(pool.add_links(result.final_url, extracted.lists + extracted.details,
                                         extracted.list_anchors + extracted.detail_anchors,
                                         extracted.list_xpaths + extracted.detail_xpaths))
-        yield defer.gatherResults(waits, consumeErrors=True)
+        return defer.gatherResults(waits, consumeErrors=True)
 
     def wanted(self) -> bool:
         """A fetched page is always processed to its end (a stop waits for it)."""

@@ -28,7 +28,11 @@ its own page with the reason instead of being stored cut.
 When the server is down or restarts (``OperationalError``, ``InterfaceError``),
 a batch is kept and retried with a clock-driven backoff (at once, then 0.5 s
 doubling to 30 s) while one warning says so; nothing is lost while MariaDB
-restarts, and a retried batch is harmless as every write is an upsert.  At
+restarts, and a retried batch is harmless as every write is an upsert.  A server
+that answers but refuses the write (read-only, a lock wait timeout, a full
+disk or table: :func:`spiderd.core.storage.storage_error`) fails the batch at
+once instead: the node's storage gate holds its work and makes the writes
+again (a deadlock, another transaction's doing, is retried here at once).  At
 stop, retrying ends after ``stop_timeout`` seconds and the pages still
 waiting fail with :class:`StoreUnavailable`.  Reads are retried once, at
 once (a connection the server closed while idle), then fail to the caller.
@@ -50,6 +54,7 @@ from twisted.python.failure import Failure
 
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import redact
+from spiderd.core.storage import storage_error
 from spiderd.store.base import Batch, Outcome, PageStore, Statements, StoreUnavailable, decompress, plural, write_rows
 
 log = Logger()
@@ -169,6 +174,8 @@ class Reconnector:
             try:
                 result = yield attempt()
             except LOST as e:
+                if storage_error(e) not in (None, "deadlock"):
+                    raise  # the server refuses writes: the storage gate's to hold the node and try again
                 failures += 1
                 if self.giving_up:
                     raise self._unavailable(e) from e

@@ -34,7 +34,12 @@ class Accepted:
 
     def open(self) -> None:
         os.makedirs(self._path, exist_ok=True)
-        self._db = leveldb.DB(self._path, create_if_missing=True, bloom_filter_bits=10)
+        self._db = leveldb.Reopening(self._path, create_if_missing=True, bloom_filter_bits=10)
+
+    def ready(self) -> None:
+        """Before a ``put``, on the reactor's thread: the store opened again if its disk refused the last write
+        (raises while it cannot be)."""
+        self._db.ready()
 
     def get(self, job_id: str) -> str | None:
         """The digest of the job accepted under ``job_id``, or None."""
@@ -42,8 +47,12 @@ class Accepted:
         return value.decode("ascii") if value is not None else None
 
     def put(self, job: Job) -> None:
-        """Remember ``job`` as accepted (blocking: run it on the I/O thread)."""
-        self._db.put(job.id.encode("utf-8"), job.digest.encode("ascii"), sync=True)
+        """Remember ``job`` as accepted (blocking: run it on the I/O thread, after ``ready``)."""
+        try:
+            self._db.put(job.id.encode("utf-8"), job.digest.encode("ascii"), sync=True)
+        except Exception as e:
+            self._db.refused(e)
+            raise
 
     def close(self) -> None:
         if self._db is not None:

@@ -31,6 +31,7 @@ from twisted.web.server import NOT_DONE_YET, Request
 from spiderd.core.lifecycle import settled
 from spiderd.core.net.guard import foreign_request
 from spiderd.core.secrets import redact_text, redact_value
+from spiderd.core.storage import storage_error
 from spiderd.core.net.auth import Auth
 from spiderd.core.net.resource import JsonResource, send
 from spiderd.core.net.serving import ApiError, json_body
@@ -349,4 +350,7 @@ def _refused(failure: Failure, job_id: str) -> Failure:
         raise ApiError(f"job '{job_id}' already exists (pending or running)")
     if failure.check(WorkerStopping):
         raise ApiError("the worker is shutting down: try another node, or again later", http.SERVICE_UNAVAILABLE)
+    if storage_error(failure) is not None:
+        raise ApiError(f"the worker cannot write its files now ({storage_error(failure)}): try another node, or "
+                       "again later", http.SERVICE_UNAVAILABLE)
     return failure

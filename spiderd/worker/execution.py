@@ -23,6 +23,7 @@ from spiderd.core.recrawls import Recrawl
 from spiderd.core.urls import BadURL, canonicalize
 from spiderd.core.secrets import redact
 from spiderd.core.rules import Site
+from spiderd.core.storage import retried
 from spiderd.feed import parquet, warc
 from spiderd.feed.schema import columns
 from spiderd.feed.warcfiles import JobWarc, warc_uri
@@ -49,8 +50,10 @@ class Execution:
     def __init__(self, reactor: IReactorTime, config: WorkerConfig, store: JobStore, io: Runner, pipeline: Pipeline,
                  itemized: Itemized, logs: JobLogs, shipper: FeedShipper,
                  render_uri: Callable[[str, dict[str, str]], str], incoming_dir: str,
-                 sites: Callable[[], Mapping[str, Site]] | None = None) -> None:
-        """``sites``: the worker's spiders by name as they are now (their fields are a Parquet feed's columns)."""
+                 sites: Callable[[], Mapping[str, Site]] | None = None,
+                 stopping: Callable[[], bool] = lambda: False) -> None:
+        """``sites``: the worker's spiders by name as they are now (their fields are a Parquet feed's columns);
+        ``stopping()``: the worker is stopping (a feed waiting for its storage is left to the next start)."""
         self._reactor = reactor
         self._config = config
         self._store = store
@@ -62,6 +65,12 @@ class Execution:
         self._render_uri = render_uri
         self.incoming_dir = incoming_dir
         self._sites = sites or dict
+        self._stopping = stopping
+        self._gate = pipeline.steps.gate
+
+    def _gated(self, sink: str, write: Callable[[], Deferred[Any]]) -> Deferred[Any]:
+        """``write()``, made again while its storage refuses it (a full disk), until the worker stops."""
+        return retried(self._gate, sink, write, self._stopping)
 
     def items_path(self, job: Job) -> str:
         """The local file of a job's items (in the shipper's ``incoming`` directory)."""
@@ -120,6 +129,8 @@ class Execution:
         run.shipping = job.shipping  # the items file was complete when the worker went down: ship it, no re-run
         yield self._store.save(job)
         yield self._recover_parts(run)
+        if self._gate is not None:
+            self._gate.succeeded("worker")  # its job files are written again
         if job.shipping:
             yield self._ship(run)
             return
@@ -183,7 +194,9 @@ class Execution:
         """Make the items file durable, mark the job ``shipping``, hand the file over, then finish.
 
         With WARC output, the WARC file goes first (if not gone already): the items file, handed over last
-        (or, format "warc", dropped), says the job still has to ship."""
+        (or, format "warc", dropped), says the job still has to ship.  Once the job is saved as shipping, a
+        write its storage refuses (the spool's, the ledger's, the job file's) is made again when the storage
+        gate tries again; at a stop it is left to the next start, which ships the file."""
         job = run.job
         run.shipping = True
         if run.part_clock is not None:
@@ -195,24 +208,33 @@ class Execution:
             if run.warc is not None:
                 yield run.warc.close()
             job.shipping = True
-            yield self._store.save(job)
-        assert job.feed_uri is not None
+            try:
+                yield self._store.save(job)
+            except Exception:
+                job.shipping = False  # not saved so: the job runs again
+                raise
+        feed = job.feed_uri
+        assert feed is not None
         window = (job.feed_window[0], job.feed_window[1]) if job.feed_window else None
         yield self._recover_parts(run)  # a part whose shipping failed goes before the rest
         if run.warc is not None and os.path.exists(run.warc.path):
-            yield self._shipper.ship(run.warc.path, warc_uri(job.feed_uri), window)
+            warc_path = run.warc.path
+            yield self._gated("spool", lambda: self._shipper.ship(warc_path, warc_uri(feed), window))
         if self._config.feed_format == "warc":
             yield self._io(unlink_quietly, run.items.path)
         elif self._config.feed_format == "parquet":  # converted once, then the .jl goes: a re-ship finds either
             yield self._io(self._to_parquet, job)
-            yield self._shipper.ship(self.parquet_path(job), parquet.parquet_uri(job.feed_uri), window, release=job.id)
+            parquet_path = self.parquet_path(job)
+            yield self._gated("spool", lambda: self._shipper.ship(parquet_path, parquet.parquet_uri(feed), window,
+                                                                   release=job.id))
         else:  # an empty file too: "batch done, no items"
-            yield self._shipper.ship(run.items.path, job.feed_uri, window, release=job.id)
-        self._itemized.commit(job.id)
+            items = run.items.path
+            yield self._gated("spool", lambda: self._shipper.ship(items, feed, window, release=job.id))
+        yield self._gated("worker", lambda: defer.maybeDeferred(self._itemized.commit, job.id))
         yield self._io(run.parts.remove)
         job.shipping = False
         self.end(job, FINISHED)
-        yield self._store.save(job)
+        yield self._gated("worker", lambda: self._store.save(job))
         self._finished(job)
 
     # -- parts (see parts.py) -------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ within ``window`` seconds; and a URL a job was given makes none if, within
 the window, a redirect already made its item.  The record (a LevelDB of
 fingerprint -> time and how) is written when a job's feed file is handed to
 the shipper; an interrupted or cancelled job gives its claims back, so a
-re-run makes its items again.
+re-run makes its items again.  A record its disk refused (a full disk) fails the commit, which changes
+nothing then and may be made again (the store is opened again first: see :class:`spiderd.core.leveldb.Reopening`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class Itemized:
     def open(self) -> None:
         """Open the store (at the worker's start: another process may hold it until then)."""
         os.makedirs(self._path, exist_ok=True)
-        self._db = leveldb.DB(self._path, create_if_missing=True, bloom_filter_bits=10)
+        self._db = leveldb.Reopening(self._path, create_if_missing=True, bloom_filter_bits=10)
 
     def direct(self, fp: int, job_id: str) -> bool:
         """True if ``job_id`` makes an item of page ``fp``, a URL it was given: unless a redirect (in another
@@ -76,24 +77,38 @@ class Itemized:
             when, redirected = _RECORD.unpack(value)
             if self._clock.seconds() - when < self.window:
                 return when, redirected
-        self._db.delete(key)  # expired (or of the format without times)
+        if not self._db.stale:  # expired (or of the format without times); kept while writes are refused
+            try:
+                self._db.delete(key)
+            except Exception as e:
+                if not self._db.refused(e):
+                    raise
         return None
 
     def commit(self, job_id: str, only: set[int] | None = None) -> None:
-        """The job's feed is shipped (``only``: a part of it, these pages): its pages are itemized, as of now."""
+        """The job's feed is shipped (``only``: a part of it, these pages): its pages are itemized, as of now (a
+        write the disk refuses fails, with nothing changed)."""
         now = self._clock.seconds()
+        db = self._db.ready()
         taken = self._by_job.get(job_id, set())
         chosen = taken if only is None else taken & only
-        self._by_job[job_id] = taken - chosen
-        if not self._by_job[job_id]:
-            del self._by_job[job_id]
-        with self._db.write_batch() as batch:
-            for fp in chosen:
-                holder = self._claims.get(fp)
-                redirected = holder is not None and holder == (job_id, True)
-                batch.put(fp.to_bytes(8, "big"), _RECORD.pack(now, redirected))
-                if holder is not None and holder[0] == job_id:
-                    del self._claims[fp]
+        try:
+            with db.write_batch() as batch:
+                for fp in chosen:
+                    holder = self._claims.get(fp)
+                    batch.put(fp.to_bytes(8, "big"), _RECORD.pack(now, holder == (job_id, True)))
+        except Exception as e:
+            db.refused(e)
+            raise
+        rest = taken - chosen
+        if rest:
+            self._by_job[job_id] = rest
+        else:
+            self._by_job.pop(job_id, None)
+        for fp in chosen:
+            holder = self._claims.get(fp)
+            if holder is not None and holder[0] == job_id:
+                del self._claims[fp]
 
     def release(self, job_id: str) -> None:
         """The job stopped without shipping: its pages are free again."""

@@ -22,9 +22,11 @@ from typing import Any, Iterable
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger, LogLevel, formatEvent
+from twisted.python.failure import Failure
 
 from spiderd.core.secrets import redact_text
 from spiderd.core.fsutil import unlink_quietly
+from spiderd.core.storage import storage_error
 from spiderd.worker.jobs import Runner, safe_name
 
 log = Logger()
@@ -129,7 +131,7 @@ class JobLogs:
             return
         batch, self._queue = self._queue, []
         d = self._io(_append, self.directory, batch)
-        d.addErrback(lambda f: log.failure("Worker: writing job logs failed", f))
+        d.addErrback(_not_written, len(batch))
 
     def path(self, job_id: str) -> str:
         if not safe_name(job_id):
@@ -142,6 +144,14 @@ class JobLogs:
             text = text[:MAX_LINE] + "..."
         when = datetime.fromtimestamp(self._clock.seconds()).strftime("%Y-%m-%d %H:%M:%S")
         return f"{when} [spiderd.worker] {LEVELS.get(level, 'INFO')}: {text}\n"
+
+
+def _not_written(failure: Failure, lines: int) -> None:
+    """Lines the job logs lost: a full disk loses them quietly (the storage gate tells of it), else a traceback."""
+    if storage_error(failure) is None:
+        log.failure("Worker: writing job logs failed", failure)
+    else:
+        log.debug("Worker: {lines} job log lines lost: {error}", lines=lines, error=storage_error(failure))
 
 
 def _append(directory: str, batch: list[tuple[str, bytes]]) -> None:

@@ -98,7 +98,7 @@ class JobRunner:
         self.accepted = Accepted(config.accepted_dir)
         self.logs = JobLogs(config.logs_dir, io, reactor)
         self._execution = Execution(reactor, config, store, io, self._pipeline, self._itemized, self.logs, shipper,
-                                    render_uri, incoming_dir, sites)
+                                    render_uri, incoming_dir, sites, stopping=lambda: self.stopping)
         self._gate = pipeline.steps.gate
         if self._gate is not None:
             self._gate.add_listener(self.kick)
@@ -176,6 +176,8 @@ class JobRunner:
         return d
 
     def _interrupt_all(self) -> None:
+        if self._gate is not None:
+            self._gate.wake()  # writes waiting for the storage give up now
         for run in list(self.runs.values()):
             if not run.shipping:
                 self._note(LogLevel.info, run.job, "Worker: job {id} interrupted by the stop; it stays pending")
@@ -204,8 +206,13 @@ class JobRunner:
         self._seq += 1
         job.seq, job.created, job.state = self._seq, self._reactor.seconds(), PENDING
         self.jobs[job.id] = job
-        d: Deferred[Any] = self._store.save(job, urls)
-        d.addCallback(lambda _: self._io(self.accepted.put, job))
+        try:
+            self.accepted.ready()
+        except Exception:
+            d: Deferred[Any] = defer.fail()
+        else:
+            d = self._store.save(job, urls)
+            d.addCallback(lambda _: self._io(self.accepted.put, job))
         d.addCallbacks(self._accepted, self._not_accepted, callbackArgs=(job, old), errbackArgs=(job, old))
         return d
 
@@ -220,6 +227,8 @@ class JobRunner:
         return None
 
     def _accepted(self, _: None, job: Job, old: Job | None) -> Job:
+        if self._gate is not None:
+            self._gate.succeeded("worker")
         if old is not None:
             self.logs.reset(job.id)  # the log of the ended job that had this id
         feed = redact(self._execution.options(job).feed_uri or "(the default)")
@@ -234,6 +243,9 @@ class JobRunner:
         return job
 
     def _not_accepted(self, failure: Failure, job: Job, old: Job | None) -> Failure:
+        """Forget a job that could not be made durable; one the storage refused blocks the storage gate."""
+        if self._gate is not None:
+            self._gate.failed("worker", failure)
         if self.jobs.get(job.id) is job:
             if old is None:
                 del self.jobs[job.id]
@@ -356,6 +368,10 @@ class JobRunner:
             self._note(LogLevel.warn, job, "Worker: job {id}: its files could not be written ({error}); it runs "
                        "again once the storage takes writes", error=storage_error(failure))
             return self._execution.requeue(run)
+        if job.state == RUNNING and job.shipping and storage_error(failure) is not None:
+            self._note(LogLevel.warn, job, "Worker: job {id}: its feed was not handed to the shipper before the "
+                       "stop ({error}); it ships at the next start", error=storage_error(failure))
+            return None  # running and shipping: the next start ships it (or runs it again, if not saved so)
         log.failure("Worker: job {id} failed", failure, id=run.job.id)
         self.logs.line(run.job.id, f"Worker: job {run.job.id} failed: {failure.getErrorMessage()}", LogLevel.error)
         self._itemized.release(run.job.id)

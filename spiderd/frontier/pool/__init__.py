@@ -28,7 +28,7 @@ def open_leveldb_pool(path: str, clock: IReactorTime, options: PoolOptions | Non
     from spiderd.core import leveldb
 
     os.makedirs(path, exist_ok=True)
-    db = leveldb.DB(
+    db = leveldb.Reopening(
         path,
         create_if_missing=True,
         bloom_filter_bits=10,

@@ -91,8 +91,15 @@ class CrawledSets:
         self._cursors: dict[bytes, bytes] = {}  # (domain, kind) prefix -> just past the last entry taken
         self._linkbase = linkbase
         self._linkbase_max = linkbase_max or 2**62
-        self._links = k.from_u64(self._kv.get(k.LINK_COUNT, k.u64(0)))[0]
+        self._links = 0
         self._claims: Deadlines[str] = Deadlines()
+        self.resync()
+
+    def resync(self) -> None:
+        """The linkbase's count as the store has it, the recrawl walks from the start of their sets (at open,
+        and after a write the store refused)."""
+        self._links = k.from_u64(self._kv.get(k.LINK_COUNT, k.u64(0)))[0]
+        self._cursors.clear()
 
     # -- crawled sets ----------------------------------------------------------------
 

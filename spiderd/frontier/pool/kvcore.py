@@ -83,21 +83,48 @@ class KVState:
 
     def _load(self) -> None:
         """Rebuild the host table and the hubs; put leases from a previous run back in the queues."""
+        self._load_hosts()
+        self._load_hubs()
+        recovered = self.expire(float("inf"))
+        if recovered:
+            log.info("Recovered {count} leased URLs from the previous run", count=recovered)
+
+    def _load_hosts(self) -> None:
+        """Each host's waiting count from the store (hosts it has none for: 0), its read position dropped."""
         politeness = self.politeness
-        for key, value in self.kv.iterator(prefix=k.HOST):
-            host = value[8:].decode()
-            slot = politeness.slot(host, key[1:])
+        stored = {key[1:]: value for key, value in self.kv.iterator(prefix=k.HOST)}
+        for slot in list(politeness.hosts.values()):
+            value = stored.pop(slot.hid, None)
+            slot.waiting = 0 if value is None else k.from_u64(value)[0]
+            slot.cursor = slot.seen = None
+            politeness.requeue(slot)
+        for hid, value in stored.items():
+            slot = politeness.slot(value[8:].decode(), hid)
             slot.waiting = k.from_u64(value)[0]
             politeness.requeue(slot)
+
+    def _load_hubs(self) -> None:
+        self.hubs.clear()
         for key, value in self.kv.iterator(prefix=k.HUB):
             fp = int.from_bytes(key[1:], "big")
             url = value[8:].decode()
             self.hubs[fp] = [url, host_of(url), k.from_u64(value)[0] / 1000.0]
         self.hub_heap[:] = [(entry[2], fp) for fp, entry in self.hubs.items()]
         heapq.heapify(self.hub_heap)
-        recovered = self.expire(float("inf"))
-        if recovered:
-            log.info("Recovered {count} leased URLs from the previous run", count=recovered)
+
+    def resync(self) -> None:
+        """Memory as the store has it, after a write the store refused (the write's changes to memory were made
+        first): the counters, each host's waiting count, the hubs, the lease bound; hand-outs of this process
+        that the store has no lease of are dropped (their host slots freed); hosts read their queues afresh."""
+        self.counters[:] = k.unpack_counters(self.kv.get(k.COUNTERS))
+        self._load_hosts()
+        self._load_hubs()
+        for url, leased in list(self.leased.items()):
+            state = self.kv.get(k.state_key(leased[0]))
+            if (state is None or state[0] != k.PENDING) and leased[0] not in self.hubs:
+                self.release(self.leased.pop(url))
+        following = next(self.kv.iterator(prefix=k.LEASE, include_value=False), None)
+        self.lease_bound = k.from_u64(following, 1)[0] / 1000.0 if following else float("inf")
 
     # -- the primitives -------------------------------------------------------------
 

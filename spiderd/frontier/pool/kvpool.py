@@ -19,7 +19,7 @@ each call of the contracts to its part; this class answers the rest: counts, see
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
@@ -31,6 +31,7 @@ from spiderd.frontier.pool.content import KVContent
 from spiderd.frontier.pool.crawled import CrawledSets
 from spiderd.frontier.pool.kvadmin import KVAdmin, compact
 from spiderd.frontier.pool.kvcore import KVState
+from spiderd.frontier.pool.kvguard import Guarded, StoreGuard
 from spiderd.frontier.pool.kvledger import KVLedger
 from spiderd.frontier.pool.kvqueues import KVQueues
 from spiderd.frontier.pool.kvstatus import KVStatuses
@@ -51,10 +52,13 @@ class KVPool(PartsPool):
                  politeness: Politeness | None = None, trim: Callable[[], Any] | None = None) -> None:
         config = options.config
         self.state = state = KVState(kv, clock, options, politeness=politeness, trim=trim)
-        crawled = CrawledSets(state, options.recrawl, config.linkbase, config.linkbase_max)
+        self._crawled = crawled = CrawledSets(state, options.recrawl, config.linkbase, config.linkbase_max)
         queues = KVQueues(state, crawled)
-        super().__init__(queues, KVStatuses(state, queues, crawled), KVLedger(state, crawled), crawled,
-                         KVContent(kv, config.max_url_length), KVAdmin(state, queues, crawled))
+        self._statuses = statuses = KVStatuses(state, queues, crawled)
+        self.guard = guard = StoreGuard(self._reopen, self._resync)  # a write the store refused: see kvguard.py
+        parts = (queues, statuses, KVLedger(state, crawled), crawled, KVContent(kv, config.max_url_length),
+                 KVAdmin(state, queues, crawled))
+        super().__init__(*(cast(Any, Guarded(part, guard)) for part in parts))
         self._kv = kv
         self._clock = clock
         self.politeness = state.politeness
@@ -120,6 +124,18 @@ class KVPool(PartsPool):
     def compact(self) -> None:
         """Compact the store range by range (a blocking call: for maintenance and benchmarks)."""
         compact(self._kv)
+
+    def _reopen(self) -> None:
+        """After a write the store refused: open the store again (LevelDB's; raises while it cannot)."""
+        reopen = getattr(self._kv, "reopen", None)
+        if reopen is not None:
+            reopen()
+
+    def _resync(self) -> None:
+        """Memory as the store has it (after a write it refused)."""
+        self.state.resync()
+        self._statuses.resync()
+        self._crawled.resync()
 
     # -- closing --------------------------------------------------------------------
 

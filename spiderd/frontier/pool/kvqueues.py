@@ -196,7 +196,12 @@ class KVQueues:
         result: dict[str, bool] = dict.fromkeys(hubs, True)
         touched = self._pop_urls(batch, now, count - len(hubs), result)
         if result:
-            state.commit(batch, touched)
+            try:
+                state.commit(batch, touched)
+            except Exception:  # not written (a full disk): nothing is handed out, the hosts' slots are free
+                for url in result:
+                    state.release(self._leased.pop(url, None))
+                raise
         state.touched += len(result)
         state.maybe_collect(now)
         state.maybe_trim()

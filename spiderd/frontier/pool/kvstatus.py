@@ -43,6 +43,11 @@ class KVStatuses:
         self._counters = state.counters
         self._leased = state.leased
         self._throttles: dict[int, int] = {}  # fp -> throttled fetches of an active URL (its Y entry)
+        self.resync()
+
+    def resync(self) -> None:
+        """The throttle counts as the store has them (at open, and after a write it refused)."""
+        self._throttles.clear()
         for key, value in self._kv.iterator(prefix=k.THROTTLED):
             self._throttles[int.from_bytes(key[1:], "big")] = value[0]
 
@@ -83,7 +88,14 @@ class KVStatuses:
         self._counters[1] += 1
         self._leased[u.url] = [u.fingerprint, u.host, False] + owner
         self._state.lease_bound = min(self._state.lease_bound, deadline_ms / 1000.0)
-        self._state.commit(batch, (slot,))
+        try:
+            self._state.commit(batch, (slot,))
+        except Exception:  # not written (a full disk): the claim is not this process's either
+            if held is None:
+                del self._leased[u.url]
+            else:
+                self._leased[u.url] = held
+            raise
         return defer.succeed(True)
 
     # -- statuses -------------------------------------------------------------------
