@@ -12,6 +12,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import time
 from collections import Counter
 from typing import Any
 
@@ -663,11 +664,13 @@ class JobSettingsTests(WorkerTestBase):
 
 
 @defer.inlineCallbacks
-def booked(clock: Clock, turns: int = 5000) -> Any:
+def booked(clock: Clock, within: float = 60.0) -> Any:
     """Fires once a timer is booked on ``clock`` (the worker answered a page over real loopback I/O, which the
-    test cannot wait on otherwise): the real reactor turns meanwhile, no timer of the test's is waited for."""
-    for _ in range(turns):
+    test cannot wait on otherwise): the real reactor turns meanwhile, for at most ``within`` seconds of real time
+    (a bound on a loaded machine's I/O, not a timer of the test's), no timer of the test's is waited for."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
         if clock.getDelayedCalls():
             return
-        yield task.deferLater(reactor, 0, lambda: None)
+        yield task.deferLater(reactor, 0.001, lambda: None)
     raise AssertionError("no timer booked on the clock")
