@@ -21,7 +21,7 @@ from twisted.web import resource, server
 
 from spiderd.core.retry import Backoff
 from spiderd.core.stats import CrawlStats
-from spiderd.core.storage import StorageBlocked, StorageGate, retried, storage_error
+from spiderd.core.storage import StorageBlocked, StorageGate, blame, retried, storage_error
 from spiderd.engine.politeness import Politeness
 from spiderd.engine.steps import PageSteps
 from spiderd.feed.items import ItemWriter
@@ -60,9 +60,24 @@ def mount_tmpfs(case: unittest.TestCase, size: str) -> str:
     return path
 
 
-def fill(case: unittest.TestCase, path: str) -> str:
+class Filler(str):
+    """The path of a file that fills a file system up (remove it to free the space)."""
+
+    def top_up(self) -> None:
+        """Fill the file system up again: space a store's background thread freed since (LevelDB deletes a log
+        or a torn table once it is done with it) is taken back, as a disk that stays full would."""
+        with open(self, "ab", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+
+
+def fill(case: unittest.TestCase, path: str) -> Filler:
     """Fill the file system at ``path`` up; the filler's path (remove it to free the space)."""
-    filler = os.path.join(path, "filler")
+    filler = Filler(os.path.join(path, "filler"))
     with open(filler, "wb", buffering=0) as f:
         try:
             while True:
@@ -165,6 +180,31 @@ class GateTests(unittest.SynchronousTestCase):
         d.cancel()
         self.failureResultOf(d)
 
+    def test_a_write_refused_by_another_sinks_disk_blocks_that_sink(self) -> None:
+        """An items write whose pool checkpoint the pool's disk refused (the error blamed on "pool") blocks "pool",
+        the disk that is full, not "items"; once the write goes through, neither is blocked."""
+        clock = Clock()
+        gate = StorageGate(clock)
+
+        def refused() -> OSError:
+            error = OSError(errno.ENOSPC, "No space left on device")
+            blame(error, "pool")
+            return error
+
+        answers: list[Any] = [refused(), "done"]
+
+        def write() -> Deferred[str]:
+            answer = answers.pop(0)
+            return defer.fail(answer) if isinstance(answer, Exception) else defer.succeed(answer)
+
+        d = retried(gate, "items", write)
+        self.assertEqual(set(gate.blocks), {"pool"})
+        self.assertEqual(gate.failed("items", refused()), "pool")
+        self.assertIsNone(gate.failed("items", KeyError("x")))
+        clock.advance(1)
+        self.assertEqual(self.successResultOf(d), "done")
+        self.assertEqual(gate.blocks, {})
+
     def test_retried_waits_for_the_gate(self) -> None:
         """A write refused twice is made again at each try and fires with its result; one refused past
         ``give_up`` fails with StorageBlocked; another error fails at once."""
@@ -251,13 +291,19 @@ class StorageCrawl(Base):
                             concurrency=4)
 
     @defer.inlineCallbacks
-    def held(self, crawler: CrawlService, sink: str | None = None) -> Any:
+    def held(self, crawler: CrawlService, sink: str | None = None, filler: Filler | None = None) -> Any:
         """Start the crawl; once ``sink`` (None: any) is blocked: nothing new is fetched, no URL failed, the status
-        says so."""
+        says so.  ``filler`` is topped up while the crawl runs (the disk stays full)."""
         crawler.startService()
         self.addCleanup(crawler.stopService)
         blocked = (lambda: sink in self.gate.blocks) if sink is not None else self.gate.blocked
-        yield self.settle(lambda: blocked() and crawler.fetching == 0, real_seconds=30)
+
+        def held() -> bool:
+            if filler is not None:
+                filler.top_up()
+            return blocked() and crawler.fetching == 0
+
+        yield self.settle(held, real_seconds=30)
         fetched = sum(self.site.requests.values())
         yield self.advance(0.5, step=0.1)  # the gate holds: nothing new is fetched
         self.assertEqual(sum(self.site.requests.values()), fetched)

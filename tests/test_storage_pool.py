@@ -15,7 +15,7 @@ from twisted.trial import unittest
 
 from spiderd.core import leveldb
 from spiderd.core import status as st
-from spiderd.core.storage import storage_error
+from spiderd.core.storage import sink_of, storage_error
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import KVPool, PoolOptions, open_leveldb_pool
 
@@ -59,19 +59,20 @@ class PoolDiskTests(unittest.SynchronousTestCase):
         self.assertEqual(len(popped), 40)
         self.successResultOf(self.pool.set_statuses([(url, 200) for url in list(popped)[:20]]))
         before = counts(self.pool)
+        self.pool.compact()  # (no background compaction left to free space once the disk is full)
         filler = fill(self, self.mnt)
-        refused = [
-            self.pool.addmany(self.urls(300, 300)),
-            self.pool.pop(40),
-            self.pool.set_statuses([(url, 200) for url in list(popped)[20:]]),
-            self.pool.claim("http://h1.example/elsewhere"),
-            self.pool.set_status(list(popped)[25], 500),
-        ]
-        for d in refused:
-            self.assertEqual(storage_error(self.failureResultOf(d)), "disk full")
-        self.assertEqual(counts(self.pool), before)
-        for _ in range(3):  # the store cannot be opened again yet: it keeps failing, nothing changes
-            self.assertEqual(storage_error(self.failureResultOf(self.pool.pop(10))), "disk full")
+        calls = [
+            lambda: self.pool.addmany(self.urls(300, 300)),
+            lambda: self.pool.pop(40),
+            lambda: self.pool.set_statuses([(url, 200) for url in list(popped)[20:]]),
+            lambda: self.pool.claim("http://h1.example/elsewhere"),
+            lambda: self.pool.set_status(list(popped)[25], 500),
+        ] + [lambda: self.pool.pop(10)] * 3  # the store cannot be opened again yet: it keeps failing
+        for call in calls:
+            filler.top_up()  # (a table torn by a failed write was deleted, its space freed)
+            failure = self.failureResultOf(call())
+            self.assertEqual(storage_error(failure), "disk full")
+            self.assertEqual(sink_of(failure), "pool")
         self.assertEqual(counts(self.pool), before)
         os.unlink(filler)
         self.successResultOf(self.pool.set_statuses([(url, 200) for url in list(popped)[20:]]))
@@ -109,7 +110,7 @@ class CrawlPoolDiskTests(StorageCrawl):
         self.addCleanup(self.pool.close)
         filler = fill(self, self.mnt)
         with capturedLogs() as events:
-            yield self.held(crawler, "pool")
+            yield self.held(crawler, "pool", filler)
             self.assertEqual(crawler.pull_failures, 0)
             os.unlink(filler)
             yield self.to_the_end(crawler)

@@ -43,6 +43,9 @@ _MYSQL = {1290: "read-only server", 1836: "read-only server", 1792: "read-only t
           1213: "deadlock", 1021: "disk full", 1114: "table full", 3: "cannot write a file", 1030: "storage engine error"}
 
 
+_SINK = "spiderd_sink"  # the attribute naming the sink whose storage refused a write (see :func:`blame`)
+
+
 class StorageBlocked(Exception):
     """A write was refused by its sink's storage, and the node gave up waiting for it (see :func:`retried`)."""
 
@@ -58,6 +61,30 @@ def storage_error(error: BaseException | Failure | None) -> str | None:
         if found is not None:
             return found
         inner = getattr(error, "subFailure", None)  # a FirstError of gatherResults
+        error = inner if inner is not None else (error.__cause__ or error.__context__)
+    return None
+
+
+def blame(error: BaseException, sink: str) -> None:
+    """Say that ``error`` is ``sink``'s storage refusing a write, whoever made it: the items writer's checkpoint
+    is refused by the pool's disk, and the gate then blocks "pool", not "items" (the disk that is full)."""
+    try:
+        setattr(error, _SINK, sink)
+    except AttributeError:  # (an exception type without a __dict__: the caller's sink is named)
+        pass
+
+
+def sink_of(error: BaseException | Failure | None) -> str | None:
+    """The sink :func:`blame` named for ``error`` (or an error it was raised from), or None."""
+    seen = 0
+    while error is not None and seen < 8:
+        seen += 1
+        if isinstance(error, Failure):
+            error = error.value
+        found = getattr(error, _SINK, None)
+        if found is not None:
+            return str(found)
+        inner = getattr(error, "subFailure", None)
         error = inner if inner is not None else (error.__cause__ or error.__context__)
     return None
 
@@ -107,11 +134,13 @@ class StorageGate:
         now = self._clock.seconds()
         return any(block.until > now for block in self.blocks.values())
 
-    def failed(self, sink: str, error: BaseException | Failure) -> bool:
-        """Tell the gate a write to ``sink`` failed; True if it was a storage error (the sink is blocked)."""
+    def failed(self, sink: str, error: BaseException | Failure) -> str | None:
+        """Tell the gate a write to ``sink`` failed; if it was a storage error, the sink now blocked (the one
+        :func:`blame` names for the error, or else ``sink``), or None."""
         words = storage_error(error)
         if words is None:
-            return False
+            return None
+        sink = sink_of(error) or sink
         now = self._clock.seconds()
         block = self.blocks.get(sink)
         if block is None:
@@ -127,7 +156,7 @@ class StorageGate:
             block.refused += 1
         self._summary(sink, block, now)
         self._schedule()
-        return True
+        return sink
 
     def succeeded(self, sink: str) -> None:
         """A write to ``sink`` went through: the sink takes writes again."""
@@ -200,15 +229,19 @@ def retried(gate: StorageGate | None, sink: str, write: Callable[[], Deferred[T]
 
 @defer.inlineCallbacks
 def _retried(gate: StorageGate, sink: str, write: Callable[[], Deferred[T]], give_up: Callable[[], bool]) -> Any:
+    refused = {sink}  # the sinks that refused the write: each takes writes again once it goes through
     while True:
         try:
             result = yield write()
         except Exception as e:
-            if not gate.failed(sink, e):
+            blocked = gate.failed(sink, e)
+            if blocked is None:
                 raise
+            refused.add(blocked)
             if give_up():
-                raise StorageBlocked(f"{sink}: {storage_error(e)}") from e
+                raise StorageBlocked(f"{blocked}: {storage_error(e)}") from e
             yield gate.wait()
             continue
-        gate.succeeded(sink)
+        for name in sorted(refused):
+            gate.succeeded(name)
         return result

@@ -20,7 +20,7 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from spiderd.core.storage import storage_error
+from spiderd.core.storage import blame, storage_error
 
 log = Logger()
 
@@ -43,6 +43,8 @@ class StoreGuard:
                 self._reopen()
                 self._resync()
             except Exception as e:
+                if storage_error(e) is not None:
+                    blame(e, "pool")
                 return defer.fail(e)
             log.debug("Pool: its store opened again (it refused a write: {error})", error=self.refused)
             self.refused = None
@@ -53,6 +55,7 @@ class StoreGuard:
             if words is None:
                 raise
             self.refused = words
+            blame(e, "pool")  # (the pool's disk, whoever called: the items writer's checkpoint, say)
             try:
                 self._resync()
             except Exception as again:  # (read again before the next call)
