@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import errno
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
@@ -52,17 +52,19 @@ class StorageBlocked(Exception):
 
 def storage_error(error: BaseException | Failure | None) -> str | None:
     """What a storage failure is (``disk full``, ``read-only server`` ...), or None when ``error`` is not one."""
-    seen = 0
-    while error is not None and seen < 8:
-        seen += 1
+    return next((words for e in _chain(error) if (words := _words_of(e)) is not None), None)
+
+
+def _chain(error: BaseException | Failure | None) -> Iterator[BaseException]:
+    """``error`` and those it was raised from (a FirstError of gatherResults: its inner failure), at most 8."""
+    for _ in range(8):
         if isinstance(error, Failure):
             error = error.value
-        found = _words_of(error)
-        if found is not None:
-            return found
-        inner = getattr(error, "subFailure", None)  # a FirstError of gatherResults
+        if error is None:
+            return
+        yield error
+        inner = getattr(error, "subFailure", None)
         error = inner if inner is not None else (error.__cause__ or error.__context__)
-    return None
 
 
 def blame(error: BaseException, sink: str) -> None:
@@ -76,17 +78,7 @@ def blame(error: BaseException, sink: str) -> None:
 
 def sink_of(error: BaseException | Failure | None) -> str | None:
     """The sink :func:`blame` named for ``error`` (or an error it was raised from), or None."""
-    seen = 0
-    while error is not None and seen < 8:
-        seen += 1
-        if isinstance(error, Failure):
-            error = error.value
-        found = getattr(error, _SINK, None)
-        if found is not None:
-            return str(found)
-        inner = getattr(error, "subFailure", None)
-        error = inner if inner is not None else (error.__cause__ or error.__context__)
-    return None
+    return next((str(sink) for e in _chain(error) if (sink := getattr(e, _SINK, None)) is not None), None)
 
 
 def _words_of(error: BaseException) -> str | None:
