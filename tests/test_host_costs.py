@@ -317,3 +317,26 @@ class HostMemoryTests(TestCase):
             read(i)
         per_host = kept_per_host(read, 500, self.HOSTS)
         self.assertLess(per_host, 150, f"{per_host:.0f} bytes kept a host without sitemaps")
+
+    def test_robots_bytes_per_origin(self) -> None:
+        """Origins whose robots.txt have the same rules (each naming its own sitemap, as a platform's sites do)
+        share one parse: what an origin costs the parsed table is its entry, not a parse (1,745 bytes an origin
+        with a parse each, for a file of two rules; 266 shared)."""
+        clock = Clock()
+        clock.advance(1_000_000)
+
+        def answer(url: str, limit: int, truncate: bool = False) -> defer.Deferred[FetchResult]:
+            body = f"User-agent: *\nDisallow: /private/\nSitemap: {url[:-11]}/sitemap.xml\n".encode()
+            return defer.succeed(FetchResult(url, 200, url, body=body))
+
+        robots = Robots(answer, clock, "spiderd/1.0", store=robots_store(self.mktemp()))  # the node's store
+        self.addCleanup(robots.close)
+        named: list[list[str]] = []
+        robots.add_sitemap_listener(lambda origin, urls: named.append(urls) if len(named) < 2 else None)
+        allowed = lambda i: self.assertTrue(self.successResultOf(robots.allowed(origin(i) + "/p/1")))  # noqa: E731
+        for i in range(500):  # the tables' first growth
+            allowed(i)
+        per_origin = kept_per_host(allowed, 500, self.HOSTS)
+        self.assertLess(per_origin, 400, f"{per_origin:.0f} bytes kept an origin")
+        self.assertFalse(self.successResultOf(robots.allowed(origin(1) + "/private/x")))
+        self.assertEqual(named, [[f"{origin(0)}/sitemap.xml"], [f"{origin(1)}/sitemap.xml"]])  # each its own
