@@ -9,14 +9,18 @@ from typing import Any, Callable
 
 from twisted.internet import defer, reactor
 from twisted.internet.address import IPv4Address
-from twisted.internet.task import Clock
+from twisted.internet.protocol import Protocol
+from twisted.internet.task import Clock, deferLater
 from twisted.trial.unittest import TestCase
+from twisted.web import client, resource, server
+from twisted.web.http_headers import Headers
 
 from spiderd.config.sections import SitemapsSection
 from spiderd.core.blocking import Lane
 from spiderd.core.rules import Site
 from spiderd.core.stats import CrawlStats
 from spiderd.core.throttle import HostThrottles
+from spiderd.fetch.connections import CachedEndpoints, ConnectionPool
 from spiderd.fetch.dns import CachingResolver
 from spiderd.fetch.extract import Rules
 from spiderd.fetch.fetcher import FetchResult
@@ -340,3 +344,74 @@ class HostMemoryTests(TestCase):
         self.assertLess(per_origin, 400, f"{per_origin:.0f} bytes kept an origin")
         self.assertFalse(self.successResultOf(robots.allowed(origin(1) + "/private/x")))
         self.assertEqual(named, [[f"{origin(0)}/sitemap.xml"], [f"{origin(1)}/sitemap.xml"]])  # each its own
+
+
+class Page(resource.Resource):
+    """1,000 bytes at every path."""
+
+    isLeaf = True
+
+    def render_GET(self, request: Any) -> bytes:
+        return b"x" * 1000
+
+
+class Drain(Protocol):
+    """Reads an answer's body; ``done`` fires at its end."""
+
+    def __init__(self, done: defer.Deferred[None]) -> None:
+        self.done = done
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self.done.callback(None)
+
+
+class IdleConnectionTests(TestCase):
+    """The fetcher's connection pool holds at most ``max_idle`` idle connections of all hosts together (a
+    real server on 127.0.0.1; each host a key of the pool, as the fetcher keys its connections by origin)."""
+
+    HOSTS = 200
+    CAP = 20
+
+    def setUp(self) -> None:
+        site = server.Site(Page())
+        site.log = lambda request: None  # type: ignore[method-assign]  # no access log kept by the test
+        self.port = reactor.listenTCP(0, site, interface="127.0.0.1")
+        self.addCleanup(self.port.stopListening)
+        url = f"http://127.0.0.1:{self.port.getHost().port}/".encode()
+        self.endpoint = CachedEndpoints(reactor, 10.0, None).endpointForURI(client.URI.fromBytes(url))  # as the
+        # fetcher's: quiet (Twisted's factories log each start and stop, and the log keeps the last events)
+
+    @defer.inlineCallbacks
+    def fetch(self, pool: ConnectionPool, host: int) -> Any:
+        """One GET on a connection of key ``host``; the answer read, the connection back in the pool."""
+        connection = yield pool.getConnection(("http", host), self.endpoint)
+        answer = yield connection.request(client.Request(b"GET", b"/", Headers({b"host": [b"h%d" % host]}), None,
+                                                         persistent=True))
+        done: defer.Deferred[None] = defer.Deferred()
+        answer.deliverBody(Drain(done))
+        yield done
+
+    @defer.inlineCallbacks
+    def test_idle_connections_capped_across_hosts(self) -> Any:
+        """Past ``max_idle``, the connection idle longest is closed: what the pool holds a host met once does not
+        grow with the hosts met within the keep-alive timeout (5,640 bytes a host with no cap, both ends of
+        the loopback counted: all 200 held idle, a socket each; 770 with 20 at most)."""
+        pool = ConnectionPool(reactor, 2, 10.0, max_idle=self.CAP)
+        self.addCleanup(pool.closeCachedConnections)
+        yield self.fetch(pool, 0)  # the first connection's imports and tables
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for host in range(1, self.HOSTS + 1):
+                yield self.fetch(pool, host)
+            for _ in range(20):  # the closed connections' last reads on the reactor
+                yield deferLater(reactor, 0.01, lambda: None)
+            gc.collect()
+            per_host = (tracemalloc.get_traced_memory()[0] - before) / self.HOSTS
+        finally:
+            tracemalloc.stop()
+        held = (pool.idle(), len(pool._timeouts), sum(map(len, pool._connections.values())), len(pool._connections))
+        self.assertEqual(held, (self.CAP,) * 4)  # no host's empty list left either
+        self.assertLess(per_host, 1500, f"{per_host:.0f} bytes kept a host")
+        yield self.fetch(pool, self.HOSTS)  # the host idle last: its connection is taken again, none made
+        self.assertEqual(pool.idle(), self.CAP)
