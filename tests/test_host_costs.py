@@ -345,6 +345,34 @@ class HostMemoryTests(TestCase):
         self.assertFalse(self.successResultOf(robots.allowed(origin(1) + "/private/x")))
         self.assertEqual(named, [[f"{origin(0)}/sitemap.xml"], [f"{origin(1)}/sitemap.xml"]])  # each its own
 
+    def test_crawl_delays_bytes_per_host(self) -> None:
+        """The robots.txt Crawl-delays of hosts without a slot are kept up to ``delays_kept`` (the last told or let
+        go), those of hosts with a slot whatever their number: a host met once costs nothing past the bound (239
+        bytes a host, for good, when every delay told was kept; 66 now: the 300 slots still in their delay)."""
+        clock = Clock()
+        politeness = Politeness(delay=0.5, delays_kept=500)
+
+        def meet(i: int) -> None:  # its robots.txt read (a Crawl-delay), a URL fetched, the host drained
+            host = origin(i)[7:]
+            politeness.set_robots_delay(host, 2.0)
+            slot = politeness.slot(host, host.encode())
+            slot.waiting = 1
+            politeness.taken(slot, 1, clock.seconds())
+            politeness.release(slot)
+            clock.advance(0.01)
+            if i % 100 == 0:
+                politeness.collect(clock.seconds())
+
+        for i in range(1000):  # the tables' first growth
+            meet(i)
+        per_host = kept_per_host(meet, 1000, self.HOSTS)
+        self.assertLess(per_host, 120, f"{per_host:.0f} bytes kept a host")
+        kept = origin(self.HOSTS + 999)[7:]  # the last met: its slot gone since, its delay kept
+        politeness.collect(clock.seconds() + 10)
+        self.assertNotIn(kept, politeness.hosts)
+        self.assertEqual((politeness.delays(kept), politeness.slot(kept, b"k").delay), ((0.5, 2.0), 2.0))
+        self.assertEqual(politeness.delays(origin(0)[7:]), (0.5, 0.0))  # told longest ago: forgotten
+
 
 class Page(resource.Resource):
     """1,000 bytes at every path."""
