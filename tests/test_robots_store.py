@@ -13,7 +13,7 @@ from twisted.trial import unittest
 from twisted.web import resource, server
 
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
-from spiderd.fetch.robots import ERROR_TTL, TTL, Robots
+from spiderd.fetch.robots import ERROR_TTL, TTL, Parses, Robots
 from spiderd.fetch.robotstore import ANSWER, DiskStore, Kept, MemoryStore, RobotsStore, robots_store
 
 from .helpers import ClockedReactor
@@ -156,3 +156,27 @@ class StoreExpiryTests(unittest.TestCase):
         self.assertEqual(len(reads), 2)
         self.assertIsNone(store.get("http://h0.test", 0.0))  # expired at 100, and swept
         self.assertIsNotNone(store.get("http://h1.test", 100.5))
+
+
+class SharedParseTests(unittest.SynchronousTestCase):
+    """Files with the same rules share one parse; their Sitemap: lines stay each origin's own."""
+
+    def test_same_rules_one_parse(self) -> None:
+        """Two files that differ only in their Sitemap: lines (one between two groups) share a parse."""
+        parses = Parses()
+        a, named_a = parses.parse(b"User-agent: a\nSitemap: /a.xml\nUser-agent: b\nDisallow: /x\n", "http://a")
+        b, named_b = parses.parse(b"User-agent: a\nUser-agent: b\nDisallow: /x\nsitemap : /b.xml\n", "http://b")
+        self.assertIs(a, b)
+        self.assertEqual((named_a, named_b), (["/a.xml"], ["/b.xml"]))
+        assert a is not None
+        self.assertFalse(a.can_fetch("http://a/x", "a"))  # one group of two agents: the Sitemap line split none
+
+    def test_other_rules_their_own_parse(self) -> None:
+        """A rule on a line of its own (after a carriage return) is a rule: the files do not share a parse."""
+        parses = Parses()
+        a, _ = parses.parse(b"User-agent: *\nSitemap: /a.xml\rDisallow: /x\n", "http://a")
+        b, named = parses.parse(b"User-agent: *\nSitemap: /a.xml\n", "http://b")
+        self.assertIsNot(a, b)
+        assert a is not None and b is not None
+        self.assertEqual((a.can_fetch("http://a/x", "spiderd"), b.can_fetch("http://b/x", "spiderd")), (False, True))
+        self.assertEqual(named, ["/a.xml"])

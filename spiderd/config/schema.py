@@ -60,6 +60,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "max_body_size": "positive_int",
         "max_redirects": "count",
         "keepalive_timeout": "positive",
+        "max_idle_connections": "count",  # 0: no cap
         "dns_cache_ttl": "non_negative",
         "user_agent": "header",
         "robots": "bool",

@@ -89,6 +89,7 @@ class FetchSection:
     max_body_size: int = 10 * 1024 * 1024
     max_redirects: int = 5
     keepalive_timeout: float = 10.0
+    max_idle_connections: int = 1000  # idle keep-alive connections of all hosts together (0: no cap)
     dns_cache_ttl: float = 300.0  # seconds a host name's addresses are reused; 0: look up at every connection
     user_agent: str = "spiderd/0.1 (+https://github.com/spiderd/spiderd)"
     robots: bool = True

@@ -1,6 +1,8 @@
-"""The bounded host -> address table of per-IP politeness (the frontier's pool and the worker's slots).
+"""The bounded host tables of politeness (the frontier's pool and the worker's slots): a host's address (per-IP
+politeness) and its robots.txt Crawl-delay.
 
-Each host maps to the key of its group (its address, as the caller keys it), the hosts told last at the end;
+Each host maps to a value (the key of its group: its address, as the caller keys it; or a delay), the hosts told
+last at the end;
 ``trim`` forgets those told longest ago, down to a bound, but never the hosts the caller still needs (a broad
 crawl meets millions of hosts once: their addresses must not pile up).
 
@@ -14,15 +16,18 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import overload
+from typing import Generic, TypeVar, overload
+
+V = TypeVar("V")
 
 
-class AddressTable:
-    """host -> its group's key, in the order told (the last told last), besides the pinned hosts'."""
+class AddressTable(Generic[V]):
+    """host -> its value (its group's key, a delay), in the order told (the last told last), besides the pinned
+    hosts'."""
 
     def __init__(self) -> None:
-        self._order: OrderedDict[str, str] = OrderedDict()  # the hosts trim may forget, told longest ago first
-        self._pinned: dict[str, str] = {}
+        self._order: OrderedDict[str, V] = OrderedDict()  # the hosts trim may forget, told longest ago first
+        self._pinned: dict[str, V] = {}
 
     def __len__(self) -> int:
         return len(self._order) + len(self._pinned)
@@ -35,19 +40,19 @@ class AddressTable:
         yield from self._order
 
     @overload
-    def get(self, host: str) -> str | None: ...
+    def get(self, host: str) -> V | None: ...
 
     @overload
-    def get(self, host: str, default: str) -> str: ...
+    def get(self, host: str, default: V) -> V: ...
 
-    def get(self, host: str, default: str | None = None) -> str | None:
-        """The key of ``host``'s group, or ``default``."""
+    def get(self, host: str, default: V | None = None) -> V | None:
+        """The value of ``host`` (the key of its group), or ``default``."""
         key = self._pinned.get(host)
         return key if key is not None else self._order.get(host, default)
 
-    def tell(self, host: str, key: str | None, pinned: bool = False) -> None:
-        """``host`` is in group ``key`` from now on, the last told; None: on its own (forgotten). ``pinned``: the
-        caller needs it (see :meth:`pin`)."""
+    def tell(self, host: str, key: V | None, pinned: bool = False) -> None:
+        """``host``'s value is ``key`` from now on (it is in group ``key``), the last told; None: forgotten (on
+        its own). ``pinned``: the caller needs it (see :meth:`pin`)."""
         if key is None:
             self._order.pop(host, None)
             self._pinned.pop(host, None)

@@ -18,6 +18,7 @@ then holds the group, not its hosts, and the group's hosts take turns in it (a r
 until it is told a group, and moves when its address changes.  The address told of a host is kept while the host
 has a slot; of the others, those told last, up to ``groups_kept`` addresses in all (a host forgotten by ``collect``
 that comes back rejoins its group; one told longer ago is on its own until its next lookup tells it again).
+A robots.txt Crawl-delay is kept the same way (``delays_kept``): a broad crawl meets millions of hosts once.
 
 Nothing here costs in proportion to the hosts known, per URL or per host: a slot whose last URL left (nothing
 waiting, nothing in flight) is noted as it happens, and ``collect`` looks at those only; the hosts with waiting
@@ -154,9 +155,11 @@ class Politeness:
     hosts: dict[str, HostSlot] = field(default_factory=dict)
     _heap: list[tuple[float, int, HostSlot | HostGroup]] = field(default_factory=list)
     _tiebreak: itertools.count[int] = field(default_factory=itertools.count)
-    _robots_delay: dict[str, float] = field(default_factory=dict)
     groups_kept: int = 100_000  # addresses kept of hosts without a slot (ten times the fetcher's DNS cache)
-    _group_of: AddressTable = field(default_factory=AddressTable)  # host -> its group (per-IP), last told last
+    _group_of: AddressTable[str] = field(default_factory=AddressTable)  # host -> its group (per-IP), last told last
+    delays_kept: int = 100_000  # robots.txt Crawl-delays kept of hosts without a slot (five times Robots' table:
+    # a host whose delay went left that table long before, and is told again when its robots.txt is read again)
+    _robots_delay: AddressTable[float] = field(default_factory=AddressTable)  # host -> its Crawl-delay
     _groups: dict[str, HostGroup] = field(default_factory=dict)
     _tally: Tally = field(default_factory=Tally)
     released: list[Callable[[HostSlot], None]] = field(default_factory=list)  # told after each release (a unit freed)
@@ -171,6 +174,7 @@ class Politeness:
             self._tally.idle[host] = None  # until it has a URL
             key = self._group_of.get(host)
             self._group_of.pin(host)
+            self._robots_delay.pin(host)
             if key is not None:
                 self._join(slot, key)
         return slot
@@ -328,8 +332,10 @@ class Politeness:
         return self.overrides.get(host, (self.delay, self.concurrency))[0], self._robots_delay.get(host, 0.0)
 
     def set_robots_delay(self, host: str, delay: float) -> None:
-        """Raise ``host``'s delay to its robots.txt Crawl-delay."""
-        self._robots_delay[host] = delay
+        """Raise ``host``'s delay to its robots.txt Crawl-delay (kept while it has a slot, then among the last
+        ``delays_kept`` told or let go)."""
+        self._robots_delay.tell(host, delay, pinned=host in self.hosts)
+        self._robots_delay.trim(self.delays_kept)
         slot = self.hosts.get(host)
         if slot is not None:
             slot.delay = max(slot.delay, delay)
@@ -354,6 +360,7 @@ class Politeness:
         if slot is not None:
             self._tally.idle.pop(host, None)
             self._group_of.unpin(host)
+            self._robots_delay.unpin(host)
             group = slot.group
             if group is not None:
                 self._leave(group)
@@ -361,6 +368,7 @@ class Politeness:
                     self._groups.pop(group.key, None)
                     self._tally.empty_groups.pop(group.key, None)
         self._group_of.trim(self.groups_kept)
+        self._robots_delay.trim(self.delays_kept)
 
     def collect(self, now: float) -> None:
         """Forget hosts with nothing waiting, nothing in flight and no pending delay, groups no host is in, and
@@ -378,11 +386,13 @@ class Politeness:
                 continue
             del self.hosts[host]
             self._group_of.unpin(host)
+            self._robots_delay.unpin(host)
             if slot.group is not None:
                 self._leave(slot.group)
         tally.idle = later
         tally.blocked.expire(now)
         self._group_of.trim(self.groups_kept)
+        self._robots_delay.trim(self.delays_kept)
         for key in tally.empty_groups:
             group = self._groups.get(key)
             if group is not None and group.members <= 0:

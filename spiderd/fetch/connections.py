@@ -14,11 +14,17 @@ APIs: ``HTTPConnectionPool.getConnection``, ``Request.persistent``,
 Twisted's pool keeps an empty list for every host it ever pooled a connection of,
 so :class:`ConnectionPool` drops a host's list once it is empty (``getConnection``
 took its last connection, or ``_removeConnection`` closed it), or a crawl of a
-million hosts would keep a million lists.
+million hosts would keep a million lists.  And it keeps every idle connection
+until its timeout: a crawl of many hosts, each met again only after the
+timeout, would hold ``keepalive_timeout`` x its connections a second open and
+idle, so :class:`ConnectionPool` also caps the idle connections of all hosts
+together (``max_idle``): past it, the one idle longest is closed (an
+OrderedDict in the order they became idle, O(1) a connection).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any, Hashable
 
@@ -122,8 +128,9 @@ class _QuietFactory(Factory):
 
 
 class ConnectionPool(client.HTTPConnectionPool):
-    """Twisted's pool: at most ``per_host`` idle connections per host, each closed after ``keepalive_timeout``
-    seconds idle, and only connections the answer lets be reused.
+    """Twisted's pool: at most ``per_host`` idle connections per host and ``max_idle`` in all (0: no cap; past
+    it the one idle longest is closed), each closed after ``keepalive_timeout`` seconds idle, and only
+    connections the answer lets be reused.
 
     ``retryAutomatically``: a GET that got no answer on a connection taken from
     the pool is sent once more on a new connection; one that fails on a new
@@ -135,22 +142,56 @@ class ConnectionPool(client.HTTPConnectionPool):
     retryAutomatically = True
     _factory = framing.Factory  # its connections' protocol: framing faults named, none pooled out of step
 
-    def __init__(self, reactor: IReactorTime, per_host: int, keepalive_timeout: float) -> None:
+    def __init__(self, reactor: IReactorTime, per_host: int, keepalive_timeout: float, max_idle: int = 0) -> None:
         super().__init__(reactor, persistent=True)
         self.maxPersistentPerHost = per_host
         self.cachedConnectionTimeout = keepalive_timeout  # type: ignore[assignment]  # inferred int; seconds
+        self.max_idle = max_idle
+        self._idle: OrderedDict[Any, Hashable] = OrderedDict()  # idle connection -> its key, idle longest first
+
+    def idle(self) -> int:
+        """Connections idle in the pool, of all hosts."""
+        return len(self._idle)
 
     def getConnection(  # type: ignore[override]  # _Connection stands in for the protocol (request is all Agent calls)
         self, key: Hashable, endpoint: IStreamClientEndpoint
     ) -> Deferred[_Connection]:
+        idle = tuple(self._connections.get(key, ()))
         d = super().getConnection(key, endpoint).addCallback(_Connection)
+        self._left(idle)
         self._forget_if_empty(key)
         return d
 
+    def _putConnection(self, key: Hashable, connection: Any) -> None:
+        """Twisted's (an answered connection back in the pool, its host's idle longest closed past ``per_host``),
+        then the one idle longest of all hosts closed past ``max_idle``."""
+        idle = tuple(self._connections.get(key, ()))
+        super()._putConnection(key, connection)
+        self._left(idle)
+        if connection in self._timeouts:
+            self._idle[connection] = key
+        while self.max_idle and len(self._idle) > self.max_idle:
+            oldest, its_key = self._idle.popitem(last=False)
+            self._timeouts[oldest].cancel()
+            self._removeConnection(its_key, oldest)
+
     def _removeConnection(self, key: Hashable, connection: Any) -> None:
-        """Twisted's (an idle connection timed out), then the host's list goes if that was its last."""
+        """Twisted's (an idle connection timed out, or the cap closed it), then the host's list goes if that was
+        its last."""
+        self._idle.pop(connection, None)
         super()._removeConnection(key, connection)
         self._forget_if_empty(key)
+
+    def _left(self, connections: Iterable[Any]) -> None:
+        """Of ``connections`` (idle before), those no longer idle leave the order (a host's few: O(per_host))."""
+        for connection in connections:
+            if connection not in self._timeouts:
+                self._idle.pop(connection, None)
+
+    def closeCachedConnections(self) -> Deferred[None]:
+        self._idle.clear()
+        closed: Deferred[None] = super().closeCachedConnections()
+        return closed
 
     def _forget_if_empty(self, key: Hashable) -> None:
         if not self._connections.get(key, True):

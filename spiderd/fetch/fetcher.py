@@ -104,6 +104,7 @@ class FetchConfig:
     max_redirects: int = 5
     per_host_connections: int = 8
     keepalive_timeout: float = 10.0
+    max_idle_connections: int = 1000  # idle keep-alive connections of all hosts together, per pool (0: no cap)
     dns_cache_ttl: float = 300.0
     source_addresses: tuple[str, ...] = ()
     robots: bool = False  # obey robots.txt: the fetcher checks every URL against its own Robots
@@ -119,6 +120,7 @@ def fetch_config(fetch: FetchSection, sites: tuple[Any, ...] = (), robots_store:
         user_agent=fetch.user_agent, connect_timeout=fetch.connect_timeout, timeout=fetch.timeout,
         max_body_size=fetch.max_body_size, max_redirects=fetch.max_redirects,
         per_host_connections=fetch.per_host_concurrency, keepalive_timeout=fetch.keepalive_timeout,
+        max_idle_connections=fetch.max_idle_connections,
         dns_cache_ttl=fetch.dns_cache_ttl, source_addresses=fetch.source_addresses, robots=fetch.robots, sites=sites,
         tell_addresses=fetch.politeness == "ip", robots_store=robots_store,
     )
@@ -165,7 +167,8 @@ class Fetcher:
         self._sites.replace(sites)
 
     def _agent(self, address: str | None) -> client.Agent:
-        pool = ConnectionPool(self._reactor, self._config.per_host_connections, self._config.keepalive_timeout)
+        pool = ConnectionPool(self._reactor, self._config.per_host_connections, self._config.keepalive_timeout,
+                              self._config.max_idle_connections)
         self._pools.append(pool)
         bind = (address, 0) if address else None
         endpoints = CachedEndpoints(self._connecting, self._config.connect_timeout, bind, tls=self._tls)

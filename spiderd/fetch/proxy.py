@@ -63,6 +63,7 @@ class Proxies:
         self._connect_timeout = config.connect_timeout
         self._per_host = config.per_host_connections
         self._keepalive = config.keepalive_timeout
+        self._max_idle = config.max_idle_connections
         self._tls = tls or client.BrowserLikePolicyForHTTPS()
         self._proxies: dict[str, _Proxy] = {}
         self.pools = pools
@@ -78,7 +79,7 @@ class Proxies:
 
     def _make(self, proxy: str) -> _Proxy:
         parsed = ProxyURL.parse(proxy)
-        pool = ConnectionPool(self._reactor, self._per_host, self._keepalive)
+        pool = ConnectionPool(self._reactor, self._per_host, self._keepalive, self._max_idle)
         self.pools.append(pool)
         endpoint = self._endpoints.tcp(parsed.host, parsed.port)
         tunnels = TunnelEndpoints(endpoint, self._reactor, parsed.authorization, self._connect_timeout,

@@ -5,8 +5,9 @@ the ``[[sites]]`` has its robots.txt read, the sitemaps it names (``[sitemaps] f
 ``paths`` of that host (``/sitemap.xml``) are fetched, one file after the other (``per_host_delay`` apart, or
 the host's ``[fetch.hosts]`` delay), at most ``max_files`` of them, a sitemap index's sitemaps included: an
 index listed by an index is not read (one level of nesting, as the protocol allows), nor is any file twice, so
-an index that lists itself ends there.  At most HOSTS_AT_ONCE hosts are read at a time (a file is held whole,
-up to ``max_size``, while it is parsed).  Each file is parsed and filtered on a lane of its own
+an index that lists itself ends there.  A host with nothing to read (no ``Sitemap:`` line, no ``paths``) is
+neither claimed, nor timed, nor remembered: it costs the reader no memory.  At most HOSTS_AT_ONCE hosts are
+read at a time (a file is held whole, up to ``max_size``, while it is parsed).  Each file is parsed and filtered on a lane of its own
 (:func:`spiderd.fetch.sitemaps.read`: a 50 MB file takes about a second), and its URLs are queued in chunks
 of ADD_CHUNK, cooperatively: list URLs into the pool, detail URLs where the crawler sends them (the batcher,
 or the pool's detail queue).
@@ -138,16 +139,26 @@ class SitemapService(Service):
     # -- when robots.txt is read ----------------------------------------------------
 
     def robots_read(self, origin: str, named: list[str]) -> None:
-        """A host's robots.txt was read and names ``named``: read the host's sitemaps if never read (this run)."""
+        """A host's robots.txt was read and names ``named``: read the host's sitemaps if never read (this run).
+
+        A host with no sitemap to read (its robots.txt names none, no ``paths``) is neither claimed nor timed
+        nor remembered (and forgotten if it was): it costs no memory."""
         if not self.running or self._rules.site_for(origin + "/") is None:
             return
+        named = named[: self._config.max_files] if self._config.from_robots else []
         host = self._hosts.get(origin)
+        if not named and not self._config.paths:
+            if host is not None and host.reading:
+                host.named = []  # for its next refresh, if it comes before the next read of its robots.txt
+            elif host is not None:
+                self._forget(origin)
+            return
         if host is None:
             host = self._hosts[origin] = _Host()
         if not host.reading:
             self._rest(origin)
         if self._config.from_robots:
-            host.named = named[: self._config.max_files]
+            host.named = named
         if not host.reading and host.read_at is None:
             self._start(origin, host)
 
@@ -157,9 +168,14 @@ class SitemapService(Service):
         self._idle[origin] = None
         self._idle.move_to_end(origin)
         while len(self._idle) > MAX_HOSTS:
-            host = self._hosts.pop(self._idle.popitem(last=False)[0])
-            if host.call is not None and host.call.active():
-                host.call.cancel()
+            self._forget(next(iter(self._idle)))
+
+    def _forget(self, origin: str) -> None:
+        """Forget the idle host ``origin``: its place in the idle order, its refresh."""
+        self._idle.pop(origin, None)
+        host = self._hosts.pop(origin)
+        if host.call is not None and host.call.active():
+            host.call.cancel()
 
     def _refresh(self, origin: str) -> None:
         host = self._hosts.get(origin)
