@@ -203,10 +203,25 @@ class Servers:
         return stats
 
     @defer.inlineCallbacks
-    def used_memory(self) -> Gen:
-        infos = yield defer.gatherResults([link.execute("INFO", "memory") for link in self.links])
+    def used_memory(self, replicas: bool = False) -> Gen:
+        """``used_memory`` summed over the servers (the masters; ``replicas``: the replicas)."""
+        infos = yield defer.gatherResults([link.execute("INFO", "memory")
+                                           for link in (self.replicas if replicas else self.links)])
         return sum(int(next(line for line in info.split() if line.startswith("used_memory:")).split(":")[1])
                    for info in infos)
+
+    @defer.inlineCallbacks
+    def replicated(self) -> Gen:
+        """Whether every replica has all its master's writes (each master's ``master_repl_offset``, as many times
+        as it has replicas, adds up to the replicas' ``slave_repl_offset``)."""
+        def offset(info: str, name: str) -> int:
+            return int(next(line for line in info.split() if line.startswith(name + ":")).split(":")[1])
+
+        masters = yield defer.gatherResults([link.execute("INFO", "replication") for link in self.links])
+        copies = yield defer.gatherResults([link.execute("INFO", "replication") for link in self.replicas])
+        share = len(self.replicas) // len(self.links)
+        return (sum(offset(info, "master_repl_offset") for info in masters) * share
+                == sum(offset(info, "slave_repl_offset") for info in copies))
 
     @defer.inlineCallbacks
     def scan(self, pattern: str) -> Gen:
@@ -604,9 +619,10 @@ def seen_memory(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen
     prefix = args.prefix
     pool = yield open_pool(args, reactor, prefix)
     before = yield servers.used_memory()
-    for base in range(0, args.seen, BATCH):
-        yield pool.seen_add([url(i) for i in range(base, min(args.seen, base + BATCH))])
+    copies = yield servers.used_memory(replicas=True)
+    yield in_flight(args.seen, lambda a, b: pool.seen_add([url(i) for i in range(a, b)]), "seen")
     ours = ((yield servers.used_memory()) - before) / args.seen
+    yield replica_memory(servers, reactor, copies, args.seen, "seen")
     print(f"spiderd seen set: {args.seen} URLs: {ours:.1f} bytes per URL (used_memory)", flush=True)
     buckets = [(link, key) for link, key in (yield servers.scan(_glob_escape(prefix) + "*s:*")) if ":s:" in key]
     usage, encodings = [], set()
@@ -632,15 +648,44 @@ def seen_memory(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen
     return ours, theirs
 
 
+IN_FLIGHT = 4  # batches of BATCH URLs in flight in the memory measurements
+
+
+@defer.inlineCallbacks
+def in_flight(total: int, call: Any, what: str) -> Gen:
+    """``call(first, end)`` for each batch of BATCH of ``total`` URLs, IN_FLIGHT at a time; a line each million."""
+    gate, started = defer.DeferredSemaphore(IN_FLIGHT), time.time()
+
+    def batch(base: int) -> defer.Deferred[Any]:
+        end = min(total, base + BATCH)
+        if end % 1_000_000 < BATCH and end >= 1_000_000:
+            print(f"  {end:,} URLs {what} after {time.time() - started:.0f} s", flush=True)
+        return call(base, end)
+
+    yield defer.gatherResults([gate.run(batch, base) for base in range(0, total, BATCH)], consumeErrors=True)
+
+
+@defer.inlineCallbacks
+def replica_memory(servers: Servers, reactor: Any, before: int, urls: int, what: str) -> Gen:
+    """With replicas: print their ``used_memory`` growth a URL since ``before``, once they have caught up."""
+    if not servers.replicas:
+        return
+    while not (yield servers.replicated()):
+        yield task.deferLater(reactor, 0.5, lambda: None)
+    grown = ((yield servers.used_memory(replicas=True)) - before) / urls
+    print(f"  {what}: the replicas' used_memory grew {grown:.1f} bytes per URL", flush=True)
+
+
 @defer.inlineCallbacks
 def waiting_memory(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
     """Bytes of Redis memory per waiting URL: ``used_memory`` growth while ``--seen`` URLs are queued."""
     prefix = f"{args.prefix}wait:"
     pool = yield open_pool(args, reactor, prefix)
     before = yield servers.used_memory()
-    for base in range(0, args.seen, BATCH):
-        yield pool.addmany([url(i) for i in range(base, min(args.seen, base + BATCH))])
+    copies = yield servers.used_memory(replicas=True)
+    yield in_flight(args.seen, lambda a, b: pool.addmany([url(i) for i in range(a, b)]), "queued")
     per_url = ((yield servers.used_memory()) - before) / args.seen
+    yield replica_memory(servers, reactor, copies, args.seen, "waiting")
     yield pool.close()
     print(f"waiting URLs: {args.seen} queued over {HOSTS} hosts: {per_url:.1f} bytes per URL (used_memory)", flush=True)
     yield servers.delete(prefix)
