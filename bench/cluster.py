@@ -41,7 +41,8 @@ itself.  Every key lives under a prefix of this run and is deleted at
 the end.  Memory per waiting URL is the growth of ``used_memory`` while as many URLs are added (queued).
 
 ``--cluster`` starts a Redis Cluster of three masters on free loopback ports
-(tests/rediscluster.py; no persistence, as the machine's Redis runs, unless ``--aof``: fsync always) and runs
+(tests/rediscluster.py; no persistence, as the machine's Redis runs, unless ``--aof``: fsync always, or
+``--fsync everysec``) and runs
 everything on the partitioned pool; Redis CPU is each master's ``INFO cpu``,
 reported per shard with the spread between shards ((max - min) / mean), and
 memory is summed over the masters.  Its 1000 hosts are 1000 registered domains
@@ -50,8 +51,10 @@ gives the single Redis the same URLs.  ``--replicas 1`` gives each master a repl
 slots as before); Redis CPU stays the masters' (``redis_us_per_page``), each replica's is shown beside it.
 ``--durability none,replica`` runs the crawler-shaped mix once per ``[pool] redis_durability`` (the other parts
 with the first) and adds ``redis_us_per_page_<mode>``, ``replica_us_per_page_<mode>``, ``pages_per_s_<mode>`` and
-``ceiling_per_shard_<mode>`` (1e6 / the busiest master's CPU a page) to the RESULT line ("aof" needs Redis 7.2 or
-later).  Ends with one ``RESULT key=value ...`` line.
+``ceiling_per_shard_<mode>`` (1e6 / the busiest master's CPU a page) to the RESULT line ("aof" needs ``--aof`` and
+a Redis 7.2 or later: ``--server /path/to/redis-server``; ``--aof`` turns the AOF on for every mode of the run).
+The memory parts print a line each million URLs and, with replicas, the replicas' ``used_memory`` growth a URL (once
+their replication offsets have caught up with their masters').  Ends with one ``RESULT key=value ...`` line.
 """
 
 from __future__ import annotations
@@ -741,6 +744,9 @@ def main() -> None:
     parser.add_argument("--cluster", action="store_true", help="start a 3-master Redis Cluster and bench on it")
     parser.add_argument("--aof", action="store_true", help="--cluster: AOF with fsync always (as the tests run it)")
     parser.add_argument("--replicas", type=int, default=0, help="--cluster: replicas of each master")
+    parser.add_argument("--fsync", default="always", choices=("always", "everysec"), help="--aof: appendfsync")
+    parser.add_argument("--server", default="redis-server",
+                        help="--cluster: the redis-server binary its nodes run (\"aof\" needs 7.2 or later)")
     parser.add_argument("--durability", default="none",
                         help="[pool] redis_durability; several, comma-separated: the crawler-shaped mix once each")
     parser.add_argument("--domains", action="store_true", help="hosts are 1000 registered domains (www.shopN.com)")
@@ -781,7 +787,8 @@ def main() -> None:
         task.react(worker if args.worker else driver, (args,))
     elif args.cluster:
         with tempfile.TemporaryDirectory(prefix="spiderd-bench-cluster-") as directory:
-            cluster = RedisCluster(directory, aof=args.aof, replicas=args.replicas).start()
+            cluster = RedisCluster(directory, aof=args.aof, replicas=args.replicas, server=args.server,
+                                   fsync=args.fsync).start()
             try:
                 args.redis, args.ports = cluster.url, cluster.ports
                 print(f"Redis Cluster of {cluster.masters} masters with {args.replicas} replica(s) each on ports "

@@ -14,7 +14,9 @@ and ``restart(i)`` (same port, same directory, its AOF and nodes.conf) stand for
 a crash; ``stop()`` ends every process (also when a test failed: call it from a
 cleanup).  A master also ends with the thread that started it (``PR_SET_PDEATHSIG``
 on Linux): a run ended without its clean-ups (pytest-timeout's ``os._exit``, a
-SIGKILL) leaves no redis-server behind.  Blocking: call it from a test's set-up, never from the reactor.
+SIGKILL) leaves no redis-server behind.  ``server`` is the binary the nodes run (``redis-server`` on PATH;
+``waitaof_server()`` finds one with WAITAOF, 7.2 or later), ``fsync`` the AOF's appendfsync.  Blocking: call it from a
+test's set-up, never from the reactor.
 """
 
 from __future__ import annotations
@@ -106,9 +108,10 @@ class RedisCluster:
     master 0, 1, ...) and ``url`` once started.  A node is named by its index in ``ports``."""
 
     def __init__(self, directory: str | os.PathLike[str], masters: int = MASTERS, aof: bool = True,
-                 replicas: int = 0, server: str = "redis-server") -> None:
+                 replicas: int = 0, server: str = "redis-server", fsync: str = "always") -> None:
         self.directory = Path(directory)
         self.server = server  # the redis-server binary every node runs
+        self.fsync = fsync  # appendfsync, with the AOF on
         self.masters = masters
         self.replicas = replicas
         self.aof = aof  # False: no persistence (a bench of CPU, not of the disk)
@@ -147,7 +150,7 @@ class RedisCluster:
         command = [self.server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(home),
                    "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                    "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no",
-                   "--appendonly", "yes" if self.aof else "no", "--appendfsync", "always", "--save", "",
+                   "--appendonly", "yes" if self.aof else "no", "--appendfsync", self.fsync, "--save", "",
                    "--logfile", str(home / "redis.log"), "--daemonize", "no"]
         self._procs[i] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           preexec_fn=_dying_with(os.getpid()))
