@@ -51,7 +51,8 @@ gives the single Redis the same URLs.  ``--replicas 1`` gives each master a repl
 slots as before); Redis CPU stays the masters' (``redis_us_per_page``), each replica's is shown beside it.
 ``--durability none,replica`` runs the crawler-shaped mix once per ``[pool] redis_durability`` (the other parts
 with the first) and adds ``redis_us_per_page_<mode>``, ``replica_us_per_page_<mode>``, ``pages_per_s_<mode>`` and
-``ceiling_per_shard_<mode>`` (1e6 / the busiest master's CPU a page) to the RESULT line ("aof" needs ``--aof`` and
+``ceiling_per_shard_<mode>`` (1e6 / the busiest master's CPU a page: the pages/s of the whole cluster at which that
+master is saturated; one shard carries about 1e6 / ``redis_us_per_page_<mode>``) to the RESULT line ("aof" needs ``--aof`` and
 a Redis 7.2 or later: ``--server /path/to/redis-server``; ``--aof`` turns the AOF on for every mode of the run).
 The memory parts print a line each million URLs and, with replicas, the replicas' ``used_memory`` growth a URL (once
 their replication offsets have caught up with their masters').  Ends with one ``RESULT key=value ...`` line.
