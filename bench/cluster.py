@@ -52,7 +52,10 @@ slots as before); Redis CPU stays the masters' (``redis_us_per_page``), each rep
 ``--durability none,replica`` runs the crawler-shaped mix once per ``[pool] redis_durability`` (the other parts
 with the first) and adds ``redis_us_per_page_<mode>``, ``replica_us_per_page_<mode>``, ``pages_per_s_<mode>`` and
 ``ceiling_per_shard_<mode>`` (1e6 / the busiest master's CPU a page: the pages/s of the whole cluster at which that
-master is saturated; one shard carries about 1e6 / ``redis_us_per_page_<mode>``) to the RESULT line ("aof" needs ``--aof`` and
+master is saturated; one shard carries about 1e6 / ``redis_us_per_page_<mode>``) to the RESULT line, and
+``redis_us_per_page_net_<mode>`` (and ``replica_us_per_page_net_<mode>``): the same less what the servers spend
+idle (cron, the cluster bus; measured for ``--idle`` seconds before the mix) over the mix's time, which a slow mode
+("aof": a tenth of the pages/s) would otherwise count in its pages ("aof" needs ``--aof`` and
 a Redis 7.2 or later: ``--server /path/to/redis-server``; ``--aof`` turns the AOF on for every mode of the run).
 The memory parts print a line each million URLs and, with replicas, the replicas' ``used_memory`` growth a URL (once
 their replication offsets have caught up with their masters').  Ends with one ``RESULT key=value ...`` line.
@@ -697,6 +700,29 @@ def waiting_memory(args: argparse.Namespace, reactor: Any, servers: Servers) -> 
 
 
 @defer.inlineCallbacks
+def idle_cpu(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
+    """(each master's, each replica's) CPU seconds a second while nothing is asked of them for ``--idle`` seconds:
+    cron, the cluster bus, replication pings (about 1-2 ms a second each), which a slow mix counts in its pages."""
+    masters, replicas = (yield servers.cpu()), (yield servers.cpu(replicas=True))
+    yield task.deferLater(reactor, args.idle, lambda: None)
+    masters = [used / args.idle for used in cpu_used(masters, (yield servers.cpu()))]
+    replicas = [used / args.idle for used in cpu_used(replicas, (yield servers.cpu(replicas=True)))]
+    print(f"idle CPU: masters {'/'.join(f'{1e3 * r:.2f}' for r in masters)} ms a second, replicas "
+          f"{'/'.join(f'{1e3 * r:.2f}' for r in replicas)}", flush=True)
+    return masters, replicas
+
+
+def net_keys(mode: str, each: list[float], copies: list[float], rate: float,
+             idle: tuple[list[float], list[float]]) -> str:
+    """RESULT keys of a mode's Redis CPU a page less what the servers spend idle over the mix's time (1 / rate a
+    page): ``redis_us_per_page_net_<mode>``, ``replica_us_per_page_net_<mode>``."""
+    net = sum(us - r * 1e6 / rate for us, r in zip(each, idle[0]))
+    copies_net = sum(us - r * 1e6 / rate for us, r in zip(copies, idle[1]))
+    return f"redis_us_per_page_net_{mode}={net:.1f} " + (f"replica_us_per_page_net_{mode}={copies_net:.1f} "
+                                                         if copies else "")
+
+
+@defer.inlineCallbacks
 def driver(reactor: Any, args: argparse.Namespace) -> Gen:
     servers = yield Servers.open(args.redis, args.ports)
     only = set(args.only.split(",")) if args.only else set(PARTS)
@@ -704,6 +730,7 @@ def driver(reactor: Any, args: argparse.Namespace) -> Gen:
     try:
         shards, mix_rate = yield (crawl_mix(args, reactor, servers) if "mix" in only else nothing(([0.0], 0.0)))
         durable: dict[str, tuple[float, list[float], list[float], float]] = {}
+        idle = yield (idle_cpu(args, reactor, servers) if "crawler" in only and args.idle > 0 else nothing(None))
         for mode in args.durability.split(",") if "crawler" in only else ():
             args.mode = mode
             durable[mode] = yield crawler_mix(args, reactor, servers)
@@ -727,6 +754,7 @@ def driver(reactor: Any, args: argparse.Namespace) -> Gen:
                       f"{'/'.join(f'{us:.1f}' for us in each)} "
                       + (f"replica_us_per_page_{mode}={sum(copies):.1f} " if copies else "")
                       + f"pages_per_s_{mode}={rate:.0f} ceiling_per_shard_{mode}={1e6 / max(each):.0f} "
+                      + (net_keys(mode, each, copies, rate, idle) if idle else "")
                       for mode, (total, each, copies, rate) in durable.items()) if len(durable) > 1 else ""
     print(f"RESULT {by_mode}redis_cpu_us_per_page={crawler or sum(shards):.1f} "  # issue 17's key: the crawler-shaped figure
           f"redis_us_per_page={sum(shards):.1f} redis_us_per_page_crawler={crawler:.1f} {per_shard}mix_pages_per_s={mix_rate:.0f} "
@@ -745,6 +773,8 @@ def main() -> None:
     parser.add_argument("--cluster", action="store_true", help="start a 3-master Redis Cluster and bench on it")
     parser.add_argument("--aof", action="store_true", help="--cluster: AOF with fsync always (as the tests run it)")
     parser.add_argument("--replicas", type=int, default=0, help="--cluster: replicas of each master")
+    parser.add_argument("--idle", type=float, default=10.0,
+                        help="seconds of the servers' idle CPU measured before the crawler-shaped mix (0: none)")
     parser.add_argument("--fsync", default="always", choices=("always", "everysec"), help="--aof: appendfsync")
     parser.add_argument("--server", default="redis-server",
                         help="--cluster: the redis-server binary its nodes run (\"aof\" needs 7.2 or later)")
