@@ -41,7 +41,8 @@ itself.  Every key lives under a prefix of this run and is deleted at
 the end.  Memory per waiting URL is the growth of ``used_memory`` while as many URLs are added (queued).
 
 ``--cluster`` starts a Redis Cluster of three masters on free loopback ports
-(tests/rediscluster.py; no persistence, as the machine's Redis runs, unless ``--aof``: fsync always) and runs
+(tests/rediscluster.py; no persistence, as the machine's Redis runs, unless ``--aof``: fsync always, or
+``--fsync everysec``) and runs
 everything on the partitioned pool; Redis CPU is each master's ``INFO cpu``,
 reported per shard with the spread between shards ((max - min) / mean), and
 memory is summed over the masters.  Its 1000 hosts are 1000 registered domains
@@ -50,8 +51,14 @@ gives the single Redis the same URLs.  ``--replicas 1`` gives each master a repl
 slots as before); Redis CPU stays the masters' (``redis_us_per_page``), each replica's is shown beside it.
 ``--durability none,replica`` runs the crawler-shaped mix once per ``[pool] redis_durability`` (the other parts
 with the first) and adds ``redis_us_per_page_<mode>``, ``replica_us_per_page_<mode>``, ``pages_per_s_<mode>`` and
-``ceiling_per_shard_<mode>`` (1e6 / the busiest master's CPU a page) to the RESULT line ("aof" needs Redis 7.2 or
-later).  Ends with one ``RESULT key=value ...`` line.
+``ceiling_per_shard_<mode>`` (1e6 / the busiest master's CPU a page: the pages/s of the whole cluster at which that
+master is saturated; one shard carries about 1e6 / ``redis_us_per_page_<mode>``) to the RESULT line, and
+``redis_us_per_page_net_<mode>`` (and ``replica_us_per_page_net_<mode>``): the same less what the servers spend
+idle (cron, the cluster bus; measured for ``--idle`` seconds before the mix) over the mix's time, which a slow mode
+("aof": a tenth of the pages/s) would otherwise count in its pages ("aof" needs ``--aof`` and
+a Redis 7.2 or later: ``--server /path/to/redis-server``; ``--aof`` turns the AOF on for every mode of the run).
+The memory parts print a line each million URLs and, with replicas, the replicas' ``used_memory`` growth a URL (once
+their replication offsets have caught up with their masters').  Ends with one ``RESULT key=value ...`` line.
 """
 
 from __future__ import annotations
@@ -203,10 +210,25 @@ class Servers:
         return stats
 
     @defer.inlineCallbacks
-    def used_memory(self) -> Gen:
-        infos = yield defer.gatherResults([link.execute("INFO", "memory") for link in self.links])
+    def used_memory(self, replicas: bool = False) -> Gen:
+        """``used_memory`` summed over the servers (the masters; ``replicas``: the replicas)."""
+        infos = yield defer.gatherResults([link.execute("INFO", "memory")
+                                           for link in (self.replicas if replicas else self.links)])
         return sum(int(next(line for line in info.split() if line.startswith("used_memory:")).split(":")[1])
                    for info in infos)
+
+    @defer.inlineCallbacks
+    def replicated(self) -> Gen:
+        """Whether every replica has all its master's writes (each master's ``master_repl_offset``, as many times
+        as it has replicas, adds up to the replicas' ``slave_repl_offset``)."""
+        def offset(info: str, name: str) -> int:
+            return int(next(line for line in info.split() if line.startswith(name + ":")).split(":")[1])
+
+        masters = yield defer.gatherResults([link.execute("INFO", "replication") for link in self.links])
+        copies = yield defer.gatherResults([link.execute("INFO", "replication") for link in self.replicas])
+        share = len(self.replicas) // len(self.links)
+        return (sum(offset(info, "master_repl_offset") for info in masters) * share
+                == sum(offset(info, "slave_repl_offset") for info in copies))
 
     @defer.inlineCallbacks
     def scan(self, pattern: str) -> Gen:
@@ -604,9 +626,10 @@ def seen_memory(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen
     prefix = args.prefix
     pool = yield open_pool(args, reactor, prefix)
     before = yield servers.used_memory()
-    for base in range(0, args.seen, BATCH):
-        yield pool.seen_add([url(i) for i in range(base, min(args.seen, base + BATCH))])
+    copies = yield servers.used_memory(replicas=True)
+    yield in_flight(args.seen, lambda a, b: pool.seen_add([url(i) for i in range(a, b)]), "seen")
     ours = ((yield servers.used_memory()) - before) / args.seen
+    yield replica_memory(servers, reactor, copies, args.seen, "seen")
     print(f"spiderd seen set: {args.seen} URLs: {ours:.1f} bytes per URL (used_memory)", flush=True)
     buckets = [(link, key) for link, key in (yield servers.scan(_glob_escape(prefix) + "*s:*")) if ":s:" in key]
     usage, encodings = [], set()
@@ -632,19 +655,71 @@ def seen_memory(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen
     return ours, theirs
 
 
+IN_FLIGHT = 4  # batches of BATCH URLs in flight in the memory measurements
+
+
+@defer.inlineCallbacks
+def in_flight(total: int, call: Any, what: str) -> Gen:
+    """``call(first, end)`` for each batch of BATCH of ``total`` URLs, IN_FLIGHT at a time; a line each million."""
+    gate, started = defer.DeferredSemaphore(IN_FLIGHT), time.time()
+
+    def batch(base: int) -> defer.Deferred[Any]:
+        end = min(total, base + BATCH)
+        if end % 1_000_000 < BATCH and end >= 1_000_000:
+            print(f"  {end:,} URLs {what} after {time.time() - started:.0f} s", flush=True)
+        return call(base, end)
+
+    yield defer.gatherResults([gate.run(batch, base) for base in range(0, total, BATCH)], consumeErrors=True)
+
+
+@defer.inlineCallbacks
+def replica_memory(servers: Servers, reactor: Any, before: int, urls: int, what: str) -> Gen:
+    """With replicas: print their ``used_memory`` growth a URL since ``before``, once they have caught up."""
+    if not servers.replicas:
+        return
+    while not (yield servers.replicated()):
+        yield task.deferLater(reactor, 0.5, lambda: None)
+    grown = ((yield servers.used_memory(replicas=True)) - before) / urls
+    print(f"  {what}: the replicas' used_memory grew {grown:.1f} bytes per URL", flush=True)
+
+
 @defer.inlineCallbacks
 def waiting_memory(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
     """Bytes of Redis memory per waiting URL: ``used_memory`` growth while ``--seen`` URLs are queued."""
     prefix = f"{args.prefix}wait:"
     pool = yield open_pool(args, reactor, prefix)
     before = yield servers.used_memory()
-    for base in range(0, args.seen, BATCH):
-        yield pool.addmany([url(i) for i in range(base, min(args.seen, base + BATCH))])
+    copies = yield servers.used_memory(replicas=True)
+    yield in_flight(args.seen, lambda a, b: pool.addmany([url(i) for i in range(a, b)]), "queued")
     per_url = ((yield servers.used_memory()) - before) / args.seen
+    yield replica_memory(servers, reactor, copies, args.seen, "waiting")
     yield pool.close()
     print(f"waiting URLs: {args.seen} queued over {HOSTS} hosts: {per_url:.1f} bytes per URL (used_memory)", flush=True)
     yield servers.delete(prefix)
     return per_url
+
+
+@defer.inlineCallbacks
+def idle_cpu(args: argparse.Namespace, reactor: Any, servers: Servers) -> Gen:
+    """(each master's, each replica's) CPU seconds a second while nothing is asked of them for ``--idle`` seconds:
+    cron, the cluster bus, replication pings (about 1-2 ms a second each), which a slow mix counts in its pages."""
+    masters, replicas = (yield servers.cpu()), (yield servers.cpu(replicas=True))
+    yield task.deferLater(reactor, args.idle, lambda: None)
+    masters = [used / args.idle for used in cpu_used(masters, (yield servers.cpu()))]
+    replicas = [used / args.idle for used in cpu_used(replicas, (yield servers.cpu(replicas=True)))]
+    print(f"idle CPU: masters {'/'.join(f'{1e3 * r:.2f}' for r in masters)} ms a second, replicas "
+          f"{'/'.join(f'{1e3 * r:.2f}' for r in replicas)}", flush=True)
+    return masters, replicas
+
+
+def net_keys(mode: str, each: list[float], copies: list[float], rate: float,
+             idle: tuple[list[float], list[float]]) -> str:
+    """RESULT keys of a mode's Redis CPU a page less what the servers spend idle over the mix's time (1 / rate a
+    page): ``redis_us_per_page_net_<mode>``, ``replica_us_per_page_net_<mode>``."""
+    net = sum(us - r * 1e6 / rate for us, r in zip(each, idle[0]))
+    copies_net = sum(us - r * 1e6 / rate for us, r in zip(copies, idle[1]))
+    return f"redis_us_per_page_net_{mode}={net:.1f} " + (f"replica_us_per_page_net_{mode}={copies_net:.1f} "
+                                                         if copies else "")
 
 
 @defer.inlineCallbacks
@@ -655,6 +730,7 @@ def driver(reactor: Any, args: argparse.Namespace) -> Gen:
     try:
         shards, mix_rate = yield (crawl_mix(args, reactor, servers) if "mix" in only else nothing(([0.0], 0.0)))
         durable: dict[str, tuple[float, list[float], list[float], float]] = {}
+        idle = yield (idle_cpu(args, reactor, servers) if "crawler" in only and args.idle > 0 else nothing(None))
         for mode in args.durability.split(",") if "crawler" in only else ():
             args.mode = mode
             durable[mode] = yield crawler_mix(args, reactor, servers)
@@ -678,6 +754,7 @@ def driver(reactor: Any, args: argparse.Namespace) -> Gen:
                       f"{'/'.join(f'{us:.1f}' for us in each)} "
                       + (f"replica_us_per_page_{mode}={sum(copies):.1f} " if copies else "")
                       + f"pages_per_s_{mode}={rate:.0f} ceiling_per_shard_{mode}={1e6 / max(each):.0f} "
+                      + (net_keys(mode, each, copies, rate, idle) if idle else "")
                       for mode, (total, each, copies, rate) in durable.items()) if len(durable) > 1 else ""
     print(f"RESULT {by_mode}redis_cpu_us_per_page={crawler or sum(shards):.1f} "  # issue 17's key: the crawler-shaped figure
           f"redis_us_per_page={sum(shards):.1f} redis_us_per_page_crawler={crawler:.1f} {per_shard}mix_pages_per_s={mix_rate:.0f} "
@@ -696,6 +773,11 @@ def main() -> None:
     parser.add_argument("--cluster", action="store_true", help="start a 3-master Redis Cluster and bench on it")
     parser.add_argument("--aof", action="store_true", help="--cluster: AOF with fsync always (as the tests run it)")
     parser.add_argument("--replicas", type=int, default=0, help="--cluster: replicas of each master")
+    parser.add_argument("--idle", type=float, default=10.0,
+                        help="seconds of the servers' idle CPU measured before the crawler-shaped mix (0: none)")
+    parser.add_argument("--fsync", default="always", choices=("always", "everysec"), help="--aof: appendfsync")
+    parser.add_argument("--server", default="redis-server",
+                        help="--cluster: the redis-server binary its nodes run (\"aof\" needs 7.2 or later)")
     parser.add_argument("--durability", default="none",
                         help="[pool] redis_durability; several, comma-separated: the crawler-shaped mix once each")
     parser.add_argument("--domains", action="store_true", help="hosts are 1000 registered domains (www.shopN.com)")
@@ -736,7 +818,8 @@ def main() -> None:
         task.react(worker if args.worker else driver, (args,))
     elif args.cluster:
         with tempfile.TemporaryDirectory(prefix="spiderd-bench-cluster-") as directory:
-            cluster = RedisCluster(directory, aof=args.aof, replicas=args.replicas).start()
+            cluster = RedisCluster(directory, aof=args.aof, replicas=args.replicas, server=args.server,
+                                   fsync=args.fsync).start()
             try:
                 args.redis, args.ports = cluster.url, cluster.ports
                 print(f"Redis Cluster of {cluster.masters} masters with {args.replicas} replica(s) each on ports "

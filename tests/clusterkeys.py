@@ -19,6 +19,7 @@ class ClusterCase:
     tearDownClass."""
 
     replicas = 0
+    server = "redis-server"  # the binary the cluster's nodes run
     cluster: RedisCluster
     _directory: tempfile.TemporaryDirectory[str]
 
@@ -31,7 +32,7 @@ class ClusterCase:
         if available() is not None:
             return  # each test skips (or fails under SPIDERD_REQUIRE_SERVICES=1) in setUp
         cls._directory = tempfile.TemporaryDirectory(prefix="spiderd-cluster-")
-        cls.cluster = RedisCluster(cls._directory.name, replicas=cls.replicas).start()
+        cls.cluster = RedisCluster(cls._directory.name, replicas=cls.replicas, server=cls.server).start()
 
     @classmethod
     def tearDownClass(cls) -> None:

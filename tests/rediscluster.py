@@ -14,7 +14,9 @@ and ``restart(i)`` (same port, same directory, its AOF and nodes.conf) stand for
 a crash; ``stop()`` ends every process (also when a test failed: call it from a
 cleanup).  A master also ends with the thread that started it (``PR_SET_PDEATHSIG``
 on Linux): a run ended without its clean-ups (pytest-timeout's ``os._exit``, a
-SIGKILL) leaves no redis-server behind.  Blocking: call it from a test's set-up, never from the reactor.
+SIGKILL) leaves no redis-server behind.  ``server`` is the binary the nodes run (``redis-server`` on PATH;
+``waitaof_server()`` finds one with WAITAOF, 7.2 or later), ``fsync`` the AOF's appendfsync.  Blocking: call it from a
+test's set-up, never from the reactor.
 """
 
 from __future__ import annotations
@@ -41,6 +43,31 @@ def available() -> str | None:
     """None when redis-server and redis-cli are on PATH, else what is missing."""
     missing = [name for name in ("redis-server", "redis-cli") if shutil.which(name) is None]
     return f"{' and '.join(missing)} not on PATH (apt-get install redis-server)" if missing else None
+
+
+WAITAOF_SERVER = "SPIDERD_REDIS_SERVER_72"  # the environment variable naming a redis-server 7.2 or later
+
+
+def server_version(server: str) -> tuple[int, int] | None:
+    """(major, minor) of the ``server`` binary (``redis-server --version``), None if it does not run."""
+    try:
+        done = subprocess.run([server, "--version"], capture_output=True, text=True, timeout=10)
+    except OSError:
+        return None
+    words = [word for word in done.stdout.split() if word.startswith("v=")]
+    return tuple(int(n) for n in words[0][2:].split(".")[:2]) if words else None  # type: ignore[return-value]
+
+
+def waitaof_server() -> tuple[str | None, str]:
+    """A redis-server with WAITAOF (Redis 7.2 or later) for ``redis_durability = "aof"``: the one that
+    $SPIDERD_REDIS_SERVER_72 names, else the one on PATH if it is recent enough; (None, why not) if none."""
+    server = os.environ.get(WAITAOF_SERVER) or shutil.which("redis-server")
+    version = server_version(server) if server else None
+    if server and version and version >= (7, 2):
+        return server, ""
+    found = f"{server} is Redis {'.'.join(map(str, version))}" if server and version else f"no redis-server ({server})"
+    return None, (f"needs a redis-server 7.2 or later (WAITAOF): {found}; set {WAITAOF_SERVER} to the path of one "
+                  "(any build: Debian 12 ships 7.0)")
 
 
 def _free(port: int) -> bool:
@@ -81,8 +108,10 @@ class RedisCluster:
     master 0, 1, ...) and ``url`` once started.  A node is named by its index in ``ports``."""
 
     def __init__(self, directory: str | os.PathLike[str], masters: int = MASTERS, aof: bool = True,
-                 replicas: int = 0) -> None:
+                 replicas: int = 0, server: str = "redis-server", fsync: str = "always") -> None:
         self.directory = Path(directory)
+        self.server = server  # the redis-server binary every node runs
+        self.fsync = fsync  # appendfsync, with the AOF on
         self.masters = masters
         self.replicas = replicas
         self.aof = aof  # False: no persistence (a bench of CPU, not of the disk)
@@ -118,10 +147,10 @@ class RedisCluster:
         port = self.ports[i]
         home = self.directory / f"node{port}"
         home.mkdir(parents=True, exist_ok=True)
-        command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(home),
+        command = [self.server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(home),
                    "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                    "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no",
-                   "--appendonly", "yes" if self.aof else "no", "--appendfsync", "always", "--save", "",
+                   "--appendonly", "yes" if self.aof else "no", "--appendfsync", self.fsync, "--save", "",
                    "--logfile", str(home / "redis.log"), "--daemonize", "no"]
         self._procs[i] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           preexec_fn=_dying_with(os.getpid()))

@@ -1,11 +1,13 @@
 """The partitioned pool on a real Redis Cluster of three masters with a replica each, through failovers: a
-``CLUSTER FAILOVER`` and a master killed (its replica promoted by the cluster), during a crawl of three nodes;
-and ``[pool] redis_durability`` on a Redis with no replica."""
+``CLUSTER FAILOVER`` and a master killed (its replica promoted by the cluster), during a crawl of three nodes,
+with ``redis_durability = "replica"`` and (on a Redis 7.2 or later) ``"aof"``; and ``[pool] redis_durability`` on a
+Redis with no replica."""
 
 from __future__ import annotations
 
 import subprocess
 import time
+import unittest
 import uuid
 from collections import defaultdict
 from typing import Any, Generator
@@ -22,6 +24,7 @@ from spiderd.frontier.pool.redis.cluster import key_slot
 from spiderd.frontier.pool.redis.partitions import partition_of, partition_tags
 
 from .clusterkeys import ClusterCase, settle
+from .rediscluster import waitaof_server
 from .test_pool_contract import RedisKeys
 
 Gen = Generator[Any, Any, None]
@@ -152,12 +155,19 @@ class FailoverTests(ClusterCase, TestCase):
         partition = max(left, key=left.__getitem__)
         return self.cluster.master_of(key_slot("{%s}" % tags[partition]))
 
-    def fcalls(self, i: int) -> int:
-        """Script calls node ``i`` has run (INFO commandstats)."""
+    def fcalls(self, i: int, command: str = "fcall") -> int:
+        """Calls of ``command`` (script calls by default) node ``i`` has run (INFO commandstats)."""
         for line in self.cluster.cli(self.cluster.ports[i], "INFO", "commandstats").splitlines():
-            if line.startswith("cmdstat_fcall:"):
+            if line.startswith(f"cmdstat_{command}:"):
                 return int(line.split("calls=")[1].split(",")[0])
         return 0
+
+    def asked(self, i: int, before: int) -> bool:
+        """Whether a node has asked master ``i`` for an acknowledgement of its writes since ``before`` calls of
+        WAIT (WAITAOF): one blocked (its replica paused) or answered; always with "none", which never asks."""
+        command = "waitaof" if self.durability == "aof" else "wait"
+        blocked = "blocked_clients:0" not in self.cluster.cli(self.cluster.ports[i], "INFO", "clients")
+        return self.durability == "none" or blocked or self.fcalls(i, command) > before
 
     def junk_on(self, i: int) -> None:
         """Write JUNK_MB megabytes to a key of master ``i`` (blocking: redis-cli)."""
@@ -209,8 +219,10 @@ class FailoverTests(ClusterCase, TestCase):
             try:
                 self.junk_on(master)
                 before = self.fcalls(master)
+                waits = self.fcalls(master, "waitaof" if self.durability == "aof" else "wait")
                 crawl.start(3)
                 yield settle(lambda: self.fcalls(master) >= before + 3, "writes on the master")
+                yield settle(lambda: self.asked(master, waits), "a node asking for its writes' acknowledgement")
                 killed = time.monotonic()
                 self.cluster.kill(master)
             finally:
@@ -226,6 +238,18 @@ class FailoverTests(ClusterCase, TestCase):
         assert took_over and all(f"127.0.0.1:{self.cluster.ports[replica]}" in line for line in took_over), text
         stats = (yield crawl.drive([crawl.nodes[2].stats()]))[0]
         assert (stats["waiting"], stats["pending"], stats["done"]) == (0, 0, 600), (stats, promoted)
+
+
+WAITAOF, NO_WAITAOF = waitaof_server()
+
+
+@unittest.skipIf(WAITAOF is None, NO_WAITAOF)
+class AofFailoverTests(FailoverTests):
+    """The same failovers with ``redis_durability = "aof"`` (``WAITAOF 1 1``: a write is acknowledged once its
+    master's AOF and a replica's have it), on a redis-server 7.2 or later ($SPIDERD_REDIS_SERVER_72 or PATH)."""
+
+    durability = "aof"
+    server = WAITAOF or "redis-server"
 
 
 class DurabilityAloneTests(RedisKeys, TestCase):
