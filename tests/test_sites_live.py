@@ -356,19 +356,5 @@ class RedisLiveSitesTests(LiveSitesTests):
             self.shop.release(n)
         yield first.getServiceNamed("crawler").finished
 
-    @defer.inlineCallbacks
     def _delete_keys(self) -> Any:
-        from spiderd.frontier.pool.redis.link import RedisLink, parse_redis_url
-
-        admin = RedisLink(parse_redis_url(self.redis_url))
-        try:
-            cursor, found = "0", set()
-            while True:
-                cursor, batch = yield admin.execute("SCAN", cursor, "MATCH", self.namespace + "*", "COUNT", "1000")
-                found.update(batch)
-                if cursor == "0":
-                    break
-            if found:
-                yield admin.execute("DEL", *found)
-        finally:
-            yield admin.close()
+        return services.delete_redis_keys(self.redis_url, self.namespace + "*")

@@ -13,7 +13,8 @@ contract               methods                                                  
 :class:`IBatchLedger`  seen_filter, seen_add, next_batch                        the batcher
 :class:`IClaims`       claim_once, claim_content                                the seed timer, sitemaps, the engine
 :class:`ILinkbase`     add_links                                                the crawler
-:class:`IHostPolicy`   set_host_delay, set_host_group                           robots.txt, the fetcher's lookups
+:class:`IHostPolicy`   set_host_delay, set_host_group, set_politeness           robots.txt, the fetcher's lookups,
+                                                                                a reload
 :class:`IURLPoolAdmin` why, hosts, export, import_states                        the admin API (a backend may lack it)
 =====================  =======================================================  ===================================
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
     from spiderd.core.conditional import Validators
     from spiderd.core.recrawls import Recrawl
+    from spiderd.core.rules import PoliteRules
 
 HOSTS_MOST = 200  # hosts one IURLPoolAdmin.hosts() answer holds at most
 
@@ -248,6 +250,10 @@ class IHostPolicy(Interface):
         """Per-IP politeness: ``host`` shares one politeness slot (next-allowed time, requests in flight) with
         the other hosts of ``group`` (their address, as the fetch connected to it); ``group == host``: a slot
         of its own again.  A host is on its own until told a group."""
+
+    def set_politeness(rules: PoliteRules) -> Deferred[None]:
+        """Pace hosts by ``rules`` (``[fetch]``'s politeness keys, changed at run time) from their next request on:
+        requests in flight and the next-allowed times already set are kept."""
 
 
 class ISeedTimerPool(ISeedLists, IClaims):

@@ -26,6 +26,7 @@ from twisted.internet.interfaces import IReactorTime
 from zope.interface import implementer
 
 from spiderd.contracts.pool import IURLPool, IURLPoolAdmin
+from spiderd.core.rules import PoliteRules
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.content import KVContent
 from spiderd.frontier.pool.crawled import CrawledSets
@@ -117,6 +118,10 @@ class KVPool(PartsPool):
 
     def set_host_group(self, host: str, group: str) -> defer.Deferred[None]:
         self.politeness.set_group(host, group)
+        return defer.succeed(None)
+
+    def set_politeness(self, rules: PoliteRules) -> defer.Deferred[None]:
+        self.politeness.configure(rules)
         return defer.succeed(None)
 
     # -- maintenance ----------------------------------------------------------------

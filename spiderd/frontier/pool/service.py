@@ -116,5 +116,4 @@ def pool_options(config: PoolSection, fetching: FetchSection, sites: tuple[Site,
 
 def pool_politeness(fetching: FetchSection) -> Politeness:
     """The per-host turns of ``[fetch]``: delay, concurrency, the adaptive rule, and each ``[fetch.hosts]`` table's."""
-    return Politeness(fetching.per_host_delay, fetching.per_host_concurrency, fetching.host_overrides,
-                      fetching.adaptive, fetching.host_adaptive)
+    return Politeness.of(fetching.polite)

@@ -11,6 +11,7 @@ counts, seeds, host policy, closing.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -21,6 +22,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from spiderd.contracts.pool import IURLPool, IURLPoolAdmin
+from spiderd.core.rules import PoliteRules
 from spiderd.core.urls import registered_domain
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.content import RedisContent
@@ -94,12 +96,20 @@ class RedisPool(PartsPool):
         d = link.execute("HSETNX", meta, "seen_bucket_bits", str(self.channel.bits))
         d.addCallback(lambda _: link.execute("HGET", meta, "seen_bucket_bits"))
         d.addCallback(self._adopt_bits)
-        for host, value in self._host_conf().items():
-            d.addCallback(lambda _, h, v: link.execute("HSET", self.channel.prefix + "conf", h, v), host, value)
+        d.addCallback(lambda _: self.write_conf())
         if self.hops.tracking:  # hop counts (perhaps kept by an older version, which set no mark) go at final statuses
             d.addCallback(lambda _: link.execute("HSET", meta, "hops", "1"))
         d.addCallback(lambda _: self.channel.keep_encodings())
         return d.addCallback(lambda _: self)
+
+    def write_conf(self, dropped: Iterable[str] = ()) -> defer.Deferred[None]:
+        """Write this node's host overrides into ``P conf`` (for every node), and delete those of ``dropped``."""
+        link, key, conf = self.channel.link, self.channel.prefix + "conf", self._host_conf()
+        d = link.execute("HSET", key, *itertools.chain(*conf.items())) if conf else defer.succeed(None)
+        gone = [host for host in dropped if host not in conf]
+        if gone:
+            d.addCallback(lambda _: link.execute("HDEL", key, *gone))
+        return d.addCallback(lambda _: None)
 
     def _host_conf(self) -> dict[str, str]:
         """This node's ``P conf`` entries: host -> "delay concurrency", then its adaptive rule if it has its own."""
@@ -166,6 +176,11 @@ class RedisPool(PartsPool):
         """Raise a host's delay to its robots.txt Crawl-delay, for every node."""
         d = self.channel.execute("HSET", self.channel.prefix + "robots", host, repr(float(delay)))
         return d.addCallback(lambda _: None)
+
+    def set_politeness(self, rules: PoliteRules) -> defer.Deferred[None]:
+        """This node's politeness (its defaults go with each of its calls) and ``P conf``, rewritten: the hosts'
+        tables it had and has no more are deleted there, for every node."""
+        return self.write_conf(self.politeness.configure(rules))
 
     def set_host_group(self, host: str, group: str) -> defer.Deferred[None]:
         """Put ``host`` in the politeness group ``group`` (its address; ``host``: on its own again) for every node,
