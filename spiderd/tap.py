@@ -14,7 +14,7 @@ from typing import Any, cast
 from twisted.application.service import IService
 
 from spiderd.config import settings as cfg
-from spiderd.config.changes import POLITENESS_KEYS
+from spiderd.config.changes import POLITENESS_KEYS, SITEMAP_KEYS
 from spiderd.contracts.pool import IURLPool
 from spiderd.core import lifecycle
 from spiderd.core.blocking import Blocking
@@ -42,7 +42,7 @@ from spiderd.frontier.seeds import SeedService
 from spiderd.frontier.sharedsites import shared_sites
 from spiderd.frontier.sitemapservice import SitemapService, sitemap_service
 from spiderd.ops.options import Options
-from spiderd.ops.liveconfig import LiveConfig, on_keys
+from spiderd.ops.liveconfig import LiveConfig, Tuner, on_keys
 from spiderd.ops.reload import ReloadService
 from spiderd.ops.sitebook import SiteBook
 from spiderd.ops.sitetry import SiteTester
@@ -114,7 +114,8 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
     followers = [base.fetcher.set_sites] + ([frontier.sitemaps.set_sites] if frontier.sitemaps is not None else [])
     live = add(LiveConfig(s, reactor, base.blocking.lane("config"), base.parser.rules, followers, frontier.seeds,
                           renders=base.steps.modes is not None and base.steps.modes.pool is not None,
-                          tuners=[on_keys(POLITENESS_KEYS, _pacing(base, frontier, worker), "politeness")]))
+                          tuners=_tuners(base, frontier, worker),
+                          live_keys=SITEMAP_KEYS if frontier.sitemaps is not None else frozenset()))
     book = SiteBook(live, add(shared_sites(s.pool, reactor)) if base.pool is not None else None)
     add(api_service(s.api, reactor, Node(
         role, reactor, stats=base.stats, pool=base.pool, crawler=crawler, seeds=frontier.seeds,
@@ -203,6 +204,17 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
     if node.exit_when_done:
         crawler.finished.addCallback(lambda _: lifecycle.stop_when_idle(reactor, batcher, worker))
     return Frontier(crawler, seeds, batcher, recrawler, sitemaps)
+
+
+def _tuners(base: Base, frontier: Frontier, worker: WorkerService | None) -> list[Tuner]:
+    """The parts that take the live keys of their sections: the politeness of every role, the sitemap reader."""
+    tuners = [on_keys(POLITENESS_KEYS, _pacing(base, frontier, worker), "politeness")]
+    sitemaps = frontier.sitemaps
+    if sitemaps is not None:
+        tuners.append(on_keys(SITEMAP_KEYS | POLITENESS_KEYS, lambda fresh: sitemaps.configure(fresh.sitemaps,
+                                                                                                 fresh.fetch),
+                              "sitemap settings"))
+    return tuners
 
 
 def _pacing(base: Base, frontier: Frontier, worker: WorkerService | None) -> Callable[[cfg.Settings], Any]:

@@ -11,12 +11,14 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from spiderd.config.sections import SitemapsSection
 from spiderd.core.rules import Site
 
 POLITENESS_KEYS = frozenset({
     "fetch.per_host_delay", "fetch.per_host_concurrency", "fetch.delay_factor", "fetch.min_delay", "fetch.max_delay",
     "fetch.hosts",
 })  # how hosts are paced: the pools', the worker's and the sub-requests' politeness take them
+SITEMAP_KEYS = frozenset(f"sitemaps.{f.name}" for f in fields(SitemapsSection))  # live where a sitemap reader runs
 LIVE_KEYS = frozenset({"pool.seeds", "pool.hubs", "pool.hub_refresh_span", *POLITENESS_KEYS})  # besides the sites'
 # (LIVE_SITE_KEYS)
 LIVE_SITE_KEYS = frozenset({

@@ -45,10 +45,11 @@ class LiveConfig(Service):
 
     def __init__(self, settings: cfg.Settings, clock: IReactorTime, lane: Lane, rules: Rules,
                  followers: Sequence[Callable[[tuple[Site, ...]], object]] = (), seeds: SeedService | None = None,
-                 renders: bool = False, tuners: Sequence[Tuner] = ()) -> None:
+                 renders: bool = False, tuners: Sequence[Tuner] = (), live_keys: frozenset[str] = frozenset()) -> None:
         """``followers``: the parts told the new sites besides ``rules`` (the fetcher's ``set_sites``, the sitemap
         reader's); ``renders``: the node runs a render pool (a site may switch to rendering without a restart);
-        ``tuners``: the parts told each applied change (see :func:`on_keys`)."""
+        ``tuners``: the parts told each applied change (see :func:`on_keys`); ``live_keys``: the keys the node takes
+        live besides LIVE_KEYS (those of the parts it runs, such as a sitemap reader's)."""
         self.settings = self.started = settings
         self._clock = clock
         self.lane = lane
@@ -57,6 +58,7 @@ class LiveConfig(Service):
         self._seeds = seeds
         self._renders = renders
         self._tuners = tuple(tuners)
+        self._live_keys = live_keys
         self._lock = defer.DeferredLock()
         self.error: str | None = None  # the last refused change's error, until a change is applied
         self.error_at: float | None = None
@@ -131,6 +133,8 @@ class LiveConfig(Service):
         return [key for key in changed_keys(self.started, self.settings) if self._needs_restart(key)]
 
     def _needs_restart(self, key: str) -> bool:
+        if key in self._live_keys:
+            return False
         if key.startswith("sites.") and key.endswith(".render") and not self._renders:
             name = key[len("sites."):].rpartition(".")[0]
             return any(site.name == name and site.render != "never" for site in self.settings.sites)

@@ -1,6 +1,8 @@
-"""``[fetch]``'s politeness keys changed by a reload while a node crawls: the hosts known take the new delay and
-concurrency from their next request on, the request in flight and the next-allowed time already set are kept, and
-nothing is lost (LevelDB and Redis pools).  Time is a Clock the test advances, the I/O real (a loopback shop)."""
+"""Settings a reload changes while a node crawls (time a Clock the test advances, the I/O real: loopback sites).
+
+``[fetch]``'s politeness keys: the hosts known take the new delay and concurrency from their next request on, the
+request in flight and the next-allowed time already set are kept, and nothing is lost (LevelDB and Redis pools).
+``[sitemaps]``: the next read of a host's sitemaps follows the new keys, at the new ``refresh``."""
 
 from __future__ import annotations
 
@@ -36,19 +38,27 @@ class Timed(resource.Resource):
 
     isLeaf = True
 
-    def __init__(self, clock: Clock, held: tuple[int, ...] = (1, 2)) -> None:
+    def __init__(self, clock: Clock, held: tuple[int, ...] = (1, 2), links: int = ITEMS) -> None:
         super().__init__()
         self.clock = clock
         self.log: list[tuple[str, float]] = []
         self.held: dict[int, server.Request] = {}
         self.holding = set(held)
+        self.links = links
+        self.files: dict[str, bytes] = {}  # robots.txt, sitemaps
 
     def render_GET(self, request: server.Request) -> bytes | int:
         path = request.path.decode()
         self.log.append((path, self.clock.seconds() - START))
+        if path in self.files:
+            request.setHeader(b"content-type", b"text/plain" if path.endswith(".txt") else b"application/xml")
+            return self.files[path]
         request.setHeader(b"content-type", b"text/html")
         if path == "/list":
-            return "".join(f"<a href='/item/{n}'>{n}</a>" for n in range(1, ITEMS + 1)).encode()
+            return "".join(f"<a href='/item/{n}'>{n}</a>" for n in range(1, self.links + 1)).encode()
+        if not path.startswith("/item/"):
+            request.setResponseCode(404)
+            return b"no"
         n = int(path.rpartition("/")[2])
         if n in self.holding:
             self.held[n] = request
@@ -96,15 +106,18 @@ SLOW_HOST = '[fetch.hosts."{host}"]\ndelay = 100\nconcurrency = 1\n'  # (the pol
 FAST_HOST = '[fetch.hosts."{host}"]\ndelay = 2\nconcurrency = 2\n'
 
 
-class LivePolitenessTests(unittest.TestCase):
-    """A node crawling one host 100 s apart, one request at a time, is reloaded to 2 s apart, two at a time."""
+class ClockedNodeCase(unittest.TestCase):
+    """A node (built by tap, as twistd builds it) on a Clock, crawling the loopback shop ``self.shop``."""
 
     timeout = 60
+
+    def site(self) -> Timed:
+        return Timed(self.clock)
 
     def setUp(self) -> None:
         self.clock = Clock()
         self.clock.advance(START)
-        self.shop = Timed(self.clock)
+        self.shop = self.site()
         factory = server.Site(self.shop)
         factory.noisy = False
         port = reactor.listenTCP(0, factory, interface="127.0.0.1")
@@ -164,16 +177,22 @@ class LivePolitenessTests(unittest.TestCase):
     @defer.inlineCallbacks
     def run_to(self, crawler: Any, at: float, requests: int) -> Any:
         """Let clock time pass a second at a time up to ``at`` (from START), the crawler settled at each second
-        (nothing in flight but the held items, nothing being popped), until ``requests`` have come."""
-        def calm() -> bool:
-            return crawler.fetching == len(self.shop.held) and not crawler._popping
-
+        (``calm``), until ``requests`` have come."""
+        calm = self.calm(crawler)
         while True:
             yield self.settle(calm)
             if self.clock.seconds() - START >= at:
                 break
             self.clock.advance(1.0)
         yield self.settle(lambda: len(self.shop.log) >= requests)
+
+    def calm(self, crawler: Any) -> Callable[[], bool]:
+        """Nothing in flight but the held items, nothing being popped."""
+        return lambda: crawler.fetching == len(self.shop.held) and not crawler._popping
+
+
+class LivePolitenessTests(ClockedNodeCase):
+    """A node crawling one host 100 s apart, one request at a time, is reloaded to 2 s apart, two at a time."""
 
     @defer.inlineCallbacks
     def crawl_with_reload(self, before: str, after: str) -> Any:
@@ -284,6 +303,53 @@ class ConfigureTests(unittest.SynchronousTestCase):
         self.assertEqual(group.cap, 4)
         politeness.configure(PoliteRules(0.0, 2, {"b.test": (0.0, 3)}))
         self.assertEqual(group.cap, 3)
+
+
+SITEMAPS_BEFORE = "[sitemaps]\nmax_urls = 1\nrefresh = 1000\n"
+SITEMAPS_AFTER = "[sitemaps]\nmax_urls = 3\nrefresh = 10\n"
+
+
+class LiveSitemapsTests(ClockedNodeCase):
+    """A node reads a host's sitemap (robots.txt names it) with ``max_urls = 1`` and ``refresh = 1000``; reloaded
+    to 3 and 10, it reads it again 10 s after the end of the first read, taking 3 URLs."""
+
+    def site(self) -> Timed:
+        return Timed(self.clock, held=(), links=0)
+
+    def write(self, sitemaps: str) -> None:
+        text = toml(self.data, self.root, self.pool_section(), "").replace("robots = false", "robots = true")
+        self.file.write_text(text + sitemaps)
+
+    def calm(self, crawler: Any) -> Callable[[], bool]:
+        sitemaps = self.top.getServiceNamed("sitemaps")
+        return lambda: crawler.fetching == 0 and not crawler._popping and not sitemaps.busy()
+
+    @defer.inlineCallbacks
+    def test_the_next_read_takes_the_new_keys(self) -> Any:
+        """The refresh due at 1000 s comes at 10 s, and reads 3 URLs of the sitemap, not 1; nothing else changes."""
+        self.shop.files["/robots.txt"] = f"User-agent: *\nSitemap: {self.root}s.xml\n".encode()
+        self.shop.files["/s.xml"] = urlset(self.root, ["item/1", "item/2", "item/3"])
+        self.write(SITEMAPS_BEFORE)
+        self.top, reload = self.start()
+        crawler = self.top.getServiceNamed("crawler")
+        yield self.run_to(crawler, 0, 1)
+        yield self.settle(lambda: ("/item/1", 0.0) in self.shop.log and self.calm(crawler)())
+        self.write(SITEMAPS_AFTER)
+        with capturedLogs() as events:
+            self.assertTrue((yield reload.reload()))
+        self.assertIn("sitemaps.max_urls", " ".join(formatEvent(e) for e in events))
+        self.assertEqual(self.top.getServiceNamed("config").status()["restart_needed"], [])
+        yield self.run_to(crawler, 9, 1)
+        self.assertEqual([path for path, _ in self.shop.log].count("/s.xml"), 1)
+        yield self.run_to(crawler, 12, 1)
+        fetched = [(path, at) for path, at in self.shop.log if path.startswith(("/s.xml", "/item/"))]
+        self.assertEqual(fetched, [("/s.xml", 0.0), ("/item/1", 0.0), ("/s.xml", 10.0), ("/item/2", 10.0),
+                                   ("/item/3", 10.0)])
+
+
+def urlset(root: str, paths: list[str]) -> bytes:
+    entries = "".join(f"<url><loc>{root}{path}</loc></url>" for path in paths)
+    return f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</urlset>'.encode()
 
 
 class WorkerPolitenessTests(unittest.TestCase):
