@@ -35,7 +35,7 @@ from spiderd.fetch.fetcher import Fetcher, fetch_config
 from spiderd.fetch.parsepool import ParsePool, parse_rules
 from spiderd.frontier.batcher import Batcher, LocalWorker, build_batcher
 from spiderd.frontier.build import crawl_service
-from spiderd.frontier.pool.service import pool_service
+from spiderd.frontier.pool.service import pool_service, site_hops
 from spiderd.frontier.crawler import CrawlService
 from spiderd.frontier.scheduler import Recrawler, fetches_told, schedulers
 from spiderd.frontier.seeds import SeedService
@@ -209,6 +209,10 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
 def _tuners(base: Base, frontier: Frontier, worker: WorkerService | None) -> list[Tuner]:
     """The parts that take the live keys of their sections: the politeness of every role, the sitemap reader."""
     tuners = [on_keys(POLITENESS_KEYS, _pacing(base, frontier, worker), "politeness")]
+    pool = base.pool
+    if pool is not None:
+        tuners.append(on_keys(frozenset({"max_hops", "allowed_hosts"}),
+                              lambda fresh: pool.set_site_hops(site_hops(fresh.sites)), "sites' hop limits"))
     sitemaps = frontier.sitemaps
     if sitemaps is not None:
         tuners.append(on_keys(SITEMAP_KEYS | POLITENESS_KEYS, lambda fresh: sitemaps.configure(fresh.sitemaps,

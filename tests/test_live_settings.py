@@ -233,20 +233,26 @@ class LivePolitenessTests(ClockedNodeCase):
         yield self.crawl_with_reload(SLOW_HOST, FAST_HOST)
 
 
-class RedisLivePolitenessTests(LivePolitenessTests):
-    """The same on the Redis pool (its own key space, deleted after): the host tables are rewritten in ``P conf``,
-    for every node, and one a reload drops is deleted there."""
+class OnRedis:
+    """A ClockedNodeCase's node on the Redis pool (a key space of its own on the test Redis, deleted after)."""
+
+    namespace = redis_url = ""
 
     def setUp(self) -> None:
         host, port = services.need_redis()
-        super().setUp()
+        super().setUp()  # type: ignore[misc]  # (mixed into a TestCase)
         self.namespace = f"spiderd-test:{uuid.uuid4().hex[:12]}:"
         self.redis_url = f"redis://{host}:{port}/0"
-        self.addCleanup(self._delete_keys)
+        self.addCleanup(services.delete_redis_keys, self.redis_url, self.namespace + "*")  # type: ignore[attr-defined]
 
     def pool_section(self) -> dict[str, Any]:
         return {"backend": "redis", "redis_url": self.redis_url, "redis_prefix": self.namespace + "spiderd:",
                 "redis_namespace": self.namespace}
+
+
+class RedisLivePolitenessTests(OnRedis, LivePolitenessTests):
+    """The same on the Redis pool: the host tables are rewritten in ``P conf``, for every node, and one a reload
+    drops is deleted there."""
 
     @defer.inlineCallbacks
     def test_new_host_table(self) -> Any:
@@ -258,9 +264,6 @@ class RedisLivePolitenessTests(LivePolitenessTests):
         self.write(FAST_DEFAULTS)
         self.assertTrue((yield reload.reload()))
         self.assertIsNone((yield pool.channel.link.execute("HGET", conf, self.host)))
-
-    def _delete_keys(self) -> Any:
-        return services.delete_redis_keys(self.redis_url, self.namespace + "*")
 
 
 class ConfigureTests(unittest.SynchronousTestCase):
@@ -303,6 +306,70 @@ class ConfigureTests(unittest.SynchronousTestCase):
         self.assertEqual(group.cap, 4)
         politeness.configure(PoliteRules(0.0, 2, {"b.test": (0.0, 3)}))
         self.assertEqual(group.cap, 3)
+
+
+class Chain(Timed):
+    """``/list`` links to ``/l/1``, each ``/l/N`` to ``/l/N+1`` (to ``/l/5``); ``/l/1`` is held (``held[101]``)."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock, held=(), links=0)
+
+    def render_GET(self, request: server.Request) -> bytes | int:
+        path = request.path.decode()
+        if path == "/list":
+            self.log.append((path, self.clock.seconds() - START))
+            request.setHeader(b"content-type", b"text/html")
+            return b"<a href='/l/1'>1</a>"
+        if not path.startswith("/l/"):
+            return super().render_GET(request)
+        self.log.append((path, self.clock.seconds() - START))
+        request.setHeader(b"content-type", b"text/html")
+        n = int(path.rpartition("/")[2])
+        if n == 1:
+            self.held[101] = request
+            return server.NOT_DONE_YET
+        return f"<a href='/l/{n + 1}'>next</a>".encode() if n < 5 else b"end"
+
+    def release(self, n: int) -> None:
+        request = self.held.pop(n)
+        request.write(b"<a href='/l/2'>next</a>")
+        request.finish()
+
+
+class LiveHopsTests(ClockedNodeCase):
+    """A site's ``max_hops`` changed by a reload while its page at hop 1 is in flight: its links are held to the
+    new limit, without a restart (nothing lost)."""
+
+    def site(self) -> Timed:
+        return Chain(self.clock)
+
+    def write(self, hops: int) -> None:
+        text = toml(self.data, self.root, self.pool_section(), "")
+        chain = f'list_urls = ["/list$", "/l/\\\\d+$"]\nmax_hops = {hops}'
+        self.file.write_text(text.replace('list_urls = ["/list$"]', chain))
+
+    @defer.inlineCallbacks
+    def test_links_are_held_to_the_new_limit(self) -> Any:
+        """max_hops 1 -> 3 while /l/1 (hop 1) is fetched: /l/2 and /l/3 are crawled, /l/4 (hop 4) is not."""
+        self.write(1)
+        top, reload = self.start()
+        crawler = top.getServiceNamed("crawler")
+        yield self.settle(lambda: 101 in self.shop.held)
+        self.write(3)
+        with capturedLogs() as events:
+            self.assertTrue((yield reload.reload()))
+        self.assertIn("sites.shop.max_hops", " ".join(formatEvent(e) for e in events))
+        self.assertEqual(top.getServiceNamed("config").status()["restart_needed"], [])
+        self.shop.release(101)
+        yield self.finish(crawler)
+        stats = yield crawler.pool.stats()
+        self.assertEqual([path for path, _ in self.shop.log], ["/list", "/l/1", "/l/2", "/l/3"])
+        self.assertEqual((stats["waiting"], stats["pending"], stats["failed"], stats["done"]), (0, 0, 0, 4))
+        self.assertEqual(stats["rejected"]["max-hops"], 1)
+
+
+class RedisLiveHopsTests(OnRedis, LiveHopsTests):
+    """The same on the Redis pool."""
 
 
 SITEMAPS_BEFORE = "[sitemaps]\nmax_urls = 1\nrefresh = 1000\n"

@@ -3,7 +3,8 @@
 =====================  =======================================================  ===================================
 contract               methods                                                  used by
 =====================  =======================================================  ===================================
-:class:`IURLQueue`     add, addmany, within_hops, size, empty, stats            the API, the demo, the status page
+:class:`IURLQueue`     add, addmany, within_hops, set_site_hops, size, empty,   the API, the demo, the status page,
+                       stats                                                    a reload
 :class:`ISeedLists`    (a queue) set_seeds, set_hubs, seed_urls                 the seeds service
 :class:`IRecrawl`      (a queue) recrawl, recrawl_batched, batched_fetched      the recrawler, the local worker
 :class:`ILeases`       pop, claim, fetched, validators, next_due, set_status,   the crawler (statuses and pops)
@@ -28,7 +29,7 @@ URLs are rejected with a logged reason and counted in ``stats()["rejected"]``; n
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
 from zope.interface import Attribute, Interface
 
@@ -79,6 +80,10 @@ class IURLQueue(Interface):
     def within_hops(parent: str, urls: Sequence[str]) -> Deferred[list[str]]:
         """The links ``urls`` of ``parent`` that are within their hop limit (all, when no limit is set), for
         links that go elsewhere than the pool (the batcher); the others are counted as ``addmany`` counts them."""
+
+    def set_site_hops(by_domain: Mapping[str, int]) -> Deferred[None]:
+        """The sites' own hop limits (``[[sites]] max_hops`` by registered domain; 0: the pool's), changed at run
+        time: links found from now on are held to them.  A URL queued while no limit was set counts as hop 0."""
 
     def size() -> Deferred[int]:
         """Fires with the number of waiting URLs."""

@@ -18,7 +18,7 @@ each call of the contracts to its part; this class answers the rest: counts, see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 from twisted.internet import defer
@@ -118,6 +118,10 @@ class KVPool(PartsPool):
 
     def set_host_group(self, host: str, group: str) -> defer.Deferred[None]:
         self.politeness.set_group(host, group)
+        return defer.succeed(None)
+
+    def set_site_hops(self, by_domain: Mapping[str, int]) -> defer.Deferred[None]:
+        self.hops.set_sites(by_domain)
         return defer.succeed(None)
 
     def set_politeness(self, rules: PoliteRules) -> defer.Deferred[None]:

@@ -111,7 +111,12 @@ def pool_options(config: PoolSection, fetching: FetchSection, sites: tuple[Site,
     intervals and hop limits of the sites."""
     return PoolOptions(config, max_throttles=fetching.max_throttles, conditional_get=fetching.conditional_get,
                        per_ip=fetching.politeness == "ip", recrawl=tuple(RecrawlPolicy.from_sites(sites).pairs()),
-                       site_hops=HopLimits.from_sites(0, sites).by_domain)
+                       site_hops=site_hops(sites))
+
+
+def site_hops(sites: tuple[Site, ...]) -> dict[str, int]:
+    """The sites' own hop limits (``max_hops`` > 0) by the registered domains of their allowed hosts."""
+    return HopLimits.from_sites(0, sites).by_domain
 
 
 def pool_politeness(fetching: FetchSection) -> Politeness:

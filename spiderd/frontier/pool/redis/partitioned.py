@@ -14,7 +14,7 @@ commits, in their partition when they have one (see ``set_statuses``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generator
 
 from twisted.internet import defer
@@ -242,6 +242,9 @@ class PartitionedPool:
     def set_host_group(self, host: str, group: str) -> defer.Deferred[None]:
         """Recorded in the host's partition (its ``P group``), where its domain's pops would read it."""
         return self._by_host(host).set_host_group(host, group)
+
+    def set_site_hops(self, by_domain: Mapping[str, int]) -> defer.Deferred[None]:
+        return self._each([part.set_site_hops(by_domain) for part in self.parts]).addCallback(lambda _: None)
 
     def set_politeness(self, rules: PoliteRules) -> defer.Deferred[None]:
         """The partitions' politeness (one object, as make_cluster_pool shares it) changed once; every partition's

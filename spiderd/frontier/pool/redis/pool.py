@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from twisted.internet import defer
@@ -175,6 +175,14 @@ class RedisPool(PartsPool):
     def set_host_delay(self, host: str, delay: float) -> defer.Deferred[None]:
         """Raise a host's delay to its robots.txt Crawl-delay, for every node."""
         d = self.channel.execute("HSET", self.channel.prefix + "robots", host, repr(float(delay)))
+        return d.addCallback(lambda _: None)
+
+    def set_site_hops(self, by_domain: Mapping[str, int]) -> defer.Deferred[None]:
+        """This node's limits; the mark that hop counts are kept (they go at final statuses), once any limit is."""
+        self.hops.set_sites(by_domain)
+        if not self.hops.tracking:
+            return defer.succeed(None)
+        d = self.channel.link.execute("HSET", self.channel.prefix + "meta", "hops", "1")
         return d.addCallback(lambda _: None)
 
     def set_politeness(self, rules: PoliteRules) -> defer.Deferred[None]:
