@@ -14,7 +14,7 @@ from typing import Any, cast
 from twisted.application.service import IService
 
 from spiderd.config import settings as cfg
-from spiderd.config.changes import POLITENESS_KEYS, SITEMAP_KEYS
+from spiderd.config.changes import POLITENESS_KEYS, RECRAWL_SITE_KEYS, SITEMAP_KEYS
 from spiderd.contracts.pool import IURLPool
 from spiderd.core import lifecycle
 from spiderd.core.blocking import Blocking
@@ -37,7 +37,7 @@ from spiderd.frontier.batcher import Batcher, LocalWorker, build_batcher
 from spiderd.frontier.build import crawl_service
 from spiderd.frontier.pool.service import pool_service, site_hops
 from spiderd.frontier.crawler import CrawlService
-from spiderd.frontier.scheduler import Recrawler, fetches_told, schedulers
+from spiderd.frontier.scheduler import RecrawlPolicy, Recrawler, fetches_told, schedulers
 from spiderd.frontier.seeds import SeedService
 from spiderd.frontier.sharedsites import shared_sites
 from spiderd.frontier.sitemapservice import SitemapService, sitemap_service
@@ -115,7 +115,8 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
     live = add(LiveConfig(s, reactor, base.blocking.lane("config"), base.parser.rules, followers, frontier.seeds,
                           renders=base.steps.modes is not None and base.steps.modes.pool is not None,
                           tuners=_tuners(base, frontier, worker),
-                          live_keys=SITEMAP_KEYS if frontier.sitemaps is not None else frozenset()))
+                          live_keys=(SITEMAP_KEYS if frontier.sitemaps is not None else frozenset())
+                          | (RECRAWL_SITE_KEYS if frontier.recrawler is not None else frozenset())))
     book = SiteBook(live, add(shared_sites(s.pool, reactor)) if base.pool is not None else None)
     add(api_service(s.api, reactor, Node(
         role, reactor, stats=base.stats, pool=base.pool, crawler=crawler, seeds=frontier.seeds,
@@ -209,16 +210,26 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
 def _tuners(base: Base, frontier: Frontier, worker: WorkerService | None) -> list[Tuner]:
     """The parts that take the live keys of their sections: the politeness of every role, the sitemap reader."""
     tuners = [on_keys(POLITENESS_KEYS, _pacing(base, frontier, worker), "politeness")]
-    pool = base.pool
+    pool, recrawler = base.pool, frontier.recrawler
     if pool is not None:
         tuners.append(on_keys(frozenset({"max_hops", "allowed_hosts"}),
                               lambda fresh: pool.set_site_hops(site_hops(fresh.sites)), "sites' hop limits"))
+    if pool is not None and recrawler is not None:
+        tuners.append(on_keys(RECRAWL_SITE_KEYS | {"allowed_hosts"}, lambda fresh: _recrawl(fresh, pool, recrawler),
+                              "sites' recrawl intervals"))
     sitemaps = frontier.sitemaps
     if sitemaps is not None:
         tuners.append(on_keys(SITEMAP_KEYS | POLITENESS_KEYS, lambda fresh: sitemaps.configure(fresh.sitemaps,
                                                                                                  fresh.fetch),
                               "sitemap settings"))
     return tuners
+
+
+def _recrawl(fresh: cfg.Settings, pool: IURLPool, recrawler: Recrawler) -> Any:
+    """The sites' new recrawl intervals: the recrawler's next run, and the pages the pool keeps from now on."""
+    policy = RecrawlPolicy.from_sites(fresh.sites)
+    recrawler.set_policy(policy)
+    return pool.set_recrawl(policy.pairs())
 
 
 def _pacing(base: Base, frontier: Frontier, worker: WorkerService | None) -> Callable[[cfg.Settings], Any]:

@@ -372,6 +372,42 @@ class RedisLiveHopsTests(OnRedis, LiveHopsTests):
     """The same on the Redis pool."""
 
 
+class LiveRecrawlTests(ClockedNodeCase):
+    """A site's ``recrawl_detail`` set by a reload (its ``recrawl_list`` runs the recrawler, every 10 s): the detail
+    pages done after it are fetched again once their interval has passed."""
+
+    def site(self) -> Timed:
+        return Timed(self.clock, held=(1, 2), links=2)
+
+    def write(self, detail: int) -> None:
+        text = toml(self.data, self.root, self.pool_section(), "").replace("[fetch]", "recrawl_every = 10\n[fetch]")
+        self.file.write_text(text + f"recrawl_list = 1000\nrecrawl_detail = {detail}\n")
+
+    @defer.inlineCallbacks
+    def test_a_detail_page_done_after_the_reload_is_recrawled(self) -> Any:
+        """recrawl_detail 0 -> 30 while items 1 and 2 are fetched: both are fetched again 30 s or more after, once
+        in the minute; no restart is named."""
+        self.write(0)
+        top, reload = self.start()
+        crawler = top.getServiceNamed("crawler")
+        yield self.settle(lambda: len(self.shop.held) == 2)
+        self.write(30)
+        with capturedLogs() as events:
+            self.assertTrue((yield reload.reload()))
+        self.assertIn("sites.shop.recrawl_detail", " ".join(formatEvent(e) for e in events))
+        self.assertEqual(top.getServiceNamed("config").status()["restart_needed"], [])
+        self.shop.release(1)
+        self.shop.release(2)
+        yield self.run_to(crawler, 60, 5)
+        again = {path: at for path, at in self.shop.log[3:] if path.startswith("/item/")}
+        self.assertEqual(sorted(again), ["/item/1", "/item/2"])
+        self.assertTrue(all(at >= 30 for at in again.values()), self.shop.log)
+
+
+class RedisLiveRecrawlTests(OnRedis, LiveRecrawlTests):
+    """The same on the Redis pool."""
+
+
 SITEMAPS_BEFORE = "[sitemaps]\nmax_urls = 1\nrefresh = 1000\n"
 SITEMAPS_AFTER = "[sitemaps]\nmax_urls = 3\nrefresh = 10\n"
 

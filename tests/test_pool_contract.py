@@ -431,6 +431,26 @@ class PoolContract:
             assert check(pool._kv) == []
 
     @defer.inlineCallbacks
+    def test_recrawl_pairs_changed_at_run_time(self) -> Gen:
+        """set_recrawl: pages done from then on are kept in the new pairs' sets (with their validators), those of a
+        pair dropped no more; a page batched from then on too."""
+        pool = yield self.make_pool(concurrency=10, recrawl=[("b.example", "list")])
+        yield pool.set_recrawl([("a.example", "list"), ("a.example", "detail")])
+        urls = ["http://a.example/l", "http://b.example/l"]
+        yield pool.addmany(urls)
+        popped = yield self.drain(pool)
+        yield pool.set_statuses([(url, 200, None, V1) for url in popped])
+        assert (yield defer.gatherResults([pool.validators(url) for url in urls])) == [V1, None]
+        self.clock.advance(10)
+        now = self.clock.seconds()
+        assert (yield pool.recrawl([("a.example", "list", now), ("b.example", "list", now)], 10)) == 1
+        assert (yield self.drain(pool)) == {urls[0]: False}
+        assert (yield pool.seen_add(["http://a.example/d"])) == 1
+        self.clock.advance(10)
+        batched = yield pool.recrawl_batched([("a.example", "detail", self.clock.seconds())], 10)
+        assert [r.url for r in batched] == ["http://a.example/d"]
+
+    @defer.inlineCallbacks
     def test_validators_of_a_page_queued_again_while_leased(self) -> Gen:
         """A recrawled page added again (always) while its fetch runs: that fetch's validators are still kept,
         for the fetch that follows."""

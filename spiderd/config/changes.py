@@ -2,8 +2,8 @@
 
 Keys are named as in the file: ``fetch.timeout``, ``sites.NAME.fields`` (sites are matched by name; a site added
 or removed changes each of its keys).  Values are compared as validated, so writing ``1`` for ``1.0`` or moving a
-table is no change.  A running node takes at once the sites (but their recrawl intervals), the seeds, the politeness
-keys, and the keys of the parts it runs (the sitemap reader's: LiveConfig's ``live_keys``); every other key waits for
+table is no change.  A running node takes at once the sites, the seeds, the politeness keys, and the keys of the
+parts it runs (the sitemap reader's, the recrawler's: LiveConfig's ``live_keys``); every other key waits for
 a restart (the listening addresses, the data directory, the pool's backend, and the rest).
 """
 
@@ -25,7 +25,8 @@ LIVE_KEYS = frozenset({"pool.seeds", "pool.hubs", "pool.hub_refresh_span", *POLI
 LIVE_SITE_KEYS = frozenset({
     "name", "allowed_hosts", "list_urls", "detail_urls", "fields", "follow_detail_links", "headers", "proxy",
     "cookies", "render", "render_wait", "render_hosts", "start_urls", "max_hops",
-})  # the others (recrawl_list, recrawl_detail) are the pool's crawled sets' and the recrawler's: a restart
+})  # the others (recrawl_list, recrawl_detail: RECRAWL_SITE_KEYS) are live where a recrawler runs
+RECRAWL_SITE_KEYS = frozenset({"recrawl_list", "recrawl_detail"})
 SECTIONS = ("spiderd", "pool", "fetch", "sitemaps", "parse", "render", "store", "items", "batch", "worker", "feed",
             "api")
 

@@ -6,7 +6,8 @@ contract               methods                                                  
 :class:`IURLQueue`     add, addmany, within_hops, set_site_hops, size, empty,   the API, the demo, the status page,
                        stats                                                    a reload
 :class:`ISeedLists`    (a queue) set_seeds, set_hubs, seed_urls                 the seeds service
-:class:`IRecrawl`      (a queue) recrawl, recrawl_batched, batched_fetched      the recrawler, the local worker
+:class:`IRecrawl`      (a queue) recrawl, recrawl_batched, batched_fetched,     the recrawler, the local worker,
+                       set_recrawl                                              a reload
 :class:`ILeases`       pop, claim, fetched, validators, next_due, set_status,   the crawler (statuses and pops)
                        throttle, set_statuses
 :class:`ICheckpoints`  set_statuses with a checkpoint, checkpoint,              the items writer
@@ -131,6 +132,11 @@ class IRecrawl(IURLQueue):
         validators of its 200 or 304 (None: the 200 had none, which drops those kept).  A page kept in a crawled
         set is scored by that time and keeps those validators (with ``conditional_get``); any other is left
         alone.  Fires with the number recorded."""
+
+    def set_recrawl(pairs: Sequence[tuple[str, str]]) -> Deferred[None]:
+        """The (registered domain, kind) pairs whose done pages are kept in crawled sets, changed at run time (the
+        sites' recrawl intervals): pages done from then on are kept by them (a page done before a pair was added
+        is not in its set)."""
 
 
 class IStatusWrites(Interface):

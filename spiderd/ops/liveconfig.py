@@ -49,7 +49,7 @@ class LiveConfig(Service):
         """``followers``: the parts told the new sites besides ``rules`` (the fetcher's ``set_sites``, the sitemap
         reader's); ``renders``: the node runs a render pool (a site may switch to rendering without a restart);
         ``tuners``: the parts told each applied change (see :func:`on_keys`); ``live_keys``: the keys the node takes
-        live besides LIVE_KEYS (those of the parts it runs, such as a sitemap reader's)."""
+        live besides LIVE_KEYS (those of the parts it runs, such as a sitemap reader's; a site's key by its name)."""
         self.settings = self.started = settings
         self._clock = clock
         self.lane = lane
@@ -133,7 +133,7 @@ class LiveConfig(Service):
         return [key for key in changed_keys(self.started, self.settings) if self._needs_restart(key)]
 
     def _needs_restart(self, key: str) -> bool:
-        if key in self._live_keys:
+        if touches([key], self._live_keys):
             return False
         if key.startswith("sites.") and key.endswith(".render") and not self._renders:
             name = key[len("sites."):].rpartition(".")[0]

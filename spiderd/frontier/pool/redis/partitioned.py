@@ -243,6 +243,9 @@ class PartitionedPool:
         """Recorded in the host's partition (its ``P group``), where its domain's pops would read it."""
         return self._by_host(host).set_host_group(host, group)
 
+    def set_recrawl(self, pairs: Sequence[tuple[str, str]]) -> defer.Deferred[None]:
+        return self._each([part.set_recrawl(pairs) for part in self.parts]).addCallback(lambda _: None)
+
     def set_site_hops(self, by_domain: Mapping[str, int]) -> defer.Deferred[None]:
         return self._each([part.set_site_hops(by_domain) for part in self.parts]).addCallback(lambda _: None)
 
