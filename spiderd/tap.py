@@ -14,6 +14,7 @@ from typing import Any, cast
 from twisted.application.service import IService
 
 from spiderd.config import settings as cfg
+from spiderd.config.changes import POLITENESS_KEYS, RECRAWL_SITE_KEYS, SITEMAP_KEYS
 from spiderd.contracts.pool import IURLPool
 from spiderd.core import lifecycle
 from spiderd.core.blocking import Blocking
@@ -34,14 +35,14 @@ from spiderd.fetch.fetcher import Fetcher, fetch_config
 from spiderd.fetch.parsepool import ParsePool, parse_rules
 from spiderd.frontier.batcher import Batcher, LocalWorker, build_batcher
 from spiderd.frontier.build import crawl_service
-from spiderd.frontier.pool.service import pool_service
+from spiderd.frontier.pool.service import pool_service, site_hops
 from spiderd.frontier.crawler import CrawlService
-from spiderd.frontier.scheduler import Recrawler, fetches_told, schedulers
+from spiderd.frontier.scheduler import RecrawlPolicy, Recrawler, fetches_told, schedulers
 from spiderd.frontier.seeds import SeedService
 from spiderd.frontier.sharedsites import shared_sites
 from spiderd.frontier.sitemapservice import SitemapService, sitemap_service
 from spiderd.ops.options import Options
-from spiderd.ops.liveconfig import LiveConfig
+from spiderd.ops.liveconfig import LiveConfig, Tuner, on_keys
 from spiderd.ops.reload import ReloadService
 from spiderd.ops.sitebook import SiteBook
 from spiderd.ops.sitetry import SiteTester
@@ -86,6 +87,7 @@ class Base:
     fetcher: Fetcher
     steps: PageSteps
     turns: HostTurns | None = None  # the pool's politeness, for rendered pages' sub-requests (None: no pool)
+    paced: Politeness | None = None  # the sub-requests' politeness of a fetch that passes none
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,10 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
     crawler = frontier.crawler
     followers = [base.fetcher.set_sites] + ([frontier.sitemaps.set_sites] if frontier.sitemaps is not None else [])
     live = add(LiveConfig(s, reactor, base.blocking.lane("config"), base.parser.rules, followers, frontier.seeds,
-                          renders=base.steps.modes is not None and base.steps.modes.pool is not None))
+                          renders=base.steps.modes is not None and base.steps.modes.pool is not None,
+                          tuners=_tuners(base, frontier, worker),
+                          live_keys=(SITEMAP_KEYS if frontier.sitemaps is not None else frozenset())
+                          | (RECRAWL_SITE_KEYS if frontier.recrawler is not None else frozenset())))
     book = SiteBook(live, add(shared_sites(s.pool, reactor)) if base.pool is not None else None)
     add(api_service(s.api, reactor, Node(
         role, reactor, stats=base.stats, pool=base.pool, crawler=crawler, seeds=frontier.seeds,
@@ -143,15 +148,15 @@ def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiSer
     if s.items.format != "jsonl":  # WARC files that replay: robots.txt and redirects archived with each page
         fetcher.keep_answers()
     store = page_store(s.store, node.data_dir, reactor, blocking.lane("store"))
-    paced = Politeness(s.fetch.per_host_delay, s.fetch.per_host_concurrency, s.fetch.host_overrides)  # a caller's
-    # sub-requests that passes no politeness of its own (the crawler and the worker pass theirs)
+    paced = Politeness.of(s.fetch.polite)  # a caller's sub-requests that passes no politeness of its own (the crawler
+    # and the worker pass theirs)
     modes, renderer = build_modes(s.render, paced, reactor, fetcher, parser)
     for service in (pooled, store, parser, renderer, lifecycle.Closer("fetcher", fetcher.close)):
         top.add(service)
     claim = pool.claim_content if pool is not None and s.items.skip_duplicate_content else None
     steps = PageSteps(reactor, parser, store, claim, s.fetch.max_retry_after, StorageGate(reactor), modes)
     return Base(s, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher, steps,
-                pooled.turns if pooled is not None else None)
+                pooled.turns if pooled is not None else None, paced)
 
 
 def _worker(base: Base) -> WorkerService:
@@ -200,6 +205,46 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
     if node.exit_when_done:
         crawler.finished.addCallback(lambda _: lifecycle.stop_when_idle(reactor, batcher, worker))
     return Frontier(crawler, seeds, batcher, recrawler, sitemaps)
+
+
+def _tuners(base: Base, frontier: Frontier, worker: WorkerService | None) -> list[Tuner]:
+    """The parts that take the live keys of their sections: the politeness of every role, the sitemap reader."""
+    tuners = [on_keys(POLITENESS_KEYS, _pacing(base, frontier, worker), "politeness")]
+    pool, recrawler = base.pool, frontier.recrawler
+    if pool is not None:
+        tuners.append(on_keys(frozenset({"max_hops", "allowed_hosts"}),
+                              lambda fresh: pool.set_site_hops(site_hops(fresh.sites)), "sites' hop limits"))
+    if pool is not None and recrawler is not None:
+        tuners.append(on_keys(RECRAWL_SITE_KEYS | {"allowed_hosts"}, lambda fresh: _recrawl(fresh, pool, recrawler),
+                              "sites' recrawl intervals"))
+    sitemaps = frontier.sitemaps
+    if sitemaps is not None:
+        tuners.append(on_keys(SITEMAP_KEYS | POLITENESS_KEYS, lambda fresh: sitemaps.configure(fresh.sitemaps,
+                                                                                                 fresh.fetch),
+                              "sitemap settings"))
+    return tuners
+
+
+def _recrawl(fresh: cfg.Settings, pool: IURLPool, recrawler: Recrawler) -> Any:
+    """The sites' new recrawl intervals: the recrawler's next run, and the pages the pool keeps from now on."""
+    policy = RecrawlPolicy.from_sites(fresh.sites)
+    recrawler.set_policy(policy)
+    return pool.set_recrawl(policy.pairs())
+
+
+def _pacing(base: Base, frontier: Frontier, worker: WorkerService | None) -> Callable[[cfg.Settings], Any]:
+    """What puts ``[fetch]``'s new politeness keys into effect: every politeness of the node, then a pull."""
+    def pace(fresh: cfg.Settings) -> Any:
+        rules = fresh.fetch.polite
+        if base.paced is not None:
+            base.paced.configure(rules)
+        if worker is not None:
+            worker.set_politeness(rules)
+        if base.pool is None:
+            return None
+        crawler = frontier.crawler
+        return base.pool.set_politeness(rules).addCallback(lambda _: crawler.kick() if crawler is not None else None)
+    return pace
 
 
 def _complete_files(_: object, *writers: ItemWriter | WarcWriter | None) -> None:

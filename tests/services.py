@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Any
 
 import pytest
+from twisted.internet import defer
 
 REDIS = ("127.0.0.1", int(os.environ.get("SPIDERD_TEST_REDIS_PORT", "6379")))
 MYSQL = {
@@ -94,3 +96,22 @@ def need_playwright() -> str:
     if missing:
         _unavailable("a browser to render pages", OSError(f"missing {', '.join(missing)}"))
     return CHROMIUM
+
+
+@defer.inlineCallbacks
+def delete_redis_keys(redis_url: str, pattern: str) -> Any:
+    """Delete the keys of the Redis at ``redis_url`` that match ``pattern`` (a test's own key space)."""
+    from spiderd.frontier.pool.redis.link import RedisLink, parse_redis_url
+
+    admin = RedisLink(parse_redis_url(redis_url))
+    try:
+        cursor, found = "0", set()
+        while True:
+            cursor, batch = yield admin.execute("SCAN", cursor, "MATCH", pattern, "COUNT", "1000")
+            found.update(batch)
+            if cursor == "0":
+                break
+        if found:
+            yield admin.execute("DEL", *found)
+    finally:
+        yield admin.close()

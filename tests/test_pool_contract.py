@@ -18,7 +18,7 @@ from spiderd.contracts.pool import IURLPool, IURLPoolAdmin
 from spiderd.core import status
 from spiderd.core.conditional import Validators
 from spiderd.core.recrawls import Recrawl
-from spiderd.core.rules import AdaptiveDelay
+from spiderd.core.rules import AdaptiveDelay, PoliteRules
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 from spiderd.frontier.pool.redis import open_redis_pool
@@ -429,6 +429,26 @@ class PoolContract:
             from spiderd.frontier.pool.fsck import check
 
             assert check(pool._kv) == []
+
+    @defer.inlineCallbacks
+    def test_recrawl_pairs_changed_at_run_time(self) -> Gen:
+        """set_recrawl: pages done from then on are kept in the new pairs' sets (with their validators), those of a
+        pair dropped no more; a page batched from then on too."""
+        pool = yield self.make_pool(concurrency=10, recrawl=[("b.example", "list")])
+        yield pool.set_recrawl([("a.example", "list"), ("a.example", "detail")])
+        urls = ["http://a.example/l", "http://b.example/l"]
+        yield pool.addmany(urls)
+        popped = yield self.drain(pool)
+        yield pool.set_statuses([(url, 200, None, V1) for url in popped])
+        assert (yield defer.gatherResults([pool.validators(url) for url in urls])) == [V1, None]
+        self.clock.advance(10)
+        now = self.clock.seconds()
+        assert (yield pool.recrawl([("a.example", "list", now), ("b.example", "list", now)], 10)) == 1
+        assert (yield self.drain(pool)) == {urls[0]: False}
+        assert (yield pool.seen_add(["http://a.example/d"])) == 1
+        self.clock.advance(10)
+        batched = yield pool.recrawl_batched([("a.example", "detail", self.clock.seconds())], 10)
+        assert [r.url for r in batched] == ["http://a.example/d"]
 
     @defer.inlineCallbacks
     def test_validators_of_a_page_queued_again_while_leased(self) -> Gen:
@@ -1253,6 +1273,38 @@ class PoolContract:
         assert (yield pool.stats())["rejected"] == {"max-hops": 2}
         for url in popped:
             yield pool.set_status(url, 200)
+
+    @defer.inlineCallbacks
+    def test_site_hops_changed_at_run_time(self) -> Gen:
+        """set_site_hops: the links found from then on are held to the sites' new limits."""
+        pool = yield self.make_pool(concurrency=10, site_hops={"b.example": 1})
+        yield pool.add("http://b.example/seed")
+        assert (yield self.crawl_step(pool, "http://b.example/seed", ["http://b.example/1"])) == 1
+        popped = yield self.drain(pool)
+        assert (yield pool.within_hops("http://b.example/1", ["http://b.example/2"])) == []
+        yield pool.set_site_hops({"b.example": 2})
+        assert (yield pool.addmany(["http://b.example/2"], parent="http://b.example/1")) == 1
+        for url in popped:
+            yield pool.set_status(url, 200)
+
+    @defer.inlineCallbacks
+    def test_politeness_changed_at_run_time(self) -> Gen:
+        """set_politeness: a host known takes its new concurrency and delay from its next request on, its
+        next-allowed time already set kept; a host's table dropped goes."""
+        pool = yield self.make_pool(delay=100.0, concurrency=1, overrides={"c.example": (50.0, 1)},
+                                    pending_threshold=1000.0)
+        yield pool.addmany([f"http://a.example/{i}" for i in range(4)])
+        assert len((yield self.drain(pool))) == 1
+        yield pool.set_politeness(PoliteRules(2.0, 2))
+        assert (yield self.drain(pool)) == {}  # next allowed at +100 still
+        self.clock.advance(100)
+        assert len((yield self.drain(pool))) == 1  # beside the one in flight
+        self.clock.advance(2)
+        assert (yield self.drain(pool)) == {}  # two in flight now
+        if hasattr(pool, "parts") or hasattr(pool, "channel"):
+            for part in getattr(pool, "parts", [pool]):
+                conf = yield part.channel.link.execute("HGET", part.channel.prefix + "conf", "c.example")
+                assert conf is None
 
     @defer.inlineCallbacks
     def test_no_hop_limit(self) -> Gen:

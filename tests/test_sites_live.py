@@ -19,6 +19,8 @@ from twisted.web.client import Agent, HTTPConnectionPool
 
 from spiderd import tap
 from spiderd.config import settings as cfg
+from spiderd.frontier import sharedsites
+from spiderd.ops import sitebook
 from spiderd.ops.reload import ReloadService
 
 from . import services
@@ -310,6 +312,44 @@ class LiveSitesTests(unittest.TestCase):
         yield top.getServiceNamed("crawler").finished
 
 
+    @defer.inlineCallbacks
+    def test_the_history_keeps_the_newest_changes_of_each_site(self) -> Any:
+        """A site changed more often than its history keeps (3 here) keeps its newest changes only, stored as
+        listed; another site's history stays."""
+        self.patch(sitebook, "HISTORY_PER_SITE", 3)
+        self.patch(sitebook, "SLACK", 1)
+        self.patch(sharedsites, "HISTORY_PER_SITE", 3)
+        self.write("//h1/text()")
+        top, items, written = self.start()
+        api = top.getServiceNamed("api")
+        while not api.running:
+            yield task.deferLater(reactor, 0.01, lambda: None)
+        code, got = yield call(api, "PUT", "/api/sites/blog", {"allowed_hosts": ["blog.example"]})
+        self.assertEqual(code, 200, got)
+        rules = []
+        for n in range(6):
+            code, got = yield call(api, "PUT", "/api/sites/other", {"allowed_hosts": [f"h{n}.example"]})
+            self.assertEqual(code, 200, got)
+            rules.append(got["rules"])
+        code, got = yield call(api, "GET", "/api/sites/other/history")
+        self.assertEqual([e["rules"] for e in got["history"]], rules[-3:])
+        stored = yield self.stored_history(api, "other")
+        self.assertEqual(stored[-3:], rules[-3:])
+        self.assertLessEqual(len(stored), 4)
+        code, got = yield call(api, "GET", "/api/sites/blog/history")
+        self.assertEqual([e["action"] for e in got["history"]], ["put"])
+        for n in (2, 3):
+            yield self.shop.arrived[n]
+            self.shop.release(n)
+        yield top.getServiceNamed("crawler").finished
+
+    def stored_history(self, api: Any, name: str) -> defer.Deferred[list[str]]:
+        """The rules versions of the changes of ``name`` the node keeps (its history file's lines)."""
+        path = api.node.sites.history_path
+        lines = Path(path).read_text().splitlines()
+        return defer.succeed([json.loads(line)["rules"] for line in lines if json.loads(line)["site"] == name])
+
+
 class RedisLiveSitesTests(LiveSitesTests):
     """The same on the Redis pool (a key space of its own on the test Redis, deleted after)."""
 
@@ -357,18 +397,11 @@ class RedisLiveSitesTests(LiveSitesTests):
         yield first.getServiceNamed("crawler").finished
 
     @defer.inlineCallbacks
-    def _delete_keys(self) -> Any:
-        from spiderd.frontier.pool.redis.link import RedisLink, parse_redis_url
+    def stored_history(self, api: Any, name: str) -> Any:
+        """The rules versions of the changes of ``name`` the fleet keeps (its list in Redis)."""
+        link = api.node.sites._shared._link
+        lines = yield link.execute("LRANGE", f"{self.namespace}spiderd:sites:history:{name}", 0, -1)
+        return [json.loads(line)["rules"] for line in lines]
 
-        admin = RedisLink(parse_redis_url(self.redis_url))
-        try:
-            cursor, found = "0", set()
-            while True:
-                cursor, batch = yield admin.execute("SCAN", cursor, "MATCH", self.namespace + "*", "COUNT", "1000")
-                found.update(batch)
-                if cursor == "0":
-                    break
-            if found:
-                yield admin.execute("DEL", *found)
-        finally:
-            yield admin.close()
+    def _delete_keys(self) -> Any:
+        return services.delete_redis_keys(self.redis_url, self.namespace + "*")

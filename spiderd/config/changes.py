@@ -2,8 +2,9 @@
 
 Keys are named as in the file: ``fetch.timeout``, ``sites.NAME.fields`` (sites are matched by name; a site added
 or removed changes each of its keys).  Values are compared as validated, so writing ``1`` for ``1.0`` or moving a
-table is no change.  A running node takes the sites and the seeds at once; every other key waits for a restart
-(the listening addresses, the data directory, the pool's backend, and the rest).
+table is no change.  A running node takes at once the sites, the seeds, the politeness keys, and the keys of the
+parts it runs (the sitemap reader's, the recrawler's: LiveConfig's ``live_keys``); every other key waits for
+a restart (the listening addresses, the data directory, the pool's backend, and the rest).
 """
 
 from __future__ import annotations
@@ -11,13 +12,21 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from spiderd.config.sections import SitemapsSection
 from spiderd.core.rules import Site
 
-LIVE_KEYS = frozenset({"pool.seeds", "pool.hubs", "pool.hub_refresh_span"})  # besides the sites' (LIVE_SITE_KEYS)
+POLITENESS_KEYS = frozenset({
+    "fetch.per_host_delay", "fetch.per_host_concurrency", "fetch.delay_factor", "fetch.min_delay", "fetch.max_delay",
+    "fetch.hosts",
+})  # how hosts are paced: the pools', the worker's and the sub-requests' politeness take them
+SITEMAP_KEYS = frozenset(f"sitemaps.{f.name}" for f in fields(SitemapsSection))  # live where a sitemap reader runs
+LIVE_KEYS = frozenset({"pool.seeds", "pool.hubs", "pool.hub_refresh_span", *POLITENESS_KEYS})  # besides the sites'
+# (LIVE_SITE_KEYS)
 LIVE_SITE_KEYS = frozenset({
     "name", "allowed_hosts", "list_urls", "detail_urls", "fields", "follow_detail_links", "headers", "proxy",
-    "cookies", "render", "render_wait", "render_hosts", "start_urls",
-})  # the others (recrawl_list, recrawl_detail, max_hops) are the pool's and its timers': a restart
+    "cookies", "render", "render_wait", "render_hosts", "start_urls", "max_hops",
+})  # the others (recrawl_list, recrawl_detail: RECRAWL_SITE_KEYS) are live where a recrawler runs
+RECRAWL_SITE_KEYS = frozenset({"recrawl_list", "recrawl_detail"})
 SECTIONS = ("spiderd", "pool", "fetch", "sitemaps", "parse", "render", "store", "items", "batch", "worker", "feed",
             "api")
 
@@ -45,6 +54,11 @@ def needs_restart(key: str) -> bool:
     if key.startswith("sites."):
         return key.rpartition(".")[2] not in LIVE_SITE_KEYS
     return key not in LIVE_KEYS
+
+
+def touches(keys: list[str], wanted: frozenset[str]) -> bool:
+    """True if one of ``keys`` is one of ``wanted`` (a site's key: ``sites.*.KEY`` is named ``KEY`` there)."""
+    return any(key in wanted or (key.startswith("sites.") and key.rpartition(".")[2] in wanted) for key in keys)
 
 
 def changed_sites(keys: list[str]) -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any
 from spiderd.config.convert import ConfigError
 
 OVERLAY_FILE = "sites-overlay.json"
+HISTORY_PER_SITE = 1000  # changes of one site its history keeps (and lists), the newest: in the data directory or Redis
 Overlay = Mapping[str, "dict[str, Any] | None"]  # a site's name -> its table, or None: removed
 
 

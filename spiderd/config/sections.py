@@ -13,7 +13,7 @@ from typing import Mapping
 
 from spiderd.core.compression import FAST
 from spiderd.core.net.serving import BACKLOG, HEADER_TIMEOUT, IDLE_TIMEOUT
-from spiderd.core.rules import SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS, AdaptiveDelay, HostRule, host_adaptive
+from spiderd.core.rules import SITEMAP_MAX_SIZE, SITEMAP_MAX_URLS, AdaptiveDelay, HostRule, PoliteRules, host_adaptive
 
 __all__ = [
     "ApiSection", "BatchSection", "FeedSection", "FetchSection", "ItemsSection", "ParseSection", "PoolSection",
@@ -115,6 +115,12 @@ class FetchSection:
     def host_adaptive(self) -> dict[str, AdaptiveDelay]:
         """The adaptive rule of each host whose table sets one of its keys (the others take ``adaptive``)."""
         return host_adaptive(self.hosts, self.adaptive)
+
+    @property
+    def polite(self) -> PoliteRules:
+        """The politeness keys' values, as the pools, the worker and the sub-requests pace hosts by them."""
+        return PoliteRules(self.per_host_delay, self.per_host_concurrency, self.host_overrides, self.adaptive,
+                           self.host_adaptive)
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,11 @@
 =====================  =======================================================  ===================================
 contract               methods                                                  used by
 =====================  =======================================================  ===================================
-:class:`IURLQueue`     add, addmany, within_hops, size, empty, stats            the API, the demo, the status page
+:class:`IURLQueue`     add, addmany, within_hops, set_site_hops, size, empty,   the API, the demo, the status page,
+                       stats                                                    a reload
 :class:`ISeedLists`    (a queue) set_seeds, set_hubs, seed_urls                 the seeds service
-:class:`IRecrawl`      (a queue) recrawl, recrawl_batched, batched_fetched      the recrawler, the local worker
+:class:`IRecrawl`      (a queue) recrawl, recrawl_batched, batched_fetched,     the recrawler, the local worker,
+                       set_recrawl                                              a reload
 :class:`ILeases`       pop, claim, fetched, validators, next_due, set_status,   the crawler (statuses and pops)
                        throttle, set_statuses
 :class:`ICheckpoints`  set_statuses with a checkpoint, checkpoint,              the items writer
@@ -13,7 +15,8 @@ contract               methods                                                  
 :class:`IBatchLedger`  seen_filter, seen_add, next_batch                        the batcher
 :class:`IClaims`       claim_once, claim_content                                the seed timer, sitemaps, the engine
 :class:`ILinkbase`     add_links                                                the crawler
-:class:`IHostPolicy`   set_host_delay, set_host_group                           robots.txt, the fetcher's lookups
+:class:`IHostPolicy`   set_host_delay, set_host_group, set_politeness           robots.txt, the fetcher's lookups,
+                                                                                a reload
 :class:`IURLPoolAdmin` why, hosts, export, import_states                        the admin API (a backend may lack it)
 =====================  =======================================================  ===================================
 
@@ -27,7 +30,7 @@ URLs are rejected with a logged reason and counted in ``stats()["rejected"]``; n
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
 from zope.interface import Attribute, Interface
 
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 
     from spiderd.core.conditional import Validators
     from spiderd.core.recrawls import Recrawl
+    from spiderd.core.rules import PoliteRules
 
 HOSTS_MOST = 200  # hosts one IURLPoolAdmin.hosts() answer holds at most
 
@@ -77,6 +81,10 @@ class IURLQueue(Interface):
     def within_hops(parent: str, urls: Sequence[str]) -> Deferred[list[str]]:
         """The links ``urls`` of ``parent`` that are within their hop limit (all, when no limit is set), for
         links that go elsewhere than the pool (the batcher); the others are counted as ``addmany`` counts them."""
+
+    def set_site_hops(by_domain: Mapping[str, int]) -> Deferred[None]:
+        """The sites' own hop limits (``[[sites]] max_hops`` by registered domain; 0: the pool's), changed at run
+        time: links found from now on are held to them.  A URL queued while no limit was set counts as hop 0."""
 
     def size() -> Deferred[int]:
         """Fires with the number of waiting URLs."""
@@ -124,6 +132,11 @@ class IRecrawl(IURLQueue):
         validators of its 200 or 304 (None: the 200 had none, which drops those kept).  A page kept in a crawled
         set is scored by that time and keeps those validators (with ``conditional_get``); any other is left
         alone.  Fires with the number recorded."""
+
+    def set_recrawl(pairs: Sequence[tuple[str, str]]) -> Deferred[None]:
+        """The (registered domain, kind) pairs whose done pages are kept in crawled sets, changed at run time (the
+        sites' recrawl intervals): pages done from then on are kept by them (a page done before a pair was added
+        is not in its set)."""
 
 
 class IStatusWrites(Interface):
@@ -248,6 +261,10 @@ class IHostPolicy(Interface):
         """Per-IP politeness: ``host`` shares one politeness slot (next-allowed time, requests in flight) with
         the other hosts of ``group`` (their address, as the fetch connected to it); ``group == host``: a slot
         of its own again.  A host is on its own until told a group."""
+
+    def set_politeness(rules: PoliteRules) -> Deferred[None]:
+        """Pace hosts by ``rules`` (``[fetch]``'s politeness keys, changed at run time) from their next request on:
+        requests in flight and the next-allowed times already set are kept."""
 
 
 class ISeedTimerPool(ISeedLists, IClaims):

@@ -109,6 +109,19 @@ class HostRule:
         )
 
 
+@dataclass(frozen=True)
+class PoliteRules:
+    """How hosts are paced (``[fetch]``'s politeness keys): the default delay (seconds from one request's start to
+    the next) and concurrency, each ``[fetch.hosts]`` table's (delay, concurrency), the default adaptive rule, and the
+    hosts' own adaptive rules."""
+
+    delay: float = 0.0
+    concurrency: int = 1
+    overrides: Mapping[str, tuple[float, int]] = field(default_factory=dict)
+    adaptive: AdaptiveDelay = field(default_factory=AdaptiveDelay)
+    adaptive_overrides: Mapping[str, AdaptiveDelay] = field(default_factory=dict)
+
+
 def host_adaptive(rules: Mapping[str, HostRule], default: AdaptiveDelay) -> dict[str, AdaptiveDelay]:
     """The adaptive rule of each host of ``rules`` that sets one of its keys (the others take ``default``'s)."""
     return {host: rule.adaptive(default) for host, rule in rules.items()

@@ -20,6 +20,9 @@ has a slot; of the others, those told last, up to ``groups_kept`` addresses in a
 that comes back rejoins its group; one told longer ago is on its own until its next lookup tells it again).
 A robots.txt Crawl-delay is kept the same way (``delays_kept``): a broad crawl meets millions of hosts once.
 
+A change of the configuration at run time (``configure``) gives the hosts known their new delay and concurrency
+at once, keeping their next-allowed times and requests in flight (one pass over the hosts, once per change).
+
 Nothing here costs in proportion to the hosts known, per URL or per host: a slot whose last URL left (nothing
 waiting, nothing in flight) is noted as it happens, and ``collect`` looks at those only; the hosts with waiting
 URLs are counted as their count leaves or reaches 0, and filed by that count (so the hosts with the most are
@@ -38,7 +41,7 @@ from typing import Any, Callable, Iterator
 
 from spiderd.core.addresses import AddressTable
 from spiderd.core.deadlines import Deadlines
-from spiderd.core.rules import AdaptiveDelay
+from spiderd.core.rules import AdaptiveDelay, PoliteRules
 
 
 class Tally:
@@ -164,12 +167,41 @@ class Politeness:
     _tally: Tally = field(default_factory=Tally)
     released: list[Callable[[HostSlot], None]] = field(default_factory=list)  # told after each release (a unit freed)
 
+    @classmethod
+    def of(cls, rules: PoliteRules) -> Politeness:
+        """A politeness that paces hosts by ``rules``."""
+        return cls(rules.delay, rules.concurrency, dict(rules.overrides), rules.adaptive,
+                   dict(rules.adaptive_overrides))
+
+    def configure(self, rules: PoliteRules) -> list[str]:
+        """Pace hosts by ``rules`` from their next request on (the configuration changed at run time).
+
+        The hosts known take their new delay and concurrency at once (a robots.txt Crawl-delay stays a lower
+        bound); their requests in flight and next-allowed times are kept, and a host that has a free slot now
+        is queued.  One pass over the hosts known (a reload is rare).  The hosts whose own table went, sorted."""
+        before = {*self.overrides, *self.adaptive_overrides}
+        self.delay, self.concurrency, self.adaptive = rules.delay, rules.concurrency, rules.adaptive
+        self.overrides, self.adaptive_overrides = dict(rules.overrides), dict(rules.adaptive_overrides)
+        for group in self._groups.values():
+            group.cap = 1
+        for slot in self.hosts.values():
+            slot.delay, slot.concurrency = self._paced(slot.host)
+            if slot.group is not None:
+                slot.group.cap = max(slot.group.cap, slot.concurrency)
+        for slot in self.hosts.values():
+            self.requeue(slot)
+        return sorted(before - {*self.overrides, *self.adaptive_overrides})
+
+    def _paced(self, host: str) -> tuple[float, int]:
+        """``host``'s delay (its configured one, or its Crawl-delay if longer) and concurrency."""
+        delay, concurrency = self.overrides.get(host, (self.delay, self.concurrency))
+        return max(delay, self._robots_delay.get(host, 0.0)), concurrency
+
     def slot(self, host: str, hid: bytes) -> HostSlot:
         """The slot of ``host``, created on first use (in its group, if it was told one)."""
         slot = self.hosts.get(host)
         if slot is None:
-            delay, concurrency = self.overrides.get(host, (self.delay, self.concurrency))
-            delay = max(delay, self._robots_delay.get(host, 0.0))
+            delay, concurrency = self._paced(host)
             slot = self.hosts[host] = HostSlot(host, hid, delay, concurrency, self._tally)
             self._tally.idle[host] = None  # until it has a URL
             key = self._group_of.get(host)

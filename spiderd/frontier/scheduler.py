@@ -199,6 +199,10 @@ class Recrawler(Service):
         self._work = InFlight()
         self.queued_by_kind = {"list": 0, "detail": 0}
 
+    def set_policy(self, policy: RecrawlPolicy) -> None:
+        """Recrawl by ``policy`` from the next run on (the sites' intervals changed at run time)."""
+        self._policy = policy
+
     @property
     def queued(self) -> int:
         """Pages queued again since the start."""

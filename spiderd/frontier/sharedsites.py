@@ -2,8 +2,8 @@
 
 On a Redis pool, a change made through the sites API of any node is kept in Redis beside the pool: the hash
 ``<prefix>sites:overlay`` (a site's name -> its table as JSON, or ``null``: removed), the counter
-``<prefix>sites:version`` (one more at each change) and the list ``<prefix>sites:history`` (the changes, newest
-last, at most HISTORY entries).  Every node reads the counter every ``interval`` seconds; when it moved, the node
+``<prefix>sites:version`` (one more at each change) and a list per site, ``<prefix>sites:history:NAME`` (the site's
+changes, newest last, at most HISTORY_PER_SITE entries).  Every node reads the counter every ``interval`` seconds; when it moved, the node
 reads the overlay and, if it differs from its own, takes it (validated with its own file, as at a reload), so each
 node's batches carry the same rules.  A change is written one site at a time (HSET), so two nodes changing two sites
 at once lose neither.  A node that cannot reach Redis keeps its rules and tries again at the next turn.
@@ -23,12 +23,12 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from spiderd.config.overlay import HISTORY_PER_SITE
 from spiderd.config.sections import PoolSection
 from spiderd.frontier.pool.redis.link import RedisLink, parse_redis_url
 
 log = Logger()
 
-HISTORY = 10_000  # changes kept in Redis
 Overlay = dict[str, "dict[str, Any] | None"]
 
 
@@ -64,17 +64,18 @@ class SharedSites(Service):
         d.addCallback(lambda _: self._link.execute("INCR", self._version))
         return d.addCallback(lambda _: None)
 
-    def record(self, entries: list[dict[str, Any]]) -> Deferred[None]:
-        """Append history entries (a reload's changes, or the API's)."""
-        if not entries:
-            return defer.succeed(None)
-        d = self._link.execute("RPUSH", self._history, *(json.dumps(e, sort_keys=True) for e in entries))
-        d.addCallback(lambda _: self._link.execute("LTRIM", self._history, -HISTORY, -1))
-        return d.addCallback(lambda _: None)
+    @defer.inlineCallbacks
+    def record(self, entries: list[dict[str, Any]]) -> Any:
+        """Append history entries (a reload's changes, or the API's), each to its site's list, trimmed to the newest
+        HISTORY_PER_SITE."""
+        for entry in entries:
+            key = f"{self._history}:{entry.get('site')}"
+            yield self._link.execute("RPUSH", key, json.dumps(entry, sort_keys=True))
+            yield self._link.execute("LTRIM", key, -HISTORY_PER_SITE, -1)
 
     def history(self, name: str) -> Deferred[list[dict[str, Any]]]:
         """The fleet's changes of ``name``, oldest first."""
-        d = self._link.execute("LRANGE", self._history, 0, -1)
+        d = self._link.execute("LRANGE", self._history + ":" + name, 0, -1)
         return d.addCallback(lambda lines: [e for e in map(_entry, lines) if e is not None and e.get("site") == name])
 
     @defer.inlineCallbacks

@@ -111,6 +111,24 @@ class SitemapService(Service):
         self._rules.replace(sites)
         self._lane_rules = self._rules.with_sites(sites)
 
+    def configure(self, config: SitemapsSection, fetching: FetchSection) -> None:
+        """Read by ``config`` (``[sitemaps]``) and pace a host's files by ``fetching`` from each host's next read on
+        (the configuration changed at run time); a read under way ends as it started.  A new ``refresh`` moves the
+        next reads: to the new interval after the end of the read before (at once if that is past; none with 0; a
+        host read once so far, its interval from now)."""
+        old, self._config, self._fetching = self._config.refresh, config, fetching
+        if config.refresh == old:
+            return
+        now = self._clock.seconds()
+        for origin, host in self._hosts.items():
+            ended = now
+            if host.call is not None and host.call.active():
+                ended = host.call.getTime() - old
+                host.call.cancel()
+            host.call = None
+            if self.running and config.refresh > 0 and not host.reading and host.read_at is not None:
+                host.call = self._clock.callLater(max(0.0, ended + config.refresh - now), self._refresh, origin)
+
     def startService(self) -> None:
         super().startService()
         self._lane.start()
@@ -190,7 +208,8 @@ class SitemapService(Service):
         started = self._clock.seconds()
         since = host.read_at if self._config.lastmod else None
         ttl = self._config.refresh or ONCE_TTL
-        d = self._pool.claim_once(f"sitemaps:{origin}", ttl)
+        d = self._pool.claim_once(f"sitemaps:{origin}" + (f"@{ttl:g}" if ttl != ONCE_TTL else ""), ttl)  # a claim
+        # per refresh: one made under another (a reload changed it) does not hold this read back
         d.addCallback(lambda won: self._at_once.run(self._read, origin, host, since) if won else None)
         d.addErrback(self._failed, origin)
         d.addBoth(self._ended, origin, host, started)
@@ -225,7 +244,8 @@ class SitemapService(Service):
     def _sitemap_urls(self, origin: str, host: _Host) -> list[str]:
         """The host's sitemap files to start from: its robots.txt's, then the configured paths, on site hosts."""
         urls = []
-        for url in [*host.named, *(origin + path for path in self._config.paths)]:
+        named = host.named if self._config.from_robots else []
+        for url in [*named, *(origin + path for path in self._config.paths)]:
             try:
                 canonical = canonicalize(url, self._rules.max_url_length)
             except BadURL:

@@ -4,7 +4,8 @@ A change is a whole new :class:`~spiderd.config.settings.Settings`, validated as
 line's overrides and the sites overlay: :func:`spiderd.config.settings.from_dict`, on a lane, never on the reactor).
 :meth:`LiveConfig.apply` puts into effect what a running node can take (:mod:`spiderd.config.changes`): the sites'
 rules in place (the parse pool's :class:`~spiderd.fetch.extract.Rules`, which the crawler, the batcher, the render
-modes and the API all hold, and the fetcher's per-site headers, proxies and cookies), and the seeds and hubs.  It
+modes and the API all hold, and the fetcher's per-site headers, proxies and cookies), the seeds and hubs, and
+through its tuners the other live keys (the hosts' politeness: the pool's, the worker's, the sub-requests').  It
 drops no connection, lease or fetch in flight: pages parsed from then on use the new rules.  It logs the keys that
 changed and those that need a restart; the status (``GET /api/status``, ``config``) shows them, and the last
 refused change with its error.  Changes are made one at a time.
@@ -21,7 +22,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from spiderd.config import settings as cfg
-from spiderd.config.changes import changed_keys, changed_sites, needs_restart
+from spiderd.config.changes import changed_keys, changed_sites, needs_restart, touches
 from spiderd.config.overlay import merge_sites
 from spiderd.core.blocking import Lane
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 log = Logger()
 Validate = Callable[[], cfg.Settings]  # builds the new settings (on the lane); raises ConfigError
 Who = tuple[str, str]  # who made a change (a user name, "SIGHUP"), and how ("put", "delete", "reload")
+Tuner = Callable[[cfg.Settings, list[str]], object]  # told each applied change: the new settings, the changed keys
 
 
 class LiveConfig(Service):
@@ -43,9 +45,11 @@ class LiveConfig(Service):
 
     def __init__(self, settings: cfg.Settings, clock: IReactorTime, lane: Lane, rules: Rules,
                  followers: Sequence[Callable[[tuple[Site, ...]], object]] = (), seeds: SeedService | None = None,
-                 renders: bool = False) -> None:
+                 renders: bool = False, tuners: Sequence[Tuner] = (), live_keys: frozenset[str] = frozenset()) -> None:
         """``followers``: the parts told the new sites besides ``rules`` (the fetcher's ``set_sites``, the sitemap
-        reader's); ``renders``: the node runs a render pool (a site may switch to rendering without a restart)."""
+        reader's); ``renders``: the node runs a render pool (a site may switch to rendering without a restart);
+        ``tuners``: the parts told each applied change (see :func:`on_keys`); ``live_keys``: the keys the node takes
+        live besides LIVE_KEYS (those of the parts it runs, such as a sitemap reader's; a site's key by its name)."""
         self.settings = self.started = settings
         self._clock = clock
         self.lane = lane
@@ -53,6 +57,8 @@ class LiveConfig(Service):
         self._followers = tuple(followers)
         self._seeds = seeds
         self._renders = renders
+        self._tuners = tuple(tuners)
+        self._live_keys = live_keys
         self._lock = defer.DeferredLock()
         self.error: str | None = None  # the last refused change's error, until a change is applied
         self.error_at: float | None = None
@@ -103,6 +109,8 @@ class LiveConfig(Service):
             self._rules.replace(fresh.sites)
             for follow in self._followers:
                 follow(fresh.sites)
+        for tune in self._tuners:
+            tune(fresh, keys)
         self.settings, self.error, self.error_at = fresh, None, None
         self.changed_at = self._clock.seconds()
         later = [key for key in keys if self._needs_restart(key)]
@@ -125,6 +133,8 @@ class LiveConfig(Service):
         return [key for key in changed_keys(self.started, self.settings) if self._needs_restart(key)]
 
     def _needs_restart(self, key: str) -> bool:
+        if touches([key], self._live_keys):
+            return False
         if key.startswith("sites.") and key.endswith(".render") and not self._renders:
             name = key[len("sites."):].rpartition(".")[0]
             return any(site.name == name and site.render != "never" for site in self.settings.sites)
@@ -135,3 +145,13 @@ class LiveConfig(Service):
         return {"source": self.settings.source, "rules": self._rules.digest, "sites": len(self.settings.sites),
                 "changed_at": self.changed_at, "error": self.error, "error_at": self.error_at,
                 "restart_needed": self.restart_needed()}
+
+
+def on_keys(wanted: frozenset[str], apply: Callable[[cfg.Settings], object], what: str) -> Tuner:
+    """A tuner that calls ``apply`` with the new settings when one of the ``wanted`` keys changed (as
+    :func:`~spiderd.config.changes.touches` reads them); a failure (of the Deferred it returns) is logged."""
+    def tune(fresh: cfg.Settings, keys: list[str]) -> None:
+        if touches(keys, wanted):
+            d = defer.maybeDeferred(apply, fresh)
+            d.addErrback(lambda f: log.failure("Applying the new {what} failed", f, what=what))
+    return tune

@@ -10,7 +10,8 @@ survive both; a site's table in the file is shadowed while the overlay names it.
 
 Every applied change of a site (by the API, or by a reload) is a line of ``sites-history.jsonl``: its time, who made
 it (the credential's user name, ``token`` for the bearer token, ``loopback`` without credentials, ``SIGHUP``), what,
-the keys it changed, and the version of the rules it made.
+the keys it changed, and the version of the rules it made.  The newest HISTORY_PER_SITE changes of each site are
+kept (the file is rewritten without the older ones once a site has SLACK more).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Callable, Protocol
 
@@ -26,13 +28,14 @@ from twisted.logger import Logger
 
 from spiderd.config import settings as cfg
 from spiderd.config.changes import changed_sites
-from spiderd.config.overlay import OVERLAY_FILE, write_overlay
+from spiderd.config.overlay import HISTORY_PER_SITE, OVERLAY_FILE, write_overlay
+from spiderd.core.fsutil import write_atomically
 from spiderd.ops.liveconfig import LiveConfig
 
 log = Logger()
 
 HISTORY_FILE = "sites-history.jsonl"
-MAX_HISTORY = 1000  # entries a history answer lists, the newest
+SLACK = HISTORY_PER_SITE // 10  # a site's entries past the cap the file holds before it is rewritten
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
 
@@ -103,9 +106,9 @@ class SiteBook:
         return self._change(name, None, user, "delete")
 
     def history(self, name: str) -> Deferred[list[dict[str, Any]]]:
-        """The changes of ``name``, oldest first (at most the MAX_HISTORY newest); read on the lane."""
+        """The changes of ``name``, oldest first (at most the HISTORY_PER_SITE newest); read on the lane."""
         if self._shared is not None:
-            return self._shared.history(name).addCallback(lambda entries: entries[-MAX_HISTORY:])
+            return self._shared.history(name).addCallback(lambda entries: entries[-HISTORY_PER_SITE:])
         return self._live.lane.run(_read_history, self.history_path, name)
 
     def take(self, overlay: dict[str, dict[str, Any] | None]) -> Deferred[list[str]]:
@@ -174,14 +177,32 @@ def _in_file(settings: cfg.Settings, name: str) -> bool:
 
 
 def _append(path: str, entries: list[dict[str, Any]]) -> None:
+    """Thread: append ``entries``; a site past HISTORY_PER_SITE (and SLACK) entries has its oldest dropped (the file
+    rewritten, atomically, with the newest HISTORY_PER_SITE of each site)."""
     with open(path, "a", encoding="utf-8") as f:
         for entry in entries:
             f.write(json.dumps(entry, sort_keys=True) + "\n")
         f.flush()
         os.fsync(f.fileno())
+    entries = _entries(path)
+    if max(Counter(entry.get("site") for entry in entries).values(), default=0) > HISTORY_PER_SITE + SLACK:
+        kept = _newest(entries, HISTORY_PER_SITE)
+        write_atomically(path, "".join(json.dumps(e, sort_keys=True) + "\n" for e in kept).encode(), mode=0o644)
 
 
-def _read_history(path: str, name: str) -> list[dict[str, Any]]:
+def _newest(entries: list[dict[str, Any]], cap: int) -> list[dict[str, Any]]:
+    """The newest ``cap`` entries of each site, oldest first."""
+    seen: Counter[Any] = Counter()
+    kept = []
+    for entry in reversed(entries):
+        seen[entry.get("site")] += 1
+        if seen[entry.get("site")] <= cap:
+            kept.append(entry)
+    return kept[::-1]
+
+
+def _entries(path: str) -> list[dict[str, Any]]:
+    """Thread: every entry of the history file, oldest first (a line cut by a crash left out)."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.readlines()
@@ -193,6 +214,10 @@ def _read_history(path: str, name: str) -> list[dict[str, Any]]:
             entry = json.loads(line)
         except ValueError:  # a line cut by a crash
             continue
-        if isinstance(entry, dict) and entry.get("site") == name:
+        if isinstance(entry, dict):
             found.append(entry)
-    return found[-MAX_HISTORY:]
+    return found
+
+
+def _read_history(path: str, name: str) -> list[dict[str, Any]]:
+    return [entry for entry in _entries(path) if entry.get("site") == name][-HISTORY_PER_SITE:]

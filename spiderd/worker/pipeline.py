@@ -47,6 +47,7 @@ from spiderd.core import conditional as cg
 from spiderd.core import status as st
 from spiderd.core.recrawls import Recrawl
 from spiderd.core.retry import Backoff
+from spiderd.core.rules import PoliteRules
 from spiderd.core.storage import storage_error
 from spiderd.core import throttle as th
 from spiderd.core.urls import fingerprint, host_of
@@ -142,6 +143,11 @@ class Pipeline:
         self._wake_later(now)
         if self.in_flight < self._config.concurrency and self.on_slack is not None:
             self.on_slack()
+
+    def set_politeness(self, rules: PoliteRules) -> None:
+        """Pace hosts by ``rules`` from their next request on, for every job (the configuration changed)."""
+        self.queue.politeness.configure(rules)
+        self.fill()
 
     def _wake_later(self, now: float) -> None:
         """Call ``fill`` when the queue's next host is due (one timer, moved earlier when need be)."""

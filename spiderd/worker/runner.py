@@ -39,7 +39,7 @@ from twisted.python.failure import Failure
 from spiderd.core.fsutil import unlink_quietly
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.memory import release_memory
-from spiderd.core.rules import Site
+from spiderd.core.rules import PoliteRules, Site
 from spiderd.core.secrets import redact
 from spiderd.core.storage import storage_error
 from spiderd.worker.accepted import Accepted, digest
@@ -299,6 +299,10 @@ class JobRunner:
     def set_host_group(self, host: str, address: str) -> None:
         """Per-IP politeness: ``host`` shares the slot of ``address`` for every job."""
         self._pipeline.queue.politeness.set_group(host, address)
+
+    def set_politeness(self, rules: PoliteRules) -> None:
+        """Pace hosts by ``rules`` from their next request on, for every job."""
+        self._pipeline.set_politeness(rules)
 
     def now(self) -> float:
         return float(self._reactor.seconds())

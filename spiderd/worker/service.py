@@ -27,6 +27,7 @@ from spiderd.core.net.listener import Listen, Listener
 from spiderd.core.net.serving import JsonSite
 from spiderd.core.recrawls import Recrawl
 from spiderd.core.reactors import INodeReactor
+from spiderd.core.rules import PoliteRules
 from spiderd.config.listen import listen_endpoint
 from spiderd.config.sections import FetchSection, WorkerSection
 from spiderd.engine.steps import ClaimContent, PageSteps
@@ -149,6 +150,10 @@ class WorkerService(Service):
     def set_host_group(self, host: str, address: str) -> None:
         """Per-IP politeness: ``host`` (looked up at ``address``) shares that address's slot, for every job."""
         self.runner.set_host_group(host, address)
+
+    def set_politeness(self, rules: PoliteRules) -> None:
+        """Pace hosts by ``rules`` (``[fetch]``'s politeness keys, changed at run time) from their next request on."""
+        self.runner.set_politeness(rules)
 
     def idle(self) -> bool:
         """True when no job is pending or running and the shipper has nothing waiting."""

@@ -25,9 +25,14 @@ class HopLimits:
 
     def __init__(self, max_hops: int = 0, by_domain: Mapping[str, int] | None = None) -> None:
         self.max_hops = max_hops
-        self.by_domain = {domain: hops for domain, hops in (by_domain or {}).items() if hops > 0}
-        self.tracking = max_hops > 0 or bool(self.by_domain)
         self._hosts: dict[str, int] = {}
+        self.set_sites(by_domain or {})
+
+    def set_sites(self, by_domain: Mapping[str, int]) -> None:
+        """The sites' own limits by registered domain (they changed at run time): from the next link on."""
+        self.by_domain = {domain: hops for domain, hops in by_domain.items() if hops > 0}
+        self.tracking = self.max_hops > 0 or bool(self.by_domain)
+        self._hosts = {}
 
     @classmethod
     def from_sites(cls, max_hops: int, sites: Iterable[Any]) -> HopLimits:

@@ -18,7 +18,7 @@ each call of the contracts to its part; this class answers the rest: counts, see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from twisted.internet import defer
@@ -26,9 +26,10 @@ from twisted.internet.interfaces import IReactorTime
 from zope.interface import implementer
 
 from spiderd.contracts.pool import IURLPool, IURLPoolAdmin
+from spiderd.core.rules import PoliteRules
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.content import KVContent
-from spiderd.frontier.pool.crawled import CrawledSets
+from spiderd.frontier.pool.crawled import CrawledSets, recrawl_pairs
 from spiderd.frontier.pool.kvadmin import KVAdmin, compact
 from spiderd.frontier.pool.kvcore import KVState
 from spiderd.frontier.pool.kvguard import Guarded, StoreGuard
@@ -117,6 +118,18 @@ class KVPool(PartsPool):
 
     def set_host_group(self, host: str, group: str) -> defer.Deferred[None]:
         self.politeness.set_group(host, group)
+        return defer.succeed(None)
+
+    def set_recrawl(self, pairs: Sequence[tuple[str, str]]) -> defer.Deferred[None]:
+        self._crawled.kept = recrawl_pairs(pairs)
+        return defer.succeed(None)
+
+    def set_site_hops(self, by_domain: Mapping[str, int]) -> defer.Deferred[None]:
+        self.hops.set_sites(by_domain)
+        return defer.succeed(None)
+
+    def set_politeness(self, rules: PoliteRules) -> defer.Deferred[None]:
+        self.politeness.configure(rules)
         return defer.succeed(None)
 
     # -- maintenance ----------------------------------------------------------------

@@ -111,10 +111,14 @@ def pool_options(config: PoolSection, fetching: FetchSection, sites: tuple[Site,
     intervals and hop limits of the sites."""
     return PoolOptions(config, max_throttles=fetching.max_throttles, conditional_get=fetching.conditional_get,
                        per_ip=fetching.politeness == "ip", recrawl=tuple(RecrawlPolicy.from_sites(sites).pairs()),
-                       site_hops=HopLimits.from_sites(0, sites).by_domain)
+                       site_hops=site_hops(sites))
+
+
+def site_hops(sites: tuple[Site, ...]) -> dict[str, int]:
+    """The sites' own hop limits (``max_hops`` > 0) by the registered domains of their allowed hosts."""
+    return HopLimits.from_sites(0, sites).by_domain
 
 
 def pool_politeness(fetching: FetchSection) -> Politeness:
     """The per-host turns of ``[fetch]``: delay, concurrency, the adaptive rule, and each ``[fetch.hosts]`` table's."""
-    return Politeness(fetching.per_host_delay, fetching.per_host_concurrency, fetching.host_overrides,
-                      fetching.adaptive, fetching.host_adaptive)
+    return Politeness.of(fetching.polite)

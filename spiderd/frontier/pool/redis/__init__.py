@@ -168,8 +168,8 @@ polled too).
 Time is the injected clock's, passed to every script; nodes should keep their
 clocks in step (NTP), since a node running ahead may hand out a host early by
 the skew.  Start-up deletes nothing (a host override dropped from the config
-stays in ``P conf`` until deleted by hand; a seed dropped from the config stays
-in ``spider.seed.urls``: ``SREM`` it).  Statuses (and ``fetched``, which frees a
+stays in ``P conf`` until deleted by hand, or by a reload of a node that had it;
+a seed dropped from the config stays in ``spider.seed.urls``: ``SREM`` it).  Statuses (and ``fetched``, which frees a
 host slot) given while a status call is on its way go out together in the next
 one, before any later call.  All nodes should share the politeness settings (each
 sends its defaults).

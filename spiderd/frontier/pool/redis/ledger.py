@@ -25,7 +25,11 @@ class RedisLedger:
     def __init__(self, channel: RedisChannel, urls: URLParser, kept: dict[str, str] | None = None) -> None:
         self._channel = channel
         self._urls = urls
-        self._kept = {domain for domain, prios in (kept or {}).items() if "1" in prios}
+        self.set_kept(kept or {})
+
+    def set_kept(self, kept: dict[str, str]) -> None:
+        """The recrawled domains' kept prios (the sites' recrawl intervals changed)."""
+        self._kept = {domain for domain, prios in kept.items() if "1" in prios}
 
     def seen_filter(self, urls: Iterable[str]) -> defer.Deferred[list[str]]:
         """The canonical forms of ``urls`` the pool has never seen (in any state), without duplicates."""

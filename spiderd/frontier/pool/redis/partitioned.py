@@ -14,7 +14,7 @@ commits, in their partition when they have one (see ``set_statuses``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generator
 
 from twisted.internet import defer
@@ -26,6 +26,7 @@ from zope.interface import implementer
 from spiderd.contracts.pool import ExportReader, IURLPool, IURLPoolAdmin
 from spiderd.core import conditional as cg
 from spiderd.core.recrawls import Recrawl
+from spiderd.core.rules import PoliteRules
 from spiderd.core.urls import MAX_URL_LENGTH, registered_domain
 from spiderd.frontier.pool.options import PoolOptions
 from spiderd.frontier.pool.redis.cluster import ClusterLink, SlotLink, key_slot, parse_cluster_url
@@ -241,6 +242,19 @@ class PartitionedPool:
     def set_host_group(self, host: str, group: str) -> defer.Deferred[None]:
         """Recorded in the host's partition (its ``P group``), where its domain's pops would read it."""
         return self._by_host(host).set_host_group(host, group)
+
+    def set_recrawl(self, pairs: Sequence[tuple[str, str]]) -> defer.Deferred[None]:
+        return self._each([part.set_recrawl(pairs) for part in self.parts]).addCallback(lambda _: None)
+
+    def set_site_hops(self, by_domain: Mapping[str, int]) -> defer.Deferred[None]:
+        return self._each([part.set_site_hops(by_domain) for part in self.parts]).addCallback(lambda _: None)
+
+    def set_politeness(self, rules: PoliteRules) -> defer.Deferred[None]:
+        """The partitions' politeness (one object, as make_cluster_pool shares it) changed once; every partition's
+        ``P conf`` rewritten."""
+        shared = {id(part.politeness): part.politeness for part in self.parts}.values()
+        dropped = {host for politeness in shared for host in politeness.configure(rules)}
+        return self._each([part.write_conf(dropped) for part in self.parts]).addCallback(lambda _: None)
 
     def set_seeds(self, urls: Iterable[str]) -> defer.Deferred[int]:
         return self.parts[0].set_seeds(urls)

@@ -11,8 +11,9 @@ counts, seeds, host policy, closing.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from twisted.internet import defer
@@ -21,6 +22,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from spiderd.contracts.pool import IURLPool, IURLPoolAdmin
+from spiderd.core.rules import PoliteRules
 from spiderd.core.urls import registered_domain
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.content import RedisContent
@@ -72,17 +74,17 @@ class RedisPool(PartsPool):
             known=self.known, recent_failures=self.recent_failures)
         self._urls = urls = URLParser(config.max_url_length, self.rejected)
         self.host_errors = HostErrors()  # this node's failed fetches per host (hosts())
-        kept = {domain: "".join(str(p) for p in sorted(prios))
-                for domain, prios in recrawl_pairs(options.recrawl).items()}
+        self._kept = kept = _kept(options.recrawl)  # (one dict: the statuses read it, set_recrawl changes it)
         handed = Handed(lambda *args: channel.execute(*args), prefix, config.max_url_length, options.conditional_get)
-        conditional = "0" if not options.conditional_get else "1" if kept else "h"  # pop.lua's validators switch
+        conditional = _conditional(options.conditional_get, kept)
         self.hops = HopLimits(config.max_hops, options.site_hops)  # link-hop limits (hops.py): counts in P h:<bucket>
         self.split = KindSplit(config.list_ratio, config.detail_ratio)
         self._queues = queues = RedisQueues(
             channel, clock, urls, self.hops, self.split, handed, pending_threshold=config.pending_threshold,
             max_per_host=config.max_urls_per_host, conditional=conditional, per_ip=options.per_ip)
+        self._ledger = RedisLedger(channel, urls, kept)
         super().__init__(queues, RedisStatuses(channel, clock, urls, politeness, options, kept, handed, self.host_errors),
-                         RedisLedger(channel, urls, kept),
+                         self._ledger,
                          RedisCrawled(channel, config.linkbase, config.linkbase_max, config.max_url_length,
                                       options.conditional_get),
                          RedisContent(channel, config.max_url_length),
@@ -94,12 +96,20 @@ class RedisPool(PartsPool):
         d = link.execute("HSETNX", meta, "seen_bucket_bits", str(self.channel.bits))
         d.addCallback(lambda _: link.execute("HGET", meta, "seen_bucket_bits"))
         d.addCallback(self._adopt_bits)
-        for host, value in self._host_conf().items():
-            d.addCallback(lambda _, h, v: link.execute("HSET", self.channel.prefix + "conf", h, v), host, value)
+        d.addCallback(lambda _: self.write_conf())
         if self.hops.tracking:  # hop counts (perhaps kept by an older version, which set no mark) go at final statuses
             d.addCallback(lambda _: link.execute("HSET", meta, "hops", "1"))
         d.addCallback(lambda _: self.channel.keep_encodings())
         return d.addCallback(lambda _: self)
+
+    def write_conf(self, dropped: Iterable[str] = ()) -> defer.Deferred[None]:
+        """Write this node's host overrides into ``P conf`` (for every node), and delete those of ``dropped``."""
+        link, key, conf = self.channel.link, self.channel.prefix + "conf", self._host_conf()
+        d = link.execute("HSET", key, *itertools.chain(*conf.items())) if conf else defer.succeed(None)
+        gone = [host for host in dropped if host not in conf]
+        if gone:
+            d.addCallback(lambda _: link.execute("HDEL", key, *gone))
+        return d.addCallback(lambda _: None)
 
     def _host_conf(self) -> dict[str, str]:
         """This node's ``P conf`` entries: host -> "delay concurrency", then its adaptive rule if it has its own."""
@@ -167,6 +177,28 @@ class RedisPool(PartsPool):
         d = self.channel.execute("HSET", self.channel.prefix + "robots", host, repr(float(delay)))
         return d.addCallback(lambda _: None)
 
+    def set_recrawl(self, pairs: Sequence[tuple[str, str]]) -> defer.Deferred[None]:
+        """This node's statuses keep the done pages of ``pairs`` (their sets are shared: see the package)."""
+        kept = _kept(pairs)
+        self._kept.clear()
+        self._kept.update(kept)
+        self._ledger.set_kept(kept)
+        self._queues.conditional = _conditional(self.conditional_get, kept)
+        return defer.succeed(None)
+
+    def set_site_hops(self, by_domain: Mapping[str, int]) -> defer.Deferred[None]:
+        """This node's limits; the mark that hop counts are kept (they go at final statuses), once any limit is."""
+        self.hops.set_sites(by_domain)
+        if not self.hops.tracking:
+            return defer.succeed(None)
+        d = self.channel.link.execute("HSET", self.channel.prefix + "meta", "hops", "1")
+        return d.addCallback(lambda _: None)
+
+    def set_politeness(self, rules: PoliteRules) -> defer.Deferred[None]:
+        """This node's politeness (its defaults go with each of its calls) and ``P conf``, rewritten: the hosts'
+        tables it had and has no more are deleted there, for every node."""
+        return self.write_conf(self.politeness.configure(rules))
+
     def set_host_group(self, host: str, group: str) -> defer.Deferred[None]:
         """Put ``host`` in the politeness group ``group`` (its address; ``host``: on its own again) for every node,
         with its requests in flight (``group.lua``); from now on this node's pops group hosts by address."""
@@ -178,3 +210,13 @@ class RedisPool(PartsPool):
 
     def close(self) -> defer.Deferred[None]:
         return self.channel.close()
+
+
+def _kept(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The statuses' argument of each recrawled domain: its kept prios as digits."""
+    return {domain: "".join(str(p) for p in sorted(prios)) for domain, prios in recrawl_pairs(pairs).items()}
+
+
+def _conditional(conditional_get: bool, kept: dict[str, str]) -> str:
+    """pop.lua's validators switch: "0" none, "1" every URL's, "h" hubs' only (no page recrawled)."""
+    return "0" if not conditional_get else "1" if kept else "h"

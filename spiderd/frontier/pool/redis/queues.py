@@ -49,7 +49,7 @@ class RedisQueues:
         self._handed = handed
         self._pending_threshold = pending_threshold
         self._max_per_host = max_per_host  # 0: no budget (add.lua then leaves the hostseen counts alone)
-        self._conditional = conditional
+        self.conditional = conditional  # pop.lua's validators switch (a reload may change it)
         self.per_ip = per_ip  # pops group hosts by address (P group); set by the first set_host_group too
 
     # -- adding ---------------------------------------------------------------------
@@ -116,7 +116,7 @@ class RedisQueues:
         split = self.split
         args = [self.deadline(now), str(count), str(hub_quota(count, hub_percent) if hubs is None else hubs),
                 *map(repr, split.ratios), *map(repr, split.credit), str(RESERVE_SCAN),
-                repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT), self._conditional, "1" if self.per_ip else "0"]
+                repr(DOMAIN_SWEEP_EVERY), str(DOMAIN_SWEEP_COUNT), self.conditional, "1" if self.per_ip else "0"]
         channel = self._channel
         waiting = channel.take_statuses()
         if not waiting:
