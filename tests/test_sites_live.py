@@ -24,6 +24,7 @@ from spiderd.ops import sitebook
 from spiderd.ops.reload import ReloadService
 
 from . import services
+from .clusterkeys import ClusterCase
 
 ITEMS = 3
 PAGE = ("<html><body><h1>Title {n}</h1><h2>Subtitle {n}</h2><p class='price'>{n} EUR</p>"
@@ -400,8 +401,23 @@ class RedisLiveSitesTests(LiveSitesTests):
     def stored_history(self, api: Any, name: str) -> Any:
         """The rules versions of the changes of ``name`` the fleet keeps (its list in Redis)."""
         link = api.node.sites._shared._link
-        lines = yield link.execute("LRANGE", f"{self.namespace}spiderd:sites:history:{name}", 0, -1)
+        lines = yield link.execute("LRANGE", f"{self.namespace}spiderd:{self.sites_key}:history:{name}", 0, -1)
         return [json.loads(line)["rules"] for line in lines]
+
+    sites_key = "sites"  # the shared sites' keys: <prefix>sites:overlay ...
 
     def _delete_keys(self) -> Any:
         return services.delete_redis_keys(self.redis_url, self.namespace + "*")
+
+
+class ClusterLiveSitesTests(ClusterCase, RedisLiveSitesTests):
+    """The same on a Redis Cluster pool (three masters of this class's own): the fleet's sites under one hash tag."""
+
+    sites_key = "{sites}"
+
+    def pool_section(self) -> dict[str, Any]:
+        return {"backend": "redis", "redis_url": self.cluster.url, "redis_prefix": self.namespace + "spiderd:",
+                "redis_namespace": self.namespace}
+
+    def _delete_keys(self) -> Any:
+        return None  # (the class's cluster is stopped and removed after its tests)

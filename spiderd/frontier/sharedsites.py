@@ -7,7 +7,8 @@ changes, newest last, at most HISTORY_PER_SITE entries).  Every node reads the c
 reads the overlay and, if it differs from its own, takes it (validated with its own file, as at a reload), so each
 node's batches carry the same rules.  A change is written one site at a time (HSET), so two nodes changing two sites
 at once lose neither.  A node that cannot reach Redis keeps its rules and tries again at the next turn.
-(``redis+cluster://`` pools are not shared this way yet: their nodes keep their overlay in their data directory.)
+On a ``redis+cluster://`` pool the same keys carry the hash tag ``{sites}`` (``<prefix>{sites}:overlay`` ...), so
+that they share one slot, and go to its master through the cluster's routing client.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from twisted.logger import Logger
 
 from spiderd.config.overlay import HISTORY_PER_SITE
 from spiderd.config.sections import PoolSection
-from spiderd.frontier.pool.redis.link import RedisLink, parse_redis_url
+from spiderd.frontier.pool.redis.cluster import ClusterLink, SlotLink, is_cluster_url, parse_cluster_url
+from spiderd.frontier.pool.redis.link import Link, RedisLink, parse_redis_url
 
 log = Logger()
 
@@ -38,9 +40,8 @@ class SharedSites(Service):
     name = "shared-sites"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, redis_url: str, prefix: str, clock: IReactorTime, interval: float = 2.0) -> None:
-        self._link = RedisLink(parse_redis_url(redis_url))
-        self._overlay, self._version, self._history = (prefix + "sites:overlay", prefix + "sites:version",
-                                                       prefix + "sites:history")
+        self._link, self._cluster, base = _link(redis_url, prefix, clock)
+        self._overlay, self._version, self._history = base + ":overlay", base + ":version", base + ":history"
         self._seen: Any = None  # the counter as last read
         self.take: Callable[[dict[str, dict[str, Any] | None]], Deferred[Any]] | None = None  # applies the fleet's
         self.current: Callable[[], Mapping[str, Any]] = dict  # this node's overlay
@@ -56,7 +57,7 @@ class SharedSites(Service):
         super().stopService()
         if self._loop.running:
             self._loop.stop()
-        return self._link.close()
+        return (self._cluster or self._link).close()
 
     def publish(self, name: str, table: dict[str, Any] | None) -> Deferred[None]:
         """Keep this node's change of ``name`` (None: removed) in Redis, for the other nodes' next turn."""
@@ -95,6 +96,15 @@ class SharedSites(Service):
                         s=self._interval)
 
 
+def _link(redis_url: str, prefix: str, clock: IReactorTime) -> tuple[Link, ClusterLink | None, str]:
+    """The link the keys go through, the cluster's client (None: one Redis) and the keys' common part."""
+    if not is_cluster_url(redis_url):
+        return RedisLink(parse_redis_url(redis_url)), None, prefix + "sites"
+    base = prefix + "{sites}"
+    cluster = ClusterLink(parse_cluster_url(redis_url), (), clock)
+    return SlotLink(cluster, base), cluster, base
+
+
 def _pairs(raw: Any) -> list[tuple[Any, Any]]:
     """HGETALL's answer as pairs (txredisapi gives a dict, or a flat list)."""
     if isinstance(raw, dict):
@@ -115,9 +125,7 @@ def _entry(line: Any) -> dict[str, Any] | None:
 
 
 def shared_sites(pool: PoolSection, clock: IReactorTime) -> SharedSites | None:
-    """The fleet's store of the sites for a ``[pool]`` section: on a Redis pool (not a cluster), else None."""
-    from spiderd.frontier.pool.redis.cluster import is_cluster_url
-
-    if pool.backend != "redis" or is_cluster_url(pool.redis_url):
+    """The fleet's store of the sites for a ``[pool]`` section: on a Redis pool (one Redis or a cluster), else None."""
+    if pool.backend != "redis":
         return None
     return SharedSites(pool.redis_url, pool.redis_prefix, clock)
