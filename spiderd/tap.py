@@ -14,7 +14,7 @@ from typing import Any, cast
 from twisted.application.service import IService
 
 from spiderd.config import settings as cfg
-from spiderd.config.changes import POLITENESS_KEYS, RECRAWL_SITE_KEYS, SITEMAP_KEYS
+from spiderd.config.changes import POLITENESS_KEYS, RECRAWL_SITE_KEYS, RENDER_KEYS, SITEMAP_KEYS
 from spiderd.contracts.pool import IURLPool
 from spiderd.core import lifecycle
 from spiderd.core.blocking import Blocking
@@ -24,7 +24,7 @@ from spiderd.core.stats import CrawlStats, ProgressLogger
 from spiderd.core.storage import StorageGate
 from spiderd.demo import config as demo
 from spiderd.engine.politeness import Politeness
-from spiderd.engine.render import build_modes
+from spiderd.engine.render import RenderPool, build_modes
 from spiderd.engine.steps import PageSteps
 from spiderd.engine.subrequests import HostTurns
 from spiderd.feed.items import ItemWriter
@@ -113,10 +113,11 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
     crawler = frontier.crawler
     followers = [base.fetcher.set_sites] + ([frontier.sitemaps.set_sites] if frontier.sitemaps is not None else [])
     live = add(LiveConfig(s, reactor, base.blocking.lane("config"), base.parser.rules, followers, frontier.seeds,
-                          renders=base.steps.modes is not None and base.steps.modes.pool is not None,
+                          renders=_render_pool(base) is not None,
                           tuners=_tuners(base, frontier, worker),
                           live_keys=(SITEMAP_KEYS if frontier.sitemaps is not None else frozenset())
-                          | (RECRAWL_SITE_KEYS if frontier.recrawler is not None else frozenset())))
+                          | (RECRAWL_SITE_KEYS if frontier.recrawler is not None else frozenset())
+                          | (RENDER_KEYS if _render_pool(base) is not None else frozenset())))
     book = SiteBook(live, add(shared_sites(s.pool, reactor)) if base.pool is not None else None)
     add(api_service(s.api, reactor, Node(
         role, reactor, stats=base.stats, pool=base.pool, crawler=crawler, seeds=frontier.seeds,
@@ -217,12 +218,28 @@ def _tuners(base: Base, frontier: Frontier, worker: WorkerService | None) -> lis
     if pool is not None and recrawler is not None:
         tuners.append(on_keys(RECRAWL_SITE_KEYS | {"allowed_hosts"}, lambda fresh: _recrawl(fresh, pool, recrawler),
                               "sites' recrawl intervals"))
+    if _render_pool(base) is not None:
+        tuners.append(on_keys(RENDER_KEYS, lambda fresh: _render(fresh, base), "render settings"))
     sitemaps = frontier.sitemaps
     if sitemaps is not None:
         tuners.append(on_keys(SITEMAP_KEYS | POLITENESS_KEYS, lambda fresh: sitemaps.configure(fresh.sitemaps,
                                                                                                  fresh.fetch),
                               "sitemap settings"))
     return tuners
+
+
+def _render_pool(base: Base) -> RenderPool | None:
+    """The node's render pool (None: no site rendered at the start)."""
+    return base.steps.modes.pool if base.steps.modes is not None else None
+
+
+def _render(fresh: cfg.Settings, base: Base) -> None:
+    """``[render]``'s new values: the render pool's (its browsers as they are replaced) and the auto choice's."""
+    modes = base.steps.modes
+    assert modes is not None and modes.pool is not None
+    render = fresh.render
+    modes.pool.reconfigure(render)
+    modes.auto.configure(render.auto_probe, render.auto_recheck, render.auto_hosts)
 
 
 def _recrawl(fresh: cfg.Settings, pool: IURLPool, recrawler: Recrawler) -> Any:

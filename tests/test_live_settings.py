@@ -480,3 +480,25 @@ class WorkerPolitenessTests(unittest.TestCase):
         self.assertEqual((known.delay, known.concurrency), (7.0, 3))
         self.assertEqual((politeness.delay, politeness.concurrency), (2.0, 2))
         self.assertEqual(live.status()["restart_needed"], [])
+
+
+class RenderSettingsTests(unittest.TestCase):
+    """A node with a rendered site takes a reload's [render] bounds (its browsers as they are replaced); the browser
+    and their number need a restart, and say so."""
+
+    def test_render_keys_reach_the_render_pool(self) -> None:
+        data = Path(self.mktemp())
+        data.mkdir()
+        path = data / "spiderd.toml"
+        text = toml(data, "http://127.0.0.1:9/", {"backend": "memory"}, "").replace(
+            'name = "shop"', 'name = "shop"\nrender = "always"')
+        path.write_text(text + "[render]\nnavigation_timeout = 15.0\nauto_probe = 3\n")
+        top = tap.build(cfg.load(str(path)), reactor)  # (not started: no browser is needed to see the settings)
+        live, modes = top.getServiceNamed("config"), top.getServiceNamed("api").node.render
+        pool = modes.pool
+        path.write_text(text + "[render]\nnavigation_timeout = 4.0\nauto_probe = 7\nbrowsers = 2\n")
+        keys = live.apply(cfg.load(str(path)), "test")
+        self.assertEqual(sorted(keys), ["render.auto_probe", "render.browsers", "render.navigation_timeout"])
+        self.assertEqual((pool.config.navigation_timeout, pool._init[3], modes.auto.probe), (4.0, 4.0, 7))
+        self.assertEqual((pool.config.browsers, len(pool.children)), (1, 1))
+        self.assertEqual(live.restart_needed(), ["render.browsers"])

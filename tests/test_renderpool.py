@@ -213,3 +213,39 @@ class PoolTests(SynchronousTestCase):
         self.assertEqual(self.pool.status()["retiring"], 1)
         for page in pages[:2]:
             self.successResultOf(page)
+
+    def test_a_reload_replaces_the_browsers_one_at_a_time_with_the_new_bounds(self) -> None:
+        """A reload's [render]: pages_per_browser at once; each browser replaced by one started with the new bounds,
+        one at a time, a page it holds finished under its own (not taken for hung by the new, shorter ones);
+        ``browsers`` stays the start's."""
+        self.pool = self.make(browsers=2, pages_per_browser=1, max_pages=100)
+        first, second = self.children[-2:]
+        for child in (first, second):
+            self.pool.browser_ready(child)
+        held = self.render(1)
+        self.assertEqual(len(first.pages) + len(second.pages), 1)
+        holder = first if first.pages else second
+        self.pool.reconfigure(RenderSection(browsers=5, pages_per_browser=3, max_pages=100, navigation_timeout=1.0,
+                                            settle_timeout=1.0))
+        self.assertEqual(len(self.pool.children), 2)
+        self.assertEqual(self.pool.status()["retiring"], 1)  # one replaced, the other renders on meanwhile
+        self.assertEqual(self.pool.restarts["reconfigured"], 1)
+        fresh = self.children[-1]
+        self.assertEqual(fresh.transport.sent[0][3:5], (1.0, 1.0))  # type: ignore[attr-defined]  # its init
+        self.pool.browser_ready(fresh)
+        self.clock.advance(1 + 1 + HANG_GRACE + 1)  # past the new deadline, within the old one (5 + 5)
+        self.assertEqual(holder.transport.signals, [])  # type: ignore[attr-defined]
+        self.answer(holder, next(iter(holder.pages)))
+        self.successResultOf(held)
+        for child in list(self.pool._retiring):
+            child.transport.ended = True  # type: ignore[attr-defined]
+            child.processEnded(Failure(ProcessDone(0)))
+        pages = [self.render(n) for n in range(2, 5)]  # the next page replaces the other old browser
+        self.assertEqual(self.pool.restarts["reconfigured"], 2)
+        self.assertTrue(all(c.init == self.pool.children[0].init for c in self.pool.children if c is not None))
+        self.assertEqual(len(self.children[-1].pages) + len(fresh.pages), 3)  # up to 3 pages a browser now
+        for child in self.children:
+            for rid in list(child.pages):
+                self.answer(child, rid)
+        for page in pages:
+            self.successResultOf(page)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from spiderd.config.sections import SitemapsSection
+from spiderd.config.sections import RenderSection, SitemapsSection
 from spiderd.core.rules import Site
 
 POLITENESS_KEYS = frozenset({
@@ -20,6 +20,9 @@ POLITENESS_KEYS = frozenset({
     "fetch.hosts",
 })  # how hosts are paced: the pools', the worker's and the sub-requests' politeness take them
 SITEMAP_KEYS = frozenset(f"sitemaps.{f.name}" for f in fields(SitemapsSection))  # live where a sitemap reader runs
+RENDER_KEYS = frozenset(f"render.{f.name}" for f in fields(RenderSection)) - {"render.browser", "render.browsers"}
+# (live where a render pool runs: the browsers' own bounds as they are replaced; the browser and their number: a
+# restart)
 LIVE_KEYS = frozenset({"pool.seeds", "pool.hubs", "pool.hub_refresh_span", *POLITENESS_KEYS})  # besides the sites'
 # (LIVE_SITE_KEYS)
 LIVE_SITE_KEYS = frozenset({

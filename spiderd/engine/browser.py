@@ -52,6 +52,7 @@ class BrowserChild(ProcessProtocol):
         self.retiring = False  # takes no new page; its input closes once it holds none
         self.rendered = 0  # pages given to it in all
         self.budget = 0  # pages it renders before it is replaced (the pool's max_pages, staggered at first)
+        self.init: tuple[Any, ...] | None = None  # the bounds it was started with (the pool's init message)
         self.pid: int | None = None
         self.killed_because = ""
         self.killed_kind = ""  # why it was killed, in a word (the pool's restart reasons): "hung", "protocol"

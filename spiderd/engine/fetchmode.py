@@ -64,6 +64,12 @@ class AutoRender:
         self.probe, self.recheck, self.max_keys = probe, recheck, max_keys
         self.choices: OrderedDict[str, Choice] = OrderedDict()
 
+    def configure(self, probe: int, recheck: int, max_keys: int) -> None:
+        """A reload's ``auto_*``: from each section's next page on (the choices made so far are kept)."""
+        self.probe, self.recheck, self.max_keys = probe, recheck, max_keys
+        while len(self.choices) > self.max_keys:
+            self.choices.popitem(last=False)
+
     @staticmethod
     def key(url: str) -> str:
         """``host/first-segment`` of ``url``."""

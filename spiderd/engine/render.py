@@ -139,8 +139,7 @@ class RenderPool(Service):
         self._start = starter
         self._rss = rss
         self.stop_timeout = stop_timeout
-        self._init = ("init", config.browser, config.load_media, config.navigation_timeout, config.settle_timeout,
-                      config.idle_time, config.max_subrequests, config.max_subrequest_bytes, config.pages_per_context)
+        self._init = _init(config)
         self.children: list[BrowserChild | None] = [None] * config.browsers
         self._retiring: set[BrowserChild] = set()
         self._failures = [0] * config.browsers
@@ -215,6 +214,16 @@ class RenderPool(Service):
     def pids(self) -> list[int]:
         """The child processes of the running browsers (each the leader of its browser's process group)."""
         return [c.pid for c in self._live() if c.pid is not None]
+
+    def reconfigure(self, config: RenderLimits) -> None:
+        """A reload's ``[render]``: the pool's own bounds (pages a browser, its budget, memory) from now on; the
+        browsers' own (timeouts, sub-request limits, media, pages a context) reach them as they are replaced by
+        browsers started with them, one at a time as :meth:`_replace_due` goes.  ``browser`` and ``browsers``
+        are the start's (a restart)."""
+        self.config = _Kept(config, browser=self.config.browser, browsers=self.config.browsers)
+        self._init = _init(self.config)
+        self._replace_due()
+        self._drain()
 
     def _drain(self) -> None:
         while self.waiting:
@@ -367,6 +376,7 @@ class RenderPool(Service):
             self.children[slot] = None
             self._schedule_restart(slot, ready=False)
             return
+        child.init = self._init
         child.send(self._init)
 
     def _replace_due(self) -> None:
@@ -377,6 +387,9 @@ class RenderPool(Service):
         for child in self._live():
             if child.rendered >= child.budget:
                 self._retire(child, f"{child.rendered} pages rendered", "max_pages")
+                return
+            if child.init != self._init:
+                self._retire(child, "[render] changed", "reconfigured")
                 return
 
     def _budget(self, slot: int) -> int:
@@ -416,8 +429,8 @@ class RenderPool(Service):
         """The watchdog: a browser holding a page past its deadline is killed (hung); one whose processes hold
         more than ``max_rss_mb`` is replaced."""
         config, now = self.config, self._reactor.seconds()
-        deadline = config.navigation_timeout + config.settle_timeout + HANG_GRACE
         for child in self._all():
+            deadline = _deadline(child.init or self._init)  # (the bounds the browser was started with)
             if any(now - job.started > deadline for job in child.pages.values()):
                 child.kill(f"a page held more than {deadline:g} s: the browser hung", "hung")
         self._ticks += 1
@@ -452,6 +465,27 @@ def _cancelled(failure: Failure) -> None:
     failure.trap(CancelledError)  # the page ended before its sub-request's turn or answer: nothing to say
 
 
+
+
+def _init(config: RenderLimits) -> tuple[Any, ...]:
+    """The message that starts a browser with ``config``'s bounds (see :mod:`.renderchild`)."""
+    return ("init", config.browser, config.load_media, config.navigation_timeout, config.settle_timeout,
+            config.idle_time, config.max_subrequests, config.max_subrequest_bytes, config.pages_per_context)
+
+
+def _deadline(init: tuple[Any, ...]) -> float:
+    """Seconds a browser started with ``init`` may hold a page before it is taken for hung."""
+    return float(init[3]) + float(init[4]) + HANG_GRACE
+
+
+class _Kept:
+    """``config`` with some of its values replaced (those a running pool keeps until a restart)."""
+
+    def __init__(self, config: RenderLimits, **kept: Any) -> None:
+        self._config, self._kept = config, kept
+
+    def __getattr__(self, name: str) -> Any:
+        return self._kept[name] if name in self._kept else getattr(self._config, name)
 
 
 def build_modes(render: RenderLimits, politeness: Politeness, reactor: IProcessClock, fetcher: Fetcher,
