@@ -422,3 +422,28 @@ class ClusterLiveSitesTests(ClusterCase, RedisLiveSitesTests):
 
     def _delete_keys(self) -> Any:
         return None  # (the class's cluster is stopped and removed after its tests)
+
+
+class PollTurnTests(unittest.SynchronousTestCase):
+    """The fleet's sites are read one turn at a time."""
+
+    def test_a_poll_during_a_turn_fires_once_that_turn_took_the_fleets_sites(self) -> None:
+        """The periodic turn read a new version and is taking the overlay; a poll asked for meanwhile fires only once
+        that is taken (it used to find the version seen and fire at once, the sites not yet in force)."""
+        shared = sharedsites.SharedSites("redis://127.0.0.1:1/0", "p:", task.Clock())
+        answers = {"GET": b"1", "HGETALL": [b"shop", b'{"fields": {}}']}
+
+        class Link:
+            def execute(self, command: str, *args: Any) -> Any:
+                return defer.succeed(answers[command])
+
+        shared._link = Link()  # type: ignore[assignment]
+        taking: defer.Deferred[None] = defer.Deferred()
+        shared.take = lambda overlay: taking
+        first = shared.poll()
+        second = shared.poll()
+        self.assertNoResult(first)
+        self.assertNoResult(second)
+        taking.callback(None)
+        self.successResultOf(first)
+        self.successResultOf(second)

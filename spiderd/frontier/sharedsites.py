@@ -45,6 +45,7 @@ class SharedSites(Service):
         self._seen: Any = None  # the counter as last read
         self.take: Callable[[dict[str, dict[str, Any] | None]], Deferred[Any]] | None = None  # applies the fleet's
         self.current: Callable[[], Mapping[str, Any]] = dict  # this node's overlay
+        self._turns = defer.DeferredLock()
         self._loop = LoopingCall(self.poll)
         self._loop.clock = clock
         self._interval = interval
@@ -79,9 +80,14 @@ class SharedSites(Service):
         d = self._link.execute("LRANGE", self._history + ":" + name, 0, -1)
         return d.addCallback(lambda lines: [e for e in map(_entry, lines) if e is not None and e.get("site") == name])
 
+    def poll(self) -> Deferred[Any]:
+        """One turn: read the counter; if it moved, read the overlay and take it when it differs from this node's.
+        Turns go one after the other: a turn asked for while one is under way runs once that one has taken what it
+        read (a caller then finds the fleet's sites in force)."""
+        return self._turns.run(self._poll)
+
     @defer.inlineCallbacks
-    def poll(self) -> Any:
-        """One turn: read the counter; if it moved, read the overlay and take it when it differs from this node's."""
+    def _poll(self) -> Any:
         try:
             version = yield self._link.execute("GET", self._version)
             if version is None or version == self._seen:
