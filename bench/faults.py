@@ -33,7 +33,8 @@ the store; "missing" and "itemdup": good pages with no item line, second item
 lines); every batch the frontier sent, and every batch left in its spool,
 reached the worker ("lost"); nothing counted done that was not done ("wrong":
 pages stored or in items that are not good detail pages, and, with the LevelDB
-pool, URLs the pool counts as batched that no worker job carried).  "Time to
+pool, URLs the pool counts as batched that no worker job carried: by count, more than the jobs carried, once
+a job's URL list is gone with its end).  "Time to
 recover" is from the end of a fault (the process or server back) to the next
 page stored (for the frontier: to its next batch sent).  Before anything
 starts it checks that this machine has what the chosen scenarios need
@@ -199,19 +200,20 @@ class Scenario:
         row.expected = len(expected)
         row.stored = len(set(stored) & set(items) & expected)
         row.duplicates = len(stored) - len(set(stored))
-        batches, urls = self.carried()
+        batches, urls, count = self.carried()
         row.batches_lost = self.batches_lost(batches)
-        row.wrong = len((set(stored) | set(items)) - expected) + self.batched_not_carried(urls)
+        row.wrong = len((set(stored) | set(items)) - expected) + self.batched_not_carried(urls, count)
         row.items_expected = len(expected)
         row.items_missing = len(expected - set(items))
         row.items_duplicated = len(items) - len(set(items))
         return row
 
-    def carried(self) -> tuple[set[int], set[str] | None]:
-        """The batch numbers and the URLs of every job the worker accepted (URLs: None when a worker keeps a
-        job's URLs beside it only until the job ends, so that what the jobs carried cannot be known)."""
+    def carried(self) -> tuple[set[int], set[str] | None, int]:
+        """The batch numbers and the URLs of every job the worker accepted (URLs: None when some job's are gone:
+        a worker keeps a job's URLs in its ``.urls`` file only until the job ends), and how many URLs they
+        carried (each distinct batch's ``url_count``: at least the distinct URLs carried)."""
         jobs = self.dir / self.worker_role / "worker" / "jobs"
-        batches: set[int] = set()
+        batches: dict[int, int] = {}
         urls: set[str] | None = set()
         for path in jobs.glob("*.json") if jobs.exists() else []:
             try:
@@ -220,13 +222,16 @@ class Scenario:
                 continue
             batch = (job.get("args") or {}).get("batch")
             if batch is not None:
-                batches.add(int(batch))
-            settings = job.get("settings")
+                batches[int(batch)] = int(job.get("url_count") or 0)
+            settings = job.get("settings") or {}
+            listed = path.with_suffix(".urls")
             if isinstance(settings, dict) and "DISTRIBUTED_START_URLS" in settings and urls is not None:
                 urls.update(json.loads(settings["DISTRIBUTED_START_URLS"]))
+            elif listed.exists() and urls is not None:
+                urls.update(json.loads(listed.read_text()))
             else:
                 urls = None
-        return batches, urls
+        return set(batches), urls, sum(batches.values())
 
     def batches_lost(self, carried: set[int]) -> int:
         """Batches the frontier sent (its log names them) or still spools that no worker job carries."""
@@ -235,9 +240,10 @@ class Scenario:
                    for p in (self.dir / self.frontier_role / "batches").glob("batch-*.json")}
         return len((sent | spooled) - carried)
 
-    def batched_not_carried(self, carried_urls: set[str] | None) -> int:
-        """With the LevelDB pool: fingerprints the pool counts as batched that no job carried."""
-        if self.pool != "leveldb" or carried_urls is None:
+    def batched_not_carried(self, carried_urls: set[str] | None, carried_count: int) -> int:
+        """With the LevelDB pool: fingerprints the pool counts as batched that no job carried (when the jobs'
+        URLs are gone: how many more the pool counts batched than the jobs carried)."""
+        if self.pool != "leveldb":
             return 0
         from twisted.internet.task import Clock
 
@@ -252,6 +258,8 @@ class Scenario:
                 batched.update(int(r["fp"], 16) for r in got[0] or () if r.get("state") == "batched")
         finally:
             pool.close()
+        if carried_urls is None:
+            return max(0, len(batched) - carried_count)
         return len(batched - {fingerprint(u) for u in carried_urls})
 
 
@@ -344,9 +352,9 @@ class NodeScenario(Scenario):
         row.items_duplicated = len(items) - len(set(items))
         row.wrong = len((set(stored) | set(items)) - expected)
         if self.local:
-            batches, urls = self.carried()
+            batches, urls, count = self.carried()
             row.batches_lost = self.batches_lost(batches)
-            row.wrong += self.batched_not_carried(urls)
+            row.wrong += self.batched_not_carried(urls, count)
         return row
 
 
