@@ -24,7 +24,9 @@ pages):
 ``*-disk-full``: one ``all`` node whose data directory is a tmpfs of its own, filled for 15 s once a third of
 the pages are done (its status must say the storage is blocked meanwhile, and it must log fewer than 100 lines
 about it).  ``under-load``: the frontier and the worker SIGKILLed at random moments with a busy process on
-each core and the timings stretched.
+each core and the timings stretched.  ``redis-kill9``: the pool's Redis SIGKILLed 10 times while the frontier
+crawls list pages, started again at once (a kill between Redis running a call and its answer reaching the
+frontier loses the answer: that lost one list page's detail URLs, marked seen, once).
 
 The invariants checked at the end of every scenario: every good detail page
 of the site is in the page store and in the items ("stored" counts the pages
@@ -562,9 +564,12 @@ def run_scenario(name: str, root: Path, site: str, spec: SiteSpec, fault: Callab
     return s.check(row)
 
 
-def service_scenario(kind: str, root: Path, site: str, spec: SiteSpec, rng: random.Random, aof: bool = True) -> Row:
-    """Restart a private MariaDB (the page store) or Redis (the frontier's pool) mid-crawl."""
+def service_scenario(kind: str, root: Path, site: str, spec: SiteSpec, rng: random.Random, aof: bool = True,
+                     kills: int = 0) -> Row:
+    """Restart a private MariaDB (the page store) or Redis (the frontier's pool) mid-crawl; or (``kills``) SIGKILL
+    the Redis that many times at random moments while the frontier crawls list pages, starting it again at once."""
     name = "mariadb-restart" if kind == "mysql" else f"redis-restart{'' if aof else '-no-persistence'}"
+    name = "redis-kill9" if kills else name
     server: Any
     if kind == "mysql":
         server = PrivateMariaDB(root / f"{name}-server")
@@ -582,6 +587,9 @@ def service_scenario(kind: str, root: Path, site: str, spec: SiteSpec, rng: rand
                 time.sleep(0.05)
         else:
             midway(s, 0.3)
+        if kills:
+            redis_kills(s, row, server, rng, kills)
+            return
         before = s.progress()
         server.restart(3 * STRETCH)
         row.injected += 1
@@ -595,6 +603,26 @@ def service_scenario(kind: str, root: Path, site: str, spec: SiteSpec, rng: rand
         row.counted = False
         row.note = (row.note + "; Redis kept nothing: queues and seen set lost (use AOF)").strip("; ")
     return row
+
+
+def redis_kills(s: Scenario, row: Row, server: PrivateRedis, rng: random.Random, times: int) -> None:
+    """SIGKILL the pool's Redis ``times`` times, 0.2-1.5 s (at random) after the frontier has sent a batch since
+    the last kill, while it still crawls list pages: a kill that falls after Redis ran a call and before its
+    answer reached the frontier (its detail URLs marked seen, say) loses that answer."""
+    for _ in range(times):
+        if s.complete():
+            break
+        sent = len(frontier_batches(s.dir / "frontier.log"))
+        deadline = time.monotonic() + 60 * STRETCH
+        while len(frontier_batches(s.dir / "frontier.log")) <= sent:
+            if time.monotonic() > deadline:
+                return  # no batch any more: the list pages are done
+            time.sleep(0.05)  # polling the frontier's log
+        pause(rng.uniform(0.2, 1.5))  # a random moment
+        before = s.progress()
+        server.restart(0.2)
+        row.injected += 1
+        row.recover.append(s.wait_progress(before))
 
 
 class ClusterScenario(Scenario):
@@ -726,6 +754,7 @@ SCENARIOS: dict[str, Callable[..., Row]] = {
     "mariadb-restart": lambda *a: service_scenario("mysql", *a),
     "redis-restart": lambda *a: service_scenario("redis", *a),
     "redis-no-persistence": lambda *a: service_scenario("redis", *a, aof=False),
+    "redis-kill9": lambda *a: service_scenario("redis", *a, kills=10),
     "sigterm-under-load": lambda *a: run_scenario("sigterm-under-load", *a[:3], sigterm_under_load, a[3]),
     "inprocess-kill9": lambda *a: run_node("inprocess-kill9", *a),
     "inprocess-nostore-kill9": lambda *a: run_node("inprocess-nostore-kill9", *a, store="none"),
