@@ -24,7 +24,9 @@ pages):
 ``*-disk-full``: one ``all`` node whose data directory is a tmpfs of its own, filled for 15 s once a third of
 the pages are done (its status must say the storage is blocked meanwhile, and it must log fewer than 100 lines
 about it).  ``under-load``: the frontier and the worker SIGKILLed at random moments with a busy process on
-each core and the timings stretched.
+each core and the timings stretched.  ``redis-kill9``: the pool's Redis SIGKILLed 10 times while the frontier
+crawls list pages, started again at once (a kill between Redis running a call and its answer reaching the
+frontier loses the answer: that lost one list page's detail URLs, marked seen, once).
 
 The invariants checked at the end of every scenario: every good detail page
 of the site is in the page store and in the items ("stored" counts the pages
@@ -33,7 +35,8 @@ the store; "missing" and "itemdup": good pages with no item line, second item
 lines); every batch the frontier sent, and every batch left in its spool,
 reached the worker ("lost"); nothing counted done that was not done ("wrong":
 pages stored or in items that are not good detail pages, and, with the LevelDB
-pool, URLs the pool counts as batched that no worker job carried).  "Time to
+pool, URLs the pool counts as batched that no worker job carried: by count, more than the jobs carried, once
+a job's URL list is gone with its end).  "Time to
 recover" is from the end of a fault (the process or server back) to the next
 page stored (for the frontier: to its next batch sent).  Before anything
 starts it checks that this machine has what the chosen scenarios need
@@ -199,19 +202,20 @@ class Scenario:
         row.expected = len(expected)
         row.stored = len(set(stored) & set(items) & expected)
         row.duplicates = len(stored) - len(set(stored))
-        batches, urls = self.carried()
+        batches, urls, count = self.carried()
         row.batches_lost = self.batches_lost(batches)
-        row.wrong = len((set(stored) | set(items)) - expected) + self.batched_not_carried(urls)
+        row.wrong = len((set(stored) | set(items)) - expected) + self.batched_not_carried(urls, count)
         row.items_expected = len(expected)
         row.items_missing = len(expected - set(items))
         row.items_duplicated = len(items) - len(set(items))
         return row
 
-    def carried(self) -> tuple[set[int], set[str] | None]:
-        """The batch numbers and the URLs of every job the worker accepted (URLs: None when a worker keeps a
-        job's URLs beside it only until the job ends, so that what the jobs carried cannot be known)."""
+    def carried(self) -> tuple[set[int], set[str] | None, int]:
+        """The batch numbers and the URLs of every job the worker accepted (URLs: None when some job's are gone:
+        a worker keeps a job's URLs in its ``.urls`` file only until the job ends), and how many URLs they
+        carried (each distinct batch's ``url_count``: at least the distinct URLs carried)."""
         jobs = self.dir / self.worker_role / "worker" / "jobs"
-        batches: set[int] = set()
+        batches: dict[int, int] = {}
         urls: set[str] | None = set()
         for path in jobs.glob("*.json") if jobs.exists() else []:
             try:
@@ -220,13 +224,16 @@ class Scenario:
                 continue
             batch = (job.get("args") or {}).get("batch")
             if batch is not None:
-                batches.add(int(batch))
-            settings = job.get("settings")
+                batches[int(batch)] = int(job.get("url_count") or 0)
+            settings = job.get("settings") or {}
+            listed = path.with_suffix(".urls")
             if isinstance(settings, dict) and "DISTRIBUTED_START_URLS" in settings and urls is not None:
                 urls.update(json.loads(settings["DISTRIBUTED_START_URLS"]))
+            elif listed.exists() and urls is not None:
+                urls.update(json.loads(listed.read_text()))
             else:
                 urls = None
-        return batches, urls
+        return set(batches), urls, sum(batches.values())
 
     def batches_lost(self, carried: set[int]) -> int:
         """Batches the frontier sent (its log names them) or still spools that no worker job carries."""
@@ -235,9 +242,10 @@ class Scenario:
                    for p in (self.dir / self.frontier_role / "batches").glob("batch-*.json")}
         return len((sent | spooled) - carried)
 
-    def batched_not_carried(self, carried_urls: set[str] | None) -> int:
-        """With the LevelDB pool: fingerprints the pool counts as batched that no job carried."""
-        if self.pool != "leveldb" or carried_urls is None:
+    def batched_not_carried(self, carried_urls: set[str] | None, carried_count: int) -> int:
+        """With the LevelDB pool: fingerprints the pool counts as batched that no job carried (when the jobs'
+        URLs are gone: how many more the pool counts batched than the jobs carried)."""
+        if self.pool != "leveldb":
             return 0
         from twisted.internet.task import Clock
 
@@ -252,6 +260,8 @@ class Scenario:
                 batched.update(int(r["fp"], 16) for r in got[0] or () if r.get("state") == "batched")
         finally:
             pool.close()
+        if carried_urls is None:
+            return max(0, len(batched) - carried_count)
         return len(batched - {fingerprint(u) for u in carried_urls})
 
 
@@ -344,9 +354,9 @@ class NodeScenario(Scenario):
         row.items_duplicated = len(items) - len(set(items))
         row.wrong = len((set(stored) | set(items)) - expected)
         if self.local:
-            batches, urls = self.carried()
+            batches, urls, count = self.carried()
             row.batches_lost = self.batches_lost(batches)
-            row.wrong += self.batched_not_carried(urls)
+            row.wrong += self.batched_not_carried(urls, count)
         return row
 
 
@@ -554,9 +564,12 @@ def run_scenario(name: str, root: Path, site: str, spec: SiteSpec, fault: Callab
     return s.check(row)
 
 
-def service_scenario(kind: str, root: Path, site: str, spec: SiteSpec, rng: random.Random, aof: bool = True) -> Row:
-    """Restart a private MariaDB (the page store) or Redis (the frontier's pool) mid-crawl."""
+def service_scenario(kind: str, root: Path, site: str, spec: SiteSpec, rng: random.Random, aof: bool = True,
+                     kills: int = 0) -> Row:
+    """Restart a private MariaDB (the page store) or Redis (the frontier's pool) mid-crawl; or (``kills``) SIGKILL
+    the Redis that many times at random moments while the frontier crawls list pages, starting it again at once."""
     name = "mariadb-restart" if kind == "mysql" else f"redis-restart{'' if aof else '-no-persistence'}"
+    name = "redis-kill9" if kills else name
     server: Any
     if kind == "mysql":
         server = PrivateMariaDB(root / f"{name}-server")
@@ -574,6 +587,9 @@ def service_scenario(kind: str, root: Path, site: str, spec: SiteSpec, rng: rand
                 time.sleep(0.05)
         else:
             midway(s, 0.3)
+        if kills:
+            redis_kills(s, row, server, rng, kills)
+            return
         before = s.progress()
         server.restart(3 * STRETCH)
         row.injected += 1
@@ -587,6 +603,26 @@ def service_scenario(kind: str, root: Path, site: str, spec: SiteSpec, rng: rand
         row.counted = False
         row.note = (row.note + "; Redis kept nothing: queues and seen set lost (use AOF)").strip("; ")
     return row
+
+
+def redis_kills(s: Scenario, row: Row, server: PrivateRedis, rng: random.Random, times: int) -> None:
+    """SIGKILL the pool's Redis ``times`` times, 0.2-1.5 s (at random) after the frontier has sent a batch since
+    the last kill, while it still crawls list pages: a kill that falls after Redis ran a call and before its
+    answer reached the frontier (its detail URLs marked seen, say) loses that answer."""
+    for _ in range(times):
+        if s.complete():
+            break
+        sent = len(frontier_batches(s.dir / "frontier.log"))
+        deadline = time.monotonic() + 60 * STRETCH
+        while len(frontier_batches(s.dir / "frontier.log")) <= sent:
+            if time.monotonic() > deadline:
+                return  # no batch any more: the list pages are done
+            time.sleep(0.05)  # polling the frontier's log
+        pause(rng.uniform(0.2, 1.5))  # a random moment
+        before = s.progress()
+        server.restart(0.2)
+        row.injected += 1
+        row.recover.append(s.wait_progress(before))
 
 
 class ClusterScenario(Scenario):
@@ -718,6 +754,7 @@ SCENARIOS: dict[str, Callable[..., Row]] = {
     "mariadb-restart": lambda *a: service_scenario("mysql", *a),
     "redis-restart": lambda *a: service_scenario("redis", *a),
     "redis-no-persistence": lambda *a: service_scenario("redis", *a, aof=False),
+    "redis-kill9": lambda *a: service_scenario("redis", *a, kills=10),
     "sigterm-under-load": lambda *a: run_scenario("sigterm-under-load", *a[:3], sigterm_under_load, a[3]),
     "inprocess-kill9": lambda *a: run_node("inprocess-kill9", *a),
     "inprocess-nostore-kill9": lambda *a: run_node("inprocess-nostore-kill9", *a, store="none"),

@@ -92,6 +92,25 @@ class PoolDiskTests(unittest.SynchronousTestCase):
         self.addCleanup(again.close)
         self.assertEqual(counts(again), {"waiting": 0, "pending": 0, "done": 600, "failed": 0})
 
+    def test_a_full_disk_is_not_opened_again_until_it_has_room(self) -> None:
+        """While the disk stays full, the calls fail without opening the store again (each try wrote a new log,
+        manifest and info log on the full disk); once it has room, the next call opens it again and works."""
+        path = os.path.join(self.mnt, "pool")
+        self.successResultOf(self.pool.addmany(self.urls(0, 300)))
+        self.pool.compact()
+        filler = fill(self, self.mnt)
+        failure = self.failureResultOf(self.pool.addmany(self.urls(300, 300)))  # the write the disk refuses
+        self.assertEqual(storage_error(failure), "disk full")
+        files = sorted(os.listdir(path))
+        for _ in range(5):
+            filler.top_up()
+            failure = self.failureResultOf(self.pool.pop(10))
+            self.assertEqual((storage_error(failure), sink_of(failure)), ("disk full", "pool"))
+        self.assertEqual(sorted(os.listdir(path)), files)
+        os.unlink(filler)
+        self.assertEqual(len(self.successResultOf(self.pool.pop(10))), 10)
+        self.assertNotEqual(sorted(os.listdir(path)), files)  # (opened again: a new log)
+
 
 class CrawlPoolDiskTests(StorageCrawl):
     """A crawl whose LevelDB pool alone sits on a 1 MB tmpfs that is filled up (its items elsewhere)."""

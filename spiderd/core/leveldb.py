@@ -5,11 +5,13 @@ is the same Cython code (its ``_plyvel.pyx``, ``leveldb.pxd`` and comparator are
 plyvel 1.5.1's, byte for byte) with wheels for 3.12 to 3.14 on x86_64 and
 aarch64, each bundling LevelDB and Snappy.  ``setup.cfg`` picks the one for the
 interpreter; this module imports whichever is installed.  :class:`Reopening` is a DB that is opened again after
-a write its disk refused.
+a write its disk refused, once that disk has room.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import Any
 
 from spiderd.core.storage import storage_error
@@ -25,6 +27,28 @@ IOError: type[Exception] = _plyvel.IOError  # noqa: A001 (plyvel's own name: ano
 CorruptionError: type[Exception] = _plyvel.CorruptionError
 repair_db: Any = _plyvel.repair_db
 
+MARGIN = 64 << 10  # bytes free, beyond its logs, before a DB is opened again: a manifest, an info log, a new log
+
+
+def free_bytes(path: str) -> int:
+    """Bytes this process may still write on the file system of ``path`` (root may use the blocks reserved for
+    root; others may not)."""
+    fs = os.statvfs(path)
+    return (fs.f_bfree if os.geteuid() == 0 else fs.f_bavail) * fs.f_frsize
+
+
+def logs_size(path: str) -> int:
+    """The size of the DB's write-ahead logs at ``path``: opening it writes their records out as a table."""
+    size = 0
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.name.endswith(".log"):
+                try:
+                    size += entry.stat().st_size
+                except FileNotFoundError:  # (deleted since the listing)
+                    pass
+    return size
+
 
 class Reopening:
     """A LevelDB that can be opened again in place: after a write the disk refused (a full disk), LevelDB refuses
@@ -33,7 +57,10 @@ class Reopening:
 
     ``get``, ``put``, ``delete``, ``write_batch`` and ``iterator`` are the open DB's own methods (no cost a call);
     anything else is looked up on it.  ``reopen`` closes and opens it again, and raises if it cannot be opened
-    (then every call fails until a ``reopen`` succeeds).  A user that writes now and then tells it of a write
+    (then every call fails until a ``reopen`` succeeds).  It does so only once the disk has room for what opening
+    writes (its logs' records as a table, and ``MARGIN``): on a disk that stays full, each try wrote a new log, a
+    manifest and an info log, and deleted a torn table, so the disk's space came and went; until then it raises
+    a disk-full ``OSError`` and leaves the DB as it is.  A user that writes now and then tells it of a write
     the disk refused (``refused``) and asks for it ``ready`` before the next write (reopened then, if need be;
     on the thread that reads it: a reopen must not race a read).
     """
@@ -58,9 +85,16 @@ class Reopening:
         self.write_batch, self.iterator = db.write_batch, db.iterator
 
     def reopen(self) -> None:
-        """Close the DB and open it again (raises, leaving it closed, if it cannot be opened)."""
+        """Close the DB and open it again once its disk has room (raises ``ENOSPC`` until then, leaving the DB as
+        it is; raises, leaving it closed, if it cannot be opened)."""
+        if not self.has_room():
+            raise OSError(errno.ENOSPC, "No space left on device to open the store again", self.path)
         self.close()
         self._open()
+
+    def has_room(self) -> bool:
+        """Whether the DB's disk has room for what opening it writes (a few system calls)."""
+        return free_bytes(self.path) > logs_size(self.path) + MARGIN
 
     def refused(self, error: BaseException) -> bool:
         """Note that a write failed with ``error``; True if the disk refused it (then reopened before the next)."""

@@ -2,7 +2,10 @@
 
 ``add(urls)`` is the crawler's detail sink.  New URLs (checked against the
 pool's persistent seen set, so a restart forgets nothing) are appended to the
-open batch file in the spool, then marked seen.  A batch is sealed when it
+open batch file in the spool, then marked seen.  A URL in the open batch stays there
+even when marking it failed: the pool may have marked it all the same (Redis ran
+the call, and the connection was lost before its answer), and no later add would
+take it again; it is marked again before its batch is sealed.  A batch is sealed when it
 holds ``batch_size`` URLs or ``flush_interval`` seconds after its first URL:
 it gets a number from the pool (unique across restarts and nodes), is split
 so that no ``DISTRIBUTED_START_URLS`` setting exceeds ``max_setting_bytes``
@@ -104,6 +107,7 @@ class Batcher(Service):
         self._figures: list[TargetFigures] = []  # per target, in the order of config.targets
         self._open: list[str] = []
         self._open_set: set[str] = set()
+        self._unmarked: list[str] = []  # open URLs the pool may not have marked seen yet: marked before a seal
         self._lock = DeferredLock()
         self._timer: IDelayedCall | None = None
         self._lane = lane or Lane(reactor, "batcher")
@@ -159,18 +163,27 @@ class Batcher(Service):
     def _add(self, urls: list[str]) -> Any:
         fresh = yield self._pool.seen_filter(urls)
         fresh = [u for u in fresh if u not in self._open_set]
-        if not fresh:
+        if not fresh and not self._unmarked:
             return 0
-        yield self._in_thread(append_lines, open_path(self._dir), fresh)
-        yield self._pool.seen_add(fresh)
-        self._open.extend(fresh)
-        self._open_set.update(fresh)
+        if fresh:
+            yield self._in_thread(append_lines, open_path(self._dir), fresh)
+            self._open.extend(fresh)
+            self._open_set.update(fresh)
+            self._unmarked.extend(fresh)
         try:
+            yield self._mark()
             if len(self._open) >= self._config.size:
                 yield self._seal(everything=False)
         finally:
             self._arm_timer()  # (a seal that failed is tried again by the timer)
         return len(fresh)
+
+    @defer.inlineCallbacks
+    def _mark(self) -> Any:
+        """Mark the open URLs not marked yet as seen in the pool (they stay open, and unmarked, if that fails)."""
+        if self._unmarked:
+            yield self._pool.seen_add(self._unmarked)
+            self._unmarked = []
 
     def add_recrawls(self, pages: list[Recrawl]) -> Deferred[int]:
         """Send detail pages again (seed 004's mod_detail, from ``IRecrawl.recrawl_batched``): in batches of their
@@ -238,6 +251,7 @@ class Batcher(Service):
         count = len(self._open) if everything else len(self._open) // size * size
         if not count:
             return
+        yield self._mark()  # (a URL sent must be seen: else a page that links it again sends it again)
         cut, rest = self._open[:count], self._open[count:]
         chunks = [(spider, chunk) for start in range(0, count, size)
                   for spider, same in _by_spider(cut[start:start + size], self._spider_of).items()
@@ -329,8 +343,9 @@ class Batcher(Service):
         self._open = open_urls + self._open
         self._open_set.update(open_urls)
         if open_urls:
-            yield self._pool.seen_add(open_urls)
+            self._unmarked = open_urls + self._unmarked
             self._arm_timer()
+            yield self._mark()
 
     def _in_thread(self, function: Callable[..., T], *args: Any) -> Deferred[T]:
         return self._lane.run(function, *args)

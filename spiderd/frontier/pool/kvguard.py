@@ -7,8 +7,9 @@ the change in one atomic batch; when the store refuses that batch, memory is ahe
 the call (the caller sees a storage error, which the storage gate tells apart, :mod:`spiderd.core.storage`),
 reads memory back from the store at once (``resync``: the counts shown are the store's), and before the next
 call opens the store again (``reopen``: LevelDB refuses every write after a failed compaction until then)
-and reads memory back once more.  While the store cannot be opened again, every call fails the same way, and
-nothing is changed.  Calls that touch memory only (``fetched``) and the admin's export are not guarded.
+and reads memory back once more.  While the store cannot be opened again (LevelDB's is not even tried while
+its disk has no room: :class:`spiderd.core.leveldb.Reopening`), every call fails the same way, and nothing is
+changed.  Calls that touch memory only (``fetched``) and the admin's export are not guarded.
 """
 
 from __future__ import annotations
