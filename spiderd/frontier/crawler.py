@@ -37,6 +37,7 @@ from twisted.internet import defer, task
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from spiderd.core import conditional as cg
 from spiderd.core import status as st
@@ -189,6 +190,12 @@ class CrawlService(Service):
         for url in urls:
             defer.maybeDeferred(self.pool.fetched, url).addErrback(
                 lambda f: log.failure("Freeing the host of a URL left to its lease", f))
+
+    def _not_freed(self, failure: Failure, url: str) -> None:
+        """Telling the pool that a fetch ended failed (Redis away): the URL's status, when it is recorded, frees
+        its host slot all the same (or its lease's end does), so one quiet line, not an unhandled error."""
+        log.debug("Freeing the host slot of {url} failed (its status frees it): {error}", url=url,
+                  error=failure.getErrorMessage())
 
     def add_details(self, urls: list[str]) -> Deferred[Any]:
         """Send detail URLs where the crawler sends those it finds (the batcher, or the pool's detail queue)."""
@@ -353,7 +360,7 @@ class CrawlService(Service):
         return lambda: bool(self.running) and (limit is None or self._reactor.seconds() < limit)
 
     def _fetched(self, result: FetchResult) -> FetchResult:
-        self.pool.fetched(result.url, result.elapsed)
+        defer.maybeDeferred(self.pool.fetched, result.url, result.elapsed).addErrback(self._not_freed, result.url)
         self.fetching -= 1
         self.processing += 1
         self.stats.fetched(result.status, result.wire_bytes, result.elapsed)
