@@ -4,6 +4,7 @@
     python bench/hosts.py                                   # 5k, 50k, 500k hosts, 120 s each, both pools
     python bench/hosts.py --sizes 5000,50000 --seconds 60 --pools leveldb
     python bench/hosts.py --profile /tmp/prof               # py-spy each run's main process (pip install py-spy)
+    python bench/hosts.py --stalls /tmp/stalls              # what held the reactor when it was late
 
 The web: every address 127.10.0.0 + i (127.0.0.0/8 only) is a host serving the same small shop: ``/`` and two
 more list pages, 60 detail pages of 15 KB, a robots.txt.  One nginx serves them all through one listening
@@ -49,6 +50,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
+from stalls import TWISTD_STALLS  # noqa: E402
 from crawl import DETAIL_RE, LIST_RE, ROOT, TWISTD, RedisServer, free_port, tree_rss_kb  # noqa: E402
 
 from spiderd.demo.pages import SiteSpec  # noqa: E402
@@ -265,13 +267,17 @@ def status(api_port: int) -> dict | None:
 
 
 def crawl(work: Path, server: Server, name: str, hosts: int, seconds: float, pool: str,
-          profile: Path | None) -> Result:
+          profile: Path | None, stalls: Path | None = None) -> Result:
     """One node crawling ``hosts`` hosts for ``seconds`` (after its API answers), sampled every SAMPLE s."""
     api_port = free_port()
     cfg = config(work, name, hosts, server.port, api_port, pool)
     log = open(work / f"{name}.log", "w")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    node = subprocess.Popen([sys.executable, "-c", TWISTD, "-n", "--pidfile=", "spiderd", "--config", str(cfg)],
+    if stalls is not None:
+        stalls.mkdir(parents=True, exist_ok=True)
+        env["SPIDERD_STALLS"] = str(stalls / f"{name}.txt")
+    code = TWISTD if stalls is None else TWISTD_STALLS
+    node = subprocess.Popen([sys.executable, "-c", code, "-n", "--pidfile=", "spiderd", "--config", str(cfg)],
                             cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
     result = Result(name, hosts)
     while status(api_port) is None:
@@ -360,6 +366,8 @@ def main() -> None:
     parser.add_argument("--pools", default="leveldb,redis")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy record each run's main process here")
+    parser.add_argument("--stalls", type=Path, default=None,
+                        help="sample the reactor's stack while it is late, a report per run here (bench/stalls.py)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     pools = args.pools.split(",")
@@ -386,12 +394,12 @@ def main() -> None:
                             f'redis_namespace = "{prefix}"')
                     cpu = redis.cpu()
                     try:
-                        result = crawl(work, server, name, size, args.seconds, pool, args.profile)
+                        result = crawl(work, server, name, size, args.seconds, pool, args.profile, args.stalls)
                         result.redis_cpu = redis.cpu() - cpu
                     finally:
                         redis.drop(prefix)
                 else:
-                    result = crawl(work, server, name, size, args.seconds, "", args.profile)
+                    result = crawl(work, server, name, size, args.seconds, "", args.profile, args.stalls)
                 report(result)
                 results.append(result)
             fields += figures(results, "" if backend == "leveldb" else "redis_")
