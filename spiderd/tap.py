@@ -185,7 +185,7 @@ def _frontier(base: Base, worker: WorkerService | None, demo_site: bool) -> Fron
     batcher = build_batcher(s.batch, reactor, pool, node.path("batches"), local, base.parser.rules,
                             base.blocking.lane("batcher"))
     seeds = SeedService(pool, s.pool.seeds, s.pool.hubs, s.pool.hub_refresh_span, store=base.store,
-                        state_path=node.path("hubs-added.json"), lane=base.blocking.lane("seeds"))
+                        state_path=node.path("hubs-added.json"), lane=base.blocking.lane("seeds"), clock=reactor)
     seed_timer, recrawler = schedulers(s.pool, s.sites, reactor, pool, pool, lambda: stats.counts["requests"],
                                        batched=batcher.add_recrawls if batcher is not None else None)
     outputs = "feeds" if batcher is not None else s.items.dir

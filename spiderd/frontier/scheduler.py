@@ -67,6 +67,7 @@ from spiderd.core.cron import Cron, CronError, parse
 from spiderd.core.lifecycle import InFlight
 from spiderd.core.recrawls import Recrawl
 from spiderd.core.urls import host_of, registered_domain
+from spiderd.frontier.seeds import add_in_slices
 
 log = Logger()
 
@@ -125,7 +126,7 @@ class SeedTimer(Service):
         return self._pool.seed_urls().addCallback(self._inject)
 
     def _inject(self, seeds: list[str]) -> Any:
-        d = self._pool.addmany(seeds, always=True)
+        d = add_in_slices(self._pool, seeds, self._clock, always=True)
         return d.addCallback(lambda added: log.info("Seed timer: {added} of {count} seeds queued again",
                                                     added=added, count=len(seeds)))
 

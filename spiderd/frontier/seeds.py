@@ -7,16 +7,34 @@ import os
 from typing import Any, Generator, Sequence
 
 from twisted.application.service import Service
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from spiderd.contracts.pool import ISeedLists
+from spiderd.contracts.pool import ISeedLists, IURLQueue
 from spiderd.core.blocking import Lane
 from spiderd.core.fsutil import write_atomically
 from spiderd.store.interfaces import IPageStore
 
 log = Logger()
+
+SLICE = 500  # seeds added to the pool in one reactor turn (500,000 seeds: 1,000 turns, none long)
+
+
+@defer.inlineCallbacks
+def add_in_slices(pool: IURLQueue, urls: Sequence[str], clock: IReactorTime,
+                  always: bool = False) -> Generator[Deferred[Any], Any, int]:
+    """Add ``urls`` to ``pool`` SLICE at a time, a reactor turn between two slices (a list of at most SLICE is
+    added at once): a node with hundreds of thousands of seeds answers and fetches while they go in. Fires with
+    how many were queued."""
+    added = 0
+    for start in range(0, len(urls), SLICE):
+        if start:
+            yield task.deferLater(clock, 0, lambda: None)
+        added += yield pool.addmany(urls[start:start + SLICE], always=always)
+    return added
+
 
 
 class SeedService(Service):
@@ -33,9 +51,13 @@ class SeedService(Service):
     name = "seeds"  # type: ignore[assignment]  # Service declares it None
 
     def __init__(self, pool: ISeedLists, seeds: Sequence[str], hubs: Sequence[str], hub_refresh_span: float,
-                 store: IPageStore | None = None, state_path: str | None = None, lane: Lane | None = None) -> None:
+                 store: IPageStore | None = None, state_path: str | None = None, lane: Lane | None = None,
+                 clock: IReactorTime | None = None) -> None:
         if state_path and lane is None:
             raise ValueError("a SeedService with a state_path needs a lane for its file")
+        if clock is None:
+            from twisted.internet import reactor as clock
+        self._clock: IReactorTime = clock  # type: ignore[assignment]
         self._pool = pool
         self._lane = lane
         self._store = store
@@ -75,7 +97,7 @@ class SeedService(Service):
             self._hubs = list(hubs)
         if hub_refresh_span is not None:
             self._span = hub_refresh_span
-        added: int = yield self._pool.addmany(self._seeds)
+        added: int = yield add_in_slices(self._pool, self._seeds, self._clock)
         yield self._pool.set_seeds(self._seeds)  # for the seed timer (Redis: added to seed 002's spider.seed.urls)
         yield self._pool.set_hubs(self.hubs, self._span)
         self._record(self.hubs)
