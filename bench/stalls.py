@@ -68,11 +68,27 @@ class Watchdog:
                  f"longest {', '.join(f'{x * 1000:.0f}' for x in lengths[-10:])} ms",
                  f"samples in stalls (about {LOOK * 1000:.0f} ms each): {sum(self.stacks.values())} with the "
                  f"reactor thread on a CPU, {sum(self.waiting.values())} off it", ""]
+        for title, pick in (("innermost", -1), ("outermost", 0)):
+            lines.append(f"===== ON A CPU, by the {title} spiderd frame")
+            for frame, count in by_frame(self.stacks, pick).most_common(20):
+                lines.append(f"{count:6d} {frame}")
+            lines.append("")
         for title, table in (("ON A CPU", self.stacks), ("OFF A CPU", self.waiting)):
             lines.append(f"===== {title}")
             for stack, count in table.most_common(25):
                 lines += [f"--- {count} samples", stack, ""]
         return "\n".join(lines)
+
+
+def by_frame(stacks: Counter[str], pick: int) -> Counter[str]:
+    """The samples of ``stacks`` by one spiderd frame of each (``pick``: -1 innermost, 0 outermost; the innermost
+    frame when none is spiderd's)."""
+    table: Counter[str] = Counter()
+    for stack, count in stacks.items():
+        frames = stack.split("\n")
+        ours = [f for f in frames if "/spiderd/" in f]
+        table[(ours or frames[-1:])[pick].strip()] += count
+    return table
 
 
 def stack_of(frame) -> str:
