@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -14,6 +16,8 @@ from twisted.python.failure import Failure
 
 T = TypeVar("T")
 
+BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
 
 def rules_of(raw: dict[str, Any]) -> Any:
     """The parse rules (spiderd.fetch.parsepool.parse_rules) of a configuration given as a dict."""
@@ -22,6 +26,27 @@ def rules_of(raw: dict[str, Any]) -> Any:
 
     settings = from_dict(raw)
     return parse_rules(settings.sites, settings.pool, settings.fetch)
+
+
+def node_toml(sections: dict[str, dict[str, Any]], sites: list[dict[str, Any]]) -> str:
+    """A node's configuration file: each of ``sections`` as a table, then each of ``sites`` as a ``[[sites]]`` table
+    (a dict within is an inline table)."""
+    tables = [(f"[{name}]", keys) for name, keys in sections.items()] + [("[[sites]]", site) for site in sites]
+    return "".join(head + "\n" + "".join(f"{_toml_key(k)} = {_toml_value(v)}\n" for k, v in keys.items())
+                   for head, keys in tables)
+
+
+def _toml_key(key: str) -> str:
+    return key if BARE_KEY.fullmatch(key) else json.dumps(key)
+
+
+def _toml_value(value: Any) -> str:
+    """JSON's form of a string, number, boolean or list, which TOML reads alike; a dict as an inline table."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(value)
 
 
 def result(d: "Deferred[T]") -> T:

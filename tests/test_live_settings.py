@@ -6,7 +6,6 @@ request in flight and the next-allowed time already set are kept, and nothing is
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 import uuid
@@ -26,7 +25,7 @@ from spiderd.engine.politeness import Politeness
 from spiderd.ops.reload import ReloadService
 
 from . import services
-from .helpers import ClockedReactor
+from .helpers import ClockedReactor, node_toml
 
 START = 1_000_000.0
 ITEMS = 4
@@ -69,41 +68,28 @@ class Timed(resource.Resource):
         self.held.pop(n).finish()
 
 
-def toml(data_dir: Path, root: str, pool: dict[str, Any], fetch: str) -> str:
-    pool_lines = "".join(f"{k} = {json.dumps(v)}\n" for k, v in pool.items())
-    return f"""
-[spiderd]
-data_dir = "{data_dir}"
-log_interval = 3600
-[pool]
-seeds = ["{root}list"]
-pending_threshold = 200000
-{pool_lines}
-[fetch]
-robots = false
-timeout = 100000
-{fetch}
-[parse]
-workers = 0
-[batch]
-targets = []
-[store]
-url = "none"
-[api]
-port = 0
-[[sites]]
-name = "shop"
-allowed_hosts = ["127.0.0.1"]
-list_urls = ["/list$"]
-detail_urls = ["/item/\\\\d+$"]
-fields = {{title = "//h1/text()"}}
-"""
+SHOP = {"name": "shop", "allowed_hosts": ["127.0.0.1"], "list_urls": ["/list$"], "detail_urls": [r"/item/\d+$"],
+        "fields": {"title": "//h1/text()"}}
 
 
-SLOW_DEFAULTS = "per_host_delay = 100\nper_host_concurrency = 1\n"
-FAST_DEFAULTS = "per_host_delay = 2\nper_host_concurrency = 2\n"
-SLOW_HOST = '[fetch.hosts."{host}"]\ndelay = 100\nconcurrency = 1\n'  # (the politeness key: host and port)
-FAST_HOST = '[fetch.hosts."{host}"]\ndelay = 2\nconcurrency = 2\n'
+def toml(data_dir: Path, root: str, pool: dict[str, Any], fetch: dict[str, Any] | None = None,
+         site: dict[str, Any] | None = None, **sections: dict[str, Any]) -> str:
+    """The node's configuration: ``fetch`` and ``site`` (keys of the shop's table) added, ``sections`` more tables."""
+    return node_toml({
+        "spiderd": {"data_dir": str(data_dir), "log_interval": 3600},
+        "pool": {"seeds": [f"{root}list"], "pending_threshold": 200000, **pool},
+        "fetch": {"robots": False, "timeout": 100000, **(fetch or {})},
+        "parse": {"workers": 0}, "batch": {"targets": []}, "store": {"url": "none"}, "api": {"port": 0},
+        **sections}, [{**SHOP, **(site or {})}])
+
+
+def host_table(host: str, delay: float, concurrency: int) -> dict[str, Any]:
+    """``[fetch]``'s table of one host (its politeness key: host and port)."""
+    return {"hosts": {host: {"delay": delay, "concurrency": concurrency}}}
+
+
+SLOW_DEFAULTS = {"per_host_delay": 100, "per_host_concurrency": 1}
+FAST_DEFAULTS = {"per_host_delay": 2, "per_host_concurrency": 2}
 
 
 class ClockedNodeCase(unittest.TestCase):
@@ -131,8 +117,8 @@ class ClockedNodeCase(unittest.TestCase):
     def pool_section(self) -> dict[str, Any]:
         return {"backend": "leveldb"}
 
-    def write(self, fetch: str) -> None:
-        self.file.write_text(toml(self.data, self.root, self.pool_section(), fetch.format(host=self.host)))
+    def write(self, fetch: dict[str, Any]) -> None:
+        self.file.write_text(toml(self.data, self.root, self.pool_section(), fetch))
 
     def start(self) -> tuple[Any, ReloadService]:
         top = tap.build(cfg.with_overlay(cfg.load(str(self.file))), ClockedReactor(reactor, self.clock))
@@ -195,7 +181,7 @@ class LivePolitenessTests(ClockedNodeCase):
     """A node crawling one host 100 s apart, one request at a time, is reloaded to 2 s apart, two at a time."""
 
     @defer.inlineCallbacks
-    def crawl_with_reload(self, before: str, after: str) -> Any:
+    def crawl_with_reload(self, before: dict[str, Any], after: dict[str, Any]) -> Any:
         """Crawl with ``before`` until item 1 is in flight, reload with ``after``, crawl to the end; the pool's
         stats, the node and its reload."""
         self.write(before)
@@ -230,7 +216,7 @@ class LivePolitenessTests(ClockedNodeCase):
     @defer.inlineCallbacks
     def test_new_host_table(self) -> Any:
         """The same by the host's own ``[fetch.hosts]`` table."""
-        yield self.crawl_with_reload(SLOW_HOST, FAST_HOST)
+        yield self.crawl_with_reload(host_table(self.host, 100, 1), host_table(self.host, 2, 2))
 
 
 class OnRedis:
@@ -257,7 +243,7 @@ class RedisLivePolitenessTests(OnRedis, LivePolitenessTests):
     @defer.inlineCallbacks
     def test_new_host_table(self) -> Any:
         """The host's table in ``P conf`` follows the file; a reload without it deletes it."""
-        top, reload, _ = yield self.crawl_with_reload(SLOW_HOST, FAST_HOST)
+        top, reload, _ = yield self.crawl_with_reload(host_table(self.host, 100, 1), host_table(self.host, 2, 2))
         pool = top.getServiceNamed("crawler").pool
         conf = self.namespace + "spiderd:conf"
         self.assertEqual((yield pool.channel.link.execute("HGET", conf, self.host)), "2.0 2")
@@ -344,9 +330,8 @@ class LiveHopsTests(ClockedNodeCase):
         return Chain(self.clock)
 
     def write(self, hops: int) -> None:
-        text = toml(self.data, self.root, self.pool_section(), "")
-        chain = f'list_urls = ["/list$", "/l/\\\\d+$"]\nmax_hops = {hops}'
-        self.file.write_text(text.replace('list_urls = ["/list$"]', chain))
+        chain = {"list_urls": ["/list$", r"/l/\d+$"], "max_hops": hops}
+        self.file.write_text(toml(self.data, self.root, self.pool_section(), site=chain))
 
     @defer.inlineCallbacks
     def test_links_are_held_to_the_new_limit(self) -> Any:
@@ -380,8 +365,8 @@ class LiveRecrawlTests(ClockedNodeCase):
         return Timed(self.clock, held=(1, 2), links=2)
 
     def write(self, detail: int) -> None:
-        text = toml(self.data, self.root, self.pool_section(), "").replace("[fetch]", "recrawl_every = 10\n[fetch]")
-        self.file.write_text(text + f"recrawl_list = 1000\nrecrawl_detail = {detail}\n")
+        pool = {**self.pool_section(), "recrawl_every": 10}
+        self.file.write_text(toml(self.data, self.root, pool, site={"recrawl_list": 1000, "recrawl_detail": detail}))
 
     @defer.inlineCallbacks
     def test_a_detail_page_done_after_the_reload_is_recrawled(self) -> Any:
@@ -408,8 +393,8 @@ class RedisLiveRecrawlTests(OnRedis, LiveRecrawlTests):
     """The same on the Redis pool."""
 
 
-SITEMAPS_BEFORE = "[sitemaps]\nmax_urls = 1\nrefresh = 1000\n"
-SITEMAPS_AFTER = "[sitemaps]\nmax_urls = 3\nrefresh = 10\n"
+SITEMAPS_BEFORE = {"max_urls": 1, "refresh": 1000}
+SITEMAPS_AFTER = {"max_urls": 3, "refresh": 10}
 
 
 class LiveSitemapsTests(ClockedNodeCase):
@@ -419,9 +404,8 @@ class LiveSitemapsTests(ClockedNodeCase):
     def site(self) -> Timed:
         return Timed(self.clock, held=(), links=0)
 
-    def write(self, sitemaps: str) -> None:
-        text = toml(self.data, self.root, self.pool_section(), "").replace("robots = false", "robots = true")
-        self.file.write_text(text + sitemaps)
+    def write(self, sitemaps: dict[str, Any]) -> None:
+        self.file.write_text(toml(self.data, self.root, self.pool_section(), {"robots": True}, sitemaps=sitemaps))
 
     def calm(self, crawler: Any) -> Callable[[], bool]:
         sitemaps = self.top.getServiceNamed("sitemaps")
@@ -465,8 +449,8 @@ class WorkerPolitenessTests(unittest.TestCase):
         data = Path(self.mktemp())
         data.mkdir()
         path = data / "spiderd.toml"
-        head = f'[spiderd]\nrole = "worker"\ndata_dir = "{data}"\n[worker]\nport = 0\n[api]\nport = 0\n[fetch]\n'
-        path.write_text(head + SLOW_DEFAULTS)
+        head = {"spiderd": {"role": "worker", "data_dir": str(data)}, "worker": {"port": 0}, "api": {"port": 0}}
+        path.write_text(node_toml({**head, "fetch": SLOW_DEFAULTS}, []))
         top = tap.build(cfg.load(str(path)), reactor)
         top.startService()
         self.addCleanup(top.stopService)
@@ -475,7 +459,7 @@ class WorkerPolitenessTests(unittest.TestCase):
             yield task.deferLater(reactor, 0.01, lambda: None)
         politeness = worker.runner._pipeline.queue.politeness
         known = politeness.slot("known.test", b"")
-        path.write_text(head + FAST_DEFAULTS + '[fetch.hosts."known.test"]\ndelay = 7\nconcurrency = 3\n')
+        path.write_text(node_toml({**head, "fetch": {**FAST_DEFAULTS, **host_table("known.test", 7, 3)}}, []))
         self.assertTrue((yield ReloadService(reactor, live, install=False).reload()))
         self.assertEqual((known.delay, known.concurrency), (7.0, 3))
         self.assertEqual((politeness.delay, politeness.concurrency), (2.0, 2))
@@ -490,13 +474,15 @@ class RenderSettingsTests(unittest.TestCase):
         data = Path(self.mktemp())
         data.mkdir()
         path = data / "spiderd.toml"
-        text = toml(data, "http://127.0.0.1:9/", {"backend": "memory"}, "").replace(
-            'name = "shop"', 'name = "shop"\nrender = "always"')
-        path.write_text(text + "[render]\nnavigation_timeout = 15.0\nauto_probe = 3\n")
+
+        def config(**render: Any) -> str:
+            return toml(data, "http://127.0.0.1:9/", {"backend": "memory"}, site={"render": "always"}, render=render)
+
+        path.write_text(config(navigation_timeout=15.0, auto_probe=3))
         top = tap.build(cfg.load(str(path)), reactor)  # (not started: no browser is needed to see the settings)
         live, modes = top.getServiceNamed("config"), top.getServiceNamed("api").node.render
         pool = modes.pool
-        path.write_text(text + "[render]\nnavigation_timeout = 4.0\nauto_probe = 7\nbrowsers = 2\n")
+        path.write_text(config(navigation_timeout=4.0, auto_probe=7, browsers=2))
         keys = live.apply(cfg.load(str(path)), "test")
         self.assertEqual(sorted(keys), ["render.auto_probe", "render.browsers", "render.navigation_timeout"])
         self.assertEqual((pool.config.navigation_timeout, pool._init[3], modes.auto.probe), (4.0, 4.0, 7))

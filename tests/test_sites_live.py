@@ -25,6 +25,7 @@ from spiderd.ops.reload import ReloadService
 
 from . import services
 from .clusterkeys import ClusterCase
+from .helpers import node_toml
 
 ITEMS = 3
 PAGE = ("<html><body><h1>Title {n}</h1><h2>Subtitle {n}</h2><p class='price'>{n} EUR</p>"
@@ -65,37 +66,16 @@ class Shop(resource.Resource):
         request.finish()
 
 
-def toml(data_dir: str, root: str, title: str, pool: dict[str, Any], extra_site: str = "",
-         api_port: int = 0) -> str:
-    pool_lines = "".join(f"{k} = {json.dumps(v)}\n" for k, v in pool.items())
-    return f"""
-[spiderd]
-data_dir = "{data_dir}"
-log_interval = 3600
-[pool]
-seeds = ["{root}list"]
-failure_threshold = 1
-pending_threshold = 60
-{pool_lines}
-[fetch]
-robots = false
-timeout = 10
-[parse]
-workers = 1
-[batch]
-targets = []
-[store]
-url = "none"
-[api]
-port = {api_port}
-[[sites]]
-name = "shop"
-allowed_hosts = ["127.0.0.1"]
-list_urls = ["/list$"]
-detail_urls = ["/item/\\\\d+$"]
-fields = {{title = "{title}", price = {{css = "p.price::text"}}}}
-{extra_site}
-"""
+def toml(data_dir: str, root: str, title: str, pool: dict[str, Any], more_sites: list[dict[str, Any]] | None = None,
+         api_port: int = 0, robots: bool = False) -> str:
+    """The node's configuration: the shop's title at ``title``, then ``more_sites``."""
+    shop = {"name": "shop", "allowed_hosts": ["127.0.0.1"], "list_urls": ["/list$"], "detail_urls": [r"/item/\d+$"],
+            "fields": {"title": title, "price": {"css": "p.price::text"}}}
+    return node_toml({
+        "spiderd": {"data_dir": data_dir, "log_interval": 3600},
+        "pool": {"seeds": [f"{root}list"], "failure_threshold": 1, "pending_threshold": 60, **pool},
+        "fetch": {"robots": robots, "timeout": 10}, "parse": {"workers": 1}, "batch": {"targets": []},
+        "store": {"url": "none"}, "api": {"port": api_port}}, [shop, *(more_sites or [])])
 
 
 @defer.inlineCallbacks
@@ -128,8 +108,8 @@ class LiveSitesTests(unittest.TestCase):
     def pool_section(self) -> dict[str, Any]:
         return {"backend": "leveldb"}
 
-    def write(self, title: str, extra_site: str = "") -> None:
-        self.file.write_text(toml(str(self.data), self.root, title, self.pool_section(), extra_site))
+    def write(self, title: str, more_sites: list[dict[str, Any]] | None = None) -> None:
+        self.file.write_text(toml(str(self.data), self.root, title, self.pool_section(), more_sites))
 
     def start(self) -> tuple[Any, list[dict[str, Any]], dict[int, defer.Deferred[None]]]:
         """Build and start the node; its items as written, and a Deferred per item number firing at its item."""
@@ -163,7 +143,7 @@ class LiveSitesTests(unittest.TestCase):
         self.addCleanup(reload.stopService)
         yield written[1]
         yield self.shop.arrived[2]
-        self.write("//h2/text()", '[[sites]]\nname = "blog"\nallowed_hosts = ["blog.example"]\n')
+        self.write("//h2/text()", [{"name": "blog", "allowed_hosts": ["blog.example"]}])
         with capturedLogs() as events:
             ok = yield reload.reload()
         self.assertTrue(ok)
@@ -296,8 +276,7 @@ class LiveSitesTests(unittest.TestCase):
     @defer.inlineCallbacks
     def test_the_sitemap_reader_follows_the_sites(self) -> Any:
         """A site added by PUT is one whose hosts' sitemaps are read (its rules: the reader's, on both threads)."""
-        self.file.write_text(toml(str(self.data), self.root, "//h1/text()", self.pool_section())
-                             .replace("robots = false", "robots = true"))
+        self.file.write_text(toml(str(self.data), self.root, "//h1/text()", self.pool_section(), robots=True))
         top, items, written = self.start()
         api, sitemaps = top.getServiceNamed("api"), top.getServiceNamed("sitemaps")
         while not api.running:

@@ -21,6 +21,7 @@ from twisted.web import server
 from spiderd import tap
 from spiderd.config import settings as cfg
 
+from .helpers import node_toml
 from .test_sites_live import Shop, call
 from .test_twistd import ROOT, TWISTD
 
@@ -29,26 +30,11 @@ DEADLINE = 60.0  # seconds the other process may take to start or to ship a feed
 
 def worker_toml(data_dir: Path) -> str:
     """A worker whose own copy of the site is stale: its title is the <h1>."""
-    return f"""
-[spiderd]
-role = "worker"
-data_dir = "{data_dir}"
-[worker]
-port = 0
-[fetch]
-robots = false
-[parse]
-workers = 1
-[store]
-url = "none"
-[api]
-port = 0
-[[sites]]
-name = "shop"
-allowed_hosts = ["127.0.0.1"]
-detail_urls = ["/item/\\\\d+$"]
-fields = {{title = "//h1/text()"}}
-"""
+    return node_toml({
+        "spiderd": {"role": "worker", "data_dir": str(data_dir)}, "worker": {"port": 0}, "fetch": {"robots": False},
+        "parse": {"workers": 1}, "store": {"url": "none"}, "api": {"port": 0}},
+        [{"name": "shop", "allowed_hosts": ["127.0.0.1"], "detail_urls": [r"/item/\d+$"],
+          "fields": {"title": "//h1/text()"}}])
 
 
 def frontier_settings(data_dir: Path, root: str, worker: str) -> cfg.Settings:

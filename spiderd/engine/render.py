@@ -22,8 +22,8 @@ of the reactor's every 5 s with two browsers).
 from __future__ import annotations
 
 from collections import Counter, deque
-from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, ClassVar, Protocol
 
 from twisted.application.service import Service
 from twisted.internet import defer
@@ -54,7 +54,10 @@ MAX_RESTART_DELAY = 30.0
 
 
 class RenderLimits(Protocol):
-    """The render pool's knobs (``[render]``, :class:`spiderd.config.sections.RenderSection`)."""
+    """The render pool's knobs (``[render]``, :class:`spiderd.config.sections.RenderSection`): a dataclass,
+    so that a reload's is copied (``dataclasses.replace``) with the values a running pool keeps until a restart."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
 
     @property
     def browser(self) -> str: ...
@@ -220,7 +223,7 @@ class RenderPool(Service):
         browsers' own (timeouts, sub-request limits, media, pages a context) reach them as they are replaced by
         browsers started with them, one at a time as :meth:`_replace_due` goes.  ``browser`` and ``browsers``
         are the start's (a restart)."""
-        self.config = _Kept(config, browser=self.config.browser, browsers=self.config.browsers)
+        self.config = replace(config, browser=self.config.browser, browsers=self.config.browsers)
         self._init = _init(self.config)
         self._replace_due()
         self._drain()
@@ -476,16 +479,6 @@ def _init(config: RenderLimits) -> tuple[Any, ...]:
 def _deadline(init: tuple[Any, ...]) -> float:
     """Seconds a browser started with ``init`` may hold a page before it is taken for hung."""
     return float(init[3]) + float(init[4]) + HANG_GRACE
-
-
-class _Kept:
-    """``config`` with some of its values replaced (those a running pool keeps until a restart)."""
-
-    def __init__(self, config: RenderLimits, **kept: Any) -> None:
-        self._config, self._kept = config, kept
-
-    def __getattr__(self, name: str) -> Any:
-        return self._kept[name] if name in self._kept else getattr(self._config, name)
 
 
 def build_modes(render: RenderLimits, politeness: Politeness, reactor: IProcessClock, fetcher: Fetcher,

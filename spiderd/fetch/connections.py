@@ -19,7 +19,9 @@ until its timeout: a crawl of many hosts, each met again only after the
 timeout, would hold ``keepalive_timeout`` x its connections a second open and
 idle, so :class:`ConnectionPool` also caps the idle connections of all hosts
 together (``max_idle``): past it, the one idle longest is closed (an
-OrderedDict in the order they became idle, O(1) a connection).
+OrderedDict in the order they became idle, O(1) a connection: a connection
+leaves it as Twisted deletes its timeout from the private ``_timeouts``,
+whichever way it leaves the pool).
 """
 
 from __future__ import annotations
@@ -148,6 +150,7 @@ class ConnectionPool(client.HTTPConnectionPool):
         self.cachedConnectionTimeout = keepalive_timeout  # type: ignore[assignment]  # inferred int; seconds
         self.max_idle = max_idle
         self._idle: OrderedDict[Any, Hashable] = OrderedDict()  # idle connection -> its key, idle longest first
+        self._timeouts = _Timeouts(self._idle)
 
     def idle(self) -> int:
         """Connections idle in the pool, of all hosts."""
@@ -156,18 +159,14 @@ class ConnectionPool(client.HTTPConnectionPool):
     def getConnection(  # type: ignore[override]  # _Connection stands in for the protocol (request is all Agent calls)
         self, key: Hashable, endpoint: IStreamClientEndpoint
     ) -> Deferred[_Connection]:
-        idle = tuple(self._connections.get(key, ()))
         d = super().getConnection(key, endpoint).addCallback(_Connection)
-        self._left(idle)
         self._forget_if_empty(key)
         return d
 
     def _putConnection(self, key: Hashable, connection: Any) -> None:
         """Twisted's (an answered connection back in the pool, its host's idle longest closed past ``per_host``),
         then the one idle longest of all hosts closed past ``max_idle``."""
-        idle = tuple(self._connections.get(key, ()))
         super()._putConnection(key, connection)
-        self._left(idle)
         if connection in self._timeouts:
             self._idle[connection] = key
         while self.max_idle and len(self._idle) > self.max_idle:
@@ -178,24 +177,32 @@ class ConnectionPool(client.HTTPConnectionPool):
     def _removeConnection(self, key: Hashable, connection: Any) -> None:
         """Twisted's (an idle connection timed out, or the cap closed it), then the host's list goes if that was
         its last."""
-        self._idle.pop(connection, None)
         super()._removeConnection(key, connection)
         self._forget_if_empty(key)
-
-    def _left(self, connections: Iterable[Any]) -> None:
-        """Of ``connections`` (idle before), those no longer idle leave the order (a host's few: O(per_host))."""
-        for connection in connections:
-            if connection not in self._timeouts:
-                self._idle.pop(connection, None)
 
     def closeCachedConnections(self) -> Deferred[None]:
         self._idle.clear()
         closed: Deferred[None] = super().closeCachedConnections()
+        self._timeouts = _Timeouts(self._idle)  # (Twisted's is a new dict)
         return closed
 
     def _forget_if_empty(self, key: Hashable) -> None:
         if not self._connections.get(key, True):
             del self._connections[key]
+
+
+class _Timeouts(dict[Any, Any]):
+    """Twisted's timeouts of the idle connections (connection -> its DelayedCall); a connection whose timeout
+    Twisted deletes (taken by ``getConnection``, dropped past ``per_host``, timed out or closed by the cap) leaves
+    ``idle`` too."""
+
+    def __init__(self, idle: OrderedDict[Any, Hashable]) -> None:
+        super().__init__()
+        self._idle = idle
+
+    def __delitem__(self, connection: Any) -> None:
+        super().__delitem__(connection)
+        self._idle.pop(connection, None)
 
 
 class _Connection:
