@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import pytest
 
 from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
 T = TypeVar("T")
@@ -57,6 +58,18 @@ def result(d: "Deferred[T]") -> T:
     if isinstance(box[0], Failure):
         box[0].raiseException()
     return box[0]
+
+
+class TurnClock(Clock):
+    """A Clock whose advance runs only the calls due when it starts, as one turn of the reactor does (a plain
+    Clock also runs the calls those schedule for now)."""
+
+    def advance(self, amount: float) -> None:
+        self.rightNow += amount
+        for call in [c for c in self.calls if c.getTime() <= self.seconds()]:
+            self.calls.remove(call)
+            call.called = 1
+            call.func(*call.args, **call.kw)
 
 
 class ClockedReactor:

@@ -15,6 +15,7 @@ from spiderd.frontier.crawler import FAILING_PULLS, CrawlService, pull_size, pul
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.core.stats import CrawlStats
 from spiderd.ops.web.node import _crawler
+from tests.helpers import TurnClock
 
 
 class BrokenPops:
@@ -149,6 +150,42 @@ class PullBatchTests(unittest.TestCase):
         self.assertEqual(pool.asked, [16, 4, 1])
         crawler.fetching = 0
         crawler.stopService()
+
+
+class StartBurstTests(unittest.TestCase):
+    """A pull of many URLs starts START_BURST of them a reactor turn (a pull of 64 new hosts' URLs held the
+    reactor for all their connects at once), and pops no more while some wait for their turn."""
+
+    def test_a_big_pull_starts_a_burst_a_turn(self) -> None:
+        from spiderd.frontier.crawler import START_BURST
+
+        clock = TurnClock()
+        pool = CountedPops(clock)
+        pool.real.addmany([f"http://h{i}.example/" for i in range(100)])
+        crawler = CrawlService(clock, pool, fetcher=None, steps=None, rules=None, stats=CrawlStats(clock),
+                               concurrency=64)
+        started: list[str] = []
+
+        def start(url: str, hub: bool, at: float) -> None:  # a fetch that never ends
+            started.append(url)
+            crawler.fetching += 1
+
+        crawler._start = start  # type: ignore[method-assign]
+        crawler.startService()
+        self.addCleanup(crawler.stopService)
+        clock.advance(0)  # the first pull: 64 popped, a burst started
+        self.assertEqual((pool.asked, len(started)), ([64], START_BURST))
+        for turn in range(2, 64 // START_BURST + 1):
+            clock.advance(0)
+            self.assertEqual((pool.asked, len(started)), ([64], turn * START_BURST))
+        clock.advance(0)
+        self.assertEqual((pool.asked, len(started), crawler.queued), ([64], 64, 0))
+        crawler.fetching = 0
+
+    def test_pull_size_counts_the_urls_not_started(self) -> None:
+        self.assertEqual(pull_size(64, 16, 48, 0, 1), 0)
+        self.assertEqual(pull_size(64, 16, 40, 0, 1), 8)
+        self.assertEqual(pull_size(64, 32, 0, 0, 1), 32)
 
 
 class PullAheadTests(unittest.TestCase):

@@ -15,6 +15,7 @@ from spiderd.core.blocking import Lane
 from spiderd.frontier import seeds as seeds_module
 from spiderd.frontier.pool import open_memory_pool
 from spiderd.frontier.seeds import SeedService
+from tests.helpers import TurnClock
 
 CONFIGURED = ["http://h.example/news"]
 
@@ -81,18 +82,6 @@ class SeedServiceTests(unittest.TestCase):
         self.assertEqual(seeds.hubs, CONFIGURED)
         self.assertTrue(os.path.exists(self.path + ".bad"))
         self.assertEqual((yield pool.stats())["hubs"], 1)
-
-
-class TurnClock(Clock):
-    """A Clock whose advance runs only the calls due when it starts, as one turn of the reactor does (a plain
-    Clock also runs the calls those schedule for now)."""
-
-    def advance(self, amount: float) -> None:
-        self.rightNow += amount
-        for call in [c for c in self.calls if c.getTime() <= self.seconds()]:
-            self.calls.remove(call)
-            call.called = 1
-            call.func(*call.args, **call.kw)
 
 
 class SlicedSeedsTests(unittest.TestCase):

@@ -2,7 +2,8 @@
 
 A deduplicated "kick" (a ``callLater(0)`` that is scheduled at most once)
 pulls work whenever a slot frees, plus a slow heartbeat in case anything was
-missed; with ``pull_batch`` (the Redis pool's ``redis_pop_batch``) a pull waits
+missed; the URLs a pull brings start START_BURST a reactor turn (each start may
+connect and read robots.txt: 64 at once held the reactor); with ``pull_batch`` (the Redis pool's ``redis_pop_batch``) a pull waits
 for that many free slots while more than half are busy (:func:`pull_waits`).
 With ``pull_ahead`` (the Redis pool's ``redis_pop_ahead``) it pops ahead of its
 free slots instead: up to that many leased URLs wait in a local queue for a slot,
@@ -56,17 +57,21 @@ if TYPE_CHECKING:
     from spiderd.feed.warcfiles import WarcWriter
 
 log = Logger()
+START_BURST = 16  # fetches started in one reactor turn, the rest a turn later: a pull of 64 URLs of new hosts held
+# the reactor for their 64 connects and robots.txt checks at once (bench/stalls.py on bench/hosts.py)
 FAILING_PULLS = 12  # pulls failed in a row (each heartbeat, every 5 s, tries again): the loop is failing
 
 
 def pull_size(concurrency: int, fetching: int, queued: int, ahead: int, batch: int, beat: bool = False) -> int:
     """URLs a pull asks for now (0: none).  Popping ahead (``ahead`` > 0): the free slots and the local queue's
     room, once the queue (``queued``) is down to half of ``ahead``; else the free slots, unless the pull waits for
-    ``batch`` of them (:func:`pull_waits`; the heartbeat's pull, ``beat``, never waits)."""
+    ``batch`` of them (:func:`pull_waits`; the heartbeat's pull, ``beat``, never waits); URLs popped and not
+    started yet (``queued``: START_BURST start a turn) count as busy slots."""
     free = concurrency - fetching
     if ahead:
         return 0 if queued > ahead // 2 else free + ahead - queued
-    if free <= 0 or (not beat and pull_waits(concurrency, fetching, batch)):
+    free -= queued
+    if free <= 0 or (not beat and pull_waits(concurrency, fetching + queued, batch)):
         return 0
     return free
 
@@ -246,10 +251,16 @@ class CrawlService(Service):
         d.addCallbacks(self._pulled, self._pull_failed)
 
     def _start_queued(self) -> None:
-        """Start URLs popped ahead while slots are free; one that waited past ``max_queue_wait`` is left to its
-        lease (which may have ended: another node may have it now, so its host is not freed either)."""
+        """Start URLs popped (ahead) while slots are free, START_BURST a turn (the next turn goes on); one that
+        waited past ``max_queue_wait`` is left to its lease (which may have ended: another node may have it now,
+        so its host is not freed either)."""
         now = self._reactor.seconds()
+        started = 0
         while self._queued and not self.needs_backout():
+            if started == START_BURST:
+                self.kick()
+                return
+            started += 1
             url, hub, at = self._queued.popleft()
             if self._max_queue_wait is not None and now - at > self._max_queue_wait:
                 log.info("{url} waited {waited:.0f} s for a fetch slot: left to its lease", url=url, waited=now - at)
