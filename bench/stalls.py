@@ -40,24 +40,34 @@ class Watchdog:
         self.stacks: Counter[str] = Counter()
         self.waiting: Counter[str] = Counter()
         self.lengths: list[float] = []
+        self.longest: list[tuple[float, str]] = []  # (length, what ran in it) of the longest stalls
         self._stop = threading.Event()
 
     def run(self) -> None:
         clock = time.pthread_getcpuclockid(self.ident)
         stall = None
+        inside: Counter[str] = Counter()  # the current stall's samples by outermost spiderd frame
         cpu = time.clock_gettime(clock)
         while not self._stop.wait(LOOK):
             late = time.monotonic() - self.beat
             before, cpu = cpu, time.clock_gettime(clock)
             if late < self.threshold:
                 if stall is not None:
-                    self.lengths.append(stall)
-                    stall = None
+                    self._ended(stall, inside)
+                    stall, inside = None, Counter()
                 continue
             stall = late
             frame = sys._current_frames().get(self.ident)
             if frame is not None:  # a sample the thread ran through, or one it waited through (descheduled, a syscall)
-                (self.stacks if cpu - before >= LOOK / 2 else self.waiting)[stack_of(frame)] += 1
+                on = cpu - before >= LOOK / 2
+                stack = stack_of(frame)
+                (self.stacks if on else self.waiting)[stack] += 1
+                inside[("" if on else "(off) ") + outermost(stack)] += 1
+
+    def _ended(self, length: float, inside: Counter[str]) -> None:
+        self.lengths.append(length)
+        what = ", ".join(f"{n} {frame}" for frame, n in inside.most_common(3))
+        self.longest = sorted(self.longest + [(length, what)], reverse=True)[:15]
 
     def stop(self) -> None:
         self._stop.set()
@@ -68,6 +78,9 @@ class Watchdog:
                  f"longest {', '.join(f'{x * 1000:.0f}' for x in lengths[-10:])} ms",
                  f"samples in stalls (about {LOOK * 1000:.0f} ms each): {sum(self.stacks.values())} with the "
                  f"reactor thread on a CPU, {sum(self.waiting.values())} off it", ""]
+        lines.append("===== the longest stalls: ms, then samples by outermost spiderd frame")
+        lines += [f"{length * 1000:6.0f} {what}" for length, what in self.longest]
+        lines.append("")
         for title, pick in (("innermost", -1), ("outermost", 0)):
             lines.append(f"===== ON A CPU, by the {title} spiderd frame")
             for frame, count in by_frame(self.stacks, pick).most_common(20):
@@ -89,6 +102,13 @@ def by_frame(stacks: Counter[str], pick: int) -> Counter[str]:
         ours = [f for f in frames if "/spiderd/" in f]
         table[(ours or frames[-1:])[pick].strip()] += count
     return table
+
+
+def outermost(stack: str) -> str:
+    """The outermost spiderd frame of ``stack`` (its innermost frame when none is spiderd's)."""
+    frames = stack.split("\n")
+    ours = [f for f in frames if "/spiderd/" in f]
+    return (ours or frames[-1:])[0].strip()
 
 
 def stack_of(frame) -> str:
