@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import traceback
-from collections import Counter
+from collections import Counter, deque
 
 BEAT = 0.005
 LOOK = 0.005
@@ -41,7 +41,16 @@ class Watchdog:
         self.waiting: Counter[str] = Counter()
         self.lengths: list[float] = []
         self.longest: list[tuple[float, str]] = []  # (length, what ran in it) of the longest stalls
+        self.collections: dict[int, list[float]] = {0: [], 1: [], 2: []}  # generation -> seconds of each pass
+        self._gc_started = 0.0
         self._stop = threading.Event()
+
+    def on_gc(self, phase: str, info: dict) -> None:
+        """gc.callbacks: the length of each collection, by generation."""
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.collections[info["generation"]].append(time.perf_counter() - self._gc_started)
 
     def run(self) -> None:
         clock = time.pthread_getcpuclockid(self.ident)
@@ -78,6 +87,10 @@ class Watchdog:
                  f"longest {', '.join(f'{x * 1000:.0f}' for x in lengths[-10:])} ms",
                  f"samples in stalls (about {LOOK * 1000:.0f} ms each): {sum(self.stacks.values())} with the "
                  f"reactor thread on a CPU, {sum(self.waiting.values())} off it", ""]
+        for generation, passes in self.collections.items():
+            lines.append(f"gc generation {generation}: {len(passes)} passes, {sum(passes) * 1000:.0f} ms in all, "
+                         f"longest {max(passes, default=0) * 1000:.1f} ms")
+        lines.append("")
         lines.append("===== the longest stalls: ms, then samples by outermost spiderd frame")
         lines += [f"{length * 1000:6.0f} {what}" for length, what in self.longest]
         lines.append("")
@@ -130,13 +143,67 @@ def install() -> None:
         dog.beat = time.monotonic()
 
     def start() -> None:
+        import gc
+
+        gc.callbacks.append(dog.on_gc)
         task.LoopingCall(beat).start(BEAT)
         threading.Thread(target=dog.run, daemon=True, name="stalls").start()
+
+    census: list[str] = []
+
+    def count_objects() -> None:  # (a stall of its own: only with $SPIDERD_STALLS_CENSUS)
+        import gc
+
+        objects = gc.get_objects()
+        kinds = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in objects)
+        census[:] = [f"objects the collector tracks: {len(objects)} (frozen: {gc.get_freeze_count()})"]
+        census.extend(f"{n:9d} {kind}" for kind, n in kinds.most_common(30))
+        sized = sorted((o for o in objects if isinstance(o, (list, dict, set, deque))), key=len, reverse=True)[:12]
+        closed = [o for o in objects if type(o).__qualname__ == "Client" and not hasattr(o, "socket")][:3]
+        del objects
+        for client in closed:
+            census.append(f"a closed Client, held by:")
+            for h in gc.get_referrers(client):
+                if h is closed:
+                    continue
+                up = [type(x).__qualname__ for x in gc.get_referrers(h)[:5] if x is not closed]
+                census.append(f"    {type(h).__qualname__} {str(h)[:100]!r} <- {up}")
+                for x in gc.get_referrers(h):
+                    if isinstance(x, (list, dict)) and x is not closed:
+                        owners = [f"{type(y).__qualname__} {str(y)[:80]!r}" for y in gc.get_referrers(x)[:3]
+                                  if y is not closed]
+                        census.append(f"        {type(x).__name__} of {len(x)} <- {owners}")
+        del closed
+        census.append("the largest containers:")
+        for o in sized:
+            holders = [type(h).__qualname__ for h in gc.get_referrers(o)[:4] if h is not sized]
+            census.append(f"{len(o):9d} {type(o).__name__} of {type(next(iter(o), None)).__name__}, held by {holders}")
+        del sized
+        found = gc.collect()
+        left = sum(1 for o in gc.get_objects() if type(o).__qualname__ == "Client")
+        census.append(f"a full collection found {found} unreachable; Client objects left: {left}")
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what a full pass finds unreachable: garbage that only the collector frees
+        gc.collect()
+        garbage = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage)
+        census.append(f"garbage in cycles: {len(gc.garbage)} objects")
+        census.extend(f"{n:9d} {kind}" for kind, n in garbage.most_common(40))
+        gc.garbage.clear()
+        gc.set_debug(0)
+
+    if os.environ.get("SPIDERD_GC_THRESHOLDS"):  # an experiment: the collector's thresholds, once calm_gc has run
+        import gc
+
+        wanted = tuple(int(x) for x in os.environ["SPIDERD_GC_THRESHOLDS"].split(","))
+        reactor.callLater(1, lambda: gc.set_threshold(*wanted))
+
+    if os.environ.get("SPIDERD_STALLS_CENSUS"):
+        reactor.callLater(float(os.environ["SPIDERD_STALLS_CENSUS"]), count_objects)
 
     def end() -> None:
         dog.stop()
         with open(path, "w") as out:
             out.write(dog.report())
+            out.write("\n".join(["", "===== census"] + census + [""]))
 
     reactor.callWhenRunning(start)
     reactor.addSystemEventTrigger("after", "shutdown", end)
