@@ -36,6 +36,8 @@ from twisted.web._newclient import BODY, HEADER, STATUS, BadResponseVersion, HTT
 from twisted.web.http import _MalformedChunkedDataError
 from twisted.web.iweb import IResponse
 
+from spiderd.fetch.cycles import unlink
+
 log = Logger()
 
 MAX_LINE: int = HTTPClientParser.MAX_LENGTH  # Twisted's limit of one status or header line (16 KiB)
@@ -121,6 +123,11 @@ class Protocol(client.HTTP11ClientProtocol):
         super()._finishResponse_WAITING(rest)
 
     _finishResponse_TRANSMITTING = _finishResponse_WAITING
+
+    def connectionLost(self, reason: Any = None) -> None:
+        transport = self.transport
+        super().connectionLost(reason)
+        unlink(transport)  # freed at once, not left to the garbage collector
 
 
 class Factory(client._HTTP11ClientFactory):
