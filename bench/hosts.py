@@ -194,6 +194,12 @@ class Result:
         return self.requests / max(self.samples[-1].at, 1e-9)
 
     @property
+    def cpu_ms_per_request(self) -> float:
+        """CPU ms a request the server saw (pages and robots.txt), over the whole run: with many hosts a short
+        run fetches mostly seeds, each a host's first page and so one robots.txt request a page."""
+        return (self.samples[-1].cpu - self.samples[0].cpu) * 1000 / max(self.requests, 1)
+
+    @property
     def rss_mb(self) -> float:
         return self.samples[-1].rss_mb
 
@@ -351,6 +357,10 @@ def figures(results: list[Result], prefix: str) -> list[tuple[str, float]]:
         out.append((f"{prefix}cpu_ms_per_page_{size_name(size)}", r.cpu_ms_per_page))
     for size, r in sorted(by_size.items()):
         out.append((f"{prefix}hosts_{size_name(size)}_requests_per_s", r.requests_per_s))
+    for size, r in sorted(by_size.items()):
+        out.append((f"{prefix}cpu_ms_per_request_{size_name(size)}", r.cpu_ms_per_request))
+    for size, r in sorted(by_size.items()):
+        out.append((f"{prefix}lag_p99_ms_{size_name(size)}", r.lag_p99_ms))
     small, big = by_size[min(by_size)], by_size[max(by_size)]
     if big.hosts > small.hosts:
         out.append((f"{prefix}rss_mb_per_100k_hosts", (big.rss_mb - small.rss_mb) * 100_000 / (big.hosts - small.hosts)))
