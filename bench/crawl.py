@@ -8,6 +8,7 @@ items as JSON lines.
                                                 # scrapy_http10, faulty_fast, faulty_mission,
                                                 # faulty_mission_store, faulty_scrapy; fast_redis,
                                                 # mission_redis, http10_redis only when asked for)
+    SPIDERD_STALLS=/tmp/stalls.txt python bench/crawl.py --only mission   # what held its reactor (bench/stalls.py)
 
 The runs, each ``twistd -n spiderd --exit-when-done`` (or Scrapy) to the end of the crawl:
 
@@ -306,7 +307,12 @@ def spiderd_config(work: Path, root: str, name: str, *, store: bool, targets: st
 
 
 def twistd(config: Path, *args: str) -> list[str]:
-    return [sys.executable, "-c", TWISTD, "-n", "--pidfile=", "spiderd", "--config", str(config), *args]
+    """The command of a node; with $SPIDERD_STALLS set (a file), through bench/stalls.py (see there)."""
+    code = TWISTD
+    if os.environ.get("SPIDERD_STALLS"):
+        from stalls import TWISTD_STALLS
+        code = TWISTD_STALLS
+    return [sys.executable, "-c", code, "-n", "--pidfile=", "spiderd", "--config", str(config), *args]
 
 
 def count_lines(files: list[Path]) -> int:
