@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -56,6 +57,7 @@ from crawl import DETAIL_RE, LIST_RE, ROOT, TWISTD, RedisServer, free_port, tree
 from spiderd.demo.pages import SiteSpec  # noqa: E402
 from spiderd.demo.static import write_static  # noqa: E402
 
+PY_SPY = shutil.which("py-spy") or next((p for p in [Path(sys.executable).parent / "py-spy"] if p.exists()), None)
 FIRST = IPv4Address("127.10.0.0")
 SAMPLE = 10.0
 SPEC = SiteSpec(lists=3, details=60, detail_size=(15_000, 15_000), faults=False)
@@ -285,6 +287,17 @@ def crawl(work: Path, server: Server, name: str, hosts: int, seconds: float, poo
     code = TWISTD if stalls is None else TWISTD_STALLS
     node = subprocess.Popen([sys.executable, "-c", code, "-n", "--pidfile=", "spiderd", "--config", str(cfg)],
                             cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        result = sample_node(node, name, hosts, api_port, seconds, profile, work)
+    finally:
+        stop(node)
+    count_robots(result, server.new_log(name))
+    return result
+
+
+def sample_node(node: subprocess.Popen, name: str, hosts: int, api_port: int, seconds: float,
+                profile: Path | None, work: Path) -> Result:
+    """Samples ``node`` every SAMPLE s for ``seconds`` once its API answers (py-spy on it with ``profile``)."""
     result = Result(name, hosts)
     while status(api_port) is None:
         if node.poll() is not None:
@@ -293,7 +306,7 @@ def crawl(work: Path, server: Server, name: str, hosts: int, seconds: float, poo
     spy = None
     if profile is not None:
         profile.mkdir(parents=True, exist_ok=True)
-        spy = subprocess.Popen(["py-spy", "record", "-p", str(node.pid), "-d", str(int(seconds)), "-r", "50",
+        spy = subprocess.Popen([str(PY_SPY), "record", "-p", str(node.pid), "-d", str(int(seconds)), "-r", "50",
                                 "-f", "raw", "-o", str(profile / f"{name}.txt")], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     started = time.monotonic()
@@ -308,16 +321,21 @@ def crawl(work: Path, server: Server, name: str, hosts: int, seconds: float, poo
         if now >= seconds:
             break
         time.sleep(max(0.0, SAMPLE - (time.monotonic() - started - now)))
+    if spy is not None:
+        spy.wait()
+    return result
+
+
+def stop(node: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 120 s."""
+    if node.poll() is not None:
+        return
     node.send_signal(signal.SIGTERM)
     try:
         node.wait(120)
     except subprocess.TimeoutExpired:
         node.kill()
         node.wait()
-    if spy is not None:
-        spy.wait()
-    count_robots(result, server.new_log(name))
-    return result
 
 
 def count_robots(result: Result, log: Path) -> None:
@@ -379,6 +397,10 @@ def main() -> None:
     parser.add_argument("--stalls", type=Path, default=None,
                         help="sample the reactor's stack while it is late, a report per run here (bench/stalls.py)")
     args = parser.parse_args()
+    missing = [what for what, ok in (("nginx", shutil.which("nginx")), ("root (SO_BINDTODEVICE)", os.geteuid() == 0),
+                                     ("py-spy (--profile)", args.profile is None or PY_SPY)) if not ok]
+    if missing:
+        raise SystemExit(f"bench/hosts.py needs: {', '.join(missing)}")
     sizes = [int(s) for s in args.sizes.split(",")]
     pools = args.pools.split(",")
     work = Path(tempfile.mkdtemp(prefix="spiderd-hosts-"))
