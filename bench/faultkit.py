@@ -191,10 +191,10 @@ class RedisReader:
     """A blocking Redis connection (RESP2, one command at a time) for reading a pool after a scenario, when no
     reactor runs: ``execute`` has the signature of the pool's link (a Deferred, fired already)."""
 
-    def __init__(self, port: int, timeout: float = 30.0) -> None:
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 30.0) -> None:
         import socket
 
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout)
+        self.sock = socket.create_connection((host, port), timeout)
         self.file = self.sock.makefile("rb")
 
     def call(self, *args: Any) -> Any:
@@ -247,12 +247,12 @@ def drained(reader: Any) -> list[dict[str, Any]]:
         records += got[0]
 
 
-def redis_batched(port: int, prefix: str, namespace: str = "") -> set[int]:
+def redis_batched(port: int, prefix: str, namespace: str = "", host: str = "127.0.0.1") -> set[int]:
     """The fingerprints (the first 64 bits of the SHA-1, as integers) that the Redis pool ``prefix`` on
-    127.0.0.1:``port`` counts as batched, read by the pool's own export (its seen buckets' members of code 3)."""
+    ``host``:``port`` counts as batched, read by the pool's own export (its seen buckets' members of code 3)."""
     from spiderd.frontier.pool.redis.export import RedisExport
 
-    redis = RedisReader(port)
+    redis = RedisReader(port, host)
     try:
         bits = int(redis.call("HGET", prefix + "meta", "seen_bucket_bits") or 16)
         records = drained(RedisExport(redis.execute, prefix, namespace, bits))
