@@ -34,9 +34,9 @@ found in both; with the store off, in the items), once ("dups": second rows in
 the store; "missing" and "itemdup": good pages with no item line, second item
 lines); every batch the frontier sent, and every batch left in its spool,
 reached the worker ("lost"); nothing counted done that was not done ("wrong":
-pages stored or in items that are not good detail pages, and, with the LevelDB
-pool, URLs the pool counts as batched that no worker job carried: by count, more than the jobs carried, once
-a job's URL list is gone with its end).  "Time to
+pages stored or in items that are not good detail pages, and URLs the pool
+(LevelDB, or Redis read before its server stops: every master of a cluster) counts as batched that no worker job
+carried: by count, more than the jobs carried, once a job's URL list is gone with its end).  "Time to
 recover" is from the end of a fault (the process or server back) to the next
 page stored (for the frontier: to its next batch sent).  Before anything
 starts it checks that this machine has what the chosen scenarios need
