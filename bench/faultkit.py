@@ -14,6 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -184,6 +185,80 @@ class PrivateRedis:
         self.proc.kill9()
         time.sleep(down)  # the outage
         self.start()
+
+
+class RedisReader:
+    """A blocking Redis connection (RESP2, one command at a time) for reading a pool after a scenario, when no
+    reactor runs: ``execute`` has the signature of the pool's link (a Deferred, fired already)."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 30.0) -> None:
+        import socket
+
+        self.sock = socket.create_connection((host, port), timeout)
+        self.file = self.sock.makefile("rb")
+
+    def call(self, *args: Any) -> Any:
+        words = [a if isinstance(a, bytes) else str(a).encode() for a in args]
+        self.sock.sendall(b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words))
+        return self._reply()
+
+    def execute(self, *args: Any) -> Any:
+        from twisted.internet import defer
+
+        return defer.maybeDeferred(self.call, *args)
+
+    def _reply(self) -> Any:
+        line = self.file.readline()
+        kind, rest = line[:1], line[1:].rstrip(b"\r\n")
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RuntimeError(f"Redis: {rest.decode(errors='replace')}")
+        if kind == b":":
+            return int(rest)
+        if kind in (b"$", b"*") and int(rest) < 0:
+            return None
+        if kind == b"$":
+            return self.file.read(int(rest) + 2)[:-2].decode(errors="surrogateescape")
+        if kind == b"*":
+            return [self._reply() for _ in range(int(rest))]
+        raise RuntimeError(f"Redis: unexpected reply {line!r}")
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+
+def drained(reader: Any) -> list[dict[str, Any]]:
+    """Every record of a pool's export ``reader`` whose ``next()`` answers at once (an embedded pool on a Clock,
+    or a Redis export over a RedisReader)."""
+    from twisted.python.failure import Failure
+
+    records: list[dict[str, Any]] = []
+    while True:
+        got: list[Any] = []
+        reader.next().addBoth(got.append)
+        if not got:
+            raise RuntimeError("the pool's export did not answer at once")
+        if isinstance(got[0], Failure):
+            got[0].raiseException()
+        if got[0] is None:
+            return records
+        records += got[0]
+
+
+def redis_batched(port: int, prefix: str, namespace: str = "", host: str = "127.0.0.1") -> set[int]:
+    """The fingerprints (the first 64 bits of the SHA-1, as integers) that the Redis pool ``prefix`` on
+    ``host``:``port`` counts as batched, read by the pool's own export (its seen buckets' members of code 3)."""
+    from spiderd.frontier.pool.redis.export import RedisExport
+
+    redis = RedisReader(port, host)
+    try:
+        bits = int(redis.call("HGET", prefix + "meta", "seen_bucket_bits") or 16)
+        records = drained(RedisExport(redis.execute, prefix, namespace, bits))
+    finally:
+        redis.close()
+    return {int(r["fp"], 16) for r in records if r.get("state") == "batched"}
 
 
 class PrivateMariaDB:

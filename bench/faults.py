@@ -34,9 +34,9 @@ found in both; with the store off, in the items), once ("dups": second rows in
 the store; "missing" and "itemdup": good pages with no item line, second item
 lines); every batch the frontier sent, and every batch left in its spool,
 reached the worker ("lost"); nothing counted done that was not done ("wrong":
-pages stored or in items that are not good detail pages, and, with the LevelDB
-pool, URLs the pool counts as batched that no worker job carried: by count, more than the jobs carried, once
-a job's URL list is gone with its end).  "Time to
+pages stored or in items that are not good detail pages, and URLs the pool
+(LevelDB, or Redis read before its server stops: every master of a cluster) counts as batched that no worker job
+carried: by count, more than the jobs carried, once a job's URL list is gone with its end).  "Time to
 recover" is from the end of a fault (the process or server back) to the next
 page stored (for the frontier: to its next batch sent).  Before anything
 starts it checks that this machine has what the chosen scenarios need
@@ -64,8 +64,8 @@ import re
 import urllib.request
 
 from faultkit import (FTP_SERVER, ROOT, STOP_LIMIT, TWISTD, Load, PrivateMariaDB, PrivateRedis, Proc, Row, Tmpfs,
-                      free_port, frontier_batches, HEADER, load_average, missing_requirements, mysql_urls, node_toml,
-                      wait_port)
+                      drained, free_port, frontier_batches, HEADER, load_average, missing_requirements, mysql_urls,
+                      node_toml, redis_batched, wait_port)
 
 sys.path.insert(0, str(ROOT))
 
@@ -243,10 +243,20 @@ class Scenario:
         return len((sent | spooled) - carried)
 
     def batched_not_carried(self, carried_urls: set[str] | None, carried_count: int) -> int:
-        """With the LevelDB pool: fingerprints the pool counts as batched that no job carried (when the jobs'
-        URLs are gone: how many more the pool counts batched than the jobs carried)."""
+        """Fingerprints the pool counts as batched that no job carried (when the jobs' URLs are gone: how many more
+        the pool counts batched than the jobs carried)."""
+        batched, fingerprint = self.pool_batched()
+        if carried_urls is None:
+            return max(0, len(batched) - carried_count)
+        return len(batched - {fingerprint(u) for u in carried_urls})
+
+    def pool_batched(self) -> tuple[set[int], Callable[[str], int]]:
+        """The fingerprints the frontier's pool counts as batched, and the pool's fingerprint of a URL: the LevelDB
+        pool opened once the frontier is gone, the Redis pool read while its server still runs."""
         if self.pool != "leveldb":
-            return 0
+            from spiderd.frontier.pool.redis.keys import fingerprint_hex
+
+            return redis_batched(self.redis_port, "spiderd:"), lambda url: int(fingerprint_hex(url), 16)
         from twisted.internet.task import Clock
 
         from spiderd.frontier.pool import open_leveldb_pool
@@ -254,15 +264,10 @@ class Scenario:
 
         pool = open_leveldb_pool(str(self.dir / self.frontier_role / "pool"), Clock())
         try:
-            export, batched, got = pool.export(), set(), [[]]
-            while got[0] is not None:
-                export.next().addCallback(lambda chunk: got.__setitem__(0, chunk))
-                batched.update(int(r["fp"], 16) for r in got[0] or () if r.get("state") == "batched")
+            records = drained(pool.export())
         finally:
             pool.close()
-        if carried_urls is None:
-            return max(0, len(batched) - carried_count)
-        return len(batched - {fingerprint(u) for u in carried_urls})
+        return {int(r["fp"], 16) for r in records if r.get("state") == "batched"}, fingerprint
 
 
 class NodeScenario(Scenario):
@@ -675,6 +680,22 @@ class ClusterScenario(Scenario):
                 if "are served by" in line and " s after it was lost" in line:
                     seconds.append(float(line.split(" s after it was lost")[0].rsplit(" ", 1)[1]))
         return seconds
+
+    def pool_batched(self) -> tuple[set[int], Callable[[str], int]]:
+        """Every partition's batched fingerprints, each read from the master serving its hash tag now (a
+        partition's keys all live on one master)."""
+        from spiderd.frontier.pool.redis.cluster import key_slot
+        from spiderd.frontier.pool.redis.keys import fingerprint_hex
+        from spiderd.frontier.pool.redis.partitions import partition_tags
+
+        def port(tag: str) -> int:
+            return self.cluster.ports[self.cluster.master_of(key_slot(tag))]
+
+        count = RedisCluster.cli(port("partitions"), "GET", f"{self.name}:{{partitions}}")  # '': never opened
+        batched: set[int] = set()
+        for tag in partition_tags(int(count)) if count else []:
+            batched |= redis_batched(port(tag), f"{self.name}:{{{tag}}}:", f"{self.name}:{{{tag}}}:")
+        return batched, lambda url: int(fingerprint_hex(url), 16)
 
     def batches_lost(self, carried: set[int]) -> int:
         spooled = {int(p.stem.split("-")[1]) for i in range(self.FRONTIERS)
