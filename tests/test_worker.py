@@ -1005,6 +1005,46 @@ class PersistenceTests(WorkerTestBase):
         self.assertEqual(len(os.listdir(self.feeds)), 2)
 
     @defer.inlineCallbacks
+    def test_items_handed_over_before_a_kill_are_recorded_at_the_next_start(self) -> Any:
+        """A worker killed after a job's file went to the shipper and before its items were recorded (the fault
+        suite's worker-kill9 found a second item so, through a redirect to one of its pages in a later job): the
+        job is saved as shipping with its items' fingerprints, and the next start records them."""
+        from spiderd.worker.itemized import Itemized
+
+        target, source = "/item/7.html", "/item/27.html"  # (the demo site's /item/27.html redirects to /item/7)
+        self.assertEqual(self.spec.expected().final(source), target)
+        left: dict[str, Any] = {}
+        ship = self.shipper.ship
+
+        def hand_over(path: str, *args: Any, **kwargs: Any) -> Any:  # what a kill right after it leaves on disk
+            left.update(self.job_files())
+            return ship(path, *args, **kwargs)
+
+        commit = Itemized.commit
+        self.patch(self.shipper, "ship", hand_over)
+        self.patch(Itemized, "commit", lambda *args, **kwargs: None)  # (killed before it)
+        first = self.worker()
+        job_id = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                     ("batch", "30"), ("setting", self.urls(target)))
+        yield first.runner.when_done(job_id)
+        yield first.stopService()
+        yield self.shipper.settled()
+        self.assertEqual(left[job_id]["itemized"], [[fingerprint(self.root + target), False]])
+        write_atomically(os.path.join(self.data, "worker", "jobs", job_id + ".json"), json.dumps(left[job_id]).encode())
+        self.patch(self.shipper, "ship", ship)
+        self.patch(Itemized, "commit", commit)
+        again = self.worker()
+        yield again.ready
+        self.assertEqual(again.runner.jobs[job_id].state, "finished")
+        later = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                    ("batch", "31"), ("setting", self.urls(source)))
+        yield again.runner.when_done(later)
+        yield self.shipper.settled()
+        self.assertEqual([i["url"] for i in self.feed_items("30")], [self.root + target])
+        self.assertEqual(self.feed_items("31"), [])  # the redirect made no second item of /item/7.html
+        self.assertEqual(self.job_files()[job_id]["itemized"], [])
+
+    @defer.inlineCallbacks
     def test_stop_lets_running_jobs_finish(self) -> Any:
         """Within the deadline, stop waits for the running job, which finishes and ships."""
         service = self.worker(stop_timeout=30.0)

@@ -208,10 +208,11 @@ class Execution:
             if run.warc is not None:
                 yield run.warc.close()
             job.shipping = True
+            job.itemized = self._itemized.records(job.id)  # held again at the next start if the worker dies
             try:
                 yield self._store.save(job)
             except Exception:
-                job.shipping = False  # not saved so: the job runs again
+                job.shipping, job.itemized = False, []  # not saved so: the job runs again
                 raise
         feed = job.feed_uri
         assert feed is not None
@@ -232,7 +233,7 @@ class Execution:
             yield self._gated("spool", lambda: self._shipper.ship(items, feed, window, release=job.id))
         yield self._gated("worker", lambda: defer.maybeDeferred(self._itemized.commit, job.id))
         yield self._io(run.parts.remove)
-        job.shipping = False
+        job.shipping, job.itemized = False, []
         self.end(job, FINISHED)
         yield self._gated("worker", lambda: self._store.save(job))
         self._finished(job)

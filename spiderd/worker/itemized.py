@@ -8,8 +8,11 @@ a redirect target makes an item only if no running job makes one of it
 within ``window`` seconds; and a URL a job was given makes none if, within
 the window, a redirect already made its item.  The record (a LevelDB of
 fingerprint -> time and how) is written when a job's feed file is handed to
-the shipper; an interrupted or cancelled job gives its claims back, so a
-re-run makes its items again.  A record its disk refused (a full disk) fails the commit, which changes
+the shipper; the claims are saved with the job when it is marked shipping,
+so that a worker killed between the hand-over and the record claims them
+again at its next start and records them (a kill there made a redirect's
+second item in the fault suite).  An interrupted or cancelled job gives its
+claims back, so a re-run makes its items again.  A record its disk refused (a full disk) fails the commit, which changes
 nothing then and may be made again (the store is opened again first: see :class:`spiderd.core.leveldb.Reopening`).
 """
 
@@ -84,6 +87,17 @@ class Itemized:
                 if not self._db.refused(e):
                     raise
         return None
+
+    def records(self, job_id: str) -> list[list[Any]]:
+        """The job's claims as [fingerprint, through a redirect]: saved with the job when it ships, so that a
+        worker killed before :meth:`commit` can :meth:`hold` them again at its next start."""
+        return [[fp, self._claims.get(fp) == (job_id, True)] for fp in sorted(self._by_job.get(job_id, ()))]
+
+    def hold(self, job_id: str, records: list[list[Any]]) -> None:
+        """Claim again for ``job_id`` the pages of its saved ``records`` (a shipping job found at start)."""
+        for fp, redirected in records:
+            self._claims.setdefault(int(fp), (job_id, bool(redirected)))
+            self._by_job.setdefault(job_id, set()).add(int(fp))
 
     def commit(self, job_id: str, only: set[int] | None = None) -> None:
         """The job's feed is shipped (``only``: a part of it, these pages): its pages are itemized, as of now (a

@@ -63,6 +63,9 @@ class Job:
     url_count: int = 0  # the start URLs (kept on disk: see JobStore.load_urls)
     digest: str = ""  # what the request asked for (see accepted.py): the same job id and digest is the same job
     ignored_settings: list[str] = field(default_factory=list)  # the settings sent that the job does not honour
+    itemized: list[list[Any]] = field(default_factory=list)  # [page fingerprint, through a redirect] of the items
+    # its shipping file holds: saved with ``shipping``, recorded as itemized (worker/itemized.py) once shipped, then
+    # emptied; a worker killed in between records them at its next start (else a redirect made a second item)
 
     @property
     def batch(self) -> str:

@@ -154,8 +154,14 @@ class JobRunner:
     def _recover(self, job: Job) -> None:
         """A job cut short: run it again, or only ship it again, or (shipped already) finish it."""
         feed = self._execution.parquet_path(job) if self._config.feed_format == "parquet" else ""
+        if job.shipping:
+            self._itemized.hold(job.id, job.itemized)  # its items are shipped or about to be: no one else's
         if job.shipping and not os.path.exists(self.items_path(job)) and not (feed and os.path.exists(feed)):
-            job.shipping = False
+            try:
+                self._itemized.commit(job.id)  # handed over before the worker went down: recorded now
+            except Exception:
+                log.failure("Worker: recording the items of job {id} failed; a redirect may make one again", id=job.id)
+            job.shipping, job.itemized = False, []
             self._execution.parts_of(job).remove()  # (its parts were shipped before its last file)
             self._end(job, FINISHED)
             self._store.save(job).addErrback(lambda f: log.failure("Worker: saving job {id} failed", f, id=job.id))
