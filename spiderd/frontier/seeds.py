@@ -12,7 +12,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from spiderd.contracts.pool import ISeedLists, IURLQueue
+from spiderd.contracts.pool import ISeedLists
 from spiderd.core.blocking import Lane
 from spiderd.core.fsutil import write_atomically
 from spiderd.store.interfaces import IPageStore
@@ -23,7 +23,7 @@ SLICE = 500  # seeds added to the pool in one reactor turn (500,000 seeds: 1,000
 
 
 @defer.inlineCallbacks
-def add_in_slices(pool: IURLQueue, urls: Sequence[str], clock: IReactorTime,
+def add_in_slices(pool: ISeedLists, urls: Sequence[str], clock: IReactorTime,
                   always: bool = False) -> Generator[Deferred[Any], Any, int]:
     """Add ``urls`` to ``pool`` SLICE at a time, a reactor turn between two slices (a list of at most SLICE is
     added at once): a node with hundreds of thousands of seeds answers and fetches while they go in. Fires with
