@@ -3,8 +3,9 @@
 A deduplicated "kick" (a ``callLater(0)`` that is scheduled at most once)
 pulls work whenever a slot frees, plus a slow heartbeat in case anything was
 missed; the URLs a pull brings start START_BURST a reactor turn (each start may
-connect and read robots.txt: 64 at once held the reactor); with ``pull_batch`` (the Redis pool's ``redis_pop_batch``) a pull waits
-for that many free slots while more than half are busy (:func:`pull_waits`).
+connect and read robots.txt: 64 at once held the reactor); with ``pull_batch``
+(the Redis pool's ``redis_pop_batch``) a pull waits for that many free slots
+while more than half are busy (:func:`pull_waits`).
 With ``pull_ahead`` (the Redis pool's ``redis_pop_ahead``) it pops ahead of its
 free slots instead: up to that many leased URLs wait in a local queue for a slot,
 and a pull (for the free slots and the queue's room) goes out once the queue is
