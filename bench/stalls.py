@@ -107,21 +107,24 @@ class Watchdog:
 
 
 def by_frame(stacks: Counter[str], pick: int) -> Counter[str]:
-    """The samples of ``stacks`` by one spiderd frame of each (``pick``: -1 innermost, 0 outermost; the innermost
-    frame when none is spiderd's)."""
+    """The samples of ``stacks`` by one spiderd frame of each (``pick``: -1 innermost, 0 outermost)."""
     table: Counter[str] = Counter()
     for stack, count in stacks.items():
-        frames = stack.split("\n")
-        ours = [f for f in frames if "/spiderd/" in f]
-        table[(ours or frames[-1:])[pick].strip()] += count
+        table[spiderd_frame(stack, pick)] += count
     return table
 
 
 def outermost(stack: str) -> str:
-    """The outermost spiderd frame of ``stack`` (its innermost frame when none is spiderd's)."""
+    """The outermost spiderd frame of ``stack``."""
+    return spiderd_frame(stack, 0)
+
+
+def spiderd_frame(stack: str, pick: int) -> str:
+    """One spiderd frame of ``stack`` (``pick``: -1 innermost, 0 outermost); its innermost frame when none is
+    spiderd's."""
     frames = stack.split("\n")
     ours = [f for f in frames if "/spiderd/" in f]
-    return (ours or frames[-1:])[0].strip()
+    return (ours or frames[-1:])[pick].strip()
 
 
 def stack_of(frame) -> str:
