@@ -316,8 +316,10 @@ def sample_node(node: subprocess.Popen, name: str, hosts: int, api_port: int, se
         sample = Sample(now, int(answer.get("counts", {}).get("pages", 0)), tree_cpu(node.pid),
                         tree_rss_kb(node.pid) / 1024, float(answer.get("reactor", {}).get("lag", {}).get("p99_ms", 0)))
         result.samples.append(sample)
+        pool = answer.get("pool", {})
+        turns = f" in_turn={pool['hosts_in_turn']}" if "hosts_in_turn" in pool else ""
         print(f"  {name} {now:6.1f}s pages={sample.pages} cpu={sample.cpu:.1f}s rss={sample.rss_mb:.0f}MB "
-              f"lag_p99={sample.lag_p99_ms:.0f}ms", flush=True)
+              f"lag_p99={sample.lag_p99_ms:.0f}ms hosts={pool.get('hosts', 0)}{turns}", flush=True)
         if now >= seconds:
             break
         time.sleep(max(0.0, SAMPLE - (time.monotonic() - started - now)))
@@ -396,6 +398,8 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, default=None, help="py-spy record each run's main process here")
     parser.add_argument("--stalls", type=Path, default=None,
                         help="sample the reactor's stack while it is late, a report per run here (bench/stalls.py)")
+    parser.add_argument("--pool-setting", action="append", default=[], metavar="KEY=VALUE",
+                        help="a [pool] line for every run (TOML), e.g. max_active_hosts=0")
     args = parser.parse_args()
     missing = [what for what, ok in (("nginx", shutil.which("nginx")), ("root (SO_BINDTODEVICE)", os.geteuid() == 0),
                                      ("py-spy (--profile)", args.profile is None or PY_SPY)) if not ok]
@@ -415,6 +419,7 @@ def main() -> None:
         print(f"server limit: at least {limit:.0f} pages/s of 15 KB (two keep-alive client processes)", flush=True)
         redis = RedisServer(args.redis_url) if "redis" in pools else None
         fields: list[tuple[str, float]] = [("server_pages_per_s", limit)]
+        settings = "\n".join(args.pool_setting)
         for backend in pools:
             results = []
             for size in sizes:
@@ -423,7 +428,7 @@ def main() -> None:
                     assert redis is not None
                     prefix = f"spiderd-hosts-{os.getpid()}-{size}:"
                     pool = (f'backend = "redis"\nredis_url = "{redis.url}"\nredis_prefix = "{prefix}"\n'
-                            f'redis_namespace = "{prefix}"')
+                            f'redis_namespace = "{prefix}"\n{settings}')
                     cpu = redis.cpu()
                     try:
                         result = crawl(work, server, name, size, args.seconds, pool, args.profile, args.stalls)
@@ -431,7 +436,7 @@ def main() -> None:
                     finally:
                         redis.drop(prefix)
                 else:
-                    result = crawl(work, server, name, size, args.seconds, "", args.profile, args.stalls)
+                    result = crawl(work, server, name, size, args.seconds, settings, args.profile, args.stalls)
                 report(result)
                 results.append(result)
             fields += figures(results, "" if backend == "leveldb" else "redis_")

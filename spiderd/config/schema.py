@@ -25,6 +25,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "max_url_length": "positive_int",
         "max_path_depth": "positive_int",
         "max_urls_per_host": "count",
+        "max_active_hosts": "count",  # 0: every host with waiting URLs takes turns
         "max_hops": "max_hops",  # link hops from a seed (0: no limit)
         "redis_url": "redis_url",
         "redis_prefix": "str",

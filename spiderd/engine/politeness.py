@@ -49,10 +49,14 @@ class Tally:
     count, which may have become idle (in the order they did), which were blocked, which groups may have lost
     their last host."""
 
-    __slots__ = ("active", "by_count", "idle", "blocked", "empty_groups")
+    __slots__ = ("active", "by_count", "idle", "blocked", "empty_groups", "in_turn", "benched", "unsettled")
 
     def __init__(self) -> None:
         self.active = 0
+        self.in_turn = 0  # slots taking turns (see Politeness.limit_turns)
+        self.benched: deque[HostSlot] = deque()  # slots waiting for a turn, in the order they came (some stale)
+        self.unsettled: dict[str, int] = {}  # host -> its fetches over whose URLs' statuses are not in (they hold
+        # its turn: the links a page brings back follow in the same turn)
         self.by_count: dict[int, dict[str, HostSlot]] = {}  # waiting (not 0) -> the slots with that many
         self.idle: dict[str, None] = {}
         self.blocked: Deadlines[str] = Deadlines()  # host -> the end of its throttling block, expired as they end
@@ -71,11 +75,23 @@ class Tally:
             self.active += 1 if value else -1
             if not value and not slot.own_inflight:
                 self.idle[slot.host] = None
+                self.end_turn(slot)
+
+    def end_turn(self, slot: HostSlot) -> None:
+        """``slot`` has nothing waiting and nothing in flight: its turn, if it had one, ends, unless a fetch of it
+        awaits its URL's status (see Politeness.release)."""
+        if slot.turn == IN_TURN and slot.host not in self.unsettled:
+            slot.turn = OUT
+            self.in_turn -= 1
 
     def most(self) -> Iterator[HostSlot]:
         """The slots with waiting URLs, the most first (those with as many: in the order they came to it)."""
         for waiting in sorted(self.by_count, reverse=True):
             yield from self.by_count[waiting].values()
+
+
+OUT, BENCHED, IN_TURN = 0, 1, 2  # a slot's place when the hosts taking turns are limited (Politeness.limit_turns)
+ADMIT_AT_ONCE = 16  # benched hosts a ready() lets in at most, looking for one that may go now
 
 
 @dataclass(slots=True, eq=False)
@@ -109,6 +125,7 @@ class HostSlot:
     seen: int | None = None  # new URLs the host took in all, when the backend counts them (None: not read yet)
     throttled_until: float = 0.0  # the end of the last block by a throttling answer (see Politeness.block)
     group: HostGroup | None = None
+    turn: int = OUT  # OUT, BENCHED or IN_TURN (only when the hosts taking turns are limited)
 
     @property
     def waiting(self) -> int:
@@ -134,6 +151,7 @@ class HostSlot:
             self.group.inflight = max(0, self.group.inflight + change)
         if not self.own_inflight and not self.own_waiting:
             self.tally.idle[self.host] = None
+            self.tally.end_turn(self)
 
     @property
     def next_allowed(self) -> float:
@@ -166,6 +184,7 @@ class Politeness:
     _groups: dict[str, HostGroup] = field(default_factory=dict)
     _tally: Tally = field(default_factory=Tally)
     released: list[Callable[[HostSlot], None]] = field(default_factory=list)  # told after each release (a unit freed)
+    turn_limit: int = 0  # hosts with waiting URLs that take turns at once (0: all; see limit_turns)
 
     @classmethod
     def of(cls, rules: PoliteRules) -> Politeness:
@@ -192,6 +211,62 @@ class Politeness:
             self.requeue(slot)
         return sorted(before - {*self.overrides, *self.adaptive_overrides})
 
+    def limit_turns(self, limit: int) -> None:
+        """Let at most ``limit`` hosts with waiting URLs take turns at once (0: every host, as they come).
+
+        Heritrix's active queues, BUbiNG's workbench: a host with waiting URLs waits on a bench, in the order it
+        came, until a pop finds no host in turn ready (all in their delay or at their concurrency): then the next
+        benched host enters (``ready``).  So the hosts in turn are as many as keep the fetch slots busy, at most
+        ``limit``, and a host keeps its turn until it has nothing waiting, nothing in flight and no status to come
+        (``settle``).  A broad crawl that meets 500,000 hosts fetches a few hundred of them in depth, each
+        robots.txt read once for many pages and its connection kept alive, instead of every host's robots.txt
+        and first page before any host's second."""
+        self.turn_limit = max(0, limit)
+        if not self.turn_limit:
+            while self._admit_one() is not None:
+                pass
+
+    def _enter(self, slot: HostSlot) -> bool:
+        """Whether ``slot`` (not in turn) may be queued: a host of a per-IP group at once, if there is room (the
+        group's hosts share one turn: they take it in their ring); any other waits on the bench (once) until a pop
+        lets it in."""
+        if slot.waiting <= 0:
+            return True  # nothing to queue (requeue does nothing with it)
+        tally = self._tally
+        if slot.group is not None and tally.in_turn < self.turn_limit:
+            slot.turn = IN_TURN  # (an entry it left on the bench is skipped there)
+            tally.in_turn += 1
+            return True
+        if slot.turn != BENCHED:
+            slot.turn = BENCHED
+            tally.benched.append(slot)
+        return False
+
+    def _admit_one(self) -> HostSlot | None:
+        """Let the host benched longest take turns (queued at its next-allowed time), if there is room; a benched
+        entry whose host was forgotten or has nothing waiting any more is dropped on the way."""
+        tally, limit = self._tally, self.turn_limit
+        while tally.benched and (tally.in_turn < limit or not limit):
+            slot = tally.benched.popleft()
+            if slot.turn != BENCHED:
+                continue
+            slot.turn = OUT
+            if self.hosts.get(slot.host) is slot and slot.waiting > 0:
+                slot.turn = IN_TURN
+                tally.in_turn += 1
+                self.requeue(slot)
+                return slot
+        return None
+
+    def _may_admit(self) -> bool:
+        """A benched host could enter now."""
+        tally = self._tally
+        return bool(self.turn_limit and tally.benched and tally.in_turn < self.turn_limit)
+
+    def hosts_in_turn(self) -> int:
+        """Hosts with waiting URLs taking turns now (all of them when turns are not limited)."""
+        return self._tally.in_turn if self.turn_limit else self._tally.active
+
     def _paced(self, host: str) -> tuple[float, int]:
         """``host``'s delay (its configured one, or its Crawl-delay if longer) and concurrency."""
         delay, concurrency = self.overrides.get(host, (self.delay, self.concurrency))
@@ -212,7 +287,16 @@ class Politeness:
         return slot
 
     def ready(self, now: float) -> HostSlot | None:
-        """Take the host whose turn it is, if its next-allowed time has come."""
+        """Take the host whose turn it is, if its next-allowed time has come; with turns limited and none ready,
+        let benched hosts in (up to ADMIT_AT_ONCE a call) until one is."""
+        for _ in range(ADMIT_AT_ONCE):
+            slot = self._ready(now)
+            if slot is not None or not self._may_admit() or self._admit_one() is None:
+                return slot
+        return self._ready(now)
+
+    def _ready(self, now: float) -> HostSlot | None:
+        """The host in turn whose next-allowed time has come, if any."""
         heap = self._heap
         while heap and heap[0][0] <= now:
             item = heapq.heappop(heap)[2]
@@ -225,6 +309,9 @@ class Politeness:
             if item.group is not None:  # queued before it joined a group: its group's ring has it now
                 continue
             item.queued = False
+            if self.turn_limit and item.turn != IN_TURN:  # queued before its last turn ended: its place is decided again
+                self.requeue(item)
+                continue
             if item.next_allowed > now:
                 self.requeue(item)
             elif item.waiting > 0 and item.inflight < item.concurrency:
@@ -242,6 +329,9 @@ class Politeness:
             if slot.group is not group:  # moved to another group since (it is queued there)
                 continue
             slot.queued = False
+            if self.turn_limit and slot.turn != IN_TURN:  # in the ring since before its last turn ended
+                self.requeue(slot)
+                continue
             if slot.waiting > 0 and group.inflight < slot.concurrency:
                 return slot
             if slot.waiting > 0:  # no free slot for this host now: it keeps its place for a release
@@ -262,18 +352,32 @@ class Politeness:
 
     def taken(self, slot: HostSlot, count: int, now: float) -> None:
         """``count`` URLs of ``slot`` were leased at ``now``."""
+        slot.inflight += count  # first: a host taking its last URL is not idle for a moment (its turn goes on)
         slot.waiting -= count
-        slot.inflight += count
         slot.next_allowed = now + slot.delay
         self.requeue(slot)
 
-    def release(self, slot: HostSlot) -> None:
-        """A leased URL of ``slot`` finished (or its lease expired)."""
+    def release(self, slot: HostSlot, unsettled: bool = False) -> None:
+        """A leased URL of ``slot`` finished (or its lease expired); ``unsettled``: its request is over but its
+        status is still to come (its links with it), and the host keeps its turn until ``settle``."""
+        if unsettled and self.turn_limit:
+            tally = self._tally
+            tally.unsettled[slot.host] = tally.unsettled.get(slot.host, 0) + 1
         if slot.own_inflight > 0:
             slot.inflight -= 1
         self.requeue(slot)
         for listener in self.released:
             listener(slot)
+
+    def settle(self, slot: HostSlot) -> None:
+        """The status of a URL of ``slot`` released ``unsettled`` came: the host's turn ends if it has no more
+        work."""
+        unsettled = self._tally.unsettled
+        count = unsettled.pop(slot.host, 0) - 1
+        if count > 0:
+            unsettled[slot.host] = count
+        elif not slot.own_waiting and not slot.own_inflight:
+            self._tally.end_turn(slot)
 
     def fetched(self, slot: HostSlot, elapsed: float, now: float) -> None:
         """A request to ``slot``'s host that took ``elapsed`` seconds ended at ``now``: with adaptive politeness,
@@ -289,6 +393,8 @@ class Politeness:
     def requeue(self, slot: HostSlot) -> None:
         """Put ``slot`` in the heap (or its group's ring, and the group in the heap) if it has work and a free
         slot."""
+        if self.turn_limit and slot.turn != IN_TURN and not self._enter(slot):
+            return
         group = slot.group
         if group is None:
             if not slot.queued and slot.waiting > 0 and slot.inflight < slot.concurrency:
@@ -356,8 +462,11 @@ class Politeness:
         self.requeue(slot)
 
     def next_time(self) -> float | None:
-        """The earliest next-allowed time of a ready host, or None."""
-        return self._heap[0][0] if self._heap else None
+        """The earliest next-allowed time of a ready host (a benched host that may enter: now), or None."""
+        top = self._heap[0][0] if self._heap else None
+        if self._may_admit():
+            return 0.0
+        return top
 
     def delays(self, host: str) -> tuple[float, float]:
         """``host``'s configured delay (the default or its override) and its robots.txt Crawl-delay (0: none)."""
@@ -391,6 +500,9 @@ class Politeness:
         slot = self.hosts.pop(host, None)
         if slot is not None:
             self._tally.idle.pop(host, None)
+            if slot.turn == IN_TURN:
+                self._tally.in_turn -= 1
+            slot.turn = OUT
             self._group_of.unpin(host)
             self._robots_delay.unpin(host)
             group = slot.group
@@ -413,6 +525,9 @@ class Politeness:
             slot = self.hosts.get(host)
             if slot is None or slot.own_waiting or slot.own_inflight:
                 continue  # gone already, or busy again: noted again when it next becomes idle
+            if host in tally.unsettled:  # a status still to come holds its turn
+                later[host] = None
+                continue
             if slot.next_allowed > now:
                 later[host] = None
                 continue

@@ -48,6 +48,7 @@ class KVState:
         self.kv = kv
         self.clock = clock
         self.politeness = politeness or Politeness()
+        self.politeness.limit_turns(config.max_active_hosts)
         self.hops = HopLimits(config.max_hops, options.site_hops)  # link-hop limits (hops.py): counts in Q, L values
         self.failure_threshold = config.failure_threshold
         self.max_throttles = options.max_throttles
@@ -152,16 +153,25 @@ class KVState:
         value = self.kv.get(k.queue_key(k.host_id(host), prio, number))
         return 0 if value is None else k.split_url_value(value, 1)[1]
 
-    def release(self, leased: list[Any] | None) -> None:
+    def release(self, leased: list[Any] | None, settle: bool = True) -> None:
         """Free the host slot a hand-out (its ``leased`` record) holds, once; the hubs parked on its host (or
-        group) go back to the heap."""
+        group) go back to the heap.  ``settle``: the URL's status is in (or its lease ended), which ends its host's
+        turn if that has no more work; else (its fetch is over, see ``fetched``) the turn waits for ``settle``."""
         if leased is None:
             return
         if leased[2]:
-            leased[2] = False
-            self.politeness.release(self.slot(leased[1]))
+            leased[2] = False if settle else None
+            self.politeness.release(self.slot(leased[1]), unsettled=not settle)
+        elif leased[2] is None and settle:
+            self.settle(leased)
         if self.parked:
             self.unpark(leased[1])
+
+    def settle(self, leased: list[Any] | None) -> None:
+        """The status of a hand-out whose host slot was freed at its fetch's end is in (see ``release``)."""
+        if leased is not None and leased[2] is None:
+            leased[2] = False
+            self.politeness.settle(self.slot(leased[1]))
 
     def park(self, slot: HostSlot, fp: int) -> None:
         """Keep the due hub ``fp`` of ``slot``'s host out of the heap until a fetch of its host (or group) ends."""

@@ -87,7 +87,7 @@ class KVPool(PartsPool):
         waiting, pending, done, failed, _, batched = state.counters
         counts = {"waiting": waiting, "pending": pending, "done": done, "failed": failed, "batched": batched}
         answer = stats_answer(counts, self.politeness.active_hosts(), self.politeness.top(5), len(state.hubs),
-                              self.rejected)
+                              self.rejected, in_turn=self.politeness.hosts_in_turn())
         return defer.succeed(answer)
 
     def next_due(self) -> defer.Deferred[float | None]:

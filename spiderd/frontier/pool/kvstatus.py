@@ -106,7 +106,7 @@ class KVStatuses:
         leased = self._leased.get(url)
         if elapsed is not None and leased is not None and leased[2]:
             self._state.politeness.fetched(self._state.slot(leased[1]), elapsed, self._state.clock.seconds())
-        self._state.release(leased)
+        self._state.release(leased, settle=False)
         return defer.succeed(None)
 
     def set_status(self, url: str, status_code: int, reason: str | None = None) -> defer.Deferred[None]:
@@ -158,12 +158,15 @@ class KVStatuses:
         u = URL(url, leased[1], leased[0]) if leased is not None else self._state.urls.parse(url)
         if leased is None and u is not None:  # a redirect target's URL, maybe not in canonical form
             leased = self._leased.pop(u.url, None)
-        self._state.release(leased)
-        if u is None or (done is not None and u.fingerprint in done):
-            return None
-        if done is not None:
-            done.add(u.fingerprint)
-        return self._set_status(batch, u, code, reason, until, validators)
+        self._state.release(leased, settle=False)
+        try:
+            if u is None or (done is not None and u.fingerprint in done):
+                return None
+            if done is not None:
+                done.add(u.fingerprint)
+            return self._set_status(batch, u, code, reason, until, validators)
+        finally:
+            self._state.settle(leased)  # after a retry or the links went in: the host's turn goes on
 
     def _set_status(self, batch: Any, u: URL, code: int, reason: str | None = None, until: float | None = None,
                     validators: cg.Validators | None = None) -> HostSlot | None:
