@@ -52,7 +52,7 @@ def test_turns_agree_with_a_scan(steps: list[tuple[str, int, int]], limit: int) 
                 politeness.taken(ready, 1, now)
             else:
                 benched = [s for s in politeness.hosts.values() if s.turn == BENCHED and s.waiting > 0]
-                assert not benched or politeness.hosts_in_turn() == limit, "a pop found nothing with room to admit"
+                assert not benched or politeness.hosts_in_turn() == limit, "nothing popped, with room to admit"
         elif op == "release" and slot.own_inflight:
             politeness.release(slot, unsettled=arg == 1)
         elif op == "settle" and politeness._tally.unsettled.get(host):

@@ -309,7 +309,7 @@ class Politeness:
             if item.group is not None:  # queued before it joined a group: its group's ring has it now
                 continue
             item.queued = False
-            if self.turn_limit and item.turn != IN_TURN:  # queued before its last turn ended: its place is decided again
+            if self.turn_limit and item.turn != IN_TURN:  # queued before its last turn ended: placed again
                 self.requeue(item)
                 continue
             if item.next_allowed > now:
