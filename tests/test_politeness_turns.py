@@ -28,8 +28,9 @@ def waiting_hosts(politeness: Politeness) -> set[str]:
 @settings(max_examples=300, deadline=None)
 @given(STEPS, st.integers(1, 3))
 def test_turns_agree_with_a_scan(steps: list[tuple[str, int, int]], limit: int) -> None:
-    """After any steps: at most ``limit`` hosts are in turn, each with waiting URLs or a request in flight; a host with waiting URLs is in
-    turn or benched; no benched host is handed out; and no host waits on the bench while there is room."""
+    """After any steps: at most ``limit`` hosts are in turn, each with waiting URLs, a request in flight or a status
+    to come; a host with waiting URLs is in turn or benched; no benched host is handed out; a pop that finds nothing
+    leaves no host on the bench while there is room, and the crawler is told to pop while one could enter."""
     politeness = Politeness(delay=0.5, concurrency=2)
     politeness.limit_turns(limit)
     now = 0.0
