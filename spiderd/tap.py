@@ -64,9 +64,7 @@ def makeService(options: Options, reactor: INodeReactor | None = None) -> IServi
         settings = demo.fresh(options.overrides()) if options["demo"] else cfg.load(options["config"], options.overrides())
         cfg.check_data_dir(settings)
         settings = cfg.with_overlay(settings)
-        top = build(settings, reactor, bool(options["demo"]), True, lifecycle.exit_on_start_failure(reactor))
-        reactor.callWhenRunning(calm_gc)  # once started: the start-up heap frozen, fewer collections
-        return top
+        return build(settings, reactor, bool(options["demo"]), True, lifecycle.exit_on_start_failure(reactor))
     except cfg.ConfigError as e:
         sys.stderr.write(f"spiderd: configuration error: {e}\n")
         raise SystemExit(2) from None
@@ -105,7 +103,8 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
           on_start_failure: Callable[[Any, BaseException], object] | None = None) -> lifecycle.OrderedMultiService:
     """Wire the services of one node: they start in this order (after the pool is ready) and stop in reverse.
 
-    ``signals``: handle SIGHUP (twistd's makeService asks; tests building services directly do not)."""
+    ``signals``: the daemon's own (twistd's makeService asks; tests building services directly do not): handle
+    SIGHUP, and calm the garbage collector once running and again once the seeds are in the pool."""
     base = _base(s, reactor, lifecycle.OrderedMultiService(on_start_failure))
     role, add = s.spiderd.role, base.top.add
     worker = _worker(base) if role == "worker" or (role == "all" and "local" in s.batch.targets) else None
@@ -129,6 +128,9 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
     if signals:
         add(ReloadService(reactor, live))
         lifecycle.calm_repeated_stop_signals(reactor)
+        reactor.callWhenRunning(calm_gc)  # once started: the start-up heap frozen, fewer collections
+        if frontier.seeds is not None:  # and again once the seeds are in (500,000 hosts' tables: no full pass
+            frontier.seeds.loaded.append(calm_gc)  # walks them)
     add(SystemdNotifier(reactor, status=lambda: f"{base.stats.counts['pages']} pages",
                         healthy=lambda: crawler is None or crawler.healthy))
     return base.top

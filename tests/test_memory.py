@@ -98,3 +98,19 @@ def test_the_daemon_calms_the_collector_once_running(tmp_path: Path) -> None:
     reactor = MemoryReactorClock()
     makeService(options, reactor)  # type: ignore[arg-type]  # (a MemoryReactorClock plays the node's reactor)
     assert calm_gc in [hook for hook, _, _ in reactor.whenRunningHooks]
+
+
+def test_the_daemon_calms_the_collector_again_once_the_seeds_are_in(tmp_path: Path) -> None:
+    """With a pool, calm_gc runs again after the seeds went in (their hosts' tables frozen out of full passes)."""
+    from twisted.internet.testing import MemoryReactorClock
+
+    from spiderd.tap import Options, makeService
+
+    config = tmp_path / "node.toml"
+    config.write_text(f'[spiderd]\nrole = "all"\ndata_dir = "{tmp_path / "data"}"\n[parse]\nworkers = 0\n'
+                      '[batch]\ntargets = []\n[pool]\nbackend = "memory"\nseeds = ["http://127.0.0.1:9/"]\n')
+    options = Options()
+    options.parseOptions(["--config", str(config)])
+    top = makeService(options, MemoryReactorClock())  # type: ignore[arg-type]
+    seeds = [s for s in top if getattr(s, "name", None) == "seeds"]
+    assert len(seeds) == 1 and calm_gc in seeds[0].loaded

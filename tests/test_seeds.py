@@ -108,6 +108,17 @@ class SlicedSeedsTests(unittest.TestCase):
         self.assertEqual(self.waiting(), len(self.urls))
         self.successResultOf(ready)
 
+    def test_loaded_hooks_run_once_every_seed_is_in(self) -> None:
+        """``loaded`` hooks (the daemon's calm_gc) run after the last slice, not before."""
+        seeds = SeedService(self.pool, self.urls, [], 600.0, clock=self.clock)
+        told: list[int] = []
+        seeds.loaded.append(lambda: told.append(self.waiting()))
+        seeds.startService()
+        self.clock.advance(0)
+        self.assertEqual(told, [])
+        self.clock.advance(0)
+        self.assertEqual(told, [len(self.urls)])
+
     def test_the_seed_timer_injects_a_slice_a_turn(self) -> None:
         """The cron firing queues the seeds again (always) the same way."""
         from datetime import timezone

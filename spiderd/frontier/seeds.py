@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Generator, Sequence
+from typing import Any, Callable, Generator, Sequence
 
 from twisted.application.service import Service
 from twisted.internet import defer, task
@@ -67,6 +67,7 @@ class SeedService(Service):
         self._hubs = list(hubs)
         self._added_hubs: list[str] = []
         self._span = hub_refresh_span
+        self.loaded: list[Callable[[], object]] = []  # told after each load, once the seeds are in the pool
 
     def startService(self) -> Any:
         """Restore the added hubs, then load; ``ready`` fires once the pool has them (the crawl starts after)."""
@@ -103,6 +104,8 @@ class SeedService(Service):
         self._record(self.hubs)
         log.info("Seeds: {added} of {count} added; {hubs} hubs every {span}s",
                  added=added, count=len(self._seeds), hubs=len(self.hubs), span=self._span)
+        for hook in self.loaded:
+            hook()
         return added
 
     @property
