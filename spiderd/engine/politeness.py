@@ -71,6 +71,9 @@ class Tally:
             self.active += 1 if value else -1
             if not value and not slot.own_inflight:
                 self.idle[slot.host] = None
+            elif value:
+                self.idle.pop(slot.host, None)  # busy: noted again when it next becomes idle (so a new host's note
+                # goes as its first URL comes, and a million hosts met with a URL each hold none)
 
     def most(self) -> Iterator[HostSlot]:
         """The slots with waiting URLs, the most first (those with as many: in the order they came to it)."""
@@ -97,7 +100,6 @@ class HostSlot:
     """What the pool knows of one host; ``inflight`` and ``next_allowed`` are its group's when it has one."""
 
     host: str
-    hid: bytes
     delay: float
     concurrency: int
     tally: Tally = field(default_factory=Tally, repr=False)  # its Politeness's
@@ -157,6 +159,10 @@ class Politeness:
     adaptive_overrides: dict[str, AdaptiveDelay] = field(default_factory=dict)  # host -> its own rule
     hosts: dict[str, HostSlot] = field(default_factory=dict)
     _heap: list[tuple[float, int, HostSlot | HostGroup]] = field(default_factory=list)
+    # those queued at next-allowed time 0 (nothing booked yet: a new host), in the order queued: ahead of the whole
+    # heap, in that order, as their entries (time 0, a growing tiebreak) would be in it, without a tuple and a
+    # number each (a broad crawl has a million hosts waiting for their first turn)
+    _first: deque[HostSlot | HostGroup] = field(default_factory=deque)
     _tiebreak: itertools.count[int] = field(default_factory=itertools.count)
     groups_kept: int = 100_000  # addresses kept of hosts without a slot (ten times the fetcher's DNS cache)
     _group_of: AddressTable[str] = field(default_factory=AddressTable)  # host -> its group (per-IP), last told last
@@ -197,12 +203,12 @@ class Politeness:
         delay, concurrency = self.overrides.get(host, (self.delay, self.concurrency))
         return max(delay, self._robots_delay.get(host, 0.0)), concurrency
 
-    def slot(self, host: str, hid: bytes) -> HostSlot:
+    def slot(self, host: str) -> HostSlot:
         """The slot of ``host``, created on first use (in its group, if it was told one)."""
         slot = self.hosts.get(host)
         if slot is None:
             delay, concurrency = self._paced(host)
-            slot = self.hosts[host] = HostSlot(host, hid, delay, concurrency, self._tally)
+            slot = self.hosts[host] = HostSlot(host, delay, concurrency, self._tally)
             self._tally.idle[host] = None  # until it has a URL
             key = self._group_of.get(host)
             self._group_of.pin(host)
@@ -213,9 +219,10 @@ class Politeness:
 
     def ready(self, now: float) -> HostSlot | None:
         """Take the host whose turn it is, if its next-allowed time has come."""
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            item = heapq.heappop(heap)[2]
+        while True:
+            item = self._pop(now)
+            if item is None:
+                return None
             if isinstance(item, HostGroup):
                 item.queued = False
                 member = self._member(item, now)
@@ -229,7 +236,21 @@ class Politeness:
                 self.requeue(item)
             elif item.waiting > 0 and item.inflight < item.concurrency:
                 return item
+
+    def _pop(self, now: float) -> HostSlot | HostGroup | None:
+        """The first entry of the heap (those at time 0 first) if its time has come, taken out; else None."""
+        if self._first and now >= 0.0 and not (self._heap and self._heap[0][0] < 0.0):
+            return self._first.popleft()
+        if self._heap and self._heap[0][0] <= now:
+            return heapq.heappop(self._heap)[2]
         return None
+
+    def _push(self, at: float, item: HostSlot | HostGroup) -> None:
+        """Queue ``item`` in the heap at ``at`` (at 0: at the end of those at 0, which come first)."""
+        if at == 0.0:
+            self._first.append(item)
+        else:
+            heapq.heappush(self._heap, (at, next(self._tiebreak), item))
 
     def _member(self, group: HostGroup, now: float) -> HostSlot | None:
         """The next host of ``group``'s ring that may go now (it leaves the ring), or None."""
@@ -256,7 +277,8 @@ class Politeness:
         many as its free slots allow (a single-host crawl at full speed).
         """
         free = min(slot.concurrency - slot.inflight, slot.waiting, wanted)
-        if slot.delay > 0 or (self._heap and self._heap[0][0] <= now):
+        following = self.next_time()
+        if slot.delay > 0 or (following is not None and following <= now):
             return min(free, 1)
         return free
 
@@ -293,7 +315,7 @@ class Politeness:
         if group is None:
             if not slot.queued and slot.waiting > 0 and slot.inflight < slot.concurrency:
                 slot.queued = True
-                heapq.heappush(self._heap, (slot.next_allowed, next(self._tiebreak), slot))
+                self._push(slot.next_allowed, slot)
             return
         if not slot.queued and slot.waiting > 0:
             slot.queued = True
@@ -310,7 +332,7 @@ class Politeness:
         """Put ``group`` in the heap at its next-allowed time if a host of its ring may have a free slot."""
         if not group.queued and group.ring and group.inflight < group.cap:
             group.queued = True
-            heapq.heappush(self._heap, (group.next_allowed, next(self._tiebreak), group))
+            self._push(group.next_allowed, group)
 
     def set_group(self, host: str, key: str) -> None:
         """Put ``host`` in the politeness group ``key`` (its address); ``key == host``: on its own again."""
@@ -357,6 +379,8 @@ class Politeness:
 
     def next_time(self) -> float | None:
         """The earliest next-allowed time of a ready host, or None."""
+        if self._first:
+            return min(0.0, self._heap[0][0]) if self._heap else 0.0
         return self._heap[0][0] if self._heap else None
 
     def delays(self, host: str) -> tuple[float, float]:
