@@ -97,11 +97,14 @@ class HostGroup:
 
 @dataclass(slots=True, eq=False)
 class HostSlot:
-    """What the pool knows of one host; ``inflight`` and ``next_allowed`` are its group's when it has one."""
+    """What the pool knows of one host; ``inflight`` and ``next_allowed`` are its group's when it has one.
+
+    A broad crawl holds one for each host with URLs waiting, so it holds no more than it needs (ten fields):
+    its delay and concurrency are one ``pace`` shared by the hosts paced alike, the end of its throttling block
+    is its Politeness's table of blocks."""
 
     host: str
-    delay: float
-    concurrency: int
+    pace: tuple[float, int]  # (delay, concurrency)
     tally: Tally = field(default_factory=Tally, repr=False)  # its Politeness's
     own_waiting: int = 0  # see waiting
     own_inflight: int = 0  # this host's requests in flight (its group counts those of all its hosts)
@@ -109,8 +112,30 @@ class HostSlot:
     queued: bool = False  # in the heap, or in its group's ring
     cursor: Any = None  # the backend's read state in this host's queues
     seen: int | None = None  # new URLs the host took in all, when the backend counts them (None: not read yet)
-    throttled_until: float = 0.0  # the end of the last block by a throttling answer (see Politeness.block)
     group: HostGroup | None = None
+
+    @property
+    def delay(self) -> float:
+        """Seconds from one request's start to the next."""
+        return self.pace[0]
+
+    @delay.setter
+    def delay(self, value: float) -> None:
+        self.pace = (value, self.pace[1])
+
+    @property
+    def concurrency(self) -> int:
+        """Requests in flight at most."""
+        return self.pace[1]
+
+    @concurrency.setter
+    def concurrency(self, value: int) -> None:
+        self.pace = (self.pace[0], value)
+
+    @property
+    def throttled_until(self) -> float:
+        """The end of the block by a throttling answer (see Politeness.block) while it holds, else 0 or its end."""
+        return self.tally.blocked.get(self.host) or 0.0
 
     @property
     def waiting(self) -> int:
@@ -171,6 +196,7 @@ class Politeness:
     _robots_delay: AddressTable[float] = field(default_factory=AddressTable)  # host -> its Crawl-delay
     _groups: dict[str, HostGroup] = field(default_factory=dict)
     _tally: Tally = field(default_factory=Tally)
+    _pace: tuple[float, int] = (0.0, 1)  # (delay, concurrency), shared by the slots paced by default
     released: list[Callable[[HostSlot], None]] = field(default_factory=list)  # told after each release (a unit freed)
 
     @classmethod
@@ -191,7 +217,7 @@ class Politeness:
         for group in self._groups.values():
             group.cap = 1
         for slot in self.hosts.values():
-            slot.delay, slot.concurrency = self._paced(slot.host)
+            slot.pace = self._paced(slot.host)
             if slot.group is not None:
                 slot.group.cap = max(slot.group.cap, slot.concurrency)
         for slot in self.hosts.values():
@@ -199,16 +225,19 @@ class Politeness:
         return sorted(before - {*self.overrides, *self.adaptive_overrides})
 
     def _paced(self, host: str) -> tuple[float, int]:
-        """``host``'s delay (its configured one, or its Crawl-delay if longer) and concurrency."""
-        delay, concurrency = self.overrides.get(host, (self.delay, self.concurrency))
-        return max(delay, self._robots_delay.get(host, 0.0)), concurrency
+        """``host``'s delay (its configured one, or its Crawl-delay if longer) and concurrency (the same tuple for
+        the hosts paced alike)."""
+        if self._pace != (self.delay, self.concurrency):
+            self._pace = (self.delay, self.concurrency)
+        pace = self.overrides.get(host, self._pace)
+        crawl_delay = self._robots_delay.get(host, 0.0)
+        return pace if crawl_delay <= pace[0] else (crawl_delay, pace[1])
 
     def slot(self, host: str) -> HostSlot:
         """The slot of ``host``, created on first use (in its group, if it was told one)."""
         slot = self.hosts.get(host)
         if slot is None:
-            delay, concurrency = self._paced(host)
-            slot = self.hosts[host] = HostSlot(host, delay, concurrency, self._tally)
+            slot = self.hosts[host] = HostSlot(host, self._paced(host), self._tally)
             self._tally.idle[host] = None  # until it has a URL
             key = self._group_of.get(host)
             self._group_of.pin(host)
@@ -400,8 +429,8 @@ class Politeness:
         """Hand out nothing of ``slot`` before ``until`` (a throttling answer's Retry-After); an earlier
         entry in the heap is put back at the new time when its turn comes (see ``ready``)."""
         slot.next_allowed = max(slot.next_allowed, until)
-        slot.throttled_until = max(slot.throttled_until, until)
-        self._tally.blocked.set(slot.host, slot.throttled_until)  # the ended ones go at collect (and attention)
+        until = max(slot.throttled_until, until)
+        self._tally.blocked.set(slot.host, until)  # (the slot's throttled_until; the ended go at collect and attention)
 
     def _leave(self, group: HostGroup) -> None:
         """A slot left ``group`` (it moved, or was forgotten)."""
