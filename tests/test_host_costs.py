@@ -19,7 +19,7 @@ from twisted.web.http_headers import Headers
 from spiderd.config import settings as cfg
 from spiderd.config.sections import SitemapsSection
 from spiderd.core.blocking import Lane
-from spiderd.core.rules import Site
+from spiderd.core.rules import PoliteRules, Site
 from spiderd.core.stats import CrawlStats
 from spiderd.core.throttle import HostThrottles
 from spiderd.fetch.connections import CachedEndpoints, ConnectionPool
@@ -477,6 +477,22 @@ class HostMemoryTests(TestCase):
         self.assertNotIn(kept, politeness.hosts)
         self.assertEqual((politeness.delays(kept), politeness.slot(kept).delay), ((0.5, 2.0), 2.0))
         self.assertEqual(politeness.delays(origin(0)[7:]), (0.5, 0.0))  # told longest ago: forgotten
+
+
+    def test_slots_paced_alike_share_their_pace(self) -> None:
+        """Hosts paced by the same delay and concurrency share one ``pace`` (a slot is ten fields): a Crawl-delay
+        below the delay, or the same values set again, keep it shared; a longer Crawl-delay or an override is the
+        host's own, and a new configuration is shared again."""
+        politeness = Politeness(delay=0.5, concurrency=2, overrides={"own.test": (1.0, 1)})
+        a, b, own = politeness.slot("a.test"), politeness.slot("b.test"), politeness.slot("own.test")
+        politeness.set_robots_delay("b.test", 0.25)
+        b.delay, b.concurrency = 0.5, 2
+        self.assertIs(a.pace, b.pace)
+        politeness.set_robots_delay("b.test", 3.0)
+        self.assertEqual((a.pace, b.pace, own.pace, b.delay, b.concurrency), ((0.5, 2), (3.0, 2), (1.0, 1), 3.0, 2))
+        politeness.configure(PoliteRules(delay=0.75, concurrency=2))
+        self.assertEqual((a.pace, b.pace, own.pace), ((0.75, 2), (3.0, 2), (0.75, 2)))
+        self.assertIs(a.pace, own.pace)
 
 
 class Page(resource.Resource):

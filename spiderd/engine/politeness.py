@@ -121,7 +121,8 @@ class HostSlot:
 
     @delay.setter
     def delay(self, value: float) -> None:
-        self.pace = (value, self.pace[1])
+        if value != self.pace[0]:  # (the shared tuple is kept while nothing changes)
+            self.pace = (value, self.pace[1])
 
     @property
     def concurrency(self) -> int:
@@ -130,7 +131,8 @@ class HostSlot:
 
     @concurrency.setter
     def concurrency(self, value: int) -> None:
-        self.pace = (self.pace[0], value)
+        if value != self.pace[1]:
+            self.pace = (self.pace[0], value)
 
     @property
     def throttled_until(self) -> float:
