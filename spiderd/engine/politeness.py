@@ -23,6 +23,10 @@ A robots.txt Crawl-delay is kept the same way (``delays_kept``): a broad crawl m
 A change of the configuration at run time (``configure``) gives the hosts known their new delay and concurrency
 at once, keeping their next-allowed times and requests in flight (one pass over the hosts, once per change).
 
+Memory goes with the hosts known (a broad crawl has millions waiting for their first turn), so a host's slot holds
+ten fields and shares its pace, and the hosts with nothing booked yet (next-allowed time 0) wait in a plain deque
+ahead of the heap, in the order they would have come out of it, without a heap entry each.
+
 Nothing here costs in proportion to the hosts known, per URL or per host: a slot whose last URL left (nothing
 waiting, nothing in flight) is noted as it happens, and ``collect`` looks at those only; the hosts with waiting
 URLs are counted as their count leaves or reaches 0, and filed by that count (so the hosts with the most are
