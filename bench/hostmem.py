@@ -40,10 +40,11 @@ ROOT = str(BENCH.parent)
 
 def site_of(trace: tracemalloc.Traceback) -> str:
     """``innermost frame <- innermost spiderd frame`` of an allocation's traceback."""
-    inner = trace[0]
+    inner = trace[-1]  # a traceback's frames go from the outermost kept to the innermost
     here = f"{_short(inner.filename)}:{inner.lineno}"
-    mine = next((f for f in trace if "/spiderd/" in f.filename and "/site-packages/" not in f.filename), None)
-    if mine is None or mine is inner:
+    mine = next((f for f in reversed(trace) if "/spiderd/" in f.filename and "/site-packages/" not in f.filename),
+                None)
+    if mine is None or mine == inner:
         return here if mine is None else f"{here} ~"
     return f"{here} <- {_short(mine.filename)}:{mine.lineno}"
 

@@ -165,7 +165,7 @@ class CrawlTests(unittest.TestCase):
         self.assertEqual(crawler._fetcher.robots._fetch_raw.keywords, {"redirects": 5})  # robots.txt redirects
         crawler._fetcher.robots._delay("slow.example", 7.0)  # a Crawl-delay reaches the pool and the worker
         self.assertEqual(max(worker.runner._pipeline.queue.politeness.delays("slow.example")), 7.0)
-        self.assertEqual(crawler.pool.politeness.slot("slow.example", b"").delay, 7.0)
+        self.assertEqual(crawler.pool.politeness.slot("slow.example").delay, 7.0)
 
     @defer.inlineCallbacks
     def test_item_table_holds_each_item_with_its_page(self) -> Any:

@@ -260,13 +260,13 @@ class ConfigureTests(unittest.SynchronousTestCase):
         time and requests in flight, and is queued when it has a free slot now; a new host takes the new
         defaults; the adaptive rules follow; the hosts whose table went are named."""
         politeness = Politeness(delay=10.0, concurrency=1, overrides={"b.test": (1.0, 1)})
-        a = politeness.slot("a.test", b"a")
+        a = politeness.slot("a.test")
         a.waiting = 2
         politeness.requeue(a)
         self.assertIs(politeness.ready(0.0), a)
         politeness.taken(a, 1, 0.0)
         politeness.set_robots_delay("b.test", 5.0)
-        b = politeness.slot("b.test", b"b")
+        b = politeness.slot("b.test")
         self.assertIsNone(politeness.ready(10.0))  # a: its one slot is busy
         rules = PoliteRules(3.0, 2, {"b.test": (4.0, 3)}, AdaptiveDelay(2.0), {"c.test": AdaptiveDelay(1.0, 0.5)})
         self.assertEqual(politeness.configure(rules), [])
@@ -274,7 +274,7 @@ class ConfigureTests(unittest.SynchronousTestCase):
         self.assertEqual((b.delay, b.concurrency), (5.0, 3))
         self.assertIsNone(politeness.ready(9.0))
         self.assertIs(politeness.ready(10.0), a)  # a second request beside the one in flight
-        self.assertEqual((politeness.slot("new.test", b"n").delay, politeness.slot("new.test", b"n").concurrency),
+        self.assertEqual((politeness.slot("new.test").delay, politeness.slot("new.test").concurrency),
                          (3.0, 2))
         self.assertEqual((politeness.adaptive_of("a.test"), politeness.adaptive_of("c.test")),
                          (AdaptiveDelay(2.0), AdaptiveDelay(1.0, 0.5)))
@@ -285,7 +285,7 @@ class ConfigureTests(unittest.SynchronousTestCase):
         """Per IP: the group's cap is its hosts' highest concurrency as configured now."""
         politeness = Politeness(delay=0.0, concurrency=4)
         for host in ("a.test", "b.test"):
-            politeness.slot(host, b"h")
+            politeness.slot(host)
             politeness.set_group(host, "192.0.2.1")
         group = politeness.hosts["a.test"].group
         assert group is not None
@@ -458,7 +458,7 @@ class WorkerPolitenessTests(unittest.TestCase):
         while not live.running:
             yield task.deferLater(reactor, 0.01, lambda: None)
         politeness = worker.runner._pipeline.queue.politeness
-        known = politeness.slot("known.test", b"")
+        known = politeness.slot("known.test")
         path.write_text(node_toml({**head, "fetch": {**FAST_DEFAULTS, **host_table("known.test", 7, 3)}}, []))
         self.assertTrue((yield ReloadService(reactor, live, install=False).reload()))
         self.assertEqual((known.delay, known.concurrency), (7.0, 3))

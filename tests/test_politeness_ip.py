@@ -172,17 +172,17 @@ class GroupMemoryTests(unittest.SynchronousTestCase):
         behind (a broad crawl meets millions of hosts once); the most recently told still rejoin their group when
         they come back, and a host with a slot keeps its group however many come after it."""
         politeness = Politeness(groups_kept=100)
-        politeness.slot("kept.example", b"k").waiting = 1
+        politeness.slot("kept.example").waiting = 1
         politeness.set_group("kept.example", "192.0.2.9")
         for i in range(1000):
             host = f"h{i}.example"
-            politeness.slot(host, b"h")
+            politeness.slot(host)
             politeness.set_group(host, f"192.0.2.{i % 7}")
             if i % 100 == 99:
                 politeness.collect(0.0)
         politeness.collect(0.0)
         self.assertLessEqual(len(politeness._group_of), 101)
-        self.assertEqual(politeness.slot("h999.example", b"h").group.key, "192.0.2.5")  # type: ignore[union-attr]
-        self.assertIsNone(politeness.slot("h0.example", b"h").group)  # on its own until its next lookup
+        self.assertEqual(politeness.slot("h999.example").group.key, "192.0.2.5")  # type: ignore[union-attr]
+        self.assertIsNone(politeness.slot("h0.example").group)  # on its own until its next lookup
         self.assertEqual(politeness.hosts["kept.example"].group.key, "192.0.2.9")  # type: ignore[union-attr]
         self.assertIn("kept.example", politeness._group_of)

@@ -27,7 +27,7 @@ def test_tally_agrees_with_a_scan(steps: list[tuple[str, int, int]]) -> None:
     now = 0.0
     for op, n, arg in steps:
         host = HOSTS[n]
-        slot = politeness.slot(host, host.encode())
+        slot = politeness.slot(host)
         if op == "add":
             slot.waiting += arg + 1
             politeness.requeue(slot)

@@ -42,7 +42,7 @@ def test_turns_agree_with_a_scan(steps: list[tuple[str, int, int]], limit: int) 
                     and host not in politeness._tally.unsettled):
                 politeness.forget(host)
             continue
-        slot = politeness.slot(host, host.encode())
+        slot = politeness.slot(host)
         if op == "add":
             slot.waiting += arg + 1
             politeness.requeue(slot)
@@ -81,7 +81,7 @@ def test_benched_hosts_enter_in_the_order_they_came() -> None:
     politeness = Politeness()
     politeness.limit_turns(2)
     for host in ("a", "b", "c", "d"):
-        slot = politeness.slot(host, host.encode())
+        slot = politeness.slot(host)
         slot.waiting = 1
         politeness.requeue(slot)
     order = []
@@ -96,7 +96,7 @@ def test_a_host_that_comes_back_goes_behind_those_waiting() -> None:
     """A host whose turn ended and that gets new URLs waits behind the hosts benched before it."""
     politeness = Politeness()
     politeness.limit_turns(1)
-    a, b = (politeness.slot(host, host.encode()) for host in ("a", "b"))
+    a, b = (politeness.slot(host) for host in ("a", "b"))
     for slot in (a, b):
         slot.waiting = 1
         politeness.requeue(slot)
@@ -114,7 +114,7 @@ def test_hosts_enter_on_demand() -> None:
     delay, but as soon as its concurrency or its delay holds it."""
     politeness = Politeness(concurrency=2)
     politeness.limit_turns(10)
-    a, b = (politeness.slot(host, host.encode()) for host in ("a", "b"))
+    a, b = (politeness.slot(host) for host in ("a", "b"))
     for slot in (a, b):
         slot.waiting = 5
         politeness.requeue(slot)
@@ -126,7 +126,7 @@ def test_hosts_enter_on_demand() -> None:
     assert politeness.ready(0.0) is b  # a is at its concurrency
     delayed = Politeness(delay=1.0)
     delayed.limit_turns(10)
-    c, d = (delayed.slot(host, host.encode()) for host in ("c", "d"))
+    c, d = (delayed.slot(host) for host in ("c", "d"))
     for slot in (c, d):
         slot.waiting = 5
         delayed.requeue(slot)
@@ -142,7 +142,7 @@ def test_a_host_benched_while_still_in_the_heap_gets_no_turn() -> None:
     not handed out by that old entry."""
     politeness = Politeness()
     politeness.limit_turns(1)
-    a, b = (politeness.slot(host, host.encode()) for host in ("a", "b"))
+    a, b = (politeness.slot(host) for host in ("a", "b"))
     a.waiting = 2
     politeness.requeue(a)
     assert politeness.next_time() == 0.0  # a may enter: the crawler is told to pop now
@@ -167,7 +167,7 @@ def test_a_group_hands_out_only_its_hosts_in_turn() -> None:
     politeness.limit_turns(1)
     for host in ("a", "b"):
         politeness.set_group(host, "10.0.0.1")
-        slot = politeness.slot(host, host.encode())
+        slot = politeness.slot(host)
         slot.waiting = 3
         politeness.requeue(slot)
     got = []
@@ -192,13 +192,13 @@ def test_benching_and_admitting_cost_the_same_at_100000_hosts() -> None:
         politeness = Politeness(delay=1.0)
         politeness.limit_turns(10)
         for i in range(count):
-            slot = politeness.slot(f"h{i}", b"")
+            slot = politeness.slot(f"h{i}")
             slot.waiting = 1
             politeness.requeue(slot)
         serial = iter(range(10**9))
 
         def one_more(_: int) -> None:
-            slot = politeness.slot(f"new{next(serial)}", b"")
+            slot = politeness.slot(f"new{next(serial)}")
             slot.waiting = 1
             politeness.requeue(slot)  # benched
             taken = politeness.ready(float(next(serial)))  # a host in turn takes its last URL: one enters

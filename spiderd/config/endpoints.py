@@ -9,18 +9,20 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from spiderd.config.values import expect, strings
+from spiderd.core.urllist import URLList
 from spiderd.core.urls import BadURL, canonicalize
 
 
-def urls(value: Any) -> tuple[str, ...]:
-    """Seed and hub URLs: each one canonicalizes."""
-    items = strings(value)
+def urls(value: Any) -> URLList:
+    """Seed and hub URLs: each one canonicalizes.  Kept compactly (a node may have hundreds of thousands of seeds),
+    and taken again as they are (settings made again from their ``raw`` values)."""
+    items = value if isinstance(value, URLList) else strings(value)
     for item in items:
         try:
             canonicalize(item)
         except BadURL as e:
             raise ValueError(f"bad URL {item!r} ({e.reason})") from None
-    return items
+    return URLList.of(items)
 
 
 def addresses(value: Any) -> tuple[str, ...]:

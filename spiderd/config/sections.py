@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from spiderd.core.compression import FAST
 from spiderd.core.net.serving import BACKLOG, HEADER_TIMEOUT, IDLE_TIMEOUT
@@ -40,8 +40,8 @@ class PoolSection:
     """``[pool]``: the URL pool (frontier), its backend, seeds, limits and recrawls."""
 
     backend: str = "leveldb"
-    seeds: tuple[str, ...] = ()
-    hubs: tuple[str, ...] = ()
+    seeds: Sequence[str] = ()  # from a file: a URLList (spiderd.core.urllist), compact
+    hubs: Sequence[str] = ()
     hub_refresh_span: float = 600.0
     hub_percent: int = 50  # seed 000's pop(count, hub_percent): the share of a pop that may go to due hubs
     failure_threshold: int = 3

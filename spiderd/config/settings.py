@@ -28,6 +28,7 @@ from spiderd.config.sections import (ApiSection, BatchSection, FeedSection, Fetc
                                      WorkerSection)
 from spiderd.config.sites import load_sites
 from spiderd.core.rules import Site
+from spiderd.core.urllist import URLList
 
 __all__ = ["ConfigError", "Settings", "check_data_dir", "from_dict", "load", "with_overlay"]
 
@@ -44,7 +45,8 @@ class Settings:
     """Everything spiderd reads from its configuration: a frozen section per TOML table, and the sites."""
 
     source: str = "<defaults>"
-    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)  # the file's (and overrides)
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)  # the file's (and overrides),
+    # its lists of URLs as validated (the same URLList as the section's: the file's strings are not kept twice)
     overlay: Overlay = field(default_factory=dict, compare=False, repr=False)  # sites changed at run time
     spiderd: SpiderdSection = field(default_factory=SpiderdSection)
     pool: PoolSection = field(default_factory=PoolSection)
@@ -100,6 +102,7 @@ def from_dict(raw: Mapping[str, Any], source: str = "<config>", overrides: Mappi
             if key not in schema:
                 raise ConfigError(f"{source}: {section}.{key}: unknown key (known: {', '.join(schema)})")
         values = {key: convert(schema[key], value, f"{source}: {section}.{key}") for key, value in table.items()}
+        table.update((key, value) for key, value in values.items() if isinstance(value, URLList))
         sections[section] = SECTIONS[section](**values)
     settings = Settings(source, raw, overlay, sites=sites, **sections)
     _check_together(settings)

@@ -107,7 +107,7 @@ class ISeedLists(IURLQueue):
         the pool keeps.  Redis: added to seed 002's ``spider.seed.urls``, deleting nothing (other tools and
         nodes add to it too); LevelDB and memory: they replace the seeds given before."""
 
-    def seed_urls() -> Deferred[list[str]]:
+    def seed_urls() -> Deferred[Sequence[str]]:
         """Fires with the seeds the seed timer injects: on Redis every member of ``spider.seed.urls`` (whoever
         added it), on LevelDB and memory the seeds last given to ``set_seeds``."""
 

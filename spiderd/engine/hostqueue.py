@@ -176,7 +176,7 @@ class HostQueue:
 
     def slot(self, host: str) -> HostSlot:
         """``host``'s slot, with its line (made on first use)."""
-        slot = self.politeness.slot(host, b"")
+        slot = self.politeness.slot(host)
         if slot.cursor is None:
             slot.cursor = Line()
         return slot

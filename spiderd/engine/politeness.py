@@ -23,6 +23,10 @@ A robots.txt Crawl-delay is kept the same way (``delays_kept``): a broad crawl m
 A change of the configuration at run time (``configure``) gives the hosts known their new delay and concurrency
 at once, keeping their next-allowed times and requests in flight (one pass over the hosts, once per change).
 
+Memory goes with the hosts known (a broad crawl has millions waiting for their first turn), so a host's slot holds
+ten fields and shares its pace, and the hosts with nothing booked yet (next-allowed time 0) wait in a plain deque
+ahead of the heap, in the order they would have come out of it, without a heap entry each.
+
 Nothing here costs in proportion to the hosts known, per URL or per host: a slot whose last URL left (nothing
 waiting, nothing in flight) is noted as it happens, and ``collect`` looks at those only; the hosts with waiting
 URLs are counted as their count leaves or reaches 0, and filed by that count (so the hosts with the most are
@@ -76,6 +80,9 @@ class Tally:
             if not value and not slot.own_inflight:
                 self.idle[slot.host] = None
                 self.end_turn(slot)
+            elif value:
+                self.idle.pop(slot.host, None)  # busy: noted again when it next becomes idle (so a new host's note
+                # goes as its first URL comes, and a million hosts met with a URL each hold none)
 
     def end_turn(self, slot: HostSlot) -> None:
         """``slot`` has nothing waiting and nothing in flight: its turn, if it had one, ends, unless a fetch of it
@@ -110,22 +117,66 @@ class HostGroup:
 
 @dataclass(slots=True, eq=False)
 class HostSlot:
-    """What the pool knows of one host; ``inflight`` and ``next_allowed`` are its group's when it has one."""
+    """What the pool knows of one host; ``inflight`` and ``next_allowed`` are its group's when it has one.
+
+    A broad crawl holds one for each host with URLs waiting, so it holds no more than it needs (ten fields):
+    its delay and concurrency are one ``pace`` shared by the hosts paced alike, the end of its throttling block
+    is its Politeness's table of blocks."""
 
     host: str
-    hid: bytes
-    delay: float
-    concurrency: int
+    pace: tuple[float, int]  # (delay, concurrency)
     tally: Tally = field(default_factory=Tally, repr=False)  # its Politeness's
     own_waiting: int = 0  # see waiting
     own_inflight: int = 0  # this host's requests in flight (its group counts those of all its hosts)
     own_next: float = 0.0
-    queued: bool = False  # in the heap, or in its group's ring
+    place: int = 0  # bit 0: queued (in the heap, or in its group's ring); above it: its turn (see ``turn``)
     cursor: Any = None  # the backend's read state in this host's queues
     seen: int | None = None  # new URLs the host took in all, when the backend counts them (None: not read yet)
-    throttled_until: float = 0.0  # the end of the last block by a throttling answer (see Politeness.block)
     group: HostGroup | None = None
-    turn: int = OUT  # OUT, BENCHED or IN_TURN (only when the hosts taking turns are limited)
+
+    @property
+    def queued(self) -> bool:
+        """In the heap, or in its group's ring."""
+        return bool(self.place & 1)
+
+    @queued.setter
+    def queued(self, value: bool) -> None:
+        self.place = (self.place & ~1) | (1 if value else 0)
+
+    @property
+    def turn(self) -> int:
+        """OUT, BENCHED or IN_TURN (only while the hosts taking turns are limited: Politeness.limit_turns); one
+        field with ``queued``, so that a slot keeps to ten."""
+        return self.place >> 1
+
+    @turn.setter
+    def turn(self, value: int) -> None:
+        self.place = (self.place & 1) | (value << 1)
+
+    @property
+    def delay(self) -> float:
+        """Seconds from one request's start to the next."""
+        return self.pace[0]
+
+    @delay.setter
+    def delay(self, value: float) -> None:
+        if value != self.pace[0]:  # (the shared tuple is kept while nothing changes)
+            self.pace = (value, self.pace[1])
+
+    @property
+    def concurrency(self) -> int:
+        """Requests in flight at most."""
+        return self.pace[1]
+
+    @concurrency.setter
+    def concurrency(self, value: int) -> None:
+        if value != self.pace[1]:
+            self.pace = (self.pace[0], value)
+
+    @property
+    def throttled_until(self) -> float:
+        """The end of the block by a throttling answer (see Politeness.block) while it holds, else 0 or its end."""
+        return self.tally.blocked.get(self.host) or 0.0
 
     @property
     def waiting(self) -> int:
@@ -175,6 +226,10 @@ class Politeness:
     adaptive_overrides: dict[str, AdaptiveDelay] = field(default_factory=dict)  # host -> its own rule
     hosts: dict[str, HostSlot] = field(default_factory=dict)
     _heap: list[tuple[float, int, HostSlot | HostGroup]] = field(default_factory=list)
+    # those queued at next-allowed time 0 (nothing booked yet: a new host), in the order queued: ahead of the whole
+    # heap, in that order, as their entries (time 0, a growing tiebreak) would be in it, without a tuple and a
+    # number each (a broad crawl has a million hosts waiting for their first turn)
+    _first: deque[HostSlot | HostGroup] = field(default_factory=deque)
     _tiebreak: itertools.count[int] = field(default_factory=itertools.count)
     groups_kept: int = 100_000  # addresses kept of hosts without a slot (ten times the fetcher's DNS cache)
     _group_of: AddressTable[str] = field(default_factory=AddressTable)  # host -> its group (per-IP), last told last
@@ -183,6 +238,7 @@ class Politeness:
     _robots_delay: AddressTable[float] = field(default_factory=AddressTable)  # host -> its Crawl-delay
     _groups: dict[str, HostGroup] = field(default_factory=dict)
     _tally: Tally = field(default_factory=Tally)
+    _pace: tuple[float, int] = (0.0, 1)  # (delay, concurrency), shared by the slots paced by default
     released: list[Callable[[HostSlot], None]] = field(default_factory=list)  # told after each release (a unit freed)
     turn_limit: int = 0  # hosts with waiting URLs that take turns at once (0: all; see limit_turns)
 
@@ -204,7 +260,7 @@ class Politeness:
         for group in self._groups.values():
             group.cap = 1
         for slot in self.hosts.values():
-            slot.delay, slot.concurrency = self._paced(slot.host)
+            slot.pace = self._paced(slot.host)
             if slot.group is not None:
                 slot.group.cap = max(slot.group.cap, slot.concurrency)
         for slot in self.hosts.values():
@@ -268,16 +324,19 @@ class Politeness:
         return self._tally.in_turn if self.turn_limit else self._tally.active
 
     def _paced(self, host: str) -> tuple[float, int]:
-        """``host``'s delay (its configured one, or its Crawl-delay if longer) and concurrency."""
-        delay, concurrency = self.overrides.get(host, (self.delay, self.concurrency))
-        return max(delay, self._robots_delay.get(host, 0.0)), concurrency
+        """``host``'s delay (its configured one, or its Crawl-delay if longer) and concurrency (the same tuple for
+        the hosts paced alike)."""
+        if self._pace != (self.delay, self.concurrency):
+            self._pace = (self.delay, self.concurrency)
+        pace = self.overrides.get(host, self._pace)
+        crawl_delay = self._robots_delay.get(host, 0.0)
+        return pace if crawl_delay <= pace[0] else (crawl_delay, pace[1])
 
-    def slot(self, host: str, hid: bytes) -> HostSlot:
+    def slot(self, host: str) -> HostSlot:
         """The slot of ``host``, created on first use (in its group, if it was told one)."""
         slot = self.hosts.get(host)
         if slot is None:
-            delay, concurrency = self._paced(host)
-            slot = self.hosts[host] = HostSlot(host, hid, delay, concurrency, self._tally)
+            slot = self.hosts[host] = HostSlot(host, self._paced(host), self._tally)
             self._tally.idle[host] = None  # until it has a URL
             key = self._group_of.get(host)
             self._group_of.pin(host)
@@ -297,9 +356,10 @@ class Politeness:
 
     def _ready(self, now: float) -> HostSlot | None:
         """The host in turn whose next-allowed time has come, if any."""
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            item = heapq.heappop(heap)[2]
+        while True:
+            item = self._pop(now)
+            if item is None:
+                return None
             if isinstance(item, HostGroup):
                 item.queued = False
                 member = self._member(item, now)
@@ -316,7 +376,21 @@ class Politeness:
                 self.requeue(item)
             elif item.waiting > 0 and item.inflight < item.concurrency:
                 return item
+
+    def _pop(self, now: float) -> HostSlot | HostGroup | None:
+        """The first entry of the heap (those at time 0 first) if its time has come, taken out; else None."""
+        if self._first and now >= 0.0 and not (self._heap and self._heap[0][0] < 0.0):
+            return self._first.popleft()
+        if self._heap and self._heap[0][0] <= now:
+            return heapq.heappop(self._heap)[2]
         return None
+
+    def _push(self, at: float, item: HostSlot | HostGroup) -> None:
+        """Queue ``item`` in the heap at ``at`` (at 0: at the end of those at 0, which come first)."""
+        if at == 0.0:
+            self._first.append(item)
+        else:
+            heapq.heappush(self._heap, (at, next(self._tiebreak), item))
 
     def _member(self, group: HostGroup, now: float) -> HostSlot | None:
         """The next host of ``group``'s ring that may go now (it leaves the ring), or None."""
@@ -346,7 +420,8 @@ class Politeness:
         many as its free slots allow (a single-host crawl at full speed).
         """
         free = min(slot.concurrency - slot.inflight, slot.waiting, wanted)
-        if slot.delay > 0 or (self._heap and self._heap[0][0] <= now):
+        following = self.next_time()
+        if slot.delay > 0 or (following is not None and following <= now):
             return min(free, 1)
         return free
 
@@ -399,7 +474,7 @@ class Politeness:
         if group is None:
             if not slot.queued and slot.waiting > 0 and slot.inflight < slot.concurrency:
                 slot.queued = True
-                heapq.heappush(self._heap, (slot.next_allowed, next(self._tiebreak), slot))
+                self._push(slot.next_allowed, slot)
             return
         if not slot.queued and slot.waiting > 0:
             slot.queued = True
@@ -416,7 +491,7 @@ class Politeness:
         """Put ``group`` in the heap at its next-allowed time if a host of its ring may have a free slot."""
         if not group.queued and group.ring and group.inflight < group.cap:
             group.queued = True
-            heapq.heappush(self._heap, (group.next_allowed, next(self._tiebreak), group))
+            self._push(group.next_allowed, group)
 
     def set_group(self, host: str, key: str) -> None:
         """Put ``host`` in the politeness group ``key`` (its address); ``key == host``: on its own again."""
@@ -463,10 +538,11 @@ class Politeness:
 
     def next_time(self) -> float | None:
         """The earliest next-allowed time of a ready host (a benched host that may enter: now), or None."""
-        top = self._heap[0][0] if self._heap else None
         if self._may_admit():
             return 0.0
-        return top
+        if self._first:
+            return min(0.0, self._heap[0][0]) if self._heap else 0.0
+        return self._heap[0][0] if self._heap else None
 
     def delays(self, host: str) -> tuple[float, float]:
         """``host``'s configured delay (the default or its override) and its robots.txt Crawl-delay (0: none)."""
@@ -485,8 +561,8 @@ class Politeness:
         """Hand out nothing of ``slot`` before ``until`` (a throttling answer's Retry-After); an earlier
         entry in the heap is put back at the new time when its turn comes (see ``ready``)."""
         slot.next_allowed = max(slot.next_allowed, until)
-        slot.throttled_until = max(slot.throttled_until, until)
-        self._tally.blocked.set(slot.host, slot.throttled_until)  # the ended ones go at collect (and attention)
+        until = max(slot.throttled_until, until)
+        self._tally.blocked.set(slot.host, until)  # (the slot's throttled_until; the ended go at collect and attention)
 
     def _leave(self, group: HostGroup) -> None:
         """A slot left ``group`` (it moved, or was forgotten)."""

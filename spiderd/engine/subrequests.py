@@ -93,7 +93,7 @@ class HostTurns:
                  settled: Callable[[HostSlot], None] | None = None) -> None:
         self._clock = clock
         self.politeness = politeness
-        self._slot_of = slot_of or (lambda host: politeness.slot(host, b""))
+        self._slot_of = slot_of or politeness.slot
         self._settled = settled
         self._waiting: dict[str, deque[_Waiter]] = {}
         self._timers: dict[str, IDelayedCall] = {}

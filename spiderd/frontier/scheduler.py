@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from twisted.application.service import Service
 from twisted.internet import defer, task
@@ -125,7 +125,7 @@ class SeedTimer(Service):
             return None
         return self._pool.seed_urls().addCallback(self._inject)
 
-    def _inject(self, seeds: list[str]) -> Any:
+    def _inject(self, seeds: Sequence[str]) -> Any:
         d = add_in_slices(self._pool, seeds, self._clock, always=True)
         return d.addCallback(lambda added: log.info("Seed timer: {added} of {count} seeds queued again",
                                                     added=added, count=len(seeds)))

@@ -15,6 +15,7 @@ from twisted.logger import Logger
 from spiderd.contracts.pool import ISeedLists
 from spiderd.core.blocking import Lane
 from spiderd.core.fsutil import write_atomically
+from spiderd.core.urllist import URLList
 from spiderd.store.interfaces import IPageStore
 
 log = Logger()
@@ -63,7 +64,7 @@ class SeedService(Service):
         self._store = store
         self._state_path = state_path
         self.ready: defer.Deferred[Any] | None = None
-        self._seeds = list(seeds)
+        self._seeds = URLList.of(seeds)  # compact (hundreds of thousands of seeds), read a slice at a time
         self._hubs = list(hubs)
         self._added_hubs: list[str] = []
         self._span = hub_refresh_span
@@ -93,7 +94,7 @@ class SeedService(Service):
              hub_refresh_span: float | None = None) -> Generator[Deferred[Any], Any, int]:
         """(Re)load seeds and hubs into the pool; the values given replace the configured ones first."""
         if seeds is not None:
-            self._seeds = list(seeds)
+            self._seeds = URLList.of(seeds)
         if hubs is not None:
             self._hubs = list(hubs)
         if hub_refresh_span is not None:

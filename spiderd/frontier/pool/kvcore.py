@@ -95,12 +95,12 @@ class KVState:
         politeness = self.politeness
         stored = {key[1:]: value for key, value in self.kv.iterator(prefix=k.HOST)}
         for slot in list(politeness.hosts.values()):
-            value = stored.pop(slot.hid, None)
+            value = stored.pop(k.host_id(slot.host), None)
             slot.waiting = 0 if value is None else k.from_u64(value)[0]
             slot.cursor = slot.seen = None
             politeness.requeue(slot)
-        for hid, value in stored.items():
-            slot = politeness.slot(value[8:].decode(), hid)
+        for value in stored.values():
+            slot = politeness.slot(value[8:].decode())
             slot.waiting = k.from_u64(value)[0]
             politeness.requeue(slot)
 
@@ -134,7 +134,7 @@ class KVState:
         counters = self.counters
         counters[4] += 1
         seq = counters[4]
-        batch.put(k.queue_key(slot.hid, prio, seq), k.url_value(bytes((min(failures, 255),)), url, hops))
+        batch.put(k.queue_key(k.host_id(slot.host), prio, seq), k.url_value(bytes((min(failures, 255),)), url, hops))
         if slot.cursor is not None:
             slot.cursor.more(prio)
         batch.put(k.state_key(fp), k.active(k.WAITING, failures, prio, seq))
@@ -193,12 +193,12 @@ class KVState:
 
     def slot(self, host: str) -> HostSlot:
         """The politeness slot of ``host`` (made on first use)."""
-        return self.politeness.slot(host, k.host_id(host))
+        return self.politeness.slot(host)
 
     def commit(self, batch: Any, slots: Iterable[HostSlot]) -> None:
         """Write ``batch`` with the host counts of ``slots`` and the counters, atomically."""
         for slot in slots:
-            hkey = k.HOST + slot.hid
+            hkey = k.HOST + k.host_id(slot.host)
             if slot.waiting > 0:
                 batch.put(hkey, k.u64(slot.waiting) + slot.host.encode())
             else:

@@ -27,6 +27,7 @@ from zope.interface import implementer
 
 from spiderd.contracts.pool import IURLPool, IURLPoolAdmin
 from spiderd.core.rules import PoliteRules
+from spiderd.core.urllist import URLList
 from spiderd.engine.politeness import Politeness
 from spiderd.frontier.pool.content import KVContent
 from spiderd.frontier.pool.crawled import CrawledSets, recrawl_pairs
@@ -72,7 +73,7 @@ class KVPool(PartsPool):
         self.max_throttles = state.max_throttles
         self.conditional_get = state.conditional_get
         self.pending_threshold = state.pending_threshold
-        self._seeds: list[str] = []  # the configured seeds, as last given to set_seeds
+        self._seeds = URLList()  # the configured seeds, as last given to set_seeds
 
     # -- counts (IURLQueue) ---------------------------------------------------------
 
@@ -103,12 +104,14 @@ class KVPool(PartsPool):
 
     def set_seeds(self, urls: Iterable[str]) -> defer.Deferred[int]:
         """Remember the configured seeds (in memory only: a start or reload gives them again) for the seed timer."""
-        self._seeds = list(dict.fromkeys(urls))
+        distinct = dict.fromkeys(urls)
+        # the seed service's own list when it has no repeats
+        self._seeds = urls if isinstance(urls, URLList) and len(distinct) == len(urls) else URLList(distinct)
         return defer.succeed(len(self._seeds))
 
-    def seed_urls(self) -> defer.Deferred[list[str]]:
-        """The seeds last given to set_seeds (one process: no other tool adds any)."""
-        return defer.succeed(list(self._seeds))
+    def seed_urls(self) -> defer.Deferred[Sequence[str]]:
+        """The seeds last given to set_seeds (one process: no other tool adds any), compactly (see URLList)."""
+        return defer.succeed(self._seeds)
 
     # -- host policy (IHostPolicy) ---------------------------------------------------
 

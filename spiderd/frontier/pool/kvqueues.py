@@ -169,7 +169,7 @@ class KVQueues:
         if added:
             for slot in touched.values():  # the budgets spent here (the only place they change)
                 if slot.seen is not None:
-                    batch.put(k.HOST_SEEN + slot.hid, k.u64(slot.seen))
+                    batch.put(k.HOST_SEEN + k.host_id(slot.host), k.u64(slot.seen))
             state.commit(batch, touched.values())
         state.maybe_trim()
         return added
@@ -177,7 +177,7 @@ class KVQueues:
     def _take_budget(self, slot: HostSlot) -> bool:
         """Count one new URL against the host's budget (max_urls_per_host); False when it is spent."""
         if slot.seen is None:
-            stored = self._kv.get(k.HOST_SEEN + slot.hid)
+            stored = self._kv.get(k.HOST_SEEN + k.host_id(slot.host))
             slot.seen = k.from_u64(stored)[0] if stored else 0
         if slot.seen >= self._max_per_host:
             return False
@@ -299,7 +299,7 @@ class KVQueues:
         read position because their sequence numbers grow.  One seek serves
         several pops of the host: iterators are the cost of a pop.
         """
-        lowest = k.QUEUE + slot.hid + bytes((prio,))
+        lowest = k.QUEUE + k.host_id(slot.host) + bytes((prio,))
         buffered = queues.buffered(prio) or []
         position = queues.position(prio)
         for key, value in self._kv.iterator(start=position or lowest, stop=k.prefix_end(lowest)):
@@ -318,7 +318,7 @@ class KVQueues:
     def dequeue(self, batch: Any, slot: HostSlot, state: bytes) -> tuple[int, int, int]:
         """Take a waiting URL (its ``state``) out of its host queue and the read-ahead; (failures, prio, hops)."""
         failures, prio, seq = k.parse_active(state)
-        key = k.queue_key(slot.hid, prio, seq)
+        key = k.queue_key(k.host_id(slot.host), prio, seq)
         hops = 0
         if self._state.hops.tracking:
             value = self._kv.get(key)

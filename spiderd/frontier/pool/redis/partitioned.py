@@ -259,7 +259,7 @@ class PartitionedPool:
     def set_seeds(self, urls: Iterable[str]) -> defer.Deferred[int]:
         return self.parts[0].set_seeds(urls)
 
-    def seed_urls(self) -> defer.Deferred[list[str]]:
+    def seed_urls(self) -> defer.Deferred[Sequence[str]]:
         return self.parts[0].seed_urls()
 
     # -- questions --------------------------------------------------------------------

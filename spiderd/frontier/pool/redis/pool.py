@@ -166,7 +166,7 @@ class RedisPool(PartsPool):
         canonical = list(dict.fromkeys(u.url for u in map(self._urls.parse, urls) if u is not None))
         return self.channel.run("seeds", canonical).addCallback(int)
 
-    def seed_urls(self) -> defer.Deferred[list[str]]:
+    def seed_urls(self) -> defer.Deferred[Sequence[str]]:
         """Every member of ``spider.seed.urls`` (whoever added it), sorted: what the seed timer injects."""
         return self.channel.execute("SMEMBERS", self.channel.namespace + "spider.seed.urls").addCallback(sorted)
 
