@@ -286,3 +286,18 @@ class PoolTurnsTests(TestCase):
         pool.set_status("http://a.example/", 500)
         clock.advance(3600)
         self.assertEqual(list(self.successResultOf(pool.pop(10))), ["http://a.example/"])
+
+    def test_hosts_says_which_wait_for_a_turn(self) -> None:
+        """hosts() marks the hosts waiting for a place; spiderctl hosts says so in its next-turn column."""
+        from spiderd.ops.listings import _next_turn
+
+        pool, _ = self.make("leveldb", 1)
+        pool.addmany(["http://a.example/1", "http://a.example/2", "http://b.example/1"])
+        self.successResultOf(pool.pop(1))
+        rows = {row["host"]: row for row in self.successResultOf(pool.hosts())}
+        self.assertEqual((rows["a.example"]["waiting_for_turn"], rows["b.example"]["waiting_for_turn"]),
+                         (False, True))
+        self.assertEqual(_next_turn(rows["b.example"]), "after a host in turn")
+        pool, _ = self.make("memory", 0)
+        pool.addmany(["http://c.example/1"])
+        self.assertNotIn("waiting_for_turn", self.successResultOf(pool.hosts())[0])

@@ -70,6 +70,8 @@ def cmd_hosts(client: Client, args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def _next_turn(row: dict[str, Any]) -> str:
+    if row.get("waiting_for_turn"):
+        return "after a host in turn"
     if row["next_in"] > 0:
         return f"in {row['next_in']:.1f}s"
     return "when a fetch ends" if row["inflight"] >= row["concurrency"] else "now"

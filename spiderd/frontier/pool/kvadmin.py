@@ -10,6 +10,7 @@ from zope.interface import implementer
 
 from spiderd.contracts.pool import IURLPoolAdmin
 from spiderd.core import conditional as cg
+from spiderd.engine.politeness import BENCHED
 from spiderd.frontier.pool import keys as k
 from spiderd.frontier.pool import records as rec
 from spiderd.frontier.pool.crawled import CrawledSets
@@ -62,11 +63,14 @@ class KVAdmin:
         now = self._state.clock.seconds()
         politeness = self._state.politeness
         rows = []
+        full = politeness.turn_limit and politeness.hosts_in_turn() >= politeness.turn_limit
         for slot in politeness.attention(limit, now):
             configured, crawl_delay = politeness.delays(slot.host)
             rows.append(host_row(slot.host, slot.waiting, slot.inflight, slot.concurrency, configured, crawl_delay,
                                  slot.next_allowed, slot.throttled_until, politeness.adaptive_of(slot.host).on,
                                  self._state.host_errors.of(slot.host), now))
+            if politeness.turn_limit:  # waiting for a place among the hosts taking turns ([pool] max_active_hosts)
+                rows[-1]["waiting_for_turn"] = bool(full) and slot.turn == BENCHED
         return defer.succeed(top_hosts(rows, limit))
 
     # -- export and import -----------------------------------------------------------
