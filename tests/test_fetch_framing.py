@@ -7,7 +7,6 @@ from typing import Any
 from twisted.internet import defer, reactor
 from twisted.internet.task import Clock
 from twisted.trial import unittest
-from twisted.web.resource import Resource
 
 from spiderd.core import status as st
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
@@ -136,78 +135,3 @@ class MalformedIsFinalTests(unittest.TestCase):
         why = yield pool.why(urls[0])
         self.assertEqual((why["state"], why["last_failure"]["failures"], why["last_failure"]["reason"]),
                          ("failed", 1, "malformed answer: bad chunk: x"))
-
-
-class PauseTests(unittest.TestCase):
-    """The pause Twisted's client asks for at the end of an answer's headers, on real connections and alone."""
-
-    @defer.inlineCallbacks
-    def test_answers_read_without_pausing_the_connection(self) -> Any:
-        """Bodies read at once (as the fetcher reads them) cost no pause and resume of the connection: three
-        answers on one kept-alive connection, whole, and the client's connection never paused."""
-        from twisted.internet import tcp
-        from twisted.web import resource, server
-
-        paused: list[object] = []
-        real = tcp.Client.pauseProducing
-        self.patch(tcp.Client, "pauseProducing", lambda conn: paused.append(conn) or real(conn))
-        root = resource.Resource()
-        for i in range(3):
-            root.putChild(b"%d" % i, _Static(b"page %d " % i * 5000))
-        port = reactor.listenTCP(0, server.Site(root), interface="127.0.0.1")
-        self.addCleanup(port.stopListening)
-        fetcher = Fetcher(ClockedReactor(reactor, Clock()), FetchConfig(max_body_size=10_000_000))
-        base = f"http://127.0.0.1:{port.getHost().port}/"
-        bodies = []
-        for i in range(3):
-            result = yield fetcher.fetch(base + str(i))
-            bodies.append(result.body)
-        yield fetcher.close()
-        self.assertEqual((bodies, paused), ([b"page %d " % i * 5000 for i in range(3)], []))
-
-    def test_a_pause_waits_for_the_end_of_the_read(self) -> None:
-        """A pause the read takes back is never made; one it keeps is made at its end, and a later resume
-        undoes it; the rest goes to Twisted's proxy."""
-        from spiderd.fetch.framing import LazyPause
-
-        calls: list[str] = []
-
-        class Proxy:
-            def pauseProducing(self) -> None:
-                calls.append("pause")
-
-            def resumeProducing(self) -> None:
-                calls.append("resume")
-
-            def loseConnection(self) -> None:
-                calls.append("lose")
-
-        lazy = LazyPause(Proxy())
-        lazy.pauseProducing()
-        lazy.resumeProducing()
-        lazy.settle()
-        self.assertEqual(calls, [])
-        lazy.pauseProducing()
-        lazy.settle()
-        lazy.settle()
-        lazy.pauseProducing()  # (already paused: nothing more)
-        lazy.settle()
-        self.assertEqual(calls, ["pause"])
-        lazy.resumeProducing()
-        lazy.resumeProducing()
-        lazy.loseConnection()
-        self.assertEqual(calls, ["pause", "resume", "lose"])
-
-
-class _Static(Resource):
-    """One body, with its Content-Length."""
-
-    isLeaf = True
-
-    def __init__(self, body: bytes) -> None:
-        super().__init__()
-        self.body = body
-
-    def render_GET(self, request: Any) -> bytes:
-        request.setHeader(b"content-length", b"%d" % len(self.body))
-        return self.body

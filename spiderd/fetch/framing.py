@@ -84,7 +84,6 @@ class Protocol(client.HTTP11ClientProtocol):
         super().__init__(quiescentCallback)
         self._head = 0  # bytes of the current answer's status line and headers read so far
         self._answers = 0  # answers read whole on this connection
-        self._pauses: LazyPause | None = None  # the current request's parser's transport
 
     def request(self, request: Any) -> Any:
         if self.state != "QUIESCENT":  # refused (RequestNotSent): the request in flight keeps its parser
@@ -94,7 +93,6 @@ class Protocol(client.HTTP11ClientProtocol):
         parser: Any = self._parser
         if parser is not None:
             parser.lineLengthExceeded = _line_too_long
-            parser.transport = self._pauses = LazyPause(parser.transport)  # (the answer's Response gets it too)
         return d
 
     def dataReceived(self, data: bytes) -> None:
@@ -104,7 +102,6 @@ class Protocol(client.HTTP11ClientProtocol):
             self.abort()  # (out of the pool's hands at once: the pool takes QUIESCENT connections only)
             return
         heading = parser.state in _HEAD
-        pauses = self._pauses
         try:
             parser.dataReceived(data)
             if heading and parser.state in _HEAD:
@@ -114,9 +111,6 @@ class Protocol(client.HTTP11ClientProtocol):
         except Exception as e:
             known = named(e, parser)
             self._giveUp(Failure() if known is None else Failure(known))
-        finally:
-            if pauses is not None:
-                pauses.settle()
 
     def _finishResponse_WAITING(self, rest: bytes) -> None:
         parser, request = self._parser, self._currentRequest
@@ -134,44 +128,6 @@ class Protocol(client.HTTP11ClientProtocol):
         transport = self.transport
         super().connectionLost(reason)
         unlink(transport)  # freed at once, not left to the garbage collector
-
-
-class LazyPause:
-    """The parser's and its answer's view of the connection (Twisted's ``TransportProxyProducer``), whose pause
-    waits for the end of the read that asked for it, and is dropped if a resume comes first.
-
-    Twisted's client pauses the connection once an answer's headers are read, and resumes it when the body is
-    given a reader, which the fetcher does at once, in the same read: without this, two ``epoll_ctl`` calls and
-    their reactor bookkeeping for every answer.  The bytes of that read are parsed either way (a pause stops the
-    reads that follow, not this one); a pause still pending at its end is made then (:meth:`settle`)."""
-
-    def __init__(self, proxy: Any) -> None:
-        self._proxy = proxy
-        self._pending = False  # asked to pause during this read
-        self._paused = False  # paused on the connection
-
-    def pauseProducing(self) -> None:
-        if not self._paused:
-            self._pending = True
-
-    def resumeProducing(self) -> None:
-        self._pending = False
-        if self._paused:
-            self._paused = False
-            self._proxy.resumeProducing()
-
-    def stopProducing(self) -> None:
-        self._pending = False
-        self._proxy.stopProducing()
-
-    def settle(self) -> None:
-        """The read is over: a pause it asked for and did not take back is made."""
-        if self._pending:
-            self._pending, self._paused = False, True
-            self._proxy.pauseProducing()
-
-    def __getattr__(self, name: str) -> Any:  # (loseConnection and the rest: the proxy's)
-        return getattr(self._proxy, name)
 
 
 class Factory(client._HTTP11ClientFactory):
