@@ -39,6 +39,7 @@ from spiderd.core.conditional import NOT_MODIFIED, Validators, from_headers
 from spiderd.core.reactors import ITCPClock
 from spiderd.core.throttle import parse_retry_after, throttled
 from spiderd.core.urls import BadURL, canonicalize
+from spiderd.fetch.agent import Agent
 from spiderd.fetch.body import BodyReader, Discard, TooLarge, Truncated, accept_encoding
 from spiderd.fetch.connections import CachedEndpoints, ConnectionPool, pool_hosts
 from spiderd.fetch import framing
@@ -174,7 +175,7 @@ class Fetcher:
         bind = (address, 0) if address else None
         endpoints = CachedEndpoints(self._connecting, self._config.connect_timeout, bind, tls=self._tls)
         self._endpoints.append(endpoints)
-        agent: client.Agent = client.Agent.usingEndpointFactory(self._reactor, endpoints, pool=pool)  # (untyped)
+        agent: client.Agent = Agent.usingEndpointFactory(self._reactor, endpoints, pool=pool)  # (untyped)
         return agent
 
     def fetch(self, url: str, user_agent: str | None = None, robots: bool = True,
