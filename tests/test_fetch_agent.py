@@ -90,3 +90,21 @@ class AgentTests(unittest.TestCase):
         self.assertEqual(bodies, [b"/a/b;p?q=1", b"/c", b"?x"])
         self.assertEqual(parsed, [base.encode()])
         self.assertTrue(agent_module.ORIGINS_KEPT >= 1000)
+
+
+class HostValueTests(unittest.SynchronousTestCase):
+    """The Host header of each origin, kept."""
+
+    def test_each_origin_once(self) -> None:
+        """Twisted's value for each origin (its port left out where it is the scheme's, an IPv6 address in
+        brackets), computed once for the requests after."""
+        from twisted.web.client import _AgentBase
+
+        computed: list[tuple[bytes, bytes, int]] = []
+        real = _AgentBase._computeHostValue
+        self.patch(_AgentBase, "_computeHostValue", lambda agent, *key: computed.append(key) or real(agent, *key))
+        agent = agent_module.Agent(reactor)
+        origins = [(b"http", b"h", 80), (b"https", b"h", 443), (b"http", b"h", 8080), (b"http", b"::1", 81)]
+        values = [agent._computeHostValue(*origin) for origin in origins * 3]
+        self.assertEqual(values[:4], [b"h", b"h", b"h:8080", b"[::1]:81"])
+        self.assertEqual((values[4:], computed), (values[:4] * 2, origins))

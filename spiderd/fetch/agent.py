@@ -5,7 +5,7 @@ and rebuilds its path with ``urlunparse``: about 11 us a request, a tenth of the
 :class:`Agent` splits an ``http://`` or ``https://`` URL as urlparse does (the origin, then the fragment at the
 first ``#``, the query at the first ``?``, the parameters at the first ``;`` of the last segment) and keeps the
 origin's parse (scheme, host and port, as :meth:`URI.fromBytes` makes them) for the next URLs of that origin.  Any
-other URL goes Twisted's way.  ``tests/test_fetch_agent.py`` holds the split to urlparse's on every kind of URL.
+other URL goes Twisted's way.  The Host header of each origin is kept too.  ``tests/test_fetch_agent.py`` holds the split to urlparse's on every kind of URL.
 """
 
 from __future__ import annotations
@@ -77,6 +77,17 @@ class Agent(client.Agent):
     def _init(self, *args: Any) -> None:  # (both constructors, __init__ and usingEndpointFactory, call it)
         super()._init(*args)
         self._origins = Origins()
+        self._host_values: dict[tuple[bytes, bytes, int], bytes] = {}
+
+    def _computeHostValue(self, scheme: bytes, host: bytes, port: int) -> bytes:
+        """Twisted's Host header of an origin (an IPv6 address checked for each request), kept for the next."""
+        key = (scheme, host, port)
+        value = self._host_values.get(key)
+        if value is None:
+            if len(self._host_values) >= ORIGINS_KEPT:
+                self._host_values.clear()
+            value = self._host_values[key] = super()._computeHostValue(scheme, host, port)
+        return value
 
     def request(self, method: bytes, uri: bytes, headers: Headers | None = None,
                 bodyProducer: IBodyProducer | None = None) -> defer.Deferred[IResponse]:
