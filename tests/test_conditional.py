@@ -57,6 +57,18 @@ class Parts(unittest.SynchronousTestCase):
                           ('"\x7f"', "Mon, 99 Foo 2024 00:00:00 GMT"), (None, "Thu, 01 Jan 1970 00:00:00 -0000")):
             self.assertIsNone(cg.from_headers(tag, date), (tag, date))
 
+    def test_each_date_text_parsed_once(self) -> None:
+        """Pages that share a Last-Modified (a site's static files, a second's dynamic pages) cost one parse of it:
+        a date text read before is not parsed again, and gives the same seconds (a bad one None, each time)."""
+        parsed: list[str] = []
+        real = email.utils.parsedate_to_datetime
+        self.patch(email.utils, "parsedate_to_datetime", lambda text: parsed.append(text) or real(text))
+        date = http_date(T + 17)
+        for _ in range(3):
+            self.assertEqual(cg.from_headers(None, date.encode()), Validators(None, T + 17))
+            self.assertIsNone(cg.from_headers(None, "Mon, 99 Foo 2024 00:00:17 GMT"))
+        self.assertEqual(parsed, [date, "Mon, 99 Foo 2024 00:00:17 GMT"])
+
     def test_request_headers(self) -> None:
         self.assertEqual(Validators('"abc"', T).headers(), [(b"If-None-Match", b'"abc"'),
                                                            (b"If-Modified-Since", b"Tue, 14 Nov 2023 22:13:20 GMT")])

@@ -23,6 +23,7 @@ from spiderd.core.secrets import redact
 from spiderd.feed.errors import BadFeedError, FeedExistsError
 from spiderd.feed.items import ItemWriter, json_line
 from spiderd.feed.jsonl import validate_jsonl
+from spiderd.feed import shipper as shipper_module
 from spiderd.feed.shipper import FeedShipper
 from spiderd.feed.upload import upload
 from tests.ftpservers import PASSWORD, FTPd
@@ -460,6 +461,31 @@ class OutageTests(ShipperTestBase):
         self.assertEqual((ftpd.home / "1.jl").read_bytes(), GOOD)
         self.assertEqual((ftpd.anon / "2.jl").read_bytes(), GOOD)
         self.assertEqual((second.shipped, second.waiting, self.queued()), (2, 0, []))
+
+    @defer.inlineCallbacks
+    def test_spooled_file_checked_once(self) -> Any:
+        """A file spooled by this shipper is read by the JSON-lines check once, when spooled, not again at its
+        upload (its record count kept); the upload still gives that count."""
+        checked: list[str] = []
+        self.patch(shipper_module, "validate_jsonl", lambda path: checked.append(path) or validate_jsonl(path))
+        shipper = self.shipper()
+        yield shipper.ship(self.feed(), self.ftpd.uri("/1_site_t.jl"))
+        yield shipper.settled()
+        self.assertEqual(((self.ftpd.home / "1_site_t.jl").read_bytes(), len(checked)), (GOOD, 1))
+        self.assertTrue(any("1_site_t.jl shipped" in t and "2 records" in t for t in self.logs.texts(LogLevel.info)))
+
+    @defer.inlineCallbacks
+    def test_recovered_file_checked_before_upload(self) -> Any:
+        """A file found in the spool at start (spooled by another run) is checked before its upload: a bad one is
+        quarantined, never uploaded."""
+        queue = Path(self.spool) / "queue"
+        write(queue / "0001-a.json", json.dumps({"target": self.ftpd.uri("/bad.jl"), "name": "bad.jl",
+                                                 "attempts": 0, "first_seen": 5.0}).encode())
+        write(queue / "0001-a.jl", b'{"a":1}\n{"a":NaN}\n')
+        shipper = self.shipper()
+        yield shipper.ready
+        yield shipper.settled()
+        self.assertEqual((self.ftpd.seen, shipper.quarantined, self.queued()), ([], 1, []))
 
     @defer.inlineCallbacks
     def test_crash_leftovers(self) -> Any:

@@ -135,3 +135,59 @@ class MalformedIsFinalTests(unittest.TestCase):
         why = yield pool.why(urls[0])
         self.assertEqual((why["state"], why["last_failure"]["failures"], why["last_failure"]["reason"]),
                          ("failed", 1, "malformed answer: bad chunk: x"))
+
+
+HEADERS = b"".join(b"X-Header-%d: value %d\r\n" % (i, i) for i in range(12))
+BIG = bytes(range(256)) * 120  # 30,720 bytes
+HEAD_FIRST = {
+    b"/big": (OK + HEADERS + b"Content-Length: %d\r\n\r\n" % len(BIG) + BIG, "keep"),
+    b"/chunked": (CHUNKED + b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (BIG[:10000], BIG[10000:]))
+                  + b"0\r\n\r\n", "keep"),
+    b"/continue": (b"HTTP/1.1 100 Continue\r\n\r\n" + OK + b"Content-Length: %d\r\n\r\n" % len(BIG) + BIG, "keep"),
+    b"/empty-then-more": (OK + b"Content-Length: 0\r\n\r\n" + b"x" * 3000, "keep"),
+    b"/no-content-then-more": (b"HTTP/1.1 204 No Content\r\n\r\n" + b"x" * 3000, "keep"),
+}
+
+
+class HeadFirstTests(unittest.TestCase):
+    """Reads that bring an answer's head and more at once (framing.Protocol._feed), on 127.0.0.1."""
+
+    def setUp(self) -> None:
+        self.server = Scripted(HEAD_FIRST)
+        port = listen(self.server)
+        self.addCleanup(port.stopListening)
+        self.base = f"http://127.0.0.1:{port.getHost().port}"
+
+    @defer.inlineCallbacks
+    def fetch(self, path: str) -> Any:
+        fetcher = Fetcher(ClockedReactor(reactor, Clock()), FetchConfig(max_body_size=10_000_000))
+        result = yield fetcher.fetch(self.base + path, robots=False)
+        yield fetcher.close()
+        return result
+
+    @defer.inlineCallbacks
+    def test_the_head_goes_to_the_parser_alone(self) -> Any:
+        """A 30 KB page whose head and body come in one read: the parser's line reader is given the head
+        alone (it copied what it held past each of the 14 lines, the body too), then the body; the page whole."""
+        from twisted.web._newclient import HTTPClientParser
+
+        given: list[bytes] = []
+        real = HTTPClientParser.dataReceived
+        self.patch(HTTPClientParser, "dataReceived", lambda parser, data: given.append(data) or real(parser, data))
+        result = yield self.fetch("/big")
+        self.assertEqual((result.status, result.body), (200, BIG))
+        self.assertTrue(given[0].endswith(b"\r\n\r\n") and BIG.startswith(given[1]), [len(g) for g in given])
+
+    @defer.inlineCallbacks
+    def test_answers_read_as_before(self) -> Any:
+        """A chunked body, and an answer after a 100 Continue, come whole; bytes past the end of an answer
+        without a body are counted whole (3,000, not what was past its head): a first 200 with Content-Length 0
+        is malformed for them, a first 204 is let be, as before."""
+        chunked = yield self.fetch("/chunked")
+        after = yield self.fetch("/continue")
+        empty = yield self.fetch("/empty-then-more")
+        no_content = yield self.fetch("/no-content-then-more")
+        self.assertEqual([(r.status, r.body) for r in (chunked, after, no_content)],
+                         [(200, BIG), (200, BIG), (204, b"")])
+        self.assertEqual((empty.status, empty.reason),
+                         (st.MALFORMED, "malformed answer: 3000 bytes past the end of the answer (Content-Length 0)"))

@@ -130,6 +130,28 @@ class SiteHeaderTests(ServedTestCase):
         self.assertEqual(options.site_for("http://shop.example.com/x").headers, (("X-A", "1"),))
         self.assertIsNone(options.site_for("http://example.org/x"))
 
+    def test_site_lookups_by_authority(self) -> None:
+        """The site of a URL is read from its host once for its authority (not parsed again for each of its
+        pages), whatever the URL's case, user, port, IPv6 brackets, query or fragment; a change of the sites
+        is seen at once."""
+        from spiderd.fetch import siteopts
+
+        options = siteopts.SiteOptions(_sites([{"allowed_hosts": ["example.com", "[::1]"], "headers": {"X-A": "1"}}]))
+        hosts: list[str] = []
+        real = siteopts.urlsplit
+        self.patch(siteopts, "urlsplit", lambda url: hosts.append(url) or real(url))
+        cases = {"http://shop.example.com/x": True, "http://shop.example.com/y?z": True,
+                 "https://User@Shop.Example.COM:8443#f": True, "http://example.com?q=/a": True,
+                 "http://[::1]:8080/a": True, "http://example.org/x": False, "http://[::1/a": False,
+                 "ftp://example.com/x": True, "http://evil.example.org#@example.com/": False}
+        for _ in range(2):
+            for url, found in cases.items():
+                self.assertEqual(options.site_for(url) is not None, found, url)
+        self.assertEqual(len(hosts), 7 + 2)  # 7 authorities once each; ftp:// (no http(s) URL) on each lookup
+        options.replace(_sites([{"allowed_hosts": ["example.org"], "headers": {"X-B": "1"}}]))
+        self.assertIsNone(options.site_for("http://shop.example.com/x"))
+        self.assertIsNotNone(options.site_for("http://example.org/x"))
+
     def test_fetch_config_takes_the_sites(self) -> None:
         settings = cfg.from_dict({"sites": [{"allowed_hosts": ["a.example"], "headers": {"X-A": "1"}}]})
         self.assertEqual(fetch_config(settings.fetch, settings.sites).sites, settings.sites)

@@ -49,3 +49,23 @@ def test_a_version_is_compiled_once() -> None:
     assert first is not None and first is rules.of("shop", dict(settings))
     assert first.site_for("http://shop.example/p/1") is not None
     assert rules.of("shop", {}) is None
+
+
+def test_a_setting_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs with the same setting (a frontier sends each batch the same) cost one read of it: its selectors and
+    patterns are compiled once; a bad setting is refused each time it comes."""
+    from spiderd.config import jobrules as config_jobrules
+
+    read: list[object] = []
+    real = config_jobrules.load_sites
+    monkeypatch.setattr(config_jobrules, "load_sites", lambda *a: read.append(a) or real(*a))
+    config_jobrules.read_job_setting.cache_clear()
+    text = job_setting(SITE)
+    answers = [read_job_setting(text, "shop") for _ in range(3)]
+    assert answers[0] == answers[1] == answers[2] and len(read) == 1
+    bad = json.loads(text)
+    bad["digest"] = "0" * 16
+    for _ in range(2):
+        with pytest.raises(ValueError, match="not 0000"):
+            read_job_setting(json.dumps(bad), "shop")
+    assert len(read) == 3

@@ -11,7 +11,7 @@ from twisted.internet.protocol import ProcessProtocol
 from twisted.python.failure import Failure
 from twisted.trial.unittest import TestCase
 
-from spiderd.fetch.parsechild import widen_reads
+from spiderd.fetch.parsechild import widen_reads, write_now
 
 SIZE = 60000  # less than a pipe holds (64 KiB): the child's one write is in the pipe whole when the parent reads
 WRITER = f"import os, sys; os.write(1, b'x' * {SIZE}); sys.stdin.read()"
@@ -66,3 +66,67 @@ class WideReadsTests(TestCase):
     def test_other_transports_are_left_alone(self) -> None:
         """A transport without POSIX pipes (a test double, another platform's) is not touched."""
         self.assertFalse(widen_reads(object()))
+
+
+ECHO = "import sys; data = sys.stdin.buffer.read(); sys.stdout.buffer.write(data)"
+
+
+class Echo(ProcessProtocol):
+    """Keeps what the child echoes of its stdin, until the child ends."""
+
+    def __init__(self) -> None:
+        self.received = b""
+        self.ended: Deferred[bytes] = Deferred()
+
+    def childDataReceived(self, childFD: int, data: bytes) -> None:
+        if childFD == 1:
+            self.received += data
+
+    def processEnded(self, reason: Failure) -> None:
+        self.ended.callback(self.received)
+
+
+class WriteNowTests(TestCase):
+    """write_now on real child processes."""
+
+    timeout = 30
+
+    @defer.inlineCallbacks
+    def test_written_into_the_pipe_at_once(self) -> Any:
+        """A write with nothing waiting before it is in the pipe when write_now returns: the transport holds
+        none of it and does not watch for the pipe to take it (no reactor turn, no epoll_ctl for it)."""
+        protocol = Echo()
+        transport = reactor.spawnProcess(protocol, sys.executable, [sys.executable, "-c", ECHO])
+        writer = transport.pipes[0]
+        write_now(transport, b"a" * 30000)
+        write_now(transport, b"b" * 100)
+        self.assertEqual((writer._tempDataBuffer, writer.dataBuffer[writer.offset:]), ([], b""))
+        self.assertNotIn(writer, reactor.getWriters())
+        transport.closeStdin()
+        echoed = yield protocol.ended
+        self.assertEqual(echoed, b"a" * 30000 + b"b" * 100)
+
+    @defer.inlineCallbacks
+    def test_order_kept_past_a_full_pipe(self) -> Any:
+        """What the pipe cannot take waits in the transport, and every write after it waits behind it: 4 MB in
+        writes of 100 KB (more than the pipe holds) come out whole and in order."""
+        protocol = Echo()
+        transport = reactor.spawnProcess(protocol, sys.executable, [sys.executable, "-c", ECHO])
+        chunks = [bytes([65 + i % 26]) * 100_000 for i in range(40)]
+        for chunk in chunks:
+            write_now(transport, chunk)
+        self.assertTrue(transport.pipes[0]._tempDataBuffer or transport.pipes[0].dataBuffer)
+        transport.closeStdin()
+        echoed = yield protocol.ended
+        self.assertEqual(echoed, b"".join(chunks))
+
+    def test_other_transports_write_their_way(self) -> None:
+        """A transport with no POSIX pipes is written to as it is."""
+        written: list[bytes] = []
+
+        class Transport:
+            def write(self, data: bytes) -> None:
+                written.append(data)
+
+        write_now(Transport(), b"x")
+        self.assertEqual(written, [b"x"])

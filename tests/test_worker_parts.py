@@ -83,3 +83,18 @@ class PartClockTests(unittest.SynchronousTestCase):
         clock.advance(60)
         self.assertEqual(due, [1300.0, 1360.0])
         self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_one_idle_timer_per_part(self) -> None:
+        """Items written one after the other move the part's idle timer, not a timer each (a page's item cost a
+        new timer and a cancelled one): the clock holds two calls, the age's and the idle's."""
+        clock, due = Clock(), []
+        parts = PartClock(clock, 300.0, 60.0, lambda: due.append(clock.seconds()))
+        created: list[float] = []
+        real = clock.callLater
+        self.patch(clock, "callLater", lambda delay, f, *a, **kw: created.append(delay) or real(delay, f, *a, **kw))
+        for _ in range(100):
+            parts.wrote()
+            clock.advance(0.5)
+        self.assertEqual((created, len(clock.getDelayedCalls())), ([300.0, 60.0], 2))
+        clock.advance(59.5)
+        self.assertEqual(due, [109.5])

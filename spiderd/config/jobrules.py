@@ -11,6 +11,7 @@ stay the worker's own (its file's), as does every fetch setting; no secret trave
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import replace
 from typing import Any
@@ -21,6 +22,7 @@ from spiderd.core.rules import Site, sites_digest
 
 SETTING = "SPIDERD_SITE_RULES"
 MAX_BYTES = 64 * 1024  # a site's rules in a job, at most (one command-line argument for Scrapyd)
+SETTINGS_KEPT = 32  # job settings whose Site is kept (see read_job_setting)
 
 
 def extraction(site: Site) -> Site:
@@ -37,8 +39,11 @@ def job_setting(site: Site) -> str:
     return json.dumps({"digest": sites_digest((extraction(site),)), "site": table}, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=SETTINGS_KEPT)
 def read_job_setting(text: str, spider: str) -> tuple[Site, str]:
-    """The Site and version of a job's setting; ValueError saying why it cannot be used."""
+    """The Site and version of a job's setting; ValueError saying why it cannot be used.  The last
+    SETTINGS_KEPT settings read are kept with their answers (a frontier sends each batch the same: its selectors
+    and patterns were compiled again for every job, twice)."""
     if len(text) > MAX_BYTES:
         raise ValueError(f"{SETTING}: longer than {MAX_BYTES} bytes")
     try:

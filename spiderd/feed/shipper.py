@@ -176,9 +176,10 @@ class FeedShipper(Service):
         return f"{int(self._clock.seconds() * 1000):013d}-{os.urandom(4).hex()}"
 
     def _spool(self, entry: SpoolEntry, local_path: str) -> None:
-        """Thread: into the spool (sidecar first, then the file); then the check."""
+        """Thread: into the spool (sidecar first, then the file); then the check (its count kept: the upload does
+        not read the file again for it)."""
         self.spool.put(entry, local_path)
-        self._check(entry)
+        entry.records = self._check(entry)
 
     def _accepted(self, _: None, entry: SpoolEntry, release: str | None = None) -> None:
         self._entries[entry.id] = entry
@@ -224,8 +225,9 @@ class FeedShipper(Service):
         return self._lane.run(self._deliver, entry, entry.abort)
 
     def _deliver(self, entry: SpoolEntry, abort: Abort) -> int:
-        """Thread: check, upload, then forget the spool entry (file first, sidecar last)."""
-        records = self._check(entry)
+        """Thread: check (a file found in the spool at start; one spooled here was checked then), upload, then
+        forget the spool entry (file first, sidecar last)."""
+        records = self._check(entry) if entry.records is None else entry.records
         try:
             target = replace(parse_target(entry.target), tag=entry.id.rsplit("-", 1)[-1])
             upload(self.spool.path(entry.id, ".jl"), target, options=self._transport, abort=abort,

@@ -51,6 +51,7 @@ class SpoolEntry:
     abort: Abort | None = None
     error: str | None = None  # the last failed attempt's, without a password
     window: tuple[float, float] | None = None  # the time window of the partition it lands in (None: none)
+    records: int | None = None  # the records its check counted when this process spooled it (None: not yet)
 
     def record(self) -> dict[str, Any]:
         """The sidecar's content."""

@@ -39,6 +39,7 @@ from spiderd.core.conditional import NOT_MODIFIED, Validators, from_headers
 from spiderd.core.reactors import ITCPClock
 from spiderd.core.throttle import parse_retry_after, throttled
 from spiderd.core.urls import BadURL, canonicalize
+from spiderd.fetch.agent import Agent
 from spiderd.fetch.body import BodyReader, Discard, TooLarge, Truncated, accept_encoding
 from spiderd.fetch.connections import CachedEndpoints, ConnectionPool, pool_hosts
 from spiderd.fetch import framing
@@ -158,6 +159,7 @@ class Fetcher:
         self._agents = [self._agent(address) for address in (config.source_addresses or (None,))]
         self._next_agent = itertools.cycle(self._agents).__next__
         self._headers = _headers(config.user_agent)  # Agent copies them for each request
+        self._sent_pairs = _raw_pairs(self._headers)  # (each result's request_headers: one list, never changed)
         self._agent_headers: dict[str, Headers] = {}  # other user agents' (a worker job's USER_AGENT)
         proxies = Proxies(reactor, self._connecting, config, self._pools, self._tls)  # pools close with the fetcher's
         self._sites = SiteOptions(config.sites, proxies)  # each hop's site: its headers, proxy, cookies
@@ -173,7 +175,7 @@ class Fetcher:
         bind = (address, 0) if address else None
         endpoints = CachedEndpoints(self._connecting, self._config.connect_timeout, bind, tls=self._tls)
         self._endpoints.append(endpoints)
-        agent: client.Agent = client.Agent.usingEndpointFactory(self._reactor, endpoints, pool=pool)  # (untyped)
+        agent: client.Agent = Agent.usingEndpointFactory(self._reactor, endpoints, pool=pool)  # (untyped)
         return agent
 
     def fetch(self, url: str, user_agent: str | None = None, robots: bool = True,
@@ -196,7 +198,7 @@ class Fetcher:
         d.addErrback(self._failed, url, started)
         if answers is not None:
             d.addCallback(_with_previous, answers)
-        return d.addCallback(_sent, headers)
+        return d.addCallback(_sent, headers, self._sent_pairs if headers is self._headers else None)
 
     def keep_answers(self) -> None:
         """Hand on with each result the HTTP answers fetched on the way (``FetchResult.previous``: robots.txt,
@@ -219,7 +221,7 @@ class Fetcher:
         d.addCallback(lambda got: _finish(got[0], url, got[1], hops, self._reactor.seconds() - started,
                                           self._reactor.seconds()))
         d.addErrback(self._failed, url, started)
-        return d.addCallback(_sent, self._headers)
+        return d.addCallback(_sent, self._headers, self._sent_pairs)
 
     @defer.inlineCallbacks
     def _raw(self, url: str, max_size: int, redirects: int, hops: list[str], truncate: bool) -> Any:
@@ -400,10 +402,10 @@ def _version(version: Any) -> str:
         return "HTTP/1.1"
 
 
-def _sent(result: FetchResult, headers: Headers) -> FetchResult:
+def _sent(result: FetchResult, headers: Headers, pairs: list[tuple[str, str]] | None = None) -> FetchResult:
     """``result`` with the request headers that were sent (for a WARC request record), and so the redirects it
-    followed (``previous``; a robots.txt answer has its own)."""
-    sent = _raw_pairs(headers)
+    followed (``previous``; a robots.txt answer has its own); ``pairs``: those of ``headers``, read before."""
+    sent = _raw_pairs(headers) if pairs is None else pairs
     for answer in (*result.previous, result):
         if answer.headers is not None and not answer.request_headers:
             answer.request_headers = sent

@@ -44,6 +44,7 @@ MAX_LINE: int = HTTPClientParser.MAX_LENGTH  # Twisted's limit of one status or 
 MAX_HEAD = 256 * 1024  # bytes of status line and headers, at most (as Chrome's limit; Twisted sets none)
 _HEAD = (STATUS, HEADER)
 _SHOWN = 80  # characters of a bad line shown in a reason
+SPLIT_AT = 2048  # a read of at least this many bytes that begins an answer is given to the parser head, then body
 NO_BODY: frozenset[int] = frozenset(HTTPClientParser.NO_BODY_CODES)  # 204 and 304: Twisted reads no body
 
 # answers followed by bytes past their end: (how many, on a reused connection), until the body has been read
@@ -84,6 +85,7 @@ class Protocol(client.HTTP11ClientProtocol):
         super().__init__(quiescentCallback)
         self._head = 0  # bytes of the current answer's status line and headers read so far
         self._answers = 0  # answers read whole on this connection
+        self._tail: bytes | None = None  # the bytes after a head being parsed (see _feed)
 
     def request(self, request: Any) -> Any:
         if self.state != "QUIESCENT":  # refused (RequestNotSent): the request in flight keeps its parser
@@ -103,7 +105,7 @@ class Protocol(client.HTTP11ClientProtocol):
             return
         heading = parser.state in _HEAD
         try:
-            parser.dataReceived(data)
+            self._feed(parser, data)
             if heading and parser.state in _HEAD:
                 self._head += len(data)
                 if self._head > MAX_HEAD:
@@ -112,7 +114,38 @@ class Protocol(client.HTTP11ClientProtocol):
             known = named(e, parser)
             self._giveUp(Failure() if known is None else Failure(known))
 
+    def _feed(self, parser: Any, data: bytes) -> None:
+        """``parser.dataReceived(data)``; a read that begins an answer with its head and body goes in as the head,
+        then the body.
+
+        Twisted's line reader cuts each header line off the front of what it holds, a copy of the rest every line:
+        of the body too when it came in the same read (a 40 KB page and ten header lines: 400 KB copied).  Given
+        the head alone, it copies the head's bytes only.  The same parser then gets the rest as it would have:
+        the body; or, when the answer ended with its head, the rest is that answer's ``rest`` (bytes past its
+        end: :meth:`_finishResponse_WAITING` takes them from ``_tail``); or, when the parser stopped early (its
+        connection lost), it holds them unread, as it would have."""
+        end = data.find(b"\r\n\r\n") if parser.state == STATUS and len(data) >= SPLIT_AT else -1
+        if end < 0 or end + 4 == len(data):
+            parser.dataReceived(data)
+            return
+        self._tail = data[end + 4:]
+        try:
+            parser.dataReceived(data[:end + 4])
+        finally:
+            tail, self._tail = self._tail, None
+        if tail is not None and self._parser is parser:  # (else taken as the answer's rest, or the parser gone)
+            self._feed_rest(parser, tail)
+
+    @staticmethod
+    def _feed_rest(parser: Any, tail: bytes) -> None:
+        if parser._buffer or parser.paused:  # stopped before the end of the head: it holds the rest unread
+            parser._buffer += tail
+        else:
+            parser.dataReceived(tail)
+
     def _finishResponse_WAITING(self, rest: bytes) -> None:
+        if self._tail is not None:  # the answer ended with the head _feed gave alone: the rest is the read's too
+            rest, self._tail = rest + self._tail, None
         parser, request = self._parser, self._currentRequest
         if parser is not None and request is not None:
             self._answers += 1

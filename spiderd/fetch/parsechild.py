@@ -3,7 +3,8 @@ frames out on its stdin, frames in on its stdout, a FIFO of the requests it hold
 
 The reactor reads a child's stdout :data:`READ_SIZE` bytes at a time (:func:`widen_reads`), not Twisted's 8 KiB: an
 answer carrying a compressed page (10-20 KB) took two or three reactor wake-ups, and a batch of answers one per
-8 KiB.
+8 KiB.  A request goes into the child's stdin at once when nothing waits before it (:func:`write_now`), not at the
+reactor's next turn.
 """
 
 from __future__ import annotations
@@ -81,6 +82,28 @@ def widen_reads(transport: object, fd: int = 1, size: int = READ_SIZE) -> bool:
 
     reader.doRead = read
     return True
+
+
+def write_now(transport: object, data: bytes, fd: int = 0) -> None:
+    """``transport.write(data)`` to the child's ``fd``, but written into the pipe at once when nothing of the
+    transport's waits before it (what the pipe does not take is left to the transport).
+
+    Twisted buffers every write for the reactor's next turn, and its pipe writer on Linux stops watching the pipe
+    for its close when a write is buffered and starts again when it is written (its read hack): four ``epoll_ctl``
+    calls and a turn of the reactor for each page sent to a parse child, whose pipe (1 MiB) has room nearly
+    always.  A transport that is not POSIX's, or an error (a child gone), goes the transport's way."""
+    writer: Any = getattr(transport, "pipes", {}).get(fd)
+    if (writer is not None and isinstance(getattr(writer, "fd", None), int) and writer.connected
+            and not writer.disconnecting and not writer._writeDisconnected and not writer._tempDataBuffer
+            and writer.offset == len(writer.dataBuffer)):
+        try:
+            sent = os.write(writer.fd, data)
+        except OSError:  # full (EAGAIN), or the child gone: the transport's write meets it its own way
+            sent = 0
+        if sent == len(data):
+            return
+        data = data[sent:]
+    transport.write(data)  # type: ignore[attr-defined]
 
 
 class RulesVersions:
@@ -180,8 +203,8 @@ class ParseChild(WorkerProcess):
             self.progress = self.clock.seconds()
         self.pending.append((request_id, d))
         for message in self._versions.use(rules):
-            self.transport.write(frame(message))
-        self.transport.write(payload)
+            write_now(self.transport, frame(message))
+        write_now(self.transport, payload)
 
     def message(self, message: tuple[Any, ...]) -> None:
         if message[0] == "ready":

@@ -20,6 +20,8 @@ from spiderd.core.rules import HostTable, Site
 from spiderd.fetch.proxy import Proxies, ProxyUnsupported
 
 MAX_COOKIES = 1000  # cookies one site's jar holds before it is emptied
+NETLOCS_KEPT = 16384  # URL authorities whose site is remembered (emptied when full, and when the sites change)
+_PREFIXES = ("http://", "https://")
 
 
 class SiteOptions:
@@ -34,6 +36,7 @@ class SiteOptions:
         """Take ``sites`` in place of the current ones (a site keeping its name keeps its cookies)."""
         sites = tuple(sites)
         self._hosts = HostTable((host, site) for site in sites for host in site.allowed_hosts)
+        self._netlocs: dict[str, Site | None] = {}  # an http(s) URL's authority -> its site (see site_for)
         kept = {site.name for site in sites if site.cookies}
         self._jars = {name: jar for name, jar in self._jars.items() if name in kept}
 
@@ -44,6 +47,20 @@ class SiteOptions:
         """The site allowing the host of ``url``, or None."""
         if not self._hosts:
             return None
+        netloc = _netloc(url)
+        if netloc is None:
+            return self._site_of(url)
+        try:
+            return self._netlocs[netloc]
+        except KeyError:
+            pass
+        site = self._site_of(url)  # (its host is a function of the authority alone: it is kept under it)
+        if len(self._netlocs) >= NETLOCS_KEPT:
+            self._netlocs.clear()
+        self._netlocs[netloc] = site
+        return site
+
+    def _site_of(self, url: str) -> Site | None:
         try:
             host = (urlsplit(url).hostname or "").lower()
         except ValueError:
@@ -80,3 +97,17 @@ class SiteOptions:
         elif len(jar) > MAX_COOKIES:
             jar.clear()
         return jar
+
+
+def _netloc(url: str) -> str | None:
+    """The authority of an ``http://`` or ``https://`` URL as written (up to its first ``/``, ``?`` or ``#``,
+    where urlsplit ends it too), with the scheme; None for any other URL (urlsplit reads it whole)."""
+    if not url.startswith(_PREFIXES):
+        return None
+    start = url.index("//") + 2
+    end = len(url)
+    for stop in "/?#":
+        found = url.find(stop, start, end)
+        if found >= 0:
+            end = found
+    return url[:end]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 from twisted.internet.defer import Deferred
@@ -79,8 +79,9 @@ class Job:
                 **time_params(now)}
 
     def to_dict(self) -> dict[str, Any]:
-        """The persisted form."""
-        return {"format": FORMAT, **asdict(self)}
+        """The persisted form, shallow: its lists and dicts are the job's own, to be dumped at once (asdict's deep
+        copy of ``itemized``, a pair for each page, cost more than the JSON)."""
+        return {"format": FORMAT, **{f.name: getattr(self, f.name) for f in fields(self)}}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Job:

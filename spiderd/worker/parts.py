@@ -158,8 +158,9 @@ class PartClock:
             self._first = self._clock.callLater(self._age, self._fire)
         if self._idle > 0:
             if self._last is not None and self._last.active():
-                self._last.cancel()
-            self._last = self._clock.callLater(self._idle, self._fire)
+                self._last.reset(self._idle)  # (moved later: no new timer, no cancelled one left in the heap)
+            else:
+                self._last = self._clock.callLater(self._idle, self._fire)
 
     def reset(self) -> None:
         """A new part begins (or the job ends): no timer runs until its first item."""
