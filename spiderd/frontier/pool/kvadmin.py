@@ -69,8 +69,8 @@ class KVAdmin:
             rows.append(host_row(slot.host, slot.waiting, slot.inflight, slot.concurrency, configured, crawl_delay,
                                  slot.next_allowed, slot.throttled_until, politeness.adaptive_of(slot.host).on,
                                  self._state.host_errors.of(slot.host), now))
-            if politeness.turn_limit:  # waiting for a place among the hosts taking turns ([pool] max_active_hosts)
-                rows[-1]["waiting_for_turn"] = bool(full) and slot.turn == BENCHED
+            if full and slot.turn == BENCHED:  # waiting for a place among the hosts taking turns (max_active_hosts)
+                rows[-1]["waiting_for_turn"] = True
         return defer.succeed(top_hosts(rows, limit))
 
     # -- export and import -----------------------------------------------------------
