@@ -78,12 +78,16 @@ if #to_wake > 0 then  -- one SADD of the new domains, one ZMSCORE of their ready
     local scores = read_many('ZMSCORE', READY, ask)
     for j, domain in ipairs(ask) do ready[domain] = scores[j] ~= false end
   end
-  BATCH_READY = true
+  local woken = {}
   for _, domain in ipairs(to_wake) do
-    if not ready[domain] then requeue(domain) end
+    if not ready[domain] then woken[#woken + 1] = domain end
   end
+  BATCH_READY = true
+  if #woken > 0 and TURNS.on() then TURNS.prefetch(woken) end  -- (one HMGET: those not in turn wait on the bench)
+  for _, domain in ipairs(woken) do requeue(domain) end
   flush_ready()
 end
+TURNS.flush()
 flush_pushes()
 flush_counts()
 return {added, full, far, epoch(), refused}

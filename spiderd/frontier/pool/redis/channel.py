@@ -40,12 +40,14 @@ class RedisChannel:
     ``bits`` (the seen buckets' size) is the one recorded in the pool once it
     is started; ``failure_threshold`` and ``max_throttles`` go with every
     status call; final failures the status script reports are added to
-    ``recent_failures``; ``known``: the URLs this node knows the pool knows.
+    ``recent_failures``; ``known``: the URLs this node knows the pool knows; ``turn_limit``: the domains that take
+    turns at once (``[pool] max_active_hosts``, a partition's share of it on a cluster; 0: all), written into ``P
+    meta`` with the small keys' entries.
     """
 
     def __init__(self, link: Link, scripts: dict[str, Script], clock: IReactorTime, politeness: Politeness, *,
                  prefix: str, namespace: str, bits: int, failure_threshold: int, max_throttles: int,
-                 status_wait: float, known: KnownURLs, recent_failures: RecentFailures) -> None:
+                 status_wait: float, known: KnownURLs, recent_failures: RecentFailures, turn_limit: int = 0) -> None:
         self.link = link
         self._scripts = scripts
         self._clock = clock
@@ -61,6 +63,7 @@ class RedisChannel:
         self.status_wait = status_wait
         self._status_timer: IDelayedCall | None = None
         self.fetched_waiting: dict[str, list[str]] = {}  # url -> its 'fetched' entry, not sent yet
+        self.turn_limit = max(0, turn_limit)
 
     # -- calls ----------------------------------------------------------------------
 
@@ -91,8 +94,10 @@ class RedisChannel:
     # -- the small keys' encodings; the URLs known --------------------------------------
 
     def keep_encodings(self) -> defer.Deferred[Any]:
-        """Write the entries that keep the small keys out of listpacks (KEEP_HASHTABLE, KEEP_SKIPLIST)."""
+        """Write the entries that keep the small keys out of listpacks (KEEP_HASHTABLE, KEEP_SKIPLIST), and this
+        node's turn limit (``P meta``'s ``turn_limit``, which every script reads: see TURNS in common.lua)."""
         writes = [self.link.execute("HSETNX", self.prefix + key, *KEEP_HASHTABLE) for key in ("inflight", "lease")]
+        writes.append(self.link.execute("HSET", self.prefix + "meta", "turn_limit", str(self.turn_limit)))
         for key, score in (("leases", "+inf"), ("ready", "+inf"), ("waiting", "0"), ("next", "+inf")):
             writes.append(self.link.execute("ZADD", self.prefix + key, "NX", score, KEEP_SKIPLIST))
         return defer.gatherResults(writes, consumeErrors=True)

@@ -23,4 +23,5 @@ end
 lease(fp, prio .. 'c ' .. domain .. ' ' .. url, deadline)
 if owner then redis.call('HSET', CLAIMS, fp, owner) end
 redis.call('HINCRBY', COUNTERS, 'pending', '1')
+TURNS.flush()
 return 1

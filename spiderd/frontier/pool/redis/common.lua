@@ -481,17 +481,180 @@ local function park(domain, g)
   queue_group(g, false)
 end
 
+-- Domains taking turns ([pool] max_active_hosts; Heritrix's active queues).  With P meta's turn_limit above 0
+-- (each node writes its own at its start: all should share it), a domain with waiting URLs that is not in turn
+-- waits on the bench (P bench: domain -> the time it came; ZADD NX keeps its place) instead of the ready set,
+-- until a pop finds no domain in the ready set that may go now: then benched domains enter, the longest waiting
+-- first, while fewer than the limit are in turn (P turns: domain -> its URLs handed out by pop whose status has
+-- not come).  A domain keeps its turn until it has nothing waiting and no such URL: its turn ends at the status
+-- (or the lease's end) that leaves it so, or when a requeue finds it empty with none.  A domain whose head host is
+-- in a per-IP group waits in its group's ring (a pop of the group hands it out), never on the bench.
+-- One table (Lua 5.1's limit of 200 locals): key, bench_key (the key names); limit (nil: P meta not read yet);
+-- state (domain -> its count, or false: not in turn; as this call read or changed it); changed (domains to write
+-- back, dirty[domain] set); bench_adds ({time, domain, ...} to bench, benched[domain] set); count (domains in turn,
+-- once room() asked: nil before).
+local TURNS = {state = {}, dirty = {}, changed = {}, benched = {}, bench_adds = {}}
+
+function TURNS.on()
+  local limit = TURNS.limit
+  if limit == nil then
+    limit = tonumber(redis.call('HGET', META, 'turn_limit') or '0')
+    TURNS.limit = limit
+  end
+  return limit > 0
+end
+
+-- A domain's count of URLs handed out in its turn, or false (not in turn): read once per call.
+function TURNS.of(domain)
+  local c = TURNS.state[domain]
+  if c == nil then
+    c = redis.call('HGET', TURNS.key, domain)
+    if c then c = tonumber(c) end
+    TURNS.state[domain] = c
+  end
+  return c
+end
+
+-- The states of several domains in one HMGET (groups, "@address", are not domains: left out).
+function TURNS.prefetch(domains)
+  local state, ask = TURNS.state, {}
+  for _, domain in ipairs(domains) do
+    if state[domain] == nil and string.byte(domain) ~= 64 then ask[#ask + 1] = domain end
+  end
+  if #ask == 0 then return end
+  local got = read_many('HMGET', TURNS.key, ask)
+  for j, domain in ipairs(ask) do
+    local c = got[j]
+    if c then c = tonumber(c) end
+    state[domain] = c
+  end
+end
+
+function TURNS.mark(domain, value)
+  TURNS.state[domain] = value
+  if not TURNS.dirty[domain] then
+    TURNS.dirty[domain] = true
+    TURNS.changed[#TURNS.changed + 1] = domain
+  end
+end
+
+-- A domain in turn (as read) took n URLs: n more statuses to come.
+function TURNS.taken(domain, n)
+  local c = TURNS.state[domain]
+  if c then TURNS.mark(domain, c + n) end
+end
+
+-- The lease of a URL a pop handed out ended (its status came, or it expired): one status fewer to come.
+function TURNS.settled(domain)
+  if not TURNS.on() then return end
+  local c = TURNS.of(domain)
+  if c then TURNS.mark(domain, c > 0 and c - 1 or 0) end
+end
+
+function TURNS.admit(domain)
+  TURNS.mark(domain, 0)
+  if TURNS.count then TURNS.count = TURNS.count + 1 end
+end
+
+function TURNS.finish(domain)
+  TURNS.mark(domain, false)
+  if TURNS.count then TURNS.count = TURNS.count - 1 end
+end
+
+-- Out of the ready set (unless known not in it), onto the bench (once a call).
+function TURNS.wait(domain)
+  if ready[domain] ~= false then
+    flush_ready()
+    redis.call('ZREM', READY, domain)
+    ready[domain] = false
+  end
+  if not TURNS.benched[domain] then
+    TURNS.benched[domain] = true
+    local adds = TURNS.bench_adds
+    adds[#adds + 1] = NOW_S
+    adds[#adds + 1] = domain
+  end
+end
+
+function TURNS.flush_bench()
+  local adds = TURNS.bench_adds
+  if #adds == 0 then return end
+  for i = 1, #adds, 1000 do redis.call('ZADD', TURNS.bench_key, 'NX', unpack(adds, i, math.min(i + 999, #adds))) end
+  TURNS.bench_adds = {}
+end
+
+-- Whether a domain has a waiting URL: its queues as this call read them, else whether they exist (one EXISTS).
+function TURNS.waiting(domain)
+  local q0, q1 = queue(domain, 0), queue(domain, 1)
+  if BATCH_PUSHES or views[q0] or views[q1] then return head(domain) ~= nil end
+  return redis.call('EXISTS', q0, q1) > 0
+end
+
+-- Write the changed counts (a domain left with none to come and nothing waiting: its turn ends) and the bench.
+function TURNS.flush()
+  TURNS.flush_bench()
+  local changed = TURNS.changed
+  if #changed == 0 then return end
+  local state, set, drop = TURNS.state, {}, {}
+  for _, domain in ipairs(changed) do
+    local c = state[domain]
+    if c == 0 and not TURNS.waiting(domain) then
+      c = false
+      state[domain] = false
+      if TURNS.count then TURNS.count = TURNS.count - 1 end
+    end
+    if c then
+      set[#set + 1] = domain
+      set[#set + 1] = dec(c)
+    else
+      drop[#drop + 1] = domain
+    end
+  end
+  each_chunk('HSET', TURNS.key, set)
+  each_chunk('HDEL', TURNS.key, drop)
+  TURNS.changed, TURNS.dirty = {}, {}
+end
+
+-- Places left for benched domains to enter (counted once a call, after writing what changed).
+function TURNS.room()
+  if TURNS.count == nil then
+    TURNS.flush()
+    TURNS.count = redis.call('HLEN', TURNS.key)
+  end
+  return TURNS.limit - TURNS.count
+end
+
+function TURNS.reset()
+  TURNS.limit, TURNS.count = nil, nil
+  if next(TURNS.state) ~= nil then TURNS.state = {} end
+  if #TURNS.changed > 0 then TURNS.changed, TURNS.dirty = {}, {} end
+  if #TURNS.bench_adds > 0 then TURNS.bench_adds = {} end
+  if next(TURNS.benched) ~= nil then TURNS.benched = {} end
+end
+
+-- Whether a domain with waiting URLs waits on the bench (turns are limited and it has none).
+function TURNS.out(domain)
+  return TURNS.on() and TURNS.of(domain) == false
+end
+
+-- Queue a domain: in the ready set at the time its head URL's host may go (parked in its group's ring), out of it
+-- (empty, or that host is full; an empty domain with no status to come ends its turn), or on the bench (not in
+-- turn, see TURNS).
 local function requeue(domain)
   local _, url = head(domain)
   if not url then
     flush_ready()
     redis.call('ZREM', READY, domain)
     ready[domain] = false
+    if TURNS.on() and TURNS.of(domain) == 0 then TURNS.finish(domain) end
     return
   end
+  if not GROUPS and TURNS.out(domain) then return TURNS.wait(domain) end
   local s = slot(host_of(url))
   if s.g then
     park(domain, s.g)
+  elseif GROUPS and TURNS.out(domain) then
+    TURNS.wait(domain)
   elseif s.busy >= s.conc then
     flush_ready()
     redis.call('ZREM', READY, domain)
@@ -672,7 +835,10 @@ local function close_lease(key, rec)
   local kind, holds, domain, url = parse_lease(rec)
   if holds == '1' or holds == 'g' then release(host_of(url), domain, holds == 'g') end
   if holds == 'c' then redis.call('HDEL', CLAIMS, key) end
-  if kind ~= 'h' then count('pending', -1) end
+  if kind ~= 'h' then
+    count('pending', -1)
+    if holds ~= 'c' then TURNS.settled(domain) end
+  end
   return kind, domain, url
 end
 
@@ -754,6 +920,7 @@ local function reset()
   hops_marked, hops_ever = false, nil
   GROUPS = false
   if next(groups_of) ~= nil then groups_of = {} end
+  TURNS.reset()
 end
 
 -- The key names of a prefix and namespace (concatenations: made again only when a call's differ from the last
@@ -768,6 +935,7 @@ local function name_keys()
   CLAIMS, CHECKPOINTS, HOSTS_SEEN, ADOPTING = P .. 'claims', P .. 'checkpoints', P .. 'hostseen', P .. 'adopting'
   AGAIN, WHY, THROTTLED, GROUP, RING = P .. 'again', P .. 'why', P .. 'throttled', P .. 'group', P .. 'ring:'
   DOMAINS = NS .. 'spider.website.domains'
+  TURNS.key, TURNS.bench_key = P .. 'turns', P .. 'bench'
 end
 
 -- A call's start: its arguments (ARGV[1..6]: prefix, namespace, seen bucket bits, default delay, default

@@ -21,4 +21,5 @@ if to ~= '' then
   if own_next then hold('@' .. to, tonumber(own_next), false) end
 end
 requeue(domain)
+TURNS.flush()
 return 1

@@ -371,9 +371,10 @@ def make_cluster_pool(
                           reply_timeout=reply_timeout, durability=durability)
     known = KnownURLs(options.config.redis_known_urls)  # one for every partition
     failures = RecentFailures()  # the same
+    share = turn_share(options.config.max_active_hosts, options.config.redis_partitions)
     parts = [RedisPool(SlotLink(cluster, f"{prefix}{{{tag}}}:"), scripts, clock, options, prefix=f"{prefix}{{{tag}}}:",
                        namespace=f"{namespace}{{{tag}}}:", seen_bucket_bits=seen_bucket_bits, politeness=politeness,
-                       status_wait=status_wait, known=known, recent_failures=failures)
+                       status_wait=status_wait, known=known, recent_failures=failures, turn_limit=share)
              for tag in partition_tags(options.config.redis_partitions)]
     pool = PartitionedPool(cluster, parts, prefix + "{partitions}", options.config.max_url_length)
 
@@ -384,6 +385,12 @@ def make_cluster_pool(
         return cluster.open().addCallback(lambda _: pool.start()).addErrback(failed)
 
     return pool, opener
+
+
+def turn_share(limit: int, partitions: int) -> int:
+    """A partition's share of ``[pool] max_active_hosts`` (each partition benches and admits its own domains): the
+    limit divided by the partitions, at least 1 (0: no limit)."""
+    return max(1, limit // partitions) if limit > 0 else 0
 
 
 def _latest(counts: list[int | None]) -> int | None:

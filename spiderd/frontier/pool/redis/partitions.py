@@ -71,14 +71,16 @@ def spread(total: int, parts: int) -> list[int]:
 
 def merged_stats(answers: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """``stats()`` over partitions: counts, hosts and hubs summed, the largest host queues of all, rejections, and
-    the known-URL memory's skips (one memory for every partition: each answer's figure is the same)."""
+    the known-URL memory's skips (one memory for every partition: each answer's figure is the same); the domains
+    in turn summed."""
     counts = {name: sum(a[name] for a in answers) for name in STATE_COUNTS}
     largest = sorted((row for a in answers for row in a["largest"]), key=lambda r: (-r[1], r[0]))[:5]
     rejected: Counter[str] = Counter()
     for a in answers:
         rejected.update(a["rejected"])
     return stats_answer(counts, sum(a["hosts"] for a in answers), largest, sum(a["hubs"] for a in answers),
-                        rejected, answers[0].get("known_skipped"))
+                        rejected, answers[0].get("known_skipped"),
+                        in_turn=sum(a.get("hosts_in_turn", 0) for a in answers))
 
 
 class ChainedExport:

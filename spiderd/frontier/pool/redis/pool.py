@@ -52,12 +52,15 @@ class RedisPool(PartsPool):
     def __init__(self, link: Link, scripts: dict[str, Script], clock: IReactorTime,
                  options: PoolOptions = PoolOptions(), *, prefix: str = "spiderd:", namespace: str = "",
                  seen_bucket_bits: int = 16, politeness: Politeness | None = None, status_wait: float = 0.0,
-                 known: KnownURLs | None = None, recent_failures: RecentFailures | None = None) -> None:
+                 known: KnownURLs | None = None, recent_failures: RecentFailures | None = None,
+                 turn_limit: int | None = None) -> None:
         """``options``: the same as the embedded pool's; ``prefix``, ``namespace`` and ``seen_bucket_bits``: the
         key space (``[pool] redis_prefix``, ``redis_namespace``, ``redis_seen_bucket_bits``); ``status_wait``:
         seconds a status waits for others to go out with (``[pool] redis_status_wait``; 0: at once); ``known``
         (the URLs this node knows the pool knows) and ``recent_failures`` (its last final failures): shared by a
-        cluster's partitions, else this pool's own (``known`` of ``[pool] redis_known_urls`` entries)."""
+        cluster's partitions, else this pool's own (``known`` of ``[pool] redis_known_urls`` entries);
+        ``turn_limit``: the domains taking turns at once (None: ``[pool] max_active_hosts``; a cluster gives each
+        partition its share)."""
         config = options.config
         self._clock = clock
         self.politeness = politeness = politeness or Politeness()
@@ -71,7 +74,8 @@ class RedisPool(PartsPool):
         self.channel = channel = RedisChannel(
             link, scripts, clock, politeness, prefix=prefix, namespace=namespace, bits=seen_bucket_bits,
             failure_threshold=config.failure_threshold, max_throttles=options.max_throttles, status_wait=status_wait,
-            known=self.known, recent_failures=self.recent_failures)
+            known=self.known, recent_failures=self.recent_failures,
+            turn_limit=config.max_active_hosts if turn_limit is None else turn_limit)
         self._urls = urls = URLParser(config.max_url_length, self.rejected)
         self.host_errors = HostErrors()  # this node's failed fetches per host (hosts())
         self._kept = kept = _kept(options.recrawl)  # (one dict: the statuses read it, set_recrawl changes it)
@@ -142,10 +146,12 @@ class RedisPool(PartsPool):
         return self.channel.run("stats", []).addCallback(self._stats)
 
     def _stats(self, answer: list[Any]) -> dict[str, Any]:
-        flat, hosts, top, hubs = answer
+        """``hosts_in_turn``: the domains in turn when turns are limited (``P turns``), else the hosts waiting."""
+        flat, hosts, top, hubs, in_turn, limit = answer
         counters = {name: int(value) for name, value in zip(flat[::2], flat[1::2])}
         largest = [[host, int(float(count))] for host, count in zip(top[::2], top[1::2]) if int(float(count))]
-        return stats_answer(counters, int(hosts), largest, int(hubs), self.rejected, self.known.skipped)
+        return stats_answer(counters, int(hosts), largest, int(hubs), self.rejected, self.known.skipped,
+                            in_turn=int(in_turn) if int(limit) > 0 else int(hosts))
 
     # -- pops (ILeases) -------------------------------------------------------------
 

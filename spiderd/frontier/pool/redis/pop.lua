@@ -12,11 +12,10 @@
 local COUNT, HUBS_WANTED, RATIO0, RATIO1, CREDIT0, CREDIT1, RESERVE_SCAN, SWEEP_EVERY, SWEEP_COUNT
 local CONDITIONAL, CONDITIONAL_QUEUED, leased_kind, out, foreign, DEADLINE_S, HELD, KIND_HELD
 local HUB_SPAN  -- P meta's hub_span (read by sweep)
--- (numbers given to redis.call as strings: Redis formats a Lua number with %.17g at every call)
-local EXPIRE_BATCH, HUB_SCAN, ADOPT_BATCH, ADOPT_BATCH_S = '1000', '1000', 1000, '1000'
+-- (numbers given to redis.call as strings: Redis formats a Lua number with %.17g at every call; the batches of
+-- expired leases, due hubs and adopted entries, 1000 each, are written as literals: Lua 5.1's limit of 200 locals)
 -- a lease record's start: kind, holds a host slot (per address, GROUPS: released by its group of then)
 local KIND_HELD_OF = {[false] = {[0] = '01 ', [1] = '11 '}, [true] = {[0] = '0g ', [1] = '1g '}}
-local RING_LAST = '99'  -- the last of the domains of a group's ring a turn looks at (100 at most)
 
 local function setup(ARGV)
   COUNT, HUBS_WANTED = arg(ARGV, 8), arg(ARGV, 9)
@@ -52,7 +51,7 @@ local function adopt(url, prio)
 end
 
 local function expire()
-  for _, key in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', '(' .. NOW_S, 'LIMIT', '0', EXPIRE_BATCH)) do
+  for _, key in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', '(' .. NOW_S, 'LIMIT', '0', '1000')) do
     local kind, domain, url = end_lease(key)
     if not kind then
       redis.call('ZREM', LEASES, key)
@@ -61,17 +60,16 @@ local function expire()
       enqueue(url, host_of(url), domain, take_again(key) or tonumber(kind), bucket, ms)
     end
   end
-  for _, entry in ipairs(redis.call('ZRANGEBYSCORE', ADOPTING, '-inf', '(' .. NOW_S, 'LIMIT', '0', ADOPT_BATCH_S)) do
+  for _, entry in ipairs(redis.call('ZRANGEBYSCORE', ADOPTING, '-inf', '(' .. NOW_S, 'LIMIT', '0', '1000')) do
     local prio, url = string.match(entry, '^(%d) (.*)$')
     adopt(url, tonumber(prio))
   end
 end
 
 -- Wake the domains another tool registered: one SSCAN step of spider.website.domains per pop while a sweep is
--- under way (the cursor is shared by every node), a new sweep at most every SWEEP_EVERY seconds.  The same read
--- of P meta takes pop_hubs' hub_span.
-local function sweep()
-  local meta = redis.call('HMGET', META, 'sweep_cursor', 'sweep_due', 'hub_span')
+-- under way (the cursor is shared by every node), a new sweep at most every SWEEP_EVERY seconds.  meta: the
+-- call's read of P meta (sweep_cursor, sweep_due, hub_span: pop_hubs').
+local function sweep(meta)
   HUB_SPAN = meta[3]
   local cursor = meta[1] or '0'
   if cursor == '0' then
@@ -80,6 +78,7 @@ local function sweep()
   end
   local answer = redis.call('SSCAN', DOMAINS, cursor, 'COUNT', SWEEP_COUNT)
   redis.call('HSET', META, 'sweep_cursor', answer[1])
+  if TURNS.on() then TURNS.prefetch(answer[2]) end
   for _, domain in ipairs(answer[2]) do wake(domain) end
 end
 
@@ -93,7 +92,7 @@ local function pop_hubs()
   if HUBS_WANTED <= 0 then return 0 end
   local span = tonumber(HUB_SPAN or '0')
   local taken = 0
-  for _, fp in ipairs(redis.call('ZRANGEBYSCORE', HUBS, '-inf', NOW_S, 'LIMIT', '0', HUB_SCAN)) do
+  for _, fp in ipairs(redis.call('ZRANGEBYSCORE', HUBS, '-inf', NOW_S, 'LIMIT', '0', '1000')) do
     local rec = redis.call('HGET', HUB, fp)
     if not rec then
       redis.call('ZREM', HUBS, fp)
@@ -176,7 +175,7 @@ local function turn(domain, caps, wanted, alone, g)
     url = caps[prio] > 0 and peek(q, want)
     if not url then
       prio = prio + 1
-    elseif host_of(url) ~= s.host or #foreign >= 2 * ADOPT_BATCH then
+    elseif host_of(url) ~= s.host or #foreign >= 2000 then
       break
     else
       take_head(q)
@@ -190,6 +189,7 @@ local function turn(domain, caps, wanted, alone, g)
   if taken > 0 then
     occupy(s, taken)
     host_waiting(s.host, -taken)
+    TURNS.taken(domain, taken)
   end
   return taken
 end
@@ -200,7 +200,7 @@ end
 function group_turn(member, caps, wanted, alone)
   local g = group_slot(string.sub(member, 2))
   if g.next > NOW then return 0 end
-  local ring = redis.call('ZRANGE', g.ring, '0', RING_LAST)
+  local ring = redis.call('ZRANGE', g.ring, '0', '99')  -- (100 at most)
   local answer = nil
   for _, domain in ipairs(ring) do
     local _, url = head(domain)
@@ -251,13 +251,46 @@ local function due(domain)
   return not s.g and s.busy < s.conc and s.next <= NOW
 end
 
+-- The domains of the ready set in turn (turns limited: see TURNS in common.lua); one that is not (queued before
+-- the limit was set) enters if there is room, else goes onto the bench.
+local function in_turn(domains)
+  if not TURNS.on() then return domains end
+  TURNS.prefetch(domains)
+  local kept, state = {}, TURNS.state
+  for _, domain in ipairs(domains) do
+    if state[domain] ~= false then  -- (a group's is nil)
+      kept[#kept + 1] = domain
+    elseif TURNS.room() > 0 then
+      TURNS.admit(domain)
+      kept[#kept + 1] = domain
+    else
+      TURNS.wait(domain)
+    end
+  end
+  return kept
+end
+
+-- Let up to `wanted` benched domains enter (the longest waiting first) while there is room; the number let in.
+-- Each is queued (an empty one's turn ends at once).
+local function admit(wanted)
+  if not TURNS.on() then return 0 end
+  local n = math.min(TURNS.room(), wanted)
+  if n <= 0 then return 0 end
+  TURNS.flush_bench()
+  local popped = redis.call('ZPOPMIN', TURNS.bench_key, dec(n))
+  for i = 1, #popped, 2 do TURNS.admit(popped[i]) end
+  for i = 1, #popped, 2 do requeue(popped[i]) end
+  return #popped / 2
+end
+
 -- Domains in turn give up to caps[prio] URLs of each kind, caps[0] + caps[1] in all when strict (a domain with
 -- none of the kinds still wanted keeps its turn, up to RESERVE_SCAN of them), else caps[0] (= caps[1]) of any.
 -- The only ready domain that took some and stays due takes the next turn without a new read of READY (it
--- would be the only one again), and is requeued once after its last turn (held).
+-- would be the only one again), and is requeued once after its last turn (held).  When none may go, benched
+-- domains enter (admit), up to 8 times a call.
 local function pop_urls(caps, strict)
   local wanted = strict and caps[0] + caps[1] or caps[0]
-  local leased, passed, skipped = 0, {}, 0
+  local leased, passed, skipped, rounds = 0, {}, 0, 0
   local domains, held = nil, nil
   local function settle()
     if held then again(held) end
@@ -267,7 +300,7 @@ local function pop_urls(caps, strict)
     if not domains then
       settle()
       flush_ready()
-      domains = redis.call('ZRANGEBYSCORE', READY, '-inf', NOW_S, 'LIMIT', '0', dec(wanted + skipped))
+      domains = in_turn(redis.call('ZRANGEBYSCORE', READY, '-inf', NOW_S, 'LIMIT', '0', dec(wanted + skipped)))
     end
     local got, passing, alone = 0, skipped, #domains == 1
     for _, domain in ipairs(domains) do
@@ -284,15 +317,29 @@ local function pop_urls(caps, strict)
         end
       end
     end
-    if (got == 0 and skipped == passing) or skipped >= RESERVE_SCAN then break end
-    wanted = wanted - got
-    leased = leased + got
-    if not (held and got > 0 and wanted > 0 and due(held)) then
+    if (got == 0 and skipped == passing) or skipped >= RESERVE_SCAN then
+      if skipped >= RESERVE_SCAN or rounds >= 8 or admit(wanted) == 0 then break end
+      rounds = rounds + 1
       domains = nil
+    else
+      wanted = wanted - got
+      leased = leased + got
+      if not (held and got > 0 and wanted > 0 and due(held)) then
+        domains = nil
+      end
     end
   end
   settle()
   return leased
+end
+
+-- Turns not limited (any more): the turns are forgotten and the bench goes into the ready set, 1000 a pop.
+local function unbench()
+  ask_filled(TURNS.key, TURNS.bench_key)
+  if filled(TURNS.key) then redis.call('DEL', TURNS.key) end
+  if not filled(TURNS.bench_key) then return end
+  local popped = redis.call('ZPOPMIN', TURNS.bench_key, '1000')
+  for i = 1, #popped, 2 do requeue(popped[i]) end
 end
 
 -- The URLs of each kind a pop of `wanted` reserves: KindSplit.reserve in spiderd/frontier/pool/split.py.
@@ -305,9 +352,12 @@ end
 
 -- (per call)
 setup(ARGV)
+local meta = redis.call('HMGET', META, 'sweep_cursor', 'sweep_due', 'hub_span', 'turn_limit')
+TURNS.limit = tonumber(meta[4] or '0')
+if TURNS.limit <= 0 then unbench() end
 if filled(NEXT) then redis.call('ZREMRANGEBYSCORE', NEXT, '-inf', NOW_S) end
 expire()
-sweep()
+sweep(meta)
 local wanted = COUNT - pop_hubs()
 local reserved = reserve(wanted)
 local leased = 0
@@ -315,6 +365,7 @@ if reserved[0] + reserved[1] > 0 then leased = pop_urls(reserved, true) end
 leased = leased + pop_urls({[0] = wanted - leased, [1] = wanted - leased}, false)
 if leased > 0 then count('pending', leased) end
 trim_taken()
+TURNS.flush()
 flush_ready()
 flush_leases()
 flush_inflight()

@@ -19,4 +19,5 @@ for i = 8, #ARGV, 3 do
     end
   end
 end
+TURNS.flush()
 return queued

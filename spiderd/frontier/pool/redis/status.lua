@@ -137,7 +137,9 @@ local function rule_of(ARGV, i)
   return rule
 end
 
-local function free_slots(ARGV)
+-- domains: the statuses' domains, whose turns (limited: TURNS) are read with those of the 'fetched' entries' in
+-- one HMGET before any is freed.
+local function free_slots(ARGV, domains)
   local keys, at = {}, {}
   for i = 9, #ARGV, 10 do
     if ARGV[i] == 'fetched' then
@@ -146,8 +148,15 @@ local function free_slots(ARGV)
       at[#at + 1] = i
     end
   end
+  local recs = #keys > 0 and read_many('HMGET', LEASE, keys) or {}
+  if TURNS.on() then
+    for k = 1, #keys do
+      if recs[k] then domains[#domains + 1] = string.match(recs[k], '^.. (%S+)') end
+    end
+    TURNS.prefetch(domains)
+  end
   if #keys == 0 then return end
-  local recs, freed, fields = read_many('HMGET', LEASE, keys), {}, {}
+  local freed, fields = {}, {}
   for n, i in ipairs(at) do
     for k = 2 * n - 1, 2 * n do
       local rec, key = recs[k], keys[k]
@@ -172,7 +181,11 @@ end
 THRESHOLD, MAX_THROTTLES, THROTTLES = tonumber(ARGV[7]), tonumber(ARGV[8]), P .. 'throttles'
 finals, rule_words, rule = {}, {}, nil
 SUM_COUNTS, BATCH_ENDS, BATCH_INFLIGHT = true, true, true
-free_slots(ARGV)
+local domains = {}
+for i = 9, #ARGV, 10 do
+  if ARGV[i] ~= 'checkpoint' and ARGV[i] ~= 'fetched' then domains[#domains + 1] = ARGV[i + 3] end
+end
+free_slots(ARGV, domains)
 
 -- Every URL's hub hold and lease records, read in one HMGET before any is ended (a later entry for the same URL
 -- then finds it in ended, as a read after the first one's HDEL would find nothing).
@@ -197,6 +210,7 @@ for i = 9, #ARGV, 10 do
   end
 end
 flush_ends()
+TURNS.flush()
 flush_inflight()
 flush_counts()
 return finals
