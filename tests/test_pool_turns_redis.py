@@ -99,6 +99,7 @@ class RedisTurnsTests(RedisKeys, TurnsCase, TestCase):
         pool = yield self.node(1)
         yield pool.addmany(["http://a.example/", "http://b.example/"])
         assert list((yield pool.pop(10))) == ["http://a.example/"]
+        self.clock.advance(1)  # (a domain benched now would wait behind b)
         yield pool.fetched("http://a.example/", 0.1)
         assert (yield pool.pop(10)) == {}  # b still waits
         yield pool.addmany(["http://a.example/list"], parent="http://a.example/")
@@ -115,6 +116,7 @@ class RedisTurnsTests(RedisKeys, TurnsCase, TestCase):
         pool = yield self.node(1)
         yield pool.addmany(["http://a.example/", "http://b.example/"])
         assert list((yield pool.pop(10))) == ["http://a.example/"]
+        self.clock.advance(1)  # (a domain benched now would wait behind b)
         yield pool.fetched("http://a.example/", 0.1)
         yield pool.set_status("http://a.example/", 500)
         assert list((yield pool.pop(10))) == ["http://a.example/"]
@@ -158,6 +160,20 @@ class RedisTurnsTests(RedisKeys, TurnsCase, TestCase):
         assert domains_of((yield limited.pop(10))) == {"x.example"}
         unlimited = yield self.node(0)
         assert domains_of((yield unlimited.pop(10))) == {"y.example", "z.example"}
+
+
+    @defer.inlineCallbacks
+    def test_a_limit_set_later_benches_the_ready_domains(self) -> Gen:
+        """Domains queued while turns were not limited go onto the bench at the next pop of a node with a limit,
+        and take turns as benched ones do."""
+        unlimited = yield self.node(0, concurrency=1)
+        yield unlimited.addmany([f"http://{d}.example/{i}" for d in "abc" for i in range(2)])
+        limited = yield self.node(1, concurrency=1)
+        first = yield limited.pop(10)
+        assert len(first) == 1, first
+        assert (yield limited.stats())["hosts_in_turn"] == 1
+        yield limited.set_status(next(iter(first)), 200)
+        assert domains_of((yield limited.pop(10))) == domains_of(first)  # its second URL: the same turn
 
 
 class ClusterTurnsTests(ClusterCase, TurnsCase, TestCase):

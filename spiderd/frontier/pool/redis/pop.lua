@@ -252,16 +252,13 @@ local function due(domain)
 end
 
 -- The domains of the ready set in turn (turns limited: see TURNS in common.lua); one that is not (queued before
--- the limit was set) enters if there is room, else goes onto the bench.
+-- the limit was set) goes onto the bench, behind those waiting.
 local function in_turn(domains)
   if not TURNS.on() then return domains end
   TURNS.prefetch(domains)
   local kept, state = {}, TURNS.state
   for _, domain in ipairs(domains) do
     if state[domain] ~= false then  -- (a group's is nil)
-      kept[#kept + 1] = domain
-    elseif TURNS.room() > 0 then
-      TURNS.admit(domain)
       kept[#kept + 1] = domain
     else
       TURNS.wait(domain)
