@@ -49,7 +49,7 @@ class PoolSection:
     max_url_length: int = 2083
     max_path_depth: int = 32
     max_urls_per_host: int = 0
-    max_active_hosts: int = 10000  # hosts with waiting URLs taking turns at once (embedded pools); 0 = no limit
+    max_active_hosts: int = 10000  # hosts (Redis: domains) with waiting URLs taking turns at once; 0 = no limit
     max_hops: int = 0  # links from a seed a URL may be (seeds, hubs, API adds: 0); 0 = no limit
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_prefix: str = "spiderd:"

@@ -130,8 +130,9 @@ def stats_answer(counts: Mapping[str, int], hosts: int, largest: Sequence[Any], 
                  in_turn: int | None = None) -> dict[str, Any]:
     """``stats()``: the URLs in each state, hosts with waiting URLs, the largest host queues (``[host, count]``,
     largest first), hubs, the rejections by reason and, on a shared pool, ``known_skipped``: links and seen-filter
-    URLs this node did not send because it remembered the pool knows them (``[pool] redis_known_urls``), and on an
-    embedded pool ``hosts_in_turn``: the hosts with waiting URLs taking turns (``[pool] max_active_hosts``)."""
+    URLs this node did not send because it remembered the pool knows them (``[pool] redis_known_urls``), and
+    ``hosts_in_turn``: the hosts (on Redis: registered domains) with waiting URLs taking turns (``[pool]
+    max_active_hosts``)."""
     extra = {} if known_skipped is None else {"known_skipped": known_skipped}
     if in_turn is not None:
         extra["hosts_in_turn"] = in_turn

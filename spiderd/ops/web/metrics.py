@@ -130,8 +130,8 @@ class NodeCollector:
         yield _gauge("spiderd_pool_hosts", "Hosts with waiting URLs.", pool.get("hosts", 0))
         yield _gauge("spiderd_pool_hubs", "Hub URLs.", pool.get("hubs", 0))
         if "hosts_in_turn" in pool:
-            yield _gauge("spiderd_pool_hosts_in_turn", "Hosts with waiting URLs taking turns now ([pool] "
-                         "max_active_hosts); the rest wait for a place.", pool["hosts_in_turn"])
+            yield _gauge("spiderd_pool_hosts_in_turn", "Hosts (on Redis: domains) with waiting URLs taking turns "
+                         "now ([pool] max_active_hosts); the rest wait for a place.", pool["hosts_in_turn"])
         yield _labelled(CounterMetricFamily("spiderd_pool_rejected", "URLs the pool refused, by reason.",
                                             labels=["reason"]), "reason", pool.get("rejected", {}))
         if "known_skipped" in pool:

@@ -100,7 +100,7 @@ def _assemble(node: Node, history: History, pool: dict[str, Any] | None) -> dict
         out["pool"]["rejected"] = pool.get("rejected", {})
         if "known_skipped" in pool:  # a shared pool's (Redis)
             out["pool"]["known_skipped"] = pool["known_skipped"]
-        if "hosts_in_turn" in pool:  # an embedded pool's
+        if "hosts_in_turn" in pool:  # (on Redis: the domains in turn)
             out["pool"]["hosts_in_turn"] = pool["hosts_in_turn"]
     if node.stats is not None:
         out["counts"] = {**dict.fromkeys(("requests", "pages", "bytes", "items", "stored", "not_modified",

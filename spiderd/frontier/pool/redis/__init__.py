@@ -25,6 +25,9 @@ key                                    type    holds
                                                only on nodes with "ip" (pop's last argument)
 ``P ring:<address>``                   zset    per-IP: domain -> time of its last turn in its group (0:
                                                none yet): the group's domains, least recently served first
+``P turns``                            hash    domain taking turns -> its URLs handed out by pop whose
+                                               status has not come (``max_active_hosts``: see Turns)
+``P bench``                            zset    domain waiting for a turn -> the time it came
 ``P leases``                           zset    fingerprint (``h`` + fingerprint for a hub) -> lease deadline
 ``P lease``                            hash    same key -> kind, holds-a-host-slot (1; ``g``: taken with
                                                per-IP, frees its host's group too; 0 no), domain, URL
@@ -38,7 +41,8 @@ key                                    type    holds
 ``P hubs`` / ``P hub``                 zset    fingerprint -> next due time / hash: fingerprint -> domain, URL
 ``P counters`` / ``P meta``            hash    waiting pending done failed batched / bucket bits, hub span, sweep,
                                                ``hops`` once any hop count was kept (``P h:``), ``epoch`` (set
-                                               by the first add or seen call finding none: known.py)
+                                               by the first add or seen call finding none: known.py),
+                                               ``turn_limit`` (the last started node's; see Turns)
 ``P adopting``                         zset    ``prio url`` of a tool's list entry a node is adding -> deadline
 ``P batch``                            string  the last batch number handed out (``next_batch``)
 ``P crawled:<kind>:<domain>``          zset    URL -> fetch time of done pages to recrawl (seed 004)
@@ -125,6 +129,24 @@ With ``list_ratio`` / ``detail_ratio`` (seed 004's get_list, get_detail), a pop
 first takes each kind's reserved share, a domain's turn then taking from that
 kind's list only, and passes over up to 100 ready domains that have none of it
 (see :mod:`spiderd.frontier.pool.split`); the node keeps the credit between pops.
+
+Turns (``[pool] max_active_hosts``, as the embedded pools' hosts; Heritrix's active queues).  With ``P meta``'s
+``turn_limit`` above 0, a domain with waiting URLs that is not in turn waits on ``P bench`` (in the order it came:
+the time it was benched, then its name; ``ZADD NX`` keeps its place) instead of ``P ready``, until a pop finds no
+domain of the ready set that may go now: then the domains benched longest enter (``ZPOPMIN``, as many as URLs are
+still wanted, up to 8 times a pop), while ``P turns`` holds fewer than the limit.  A domain keeps its turn until it
+has nothing waiting and no URL a pop handed out whose lease is still open: a fetch's end (``fetched``) frees its
+host's slot but not its turn, so the links its page brings back (added before its status) follow in the same turn,
+and so does a retried URL or one whose lease expired.  The count goes up by a pop's hand-outs and down by each
+lease's end (a status, an expiry; not a claim's or a hub's); the status or requeue that leaves a domain with none
+and an empty queue ends its turn (one ``EXISTS`` of its two lists, per domain whose count reached 0 in the call).
+A pop reads the turns of the ready domains it takes in one ``HMGET`` (one that is not in turn, queued before a
+limit was set, goes onto the bench); an add, a status call and a sweep step read those of the domains they may
+queue in one ``HMGET``.  A domain whose head host is in a per-IP group waits in its group's ring (outside the
+limit), and hubs go at their due time (outside it too).  ``next_due`` is now while a benched domain could enter.
+Each node writes its ``turn_limit`` at its start (the last started sets it for all: give every node the same); at 0
+pops forget ``P turns`` and move the bench into the ready set, 1000 domains a pop.  On a cluster each partition
+has its own turns and bench and takes the limit divided by the partitions, at least 1.
 
 Leases.  A popped URL leaves its list and gets a lease until now +
 ``pending_threshold``; a hub hand-out gets a hold with the same deadline, so a

@@ -5,6 +5,8 @@
 -- 'h' to hand out those of hubs only (no recrawled kind is kept: a queued URL has some only if it is a hub too,
 -- so they are read only while any hub exists), '0' none; ARGV[18]: '1' to group hosts by address (per-IP politeness:
 -- GROUPS in common.lua, the ready set then holds groups too, "@address", whose domains take turns in their ring).
+-- With turns limited (TURNS in common.lua), the domains of the ready set are those in turn, and benched ones enter
+-- when none of them may go now (admit).
 -- Returns {url, is_hub, validators, url, is_hub, validators, ...} (validators '' where none are kept, or not
 -- asked for), {url, prio, ...} of list entries the pool did not queue (to add), and {waiting URLs wanted, list
 -- URLs leased, detail URLs leased}.
