@@ -70,7 +70,9 @@ end
 
 -- Wake the domains another tool registered: one SSCAN step of spider.website.domains per pop while a sweep is
 -- under way (the cursor is shared by every node), a new sweep at most every SWEEP_EVERY seconds.  meta: the
--- call's read of P meta (sweep_cursor, sweep_due, hub_span: pop_hubs').
+-- call's read of P meta (sweep_cursor, sweep_due, hub_span: pop_hubs').  The step's domains in the ready set are
+-- found in one ZMSCORE, and (turns limited) those on the bench in another, with their turns in one HMGET: only
+-- the others are read further.
 local function sweep(meta)
   HUB_SPAN = meta[3]
   local cursor = meta[1] or '0'
@@ -80,8 +82,24 @@ local function sweep(meta)
   end
   local answer = redis.call('SSCAN', DOMAINS, cursor, 'COUNT', SWEEP_COUNT)
   redis.call('HSET', META, 'sweep_cursor', answer[1])
-  if TURNS.on() then TURNS.prefetch(answer[2]) end
-  for _, domain in ipairs(answer[2]) do wake(domain) end
+  local found = answer[2]
+  if #found == 0 then return end
+  flush_ready()
+  local scores, out = read_many('ZMSCORE', READY, found), {}
+  for j, domain in ipairs(found) do
+    ready[domain] = scores[j] ~= false
+    if not scores[j] then out[#out + 1] = domain end
+  end
+  if #out > 0 and TURNS.on() then
+    local benched = read_many('ZMSCORE', TURNS.bench_key, out)
+    local rest = {}
+    for j, domain in ipairs(out) do
+      if benched[j] then TURNS.benched[domain] = true else rest[#rest + 1] = domain end
+    end
+    out = rest
+    TURNS.prefetch(out)
+  end
+  for _, domain in ipairs(out) do requeue(domain) end
 end
 
 
