@@ -1,6 +1,6 @@
 -- Mind Lua 5.1's limits: this prelude's top level (the library's main chunk, with every body's functions) holds
--- 200 locals, which it has reached (a new one needs another merged or removed: FUNCTION LOAD fails with "more than
--- 200 local variables"), and a function may use 60 upvalues.
+-- 200 locals, which it has all but reached (one more fits; a second needs another merged or removed: FUNCTION LOAD
+-- fails with "more than 200 local variables"), and a function may use 60 upvalues.
 --
 -- The globals these scripts use, as locals (a global is read through Redis 7's empty proxy table and its
 -- __index at every use).  A function library's prelude runs at FUNCTION LOAD, where only `redis` (its loader
