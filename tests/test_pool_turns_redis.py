@@ -176,6 +176,20 @@ class RedisTurnsTests(RedisKeys, TurnsCase, TestCase):
         assert domains_of((yield limited.pop(10))) == domains_of(first)  # its second URL: the same turn
 
 
+    @defer.inlineCallbacks
+    def test_hosts_says_which_wait_for_a_turn(self) -> Gen:
+        """hosts() marks the hosts whose domain waits for a place while every place is taken, as the embedded
+        pools' do; with room (or no limit) none is marked."""
+        pool = yield self.node(1)
+        yield pool.addmany(["http://a.example/1", "http://a.example/2", "http://b.example/1"])
+        yield pool.pop(1)
+        rows = {row["host"]: row for row in (yield pool.hosts())}
+        assert (rows["a.example"].get("waiting_for_turn"), rows["b.example"].get("waiting_for_turn")) == (None, True)
+        unlimited = yield self.node(0)
+        yield unlimited.addmany(["http://c.example/1"])
+        assert not [row for row in (yield unlimited.hosts()) if "waiting_for_turn" in row]
+
+
 class ClusterTurnsTests(ClusterCase, TurnsCase, TestCase):
     """On a Redis Cluster: each partition takes its share of the limit (at least one domain)."""
 

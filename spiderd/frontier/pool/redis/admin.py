@@ -72,10 +72,32 @@ class RedisAdmin:
 
     def hosts(self, limit: int = 50) -> defer.Deferred[list[dict[str, Any]]]:
         """The hosts to look at first (see IURLPoolAdmin): one script reading ``P throttled`` and ``P waiting``
-        (at most ``limit`` of each) and those hosts' slots; the failed fetches are this node's own."""
+        (at most ``limit`` of each) and those hosts' slots; the failed fetches are this node's own; a host whose
+        domain is on the bench while every place in turn is taken is ``waiting_for_turn``."""
         limit = host_limit(limit)
         now = self._clock.seconds()
-        return self._channel.run("hosts", [str(limit)], now).addCallback(self._hosts, limit, now)
+        d = self._channel.run("hosts", [str(limit)], now).addCallback(self._hosts, limit, now)
+        return d.addCallback(self._mark_benched)
+
+    def _mark_benched(self, rows: list[dict[str, Any]]) -> defer.Deferred[list[dict[str, Any]]]:
+        """Mark the rows of hosts whose domain waits for a place among those taking turns (all of them taken):
+        ``P meta``'s turn_limit, ``P turns``' size and the domains' places on ``P bench``, read in one pipeline."""
+        if not rows:
+            return defer.succeed(rows)
+        prefix, execute = self._channel.prefix, self._channel.execute
+        domains = [registered_domain(row["host"]) for row in rows]
+        reads = [execute("HGET", prefix + "meta", "turn_limit"), execute("HLEN", prefix + "turns"),
+                 execute("ZMSCORE", prefix + "bench", *domains)]
+
+        def marked(answers: list[Any]) -> list[dict[str, Any]]:
+            limit, in_turn, benched = answers
+            if int(limit or 0) > 0 and int(in_turn) >= int(limit or 0):
+                for row, place in zip(rows, benched):
+                    if place is not None:
+                        row["waiting_for_turn"] = True
+            return rows
+
+        return defer.gatherResults(reads, consumeErrors=True).addCallback(marked)
 
     def _hosts(self, flat: list[Any], limit: int, now: float) -> list[dict[str, Any]]:
         default = bool(self._politeness.adaptive.on)
