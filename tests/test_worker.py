@@ -34,7 +34,7 @@ from spiderd.demo.pages import PRIVATE, SiteSpec, render
 from spiderd.demo.site import listen, port_of
 from spiderd.feed.shipper import FeedShipper
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
-from spiderd.fetch.parsepool import ParsePool
+from spiderd.fetch.parsepool import ParseError, ParsePool
 from spiderd.fetch.robots import Robots
 from spiderd.store import open_store
 from spiderd.core.urls import fingerprint, to_signed64
@@ -297,6 +297,33 @@ class BatchTests(WorkerTestBase):
             rows = dict(db.execute("SELECT url, html_lzma FROM crawler_html"))
         self.assertEqual({u: lzma.decompress(b) for u, b in rows.items()},
                          {self.root + p: render(self.spec, p)[2] for p in paths})
+
+    @defer.inlineCallbacks
+    def test_a_page_whose_parse_fails_is_fetched_again(self) -> Any:
+        """A page whose parse fails is counted (``processing_errors``), logged, and fetched again: its retry makes
+        the item (the job's claim on the page was undone), once."""
+        self.gate.open()
+        parser = self.parser()
+        parse, failed = parser.parse, []
+
+        def once(url: str, *args: Any, **kwargs: Any) -> Any:
+            if not failed:
+                failed.append(url)
+                return defer.fail(ParseError("the parse child died"))
+            return parse(url, *args, **kwargs)
+
+        parser.parse = once  # type: ignore[method-assign]
+        service = self.worker()
+        paths = self.good(0, 2)
+        jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("batch", "7"),
+                                    ("setting", self.feed_setting()), ("setting", self.urls(*paths)))
+        job = yield service.runner.when_done(jobid)
+        yield self.shipper.settled()
+        self.assertEqual(len(self.flushLoggedErrors(ParseError)), 1)
+        self.assertEqual((job.state, job.stats["processing_errors"], job.stats["requests"], job.stats["items"]),
+                         ("finished", 1, 3, 2))
+        self.assertEqual(sorted(item["url"] for item in self.feed_items("7")), sorted(self.root + p for p in paths))
+        self.assertIn(failed[0], [self.root + p for p in paths])
 
     @defer.inlineCallbacks
     def test_listjobs_after_a_job(self) -> Any:
