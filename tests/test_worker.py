@@ -41,6 +41,7 @@ from spiderd.core.urls import fingerprint, to_signed64
 from spiderd.worker import WorkerConfig, WorkerService, worker_config
 from spiderd.core.secrets import is_loopback
 from spiderd.core.rules import AdaptiveDelay
+from spiderd.worker.files import ItemsFile
 from spiderd.worker.jobs import Job, JobStore, safe_name, write_atomically
 from spiderd.worker.pipeline import retryable
 
@@ -324,6 +325,34 @@ class BatchTests(WorkerTestBase):
                          ("finished", 1, 3, 2))
         self.assertEqual(sorted(item["url"] for item in self.feed_items("7")), sorted(self.root + p for p in paths))
         self.assertIn(failed[0], [self.root + p for p in paths])
+
+    @defer.inlineCallbacks
+    def test_items_without_a_page_store(self) -> Any:
+        """With no page store, each page's item is written at once; an item that cannot be written is logged
+        (not lost without a word), and the job still settles."""
+        self.gate.open()
+        service = WorkerService(reactor, self.config(), self.fetcher, self.parser(), None, self.shipper)
+        service.startService()
+        self.addCleanup(lambda: service.stopService() if service.running else None)
+        self.api = "http://%s:%d" % service.address
+        write, refused = ItemsFile.write, []
+
+        def write_once(items: ItemsFile, item: dict[str, Any]) -> None:
+            if not refused:
+                refused.append(item["url"])
+                raise OSError("no room for the line")
+            write(items, item)
+
+        self.patch(ItemsFile, "write", write_once)
+        paths = self.good(0, 3)
+        jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("batch", "8"),
+                                    ("setting", self.feed_setting()), ("setting", self.urls(*paths)))
+        job = yield service.runner.when_done(jobid)
+        yield self.shipper.settled()
+        self.assertEqual(len(self.flushLoggedErrors(OSError)), 1)
+        self.assertEqual((job.state, job.stats["pages"], job.stats["items"]), ("finished", 3, 2))
+        self.assertEqual(sorted(item["url"] for item in self.feed_items("8")),
+                         sorted(self.root + p for p in paths if self.root + p not in refused))
 
     @defer.inlineCallbacks
     def test_listjobs_after_a_job(self) -> Any:

@@ -349,10 +349,19 @@ class Pipeline:
                 self.stats.incr("duplicate_content")
             return
         run.storing += 1
-        saved = outcome.saved if outcome.saved is not None else defer.succeed(None)
-        saved.addCallbacks(lambda _: self._stored(run, extracted, outcome.result),
-                           lambda f: self._not_stored(run, url, f))
-        saved.addBoth(lambda _: self._storing_over(run))
+        if outcome.saved is None:  # not stored (no page store): the item at once, with no Deferred to wait on
+            self._stored_now(run, extracted, outcome.result)
+            return
+        outcome.saved.addCallbacks(lambda _: self._stored(run, extracted, outcome.result),
+                                   lambda f: self._not_stored(run, url, f))
+        outcome.saved.addBoth(lambda _: self._storing_over(run))
+
+    def _stored_now(self, run: Run, extracted: Extracted, result: FetchResult) -> None:
+        try:
+            self._stored(run, extracted, result)
+        except Exception:
+            log.failure("Worker: job {id}: the item of {url} failed", id=run.job.id, url=result.final_url)
+        self._storing_over(run)
 
     def _stored(self, run: Run, extracted: Extracted, result: FetchResult) -> None:
         run.stats["pages"] += 1
