@@ -176,6 +176,15 @@ def test_site_for_exact_host_subdomain_and_port() -> None:
     assert RULES.site_for("not a url") is None
 
 
+def test_site_for_canonical_is_site_for() -> None:
+    """A canonical URL's site, looked up without canonicalizing it again, is site_for's, the length limit too."""
+    short = Rules(RULES.sites, max_url_length=60, max_path_depth=32)
+    for url in ("https://shop.example.com/x", "https://a.b.shop.example.com:8443/x", "http://blog.example.net/",
+                "https://example.com/", "https://shop.example.com/" + "a" * 40, "https://shop.example.com/" + "a" * 80):
+        for rules in (RULES, short):
+            assert rules.site_for_canonical(url) == rules.site_for(url), url
+
+
 @pytest.mark.parametrize(
     "url, kind",
     [

@@ -178,6 +178,7 @@ class ValidateTests(unittest.SynchronousTestCase):
             b'{"a":1}\n{"b":2}': "line 2: no final newline",
             b'{"a":1,\r"b":2}\n': "line 1: carriage return",
             b'{"a":1\n': "line 1: not JSON",
+            b'{"a":1}\n\xef\xbb\xbf{"b":2}\n': "line 2: not JSON: Unexpected UTF-8 BOM",
         }
         for data, message in cases.items():
             with self.assertRaises(BadFeedError, msg=repr(data)) as caught:

@@ -34,13 +34,14 @@ from spiderd.demo.pages import PRIVATE, SiteSpec, render
 from spiderd.demo.site import listen, port_of
 from spiderd.feed.shipper import FeedShipper
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
-from spiderd.fetch.parsepool import ParsePool
+from spiderd.fetch.parsepool import ParseError, ParsePool
 from spiderd.fetch.robots import Robots
 from spiderd.store import open_store
 from spiderd.core.urls import fingerprint, to_signed64
 from spiderd.worker import WorkerConfig, WorkerService, worker_config
 from spiderd.core.secrets import is_loopback
 from spiderd.core.rules import AdaptiveDelay
+from spiderd.worker.files import ItemsFile
 from spiderd.worker.jobs import Job, JobStore, safe_name, write_atomically
 from spiderd.worker.pipeline import retryable
 
@@ -297,6 +298,61 @@ class BatchTests(WorkerTestBase):
             rows = dict(db.execute("SELECT url, html_lzma FROM crawler_html"))
         self.assertEqual({u: lzma.decompress(b) for u, b in rows.items()},
                          {self.root + p: render(self.spec, p)[2] for p in paths})
+
+    @defer.inlineCallbacks
+    def test_a_page_whose_parse_fails_is_fetched_again(self) -> Any:
+        """A page whose parse fails is counted (``processing_errors``), logged, and fetched again: its retry makes
+        the item (the job's claim on the page was undone), once."""
+        self.gate.open()
+        parser = self.parser()
+        parse, failed = parser.parse, []
+
+        def once(url: str, *args: Any, **kwargs: Any) -> Any:
+            if not failed:
+                failed.append(url)
+                return defer.fail(ParseError("the parse child died"))
+            return parse(url, *args, **kwargs)
+
+        parser.parse = once  # type: ignore[method-assign]
+        service = self.worker()
+        paths = self.good(0, 2)
+        jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("batch", "7"),
+                                    ("setting", self.feed_setting()), ("setting", self.urls(*paths)))
+        job = yield service.runner.when_done(jobid)
+        yield self.shipper.settled()
+        self.assertEqual(len(self.flushLoggedErrors(ParseError)), 1)
+        self.assertEqual((job.state, job.stats["processing_errors"], job.stats["requests"], job.stats["items"]),
+                         ("finished", 1, 3, 2))
+        self.assertEqual(sorted(item["url"] for item in self.feed_items("7")), sorted(self.root + p for p in paths))
+        self.assertIn(failed[0], [self.root + p for p in paths])
+
+    @defer.inlineCallbacks
+    def test_items_without_a_page_store(self) -> Any:
+        """With no page store, each page's item is written at once; an item that cannot be written is logged
+        (not lost without a word), and the job still settles."""
+        self.gate.open()
+        service = WorkerService(reactor, self.config(), self.fetcher, self.parser(), None, self.shipper)
+        service.startService()
+        self.addCleanup(lambda: service.stopService() if service.running else None)
+        self.api = "http://%s:%d" % service.address
+        write, refused = ItemsFile.write, []
+
+        def write_once(items: ItemsFile, item: dict[str, Any]) -> None:
+            if not refused:
+                refused.append(item["url"])
+                raise OSError("no room for the line")
+            write(items, item)
+
+        self.patch(ItemsFile, "write", write_once)
+        paths = self.good(0, 3)
+        jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("batch", "8"),
+                                    ("setting", self.feed_setting()), ("setting", self.urls(*paths)))
+        job = yield service.runner.when_done(jobid)
+        yield self.shipper.settled()
+        self.assertEqual(len(self.flushLoggedErrors(OSError)), 1)
+        self.assertEqual((job.state, job.stats["pages"], job.stats["items"]), ("finished", 3, 2))
+        self.assertEqual(sorted(item["url"] for item in self.feed_items("8")),
+                         sorted(self.root + p for p in paths if self.root + p not in refused))
 
     @defer.inlineCallbacks
     def test_listjobs_after_a_job(self) -> Any:

@@ -46,7 +46,9 @@ class CrawlStats:
 
     def item_made(self, site: str, item: dict[str, Any]) -> None:
         """Count an item of ``site`` and each of its fields that came out empty (the Sites view's figures)."""
-        figures = self.sites.setdefault(site, {"items": 0, "empty": Counter()})
+        figures = self.sites.get(site)
+        if figures is None:  # (not setdefault: it would make a dict and a Counter for every item)
+            figures = self.sites[site] = {"items": 0, "empty": Counter()}
         figures["items"] += 1
         empty: Counter[str] = figures["empty"]
         for name, value in item.items():

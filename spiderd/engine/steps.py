@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
+from twisted.python.failure import Failure
 
 from spiderd.core import conditional as cg
 from spiderd.core import throttle as th
+from spiderd.core.deferreds import apart
 from spiderd.core.storage import StorageGate, retried
 from spiderd.core.urls import fingerprint, host_of
 from spiderd.feed.schema import FIXED
@@ -146,38 +148,53 @@ class PageSteps:
             port.throttled(result, wait)
         elif result.status > 0:
             self.throttles.answered(host_of(result.url))
-        return self._process(result, port, sent, wait)
+        return apart(self._process(result, port, sent, wait))
 
-    @defer.inlineCallbacks
-    def _process(self, result: FetchResult, port: Port, sent: cg.Validators | None, wait: float | None) -> Any:
-        if result.headers is not None or result.previous:  # (answers fetched on the way: robots.txt, redirects)
-            archived = port.archive(result)
-            if archived is not None:
-                yield archived
-        if wait is not None:
-            return Outcome(result, Verdict.THROTTLED, wait)
-        if result.status == cg.NOT_MODIFIED and sent is not None:
-            return Outcome(result, Verdict.NOT_MODIFIED)
-        if result.status != 200:
-            return Outcome(result, Verdict.FAILED)
-        if not (yield port.is_new(result)):
-            return Outcome(result, Verdict.DUPLICATE)
+    def _process(self, result: FetchResult, port: Port, sent: cg.Validators | None,
+                 wait: float | None) -> Deferred[Outcome]:
+        """Archive the answer, then judge it (plain calls and callbacks: this runs for every page)."""
         try:
-            outcome = yield self._page(result, port)
+            if result.headers is not None or result.previous:  # (answers fetched on the way: robots.txt, redirects)
+                archived = port.archive(result)
+                if archived is not None:
+                    return archived.addCallback(lambda _: self._judge(result, port, sent, wait))
+            return self._judge(result, port, sent, wait)
         except Exception:
-            port.parse_failed(result)
-            raise
-        return outcome
+            return defer.fail()
 
-    @defer.inlineCallbacks
-    def _page(self, result: FetchResult, port: Port) -> Any:
+    def _judge(self, result: FetchResult, port: Port, sent: cg.Validators | None,
+               wait: float | None) -> Deferred[Outcome]:
+        if wait is not None:
+            return defer.succeed(Outcome(result, Verdict.THROTTLED, wait))
+        if result.status == cg.NOT_MODIFIED and sent is not None:
+            return defer.succeed(Outcome(result, Verdict.NOT_MODIFIED))
+        if result.status != 200:
+            return defer.succeed(Outcome(result, Verdict.FAILED))
+        new = port.is_new(result)
+        if isinstance(new, Deferred):
+            return new.addCallback(self._if_new, result, port)
+        return self._if_new(new, result, port)
+
+    def _if_new(self, new: bool, result: FetchResult, port: Port) -> Deferred[Outcome]:
+        if not new:
+            return defer.succeed(Outcome(result, Verdict.DUPLICATE))
+        return self._page(result, port).addErrback(_parse_failed, result, port)
+
+    def _page(self, result: FetchResult, port: Port) -> Deferred[Outcome]:
         """Parse, hand the links on, claim the content, store."""
-        kind = port.kind(result)
-        url = result.final_url
-        preset = self.store.preset if kind == "detail" and self.store is not None else None
-        extracted = yield self._parser.parse(url, result.page, result.content_type, kind, self._clock.seconds(),
-                                             result.status, compress=preset, robots_tag=result.robots_tag,
-                                             rules=port.rules())
+        try:
+            kind = port.kind(result)
+            url = result.final_url
+            preset = self.store.preset if kind == "detail" and self.store is not None else None
+            parsing = self._parser.parse(url, result.page, result.content_type, kind, self._clock.seconds(),
+                                         result.status, compress=preset, robots_tag=result.robots_tag,
+                                         rules=port.rules())
+        except Exception:
+            return defer.fail()
+        return parsing.addCallback(self._parsed, result, port, kind, url)
+
+    def _parsed(self, extracted: Extracted, result: FetchResult, port: Port, kind: str,
+                url: str) -> Outcome | Deferred[Outcome]:
         if self.modes is not None:
             self.modes.mark(result, extracted)
         outcome = Outcome(result, Verdict.PAGE, kind=kind, extracted=extracted)
@@ -187,13 +204,22 @@ class PageSteps:
         outcome.links = port.parsed(result, extracted)
         if extracted.noindex or kind != "detail":
             return outcome
-        if (yield self._duplicate(extracted, url)):
+        if self._claim_content is None or extracted.digest is None:
+            return self._save(outcome, url, port)
+        return self._duplicate(extracted, url).addCallback(self._claimed, outcome, url, port)
+
+    def _claimed(self, duplicate: bool, outcome: Outcome, url: str, port: Port) -> Outcome:
+        if duplicate:
             outcome.duplicate_content = True
             return outcome
+        return self._save(outcome, url, port)
+
+    def _save(self, outcome: Outcome, url: str, port: Port) -> Outcome:
         if not port.wanted():
             outcome.verdict = Verdict.ABANDONED
             return outcome
-        outcome.saved = self._store(url, result.page, extracted, port)
+        assert outcome.extracted is not None
+        outcome.saved = self._store(url, outcome.result.page, outcome.extracted, port)
         return outcome
 
     def _duplicate(self, extracted: Extracted, url: str) -> Deferred[bool]:
@@ -232,3 +258,10 @@ class PageSteps:
             return saved
 
         return retried(self.gate, "store", save, lambda: not port.keep_waiting())
+
+
+def _parse_failed(failure: Failure, result: FetchResult, port: Port) -> Failure:
+    """The parse (or what came after it) failed: the port undoes what ``is_new`` took; the failure goes on."""
+    if failure.check(Exception):
+        port.parse_failed(result)
+    return failure

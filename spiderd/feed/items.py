@@ -275,7 +275,11 @@ def json_line(item: dict[str, Any]) -> str:
 
 
 def _dumps(item: Any) -> str:
-    return json.dumps(item, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False) + "\n"
+    return _ENCODER.encode(item) + "\n"
+
+
+# json.dumps with these options makes an encoder for every call: one for every line, made once (it holds no state)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False)
 
 
 def _finite(value: Any) -> Any:

@@ -35,7 +35,9 @@ def _check_line(raw: bytes, number: int) -> None:
     if "\r" in text:
         raise BadFeedError(f"line {number}: carriage return inside the line")
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        if text.startswith("\ufeff"):  # (as json.loads says it)
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        value = _DECODER.decode(text)
     except ValueError as e:
         raise BadFeedError(f"line {number}: not JSON: {e}") from None
     if not isinstance(value, dict):
@@ -44,3 +46,7 @@ def _check_line(raw: bytes, number: int) -> None:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+# json.loads with parse_constant makes a decoder for every call: one for every line, made once (it holds no state)
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)

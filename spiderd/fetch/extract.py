@@ -111,6 +111,13 @@ class Rules:
             canonical = canonicalize(url, self.max_url_length)
         except BadURL:
             return None
+        return self.site_for_canonical(canonical)
+
+    def site_for_canonical(self, canonical: str) -> Site | None:
+        """``site_for`` of a URL canonical already (what ``canonicalize`` gave): not canonicalized again (None past
+        ``max_url_length``, as ``site_for``)."""
+        if len(canonical) > self.max_url_length:
+            return None
         compiled = self._compiled_for(canonical)
         return compiled.site if compiled is not None else None
 

@@ -204,35 +204,55 @@ class Pipeline:
 
     # -- one URL ----------------------------------------------------------------------------------------------
 
-    @defer.inlineCallbacks
-    def _work(self, run: Run, taken: Entry) -> Any:
-        """Fetch, then the engine's steps (a throttle blocks the host before its slot frees), then the outcome."""
-        elapsed = None
+    def _work(self, run: Run, taken: Entry) -> Deferred[None]:
+        """Fetch, then the engine's steps (a throttle blocks the host before its slot frees), then the outcome
+        (plain calls and callbacks: this runs for every URL)."""
         recrawl = run.recrawl.get(taken.url)
         sent = recrawl.validators if recrawl is not None else None  # a recrawl: conditional on what was kept
         try:
-            result = yield run.wait(self.steps.fetch(self._fetcher, taken.url, sent, turns=self.turns,
-                                                     **run.fetch_options))
-            elapsed = result.elapsed
+            fetching = run.wait(self.steps.fetch(self._fetcher, taken.url, sent, turns=self.turns,
+                                                 **run.fetch_options))
+        except Exception:
+            self._fetch_over(taken, run, None)
+            return defer.fail()
+        return fetching.addCallbacks(self._fetched, self._fetch_failed, callbackArgs=(run, taken, recrawl, sent),
+                                     errbackArgs=(run, taken))
+
+    def _fetch_failed(self, failure: Failure, run: Run, taken: Entry) -> Failure:
+        self._fetch_over(taken, run, None)
+        return failure
+
+    def _fetch_over(self, taken: Entry, run: Run, elapsed: float | None) -> None:
+        """The fetch's host slot frees (its politeness learns how long the answer took)."""
+        self.queue.done(taken.host, self.clock.seconds(), elapsed)
+        if run.hosts is not None:
+            run.hosts.released(taken.host)
+
+    def _fetched(self, result: FetchResult, run: Run, taken: Entry, recrawl: Recrawl | None,
+                 sent: cg.Validators | None) -> Deferred[None] | None:
+        try:
             if run.halted:
-                return
+                return None
             if recrawl is not None:
                 result.previous_fetch = recrawl.fetched_at  # (a 304's WARC revisit record refers to it)
             self._count(run, result)
             processing = self.steps.process(result, JobPort(self, run), sent)
         finally:
-            self.queue.done(taken.host, self.clock.seconds(), elapsed)
-            if run.hosts is not None:
-                run.hosts.released(taken.host)
-        try:
-            outcome = yield processing
-        except Exception:
-            log.failure("Worker: job {id}: processing {url} failed", id=run.job.id, url=taken.url)
-            run.note(f"{taken.url}: parsing failed (see the worker's log)", LogLevel.error)
-            run.stats["processing_errors"] += 1
-            if not run.halted:
-                self._retry(run, taken, "processing error (parsing the page failed)")
-            return
+            self._fetch_over(taken, run, result.elapsed)
+        return processing.addCallbacks(self._processed, self._processing_failed, callbackArgs=(run, taken),
+                                       errbackArgs=(run, taken))
+
+    def _processing_failed(self, failure: Failure, run: Run, taken: Entry) -> Failure | None:
+        if not failure.check(Exception):
+            return failure
+        log.failure("Worker: job {id}: processing {url} failed", failure, id=run.job.id, url=taken.url)
+        run.note(f"{taken.url}: parsing failed (see the worker's log)", LogLevel.error)
+        run.stats["processing_errors"] += 1
+        if not run.halted:
+            self._retry(run, taken, "processing error (parsing the page failed)")
+        return None
+
+    def _processed(self, outcome: Outcome, run: Run, taken: Entry) -> None:
         if not run.halted:
             self._settle(run, taken, outcome)
 
@@ -329,10 +349,19 @@ class Pipeline:
                 self.stats.incr("duplicate_content")
             return
         run.storing += 1
-        saved = outcome.saved if outcome.saved is not None else defer.succeed(None)
-        saved.addCallbacks(lambda _: self._stored(run, extracted, outcome.result),
-                           lambda f: self._not_stored(run, url, f))
-        saved.addBoth(lambda _: self._storing_over(run))
+        if outcome.saved is None:  # not stored (no page store): the item at once, with no Deferred to wait on
+            self._stored_now(run, extracted, outcome.result)
+            return
+        outcome.saved.addCallbacks(lambda _: self._stored(run, extracted, outcome.result),
+                                   lambda f: self._not_stored(run, url, f))
+        outcome.saved.addBoth(lambda _: self._storing_over(run))
+
+    def _stored_now(self, run: Run, extracted: Extracted, result: FetchResult) -> None:
+        try:
+            self._stored(run, extracted, result)
+        except Exception:
+            log.failure("Worker: job {id}: the item of {url} failed", id=run.job.id, url=result.final_url)
+        self._storing_over(run)
 
     def _stored(self, run: Run, extracted: Extracted, result: FetchResult) -> None:
         run.stats["pages"] += 1

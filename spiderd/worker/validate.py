@@ -202,7 +202,7 @@ class Validator:
                 canonical = canonicalize(url, self._rules.max_url_length)
             except BadURL as e:
                 raise ApiError(f"DISTRIBUTED_START_URLS is invalid: {self._redact_all(url)!r} ({e.reason})") from None
-            found = rules.site_for(canonical)
+            found = rules.site_for_canonical(canonical)  # (canonicalize gave it)
             if found is None or found.name != site.name:
                 hosts = ", ".join(site.allowed_hosts)
                 raise ApiError(f"DISTRIBUTED_START_URLS is invalid: {self._redact_all(url)!r} is not a URL of "
