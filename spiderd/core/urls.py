@@ -20,7 +20,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, AnyStr
 from urllib.parse import urlsplit
 
 import farmhash
@@ -227,3 +227,24 @@ def _psl() -> PublicSuffixList:
     from publicsuffixlist import PublicSuffixList
 
     return PublicSuffixList()
+
+
+_HTTP = ("http://", "https://")
+_HTTP_BYTES = (b"http://", b"https://")
+
+
+def origin_end(url: str | bytes) -> int:
+    """Where an ``http://`` or ``https://`` URL's scheme and authority end, as urlsplit ends the netloc: at its first
+    '/', '?' or '#' past the '//' (its length if none); -1 for any other URL."""
+    if isinstance(url, bytes):
+        return _first_of(url, (b"/", b"?", b"#"), url.index(b"//") + 2) if url.startswith(_HTTP_BYTES) else -1
+    return _first_of(url, ("/", "?", "#"), url.index("//") + 2) if url.startswith(_HTTP) else -1
+
+
+def _first_of(text: AnyStr, stops: tuple[AnyStr, ...], start: int) -> int:
+    end = len(text)
+    for stop in stops:
+        found = text.find(stop, start, end)
+        if found >= 0:
+            end = found
+    return end

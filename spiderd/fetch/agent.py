@@ -21,8 +21,9 @@ from twisted.web.error import SchemeNotSupported
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IBodyProducer, IResponse
 
+from spiderd.core.urls import origin_end
+
 ORIGINS_KEPT = 4096  # origins whose parse is kept (emptied when full)
-_PREFIXES = (b"http://", b"https://")
 
 
 class Origins:
@@ -35,13 +36,9 @@ class Origins:
     def split(self, uri: bytes) -> tuple[URI, bytes] | None:
         """``uri`` (valid and stripped, as ``Agent.request`` has it) as :meth:`URI.fromBytes` reads it, and its
         origin form (the request's target); None for a URL other than ``http://`` or ``https://``."""
-        if not uri.startswith(_PREFIXES):
+        end = origin_end(uri)
+        if end < 0:
             return None
-        start, end = uri.index(b"//") + 2, len(uri)
-        for stop in (b"/", b"?", b"#"):  # (the netloc ends at the first of them, as urlsplit's does)
-            found = uri.find(stop, start, end)
-            if found >= 0:
-                end = found
         origin = self._origin(uri[:end])
         path, _, fragment = uri[end:].partition(b"#")
         path, _, query = path.partition(b"?")

@@ -17,11 +17,11 @@ from twisted.web.iweb import IAgent
 from twisted.web.http_headers import Headers
 
 from spiderd.core.rules import HostTable, Site
+from spiderd.core.urls import origin_end
 from spiderd.fetch.proxy import Proxies, ProxyUnsupported
 
 MAX_COOKIES = 1000  # cookies one site's jar holds before it is emptied
 NETLOCS_KEPT = 16384  # URL authorities whose site is remembered (emptied when full, and when the sites change)
-_PREFIXES = ("http://", "https://")
 
 
 class SiteOptions:
@@ -100,14 +100,7 @@ class SiteOptions:
 
 
 def _netloc(url: str) -> str | None:
-    """The authority of an ``http://`` or ``https://`` URL as written (up to its first ``/``, ``?`` or ``#``,
-    where urlsplit ends it too), with the scheme; None for any other URL (urlsplit reads it whole)."""
-    if not url.startswith(_PREFIXES):
-        return None
-    start = url.index("//") + 2
-    end = len(url)
-    for stop in "/?#":
-        found = url.find(stop, start, end)
-        if found >= 0:
-            end = found
-    return url[:end]
+    """The scheme and authority of an ``http://`` or ``https://`` URL as written; None for any other URL (urlsplit
+    reads it whole)."""
+    end = origin_end(url)
+    return None if end < 0 else url[:end]
