@@ -389,7 +389,7 @@ class ScrapydCompatibilityTests(WorkerTestBase):
     def test_documented_curl_examples(self) -> Any:
         """schedule (plain, with a setting and an argument), listjobs, cancel and daemonstatus."""
         service = self.worker("somespider", {"start_urls": [self.root + self.good(0, 1)[0]]}, project="myproject",
-                              max_jobs=1)  # a spider with start URLs of its own: a job sent none fetches them
+                              max_jobs=1, concurrency=1)  # start URLs of its own: a job sent none fetches them
         # curl http://localhost:6800/schedule.json -d project=myproject -d spider=somespider
         code, plain, _ = yield self.call("POST", "/schedule.json", {"project": "myproject", "spider": "somespider"})
         self.assertEqual((code, plain["status"], plain["node_name"]), (200, "ok", "test-node"))
@@ -673,7 +673,7 @@ class SecurityTests(WorkerTestBase):
     def test_secrets_never_shown(self) -> Any:
         """Passwords in FEED_URI or in arguments are *** in listjobs.json and never in the logs or error messages."""
         with capturedLogs() as events:
-            self.worker(max_jobs=1)
+            self.worker(max_jobs=1, concurrency=1)
             yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"),
                                 ("setting", self.urls(self.slow())))
             yield self.gate.arrival(1)
@@ -1175,7 +1175,7 @@ class PersistenceTests(WorkerTestBase):
     @defer.inlineCallbacks
     def test_priority_order(self) -> Any:
         """Pending jobs run highest priority first, then in order of arrival."""
-        service = self.worker(max_jobs=1)
+        service = self.worker(max_jobs=1, concurrency=1)
         yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"),
                             ("setting", self.urls(self.slow())))
         yield self.gate.arrival(1)

@@ -186,6 +186,24 @@ class FlowTests(WorkerTestBase):
                          ("finished", 1, 1, 4))
 
     @defer.inlineCallbacks
+    def test_a_job_whose_last_urls_are_in_flight_lets_the_next_job_fetch(self) -> Any:
+        """With max_jobs = 1, a job whose URLs are all handed out (its last page held by a slow server) leaves its
+        place while URL slots are free: the next job fetches and ships meanwhile; the first ends with its page."""
+        service = self.worker(max_jobs=1, concurrency=3, job_concurrency=0, per_host_concurrency=10)
+        first = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                                    ("batch", "1"), ("setting", self.held_urls(0, 1)))
+        yield self.holding.holding(1)  # its one page is in flight on a slow server: nothing of it is left to start
+        second = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"),
+                                     ("setting", self.feed_setting()), ("batch", "2"),
+                                     ("setting", self.urls(*self.good(1, 2))))
+        job = yield service.runner.when_done(second)
+        self.assertEqual((job.state, job.stats["pages"], service.runner.jobs[first].state),
+                         ("finished", 2, "running"))
+        self.holding.release()
+        job = yield service.runner.when_done(first)
+        self.assertEqual((job.state, job.stats["requests"]), ("finished", 1))
+
+    @defer.inlineCallbacks
     def test_a_shipping_job_leaves_its_place(self) -> Any:
         """With max_jobs = 1, the next job fetches while the one before is still handing over its feed."""
         shipped: list[Deferred[None]] = []
@@ -282,7 +300,7 @@ class FlowTests(WorkerTestBase):
         job gets all of them, repeats dropped."""
         from spiderd.worker import validate
 
-        service = self.worker(max_jobs=1, max_job_urls=10_000)
+        service = self.worker(max_jobs=1, max_job_urls=10_000, concurrency=1)  # no free slot: the held job counts
         sizes: list[int] = []
         check = service.validator._check_urls
         service.validator._check_urls = lambda urls, site, rules: (sizes.append(len(urls)), check(urls, site, rules))[1]
@@ -310,7 +328,7 @@ class FlowTests(WorkerTestBase):
 
         from .webnode import start_api
 
-        service = self.worker(max_jobs=1)
+        service = self.worker(max_jobs=1, concurrency=3)  # the held job's 3 URLs take every slot: it counts
         done = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
                                    ("batch", "7"), ("setting", self.urls(*self.good(0, 2))))
         yield service.runner.when_done(done)

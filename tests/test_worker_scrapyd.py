@@ -249,7 +249,7 @@ class PageTests(WorkerTestBase):
     @defer.inlineCallbacks
     def test_home_and_jobs_pages(self) -> Any:
         """The pages name the project, spiders and every job with its times and log; no script, nothing external."""
-        service = self.worker(max_jobs=1)
+        service = self.worker(max_jobs=1, concurrency=1)
         done = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("jobid", "done-1"))
         yield service.runner.when_done(done)
         yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("jobid", "held-1"),

@@ -27,7 +27,7 @@ class WorkerConfig:
     password: str = ""
     project: str = "spiderd"
     node_name: str = ""  # "" = the host name, as Scrapyd
-    max_jobs: int = 4  # jobs fetching at once (a job shipping its feed does not count)
+    max_jobs: int = 4  # jobs fetching at once (a job shipping, or only waiting while slots are free, does not)
     concurrency: int = 64  # URLs in flight over all jobs
     job_concurrency: int = 0  # URLs in flight per job at most; 0 = only concurrency
     redirect_window: float = 86400.0  # a redirect to a page itemized this recently makes no second item

@@ -108,6 +108,12 @@ class Run:
         a host's delay) or for a fetch slot."""
         return self.active == 0 and not self.fetching_done
 
+    @property
+    def handed_out(self) -> bool:
+        """True when the run has URLs left and each is in flight or waits on its retry: none is left to start
+        (its tail: a slow page, the backed-off retries of its last 5xx)."""
+        return not (self.todo or self.queued or self.fetching_done)
+
     def check_settled(self) -> None:
         """Fire ``settled`` once no URL is in flight and none is left (or the run is halted)."""
         if self.fetching_done and self.storing == 0 and not self.settled.called:

@@ -4,8 +4,9 @@ The running jobs share the worker's URL slots (see :mod:`.pipeline`); a job
 that has fetched everything stops counting toward ``max_jobs`` while it
 ships its feed, so the next one starts at once.  Nor does a job count whose
 URLs left all wait on time (the backed-off retries of its last 5xx, a
-throttle's block, a host's delay) while the worker has free URL slots: the
-next job starts and takes them, as Scrapyd's one process per job cannot.
+throttle's block, a host's delay), or are all in flight (its tail: a slow
+page), while the worker has free URL slots: the next job starts and takes
+them, as Scrapyd's one process per job cannot.
 Jobs with URLs left are bounded all the same (``WAITING_JOBS x max_jobs``), so
 their URLs in memory are.  Every job ships a feed file,
 an empty one when it made no items (a reader can tell "batch done, nothing in
@@ -358,9 +359,12 @@ class JobRunner:
 
     def fetching(self) -> int:
         """Runs working on their URLs, which count toward ``max_jobs``: not those shipping their feed, nor, while
-        the worker has free URL slots, those whose URLs all wait (on a retry delay, a throttle, a host's delay)."""
+        the worker has free URL slots, those whose URLs all wait (on a retry delay, a throttle, a host's delay)
+        or have all been handed out (each in flight or waiting on its retry: nothing of theirs could take a
+        free slot)."""
         slack = self._pipeline.in_flight < self._config.concurrency
-        return sum(1 for run in self.runs.values() if not run.settled.called and not (slack and run.waiting))
+        return sum(1 for run in self.runs.values()
+                   if not run.settled.called and not (slack and (run.waiting or run.handed_out)))
 
     def _storage_blocked(self) -> bool:
         """True while a sink refuses writes (the gate kicks the runner when it tries again)."""
