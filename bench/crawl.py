@@ -18,7 +18,8 @@ The runs, each ``twistd -n spiderd --exit-when-done`` (or Scrapy) to the end of 
   batches over ``schedule.json`` to the node's own worker (``targets = ["local"]``), items in the
   worker's feed files; store off; ``mission_store``: the same with the store on;
 - ``split``: a ``frontier`` and a ``worker`` in two processes over loopback (timed until the worker has
-  run every batch);
+  run every batch); ``--split-workers K``: K worker daemons, the batches going round them (one machine's
+  cores used by the deployed topology);
 - ``multijob_mission``: ``mission`` with the worker configured as Scrapyd users configure theirs
   (``[worker] max_jobs = 4``, ``job_concurrency = 16``, ``[batch] size = 1000``, ``flush_interval = 5``);
 - ``cores_1``, ``cores_2``: ``mission`` under ``taskset -c`` on the first CPU this process may use, then on
@@ -96,6 +97,7 @@ from jobtimes import summary_line  # noqa: E402
 
 TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
 GZIP = False
+SPLIT_WORKERS = 1
 LIST_RE = r"/list/\d+\.html$"
 DETAIL_RE = r"/item/\d+\.html$"
 # the site with errors: shares of its detail pages that answer 404, 500 (for good), 301, 302 (one more 301 -> 302
@@ -403,28 +405,34 @@ def run_redis(work: Path, root: str, name: str, pages: int, redis: RedisServer, 
     return run
 
 
-def run_split(work: Path, root: str, pages: int) -> Run:
-    """A frontier and a worker in two processes; timed until the worker has run every batch it was sent."""
-    port = free_port()
-    worker_cfg = spiderd_config(work, root, "split-worker", store=False, role="worker",
-                                extra=f"[worker]\nport = {port}\n")
-    worker_cfg.write_text(worker_cfg.read_text().replace("exit_when_done = true", "exit_when_done = false"))
-    frontier_cfg = spiderd_config(work, root, "split", store=False, role="frontier",
-                                  targets=f'["127.0.0.1:{port}"]')
+def run_split(work: Path, root: str, pages: int, workers: int = 1) -> Run:
+    """A frontier and ``workers`` worker daemons, each its own process (the batches go round them); timed until
+    every worker has run every batch it was sent."""
+    ports = [free_port() for _ in range(workers)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    log = open(work / "split-worker.log", "w")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    worker = subprocess.Popen(twistd(worker_cfg), cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+    nodes = []
     try:
-        wait_port(port)
+        for i, port in enumerate(ports):
+            name = "split-worker" if i == 0 else f"split-worker{i + 1}"
+            config = spiderd_config(work, root, name, store=False, role="worker", extra=f"[worker]\nport = {port}\n")
+            config.write_text(config.read_text().replace("exit_when_done = true", "exit_when_done = false"))
+            log = open(work / f"{name}.log", "w")
+            nodes.append((work / name, subprocess.Popen(twistd(config), cwd=work, env=env, stdout=log,
+                                                        stderr=subprocess.STDOUT)))
+        for port in ports:
+            wait_port(port)
+        targets = "[" + ", ".join(f'"127.0.0.1:{port}"' for port in ports) + "]"
+        frontier_cfg = spiderd_config(work, root, "split", store=False, role="frontier", targets=targets)
         run = measure("split", twistd(frontier_cfg), work, lambda: pages, lambda: 0, env,
-                      until=lambda: worker_idle(port), extra_pids=[worker.pid])
+                      until=lambda: all(worker_idle(port) for port in ports), extra_pids=[p.pid for _, p in nodes])
     finally:
-        worker.send_signal(signal.SIGTERM)
-        worker.wait()
+        for _, node in nodes:
+            node.send_signal(signal.SIGTERM)
+            node.wait()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     run.cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    run.items = count_lines(list((work / "split-worker" / "feeds").glob("*.jl")))
+    run.items = sum(count_lines(list((data / "feeds").glob("*.jl"))) for data, _ in nodes)
     return run
 
 
@@ -540,10 +548,15 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(run for run in RUNS if not run.endswith("_redis")),
                         help="comma-separated runs (default: all but the _redis ones)")
     parser.add_argument("--gzip", action="store_true", help="let nginx gzip the pages")
+    parser.add_argument("--split-workers", type=int, default=1,
+                        help="worker daemons of the split run (its batches go round them)")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="the Redis of the _redis runs")
     args = parser.parse_args()
-    global GZIP
+    global GZIP, SPLIT_WORKERS
     GZIP = args.gzip
+    if args.split_workers < 1:
+        raise SystemExit("--split-workers: at least 1")
+    SPLIT_WORKERS = args.split_workers
     only = set(args.only.split(","))
     if only - set(RUNS):
         raise SystemExit(f"--only: unknown runs {sorted(only - set(RUNS))}; known: {', '.join(RUNS)}")
@@ -612,7 +625,7 @@ def crawls(work: Path, root: str, spec: SiteSpec, only: set[str], scrapy: Path |
             runs[name] = run_redis(work, root, name, pages, redis, **options)
             print(runs[name].line(), flush=True)
     if "split" in only:
-        runs["split"] = run_split(work, root, pages)
+        runs["split"] = run_split(work, root, pages, SPLIT_WORKERS)
         print(runs["split"].line(), flush=True)
     if "scrapy" in only and scrapy is not None:
         tries = [run_scrapy(work, root, scrapy, concurrency) for concurrency in (16, 64)]
