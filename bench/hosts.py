@@ -5,6 +5,7 @@
     python bench/hosts.py --sizes 5000,50000 --seconds 60 --pools leveldb
     python bench/hosts.py --profile /tmp/prof               # py-spy each run's main process (pip install py-spy)
     python bench/hosts.py --stalls /tmp/stalls              # what held the reactor when it was late
+    python bench/hosts.py --mission --pools leveldb         # the deployed path: batches to the node's own worker
 
 The web: every address 127.10.0.0 + i (127.0.0.0/8 only) is a host serving the same small shop: ``/`` and two
 more list pages, 60 detail pages of 15 KB, a robots.txt.  One nginx serves them all through one listening
@@ -12,7 +13,8 @@ socket bound to the loopback device (``SO_BINDTODEVICE lo``, handed to nginx as 
 other interface can reach it.  Its own limit is measured first, by plain keep-alive clients in two processes,
 and printed: if the crawl comes near it, the figures measure the server.
 
-The crawl, as the issue ran it: the all role, the details fetched in the process (``[batch] targets = []``),
+The crawl, as the issue ran it: the all role, the details fetched in the process (``[batch] targets = []``; with
+``--mission``, in batches over ``schedule.json`` to the node's own worker, ``targets = ["local"]``),
 store off, concurrency 64, ``per_host_concurrency = 2``, ``per_host_delay = 0.5``, robots.txt on, every host
 a seed.  Every 10 s the bench samples the node's pages (``/api/status``), the CPU of its process tree (the
 parse children included) and its RSS, and the reactor's p99 lag (the API's, over its last minute); each run
@@ -229,8 +231,8 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
-def config(work: Path, name: str, hosts: int, port: int, api_port: int, pool: str) -> Path:
-    """The node's configuration: every host a seed, the issue's crawl settings."""
+def config(work: Path, name: str, hosts: int, port: int, api_port: int, pool: str, targets: str = "[]") -> Path:
+    """The node's configuration: every host a seed, the issue's crawl settings; ``targets``: ``[batch]``'s."""
     seeds = ",\n".join(f'    "http://{address(i)}:{port}/"' for i in range(hosts))
     path = work / f"{name}.toml"
     path.write_text(f"""\
@@ -249,7 +251,7 @@ per_host_concurrency = 2
 per_host_delay = 0.5
 robots = true
 [batch]
-targets = []
+targets = {targets}
 [store]
 url = "none"
 [api]
@@ -275,10 +277,10 @@ def status(api_port: int) -> dict | None:
 
 
 def crawl(work: Path, server: Server, name: str, hosts: int, seconds: float, pool: str,
-          profile: Path | None, stalls: Path | None = None) -> Result:
+          profile: Path | None, stalls: Path | None = None, targets: str = "[]") -> Result:
     """One node crawling ``hosts`` hosts for ``seconds`` (after its API answers), sampled every SAMPLE s."""
     api_port = free_port()
-    cfg = config(work, name, hosts, server.port, api_port, pool)
+    cfg = config(work, name, hosts, server.port, api_port, pool, targets)
     log = open(work / f"{name}.log", "w")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     if stalls is not None:
@@ -400,6 +402,9 @@ def main() -> None:
                         help="sample the reactor's stack while it is late, a report per run here (bench/stalls.py)")
     parser.add_argument("--pool-setting", action="append", default=[], metavar="KEY=VALUE",
                         help="a [pool] line for every run (TOML), e.g. max_active_hosts=0")
+    parser.add_argument("--mission", action="store_true",
+                        help='the deployed path: detail pages in batches to the node\'s own worker ([batch] targets = '
+                        '["local"]); RESULT keys prefixed mission_')
     args = parser.parse_args()
     missing = [what for what, ok in (("nginx", shutil.which("nginx")), ("root (SO_BINDTODEVICE)", os.geteuid() == 0),
                                      ("py-spy (--profile)", args.profile is None or PY_SPY)) if not ok]
@@ -420,6 +425,7 @@ def main() -> None:
         redis = RedisServer(args.redis_url) if "redis" in pools else None
         fields: list[tuple[str, float]] = [("server_pages_per_s", limit)]
         settings = "\n".join(args.pool_setting)
+        targets = '["local"]' if args.mission else "[]"
         for backend in pools:
             results = []
             for size in sizes:
@@ -431,15 +437,18 @@ def main() -> None:
                             f'redis_namespace = "{prefix}"\n{settings}')
                     cpu = redis.cpu()
                     try:
-                        result = crawl(work, server, name, size, args.seconds, pool, args.profile, args.stalls)
+                        result = crawl(work, server, name, size, args.seconds, pool, args.profile, args.stalls,
+                                       targets)
                         result.redis_cpu = redis.cpu() - cpu
                     finally:
                         redis.drop(prefix)
                 else:
-                    result = crawl(work, server, name, size, args.seconds, settings, args.profile, args.stalls)
+                    result = crawl(work, server, name, size, args.seconds, settings, args.profile, args.stalls,
+                                   targets)
                 report(result)
                 results.append(result)
-            fields += figures(results, "" if backend == "leveldb" else "redis_")
+            path = "mission_" if args.mission else ""
+            fields += figures(results, path + ("" if backend == "leveldb" else "redis_"))
         print(f"load average after: {os.getloadavg()}", flush=True)
     finally:
         server.stop()
