@@ -1122,6 +1122,7 @@ class PersistenceTests(WorkerTestBase):
         jobs_dir = os.path.join(self.data, "worker", "jobs")
         os.makedirs(jobs_dir)
         incoming = self.shipper.incoming_dir
+        yield self.shipper.ready  # its spool's directories made (on its lane)
         feed = f"file://{self.feeds}/%(batch)s_%(name)s_%(time)s.jl"
         pages = self.good(0, 2)
         self.crashed_job("torn", pages, feed, shipping=False)
