@@ -19,10 +19,12 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from spiderd.fetch.extract import Extracted, extract
+from spiderd.core.itemline import json_line
+from spiderd.fetch.extract import MAX_LINKS, Extracted, extract
 from spiderd.fetch.parsepool import ParsePool, ParsePoolUnavailable, ParseWorkerDied
 from .helpers import ClockedReactor, needs_affinity, pinned_to_one_cpu, rules_of
-from spiderd.fetch.parseworker import FrameDecoder, FrameError, Input, answer, frame, init_message, rules_from, serve
+from spiderd.fetch.parseworker import (FrameDecoder, FrameError, Input, answer, extracted_from, frame, init_message,
+                                       rules_from, serve)
 
 RAW = {
     "sites": [
@@ -54,9 +56,11 @@ def parse(pool: ParsePool, i: int) -> defer.Deferred[Extracted]:
 
 
 def expected(pool: ParsePool, i: int) -> Extracted:
-    """What inline extract gives for page ``i``."""
+    """What a child gives for page ``i``: what inline extract gives, and its item's JSON line."""
     url, body, kind = page(i)
-    return extract(url, body, "text/html", kind, 1000.0 + i, 200, pool.rules)
+    result = extract(url, body, "text/html", kind, 1000.0 + i, 200, pool.rules)
+    result.line = json_line(result.item) if result.item is not None else None
+    return result
 
 
 # -- the worker side, in memory --------------------------------------------------------------------------------
@@ -92,7 +96,18 @@ class WorkerTests(SynchronousTestCase):
         self.assertEqual(messages[0], ("ready", os.getpid()))
         self.assertEqual([m[0] for m in messages[1:]], list(range(5)))
         self.assertEqual(Extracted(*messages[2][1:]), expected(pool, 1))
-        self.assertEqual(lzma.decompress(messages[4][-2]), requests[3][2])
+        self.assertEqual(lzma.decompress(Extracted(*messages[4][1:]).compressed or b""), requests[3][2])
+
+    def test_answer_carries_the_items_line(self) -> None:
+        """A detail page's answer carries its item's JSON line (the bytes its items file gets); a list page's, none."""
+        rules = rules_of(RAW)
+        url, body, kind = page(3)
+        detail = extracted_from(answer(rules, MAX_LINKS, (7, url, body, "text/html", kind, 1003.0, 200, None, None)))
+        self.assertIsNotNone(detail.item)
+        self.assertEqual(detail.line, json_line(detail.item or {}))
+        url, body, kind = page(1)
+        listing = extracted_from(answer(rules, MAX_LINKS, (8, url, body, "text/html", kind, 1001.0, 200, None, None)))
+        self.assertEqual((listing.item, listing.line), (None, None))
 
     def test_input_knows_what_is_waiting(self) -> None:
         """Input.waiting() is true while a request is buffered or readable, false when the pipe is empty."""

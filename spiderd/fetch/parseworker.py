@@ -8,9 +8,11 @@ version, ``("use", digest)`` parses the next requests with it, ``("forget", dige
 at most a few per child).  The child answers each request
 ``(id, url, body, content_type, kind, fetched_at, status, preset, robots_tag)`` in order with
 ``(id, lists, details, item, skipped, error, list_anchors, detail_anchors, list_xpaths, detail_xpaths,
-noindex, nofollow, canonical, compressed, digest)`` (the fields of :class:`~spiderd.fetch.extract.Extracted`, in order): when ``preset`` is
-not None (and the page is not ``noindex``) the child also XZ-compresses the body for the page store, so that
-CPU work runs in the parse processes too, as does the content digest (``digest``, computed by ``extract``).  The child exits at end of input.
+noindex, nofollow, canonical, compressed, digest, line)`` (the fields of :class:`~spiderd.fetch.extract.Extracted`,
+in order): when ``preset`` is not None (and the page is not ``noindex``) the child also XZ-compresses the body for
+the page store, so that CPU work runs in the parse processes too, as do the content digest (``digest``, computed by
+``extract``) and the item's JSON line (``line``: :func:`~spiderd.core.itemline.json_line`, the bytes its items file
+gets).  The child exits at end of input.
 
 To keep the parent's share of a page small, the child grows its pipes to
 1 MiB (the parent writes pages in few system calls, and reads answers in few) and flushes answers in
@@ -38,6 +40,7 @@ from typing import IO, Any
 
 from spiderd.core.compression import compress
 from spiderd.core.memory import keep_heap
+from spiderd.core.itemline import json_line
 from spiderd.fetch.extract import MAX_LINKS, Extracted, Rules, extract
 from spiderd.fetch.pagerobots import PageRobots
 from spiderd.core.rules import Field, Site
@@ -147,12 +150,13 @@ def answer(rules: Rules, max_links: int, request: tuple[Any, ...]) -> tuple[Any,
 def parsed(rules: Rules, max_links: int, url: str, body: bytes, content_type: str | None, kind: str,
            fetched_at: float, status: int, preset: int | None, robots_tag: str | None) -> tuple[Any, ...]:
     """The fields of the page's :class:`~spiderd.fetch.extract.Extracted`, in order; with ``preset`` (and the page
-    not ``noindex``) ``compressed`` is the body XZ-compressed for the store."""
+    not ``noindex``) ``compressed`` is the body XZ-compressed for the store; ``line`` is the item's JSON line."""
     result = extract(url, body, content_type, kind, fetched_at, status, rules, max_links, robots_tag)
     compressed = compress(body, preset) if preset is not None and not result.noindex else None
+    line = json_line(result.item) if result.item is not None else None
     return (result.lists, result.details, result.item, result.skipped, result.error,
             result.list_anchors, result.detail_anchors, result.list_xpaths, result.detail_xpaths,
-            result.noindex, result.nofollow, result.canonical, compressed, result.digest)
+            result.noindex, result.nofollow, result.canonical, compressed, result.digest, line)
 
 
 def extracted_from(message: tuple[Any, ...]) -> Extracted:
@@ -187,7 +191,8 @@ def write_message(stream: IO[bytes], message: Any) -> None:
     try:
         data = frame(message)
     except ValueError:
-        data = frame((message[0], [], [], None, 0, "internal-error", [], [], [], [], False, False, None, None, None))
+        data = frame((message[0], [], [], None, 0, "internal-error", [], [], [], [], False, False, None, None, None,
+                      None))
     stream.write(data)
 
 
