@@ -11,6 +11,8 @@ import lzma
 import marshal
 import os
 import signal
+import subprocess
+import sys
 from typing import Any
 
 from twisted.internet import defer, reactor
@@ -108,6 +110,13 @@ class WorkerTests(SynchronousTestCase):
         url, body, kind = page(1)
         listing = extracted_from(answer(rules, MAX_LINKS, (8, url, body, "text/html", kind, 1001.0, 200, None, None)))
         self.assertEqual((listing.item, listing.line), (None, None))
+
+    def test_child_starts_without_twisted_or_urllib_request(self) -> None:
+        """A child's imports leave out Twisted and urllib.request (w3lib's URL module, imported on the first URL off
+        the canonical fast path): its first page, the crawl's first, waits for its start."""
+        code = "import sys, spiderd.fetch.parseworker; print(sorted({'twisted', 'urllib.request'} & set(sys.modules)))"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        self.assertEqual(out.split(), ["[]"])
 
     def test_input_knows_what_is_waiting(self) -> None:
         """Input.waiting() is true while a request is buffered or readable, false when the pipe is empty."""
