@@ -26,7 +26,7 @@ from spiderd.fetch.extract import MAX_LINKS, Extracted, extract
 from spiderd.fetch.parsepool import ParsePool, ParsePoolUnavailable, ParseWorkerDied
 from .helpers import ClockedReactor, needs_affinity, pinned_to_one_cpu, rules_of
 from spiderd.fetch.parseworker import (FrameDecoder, FrameError, Input, answer, extracted_from, frame, init_message,
-                                       rules_from, serve)
+                                       message_from, request_frame, rules_from, serve)
 
 RAW = {
     "sites": [
@@ -91,7 +91,7 @@ class WorkerTests(SynchronousTestCase):
         read_end, write_end = os.pipe()
         self.addCleanup(os.close, read_end)
         with os.fdopen(write_end, "wb") as pipe:
-            pipe.write(frame(init_message(pool.rules)) + b"".join(frame(r) for r in requests))
+            pipe.write(frame(init_message(pool.rules)) + b"".join(b"".join(request_frame(*r)) for r in requests))
         stdout = io.BytesIO()
         self.assertEqual(serve(Input(read_end), stdout), 0)
         messages = [marshal.loads(p) for p in FrameDecoder().feed(stdout.getvalue())]
@@ -117,6 +117,19 @@ class WorkerTests(SynchronousTestCase):
         code = "import sys, spiderd.fetch.parseworker; print(sorted({'twisted', 'urllib.request'} & set(sys.modules)))"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         self.assertEqual(out.split(), ["[]"])
+
+    def test_a_request_frame_carries_its_body_after_its_payload(self) -> None:
+        """A page request's frame is its marshal payload and then its body, the very object given (not copied into
+        the payload); decoded, it is the request; a control message decodes as it was sent."""
+        body = b"<html>" + b"x" * 50_000
+        request = (7, "https://shop.example.com/p/1", body, "text/html", "detail", 1000.0, 200, None, None)
+        parts = request_frame(*request)
+        self.assertIs(parts[2], body)
+        self.assertLess(len(parts[1]), 200)
+        data = b"".join(parts) + frame(("use", "abc")) + b"".join(request_frame(8, "https://a/", b"", None, "list",
+                                                                                  1.0, 200, None, None))
+        self.assertEqual([message_from(p) for p in FrameDecoder().feed(data)],
+                         [request, ("use", "abc"), (8, "https://a/", b"", None, "list", 1.0, 200, None, None)])
 
     def test_input_knows_what_is_waiting(self) -> None:
         """Input.waiting() is true while a request is buffered or readable, false when the pipe is empty."""
@@ -174,7 +187,7 @@ class FakeProcessReactor(Clock):
         state = self.state.setdefault(child, {"inbox": [], "decoder": FrameDecoder()})
         done = 0
         while count is None or done < count:
-            state["inbox"] += [marshal.loads(p) for p in state["decoder"].feed(child.transport.data)]
+            state["inbox"] += [message_from(p) for p in state["decoder"].feed(child.transport.data)]
             child.transport.data = b""
             if not state["inbox"]:
                 break
