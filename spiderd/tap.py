@@ -13,43 +13,45 @@ from typing import Any, cast
 
 from twisted.application.service import IService
 
-from spiderd.config import settings as cfg
-from spiderd.config.changes import POLITENESS_KEYS, RECRAWL_SITE_KEYS, RENDER_KEYS, SITEMAP_KEYS
-from spiderd.contracts.pool import IURLPool
-from spiderd.core import lifecycle
-from spiderd.core.blocking import Blocking
-from spiderd.core.memory import calm_gc
-from spiderd.core.reactors import INodeReactor
-from spiderd.core.stats import CrawlStats, ProgressLogger
-from spiderd.core.storage import StorageGate
-from spiderd.demo import config as demo
-from spiderd.engine.politeness import Politeness
-from spiderd.engine.render import RenderPool, build_modes
-from spiderd.engine.steps import PageSteps
-from spiderd.engine.subrequests import HostTurns
-from spiderd.feed.items import ItemWriter
-from spiderd.feed.warcfiles import WarcWriter
-from spiderd.feed.writers import item_writers
-from spiderd.feed.shipper import feed_shipper
-from spiderd.fetch.fetcher import Fetcher, fetch_config
-from spiderd.fetch.parsepool import ParsePool, parse_rules
-from spiderd.frontier.batcher import Batcher, LocalWorker, build_batcher
-from spiderd.frontier.build import crawl_service
-from spiderd.frontier.pool.service import pool_service, site_hops
-from spiderd.frontier.crawler import CrawlService
-from spiderd.frontier.scheduler import RecrawlPolicy, Recrawler, fetches_told, schedulers
-from spiderd.frontier.seeds import SeedService
-from spiderd.frontier.sharedsites import shared_sites
-from spiderd.frontier.sitemapservice import SitemapService, sitemap_service
-from spiderd.ops.options import Options
-from spiderd.ops.liveconfig import LiveConfig, Tuner, on_keys
-from spiderd.ops.reload import ReloadService
-from spiderd.ops.sitebook import SiteBook
-from spiderd.ops.sitetry import SiteTester
-from spiderd.ops.systemd import SystemdNotifier
-from spiderd.ops.web import Node, api_service
-from spiderd.store import PageStore, ShardedStore, page_store
-from spiderd.worker import WorkerService, build_worker, worker_config
+from spiderd.core.memory import calm_gc, lasting_objects
+
+with lasting_objects():  # the modules a node is made of: no collection walks them while they load
+    from spiderd.config import settings as cfg
+    from spiderd.config.changes import POLITENESS_KEYS, RECRAWL_SITE_KEYS, RENDER_KEYS, SITEMAP_KEYS
+    from spiderd.contracts.pool import IURLPool
+    from spiderd.core import lifecycle
+    from spiderd.core.blocking import Blocking
+    from spiderd.core.reactors import INodeReactor
+    from spiderd.core.stats import CrawlStats, ProgressLogger
+    from spiderd.core.storage import StorageGate
+    from spiderd.demo import config as demo
+    from spiderd.engine.politeness import Politeness
+    from spiderd.engine.render import RenderPool, build_modes
+    from spiderd.engine.steps import PageSteps
+    from spiderd.engine.subrequests import HostTurns
+    from spiderd.feed.items import ItemWriter
+    from spiderd.feed.warcfiles import WarcWriter
+    from spiderd.feed.writers import item_writers
+    from spiderd.feed.shipper import feed_shipper
+    from spiderd.fetch.fetcher import Fetcher, fetch_config
+    from spiderd.fetch.parsepool import ParsePool, parse_rules
+    from spiderd.frontier.batcher import Batcher, LocalWorker, build_batcher
+    from spiderd.frontier.build import crawl_service
+    from spiderd.frontier.pool.service import pool_service, site_hops
+    from spiderd.frontier.crawler import CrawlService
+    from spiderd.frontier.scheduler import RecrawlPolicy, Recrawler, fetches_told, schedulers
+    from spiderd.frontier.seeds import SeedService
+    from spiderd.frontier.sharedsites import shared_sites
+    from spiderd.frontier.sitemapservice import SitemapService, sitemap_service
+    from spiderd.ops.options import Options
+    from spiderd.ops.liveconfig import LiveConfig, Tuner, on_keys
+    from spiderd.ops.reload import ReloadService
+    from spiderd.ops.sitebook import SiteBook
+    from spiderd.ops.sitetry import SiteTester
+    from spiderd.ops.systemd import SystemdNotifier
+    from spiderd.ops.web import Node, api_service
+    from spiderd.store import PageStore, ShardedStore, page_store
+    from spiderd.worker import WorkerService, build_worker, worker_config
 
 __all__ = ["Options", "build", "makeService"]
 

@@ -3,8 +3,13 @@ and a bounded memory of host sections."""
 
 from __future__ import annotations
 
-from spiderd.engine.fetchmode import AutoRender, gains
+from twisted.internet.task import Clock
+
+from spiderd.engine.fetchmode import AutoRender, FetchModes, gains
+from spiderd.core.itemline import json_line
 from spiderd.fetch.extract import Extracted
+from spiderd.fetch.fetcher import FetchResult
+from .helpers import rules_of
 
 URL = "http://shop.example/p/1"
 
@@ -54,3 +59,16 @@ def test_schema_declares_rendered_where_a_site_renders() -> None:
     line = {"url": "u", "urlhash": 1, "status": 200, "fetched_at": 1.0, "digest": None, "rendered": False}
     assert problems(line, declared) == []
     assert problems({**line, "rendered": "yes"}, declared) == ["rendered: 'yes' is not BOOLEAN"]
+
+
+def test_marking_an_item_rendered_drops_its_encoded_line() -> None:
+    """A rendered page's item gains ``rendered``: the line a parse child encoded of the item before is dropped, so
+    the items file gets the item as it is now."""
+    item = {"url": URL, "title": "Hat"}
+    extracted = Extracted(item=item, line=json_line(item))
+    result = FetchResult(URL, 200, URL, b"<html></html>", "text/html", rendered=b"<html><p>Hat</p></html>")
+    FetchModes(Clock(), rules_of({"sites": [{"name": "shop", "allowed_hosts": ["shop.example"]}]}), None).mark(
+        result, extracted)
+    assert extracted.item == {"url": URL, "title": "Hat", "rendered": True}
+    assert extracted.line is None
+

@@ -21,7 +21,8 @@ from spiderd.core.feeduri import parse_target, render_uri, uri_time
 from spiderd.core.retry import Backoff
 from spiderd.core.secrets import redact
 from spiderd.feed.errors import BadFeedError, FeedExistsError
-from spiderd.feed.items import ItemWriter, json_line
+from spiderd.feed.items import ItemWriter
+from spiderd.core.itemline import json_line
 from spiderd.feed.jsonl import validate_jsonl
 from spiderd.feed import shipper as shipper_module
 from spiderd.feed.shipper import FeedShipper
@@ -187,7 +188,15 @@ class ValidateTests(unittest.SynchronousTestCase):
 
 
 class ItemsJSONTests(unittest.TestCase):
-    """The item writer never writes NaN or Infinity."""
+    """The item writer's lines: never NaN or Infinity; a line encoded already (by a parse child) is written as it is."""
+
+    def writer(self, batch_size: int) -> ItemWriter:
+        """A started ItemWriter in a directory of its own (removed after the test)."""
+        directory = tempfile.mkdtemp(prefix="spiderd-items-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        writer = ItemWriter(reactor, directory, batch_size=batch_size)
+        writer.startService()
+        return writer
 
     def test_json_line(self) -> None:
         """Non-finite floats become null (keys: their name); other values are unchanged."""
@@ -198,14 +207,22 @@ class ItemsJSONTests(unittest.TestCase):
     @defer.inlineCallbacks
     def test_writer_output_validates(self) -> Any:
         """A file the ItemWriter wrote with NaN items passes validate_jsonl."""
-        directory = tempfile.mkdtemp(prefix="spiderd-items-")
-        self.addCleanup(shutil.rmtree, directory, True)
-        writer = ItemWriter(reactor, directory, batch_size=1)
-        writer.startService()
+        writer = self.writer(batch_size=1)
         yield writer.write({"price": float("nan"), "title": "x"})
         yield writer.write({"price": 1.0, "rank": float("inf")})
         yield writer.stopService()
         self.assertEqual([validate_jsonl(p) for p in writer.files], [2])
+
+    @defer.inlineCallbacks
+    def test_writer_takes_a_line_encoded_already(self) -> Any:
+        """An item given with its line (a parse child encoded it) is written as that line; one without is encoded."""
+        writer = self.writer(batch_size=2)
+        yield defer.gatherResults([writer.write({"title": "x"}, line='{"title":"as the child wrote it"}\n'),
+                                   writer.write({"title": "y"})])
+        yield writer.stopService()
+        [path] = writer.files
+        with open(path, encoding="utf-8") as f:
+            self.assertEqual(f.read(), '{"title":"as the child wrote it"}\n{"title":"y"}\n')
 
 
 # -- uploads ---------------------------------------------------------------------------------------

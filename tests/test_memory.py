@@ -11,6 +11,20 @@ import pytest
 
 from spiderd.core.memory import calm_gc, keep_heap, release_memory, rss_of
 
+LASTING = """
+import gc
+from spiderd.core.memory import lasting_objects
+before = gc.get_freeze_count()
+with lasting_objects():
+    inside = gc.isenabled()
+    made = [[i] for i in range(1000)]
+print(inside, gc.isenabled(), gc.get_freeze_count() - before >= 1000)
+gc.disable()
+with lasting_objects():
+    pass
+print(gc.isenabled())
+"""
+
 CHILD = """
 import resource, sys
 from spiderd.core.compression import compress
@@ -83,6 +97,21 @@ def test_calm_gc_freezes_the_start_up_heap_and_collects_less_often() -> None:
     raises the young generation's threshold from CPython's 700 to 10,000."""
     out = subprocess.run([sys.executable, "-c", CALM], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["700", "10000", "True"]
+
+
+def test_lasting_objects_are_made_with_no_collection_then_frozen() -> None:
+    """Inside lasting_objects the collector does not run; after it, what was made is frozen (run in a child: it
+    freezes the whole heap) and the collector runs again, unless it was off before."""
+    out = subprocess.run([sys.executable, "-c", LASTING], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True", "True", "False"]
+
+
+def test_the_daemon_modules_load_with_no_collection() -> None:
+    """Importing the composition root (twistd's first step into spiderd) leaves its modules frozen out of the
+    collector's reach and the collector on."""
+    code = "import gc, spiderd.tap; print(gc.isenabled(), gc.get_freeze_count() > 10000)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "True"]
 
 
 def test_the_daemon_calms_the_collector_once_running(tmp_path: Path) -> None:

@@ -120,8 +120,24 @@ class WriteNowTests(TestCase):
         echoed = yield protocol.ended
         self.assertEqual(echoed, b"".join(chunks))
 
+    @defer.inlineCallbacks
+    def test_buffers_of_a_frame_written_together(self) -> Any:
+        """A frame given as buffers goes into the pipe at once, whole (one writev), and past a full pipe the rest
+        waits in the transport in order: a frame of 30 KB, then 39 of 100 KB, come out whole and in order."""
+        protocol = Echo()
+        transport = reactor.spawnProcess(protocol, sys.executable, [sys.executable, "-c", ECHO])
+        writer = transport.pipes[0]
+        frames = [[b"%04d" % i, b"head", bytes([65 + i % 26]) * (30_000 if i == 0 else 100_000)] for i in range(40)]
+        write_now(transport, frames[0])
+        self.assertEqual((writer._tempDataBuffer, writer.dataBuffer[writer.offset:]), ([], b""))
+        for parts in frames[1:]:
+            write_now(transport, parts)
+        transport.closeStdin()
+        echoed = yield protocol.ended
+        self.assertEqual(echoed, b"".join(b"".join(parts) for parts in frames))
+
     def test_other_transports_write_their_way(self) -> None:
-        """A transport with no POSIX pipes is written to as it is."""
+        """A transport with no POSIX pipes is written to as it is (a frame's buffers joined)."""
         written: list[bytes] = []
 
         class Transport:
@@ -129,4 +145,5 @@ class WriteNowTests(TestCase):
                 written.append(data)
 
         write_now(Transport(), b"x")
-        self.assertEqual(written, [b"x"])
+        write_now(Transport(), [b"y", b"z"])
+        self.assertEqual(written, [b"x", b"yz"])

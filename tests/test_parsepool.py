@@ -11,6 +11,8 @@ import lzma
 import marshal
 import os
 import signal
+import subprocess
+import sys
 from typing import Any
 
 from twisted.internet import defer, reactor
@@ -19,10 +21,12 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from spiderd.fetch.extract import Extracted, extract
+from spiderd.core.itemline import json_line
+from spiderd.fetch.extract import MAX_LINKS, Extracted, extract
 from spiderd.fetch.parsepool import ParsePool, ParsePoolUnavailable, ParseWorkerDied
 from .helpers import ClockedReactor, needs_affinity, pinned_to_one_cpu, rules_of
-from spiderd.fetch.parseworker import FrameDecoder, FrameError, Input, answer, frame, init_message, rules_from, serve
+from spiderd.fetch.parseworker import (FrameDecoder, FrameError, Input, answer, extracted_from, frame, init_message,
+                                       message_from, request_frame, rules_from, serve)
 
 RAW = {
     "sites": [
@@ -54,9 +58,11 @@ def parse(pool: ParsePool, i: int) -> defer.Deferred[Extracted]:
 
 
 def expected(pool: ParsePool, i: int) -> Extracted:
-    """What inline extract gives for page ``i``."""
+    """What a child gives for page ``i``: what inline extract gives, and its item's JSON line."""
     url, body, kind = page(i)
-    return extract(url, body, "text/html", kind, 1000.0 + i, 200, pool.rules)
+    result = extract(url, body, "text/html", kind, 1000.0 + i, 200, pool.rules)
+    result.line = json_line(result.item) if result.item is not None else None
+    return result
 
 
 # -- the worker side, in memory --------------------------------------------------------------------------------
@@ -85,14 +91,45 @@ class WorkerTests(SynchronousTestCase):
         read_end, write_end = os.pipe()
         self.addCleanup(os.close, read_end)
         with os.fdopen(write_end, "wb") as pipe:
-            pipe.write(frame(init_message(pool.rules)) + b"".join(frame(r) for r in requests))
+            pipe.write(frame(init_message(pool.rules)) + b"".join(b"".join(request_frame(*r)) for r in requests))
         stdout = io.BytesIO()
         self.assertEqual(serve(Input(read_end), stdout), 0)
         messages = [marshal.loads(p) for p in FrameDecoder().feed(stdout.getvalue())]
         self.assertEqual(messages[0], ("ready", os.getpid()))
         self.assertEqual([m[0] for m in messages[1:]], list(range(5)))
         self.assertEqual(Extracted(*messages[2][1:]), expected(pool, 1))
-        self.assertEqual(lzma.decompress(messages[4][-2]), requests[3][2])
+        self.assertEqual(lzma.decompress(Extracted(*messages[4][1:]).compressed or b""), requests[3][2])
+
+    def test_answer_carries_the_items_line(self) -> None:
+        """A detail page's answer carries its item's JSON line (the bytes its items file gets); a list page's, none."""
+        rules = rules_of(RAW)
+        url, body, kind = page(3)
+        detail = extracted_from(answer(rules, MAX_LINKS, (7, url, body, "text/html", kind, 1003.0, 200, None, None)))
+        self.assertIsNotNone(detail.item)
+        self.assertEqual(detail.line, json_line(detail.item or {}))
+        url, body, kind = page(1)
+        listing = extracted_from(answer(rules, MAX_LINKS, (8, url, body, "text/html", kind, 1001.0, 200, None, None)))
+        self.assertEqual((listing.item, listing.line), (None, None))
+
+    def test_child_starts_without_twisted_or_urllib_request(self) -> None:
+        """A child's imports leave out Twisted and urllib.request (w3lib's URL module, imported on the first URL off
+        the canonical fast path): its first page, the crawl's first, waits for its start."""
+        code = "import sys, spiderd.fetch.parseworker; print(sorted({'twisted', 'urllib.request'} & set(sys.modules)))"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        self.assertEqual(out.split(), ["[]"])
+
+    def test_a_request_frame_carries_its_body_after_its_payload(self) -> None:
+        """A page request's frame is its marshal payload and then its body, the very object given (not copied into
+        the payload); decoded, it is the request; a control message decodes as it was sent."""
+        body = b"<html>" + b"x" * 50_000
+        request = (7, "https://shop.example.com/p/1", body, "text/html", "detail", 1000.0, 200, None, None)
+        parts = request_frame(*request)
+        self.assertIs(parts[2], body)
+        self.assertLess(len(parts[1]), 200)
+        data = b"".join(parts) + frame(("use", "abc")) + b"".join(request_frame(8, "https://a/", b"", None, "list",
+                                                                                  1.0, 200, None, None))
+        self.assertEqual([message_from(p) for p in FrameDecoder().feed(data)],
+                         [request, ("use", "abc"), (8, "https://a/", b"", None, "list", 1.0, 200, None, None)])
 
     def test_input_knows_what_is_waiting(self) -> None:
         """Input.waiting() is true while a request is buffered or readable, false when the pipe is empty."""
@@ -150,7 +187,7 @@ class FakeProcessReactor(Clock):
         state = self.state.setdefault(child, {"inbox": [], "decoder": FrameDecoder()})
         done = 0
         while count is None or done < count:
-            state["inbox"] += [marshal.loads(p) for p in state["decoder"].feed(child.transport.data)]
+            state["inbox"] += [message_from(p) for p in state["decoder"].feed(child.transport.data)]
             child.transport.data = b""
             if not state["inbox"]:
                 break

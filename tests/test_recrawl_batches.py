@@ -144,6 +144,7 @@ class DeployedPathTests(unittest.TestCase):
     GET.  The recrawler's runs are asked for by the test (recrawl_every is an hour)."""
 
     timeout = 60
+    parse_workers = 0  # pages parsed inline
 
     def setUp(self) -> None:
         self.site = Versioned({"/e/list": LIST, **DETAILS})
@@ -158,6 +159,7 @@ class DeployedPathTests(unittest.TestCase):
         return node_settings(str(self.data), self.root + "/e/list", sites=[site],
                              batch={"targets": ["local"], "size": 10, "flush_interval": 3600},
                              pool={"recrawl_every": 3600, "recrawl_batch": 100}, fetch={"robots": False},
+                             parse={"workers": self.parse_workers},
                              worker={"feed_template": f"file://{self.feeds}/%(batch)s_%(name)s_%(time)s.jl"})
 
     def items(self) -> list[list[dict[str, Any]]]:
@@ -216,3 +218,11 @@ class DeployedPathTests(unittest.TestCase):
             self.assertEqual((stats["batched"], stats["done"]), (3, 1))  # the list page was fetched here
         finally:
             yield top.stopService()
+
+
+class DeployedPathParsedInAChildTests(DeployedPathTests):
+    """The same with a parse child, which encodes each item's line: a recrawl's item (it gains recrawl and
+    previous_fetched_at in the worker) is encoded again there, not written as the child's line."""
+
+    parse_workers = 1
+

@@ -22,7 +22,7 @@ from spiderd.demo.config import DEMO
 from spiderd.demo.pages import SiteSpec
 from spiderd.demo.site import listen
 from spiderd.fetch.extract import Rules, extract
-from spiderd.feed.items import json_line
+from spiderd.core.itemline import json_line
 from spiderd.core.urls import fingerprint, to_signed64
 
 from .test_crawl import node_settings

@@ -120,10 +120,10 @@ class LiveSitesTests(unittest.TestCase):
         writer = top.getServiceNamed("items")
         write = writer.write
 
-        def spy(item: dict[str, Any], statuses: Any = ()) -> Any:
+        def spy(item: dict[str, Any], statuses: Any = (), line: str | None = None) -> Any:
             items.append(item)
             n = int(item["url"].rpartition("/")[2])
-            d = write(item, statuses)
+            d = write(item, statuses, line)
             reactor.callLater(0, written[n].callback, None)
             return d
 

@@ -220,7 +220,7 @@ class CrawlerTests(Base):
 
 
 class Items:
-    def write(self, item: Any) -> None:
+    def write(self, item: Any, line: str | None = None) -> None:
         pass
 
 

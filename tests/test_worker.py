@@ -32,6 +32,7 @@ from spiderd.core.net.listener import Listen
 from spiderd.demo.config import DEMO
 from spiderd.demo.pages import PRIVATE, SiteSpec, render
 from spiderd.demo.site import listen, port_of
+from spiderd.core.itemline import json_line
 from spiderd.feed.shipper import FeedShipper
 from spiderd.fetch.fetcher import FetchConfig, Fetcher
 from spiderd.fetch.parsepool import ParseError, ParsePool
@@ -41,6 +42,7 @@ from spiderd.core.urls import fingerprint, to_signed64
 from spiderd.worker import WorkerConfig, WorkerService, worker_config
 from spiderd.core.secrets import is_loopback
 from spiderd.core.rules import AdaptiveDelay
+from spiderd.worker import files
 from spiderd.worker.files import ItemsFile
 from spiderd.worker.jobs import Job, JobStore, safe_name, write_atomically
 from spiderd.worker.pipeline import retryable
@@ -161,6 +163,14 @@ class WorkerTestBase(unittest.TestCase):
         options.update(overrides)
         return WorkerConfig(**options)
 
+    def child_parser(self) -> Deferred[ParsePool]:
+        """The demo site's parser with one child process, once the child is ready (the workers' parser)."""
+        settings = cfg.from_dict({"parse": {"workers": 1}, "sites": site_rules("demo-shop")}, "<test>")
+        parser = self._parsers["demo-shop"] = ParsePool(reactor, rules_of(settings.raw), 1)
+        parser.startService()
+        self.addCleanup(parser.stopService)
+        return parser.ready().addCallback(lambda _: parser)
+
     def worker(self, spider: str = "demo-shop", site: dict[str, Any] | None = None, **overrides: Any) -> WorkerService:
         service = WorkerService(reactor, self.config(**overrides), self.fetcher, self.parser(spider, **(site or {})),
                                 self.store, self.shipper)
@@ -273,11 +283,7 @@ class BatchTests(WorkerTestBase):
     def test_pages_compressed_by_parse_workers(self) -> Any:
         """With a parser child process, each page is compressed there and stored as the site served it."""
         self.gate.open()
-        settings = cfg.from_dict({"parse": {"workers": 1}, "sites": site_rules("demo-shop")}, "<test>")
-        parser = self._parsers["demo-shop"] = ParsePool(reactor, rules_of(settings.raw), 1)
-        parser.startService()
-        self.addCleanup(parser.stopService)
-        yield parser.ready()
+        parser = yield self.child_parser()
         seen: list[tuple[Any, bool]] = []
         parse = parser.parse
 
@@ -298,6 +304,27 @@ class BatchTests(WorkerTestBase):
             rows = dict(db.execute("SELECT url, html_lzma FROM crawler_html"))
         self.assertEqual({u: lzma.decompress(b) for u, b in rows.items()},
                          {self.root + p: render(self.spec, p)[2] for p in paths})
+
+    @defer.inlineCallbacks
+    def test_item_lines_encoded_by_parse_workers(self) -> Any:
+        """With a parser child process, each item's line is encoded there: the job's file gets the child's line, the
+        worker encodes none, and the line is json_line's of the item, byte for byte."""
+        self.gate.open()
+        parser = yield self.child_parser()
+        encoded: list[dict[str, Any]] = []
+        self.patch(files, "json_line", lambda item: encoded.append(item) or json_line(item))
+        service = self.worker()
+        paths = self.good(0, 3)
+        jobid = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("batch", "9"),
+                                    ("setting", self.feed_setting()), ("setting", self.urls(*paths)))
+        yield service.runner.when_done(jobid)
+        yield self.shipper.settled()
+        self.assertEqual(encoded, [])
+        [name] = [n for n in os.listdir(self.feeds) if n.startswith("9_demo-shop_")]
+        with open(os.path.join(self.feeds, name), "rb") as f:
+            lines = f.read().decode("utf-8").splitlines(keepends=True)
+        self.assertEqual(len(lines), 3)
+        self.assertEqual(lines, [json_line(json.loads(line)) for line in lines])
 
     @defer.inlineCallbacks
     def test_a_page_whose_parse_fails_is_fetched_again(self) -> Any:
@@ -337,11 +364,11 @@ class BatchTests(WorkerTestBase):
         self.api = "http://%s:%d" % service.address
         write, refused = ItemsFile.write, []
 
-        def write_once(items: ItemsFile, item: dict[str, Any]) -> None:
+        def write_once(items: ItemsFile, item: dict[str, Any], line: str | None = None) -> None:
             if not refused:
                 refused.append(item["url"])
                 raise OSError("no room for the line")
-            write(items, item)
+            write(items, item, line)
 
         self.patch(ItemsFile, "write", write_once)
         paths = self.good(0, 3)

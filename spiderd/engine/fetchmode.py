@@ -213,6 +213,7 @@ class FetchModes:
         plain that gave nothing may get the hint."""
         if extracted.item is not None and (result.rendered is not None or self._renders(result.final_url)):
             extracted.item["rendered"] = result.rendered is not None
+            extracted.line = None  # (the parse child's line is of the item before)
         if result.rendered is None:
             self.hint(result, extracted)
 

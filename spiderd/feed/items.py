@@ -25,8 +25,6 @@ recorded abandons the file as it is (the next start settles it the same way).
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from typing import IO, Any, Callable, Iterable
 
@@ -39,6 +37,7 @@ from spiderd.contracts.pool import ICheckpoints
 from spiderd.core.blocking import Lane
 from spiderd.core.conditional import Validators
 from spiderd.core.fsutil import fsync_dir, unlink_quietly
+from spiderd.core.itemline import json_line
 from spiderd.core.storage import storage_error
 from spiderd.core.reactors import IThreadedClock
 from spiderd.feed.rotated import PART, Pending, RotatedFiles
@@ -91,9 +90,10 @@ class ItemWriter(RotatedFiles):
         log.failure("Settling the items files of a previous run failed; they stay as they are", failure)
         # the crawl may start: those files' URLs are not done, or their lines are kept
 
-    def write(self, item: dict[str, Any], statuses: Iterable[Status] = ()) -> Deferred[None]:
-        """Queue one item and the statuses to record with its line."""
-        return self._enqueue((item, list(statuses)))
+    def write(self, item: dict[str, Any], statuses: Iterable[Status] = (), line: str | None = None) -> Deferred[None]:
+        """Queue one item and the statuses to record with its line (``line``: :func:`json_line` of ``item``, as the
+        parse child that parsed its page encoded it; None: encoded on the lane)."""
+        return self._enqueue((item if line is None else line, list(statuses)))
 
     # -- one group ----------------------------------------------------------------------
 
@@ -184,10 +184,10 @@ class ItemWriter(RotatedFiles):
         self._in_file = 0
         fsync_dir(self.directory)  # the file exists before any checkpoint names it
 
-    def _append(self, items: list[dict[str, Any]]) -> int:
-        """Append the lines, make them durable; the file's length."""
+    def _append(self, items: list[dict[str, Any] | str]) -> int:
+        """Append the items' lines (a str is one already), make them durable; the file's length."""
         assert self._file is not None  # made by _create
-        self._file.write("".join(map(json_line, items)).encode("utf-8"))
+        self._file.write("".join(item if isinstance(item, str) else json_line(item) for item in items).encode("utf-8"))
         self._file.flush()
         os.fsync(self._file.fileno())
         return int(self._file.tell())
@@ -262,32 +262,3 @@ def finish_part(part: str) -> str | None:
         return final
     unlink_quietly(part)
     return None
-
-
-def json_line(item: dict[str, Any]) -> str:
-    """One JSON line; NaN and Infinity (not JSON: Spark marks the record corrupt) become null."""
-    try:
-        return _dumps(item)
-    except ValueError as e:
-        if "Out of range float" not in str(e):
-            raise
-        return _dumps(_finite(item))
-
-
-def _dumps(item: Any) -> str:
-    return _ENCODER.encode(item) + "\n"
-
-
-# json.dumps with these options makes an encoder for every call: one for every line, made once (it holds no state)
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False)
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with non-finite floats replaced: null as values, their name as dict keys."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {(str(k) if isinstance(k, float) and not math.isfinite(k) else k): _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value

@@ -46,7 +46,8 @@ class Extracted:
     allows) or ``internal-error``.  ``noindex``, ``nofollow`` and ``canonical`` are the page's own robots
     directives and canonical URL, as :class:`PageRobots` says to honour them (see :func:`extract`).
     ``digest`` is :func:`~spiderd.core.digest.content_digest` of the body, for every page that parsed as
-    HTML (the item's ``digest`` and the stored page's column).
+    HTML (the item's ``digest`` and the stored page's column).  ``line`` is the item's JSON line as a parse worker
+    encoded it (inline parsing leaves it None): whoever changes ``item`` after the parse sets it back to None.
     """
 
     lists: list[str] = field(default_factory=list)
@@ -63,6 +64,7 @@ class Extracted:
     canonical: str | None = None  # a detail page's <link rel=canonical> (the item's url), when another URL
     compressed: bytes | None = None  # the page XZ-compressed for the store, when a parse worker was asked to
     digest: str | None = None  # the body's content digest (spiderd.core.digest), for a parsed HTML page
+    line: str | None = None  # the item's JSON line (spiderd.core.itemline.json_line), when a parse worker encoded it
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,9 +84,11 @@ def widen_reads(transport: object, fd: int = 1, size: int = READ_SIZE) -> bool:
     return True
 
 
-def write_now(transport: object, data: bytes, fd: int = 0) -> None:
-    """``transport.write(data)`` to the child's ``fd``, but written into the pipe at once when nothing of the
-    transport's waits before it (what the pipe does not take is left to the transport).
+def write_now(transport: object, data: bytes | list[bytes], fd: int = 0) -> None:
+    """``transport.write(data)`` to the child's ``fd`` (``data``: bytes, or the buffers of one frame, written
+    together with one ``writev`` and never joined unless the transport takes a part of them), but written into the
+    pipe at once when nothing of the transport's waits before it (what the pipe does not take is left to the
+    transport).
 
     Twisted buffers every write for the reactor's next turn, and its pipe writer on Linux stops watching the pipe
     for its close when a write is buffered and starts again when it is written (its read hack): four ``epoll_ctl``
@@ -96,13 +98,16 @@ def write_now(transport: object, data: bytes, fd: int = 0) -> None:
     if (writer is not None and isinstance(getattr(writer, "fd", None), int) and writer.connected
             and not writer.disconnecting and not writer._writeDisconnected and not writer._tempDataBuffer
             and writer.offset == len(writer.dataBuffer)):
+        parts = [data] if isinstance(data, bytes) else data
         try:
-            sent = os.write(writer.fd, data)
+            sent = os.writev(writer.fd, parts)
         except OSError:  # full (EAGAIN), or the child gone: the transport's write meets it its own way
             sent = 0
-        if sent == len(data):
+        if sent == sum(map(len, parts)):
             return
-        data = data[sent:]
+        data = b"".join(parts)[sent:]
+    elif not isinstance(data, bytes):
+        data = b"".join(data)
     transport.write(data)  # type: ignore[attr-defined]
 
 
@@ -197,8 +202,9 @@ class ParseChild(WorkerProcess):
         """The child was sent ``rules`` in its init message: the version it parses with."""
         self._versions = RulesVersions(rules)
 
-    def send(self, request_id: int, payload: bytes, d: Deferred[Extracted], rules: Rules) -> None:
-        """Send one request, to be parsed with ``rules`` (the child is given that version first if need be)."""
+    def send(self, request_id: int, payload: list[bytes], d: Deferred[Extracted], rules: Rules) -> None:
+        """Send one request (its frame's buffers, :func:`~spiderd.fetch.parseworker.request_frame`), to be parsed with
+        ``rules`` (the child is given that version first if need be)."""
         if not self.pending:
             self.progress = self.clock.seconds()
         self.pending.append((request_id, d))

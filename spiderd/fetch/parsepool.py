@@ -36,13 +36,13 @@ from spiderd.core.reactors import IProcessClock
 from spiderd.fetch.extract import MAX_LINKS, Extracted, Rules, extract
 from spiderd.fetch.pagerobots import PageRobots
 from spiderd.fetch.parsechild import ParseChild, spawn
-from spiderd.fetch.parseworker import MAX_MESSAGE, frame, init_message
+from spiderd.fetch.parseworker import MAX_MESSAGE, frame, init_message, request_frame
 from spiderd.fetch.robots import agent_token
 from spiderd.config.sections import FetchSection, PoolSection
 from spiderd.core.rules import Site
 
 log = Logger()
-_Request = tuple[int, bytes, "Deferred[Extracted]", Rules]
+_Request = tuple[int, list[bytes], "Deferred[Extracted]", Rules]  # (id, its frame's buffers, its Deferred, rules)
 
 
 def page_robots(fetch: FetchSection) -> PageRobots:
@@ -177,10 +177,11 @@ class ParsePool(Service):
                                          robots_tag))
         self._next_id += 1
         try:
-            payload = frame((self._next_id, url, body, content_type, kind, fetched_at, status, compress, robots_tag))
+            payload = request_frame(self._next_id, url, body, content_type, kind, fetched_at, status, compress,
+                                    robots_tag)
         except ValueError as e:
             return defer.fail(ParseError(f"cannot send {url!r} to a parse worker: {e}"))
-        if len(payload) > MAX_MESSAGE:
+        if len(payload[1]) + len(body) > MAX_MESSAGE:
             return defer.fail(ParseError(f"page {url!r} is too large for a parse worker ({len(body)} bytes)"))
         return self._dispatch(self._next_id, payload, rules)
 
@@ -207,7 +208,7 @@ class ParsePool(Service):
 
     # -- dispatching ----------------------------------------------------------------------------------------
 
-    def _dispatch(self, request_id: int, payload: bytes, rules: Rules) -> Deferred[Extracted]:
+    def _dispatch(self, request_id: int, payload: list[bytes], rules: Rules) -> Deferred[Extracted]:
         d: Deferred[Extracted] = Deferred()
         child = self._pick()
         if child is not None:

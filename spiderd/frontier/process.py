@@ -113,7 +113,7 @@ class Processor:
                 statuses.append((extracted.canonical, result.status))
             item, items = outcome.item, self._items
             if item is not None and items is not None:
-                yield self.gated("items", lambda: items.write(item, statuses), wanted)
+                yield self.gated("items", lambda: items.write(item, statuses, extracted.line), wanted)
                 self.stats.incr("items")
                 site = self.rules.site_for(item["url"])
                 self.stats.item_made(site.name if site is not None else "", item)

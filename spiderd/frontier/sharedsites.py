@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.application.service import Service
 from twisted.internet import defer
@@ -26,8 +26,10 @@ from twisted.logger import Logger
 
 from spiderd.config.overlay import HISTORY_PER_SITE
 from spiderd.config.sections import PoolSection
-from spiderd.frontier.pool.redis.cluster import ClusterLink, SlotLink, is_cluster_url, parse_cluster_url
-from spiderd.frontier.pool.redis.link import Link, RedisLink, parse_redis_url
+
+if TYPE_CHECKING:
+    from spiderd.frontier.pool.redis.cluster import ClusterLink
+    from spiderd.frontier.pool.redis.link import Link
 
 log = Logger()
 
@@ -103,7 +105,11 @@ class SharedSites(Service):
 
 
 def _link(redis_url: str, prefix: str, clock: IReactorTime) -> tuple[Link, ClusterLink | None, str]:
-    """The link the keys go through, the cluster's client (None: one Redis) and the keys' common part."""
+    """The link the keys go through, the cluster's client (None: one Redis) and the keys' common part (the Redis
+    modules imported only when sites are shared)."""
+    from spiderd.frontier.pool.redis.cluster import ClusterLink, SlotLink, is_cluster_url, parse_cluster_url
+    from spiderd.frontier.pool.redis.link import RedisLink, parse_redis_url
+
     if not is_cluster_url(redis_url):
         return RedisLink(parse_redis_url(redis_url)), None, prefix + "sites"
     base = prefix + "{sites}"

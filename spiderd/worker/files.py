@@ -10,7 +10,7 @@ from twisted.internet.defer import Deferred
 
 from spiderd.core.fsutil import LaneFile
 from spiderd.engine.hostqueue import FREED, NOW
-from spiderd.feed.items import json_line
+from spiderd.core.itemline import json_line
 from spiderd.worker.jobs import Runner
 from spiderd.worker.parts import item_fingerprint
 
@@ -37,9 +37,11 @@ class ItemsFile(LaneFile):
         """Create (or empty) the file."""
         return self._io(self._open)
 
-    def write(self, item: dict[str, Any]) -> None:
-        """Queue one item's line; lines reach the file in batches."""
-        line = json_line(item)  # as the crawler's item files: NaN and Infinity become null
+    def write(self, item: dict[str, Any], line: str | None = None) -> None:
+        """Queue one item's line (``line``: :func:`~spiderd.core.itemline.json_line` of ``item``, as the parse child
+        that parsed its page encoded it; None: encoded here); lines reach the file in batches."""
+        if line is None:
+            line = json_line(item)  # as the crawler's item files: NaN and Infinity become null
         self._buffer.append(line)
         self._size += len(line)
         self.count += 1

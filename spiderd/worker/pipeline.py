@@ -368,11 +368,11 @@ class Pipeline:
         recrawl = run.recrawl.get(result.url)
         self._tell(result.url, result.validators, result.fetched_at)
         if extracted.item is not None:
-            item = extracted.item
+            item, line = extracted.item, extracted.line  # (its line as the parse child encoded it, or None)
             if recrawl is not None:  # seed 004's mod_detail: a changed page, and when it was fetched before
-                item = {**item, "recrawl": True, "previous_fetched_at": recrawl.fetched_at}
+                item, line = {**item, "recrawl": True, "previous_fetched_at": recrawl.fetched_at}, None
                 run.stats["recrawled_items"] += 1
-            run.items.write(item)
+            run.items.write(item, line)
             run.stats["items"] += 1
             if self.stats is not None:
                 self.stats.item_made(run.job.spider, extracted.item)

@@ -1,8 +1,9 @@
 """The pool as a service: opened before the rest starts (connecting, for Redis, with retries), closed last.
 
 :func:`pool_service` opens the backend that the ``[pool]`` section names (``backend``). The Redis backend's
-package is imported here at import time: it imports txredisapi (which installs the default reactor) only
-when a connection is opened (see :mod:`spiderd.frontier.pool.redis.link`).
+package is imported only when that backend is asked for (about 9 ms of a node's start otherwise); it imports
+txredisapi (which installs the default reactor) only when a connection is opened (see
+:mod:`spiderd.frontier.pool.redis.link`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from spiderd.engine.subrequests import HostTurns
 from spiderd.frontier.pool import open_leveldb_pool, open_memory_pool
 from spiderd.frontier.pool.hops import HopLimits
 from spiderd.frontier.pool.options import PoolOptions
-from spiderd.frontier.pool.redis import make_redis_pool
 from spiderd.frontier.scheduler import RecrawlPolicy
 
 log = Logger()
@@ -91,6 +91,8 @@ def pool_service(config: PoolSection, fetching: FetchSection, sites: tuple[Site,
     host slots the embedded pools pop through; with Redis, whose host slots live in Redis, this node's own count."""
     options, politeness = pool_options(config, fetching, sites), pool_politeness(fetching)
     if config.backend == "redis":
+        from spiderd.frontier.pool.redis import make_redis_pool
+
         pool, opener = make_redis_pool(config.redis_url, reactor, prefix=config.redis_prefix,
                                        namespace=config.redis_namespace, seen_bucket_bits=config.redis_seen_bucket_bits,
                                        options=options, politeness=politeness, status_wait=config.redis_status_wait,
