@@ -109,6 +109,12 @@ class FlowTests(WorkerTestBase):
         self.addCleanup(port.stopListening)
         self.hold_root = f"http://127.0.0.1:{port.getHost().port}"
 
+    def batch(self, number: str, urls: str) -> Deferred[str]:
+        """Schedule a job of the demo spider: batch ``number``, its feed in the feeds directory, ``urls`` (a
+        DISTRIBUTED_START_URLS setting)."""
+        return self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
+                             ("batch", number), ("setting", urls))
+
     def held_urls(self, start: int, count: int) -> str:
         return "DISTRIBUTED_START_URLS=" + json.dumps(
             [f"{self.hold_root}/item/{n}.html" for n in range(1000 + start, 1000 + start + count)])
@@ -169,12 +175,9 @@ class FlowTests(WorkerTestBase):
         self.addCleanup(lambda: service.stopService() if service.running else None)
         self.api = "http://%s:%d" % service.address
         error = sorted(self.spec.expected().server_error)[0]
-        first = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
-                                    ("batch", "1"), ("setting", self.urls(error, *self.good(0, 1))))
+        first = yield self.batch("1", self.urls(error, *self.good(0, 1)))
         yield booked(clock)  # its 500 waits on its retry: nothing else of it is left
-        second = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"),
-                                     ("setting", self.feed_setting()), ("batch", "2"),
-                                     ("setting", self.urls(*self.good(1, 2))))
+        second = yield self.batch("2", self.urls(*self.good(1, 2)))
         job = yield service.runner.when_done(second)
         self.assertEqual((job.state, job.stats["pages"], service.runner.jobs[first].state),
                          ("finished", 2, "running"))
@@ -190,12 +193,9 @@ class FlowTests(WorkerTestBase):
         """With max_jobs = 1, a job whose URLs are all handed out (its last page held by a slow server) leaves its
         place while URL slots are free: the next job fetches and ships meanwhile; the first ends with its page."""
         service = self.worker(max_jobs=1, concurrency=3, job_concurrency=0, per_host_concurrency=10)
-        first = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"), ("setting", self.feed_setting()),
-                                    ("batch", "1"), ("setting", self.held_urls(0, 1)))
+        first = yield self.batch("1", self.held_urls(0, 1))
         yield self.holding.holding(1)  # its one page is in flight on a slow server: nothing of it is left to start
-        second = yield self.schedule(("project", "spiderd"), ("spider", "demo-shop"),
-                                     ("setting", self.feed_setting()), ("batch", "2"),
-                                     ("setting", self.urls(*self.good(1, 2))))
+        second = yield self.batch("2", self.urls(*self.good(1, 2)))
         job = yield service.runner.when_done(second)
         self.assertEqual((job.state, job.stats["pages"], service.runner.jobs[first].state),
                          ("finished", 2, "running"))
