@@ -9,6 +9,7 @@ items as JSON lines.
                                                 # faulty_mission_store, faulty_scrapy; fast_redis,
                                                 # mission_redis, http10_redis only when asked for)
     SPIDERD_STALLS=/tmp/stalls.txt python bench/crawl.py --only mission   # what held its reactor (bench/stalls.py)
+    python bench/crawl.py --fetch-processes -1   # every spiderd run with fetch processes ([fetch] processes)
 
 The runs, each ``twistd -n spiderd --exit-when-done`` (or Scrapy) to the end of the crawl:
 
@@ -98,6 +99,7 @@ from jobtimes import summary_line  # noqa: E402
 TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
 GZIP = False
 SPLIT_WORKERS = 1
+FETCH_PROCESSES = 0  # [fetch] processes of every spiderd run (--fetch-processes)
 LIST_RE = r"/list/\d+\.html$"
 DETAIL_RE = r"/item/\d+\.html$"
 # the site with errors: shares of its detail pages that answer 404, 500 (for good), 301, 302 (one more 301 -> 302
@@ -287,6 +289,7 @@ def spiderd_config(work: Path, root: str, name: str, *, store: bool, targets: st
         concurrency = {concurrency}
         per_host_concurrency = {concurrency}
         robots = false
+        processes = {FETCH_PROCESSES}
         [batch]
         targets = {targets}{batch_lines}
         [store]
@@ -550,10 +553,13 @@ def main() -> None:
     parser.add_argument("--gzip", action="store_true", help="let nginx gzip the pages")
     parser.add_argument("--split-workers", type=int, default=1,
                         help="worker daemons of the split run (its batches go round them)")
+    parser.add_argument("--fetch-processes", type=int, default=0,
+                        help="[fetch] processes of every spiderd run (fetch children; -1: one per CPU)")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="the Redis of the _redis runs")
     args = parser.parse_args()
-    global GZIP, SPLIT_WORKERS
+    global GZIP, SPLIT_WORKERS, FETCH_PROCESSES
     GZIP = args.gzip
+    FETCH_PROCESSES = args.fetch_processes
     if args.split_workers < 1:
         raise SystemExit("--split-workers: at least 1")
     SPLIT_WORKERS = args.split_workers

@@ -34,6 +34,7 @@ with lasting_objects():  # the modules a node is made of: no collection walks th
     from spiderd.feed.writers import item_writers
     from spiderd.feed.shipper import feed_shipper
     from spiderd.fetch.fetcher import Fetcher, fetch_config
+    from spiderd.fetch.fetchpool import FetchPool
     from spiderd.fetch.parsepool import ParsePool, parse_rules
     from spiderd.frontier.batcher import Batcher, LocalWorker, build_batcher
     from spiderd.frontier.build import crawl_service
@@ -112,7 +113,8 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
     worker = _worker(base) if role == "worker" or (role == "all" and "local" in s.batch.targets) else None
     frontier = _frontier(base, worker, demo_site) if base.pool is not None else Frontier()
     crawler = frontier.crawler
-    followers = [base.fetcher.set_sites] + ([frontier.sitemaps.set_sites] if frontier.sitemaps is not None else [])
+    followers = [base.fetcher.set_sites] + ([base.steps.fetchers.set_sites] if base.steps.fetchers else [])
+    followers += [frontier.sitemaps.set_sites] if frontier.sitemaps is not None else []
     live = add(LiveConfig(s, reactor, base.blocking.lane("config"), base.parser.rules, followers, frontier.seeds,
                           renders=_render_pool(base) is not None,
                           tuners=_tuners(base, frontier, worker),
@@ -156,10 +158,11 @@ def _base(s: cfg.Settings, reactor: INodeReactor, top: lifecycle.OrderedMultiSer
     paced = Politeness.of(s.fetch.polite)  # a caller's sub-requests that passes no politeness of its own (the crawler
     # and the worker pass theirs)
     modes, renderer = build_modes(s.render, paced, reactor, fetcher, parser)
-    for service in (pooled, store, parser, renderer, lifecycle.Closer("fetcher", fetcher.close)):
+    children = FetchPool(reactor, fetcher, fetching, parser.rules, s.fetch.processes) if s.fetch.processes else None
+    for service in (pooled, store, parser, children, renderer, lifecycle.Closer("fetcher", fetcher.close)):
         top.add(service)
     claim = pool.claim_content if pool is not None and s.items.skip_duplicate_content else None
-    steps = PageSteps(reactor, parser, store, claim, s.fetch.max_retry_after, StorageGate(reactor), modes)
+    steps = PageSteps(reactor, parser, store, claim, s.fetch.max_retry_after, StorageGate(reactor), modes, children)
     return Base(s, reactor, top, blocking, CrawlStats(reactor), pool, store, parser, fetcher, steps,
                 pooled.turns if pooled is not None else None, paced)
 

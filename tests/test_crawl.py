@@ -114,6 +114,23 @@ class CrawlTests(unittest.TestCase):
         """
         sites = [dict(DEMO["sites"][0], list_urls=[])]
         crawler, stats = yield self.crawl(sites=sites)
+        self.check_everything_once(crawler, stats)
+
+    @defer.inlineCallbacks
+    def test_fetch_children_crawl_everything_once(self) -> Any:
+        """With fetch children (``[fetch] processes``) the same crawl ends the same way, every fault kind included
+        (robots.txt, redirects, 404s, 500s retried, slow pages); the pages were fetched, parsed and compressed there
+        (each stored html_lzma is the page as served)."""
+        sites = [dict(DEMO["sites"][0], list_urls=[])]
+        crawler, stats = yield self.crawl(sites=sites, fetch={"processes": 2})
+        self.check_everything_once(crawler, stats)
+        self.assertGreater(crawler._processor.steps.fetchers.answered_count, len(self.spec.expected().details_ok))
+        with sqlite3.connect(self.data / "pages.sqlite3") as db:
+            rows = list(db.execute("SELECT url, html_lzma FROM crawler_html"))
+        for url, blob in rows:
+            self.assertEqual(lzma.decompress(blob), render(self.spec, url[len(self.root) - 1 :])[2])
+
+    def check_everything_once(self, crawler: Any, stats: dict[str, Any]) -> None:
         expected = self.spec.expected()
         paths = sorted(u[len(self.root) - 1 :] for u in self.stored())
         self.assertEqual(paths, sorted(expected.details_ok))
@@ -166,6 +183,21 @@ class CrawlTests(unittest.TestCase):
         crawler._fetcher.robots._delay("slow.example", 7.0)  # a Crawl-delay reaches the pool and the worker
         self.assertEqual(max(worker.runner._pipeline.queue.politeness.delays("slow.example")), 7.0)
         self.assertEqual(crawler.pool.politeness.slot("slow.example").delay, 7.0)
+
+    @defer.inlineCallbacks
+    def test_all_role_with_fetch_children(self) -> Any:
+        """The deployed path (batches to the node's own worker) with fetch children: every good detail page once in
+        the feeds and the store; the worker's jobs fetched through the children too."""
+        feeds = self.data / "shipped"
+        settings = node_settings(str(self.data), self.root, batch={"targets": ["local"], "size": 20},
+                                 worker={"feed_template": f"file://{feeds}/%(batch)s_%(name)s_%(time)s.jl"},
+                                 fetch={"processes": 2})
+        crawler, batcher, worker = yield run_with_worker(settings)
+        items = [json.loads(line) for f in sorted(feeds.glob("*.jl")) for line in f.open()]
+        expected = self.spec.expected().details_ok
+        self.assertEqual(sorted(i["url"][len(self.root) - 1 :] for i in items), sorted(expected))
+        self.assertEqual(sorted(u[len(self.root) - 1 :] for u in self.stored()), sorted(expected))
+        self.assertGreater(crawler._processor.steps.fetchers.answered_count, len(expected))
 
     @defer.inlineCallbacks
     def test_item_table_holds_each_item_with_its_page(self) -> Any:

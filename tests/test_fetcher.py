@@ -199,6 +199,23 @@ class FetcherTests(unittest.TestCase):
         self.assertEqual(limited.reason, f"too many redirects: more than 1, the last to {self.base}/index")
 
     @defer.inlineCallbacks
+    def test_a_redirect_unfollowed_then_followed_on_is_the_fetch_that_follows(self) -> Any:
+        """``follow=False`` gives the redirect's answer itself (a fetch child's); ``follow_on`` carries the fetch on
+        from it to the same result as following at once (status, final URL, hops), loops and limits included."""
+        for path, limit in (("/moved", 5), ("/loop", 5), ("/moved", 1), ("/badredirect", 5), ("/index", 5)):
+            fetcher = self.make_fetcher(max_redirects=limit)
+            first = yield fetcher.fetch(self.base + path, follow=False)
+            if path != "/index":
+                self.assertIn(first.status, (301, 302), path)
+                self.assertEqual((first.final_url, first.redirects), (self.base + path, []))
+            self.site.clients.clear()
+            followed = yield fetcher.follow_on(first)
+            direct = yield fetcher.fetch(self.base + path)
+            self.assertEqual((followed.url, followed.status, followed.final_url, followed.redirects, followed.reason),
+                             (direct.url, direct.status, direct.final_url, direct.redirects, direct.reason), path)
+            self.assertEqual(len(self.site.clients), 2 * len(direct.redirects) + 1, path)  # its first hop not again
+
+    @defer.inlineCallbacks
     def test_bad_redirect(self) -> Any:
         """A redirect to a URL spiderd will not fetch is a final BAD_REDIRECT."""
         result = yield self.fetcher.fetch(self.base + "/badredirect")

@@ -72,6 +72,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "max_retry_after": "positive",  # throttling answers (429, 503): the longest host block
         "max_throttles": "count",  # throttles of one URL that do not count as its failures
         "conditional_get": "bool",  # a recrawl sends the page's ETag / Last-Modified back
+        "processes": "workers",  # fetch children (spiderd.fetch.fetchpool): -1 one per CPU, 0 none
     },
     "sitemaps": {
         "from_robots": "bool",  # read the Sitemap: lines of each site host's robots.txt

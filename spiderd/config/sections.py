@@ -101,6 +101,7 @@ class FetchSection:
     max_retry_after: float = 3600.0  # a 429/503's Retry-After (or back-off) blocks its host this long at most
     max_throttles: int = 10  # a URL's throttled fetches before the next one counts as its failure
     conditional_get: bool = True  # hubs and recrawled pages are fetched with If-None-Match / If-Modified-Since
+    processes: int = 0  # child processes that fetch, parse and compress pages (-1: one per CPU; 0: the main process)
 
     @property
     def adaptive(self) -> AdaptiveDelay:

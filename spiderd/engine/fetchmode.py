@@ -211,13 +211,14 @@ class FetchModes:
     def mark(self, result: FetchResult, extracted: Extracted) -> None:
         """The item of a page of a site that renders says whether it was rendered (``rendered``); a page fetched
         plain that gave nothing may get the hint."""
-        if extracted.item is not None and (result.rendered is not None or self._renders(result.final_url)):
+        if extracted.item is not None and (result.rendered is not None or self.renders(result.final_url)):
             extracted.item["rendered"] = result.rendered is not None
             extracted.line = None  # (the parse child's line is of the item before)
         if result.rendered is None:
             self.hint(result, extracted)
 
-    def _renders(self, url: str) -> bool:
+    def renders(self, url: str) -> bool:
+        """Whether ``url``'s site renders its pages ("always" or "auto")."""
         site = self.rules.site_for(url) if self.pool is not None else None
         return site is not None and site.render != "never"
 

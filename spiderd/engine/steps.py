@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from spiderd.engine.subrequests import HostTurns
     from spiderd.fetch.extract import Extracted, Rules
     from spiderd.fetch.fetcher import Fetcher, FetchResult
+    from spiderd.fetch.fetchpool import FetchPool
     from spiderd.fetch.parsepool import ParsePool
 
 ClaimContent = Callable[[str, str], "Deferred[bool]"]  # a pool's claim_content(digest, url)
@@ -114,14 +115,17 @@ class PageSteps:
 
     def __init__(self, clock: IReactorTime, parser: ParsePool, store: IPageStore | None = None,
                  claim_content: ClaimContent | None = None, max_retry_after: float = th.MAX_RETRY_AFTER,
-                 gate: StorageGate | None = None, modes: FetchModes | None = None) -> None:
+                 gate: StorageGate | None = None, modes: FetchModes | None = None,
+                 fetchers: FetchPool | None = None) -> None:
         """``store``: where detail pages go (None: nowhere); ``claim_content``: the pool's, with ``[items]
         skip_duplicate_content`` (a detail page whose content digest another URL gave first is not stored and
         makes no item); ``gate``: the node's storage gate (a save its storage refuses is saved again once the gate
         tries again, see :mod:`spiderd.core.storage`); ``modes``: how each site's pages are fetched (plain, or
-        rendered: :mod:`spiderd.engine.fetchmode`; None: plain)."""
+        rendered: :mod:`spiderd.engine.fetchmode`; None: plain); ``fetchers``: the fetch children, where a page
+        whose kind is known before its fetch is fetched, parsed and compressed (``[fetch] processes``)."""
         self._clock = clock
         self.modes = modes
+        self.fetchers = fetchers
         self._parser = parser
         self.store = store
         self.gate = gate
@@ -129,10 +133,18 @@ class PageSteps:
         self.throttles = th.HostThrottles(max_retry_after)  # consecutive 429/503 per host: the back-off
 
     def fetch(self, fetcher: Fetcher, url: str, validators: cg.Validators | None = None,
-              turns: HostTurns | None = None, **options: Any) -> Deferred[FetchResult]:
+              turns: HostTurns | None = None, kind: str | None = None, rules: Rules | None = None,
+              **options: Any) -> Deferred[FetchResult]:
         """``url`` fetched as its site asks (plain HTTP, or rendered in a headless browser); never fails.
         ``validators``: a conditional GET; ``turns``: the role's politeness, where a rendered page's sub-requests
-        take their turns; ``options``: the fetcher's (``user_agent``, ``robots``)."""
+        take their turns; ``options``: the fetcher's (``user_agent``, ``robots``); ``kind`` and ``rules``: how the
+        page will be parsed (its port's ``kind`` and ``rules``), known before the fetch: then a fetch child may
+        fetch it and parse it where it fetched it (``FetchResult.parsed``)."""
+        children = self.fetchers
+        if (children is not None and kind is not None and children.takes(fetcher, url)
+                and (self.modes is None or not self.modes.renders(url))):
+            preset = self.store.preset if kind == "detail" and self.store is not None else None
+            return children.fetch(url, validators, kind=kind, rules=rules, preset=preset, **options)
         if self.modes is not None:
             return self.modes.fetch(fetcher, url, validators, turns, **options)
         if validators is None:
@@ -185,6 +197,8 @@ class PageSteps:
         try:
             kind = port.kind(result)
             url = result.final_url
+            if result.parsed is not None:  # (a fetch child parsed it as the port's kind: no redirect, same URL)
+                return defer.succeed(result.parsed).addCallback(self._parsed, result, port, kind, url)
             preset = self.store.preset if kind == "detail" and self.store is not None else None
             parsing = self._parser.parse(url, result.page, result.content_type, kind, self._clock.seconds(),
                                          result.status, compress=preset, robots_tag=result.robots_tag,

@@ -179,12 +179,41 @@ class Fetcher:
         return agent
 
     def fetch(self, url: str, user_agent: str | None = None, robots: bool = True,
-              validators: Validators | None = None) -> Deferred[FetchResult]:
+              validators: Validators | None = None, follow: bool = True) -> Deferred[FetchResult]:
         """Fetch ``url`` following redirects; fires with a FetchResult, never fails.
 
         ``user_agent``: this request's (and its robots.txt check's) instead of the configured one;
         ``robots=False``: no robots.txt check for this request; ``validators``: a conditional GET
-        (If-None-Match, If-Modified-Since; on every hop of a redirect), a 304 if the page did not change."""
+        (If-None-Match, If-Modified-Since; on every hop of a redirect), a 304 if the page did not change;
+        ``follow=False``: a redirect's answer is the result (a fetch child's: its parent follows it, with
+        :meth:`follow_on`)."""
+        return self._fetch(url, url, [], user_agent, robots, validators, follow)
+
+    def follow_on(self, result: FetchResult, user_agent: str | None = None, robots: bool = True,
+                  validators: Validators | None = None) -> Deferred[FetchResult]:
+        """The fetch of ``result.url`` carried on past ``result``, a redirect's answer fetched with
+        ``follow=False`` (by a fetch child): its target checked and followed as :meth:`fetch` would have; a
+        result that is no redirect is given back as it is."""
+        location = dict((name.lower(), value) for name, value in result.headers or ()).get("location")
+        if result.status not in REDIRECT_CODES or location is None:
+            return defer.succeed(result)
+        url, original = result.final_url, result.url
+        target = _resolve(url, location.encode("latin-1"))
+        if target is None:
+            return defer.succeed(FetchResult(
+                original, st.BAD_REDIRECT, url, redirects=result.redirects, error="bad-redirect",
+                reason=st.reason(st.BAD_REDIRECT, f"Location {location[:100]!r} from {url}")))
+        redirects = list(result.redirects)
+        if len(redirects) >= self._config.max_redirects or target == original or target in redirects:
+            return defer.succeed(FetchResult(original, st.TOO_MANY_REDIRECTS, url, redirects=redirects,
+                                             error="redirects", reason=self._redirect_reason(
+                                                 target, target == original or target in redirects)))
+        redirects.append(target)
+        d = self._fetch(original, target, redirects, user_agent, robots, validators, True)
+        return d.addCallback(_took, result.elapsed)
+
+    def _fetch(self, original: str, url: str, redirects: list[str], user_agent: str | None, robots: bool,
+               validators: Validators | None, follow: bool) -> Deferred[FetchResult]:
         started = self._reactor.seconds()
         headers = self._headers if user_agent is None else self._headers_of(user_agent)
         if validators is not None:
@@ -192,13 +221,23 @@ class Fetcher:
             for name, value in validators.headers():
                 headers.setRawHeaders(name, [value])
         answers: list[FetchResult] | None = [] if self._keep_answers else None
-        d = self._follow(url, url, [], started, headers, robots, user_agent, answers)
+        d = self._follow(original, url, redirects, started, headers, robots, user_agent, answers, follow)
         timer = self._reactor.callLater(self._config.timeout, d.cancel)
         d.addBoth(_stop_timer, timer)
-        d.addErrback(self._failed, url, started)
+        d.addErrback(self._failed, original, started)
         if answers is not None:
             d.addCallback(_with_previous, answers)
         return d.addCallback(_sent, headers, self._sent_pairs if headers is self._headers else None)
+
+    @property
+    def keeps_answers(self) -> bool:
+        """Whether the answers on the way go with each result (:meth:`keep_answers`)."""
+        return self._keep_answers
+
+    @property
+    def tells_addresses(self) -> bool:
+        """Whether each lookup's address is told to listeners (per-IP politeness)."""
+        return bool(self._address_listeners) or self._config.tell_addresses
 
     def keep_answers(self) -> None:
         """Hand on with each result the HTTP answers fetched on the way (``FetchResult.previous``: robots.txt,
@@ -245,7 +284,8 @@ class Fetcher:
 
     @defer.inlineCallbacks
     def _follow(self, original: str, url: str, redirects: list[str], started: float, headers: Headers,
-                robots: bool, user_agent: str | None, answers: list[FetchResult] | None = None) -> Any:
+                robots: bool, user_agent: str | None, answers: list[FetchResult] | None = None,
+                follow: bool = True) -> Any:
         while True:
             if robots and self.robots is not None:
                 allowed = yield self.robots.allowed(url, user_agent)
@@ -255,7 +295,7 @@ class Fetcher:
                     return robots_denied(original, url, redirects)
             response, body = yield self._get(url, self._config.max_body_size, headers=headers)
             location = response.headers.getRawHeaders(b"location", [None])[0]
-            if response.code not in REDIRECT_CODES or location is None:
+            if response.code not in REDIRECT_CODES or location is None or not follow:
                 return _finish((response, body), original, url, redirects, self._reactor.seconds() - started,
                                self._reactor.seconds())
             if answers is not None:  # the redirect itself, as an answer of its own (its WARC record)
@@ -298,11 +338,7 @@ class Fetcher:
         return d.addCallback(lambda body: (response, body))
 
     def _failed(self, failure: Failure, url: str, started: float) -> FetchResult:
-        code, kind = classify_failure(failure)
-        if code == st.NETWORK_ERROR:
-            log.failure("Unexpected error fetching {url}", failure, url=url)
-        return FetchResult(url, code, url, elapsed=self._reactor.seconds() - started, error=kind,
-                           reason=st.reason(code, failure_detail(failure, self._config.timeout)))
+        return failed_result(failure, url, self._reactor.seconds() - started, self._config.timeout)
 
     def close(self) -> Deferred[Any]:
         """Close idle pooled connections (and the robots.txt store of the Robots this fetcher made)."""
@@ -336,6 +372,22 @@ def robots_denied(original: str, url: str, redirects: list[str] | None = None) -
     """The result of fetching ``original`` when robots.txt disallows ``url`` (it, or a redirect's target)."""
     return FetchResult(original, st.ROBOTS_DENIED, url, redirects=redirects or [], error="robots",
                        reason=st.reason(st.ROBOTS_DENIED, f"disallowed by {robots_url(url)}"))
+
+
+def failed_result(failure: Failure, url: str, elapsed: float, timeout: float) -> FetchResult:
+    """The result of a fetch of ``url`` that failed with ``failure`` (a network error, a cancel) after ``elapsed``
+    seconds; ``timeout``: the fetch's, for the words of a cancel."""
+    code, kind = classify_failure(failure)
+    if code == st.NETWORK_ERROR:
+        log.failure("Unexpected error fetching {url}", failure, url=url)
+    return FetchResult(url, code, url, elapsed=elapsed, error=kind,
+                       reason=st.reason(code, failure_detail(failure, timeout)))
+
+
+def _took(result: FetchResult, before: float) -> FetchResult:
+    """``result`` with the ``before`` seconds its first hop took (fetched apart, by a fetch child) counted in."""
+    result.elapsed += before
+    return result
 
 
 def _told_failure(failure: Failure, host: str) -> None:

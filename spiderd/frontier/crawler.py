@@ -51,7 +51,7 @@ from spiderd.engine.subrequests import HostTurns
 from spiderd.feed.items import ItemWriter
 from spiderd.fetch.fetcher import Fetcher, FetchResult
 from spiderd.contracts.pool import ICrawlPool
-from spiderd.frontier.process import Processor
+from spiderd.frontier.process import Processor, page_kind
 
 if TYPE_CHECKING:
     from spiderd.fetch.extract import Rules
@@ -361,7 +361,8 @@ class CrawlService(Service):
                  error=f"{failure.type.__name__}: {failure.getErrorMessage()}")
 
     def _fetch(self, sent: cg.Validators | None, url: str, hub: bool, at: float) -> Deferred[Any]:
-        d = self._processor.steps.fetch(self._fetcher, url, sent, self._turns)  # plain, or rendered as the site asks
+        kind = page_kind(self._processor.rules, hub, url)  # (a fetch child parses it as that, where it fetched it)
+        d = self._processor.steps.fetch(self._fetcher, url, sent, self._turns, kind)  # plain, or rendered as asked
         d.addBoth(self._fetched)
         return d.addCallback(self._processor.process, hub, sent, self._still_wanted(at))
 

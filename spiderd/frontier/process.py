@@ -192,10 +192,7 @@ class CrawlPort:
         return None
 
     def kind(self, result: FetchResult) -> str:
-        if self._hub:
-            return "list"
-        rules = self._p.rules
-        return rules.classify(result.final_url) or rules.classify(result.url) or "list"
+        return page_kind(self._p.rules, self._hub, result.final_url, result.url)
 
     def parsed(self, result: FetchResult, extracted: Extracted) -> Deferred[Any] | None:
         """Links one hop further than the leased URL (``result.url``, the pool's max_hops) into the pool, detail
@@ -240,3 +237,15 @@ class CrawlPort:
 
     def parse_failed(self, result: FetchResult) -> None:
         """Nothing to undo: the failure becomes the URL's processing error."""
+
+
+def page_kind(rules: Rules, hub: bool, *urls: str) -> str:
+    """How a crawled page is parsed: a hub is a list; else the kind of the first of ``urls`` (the page's, then the
+    URL that redirected to it) its site classifies, or a list."""
+    if hub:
+        return "list"
+    for url in urls:
+        kind = rules.classify(url)
+        if kind:
+            return kind
+    return "list"

@@ -210,8 +210,8 @@ class Pipeline:
         recrawl = run.recrawl.get(taken.url)
         sent = recrawl.validators if recrawl is not None else None  # a recrawl: conditional on what was kept
         try:
-            fetching = run.wait(self.steps.fetch(self._fetcher, taken.url, sent, turns=self.turns,
-                                                 **run.fetch_options))
+            fetching = run.wait(self.steps.fetch(self._fetcher, taken.url, sent, turns=self.turns, kind="detail",
+                                                 rules=run.rules, **run.fetch_options))
         except Exception:
             self._fetch_over(taken, run, None)
             return defer.fail()
