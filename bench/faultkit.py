@@ -396,6 +396,9 @@ def missing_requirements(names: list[str]) -> list[str]:
     return lines
 
 
+FETCH_PROCESSES = 0  # [fetch] processes of every node (bench/faults.py --fetch-processes)
+
+
 def node_toml(*, role: str, data_dir: Path, site_url: str, store_url: str, targets: str, worker_port: int,
               ftp_port: int, per_host: tuple[int, float], pool: str = "", items: str = "") -> str:
     """A node's configuration: the demo shop's rules, small batches, the feed over FTP to ``ftp_port``."""
@@ -416,6 +419,7 @@ per_host_concurrency = {per_host[0]}
 per_host_delay = {per_host[1]}
 timeout = 10
 robots = true
+processes = {FETCH_PROCESSES}
 [parse]
 workers = 1
 [store]

@@ -796,6 +796,8 @@ def main() -> None:
     parser.add_argument("--details", type=int, default=10000)
     parser.add_argument("--only", default="", help="comma-separated scenario names: " + ", ".join(SCENARIOS))
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--fetch-processes", type=int, default=0,
+                        help="[fetch] processes of every node (fetch children; -1: one per CPU)")
     parser.add_argument("--keep", action="store_true", help="keep the whole work directory (logs) afterwards")
     parser.add_argument("--runs", type=int, default=1, help="runs of each cluster-* scenario")
     parser.add_argument("--durability", default="replica", help="cluster-*: [pool] redis_durability")
@@ -804,6 +806,9 @@ def main() -> None:
     parser.add_argument("--stretch", type=float, default=1.0,
                         help="multiply the scenarios' waits, outages and random moments (and their time limits)")
     args = parser.parse_args()
+    import faultkit
+
+    faultkit.FETCH_PROCESSES = args.fetch_processes
     STRETCH = args.stretch
     names = [n for n in args.only.split(",") if n] or list(SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]
