@@ -118,6 +118,17 @@ class FetchPoolTests(TestCase):
         self.assertEqual(self.told, [(f"localhost:{port}", "127.0.0.1")] * 2)
 
     @defer.inlineCallbacks
+    def test_a_page_is_parsed_with_the_version_of_the_rules_asked_for(self) -> Any:
+        """A worker job's own rules (another version) parse its pages; the next fetch without them, the pool's."""
+        yield self.start(robots=False)
+        other = self.rules.with_sites(rules_of({"sites": [dict(RAW["sites"][0], fields={"heading": "css:h1::text"})]})
+                                      .sites)
+        job = yield self.pool.fetch(self.base + "/p/6", kind="detail", rules=other)
+        node = yield self.pool.fetch(self.base + "/p/6", kind="detail")
+        self.assertEqual((job.parsed.item.get("heading"), job.parsed.item.get("title")), ("Page /p/6", None))
+        self.assertEqual((node.parsed.item.get("heading"), node.parsed.item.get("title")), (None, "Page /p/6"))
+
+    @defer.inlineCallbacks
     def test_robots_txt_and_redirects_stay_in_the_main_process(self) -> Any:
         """A URL robots.txt disallows never reaches a child or the site; a redirect comes back unfollowed and the
         main process follows it, checking its target's robots.txt; each URL is requested once."""
