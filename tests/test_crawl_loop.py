@@ -319,6 +319,24 @@ class PullAheadEdgeTests(unittest.TestCase):
         self.assertEqual(self.pool.freed, [])
         crawler.stopService()
 
+    def test_a_pop_answered_late_counts_its_wait_from_the_ask(self) -> None:
+        """A lease starts when the pop is asked (the pool's deadline is the ask's time + pending_threshold), so a pop
+        whose answer comes back past ``max_queue_wait`` (its Redis stalled) starts none of its URLs: their leases
+        may have ended, and another node's next pop hands them out again (a CI run of test_cluster: /item/584
+        fetched by two live nodes 0.3-0.6 s apart after a 14 s stall).  Within it, they start."""
+        crawler = self.crawler(max_queue_wait=5.0)
+        crawler.startService()
+        self.clock.advance(0)
+        self.clock.advance(11)  # the pop asked at 0 answers at 11
+        self.pool.answer()
+        self.assertEqual((self.started, crawler.queued), ([], 0))  # left to their leases, hosts not freed
+        self.assertEqual(self.pool.freed, [])
+        self.clock.advance(0)  # the next pop, asked at 11, answers at 14
+        self.clock.advance(3)
+        self.pool.answer()
+        self.assertEqual(len(self.started), 4)
+        crawler.stopService()
+
 
 class WaitingHubTests(unittest.TestCase):
     """A due hub whose host may not go yet costs no pop until the host's next-allowed time (issue 34: one hub with

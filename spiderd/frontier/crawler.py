@@ -10,7 +10,9 @@ With ``pull_ahead`` (the Redis pool's ``redis_pop_ahead``) it pops ahead of its
 free slots instead: up to that many leased URLs wait in a local queue for a slot,
 and a pull (for the free slots and the queue's room) goes out once the queue is
 down to half; at stop or pause, URLs still queued are left to their leases,
-which bring them back (as fetches cut at stop).  A fetch slot is freed as soon as the response is in; processing
+which bring them back (as fetches cut at stop).  A popped URL's wait (``max_queue_wait``) counts from when its pop
+was asked, where its lease began: a pop answered later than that (its Redis stalled) starts none of its URLs, whose
+leases may have ended and been handed to another node.  A fetch slot is freed as soon as the response is in; processing
 (parsing, storing) runs beside it, bounded by ``max_processing``, which is
 large because a page waits there for its batch of writes to be committed.
 What is done with a fetched answer (parse, links, store, item, statuses) is
@@ -248,7 +250,7 @@ class CrawlService(Service):
             return  # a fetch's end kicks again
         self._popping = True
         d = defer.maybeDeferred(self.pool.pop, wanted, self._hub_percent)
-        d.addCallback(self._popped)
+        d.addCallback(self._popped, self._reactor.seconds())
         d.addCallbacks(self._pulled, self._pull_failed)
 
     def _start_queued(self) -> None:
@@ -296,12 +298,19 @@ class CrawlService(Service):
         """False once pulls failed FAILING_PULLS times in a row (a minute of heartbeats at least)."""
         return self.pull_failures < FAILING_PULLS
 
-    def _popped(self, urls: dict[str, bool]) -> Any:
+    def _popped(self, urls: dict[str, bool], asked: float) -> Any:
+        """The URLs of a pop asked at ``asked``, when their leases began (the pool's deadline is the ask's time +
+        pending_threshold): a pop answered late (its Redis stalled) has used up that much of their wait."""
         if not self.running or self.paused:  # the pop was on its way at the stop or pause
             self._leave(list(urls), "Stopped" if not self.running else "Paused")
             return None
-        now = self._reactor.seconds()
-        self._queued.extend((url, hub, now) for url, hub in urls.items())
+        late = self._reactor.seconds() - asked
+        if urls and self._max_queue_wait is not None and late > self._max_queue_wait:
+            log.info("A pop answered {late:.1f} s after it was asked: its {count} URLs left to their leases",
+                     late=late, count=len(urls))  # (hosts not freed either: a lease may be another node's now)
+            self.kick()
+            return None
+        self._queued.extend((url, hub, asked) for url, hub in urls.items())
         self._start_queued()
         if urls:
             self.kick()
