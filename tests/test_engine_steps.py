@@ -137,3 +137,46 @@ class StepsTests(SynchronousTestCase):
         d.cancel()
         self.failureResultOf(d, defer.CancelledError)
         self.assertTrue(waiting.called)
+
+
+class Statuses:
+    """A crawl pool's ``set_statuses`` whose answers wait until fired."""
+
+    def __init__(self) -> None:
+        self.pending: list[Deferred[None]] = []
+
+    def set_statuses(self, statuses: Any) -> Deferred[None]:
+        d: Deferred[None] = Deferred()
+        self.pending.append(d)
+        return d
+
+
+class RecordTests(SynchronousTestCase):
+    """The crawl's record of an outcome (spiderd.frontier.process.Processor): its Deferred fires with None once the
+    statuses are in, is not ``called`` before (it was, paused, while ``record`` was a generator chained on it), and
+    cancelling it cancels the write it waits on."""
+
+    def processor(self) -> tuple[Any, Statuses]:
+        from spiderd.core.stats import CrawlStats
+        from spiderd.frontier.process import Processor
+
+        pool = Statuses()
+        steps = PageSteps(Clock(), Parser(lambda: Extracted()))  # type: ignore[arg-type]
+        sink = lambda urls: defer.succeed(None)  # noqa: E731
+        return Processor(Clock(), pool, steps, None, CrawlStats(Clock()), sink), pool  # type: ignore[arg-type]
+
+    def test_fires_once_the_statuses_are_in(self) -> None:
+        processor, pool = self.processor()
+        d = processor.process(page(500), False)
+        self.assertFalse(d.called)
+        [write] = pool.pending
+        write.callback(None)
+        self.assertIsNone(self.successResultOf(d))
+
+    def test_cancel_reaches_the_write(self) -> None:
+        processor, pool = self.processor()
+        d = processor.process(page(500), False)
+        [write] = pool.pending
+        d.cancel()
+        self.failureResultOf(d, defer.CancelledError)
+        self.assertTrue(write.called)

@@ -21,6 +21,7 @@ from twisted.logger import Logger
 from spiderd.core import conditional as cg
 from spiderd.core import throttle as th
 from spiderd.core.stats import CrawlStats
+from spiderd.core.deferreds import apart
 from spiderd.core.storage import retried
 from spiderd.engine.steps import Outcome, PageSteps, Verdict
 from spiderd.feed.items import ItemWriter, Status
@@ -77,51 +78,61 @@ class Processor:
         the storage gate tries again, while ``wanted()``; then the processing fails with StorageBlocked and the
         URL is left to its lease."""
         d = self.steps.process(result, CrawlPort(self, hub, wanted), sent)
-        return d.addCallback(self.record, sent, wanted)
+        return apart(d.addCallback(self.record, sent, wanted))
 
     def gated(self, sink: str, write: Callable[[], Deferred[T]], wanted: Callable[[], bool]) -> Deferred[T]:
         """``write()``, made again while its storage refuses it (see :meth:`process`)."""
         return retried(self.steps.gate, sink, write, lambda: not wanted())
 
-    @defer.inlineCallbacks
-    def record(self, outcome: Outcome, sent: cg.Validators | None, wanted: Callable[[], bool] = lambda: True) -> Any:
+    def record(self, outcome: Outcome, sent: cg.Validators | None,
+               wanted: Callable[[], bool] = lambda: True) -> Deferred[None]:
         """Record the outcome's statuses (and its redirect target's, when claimed, and its canonical URL's, when
         the page names one: that URL is then done too and not fetched again).
 
         With an item, the statuses are recorded by the item writer together with the item's line (see
         spiderd.feed.items): a URL is done only once its links, its page and its item are safe, and then exactly
         once.  A 200's validators go with its status; a 304 to a fetch conditional on ``sent`` is done with
-        nothing else; a throttled URL goes back to its queue, its host blocked in the pool."""
+        nothing else; a throttled URL goes back to its queue, its host blocked in the pool.  (Plain callbacks, not
+        generators: a page's record costs fewer Deferreds; :meth:`process` gives its callers the chain
+        :func:`~spiderd.core.deferreds.apart`.)"""
         result = outcome.result
         if outcome.verdict is Verdict.THROTTLED:
-            yield self.gated("pool", lambda: self._throttled(result, outcome.wait), wanted)
-            return
+            return self.gated("pool", lambda: self._throttled(result, outcome.wait), wanted).addCallback(_none)
         if outcome.verdict is Verdict.NOT_MODIFIED:
             assert sent is not None  # (only a conditional fetch is NOT_MODIFIED)
-            yield self.gated("pool", lambda: self._not_modified(result, sent), wanted)
-            return
+            return self.gated("pool", lambda: self._not_modified(result, sent), wanted).addCallback(_none)
         statuses: list[Status] = [(result.url, result.status, result.reason)]  # reason: None for a page
         if result.validators is not None and self._conditional:
             statuses[0] = (result.url, result.status, result.reason, result.validators)
+        if outcome.verdict is Verdict.PAGE:
+            return self._settle_page(outcome).addCallback(self._record_page, outcome, statuses, wanted)
         if outcome.verdict is Verdict.DUPLICATE:
             self.stats.incr("redirect_duplicates")
-        elif outcome.verdict is Verdict.PAGE:
-            extracted = yield self._settle_page(outcome)
-            if result.final_url != result.url:
-                statuses.append((result.final_url, result.status))
-            if extracted.canonical is not None and all(extracted.canonical != s[0] for s in statuses):
-                statuses.append((extracted.canonical, result.status))
-            item, items = outcome.item, self._items
-            if item is not None and items is not None:
-                yield self.gated("items", lambda: items.write(item, statuses, extracted.line), wanted)
-                self.stats.incr("items")
-                site = self.rules.site_for(item["url"])
-                self.stats.item_made(site.name if site is not None else "", item)
-                return
-        yield self.gated("pool", lambda: self.pool.set_statuses(statuses), wanted)
+        return self._set_statuses(statuses, wanted)
 
-    @defer.inlineCallbacks
-    def _settle_page(self, outcome: Outcome) -> Any:
+    def _record_page(self, extracted: Extracted, outcome: Outcome, statuses: list[Status],
+                     wanted: Callable[[], bool]) -> Deferred[None]:
+        """A page's links and stored copy are safe: its statuses, with its item's line when it makes one."""
+        result = outcome.result
+        if result.final_url != result.url:
+            statuses.append((result.final_url, result.status))
+        if extracted.canonical is not None and all(extracted.canonical != s[0] for s in statuses):
+            statuses.append((extracted.canonical, result.status))
+        item, items = outcome.item, self._items
+        if item is not None and items is not None:
+            d = self.gated("items", lambda: items.write(item, statuses, extracted.line), wanted)
+            return d.addCallback(self._item_written, item)
+        return self._set_statuses(statuses, wanted)
+
+    def _set_statuses(self, statuses: list[Status], wanted: Callable[[], bool]) -> Deferred[None]:
+        return self.gated("pool", lambda: self.pool.set_statuses(statuses), wanted).addCallback(_none)
+
+    def _item_written(self, _: Any, item: dict[str, Any]) -> None:
+        self.stats.incr("items")
+        site = self.rules.site_for(item["url"])
+        self.stats.item_made(site.name if site is not None else "", item)
+
+    def _settle_page(self, outcome: Outcome) -> Deferred[Extracted]:
         """Count what the page gave and wait for its links and its stored copy; fires with its Extracted."""
         extracted = outcome.extracted
         assert extracted is not None  # (a PAGE has one)
@@ -138,8 +149,9 @@ class Processor:
         self.stats.incr("links_detail", len(extracted.details))
         if extracted.skipped:
             self.stats.incr("links_skipped", extracted.skipped)
-        yield defer.gatherResults(waits, consumeErrors=True)
-        return extracted
+        if not waits:
+            return defer.succeed(extracted)
+        return defer.gatherResults(waits, consumeErrors=True).addCallback(lambda _: extracted)
 
     def _not_modified(self, result: FetchResult, sent: cg.Validators) -> Deferred[None]:
         """A 304: the page did not change since the fetch whose validators were ``sent``. It is done again (a
@@ -237,6 +249,10 @@ class CrawlPort:
 
     def parse_failed(self, result: FetchResult) -> None:
         """Nothing to undo: the failure becomes the URL's processing error."""
+
+
+def _none(_: Any) -> None:
+    """What a recorded outcome fires with."""
 
 
 def page_kind(rules: Rules, hub: bool, *urls: str) -> str:
