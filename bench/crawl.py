@@ -147,6 +147,7 @@ class Run:
     items: int
     expected_items: int = 0
     redis_cpu: float = 0.0  # seconds of the Redis server's CPU (the _redis runs)
+    main_cpu: float = 0.0  # seconds of CPU of the command's own process (spiderd's main process, not its children)
 
     @property
     def pages_per_s(self) -> float:
@@ -158,7 +159,8 @@ class Run:
 
     def line(self) -> str:
         return (f"{self.name:<22} {self.pages:6d} pages {self.seconds:7.2f}s {self.pages_per_s:8.1f} pages/s "
-                f"{self.cpu_per_1k:6.2f} CPU s/1k pages  peak RSS {self.rss_mb:6.1f} MB  {self.items} items")
+                f"{self.cpu_per_1k:6.2f} CPU s/1k pages ({self.main_cpu * 1000 / self.pages:.2f} its main process) "
+                f"peak RSS {self.rss_mb:6.1f} MB  {self.items} items")
 
 
 def tree_pids(pid: int) -> list[int]:
@@ -216,16 +218,21 @@ def measure(name: str, command: list[str], cwd: Path, count_pages, count_items, 
     started = time.perf_counter()
     log = open(cwd / f"{name}.log", "w")
     child = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
-    peak = 0
+    peak = main_ticks = 0
     while child.poll() is None or (until is not None and child.returncode == 0 and not until()):
         peak = max(peak, tree_rss_kb(child.pid) + sum(tree_rss_kb(p) for p in extra_pids))
+        try:
+            main_ticks = _cpu_ticks(child.pid)  # (its last reading before it exits: within 0.1 s of its end)
+        except (OSError, ValueError, IndexError):
+            pass
         time.sleep(0.1)  # sampling other processes' memory
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if child.returncode != 0:
         raise SystemExit(f"{name} failed ({child.returncode}); see {cwd / (name + '.log')}")
-    return Run(name, count_pages(), seconds, cpu, peak / 1024, count_items())
+    return Run(name, count_pages(), seconds, cpu, peak / 1024, count_items(),
+               main_cpu=main_ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def serve(site_dir: Path, work: Path, spec: SiteSpec, faults: bool = False) -> tuple[str, subprocess.Popen]:
@@ -771,6 +778,7 @@ def report(runs: dict[str, Run]) -> None:
     if mission:
         figure("spiderd_mission_pages_per_s", mission.pages_per_s)
         figure("mission_cpu_per_1k", mission.cpu_per_1k, ".2f")
+        figure("mission_main_cpu_per_1k", mission.main_cpu * 1000 / mission.pages, ".2f")  # its ceiling, given cores
         if fast:
             figure("mission_vs_fast", mission.pages_per_s / fast.pages_per_s, ".2f")
     if stored:

@@ -210,7 +210,8 @@ class Pipeline:
         recrawl = run.recrawl.get(taken.url)
         sent = recrawl.validators if recrawl is not None else None  # a recrawl: conditional on what was kept
         try:
-            fetching = run.wait(self.steps.fetch(self._fetcher, taken.url, sent, turns=self.turns, kind="detail",
+            kind = "detail" if run.warc is None else None  # (a fetch child keeps no answer for the WARC file)
+            fetching = run.wait(self.steps.fetch(self._fetcher, taken.url, sent, turns=self.turns, kind=kind,
                                                  rules=run.rules, **run.fetch_options))
         except Exception:
             self._fetch_over(taken, run, None)
