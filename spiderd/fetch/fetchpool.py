@@ -32,11 +32,10 @@ from spiderd.core import status as st
 from spiderd.core.cpus import processes
 from spiderd.core.conditional import Validators
 from spiderd.core.reactors import IProcessClock
-from spiderd.core.retry import Backoff
 from spiderd.fetch.extract import MAX_LINKS, Rules
 from spiderd.fetch.fetcher import FetchConfig, Fetcher, FetchResult, REDIRECT_CODES, failed_result, robots_denied
 from spiderd.fetch.fetchworker import init_message, result_from, validators_fields, validators_from
-from spiderd.fetch.parsechild import RulesVersions, WorkerProcess, spawn_module, write_now
+from spiderd.fetch.parsechild import Restarts, RulesVersions, WorkerProcess, spawn_module, write_now
 from spiderd.fetch.parseworker import extracted_from, frame, plain_sites
 
 log = Logger()
@@ -108,14 +107,11 @@ class FetchPool(Service):
         self.workers = processes(workers)
         self.max_links = max_links
         self.stop_timeout = stop_timeout
-        self.restart_delay = restart_delay
-        self.max_restart_delay = max_restart_delay
         self._spawn_child = spawn or (lambda reactor, child: spawn_module(reactor, child, "spiderd.fetch.fetchworker"))
         self._cookies = any(site.cookies for site in config.sites)  # a site keeps cookies: its URLs stay here
         self._children: list[FetchChild | None] = [None] * self.workers
         self._ending: set[FetchChild] = set()  # input closed at stop: answering what they hold
-        self._failures = [0] * self.workers
-        self._restarts: dict[int, IDelayedCall] = {}
+        self._restarts = Restarts(reactor, self.workers, restart_delay, max_restart_delay, "fetch worker")
         self._next_id = 0
         self.answered_count = 0  # fetches the children answered
         self._ready_waiters: list[Deferred[None]] = []
@@ -141,9 +137,7 @@ class FetchPool(Service):
             self._stopped = Deferred()
             if self._watchdog.running:
                 self._watchdog.stop()
-            for call in self._restarts.values():
-                call.cancel()
-            self._restarts.clear()
+            self._restarts.cancel()
             waiters, self._ready_waiters = self._ready_waiters, []
             for waiter in waiters:
                 waiter.callback(None)
@@ -250,7 +244,7 @@ class FetchPool(Service):
     # -- children -----------------------------------------------------------------------------------------------
 
     def _spawn(self, slot: int) -> None:
-        self._restarts.pop(slot, None)
+        self._restarts.started(slot)
         child = FetchChild(self, slot, self._reactor)
         self._children[slot] = child
         try:
@@ -281,8 +275,7 @@ class FetchPool(Service):
     def answered(self, child: FetchChild) -> None:
         """``child`` answered a fetch: it works (its next restart is after the shortest delay again)."""
         self.answered_count += 1
-        if child.slot < len(self._failures):
-            self._failures[child.slot] = 0
+        self._restarts.worked(child.slot)
 
     def child_ended(self, child: FetchChild, reason: Failure) -> None:
         """Fail what it held (a network error, retried as one), and start another in its slot unless stopping."""
@@ -305,12 +298,8 @@ class FetchPool(Service):
         self._check_stopped()
 
     def _schedule_restart(self, slot: int) -> None:
-        if not self.running or slot in self._restarts:
-            return
-        self._failures[slot] += 1
-        delay = Backoff(self.restart_delay, self.max_restart_delay).delay(self._failures[slot])
-        log.info("Restarting fetch worker {slot} in {delay:.1f}s", slot=slot, delay=delay)
-        self._restarts[slot] = self._reactor.callLater(delay, self._spawn, slot)
+        if self.running:
+            self._restarts.schedule(slot, self._spawn)
 
     def _check_progress(self) -> None:
         """Kill a child holding a fetch past its timeout and the grace; a child that answered is not failing."""

@@ -14,17 +14,18 @@ import marshal
 import os
 import sys
 from collections import OrderedDict, deque
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from twisted.internet import main
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IProcessTransport, IReactorProcess, IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IProcessTransport, IReactorProcess, IReactorTime
 from twisted.internet.protocol import ProcessProtocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 import spiderd
 
+from spiderd.core.retry import Backoff
 from spiderd.fetch.extract import Extracted, Rules
 from spiderd.fetch.parseworker import FrameDecoder, FrameError, extracted_from, frame, rules_message
 
@@ -136,6 +137,41 @@ class RulesVersions:
             messages.append(("use", digest))
             self._using = digest
         return messages
+
+
+class Restarts:
+    """When a pool's child slots start again: after a delay that grows with the slot's failures in a row (the
+    parse pool's and the fetch pool's)."""
+
+    def __init__(self, clock: IReactorTime, slots: int, delay: float, max_delay: float, what: str) -> None:
+        self._clock = clock
+        self._backoff = Backoff(delay, max_delay)
+        self._what = what  # how the log names a slot's child ("parse worker")
+        self._failures = [0] * slots
+        self.pending: dict[int, IDelayedCall] = {}  # slot -> its start
+
+    def schedule(self, slot: int, start: Callable[[int], object]) -> None:
+        """``start(slot)`` after the slot's delay (once: a restart already due stands)."""
+        if slot in self.pending:
+            return
+        self._failures[slot] += 1
+        delay = self._backoff.delay(self._failures[slot])
+        log.info("Restarting {what} {slot} in {delay:.1f}s", what=self._what, slot=slot, delay=delay)
+        self.pending[slot] = self._clock.callLater(delay, start, slot)
+
+    def started(self, slot: int) -> None:
+        """The slot's child is starting (its restart, if one was due, is over)."""
+        self.pending.pop(slot, None)
+
+    def worked(self, slot: int) -> None:
+        """The slot's child answered: its next restart comes after the shortest delay again."""
+        if slot < len(self._failures):
+            self._failures[slot] = 0
+
+    def cancel(self) -> None:
+        for call in self.pending.values():
+            call.cancel()
+        self.pending.clear()
 
 
 class WorkerProcess(ProcessProtocol):

@@ -31,11 +31,10 @@ from twisted.python.failure import Failure
 
 from spiderd.core.cpus import processes
 from spiderd.core.memory import rss_of
-from spiderd.core.retry import Backoff
 from spiderd.core.reactors import IProcessClock
 from spiderd.fetch.extract import MAX_LINKS, Extracted, Rules, extract
 from spiderd.fetch.pagerobots import PageRobots
-from spiderd.fetch.parsechild import ParseChild, spawn
+from spiderd.fetch.parsechild import ParseChild, Restarts, spawn
 from spiderd.fetch.parseworker import MAX_MESSAGE, frame, init_message, request_frame
 from spiderd.fetch.robots import agent_token
 from spiderd.config.sections import FetchSection, PoolSection
@@ -97,15 +96,12 @@ class ParsePool(Service):
         self.max_links = max_links
         self.stop_timeout = stop_timeout
         self.request_timeout = request_timeout
-        self.restart_delay = restart_delay
-        self.max_restart_delay = max_restart_delay
         self.max_rss = max_rss
         self._rss = rss
         self.retired = 0
         self._retiring: set[ParseChild] = set()
         self._children: list[ParseChild | None] = [None] * self.workers
-        self._failures = [0] * self.workers
-        self._restarts: dict[int, IDelayedCall] = {}
+        self._restarts = Restarts(reactor, self.workers, restart_delay, max_restart_delay, "parse worker")
         self._waiting: deque[_Request] = deque()
         self._ready_waiters: list[Deferred[None]] = []
         self._next_id = 0
@@ -133,9 +129,7 @@ class ParsePool(Service):
         self._stopped = Deferred()
         if self._watchdog.running:
             self._watchdog.stop()
-        for call in self._restarts.values():
-            call.cancel()
-        self._restarts.clear()
+        self._restarts.cancel()
         waiters, self._ready_waiters = self._ready_waiters, []
         for d in waiters:
             d.errback(ParsePoolUnavailable("the parse pool stopped before its workers were ready"))
@@ -214,7 +208,7 @@ class ParsePool(Service):
         if child is not None:
             child.send(request_id, payload, d, rules)
         elif not self._live():
-            restarting = len(self._restarts)
+            restarting = len(self._restarts.pending)
             d.errback(ParsePoolUnavailable(f"no parse worker is running ({restarting} restarting)"))
         elif len(self._waiting) >= self.max_waiting:
             d.errback(ParsePoolUnavailable(f"the parse queue is full ({len(self._waiting)} pages waiting)"))
@@ -255,7 +249,7 @@ class ParsePool(Service):
     # -- children -------------------------------------------------------------------------------------------
 
     def _spawn(self, slot: int) -> None:
-        self._restarts.pop(slot, None)
+        self._restarts.started(slot)
         child = ParseChild(self, slot, self._reactor)
         self._children[slot] = child
         try:
@@ -281,7 +275,7 @@ class ParsePool(Service):
         """See ChildOwner: hand the child a waiting request (unless it is retiring)."""
         if child in self._retiring:
             return
-        self._failures[child.slot] = 0
+        self._restarts.worked(child.slot)
         self._drain(child)
 
     def _retire(self, child: ParseChild, rss: int) -> None:
@@ -317,12 +311,8 @@ class ParsePool(Service):
         self._check_stopped()
 
     def _schedule_restart(self, slot: int) -> None:
-        if not self.running or slot in self._restarts:
-            return
-        self._failures[slot] += 1
-        delay = Backoff(self.restart_delay, self.max_restart_delay).delay(self._failures[slot])
-        log.info("Restarting parse worker {slot} in {delay:.1f}s", slot=slot, delay=delay)
-        self._restarts[slot] = self._reactor.callLater(delay, self._spawn, slot)
+        if self.running:
+            self._restarts.schedule(slot, self._spawn)
 
     def _fail_waiting(self, error: Exception) -> None:
         waiting, self._waiting = self._waiting, deque()
