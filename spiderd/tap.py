@@ -126,7 +126,7 @@ def build(s: cfg.Settings, reactor: INodeReactor, demo_site: bool = False, signa
         role, reactor, stats=base.stats, pool=base.pool, crawler=crawler, seeds=frontier.seeds,
         batcher=frontier.batcher, worker=worker, shipper=worker.shipper if worker is not None else None,
         store=base.store, recrawler=frontier.recrawler, robots=base.fetcher.robots, rules=base.parser.rules,
-        storage=base.steps.gate, render=base.steps.modes, config=live, sites=book,
+        storage=base.steps.gate, render=base.steps.modes, fetchers=base.steps.fetchers, config=live, sites=book,
         tester=SiteTester(reactor, live, base.fetcher, base.steps),
         max_url_length=s.pool.max_url_length)))
     if signals:

@@ -130,6 +130,18 @@ class CrawlTests(unittest.TestCase):
         for url, blob in rows:
             self.assertEqual(lzma.decompress(blob), render(self.spec, url[len(self.root) - 1 :])[2])
 
+    def test_the_fetch_processes_are_built_with_the_node_and_shown_in_its_status(self) -> None:
+        """[fetch] processes builds one fetch pool, the engine's steps fetch through it and the API's node shows its
+        counters; 0 builds none."""
+        for processes in (2, 0):
+            settings = node_settings(str(self.data / str(processes)), self.root, fetch={"processes": processes})
+            cfg.check_data_dir(settings)
+            top = tap.build(settings, reactor)
+            node = top.getServiceNamed("api").node
+            fetchers = top.getServiceNamed("crawler")._processor.steps.fetchers
+            self.assertIs(node.fetchers, fetchers)
+            self.assertEqual(fetchers.workers if fetchers is not None else 0, processes)
+
     def check_everything_once(self, crawler: Any, stats: dict[str, Any]) -> None:
         expected = self.spec.expected()
         paths = sorted(u[len(self.root) - 1 :] for u in self.stored())

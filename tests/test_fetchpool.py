@@ -150,6 +150,7 @@ class FetchPoolTests(TestCase):
         yield self.start(robots=False)
         held = self.pool.fetch(self.base + "/slow", kind="detail")
         yield self.until(lambda: self.site.held)
+        self.assertEqual(self.pool.status(), {"processes": 1, "up": 1, "in_flight": 1, "answered": 0, "exited": 0})
         os.kill(self.pool.pids()[0], signal.SIGKILL)
         result = yield held
         self.assertEqual((result.status, result.url), (st.NETWORK_ERROR, self.base + "/slow"))
@@ -157,6 +158,7 @@ class FetchPoolTests(TestCase):
         yield self.until(lambda: self.pool.usable(self.fetcher))
         after = yield self.pool.fetch(self.base + "/p/2", kind="detail")
         self.assertEqual((after.status, after.parsed.item["title"]), (200, "Page /p/2"))
+        self.assertEqual(self.pool.status(), {"processes": 1, "up": 1, "in_flight": 0, "answered": 1, "exited": 1})
 
     @defer.inlineCallbacks
     def test_a_child_that_never_starts_leaves_its_fetches_to_the_main_process(self) -> Any:

@@ -114,6 +114,7 @@ class FetchPool(Service):
         self._restarts = Restarts(reactor, self.workers, restart_delay, max_restart_delay, "fetch worker")
         self._next_id = 0
         self.answered_count = 0  # fetches the children answered
+        self.exits = 0  # children that exited while the pool ran (each failed what it held, and was restarted)
         self._ready_waiters: list[Deferred[None]] = []
         self._stopped: Deferred[None] | None = None
         self._deadline: IDelayedCall | None = None
@@ -223,6 +224,12 @@ class FetchPool(Service):
         """A child looked ``host`` up at ``address``: the fetcher's address listeners are told (per-IP)."""
         self.fetcher.tell(host, address)
 
+    def status(self) -> dict[str, int]:
+        """The counters of ``/api/status`` and ``/metrics``: children configured and up, fetches in their hands and
+        answered, children that exited."""
+        return {"processes": self.workers, "up": sum(1 for c in self._live() if c.ready), "in_flight": self.in_flight,
+                "answered": self.answered_count, "exited": self.exits}
+
     @property
     def in_flight(self) -> int:
         return sum(len(child.held) for child in self._live())
@@ -282,6 +289,7 @@ class FetchPool(Service):
         self._ending.discard(child)
         if child.slot < len(self._children) and self._children[child.slot] is child:
             self._children[child.slot] = None
+            self.exits += 1
             why = f"{child.killed_because}: " if child.killed_because else ""
             log.warn("Fetch worker {slot} (pid {pid}) exited: {why}{reason} with {count} fetches in hand",
                      slot=child.slot, pid=child.pid, why=why, reason=reason.getErrorMessage(), count=len(child.held))

@@ -93,6 +93,7 @@ class NodeCollector:
         yield from self._feeds()
         yield from self._worker()
         yield from self._render()
+        yield from self._fetchers()
         if node.store is not None:
             yield _gauge("spiderd_store_pending_writes", "Pages accepted by the page store, not yet committed.",
                          node.store.pending)
@@ -168,6 +169,16 @@ class NodeCollector:
         yield _counter("spiderd_feed_uploads", "Feed files shipped.", s["shipped"])
         yield _counter("spiderd_feed_upload_failures", "Feed upload attempts that failed (retried).", s["failures"])
         yield _gauge("spiderd_feed_files_waiting", "Feed files in the spool, not yet shipped.", s["waiting"])
+
+    def _fetchers(self) -> Iterator[Metric]:
+        pool = self._node.fetchers
+        if pool is None:
+            return
+        s = pool.status()
+        yield _gauge("spiderd_fetch_processes_up", "Fetch processes up (of [fetch] processes).", s["up"])
+        yield _gauge("spiderd_fetch_processes_in_flight", "Fetches in the fetch processes' hands.", s["in_flight"])
+        yield _counter("spiderd_fetch_processes_exits", "Fetch processes that exited (what each held failed as "
+                       "network errors, retried; another started in its place).", s["exited"])
 
     def _render(self) -> Iterator[Metric]:
         modes = self._node.render

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from spiderd.core.stats import CrawlStats
     from spiderd.core.storage import StorageGate
     from spiderd.engine.fetchmode import FetchModes
+    from spiderd.fetch.fetchpool import FetchPool
     from spiderd.feed.shipper import FeedShipper
     from spiderd.fetch.extract import Rules
     from spiderd.fetch.robots import Robots
@@ -53,6 +54,7 @@ class Node:
     rules: Rules | None = None
     storage: StorageGate | None = None  # the node's storage gate (a full disk holds its work)
     render: FetchModes | None = None  # how sites' pages are fetched: its render pool, "auto"'s choices
+    fetchers: FetchPool | None = None  # the fetch processes ([fetch] processes)
     config: LiveConfig | None = None  # the running configuration: reloads, the sites API
     sites: SiteBook | None = None  # the sites API's book (GET/PUT/DELETE /api/sites...)
     tester: Any = None  # the template tester (POST /api/sites/NAME/try), where the node fetches
@@ -109,7 +111,7 @@ def _assemble(node: Node, history: History, pool: dict[str, Any] | None) -> dict
         out["errors"] = dict(node.stats.errors)
         out["statuses"] = dict(node.stats.statuses)
     parts = {"crawler": _crawler, "batches": _batches, "feeds": _feeds, "worker": _worker, "store": _store,
-             "recrawl": _recrawl, "storage": _storage, "render": _render, "config": _config}
+             "recrawl": _recrawl, "storage": _storage, "render": _render, "fetchers": _fetchers, "config": _config}
     for name, part in parts.items():
         try:
             value = part(node)
@@ -119,6 +121,11 @@ def _assemble(node: Node, history: History, pool: dict[str, Any] | None) -> dict
         if value is not None:
             out[name] = value
     return out
+
+
+def _fetchers(node: Node) -> dict[str, Any] | None:
+    """The fetch processes' counters (configured, up, fetches in flight and answered, exits)."""
+    return node.fetchers.status() if node.fetchers is not None else None
 
 
 def _render(node: Node) -> dict[str, Any] | None:
