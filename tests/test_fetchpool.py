@@ -32,6 +32,9 @@ def body_of(path: str) -> bytes:
             f"<a href='/c/5'>l</a></body></html>").encode()
 
 
+SCRIPTED = b"<html><head><script>document.write('made here')</script></head><body></body></html>"
+
+
 class Site(resource.Resource):
     """Pages by path; every request logged; /slow held until released; robots.txt disallows /private."""
 
@@ -54,6 +57,9 @@ class Site(resource.Resource):
             request.setResponseCode(301)
             request.setHeader(b"location", b"/private/x" if path == "/moved-private" else b"/p/9")
             return b""
+        if path == "/scripted":
+            request.setHeader(b"content-type", b"text/html")
+            return SCRIPTED
         if path.startswith(("/p/", "/c/")):
             request.setHeader(b"content-type", b"text/html; charset=utf-8")
             return body_of(path)
@@ -107,9 +113,11 @@ class FetchPoolTests(TestCase):
         listed = yield self.pool.fetch(self.base + "/c/1", kind="list")
         self.assertEqual((listed.parsed.lists, listed.parsed.details, listed.parsed.compressed),
                          ([self.base + "/c/5"], [self.base + "/p/77"], None))
+        nothing = yield self.pool.fetch(self.base + "/scripted", kind="detail", preset=1)  # (no links, no fields:
+        self.assertEqual((nothing.body, nothing.parsed.details), (SCRIPTED, []))  # its body for the JavaScript hint)
         raw = yield self.pool.fetch(self.base + "/c/2")
         self.assertEqual((raw.parsed, raw.body), (None, body_of("/c/2")))
-        self.assertEqual(self.pool.answered_count, 3)
+        self.assertEqual(self.pool.answered_count, 4)
         self.assertEqual(self.told, [])
         port = self.port.getHost().port
         named = yield self.pool.fetch(f"http://localhost:{port}/p/4", kind="detail")

@@ -32,7 +32,7 @@ from twisted.python.failure import Failure
 from spiderd.core import status as st
 from spiderd.core.rules import Site
 from spiderd.core.urls import host_of
-from spiderd.fetch.extract import ITEM_KEYS
+from spiderd.fetch.extract import ITEM_KEYS, gave_nothing
 
 if TYPE_CHECKING:
     from spiderd.engine.render import Rendered, RenderPool
@@ -225,10 +225,7 @@ class FetchModes:
     def hint(self, result: FetchResult, extracted: Extracted) -> None:
         """Log once per host that a page rendered plain gave nothing and runs scripts: its content may be
         written by JavaScript (``[[sites]] render``)."""
-        if result.rendered is not None or extracted.lists or extracted.details:
-            return
-        if any(v not in (None, "", []) for k, v in (extracted.item or {}).items()
-               if k not in ITEM_KEYS):
+        if result.rendered is not None or not gave_nothing(extracted.lists, extracted.details, extracted.item):
             return
         host = host_of(result.final_url)
         if host in self._hinted or len(self._hinted) >= MAX_HINTED or b"<script" not in result.body[:200_000].lower():

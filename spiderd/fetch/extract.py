@@ -67,6 +67,13 @@ class Extracted:
     line: str | None = None  # the item's JSON line (spiderd.core.itemline.json_line), when a parse worker encoded it
 
 
+def gave_nothing(lists: list[str], details: list[str], item: dict[str, Any] | None) -> bool:
+    """True when a parsed page gave no link and no field value (its content may be written by JavaScript)."""
+    if lists or details:
+        return False
+    return not any(value not in (None, "", []) for name, value in (item or {}).items() if name not in ITEM_KEYS)
+
+
 @dataclass(frozen=True, slots=True)
 class _CompiledSite:
     site: Site

@@ -27,7 +27,7 @@ from typing import Any
 from spiderd.core import status as st
 from spiderd.core.compression import compress
 from spiderd.core.conditional import Validators
-from spiderd.fetch.extract import MAX_LINKS, Rules
+from spiderd.fetch.extract import MAX_LINKS, Rules, gave_nothing
 from spiderd.fetch.fetcher import FetchConfig, FetchResult
 from spiderd.fetch.parseworker import (
     FrameDecoder, Versions, frame, grow_pipe, init_message as parse_init, parsed, plain_sites, rules_from, sites_from,
@@ -151,7 +151,8 @@ class Serving:
                 if preset is not None and not extracted[NOINDEX]:
                     self._compressing(request_id, result, extracted, preset)
                     return
-                result.body = b""
+                if not gave_nothing(*extracted[:3]):  # (a page that gave nothing goes back whole: the parent's
+                    result.body = b""  # hint that its content may be written by JavaScript reads it)
         elif result.status != 200:
             result.body = b""  # (no WARC with fetch workers: the answer's body of a failure is not wanted)
         self._send(request_id, result, extracted)
@@ -167,7 +168,8 @@ class Serving:
                        errbackArgs=(request_id, result, extracted))
 
     def _compressed(self, page: bytes, request_id: int, result: FetchResult, extracted: tuple[Any, ...]) -> None:
-        result.body = b""
+        if not gave_nothing(*extracted[:3]):
+            result.body = b""
         self._send(request_id, result, extracted[:COMPRESSED] + (page,) + extracted[COMPRESSED + 1:])
 
     def _not_compressed(self, failure: Any, request_id: int, result: FetchResult,
