@@ -179,12 +179,25 @@ class FetchPoolTests(TestCase):
         def broken(reactor_: Any, child: FetchChild) -> None:
             reactor_.spawnProcess(child, sys.executable, [sys.executable, "-c", "import sys; sys.exit(3)"])
 
+        made: list[defer.Deferred[FetchResult]] = []
+        fetch = fetcher.fetch
+        fetcher.fetch = lambda *a, **k: made.append(fetch(*a, **k)) or made[-1]  # type: ignore[method-assign]
         pool = FetchPool(reactor, fetcher, config, rules_of(RAW), 1, spawn=broken, restart_delay=60)
         pool.startService()
         self.addCleanup(pool.stopService)
-        result = yield pool.fetch(self.base + "/p/5", kind="detail")
+        fetching = pool.fetch(self.base + "/p/5", kind="detail")
+        held = pool.fetch(self.base + "/slow", kind="detail")  # (fetched here too; cancelled while it is)
+        result = yield fetching
         self.assertEqual((result.status, result.parsed, result.body), (200, None, body_of("/p/5")))
-        self.assertEqual(self.site.requests, ["/p/5"])
+        yield self.until(lambda: self.site.held)
+        self.assertEqual(sorted(self.site.requests), ["/p/5", "/slow"])
+        held.cancel()
+        self.assertEqual((yield held).status, st.TIMEOUT)
+        self.site.release()  # its answer comes, and goes nowhere
+        yield self.until(lambda: made[-1].called)
+        ended: list[Any] = []
+        made[-1].addBoth(ended.append)
+        self.assertEqual(ended, [None])  # (not an AlreadyCalledError: the cancelled fetch ends quietly)
 
     @defer.inlineCallbacks
     def test_a_cancelled_fetch_gives_its_result_and_the_child_goes_on(self) -> Any:

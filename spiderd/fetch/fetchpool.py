@@ -299,7 +299,7 @@ class FetchPool(Service):
         for d, sent, (_, _, url, user_agent, validators, _, _) in held.values():
             if not child.ready:  # it never took a request: the main process fetches them (robots.txt was checked)
                 fetched = self.fetcher.fetch(url, user_agent, robots=False, validators=validators_from(validators))
-                fetched.chainDeferred(d)
+                fetched.addCallback(_unless_cancelled, d)  # (cancelled meanwhile: its result goes nowhere)
                 continue
             d.callback(FetchResult(url, st.NETWORK_ERROR, url, error="network", elapsed=self._reactor.seconds() - sent,
                                    reason=words))
@@ -332,6 +332,11 @@ class FetchPool(Service):
             self._deadline.cancel()
         self._deadline = None
         self._stopped.callback(None)
+
+
+def _unless_cancelled(result: FetchResult, d: Deferred[FetchResult]) -> None:
+    if not d.called:
+        d.callback(result)
 
 
 __all__ = ["FetchChild", "FetchPool"]
