@@ -197,19 +197,11 @@ class Fetcher:
         location = dict((name.lower(), value) for name, value in result.headers or ()).get("location")
         if result.status not in REDIRECT_CODES or location is None:
             return defer.succeed(result)
-        url, original = result.final_url, result.url
-        target = _resolve(url, location.encode("latin-1"))
-        if target is None:
-            return defer.succeed(FetchResult(
-                original, st.BAD_REDIRECT, url, redirects=result.redirects, error="bad-redirect",
-                reason=st.reason(st.BAD_REDIRECT, f"Location {location[:100]!r} from {url}")))
         redirects = list(result.redirects)
-        if len(redirects) >= self._config.max_redirects or target == original or target in redirects:
-            return defer.succeed(FetchResult(original, st.TOO_MANY_REDIRECTS, url, redirects=redirects,
-                                             error="redirects", reason=self._redirect_reason(
-                                                 target, target == original or target in redirects)))
-        redirects.append(target)
-        d = self._fetch(original, target, redirects, user_agent, robots, validators, True)
+        target = self._next_hop(result.url, result.final_url, location.encode("latin-1"), redirects)
+        if isinstance(target, FetchResult):
+            return defer.succeed(target)
+        d = self._fetch(result.url, target, redirects, user_agent, robots, validators, True)
         return d.addCallback(_took, result.elapsed)
 
     def _fetch(self, original: str, url: str, redirects: list[str], user_agent: str | None, robots: bool,
@@ -300,15 +292,25 @@ class Fetcher:
                                self._reactor.seconds())
             if answers is not None:  # the redirect itself, as an answer of its own (its WARC record)
                 answers.append(_finish((response, body), url, url, [], 0.0, self._reactor.seconds()))
-            target = _resolve(url, location)
-            if target is None:
-                return FetchResult(original, st.BAD_REDIRECT, url, redirects=redirects, error="bad-redirect",
-                                   reason=st.reason(st.BAD_REDIRECT, f"Location {location.decode('latin-1')[:100]!r} from {url}"))
-            if len(redirects) >= self._config.max_redirects or target == original or target in redirects:
-                return FetchResult(original, st.TOO_MANY_REDIRECTS, url, redirects=redirects, error="redirects",
-                                   reason=self._redirect_reason(target, target == original or target in redirects))
-            redirects.append(target)
+            target = self._next_hop(original, url, location, redirects)
+            if isinstance(target, FetchResult):
+                return target
             url = target
+
+    def _next_hop(self, original: str, url: str, location: bytes, redirects: list[str]) -> str | FetchResult:
+        """Where the fetch of ``original`` goes after ``url`` answered a redirect to ``location`` (appended to
+        ``redirects``), or the result that ends it: a Location spiderd will not fetch, a loop, one hop too many."""
+        target = _resolve(url, location)
+        if target is None:
+            return FetchResult(original, st.BAD_REDIRECT, url, redirects=redirects, error="bad-redirect",
+                               reason=st.reason(st.BAD_REDIRECT,
+                                                f"Location {location.decode('latin-1')[:100]!r} from {url}"))
+        loop = target == original or target in redirects
+        if len(redirects) >= self._config.max_redirects or loop:
+            return FetchResult(original, st.TOO_MANY_REDIRECTS, url, redirects=redirects, error="redirects",
+                               reason=self._redirect_reason(target, loop))
+        redirects.append(target)
+        return target
 
     def _redirect_reason(self, target: str, loop: bool) -> str:
         """``redirect loop: back to URL`` or ``too many redirects: more than N, the last to URL``."""
