@@ -370,8 +370,10 @@ class CrawlService(Service):
                  error=f"{failure.type.__name__}: {failure.getErrorMessage()}")
 
     def _fetch(self, sent: cg.Validators | None, url: str, hub: bool, at: float) -> Deferred[Any]:
-        kind = page_kind(self._processor.rules, hub, url)  # (a fetch child parses it as that, where it fetched it)
-        d = self._processor.steps.fetch(self._fetcher, url, sent, self._turns, kind)  # plain, or rendered as asked
+        steps = self._processor.steps
+        # (with fetch processes, a child parses the page as its kind where it fetched it; else no classify here)
+        kind = page_kind(self._processor.rules, hub, url) if steps.fetchers is not None else None
+        d = steps.fetch(self._fetcher, url, sent, self._turns, kind)  # plain, or rendered as its site asks
         d.addBoth(self._fetched)
         return d.addCallback(self._processor.process, hub, sent, self._still_wanted(at))
 
