@@ -20,11 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from twisted.application.service import Service
-from twisted.internet import defer
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.interfaces import IDelayedCall
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -35,7 +31,7 @@ from spiderd.core.reactors import IProcessClock
 from spiderd.fetch.extract import MAX_LINKS, Rules
 from spiderd.fetch.fetcher import FetchConfig, Fetcher, FetchResult, REDIRECT_CODES, failed_result, robots_denied
 from spiderd.fetch.fetchworker import init_message, result_from, validators_fields, validators_from
-from spiderd.fetch.parsechild import Restarts, RulesVersions, WorkerProcess, spawn_module, write_now
+from spiderd.fetch.parsechild import ChildPool, RulesVersions, WorkerProcess, spawn_module, write_now
 from spiderd.fetch.parseworker import extracted_from, frame, plain_sites
 
 log = Logger()
@@ -73,7 +69,7 @@ class FetchChild(WorkerProcess):
     def message(self, message: tuple[Any, ...]) -> None:
         if message[0] == "ready":
             self.ready = True
-            self.owner.child_ready()
+            self.owner.child_ready(self)
             return
         if message[0] == "address":
             self.owner.told(message[1], message[2])
@@ -92,7 +88,7 @@ class FetchChild(WorkerProcess):
         self.owner.child_ended(self, reason)
 
 
-class FetchPool(Service):
+class FetchPool(ChildPool):
     """Fetches in ``workers`` child processes for ``fetcher`` (the node's: its robots.txt, its redirects, its
     address listeners)."""
 
@@ -100,45 +96,31 @@ class FetchPool(Service):
                  *, max_links: int = MAX_LINKS, stop_timeout: float = 10.0, restart_delay: float = 0.1,
                  max_restart_delay: float = 30.0,
                  spawn: Callable[[IProcessClock, FetchChild], None] | None = None) -> None:
-        self._reactor = reactor
+        super().__init__(reactor, processes(workers), restart_delay, max_restart_delay, "fetch worker",
+                         self._check_progress)
         self.fetcher = fetcher
         self.config = config
         self.rules = rules
-        self.workers = processes(workers)
         self.max_links = max_links
         self.stop_timeout = stop_timeout
         self._spawn_child = spawn or (lambda reactor, child: spawn_module(reactor, child, "spiderd.fetch.fetchworker"))
         self._cookies = any(site.cookies for site in config.sites)  # a site keeps cookies: its URLs stay here
-        self._children: list[FetchChild | None] = [None] * self.workers
+        self._children: list[FetchChild | None]
         self._ending: set[FetchChild] = set()  # input closed at stop: answering what they hold
-        self._restarts = Restarts(reactor, self.workers, restart_delay, max_restart_delay, "fetch worker")
         self._next_id = 0
         self.answered_count = 0  # fetches the children answered
         self.exits = 0  # children that exited while the pool ran (each failed what it held, and was restarted)
-        self._ready_waiters: list[Deferred[None]] = []
-        self._stopped: Deferred[None] | None = None
-        self._deadline: IDelayedCall | None = None
-        self._watchdog = LoopingCall(self._check_progress)
-        self._watchdog.clock = reactor
 
     # -- the service --------------------------------------------------------------------------------------------
 
     def startService(self) -> None:
         super().startService()
-        self._stopped = None
-        for slot in range(self.workers):
-            self._spawn(slot)
-        if self.workers:
-            self._watchdog.start(1.0, now=False)
+        self._start_slots(1.0)
 
     def stopService(self) -> Deferred[None]:
         """Close the children's input: each answers what it holds, then exits (killed at the deadline)."""
         super().stopService()
-        if self._stopped is None:
-            self._stopped = Deferred()
-            if self._watchdog.running:
-                self._watchdog.stop()
-            self._restarts.cancel()
+        if self._begin_stop():
             waiters, self._ready_waiters = self._ready_waiters, []
             for waiter in waiters:
                 waiter.callback(None)
@@ -149,10 +131,8 @@ class FetchPool(Service):
             if self._ending:
                 self._deadline = self._reactor.callLater(self.stop_timeout, self._kill_all)
             else:
-                self._stopped.callback(None)
-        d: Deferred[None] = Deferred()
-        self._stopped.addCallback(lambda _: d.callback(None))
-        return d
+                self._now_stopped()
+        return self._when_stopped()
 
     # -- fetching -----------------------------------------------------------------------------------------------
 
@@ -245,9 +225,6 @@ class FetchPool(Service):
                 best = child
         return best
 
-    def _live(self) -> list[FetchChild]:
-        return [c for c in self._children if c is not None]
-
     # -- children -----------------------------------------------------------------------------------------------
 
     def _spawn(self, slot: int) -> None:
@@ -265,19 +242,9 @@ class FetchPool(Service):
         child.transport.write(frame(init_message(self.config, self.rules, self.max_links, tell)))
         child.started_with(self.rules)
 
-    def ready(self) -> Deferred[None]:
-        """Fires once every child has started (at once without children)."""
-        if all(c is not None and c.ready for c in self._children):
-            return defer.succeed(None)
-        d: Deferred[None] = Deferred()
-        self._ready_waiters.append(d)
-        return d
-
-    def child_ready(self) -> None:
-        if all(c is not None and c.ready for c in self._children):
-            waiters, self._ready_waiters = self._ready_waiters, []
-            for d in waiters:
-                d.callback(None)
+    def child_ready(self, child: FetchChild) -> None:
+        log.debug("Fetch worker {slot} (pid {pid}) is ready", slot=child.slot, pid=child.pid)
+        self._fire_ready()
 
     def answered(self, child: FetchChild) -> None:
         """``child`` answered a fetch: it works (its next restart is after the shortest delay again)."""
@@ -305,10 +272,6 @@ class FetchPool(Service):
                                    reason=words))
         self._check_stopped()
 
-    def _schedule_restart(self, slot: int) -> None:
-        if self.running:
-            self._restarts.schedule(slot, self._spawn)
-
     def _check_progress(self) -> None:
         """Kill a child holding a fetch past its timeout and the grace; a child that answered is not failing."""
         try:
@@ -326,12 +289,8 @@ class FetchPool(Service):
             child.kill(f"still fetching {self.stop_timeout:g} s after stop")
 
     def _check_stopped(self) -> None:
-        if self._stopped is None or self._stopped.called or self._ending:
-            return
-        if self._deadline is not None and self._deadline.active():
-            self._deadline.cancel()
-        self._deadline = None
-        self._stopped.callback(None)
+        if not self._ending:
+            self._now_stopped()
 
 
 def _unless_cancelled(result: FetchResult, d: Deferred[FetchResult]) -> None:

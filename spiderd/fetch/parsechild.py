@@ -17,9 +17,12 @@ from collections import OrderedDict, deque
 from typing import Any, Callable, Protocol
 
 from twisted.internet import main
+from twisted.application.service import Service
+from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IProcessTransport, IReactorProcess, IReactorTime
 from twisted.internet.protocol import ProcessProtocol
+from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -172,6 +175,82 @@ class Restarts:
         for call in self.pending.values():
             call.cancel()
         self.pending.clear()
+
+
+class ChildPool(Service):
+    """What a pool of child processes keeps whatever they do (the parse pool's and the fetch pool's): a child per
+    slot, their restarts, the waiters of :meth:`ready`, a watchdog, and the Deferred of its stop (with its deadline).
+    A pool says how a child is started (``_spawn(slot)``) and what its watchdog checks."""
+
+    def __init__(self, clock: IReactorTime, workers: int, restart_delay: float, max_restart_delay: float,
+                 what: str, check: Callable[[], object]) -> None:
+        self._reactor: Any = clock
+        self.workers = workers
+        self._children: list[Any] = [None] * workers
+        self._restarts = Restarts(clock, workers, restart_delay, max_restart_delay, what)
+        self._ready_waiters: list[Deferred[None]] = []
+        self._stopped: Deferred[None] | None = None
+        self._deadline: IDelayedCall | None = None
+        self._watchdog = LoopingCall(check)
+        self._watchdog.clock = clock
+
+    def _spawn(self, slot: int) -> None:
+        raise NotImplementedError
+
+    def _start_slots(self, interval: float) -> None:
+        """At start: a child in every slot, the watchdog every ``interval`` seconds."""
+        self._stopped = None
+        for slot in range(self.workers):
+            self._spawn(slot)
+        if self.workers:
+            self._watchdog.start(interval, now=False)
+
+    def _begin_stop(self) -> bool:
+        """At stop: the watchdog and the restarts end; False if the pool was stopping already."""
+        if self._stopped is not None:
+            return False
+        self._stopped = Deferred()
+        if self._watchdog.running:
+            self._watchdog.stop()
+        self._restarts.cancel()
+        return True
+
+    def ready(self) -> Deferred[None]:
+        """Fires once every child has started (at once without children)."""
+        if all(c is not None and c.ready for c in self._children):
+            return defer.succeed(None)
+        d: Deferred[None] = Deferred()
+        self._ready_waiters.append(d)
+        return d
+
+    def _fire_ready(self) -> None:
+        """A child is ready: the waiters of :meth:`ready` are told once every child is."""
+        if all(c is not None and c.ready for c in self._children):
+            waiters, self._ready_waiters = self._ready_waiters, []
+            for d in waiters:
+                d.callback(None)
+
+    def _live(self) -> list[Any]:
+        return [c for c in self._children if c is not None]
+
+    def _schedule_restart(self, slot: int) -> None:
+        if self.running:
+            self._restarts.schedule(slot, self._spawn)
+
+    def _now_stopped(self) -> None:
+        """Every child is gone: the stop's deadline is cancelled and its Deferred fires (once)."""
+        if self._stopped is None or self._stopped.called:
+            return
+        if self._deadline is not None and self._deadline.active():
+            self._deadline.cancel()
+        self._deadline = None
+        self._stopped.callback(None)
+
+    def _when_stopped(self) -> Deferred[None]:
+        d: Deferred[None] = Deferred()
+        assert self._stopped is not None
+        self._stopped.addCallback(lambda _: d.callback(None))
+        return d
 
 
 class WorkerProcess(ProcessProtocol):

@@ -21,11 +21,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable
 
-from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IDelayedCall
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -34,7 +31,7 @@ from spiderd.core.memory import rss_of
 from spiderd.core.reactors import IProcessClock
 from spiderd.fetch.extract import MAX_LINKS, Extracted, Rules, extract
 from spiderd.fetch.pagerobots import PageRobots
-from spiderd.fetch.parsechild import ParseChild, Restarts, spawn
+from spiderd.fetch.parsechild import ChildPool, ParseChild, spawn
 from spiderd.fetch.parseworker import MAX_MESSAGE, frame, init_message, request_frame
 from spiderd.fetch.robots import agent_token
 from spiderd.config.sections import FetchSection, PoolSection
@@ -69,7 +66,7 @@ class ParsePoolUnavailable(ParseError):
     """No child is running (all are restarting), or the pool is stopped, or its queue is full."""
 
 
-class ParsePool(Service):
+class ParsePool(ChildPool):
     """Parses pages in ``workers`` child processes (or inline when 0)."""
 
     def __init__(
@@ -88,9 +85,9 @@ class ParsePool(Service):
         max_rss: int = 512 * 1024 * 1024,
         rss: Callable[[int], int | None] = rss_of,
     ) -> None:
-        self._reactor = reactor
+        super().__init__(reactor, processes(workers), restart_delay, max_restart_delay, "parse worker",
+                         self._check_progress)
         self.rules = rules
-        self.workers = processes(workers)
         self.queue_size = queue_size
         self.max_waiting = max_waiting
         self.max_links = max_links
@@ -100,36 +97,22 @@ class ParsePool(Service):
         self._rss = rss
         self.retired = 0
         self._retiring: set[ParseChild] = set()
-        self._children: list[ParseChild | None] = [None] * self.workers
-        self._restarts = Restarts(reactor, self.workers, restart_delay, max_restart_delay, "parse worker")
+        self._children: list[ParseChild | None]
         self._waiting: deque[_Request] = deque()
-        self._ready_waiters: list[Deferred[None]] = []
         self._next_id = 0
-        self._stopped: Deferred[None] | None = None
-        self._deadline: IDelayedCall | None = None
-        self._watchdog = LoopingCall(self._check_progress)
-        self._watchdog.clock = reactor
 
     # -- the service ----------------------------------------------------------------------------------------
 
     def startService(self) -> None:
         """Start the children (nothing to start inline)."""
         super().startService()
-        self._stopped = None
-        for slot in range(self.workers):
-            self._spawn(slot)
-        if self.workers:
-            self._watchdog.start(min(1.0, self.request_timeout / 4), now=False)
+        self._start_slots(min(1.0, self.request_timeout / 4))
 
     def stopService(self) -> Deferred[None]:
         """Refuse new pages, let the children finish what they hold, and fire when they have all exited."""
         super().stopService()
-        if self._stopped is not None:
+        if not self._begin_stop():
             return self._when_stopped()
-        self._stopped = Deferred()
-        if self._watchdog.running:
-            self._watchdog.stop()
-        self._restarts.cancel()
         waiters, self._ready_waiters = self._ready_waiters, []
         for d in waiters:
             d.errback(ParsePoolUnavailable("the parse pool stopped before its workers were ready"))
@@ -139,7 +122,7 @@ class ParsePool(Service):
         if self._all():
             self._deadline = self._reactor.callLater(self.stop_timeout, self._kill_all)
         else:
-            self._stopped.callback(None)
+            self._now_stopped()
         return self._when_stopped()
 
     # -- parsing --------------------------------------------------------------------------------------------
@@ -178,14 +161,6 @@ class ParsePool(Service):
         if len(payload[1]) + len(body) > MAX_MESSAGE:
             return defer.fail(ParseError(f"page {url!r} is too large for a parse worker ({len(body)} bytes)"))
         return self._dispatch(self._next_id, payload, rules)
-
-    def ready(self) -> Deferred[None]:
-        """Fires once every child has started and loaded the rules (at once inline)."""
-        if self.workers == 0 or all(c is not None and c.ready for c in self._children):
-            return defer.succeed(None)
-        d: Deferred[None] = Deferred()
-        self._ready_waiters.append(d)
-        return d
 
     @property
     def in_flight(self) -> int:
@@ -239,9 +214,6 @@ class ParsePool(Service):
                 continue
             min(live, key=lambda c: len(c.pending)).send(request_id, payload, d, rules)
 
-    def _live(self) -> list[ParseChild]:
-        return [c for c in self._children if c is not None]
-
     def _all(self) -> list[ParseChild]:
         """Running children, those retiring included (they still answer what they hold)."""
         return self._live() + list(self._retiring)
@@ -266,10 +238,7 @@ class ParsePool(Service):
     def child_ready(self, child: ParseChild) -> None:
         """See ChildOwner: a child is ready; the pool is once all are."""
         log.debug("Parse worker {slot} (pid {pid}) is ready", slot=child.slot, pid=child.transport.pid)
-        if all(c is not None and c.ready for c in self._children):
-            waiters, self._ready_waiters = self._ready_waiters, []
-            for d in waiters:
-                d.callback(None)
+        self._fire_ready()
 
     def child_answered(self, child: ParseChild) -> None:
         """See ChildOwner: hand the child a waiting request (unless it is retiring)."""
@@ -310,10 +279,6 @@ class ParsePool(Service):
             d.errback(error)
         self._check_stopped()
 
-    def _schedule_restart(self, slot: int) -> None:
-        if self.running:
-            self._restarts.schedule(slot, self._spawn)
-
     def _fail_waiting(self, error: Exception) -> None:
         waiting, self._waiting = self._waiting, deque()
         for _, _, d, _ in waiting:
@@ -340,18 +305,8 @@ class ParsePool(Service):
             log.failure("Parse watchdog failed")
 
     def _check_stopped(self) -> None:
-        if self._all() or self._stopped is None or self._stopped.called:
-            return
-        if self._deadline is not None and self._deadline.active():
-            self._deadline.cancel()
-        self._deadline = None
-        self._stopped.callback(None)
-
-    def _when_stopped(self) -> Deferred[None]:
-        d: Deferred[None] = Deferred()
-        assert self._stopped is not None
-        self._stopped.addCallback(lambda _: d.callback(None))
-        return d
+        if not self._all():
+            self._now_stopped()
 
 
 __all__ = ["ParseError", "ParsePool", "ParsePoolUnavailable", "ParseWorkerDied"]
